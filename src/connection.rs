@@ -1,0 +1,405 @@
+//! The three kinds of connection one [`Client`](crate::Client) keeps, and why.
+//!
+//! - **One multiplexed connection** (a `ConnectionManager`, which reconnects by itself) for plain
+//!   reads that only decide whether to keep waiting. It is never used for `WATCH`: on a
+//!   multiplexed connection another task's `EXEC` would silently end our `WATCH` (and vice
+//!   versa), which is exactly how the original granted one attempt twice.
+//! - **A small pool of dedicated connections** for transitions (`WATCH … EXEC`). A connection is
+//!   checked out by one transition at a time and never reconnects underneath it: if anything goes
+//!   wrong mid-transaction the connection is dropped, and closing it ends its `WATCH` on the
+//!   server. Waiting backups hold none, so thousands of waiting jobs share a handful.
+//! - **One pub/sub connection** (the [`Hub`]) that wakes waiting backups. Subscriptions are
+//!   reference counted per channel; `subscribe` returns only once the server confirmed, so a
+//!   waiter that subscribes and *then* reads the state cannot miss a message published in
+//!   between. After a reconnect every waiter is told to observe again, because messages sent
+//!   while the connection was down are gone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::AsyncConnectionConfig;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::failover::events::lock;
+
+/// Connection settings shared by all three kinds.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnSettings {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub max_backoff: Duration,
+    pub pool_size: usize,
+}
+
+impl ConnSettings {
+    fn async_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+    }
+}
+
+/// Opens the shared multiplexed connection.
+pub(crate) async fn connect_manager(
+    client: &redis::Client,
+    s: &ConnSettings,
+) -> Result<ConnectionManager, Error> {
+    let cfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(s.connect_timeout))
+        .set_response_timeout(Some(s.response_timeout))
+        .set_max_delay(s.max_backoff)
+        .set_number_of_retries(2);
+    let fut = ConnectionManager::new_with_config(client.clone(), cfg);
+    // The manager retries internally; bound the whole first connect so `Client::connect` fails
+    // fast (and typed) when Redis is down.
+    match tokio::time::timeout(s.connect_timeout * 3, fut).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(Error::Timeout {
+            during: "connecting to redis",
+        }),
+    }
+}
+
+/// The pool of dedicated connections for `WATCH`/`MULTI`/`EXEC`.
+pub(crate) struct Pool {
+    client: redis::Client,
+    settings: ConnSettings,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Pool {
+    pub(crate) fn new(client: redis::Client, settings: ConnSettings) -> Arc<Pool> {
+        Arc::new(Pool {
+            permits: Arc::new(Semaphore::new(settings.pool_size)),
+            client,
+            settings,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Checks out a dedicated connection, opening one if none is idle.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a permit or connection taken is returned on drop.
+    pub(crate) async fn get(self: &Arc<Self>) -> Result<Dedicated, Error> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Stopped)?;
+        let idle = lock(&self.idle).pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&self.settings.async_config())
+                    .await?
+            }
+        };
+        Ok(Dedicated {
+            conn: Some(conn),
+            clean: false,
+            pool: self.clone(),
+            _permit: permit,
+        })
+    }
+
+    /// Forgets idle connections (after one failed, the others very likely point at the same dead
+    /// server; reopening beats a string of errors).
+    fn flush(&self) {
+        lock(&self.idle).clear();
+    }
+}
+
+/// A dedicated connection checked out of the [`Pool`].
+///
+/// It goes back to the pool only if the transaction on it ended cleanly (`EXEC` or `UNWATCH`
+/// answered); otherwise it is dropped, which closes the socket and with it any `WATCH`.
+pub(crate) struct Dedicated {
+    conn: Option<MultiplexedConnection>,
+    clean: bool,
+    pool: Arc<Pool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Dedicated {
+    /// Runs a pipeline (or transaction) on this connection. Any error leaves the connection
+    /// unusable (its `WATCH` state is unknown), so it will be dropped, not pooled.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, Error> {
+        self.clean = false;
+        let conn = self.conn.as_mut().ok_or(Error::Stopped)?;
+        match pipe.query_async(conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.conn = None;
+                self.pool.flush();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Marks the connection reusable: no `WATCH` is pending on it.
+    pub(crate) fn release_clean(&mut self) {
+        self.clean = true;
+    }
+
+    /// Ends a `WATCH` without a transaction, then marks the connection reusable.
+    pub(crate) async fn unwatch(&mut self) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("UNWATCH").ignore();
+        if self.query::<()>(&pipe).await.is_ok() {
+            self.clean = true;
+        }
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        if self.clean {
+            if let Some(c) = self.conn.take() {
+                lock(&self.pool.idle).push(c);
+            }
+        }
+    }
+}
+
+/// What a waiter gets from the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HubMsg {
+    /// A message on the subscribed channel.
+    Message(String),
+    /// The pub/sub connection was re-established: messages may have been missed.
+    Reconnected,
+}
+
+enum HubCmd {
+    Subscribe {
+        channel: String,
+        id: u64,
+        tx: mpsc::UnboundedSender<HubMsg>,
+        ack: oneshot::Sender<Result<(), Error>>,
+    },
+    Unsubscribe {
+        channel: String,
+        id: u64,
+    },
+}
+
+/// The shared pub/sub connection.
+pub(crate) struct Hub {
+    cmds: mpsc::UnboundedSender<HubCmd>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// A confirmed subscription to one channel; unsubscribes on drop (without blocking).
+pub(crate) struct Subscription {
+    pub rx: mpsc::UnboundedReceiver<HubMsg>,
+    channel: String,
+    id: u64,
+    cmds: mpsc::UnboundedSender<HubCmd>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self.cmds.send(HubCmd::Unsubscribe {
+            channel: std::mem::take(&mut self.channel),
+            id: self.id,
+        });
+    }
+}
+
+impl Hub {
+    /// Starts the hub task; it ends when `cancel` fires or the last `Hub` handle drops.
+    pub(crate) fn start(
+        client: redis::Client,
+        settings: ConnSettings,
+        cancel: CancellationToken,
+    ) -> Hub {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(hub_task(client, settings, rx, cancel));
+        Hub {
+            cmds: tx,
+            next_id: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Subscribes to `channel` and returns once the server confirmed the subscription.
+    ///
+    /// # Errors
+    /// A connection error if the pub/sub connection is down; the caller retries with backoff.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ack_tx, ack_rx) = oneshot::channel();
+        let sub = Subscription {
+            rx,
+            channel: channel.to_string(),
+            id,
+            cmds: self.cmds.clone(),
+        };
+        self.cmds
+            .send(HubCmd::Subscribe {
+                channel: channel.to_string(),
+                id,
+                tx,
+                ack: ack_tx,
+            })
+            .map_err(|_| Error::Stopped)?;
+        match ack_rx.await {
+            Ok(Ok(())) => Ok(sub),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Stopped),
+        }
+    }
+}
+
+type Waiters = HashMap<String, Vec<(u64, mpsc::UnboundedSender<HubMsg>)>>;
+
+async fn hub_task(
+    client: redis::Client,
+    settings: ConnSettings,
+    mut cmds: mpsc::UnboundedReceiver<HubCmd>,
+    cancel: CancellationToken,
+) {
+    let mut waiters: Waiters = HashMap::new();
+    let mut backoff = crate::failover::worker::Backoff::new(settings.max_backoff);
+    let mut connected_before = false;
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let opened =
+            tokio::time::timeout(settings.connect_timeout, client.get_async_pubsub()).await;
+        let pubsub = match opened {
+            Ok(Ok(p)) => p,
+            failed => {
+                let err = match failed {
+                    Ok(Err(e)) => Error::from(e),
+                    _ => Error::Timeout {
+                        during: "opening the pub/sub connection",
+                    },
+                };
+                tracing::warn!(error = %err, "pub/sub connection failed; retrying");
+                // Requests that arrive while we are down are answered with the error, so their
+                // workers back off and retry instead of hanging.
+                let delay = backoff.next_delay();
+                let sleep = tokio::time::sleep(delay);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = &mut sleep => break,
+                        cmd = cmds.recv() => match cmd {
+                            None => return,
+                            Some(HubCmd::Subscribe { ack, .. }) => { let _ = ack.send(Err(err.clone())); }
+                            Some(HubCmd::Unsubscribe { channel, id }) => remove_waiter(&mut waiters, &channel, id),
+                        },
+                    }
+                }
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        // Re-subscribe what waiters still want; then tell them to look again, since anything
+        // published while we were disconnected is lost.
+        let channels: Vec<String> = waiters.keys().cloned().collect();
+        let mut ok = true;
+        for chunk in channels.chunks(256) {
+            let r =
+                tokio::time::timeout(settings.response_timeout * 4, sink.subscribe(chunk)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                ok = false;
+                break;
+            }
+        }
+        if !ok {
+            tokio::time::sleep(backoff.next_delay()).await;
+            continue;
+        }
+        backoff.reset();
+        if connected_before {
+            for list in waiters.values() {
+                for (_, tx) in list {
+                    let _ = tx.send(HubMsg::Reconnected);
+                }
+            }
+        }
+        connected_before = true;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                msg = stream.next() => match msg {
+                    None => {
+                        tracing::warn!("pub/sub connection lost; reconnecting");
+                        break;
+                    }
+                    Some(msg) => {
+                        let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+                        if let Some(list) = waiters.get_mut(msg.get_channel_name()) {
+                            list.retain(|(_, tx)| tx.send(HubMsg::Message(payload.clone())).is_ok());
+                        }
+                    }
+                },
+                cmd = cmds.recv() => match cmd {
+                    None => return,
+                    Some(HubCmd::Subscribe { channel, id, tx, ack }) => {
+                        let list = waiters.entry(channel.clone()).or_default();
+                        let first = list.is_empty();
+                        list.push((id, tx));
+                        if first {
+                            // Awaiting the confirmation here is fine: the stream half buffers
+                            // messages meanwhile, and commands are handled one at a time, so an
+                            // unsubscribe queued earlier cannot overtake this subscribe.
+                            let r = tokio::time::timeout(settings.response_timeout * 4, sink.subscribe(&channel)).await;
+                            match r {
+                                Ok(Ok(())) => { let _ = ack.send(Ok(())); }
+                                failed => {
+                                    let err = match failed {
+                                        Ok(Err(e)) => Error::from(e),
+                                        _ => Error::Timeout { during: "subscribing" },
+                                    };
+                                    remove_waiter(&mut waiters, &channel, id);
+                                    let _ = ack.send(Err(err));
+                                    break;
+                                }
+                            }
+                        } else {
+                            let _ = ack.send(Ok(()));
+                        }
+                    }
+                    Some(HubCmd::Unsubscribe { channel, id }) => {
+                        remove_waiter(&mut waiters, &channel, id);
+                        if !waiters.contains_key(&channel) {
+                            let r = tokio::time::timeout(settings.response_timeout * 4, sink.unsubscribe(&channel)).await;
+                            if !matches!(r, Ok(Ok(()))) {
+                                break;
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+fn remove_waiter(waiters: &mut Waiters, channel: &str, id: u64) {
+    if let Some(list) = waiters.get_mut(channel) {
+        list.retain(|(i, _)| *i != id);
+        if list.is_empty() {
+            waiters.remove(channel);
+        }
+    }
+}

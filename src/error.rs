@@ -1,0 +1,322 @@
+//! Errors: one crate [`Error`] for everything that happens at run time, and
+//! [`ConfigError`] for what `build()` rejects before any network I/O.
+//!
+//! Retry classification lives in one place, [`Error::is_retryable`], so the worker
+//! task, the closure form and users all agree on what is worth another try.
+
+use serde::{Deserialize, Serialize};
+
+/// A configuration value that `build()` (or deserialization) rejected.
+///
+/// Returned before any network I/O; the message names the field and the valid range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A setting is outside its valid range.
+    #[error("invalid `{field}`: {reason}")]
+    Invalid {
+        /// The setting's name, as in the configuration table.
+        field: &'static str,
+        /// Why it was rejected, with the valid range.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The stable, serializable classification of an [`Error`]; this is what `Error` events carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Invalid configuration.
+    Config,
+    /// Redis could not be reached, or the connection dropped.
+    Connection,
+    /// Redis did not answer in time; the outcome of the request is unknown.
+    Timeout,
+    /// A key of the job holds a value baton never writes.
+    CorruptState,
+    /// A key of the job holds a Redis type other than a string.
+    WrongType,
+    /// The lease key has no TTL (a foreign write); baton never makes a key persistent.
+    NoExpiry,
+    /// The job's state vanished or went back after this worker had seen it.
+    StateLost,
+    /// This worker no longer holds the attempt.
+    LeaseLost,
+    /// `done()` or `fail()` was already called on this attempt.
+    AttemptEnded,
+    /// The server refused writes (a replica, or a demoted primary).
+    ReadOnly,
+    /// The server is loading its data set or asked to try again later.
+    Busy,
+    /// The server denied the command (ACL) or the credentials.
+    Permission,
+    /// Redis returned a reply baton did not expect.
+    UnexpectedReply,
+    /// Another server-side error.
+    Server,
+    /// The worker or client was stopped.
+    Stopped,
+}
+
+/// Everything that can go wrong at run time.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Invalid configuration (see [`ConfigError`]).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Redis could not be reached, or the connection dropped mid-request.
+    #[error("redis connection failed: {message}")]
+    Connection {
+        /// What the client library reported.
+        message: String,
+    },
+    /// Redis did not answer within the response timeout.
+    #[error("redis did not answer in time while {during}")]
+    Timeout {
+        /// The step that timed out.
+        during: &'static str,
+    },
+    /// A key of the job holds a value that baton never writes; it is left untouched.
+    #[error("key `{key}` holds {value}, which baton never writes; it is left untouched")]
+    CorruptState {
+        /// The Redis key.
+        key: String,
+        /// A printable, shortened rendering of the stored value.
+        value: String,
+    },
+    /// A key of the job holds a non-string Redis type.
+    #[error("key `{key}` holds the wrong Redis type ({detail}); it is left untouched")]
+    WrongType {
+        /// The Redis key.
+        key: String,
+        /// The server's message.
+        detail: String,
+    },
+    /// The lease key exists without a TTL, so it would never expire.
+    #[error(
+        "lease key `{key}` has no TTL (written by someone else?); re-checking every lock_timeout"
+    )]
+    NoExpiry {
+        /// The Redis key.
+        key: String,
+    },
+    /// The job's state vanished or went back after this worker had seen it (Redis lost data).
+    #[error("state of `{key}` was lost: this worker saw {seen}, Redis now has {now}")]
+    StateLost {
+        /// The state key.
+        key: String,
+        /// What this worker had seen.
+        seen: String,
+        /// What Redis holds now.
+        now: String,
+    },
+    /// This worker no longer holds the attempt.
+    #[error("attempt {attempt} of `{key}` is no longer held: {reason}")]
+    LeaseLost {
+        /// The state key.
+        key: String,
+        /// The attempt that was lost.
+        attempt: u64,
+        /// Why.
+        reason: String,
+    },
+    /// `done()` or `fail()` was already called for this attempt (through a clone of the handle).
+    #[error("attempt {attempt} of `{key}` was already ended")]
+    AttemptEnded {
+        /// The state key.
+        key: String,
+        /// The attempt.
+        attempt: u64,
+    },
+    /// A Redis server error.
+    #[error("redis error {code}: {message}")]
+    Redis {
+        /// The classification.
+        kind: ErrorKind,
+        /// The server's error code (`ERR`, `READONLY`, `NOPERM`, ...).
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// Redis returned a reply baton did not expect.
+    #[error("unexpected reply to {context}: {reply}")]
+    UnexpectedReply {
+        /// Which request.
+        context: &'static str,
+        /// A printable rendering of the reply.
+        reply: String,
+    },
+    /// The worker or client was stopped before the request completed.
+    #[error("stopped")]
+    Stopped,
+    /// A terminal error the worker reported as an `Error` event (used by the closure form).
+    #[error("{message}")]
+    Reported {
+        /// Its classification.
+        kind: ErrorKind,
+        /// Its message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The stable classification of this error (what `Error` events carry).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Config(_) => ErrorKind::Config,
+            Error::Connection { .. } => ErrorKind::Connection,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::CorruptState { .. } => ErrorKind::CorruptState,
+            Error::WrongType { .. } => ErrorKind::WrongType,
+            Error::NoExpiry { .. } => ErrorKind::NoExpiry,
+            Error::StateLost { .. } => ErrorKind::StateLost,
+            Error::LeaseLost { .. } => ErrorKind::LeaseLost,
+            Error::AttemptEnded { .. } => ErrorKind::AttemptEnded,
+            Error::Redis { kind, .. } => *kind,
+            Error::UnexpectedReply { .. } => ErrorKind::UnexpectedReply,
+            Error::Stopped => ErrorKind::Stopped,
+            Error::Reported { kind, .. } => *kind,
+        }
+    }
+
+    /// Whether trying again later may succeed.
+    ///
+    /// Transient conditions (connection trouble, timeouts, a loading or read-only server, a lease
+    /// without TTL that someone may fix) are retryable; corrupt data, lost state, a lost lease and
+    /// configuration errors are not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::Connection
+                | ErrorKind::Timeout
+                | ErrorKind::ReadOnly
+                | ErrorKind::Busy
+                | ErrorKind::NoExpiry
+        )
+    }
+
+    /// Whether a write may or may not have been applied (the reply was lost).
+    pub(crate) fn is_indeterminate(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Connection | ErrorKind::Timeout)
+    }
+
+    pub(crate) fn unexpected(context: &'static str, reply: &redis::Value) -> Self {
+        Error::UnexpectedReply {
+            context,
+            reply: preview(&format!("{reply:?}")),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        if err.is_timeout() {
+            return Error::Timeout {
+                during: "waiting for a reply",
+            };
+        }
+        if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+            return Error::Connection {
+                message: err.to_string(),
+            };
+        }
+        match err.kind() {
+            redis::ErrorKind::Server(server) => Error::Redis {
+                kind: server_kind(Some(server), err.code()),
+                code: err.code().unwrap_or("ERR").to_string(),
+                message: err.detail().unwrap_or_default().to_string(),
+            },
+            redis::ErrorKind::AuthenticationFailed => Error::Redis {
+                kind: ErrorKind::Permission,
+                code: "AUTH".into(),
+                message: err.to_string(),
+            },
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
+                Error::UnexpectedReply {
+                    context: "a request",
+                    reply: err.to_string(),
+                }
+            }
+            _ => Error::Connection {
+                message: err.to_string(),
+            },
+        }
+    }
+}
+
+/// Maps a server error (from a reply inside a pipeline) to a typed error.
+pub(crate) fn from_server_error(err: &redis::ServerError) -> Error {
+    Error::Redis {
+        kind: server_kind(err.kind(), Some(err.code())),
+        code: err.code().to_string(),
+        message: err.details().unwrap_or_default().to_string(),
+    }
+}
+
+fn server_kind(kind: Option<redis::ServerErrorKind>, code: Option<&str>) -> ErrorKind {
+    use redis::ServerErrorKind as S;
+    match kind {
+        Some(S::ReadOnly) => ErrorKind::ReadOnly,
+        Some(S::BusyLoading) | Some(S::TryAgain) | Some(S::MasterDown) | Some(S::ClusterDown) => {
+            ErrorKind::Busy
+        }
+        Some(S::NoPerm) => ErrorKind::Permission,
+        _ => match code {
+            Some("WRONGTYPE") => ErrorKind::WrongType,
+            Some("NOAUTH") | Some("WRONGPASS") => ErrorKind::Permission,
+            Some("BUSY") => ErrorKind::Busy,
+            _ => ErrorKind::Server,
+        },
+    }
+}
+
+/// A printable, bounded rendering of a stored value for error messages (values may be huge or
+/// binary; an error message must stay readable and must not echo megabytes).
+pub(crate) fn preview(raw: &str) -> String {
+    const MAX: usize = 64;
+    let mut out = String::new();
+    for (i, c) in raw.chars().enumerate() {
+        if i == MAX {
+            out.push('…');
+            break;
+        }
+        out.extend(c.escape_debug());
+    }
+    format!("\"{out}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_classification() {
+        assert!(Error::Connection {
+            message: "x".into()
+        }
+        .is_retryable());
+        assert!(!Error::CorruptState {
+            key: "k".into(),
+            value: "v".into()
+        }
+        .is_retryable());
+        assert!(!Error::Stopped.is_retryable());
+    }
+
+    #[test]
+    fn preview_is_bounded_and_escaped() {
+        let p = preview(&"a".repeat(1000));
+        assert!(p.chars().count() < 80);
+        assert_eq!(preview("DONE\0"), "\"DONE\\0\"");
+    }
+}

@@ -1,0 +1,539 @@
+//! Configuration of one failover job, validated by [`FailoverConfigBuilder::build`].
+//!
+//! Invalid values are rejected with a [`ConfigError`] naming the field, never coerced: a lease of
+//! 0 ms or a retention shorter than the lease would silently break the guarantees.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// How chatty `Status` events are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub enum StatusLevel {
+    /// Ownership changes and waits only.
+    #[default]
+    Normal,
+    /// Every round trip's decision too.
+    Verbose,
+}
+
+/// A validated configuration of one job for one worker.
+///
+/// Build it with [`FailoverConfig::builder`], or deserialize it (durations in milliseconds, e.g.
+/// `{"key":"msg:42","lock_timeout_ms":10000}`); both paths run the same validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawConfig", into = "RawConfig")]
+pub struct FailoverConfig {
+    pub(crate) key: String,
+    pub(crate) prefix: String,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) max_attempts: u64,
+    pub(crate) retention: Duration,
+    pub(crate) keepalive: bool,
+    pub(crate) max_run: Option<Duration>,
+    pub(crate) retry_delay: Duration,
+    pub(crate) rejoin_after_fail: bool,
+    pub(crate) status_level: StatusLevel,
+    pub(crate) worker_name: Option<String>,
+    pub(crate) event_capacity: usize,
+}
+
+/// The serialized shape of [`FailoverConfig`]: plain fields with defaults, durations in ms.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawConfig {
+    key: String,
+    prefix: String,
+    lock_timeout_ms: u64,
+    max_attempts: u64,
+    retention_ms: u64,
+    keepalive: bool,
+    max_run_ms: Option<u64>,
+    retry_delay_ms: u64,
+    rejoin_after_fail: bool,
+    status_level: StatusLevel,
+    worker_name: Option<String>,
+    event_capacity: usize,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            key: String::new(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            lock_timeout_ms: DEFAULT_LOCK_TIMEOUT.as_millis() as u64,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retention_ms: DEFAULT_RETENTION.as_millis() as u64,
+            keepalive: false,
+            max_run_ms: None,
+            retry_delay_ms: 0,
+            rejoin_after_fail: false,
+            status_level: StatusLevel::Normal,
+            worker_name: None,
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+        }
+    }
+}
+
+impl TryFrom<RawConfig> for FailoverConfig {
+    type Error = ConfigError;
+    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
+        FailoverConfigBuilder { raw }.build()
+    }
+}
+
+impl From<FailoverConfig> for RawConfig {
+    fn from(c: FailoverConfig) -> Self {
+        RawConfig {
+            key: c.key,
+            prefix: c.prefix,
+            lock_timeout_ms: c.lock_timeout.as_millis() as u64,
+            max_attempts: c.max_attempts,
+            retention_ms: c.retention.as_millis() as u64,
+            keepalive: c.keepalive,
+            max_run_ms: c.max_run.map(|d| d.as_millis() as u64),
+            retry_delay_ms: c.retry_delay.as_millis() as u64,
+            rejoin_after_fail: c.rejoin_after_fail,
+            status_level: c.status_level,
+            worker_name: c.worker_name,
+            event_capacity: c.event_capacity,
+        }
+    }
+}
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "baton:";
+/// The default lease time (the original's `lockTimeout`).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default number of attempts (the original's `maxAttempts`).
+pub const DEFAULT_MAX_ATTEMPTS: u64 = 5;
+/// How long `DONE` / `EXHAUSTED` and the counter are kept by default.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// How many droppable events queue up unread before `Status`/`Locked` are dropped.
+pub const DEFAULT_EVENT_CAPACITY: usize = 64;
+
+const MAX_KEY_BYTES: usize = 1024;
+const MIN_LOCK_TIMEOUT: Duration = Duration::from_millis(10);
+const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+const MAX_MAX_ATTEMPTS: u64 = 1_000_000;
+/// Redis stores TTLs in ms as i64; ten years is far beyond any sane retention and far inside i64.
+const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+impl FailoverConfig {
+    /// Starts a configuration for the job named `key` (e.g. `msg:42`), with every default.
+    pub fn builder(key: impl Into<String>) -> FailoverConfigBuilder {
+        FailoverConfigBuilder {
+            raw: RawConfig {
+                key: key.into(),
+                ..RawConfig::default()
+            },
+        }
+    }
+
+    /// The job name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    /// The lease time.
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+    /// The maximum number of attempts.
+    pub fn max_attempts(&self) -> u64 {
+        self.max_attempts
+    }
+    /// How long the state and fence are kept after the last write.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+    /// Whether the holder extends its lease while its process lives.
+    pub fn keepalive(&self) -> bool {
+        self.keepalive
+    }
+    /// The cap on one attempt's run time, if any.
+    pub fn max_run(&self) -> Option<Duration> {
+        self.max_run
+    }
+    /// The pause before a backup takes over a failed attempt.
+    pub fn retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+    /// Whether a worker whose attempt failed waits as a backup again.
+    pub fn rejoin_after_fail(&self) -> bool {
+        self.rejoin_after_fail
+    }
+    /// The `Status` events emitted.
+    pub fn status_level(&self) -> StatusLevel {
+        self.status_level
+    }
+    /// The worker name stored with the lease (for operators), if set.
+    pub fn worker_name(&self) -> Option<&str> {
+        self.worker_name.as_deref()
+    }
+    /// Returns a copy with keepalive switched on or off (used by the closure form).
+    pub(crate) fn with_keepalive(mut self, on: bool) -> Self {
+        self.keepalive = on;
+        self
+    }
+}
+
+/// Builder for [`FailoverConfig`]; every setter documents its default.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct FailoverConfigBuilder {
+    raw: RawConfig,
+}
+
+impl FailoverConfigBuilder {
+    /// The key prefix; must end with `:` and contain no `{` `}`. Defaults to `baton:`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.raw.prefix = prefix.into();
+        self
+    }
+    /// The lease time: how long a silent holder keeps the job before a backup may take over.
+    /// 10 ms ..= 1 day. Defaults to 5 s.
+    pub fn lock_timeout(mut self, d: Duration) -> Self {
+        self.raw.lock_timeout_ms = duration_ms(d);
+        self
+    }
+    /// The maximum number of attempts, 1 ..= 1 000 000. Defaults to 5.
+    pub fn max_attempts(mut self, n: u64) -> Self {
+        self.raw.max_attempts = n;
+        self
+    }
+    /// How long the counter, `DONE`/`EXHAUSTED` and the fence are kept after the last write, so
+    /// late duplicates of the job are not re-run. At least 2 × `lock_timeout`. Defaults to 24 h.
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.raw.retention_ms = duration_ms(d);
+        self
+    }
+    /// Whether the holder extends its lease every `lock_timeout / 3` while its process lives.
+    /// Defaults to off (the original's model: an attempt must finish within `lock_timeout`).
+    pub fn keepalive(mut self, on: bool) -> Self {
+        self.raw.keepalive = on;
+        self
+    }
+    /// A cap on one attempt's run time; must exceed `lock_timeout`. Defaults to none.
+    pub fn max_run(mut self, d: Option<Duration>) -> Self {
+        self.raw.max_run_ms = d.map(duration_ms);
+        self
+    }
+    /// How long a backup waits after seeing a failed attempt before taking over; must be below
+    /// `retention`. Defaults to 0.
+    pub fn retry_delay(mut self, d: Duration) -> Self {
+        self.raw.retry_delay_ms = duration_ms(d);
+        self
+    }
+    /// Whether a worker whose own attempt failed waits as a backup again. Defaults to false.
+    pub fn rejoin_after_fail(mut self, on: bool) -> Self {
+        self.raw.rejoin_after_fail = on;
+        self
+    }
+    /// Which `Status` events are emitted. Defaults to [`StatusLevel::Normal`].
+    pub fn status_level(mut self, level: StatusLevel) -> Self {
+        self.raw.status_level = level;
+        self
+    }
+    /// The name stored with the lease for operators (1..=256 bytes). Defaults to `host:pid`.
+    pub fn worker_name(mut self, name: impl Into<String>) -> Self {
+        self.raw.worker_name = Some(name.into());
+        self
+    }
+    /// How many `Status`/`Locked` events may wait unread before new ones are dropped (with a
+    /// `Lagged` count); `Acquired` and terminal events are never dropped. 1 ..= 65 536.
+    /// Defaults to 64.
+    pub fn event_capacity(mut self, n: usize) -> Self {
+        self.raw.event_capacity = n;
+        self
+    }
+
+    /// Validates every setting.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first field out of range.
+    pub fn build(self) -> Result<FailoverConfig, ConfigError> {
+        let r = self.raw;
+        validate_name("key", &r.key, MAX_KEY_BYTES)?;
+        if r.prefix.is_empty() || !r.prefix.ends_with(':') {
+            return Err(ConfigError::invalid("prefix", "must end with `:`"));
+        }
+        // `ends_with(':')` was checked above, so slicing off the last byte stays on a char boundary.
+        if r.prefix[..r.prefix.len() - 1].trim().is_empty() {
+            return Err(ConfigError::invalid(
+                "prefix",
+                "must not be blank before the `:`",
+            ));
+        }
+        validate_name("prefix", &r.prefix, MAX_KEY_BYTES)?;
+        let lock_timeout = Duration::from_millis(r.lock_timeout_ms);
+        if lock_timeout < MIN_LOCK_TIMEOUT || lock_timeout > MAX_LOCK_TIMEOUT {
+            return Err(ConfigError::invalid(
+                "lock_timeout",
+                format!("{lock_timeout:?} is outside 10ms ..= 1 day"),
+            ));
+        }
+        if r.max_attempts == 0 || r.max_attempts > MAX_MAX_ATTEMPTS {
+            return Err(ConfigError::invalid(
+                "max_attempts",
+                format!("{} is outside 1 ..= 1000000", r.max_attempts),
+            ));
+        }
+        let retention = Duration::from_millis(r.retention_ms);
+        if retention < lock_timeout * 2 {
+            return Err(ConfigError::invalid(
+                "retention",
+                format!(
+                    "{retention:?} is below 2 × lock_timeout ({:?})",
+                    lock_timeout * 2
+                ),
+            ));
+        }
+        if retention > MAX_RETENTION {
+            return Err(ConfigError::invalid(
+                "retention",
+                format!("{retention:?} is above 10 years"),
+            ));
+        }
+        let max_run = r.max_run_ms.map(Duration::from_millis);
+        if let Some(m) = max_run {
+            if m <= lock_timeout {
+                return Err(ConfigError::invalid(
+                    "max_run",
+                    format!("{m:?} must exceed lock_timeout ({lock_timeout:?})"),
+                ));
+            }
+        }
+        let retry_delay = Duration::from_millis(r.retry_delay_ms);
+        if retry_delay >= retention {
+            return Err(ConfigError::invalid(
+                "retry_delay",
+                format!("{retry_delay:?} must be below retention ({retention:?})"),
+            ));
+        }
+        if let Some(name) = &r.worker_name {
+            if name.is_empty() || name.len() > 256 || name.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    "worker_name",
+                    "must be 1..=256 bytes and not blank",
+                ));
+            }
+        }
+        if r.event_capacity == 0 || r.event_capacity > 65_536 {
+            return Err(ConfigError::invalid(
+                "event_capacity",
+                format!("{} is outside 1 ..= 65536", r.event_capacity),
+            ));
+        }
+        Ok(FailoverConfig {
+            key: r.key,
+            prefix: r.prefix,
+            lock_timeout,
+            max_attempts: r.max_attempts,
+            retention,
+            keepalive: r.keepalive,
+            max_run,
+            retry_delay,
+            rejoin_after_fail: r.rejoin_after_fail,
+            status_level: r.status_level,
+            worker_name: r.worker_name,
+            event_capacity: r.event_capacity,
+        })
+    }
+}
+
+/// Durations are stored in whole milliseconds (what Redis takes). Sub-millisecond parts round
+/// down, and a duration too long for u64 ms saturates, so `build()` then rejects it as out of
+/// range instead of wrapping.
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn validate_name(field: &'static str, value: &str, max: usize) -> Result<(), ConfigError> {
+    if value.is_empty() || value.len() > max {
+        return Err(ConfigError::invalid(
+            field,
+            format!("must be 1..={max} bytes, got {}", value.len()),
+        ));
+    }
+    if value.trim().is_empty() {
+        return Err(ConfigError::invalid(field, "must not be blank"));
+    }
+    if value.contains('{') || value.contains('}') {
+        return Err(ConfigError::invalid(
+            field,
+            "must not contain `{` or `}` (they would change the Redis Cluster hash tag)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<FailoverConfig, ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            Ok(_) => "accepted",
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let c = FailoverConfig::builder("msg:42").build().unwrap();
+        assert_eq!(c.prefix(), "baton:");
+        assert_eq!(c.lock_timeout(), Duration::from_secs(5));
+        assert_eq!(c.max_attempts(), 5);
+        assert_eq!(c.retention(), Duration::from_secs(86_400));
+        assert!(!c.keepalive());
+        assert_eq!(c.max_run(), None);
+        assert_eq!(c.retry_delay(), Duration::ZERO);
+        assert!(!c.rejoin_after_fail());
+        assert_eq!(c.status_level(), StatusLevel::Normal);
+    }
+
+    #[test]
+    fn key_rules() {
+        let b = FailoverConfig::builder;
+        assert_eq!(field(b("").build()), "key");
+        assert_eq!(field(b("   ").build()), "key");
+        assert_eq!(field(b("a{b").build()), "key");
+        assert_eq!(field(b("}ab").build()), "key");
+        assert_eq!(
+            field(FailoverConfig::builder("x".repeat(1025)).build()),
+            "key"
+        );
+        assert_eq!(
+            field(FailoverConfig::builder("x".repeat(1024)).build()),
+            "accepted"
+        );
+        assert_eq!(field(b("ジョブ 🔒\r\n").build()), "accepted");
+    }
+
+    #[test]
+    fn prefix_rules() {
+        let b = || FailoverConfig::builder("k");
+        assert_eq!(field(b().prefix("").build()), "prefix");
+        assert_eq!(field(b().prefix("baton").build()), "prefix");
+        assert_eq!(field(b().prefix("  :").build()), "prefix");
+        assert_eq!(field(b().prefix("a{:").build()), "prefix");
+        assert_eq!(field(b().prefix("a}:").build()), "prefix");
+        assert_eq!(field(b().prefix("app:").build()), "accepted");
+    }
+
+    #[test]
+    fn lock_timeout_range() {
+        let b = || FailoverConfig::builder("k");
+        assert_eq!(
+            field(b().lock_timeout(Duration::ZERO).build()),
+            "lock_timeout"
+        );
+        assert_eq!(
+            field(b().lock_timeout(Duration::from_millis(9)).build()),
+            "lock_timeout"
+        );
+        assert_eq!(
+            field(b().lock_timeout(Duration::from_millis(10)).build()),
+            "accepted"
+        );
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            field(b().lock_timeout(day).retention(day * 2).build()),
+            "accepted"
+        );
+        assert_eq!(
+            field(
+                b().lock_timeout(day + Duration::from_millis(1))
+                    .retention(day * 3)
+                    .build()
+            ),
+            "lock_timeout"
+        );
+        assert_eq!(
+            field(b().lock_timeout(Duration::MAX).build()),
+            "lock_timeout"
+        );
+    }
+
+    #[test]
+    fn max_attempts_range() {
+        let b = || FailoverConfig::builder("k");
+        assert_eq!(field(b().max_attempts(0).build()), "max_attempts");
+        assert_eq!(field(b().max_attempts(1).build()), "accepted");
+        assert_eq!(field(b().max_attempts(1_000_000).build()), "accepted");
+        assert_eq!(field(b().max_attempts(1_000_001).build()), "max_attempts");
+        assert_eq!(field(b().max_attempts(u64::MAX).build()), "max_attempts");
+    }
+
+    #[test]
+    fn retention_at_least_twice_the_lease() {
+        let b = || FailoverConfig::builder("k").lock_timeout(Duration::from_secs(10));
+        assert_eq!(
+            field(b().retention(Duration::from_secs(19)).build()),
+            "retention"
+        );
+        assert_eq!(
+            field(b().retention(Duration::from_secs(20)).build()),
+            "accepted"
+        );
+        assert_eq!(field(b().retention(Duration::MAX).build()), "retention");
+    }
+
+    #[test]
+    fn max_run_must_exceed_the_lease() {
+        let b = || FailoverConfig::builder("k").lock_timeout(Duration::from_secs(1));
+        assert_eq!(
+            field(b().max_run(Some(Duration::from_secs(1))).build()),
+            "max_run"
+        );
+        assert_eq!(
+            field(b().max_run(Some(Duration::from_millis(1001))).build()),
+            "accepted"
+        );
+        assert_eq!(field(b().max_run(None).build()), "accepted");
+    }
+
+    #[test]
+    fn retry_delay_below_retention() {
+        let b = || FailoverConfig::builder("k").retention(Duration::from_secs(60));
+        assert_eq!(
+            field(b().retry_delay(Duration::from_secs(60)).build()),
+            "retry_delay"
+        );
+        assert_eq!(
+            field(b().retry_delay(Duration::from_secs(59)).build()),
+            "accepted"
+        );
+    }
+
+    #[test]
+    fn worker_name_and_capacity() {
+        let b = || FailoverConfig::builder("k");
+        assert_eq!(field(b().worker_name("").build()), "worker_name");
+        assert_eq!(field(b().worker_name(" ").build()), "worker_name");
+        assert_eq!(field(b().worker_name("w1").build()), "accepted");
+        assert_eq!(field(b().event_capacity(0).build()), "event_capacity");
+    }
+
+    #[test]
+    fn deserialization_validates_too() {
+        let ok: FailoverConfig =
+            serde_json::from_str(r#"{"key":"msg:1","lock_timeout_ms":1000,"max_attempts":3}"#)
+                .unwrap();
+        assert_eq!(ok.lock_timeout(), Duration::from_secs(1));
+        assert_eq!(ok.max_attempts(), 3);
+        let bad = serde_json::from_str::<FailoverConfig>(r#"{"key":"msg:1","max_attempts":0}"#);
+        assert!(bad.unwrap_err().to_string().contains("max_attempts"));
+        let unknown = serde_json::from_str::<FailoverConfig>(r#"{"key":"k","lock_timeout":5}"#);
+        assert!(unknown.is_err());
+        let round = serde_json::to_string(&ok).unwrap();
+        let back: FailoverConfig = serde_json::from_str(&round).unwrap();
+        assert_eq!(back, ok);
+    }
+}

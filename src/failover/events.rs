@@ -1,0 +1,473 @@
+//! What a worker reports: the [`Event`] stream, the [`Acquired`] attempt and its handle.
+//!
+//! The stream is bounded for chatter, never for what matters: `Status` and `Locked` events are
+//! dropped (and counted in a `Lagged` event) once `event_capacity` of them wait unread, while
+//! `Acquired`, `Error` and terminal events always get through. That keeps a slow reader from
+//! stalling the worker task (which must keep extending a lease on time) without ever losing the
+//! news that a lease was won or lost.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::config::StatusLevel;
+use crate::error::{Error, ErrorKind};
+
+/// One thing a worker saw or did. Every event serializes to one JSON object tagged by `event`.
+///
+/// Exactly one terminal event ends each stream (see [`Event::is_terminal`]): `Completed`,
+/// `Exhausted`, `Failed`, `LeaseLost`, `Stopped`, or an `Error` that is not retryable.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event")]
+#[non_exhaustive]
+pub enum Event {
+    /// This worker won an attempt: do the work, then call `done()` or `fail()`.
+    Acquired(Acquired),
+    /// Another worker holds `attempt`; this one waits as a backup (sent once per attempt).
+    Locked {
+        /// The attempt being run elsewhere.
+        attempt: u64,
+        /// This worker's `max_attempts`.
+        max_attempts: u64,
+        /// The holder's lease time left in ms (`None` if the lease has no TTL).
+        lease_remaining_ms: Option<u64>,
+    },
+    /// A human-readable progress note.
+    Status {
+        /// Normal or Verbose.
+        level: StatusLevel,
+        /// The sentence.
+        message: String,
+    },
+    /// Something went wrong. A retryable error is retried with backoff and the stream goes on;
+    /// any other ends the stream.
+    Error {
+        /// The stable classification.
+        kind: ErrorKind,
+        /// What happened, naming the key.
+        message: String,
+        /// Whether the worker retries.
+        retryable: bool,
+    },
+    /// Without keepalive, the attempt's lease is about to run out (at send time + `lock_timeout`
+    /// − max(1 %, 2 ms) on this worker's monotonic clock): a backup may take over from now on.
+    /// With `max_run`, the cap was reached.
+    DeadlinePassed {
+        /// The attempt.
+        attempt: u64,
+    },
+    /// `dropped` `Status`/`Locked` events were discarded because nobody read them.
+    Lagged {
+        /// How many.
+        dropped: u64,
+    },
+    /// Terminal: the job is `DONE` (`attempt` is set when this worker did it).
+    Completed {
+        /// The attempt this worker completed, if it was this worker.
+        attempt: Option<u64>,
+    },
+    /// Terminal: every attempt failed; the job is `EXHAUSTED`.
+    Exhausted {
+        /// How many attempts were made.
+        attempts: u64,
+    },
+    /// Terminal: this worker's attempt failed and it left the job to the backups.
+    Failed {
+        /// The attempt.
+        attempt: u64,
+        /// The reason given to `fail()` (or why the worker failed it).
+        reason: String,
+    },
+    /// Terminal: this worker lost its attempt (taken over, lease expired, `max_run`, or its
+    /// outcome could not be recorded).
+    LeaseLost {
+        /// The attempt.
+        attempt: u64,
+        /// Why.
+        reason: String,
+    },
+    /// Terminal: the worker was stopped (`stop()` or `Client::shutdown`).
+    Stopped,
+}
+
+impl Event {
+    /// Whether this event ends the stream.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Event::Completed { .. }
+            | Event::Exhausted { .. }
+            | Event::Failed { .. }
+            | Event::LeaseLost { .. }
+            | Event::Stopped => true,
+            Event::Error { retryable, .. } => !retryable,
+            _ => false,
+        }
+    }
+
+    /// Whether the event may be dropped when nobody reads.
+    fn droppable(&self) -> bool {
+        matches!(self, Event::Status { .. } | Event::Locked { .. })
+    }
+
+    pub(crate) fn from_error(err: &Error) -> Event {
+        Event::Error {
+            kind: err.kind(),
+            message: err.to_string(),
+            retryable: err.is_retryable(),
+        }
+    }
+}
+
+/// An attempt this worker won.
+#[derive(Debug, Clone, Serialize)]
+pub struct Acquired {
+    /// The attempt number, 1 ..= `max_attempts`.
+    pub attempt: u64,
+    /// Whether this is the last attempt allowed.
+    pub last: bool,
+    /// The fencing token: pass it to the resource you write so it can reject a stale holder.
+    /// Strictly greater than every token granted before on this job.
+    pub fencing_token: u64,
+    /// The handle that ends the attempt.
+    #[serde(skip)]
+    pub handle: AttemptHandle,
+}
+
+impl Acquired {
+    /// Records success: the job becomes `DONE`. See [`AttemptHandle::done`].
+    ///
+    /// # Errors
+    /// As [`AttemptHandle::done`].
+    pub async fn done(self) -> Result<(), Error> {
+        self.handle.done().await
+    }
+
+    /// Gives the attempt up so a backup takes over at once. See [`AttemptHandle::fail`].
+    ///
+    /// # Errors
+    /// As [`AttemptHandle::fail`].
+    pub async fn fail(self, reason: impl Into<String>) -> Result<(), Error> {
+        self.handle.fail(reason).await
+    }
+}
+
+pub(crate) enum HolderCmd {
+    Done(oneshot::Sender<Result<(), Error>>),
+    Fail(String, oneshot::Sender<Result<(), Error>>),
+}
+
+/// Ends one attempt. Clones share one slot: the first `done()`/`fail()` wins, later calls get
+/// [`Error::AttemptEnded`]. Dropping every clone without either call fails the attempt (the
+/// worker task notices; `Drop` never blocks).
+#[derive(Clone)]
+pub struct AttemptHandle {
+    inner: Arc<HandleInner>,
+}
+
+struct HandleInner {
+    key: String,
+    attempt: u64,
+    tx: Mutex<Option<mpsc::Sender<HolderCmd>>>,
+    /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
+    ended: Arc<Mutex<Option<Error>>>,
+}
+
+impl std::fmt::Debug for AttemptHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttemptHandle")
+            .field("key", &self.inner.key)
+            .field("attempt", &self.inner.attempt)
+            .finish()
+    }
+}
+
+impl AttemptHandle {
+    pub(crate) fn new(
+        key: String,
+        attempt: u64,
+        tx: mpsc::Sender<HolderCmd>,
+        ended: Arc<Mutex<Option<Error>>>,
+    ) -> Self {
+        AttemptHandle {
+            inner: Arc::new(HandleInner {
+                key,
+                attempt,
+                tx: Mutex::new(Some(tx)),
+                ended,
+            }),
+        }
+    }
+
+    /// The attempt number.
+    pub fn attempt(&self) -> u64 {
+        self.inner.attempt
+    }
+
+    /// Records success: `DONE` is stored (with the retention TTL), the lease deleted and backups
+    /// woken so they end `Completed`.
+    ///
+    /// A late `done()` (the lease ran out) still succeeds if no backup took over yet.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when another worker took over or the job was marked exhausted
+    /// (nothing is written); [`Error::AttemptEnded`] if the attempt was already ended through a
+    /// clone; other errors when Redis stayed unreachable (the outcome was not recorded: the
+    /// lease will expire and a backup will run the job again).
+    ///
+    /// # Cancel safety
+    /// Once called, the worker task carries the request out even if this future is dropped.
+    pub async fn done(self) -> Result<(), Error> {
+        self.end(HolderCmd::Done).await
+    }
+
+    /// Gives the attempt up: the lease is deleted and backups are woken so one takes over at
+    /// once (or, on the last attempt, the job is marked `EXHAUSTED`). The reason is stored for
+    /// operators in the job's `:failure` key.
+    ///
+    /// # Errors
+    /// As [`AttemptHandle::done`].
+    ///
+    /// # Cancel safety
+    /// As [`AttemptHandle::done`].
+    pub async fn fail(self, reason: impl Into<String>) -> Result<(), Error> {
+        let reason = reason.into();
+        self.end(|reply| HolderCmd::Fail(reason, reply)).await
+    }
+
+    async fn end(
+        self,
+        make: impl FnOnce(oneshot::Sender<Result<(), Error>>) -> HolderCmd,
+    ) -> Result<(), Error> {
+        let tx = lock(&self.inner.tx).take();
+        let Some(tx) = tx else {
+            return Err(Error::AttemptEnded {
+                key: self.inner.key.clone(),
+                attempt: self.inner.attempt,
+            });
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if tx.send(make(reply_tx)).await.is_err() {
+            return Err(self.ended_reason());
+        }
+        drop(tx);
+        reply_rx.await.unwrap_or_else(|_| Err(self.ended_reason()))
+    }
+
+    fn ended_reason(&self) -> Error {
+        lock(&self.inner.ended)
+            .clone()
+            .unwrap_or_else(|| Error::LeaseLost {
+                key: self.inner.key.clone(),
+                attempt: self.inner.attempt,
+                reason: "the worker stopped".into(),
+            })
+    }
+}
+
+/// Locks a std mutex, ignoring poisoning: the data behind these mutexes (an `Option`) stays
+/// consistent even if a panic happened while it was held.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The worker task's end of the event stream.
+pub(crate) struct EventSender {
+    tx: mpsc::UnboundedSender<Event>,
+    queued: Arc<AtomicUsize>,
+    capacity: usize,
+    lagged: u64,
+    level: StatusLevel,
+}
+
+impl EventSender {
+    /// Queues an event. Returns false when the receiver is gone.
+    pub(crate) fn emit(&mut self, event: Event) -> bool {
+        if event.droppable() && self.queued.load(Ordering::Acquire) >= self.capacity {
+            self.lagged += 1;
+            return !self.tx.is_closed();
+        }
+        if self.lagged > 0 {
+            let dropped = std::mem::take(&mut self.lagged);
+            self.push(Event::Lagged { dropped });
+        }
+        self.push(event)
+    }
+
+    fn push(&mut self, event: Event) -> bool {
+        // Count before sending so the reader's decrement can never run first and underflow.
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(event).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Queues a `Status` event if `level` passes the configured filter.
+    pub(crate) fn status(&mut self, level: StatusLevel, message: impl Into<String>) {
+        if level <= self.level {
+            self.emit(Event::Status {
+                level,
+                message: message.into(),
+            });
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Resolves when the receiver is dropped.
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// A running worker: a [`Stream`](tokio_stream::Stream) of [`Event`]s for one job.
+///
+/// Dropping it stops the worker (an attempt it holds is failed so a backup takes over).
+#[derive(Debug)]
+pub struct Worker {
+    rx: mpsc::UnboundedReceiver<Event>,
+    queued: Arc<AtomicUsize>,
+    stop: CancellationToken,
+    key: String,
+}
+
+impl Worker {
+    pub(crate) fn channel(
+        key: String,
+        capacity: usize,
+        level: StatusLevel,
+        stop: CancellationToken,
+    ) -> (EventSender, Worker) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        (
+            EventSender {
+                tx,
+                queued: queued.clone(),
+                capacity,
+                lagged: 0,
+                level,
+            },
+            Worker {
+                rx,
+                queued,
+                stop,
+                key,
+            },
+        )
+    }
+
+    /// The job name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Asks the worker to stop: timers are cancelled, subscriptions closed, and an attempt it
+    /// holds is released (backups are told at once). The stream then yields `Stopped` and ends.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// The next event, or `None` once the terminal event was read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: no event is lost if the future is dropped.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        let ev = self.rx.recv().await;
+        if ev.is_some() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        ev
+    }
+}
+
+impl tokio_stream::Stream for Worker {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        let polled = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(_)) = &polled {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn chatter_is_dropped_with_a_lag_count_but_terminal_events_are_not() {
+        let (mut tx, mut w) = Worker::channel(
+            "k".into(),
+            2,
+            StatusLevel::Verbose,
+            CancellationToken::new(),
+        );
+        for i in 0..10 {
+            tx.status(StatusLevel::Normal, format!("s{i}"));
+        }
+        assert!(tx.emit(Event::Completed { attempt: None }));
+        let mut got = Vec::new();
+        while let Ok(ev) = w.rx.try_recv() {
+            got.push(serde_json::to_value(&ev).unwrap());
+        }
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[2]["event"], "Lagged");
+        assert_eq!(got[2]["dropped"], 8);
+        assert_eq!(got[3]["event"], "Completed");
+    }
+
+    #[test]
+    fn status_filter() {
+        let (mut tx, mut w) =
+            Worker::channel("k".into(), 8, StatusLevel::Normal, CancellationToken::new());
+        tx.status(StatusLevel::Verbose, "hidden");
+        tx.status(StatusLevel::Normal, "shown");
+        let ev = w.rx.try_recv().unwrap();
+        assert!(matches!(ev, Event::Status { ref message, .. } if message == "shown"));
+        assert!(w.rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn terminal_classification() {
+        assert!(Event::Stopped.is_terminal());
+        assert!(!Event::Lagged { dropped: 1 }.is_terminal());
+        assert!(Event::Error {
+            kind: ErrorKind::CorruptState,
+            message: String::new(),
+            retryable: false
+        }
+        .is_terminal());
+        assert!(!Event::Error {
+            kind: ErrorKind::Timeout,
+            message: String::new(),
+            retryable: true
+        }
+        .is_terminal());
+    }
+
+    #[tokio::test]
+    async fn handle_is_single_use_across_clones() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let h = AttemptHandle::new("k".into(), 1, tx, Arc::new(Mutex::new(None)));
+        let h2 = h.clone();
+        let task = tokio::spawn(async move {
+            if let Some(HolderCmd::Done(reply)) = rx.recv().await {
+                let _ = reply.send(Ok(()));
+            }
+        });
+        h.done().await.unwrap();
+        assert!(matches!(h2.done().await, Err(Error::AttemptEnded { .. })));
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,859 @@
+//! The failover protocol's decisions, as pure functions.
+//!
+//! Every transition of a job is an optimistic transaction on a dedicated connection: round trip 1
+//! `WATCH`es the state, lease and fence keys and reads them (plus the server's `TIME`); then one
+//! of the functions here decides what to do from what was read and what this worker saw before;
+//! round trip 2 is the `MULTI … EXEC` that carries the decision out. Nothing in this file does
+//! I/O, so each rule of the protocol is a unit test below, and property tests (or a model
+//! checker) can drive exactly the code the worker runs.
+//!
+//! Why the decisions look the way they do:
+//! - A backup takes over only when the lease is gone *and* the counter still holds the attempt it
+//!   expects (the WATCH makes the second half atomic with the write). The original ignored the
+//!   expected count and could grant one attempt twice.
+//! - Only the exact sentinels `DONE` and `EXHAUSTED` and canonical positive integers are ours.
+//!   Anything else (`0`, `03`, `+3`, `done`, `DONE\0`, a list) is reported and never overwritten:
+//!   a job whose state we cannot read must not be re-run on a guess.
+//! - A worker that saw attempt `n` and later sees less (or nothing, or a lease without a state)
+//!   knows Redis lost data; granting then could run the job a second time as "attempt 1", so it
+//!   reports `StateLost` instead.
+
+use redis::Value;
+
+use crate::error::{from_server_error, preview, Error};
+
+/// The sentinel stored once the job succeeded.
+pub(crate) const DONE: &str = "DONE";
+/// The sentinel stored once `max_attempts` attempts failed.
+pub(crate) const EXHAUSTED: &str = "EXHAUSTED";
+
+/// What the state key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    Absent,
+    Attempt(u64),
+    Done,
+    Exhausted,
+    /// A string baton never writes (shown as a bounded preview).
+    Corrupt(String),
+    /// A non-string type; the server's message.
+    WrongType(String),
+}
+
+impl State {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            State::Absent => "no state".into(),
+            State::Attempt(n) => format!("attempt {n}"),
+            State::Done => DONE.into(),
+            State::Exhausted => EXHAUSTED.into(),
+            State::Corrupt(v) => v.clone(),
+            State::WrongType(_) => "a non-string value".into(),
+        }
+    }
+}
+
+/// What the lease key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lease {
+    Absent,
+    Held {
+        token: String,
+        holder: String,
+        /// Remaining time in ms; `None` when the key has no TTL (a foreign write).
+        pttl_ms: Option<u64>,
+    },
+    Corrupt(String),
+    WrongType(String),
+}
+
+impl Lease {
+    fn token(&self) -> Option<&str> {
+        match self {
+            Lease::Held { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+}
+
+/// What the fence key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fence {
+    Absent,
+    Value(u64),
+    Corrupt(String),
+    WrongType(String),
+}
+
+/// Everything round trip 1 read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Observation {
+    pub state: State,
+    pub lease: Lease,
+    pub fence: Fence,
+    /// The server's clock in µs (from `TIME`), the floor of the next fencing token.
+    pub now_us: u64,
+}
+
+/// Which key a fault concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which {
+    State,
+    Lease,
+    Fence,
+}
+
+/// A condition that stops the protocol: reported, never written over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Corrupt { which: Which, value: String },
+    WrongType { which: Which, detail: String },
+    StateLost { seen: String, now: String },
+}
+
+/// What a backup (a worker not holding an attempt) remembers between observations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BackupView {
+    /// The highest attempt number this worker has seen in the state key.
+    pub seen: Option<u64>,
+    /// A grant whose `EXEC` reply was lost: it may have been applied.
+    pub pending: Option<PendingGrant>,
+    /// This worker's `max_attempts`.
+    pub max_attempts: u64,
+    /// Whether takeovers wait `retry_delay` first.
+    pub has_retry_delay: bool,
+    /// The attempt whose failure this worker has already waited `retry_delay` for.
+    pub delay_served_for: Option<u64>,
+    /// The last fencing token this worker was granted (0 if none); tokens never go back.
+    pub last_fence: u64,
+}
+
+/// A grant that was sent but whose outcome is unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PendingGrant {
+    pub attempt: u64,
+    pub token: String,
+    pub fence: u64,
+}
+
+/// What a backup does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Write `s = attempt`, a new lease and `fence`.
+    Grant {
+        attempt: u64,
+        last: bool,
+        fence: u64,
+    },
+    /// A grant whose reply was lost turned out to be applied: we hold `attempt`.
+    Resume {
+        attempt: u64,
+        last: bool,
+        fence: u64,
+    },
+    /// The job is `DONE`.
+    Completed,
+    /// The job is `EXHAUSTED` (or beyond this worker's maximum).
+    Exhausted { attempts: u64 },
+    /// The last attempt failed: write `EXHAUSTED`.
+    WriteExhausted { attempts: u64 },
+    /// Someone holds `attempt`; wait for the lease to end or a message.
+    Wait { attempt: u64, pttl_ms: Option<u64> },
+    /// `attempt` failed, but `retry_delay` must pass before taking over.
+    Delay { attempt: u64 },
+    /// Stop and report.
+    Fault(Fault),
+}
+
+/// The next fencing token: above the stored one, above any this worker was granted, and at least
+/// the server's time in µs, so it keeps growing even after the fence key is deleted or expires.
+/// It only goes back if the server's clock does.
+pub(crate) fn next_fence(stored: u64, now_us: u64, last_fence: u64) -> u64 {
+    stored
+        .saturating_add(1)
+        .max(now_us)
+        .max(last_fence.saturating_add(1))
+}
+
+fn common_faults(obs: &Observation) -> Option<Fault> {
+    match &obs.state {
+        State::Corrupt(v) => {
+            return Some(Fault::Corrupt {
+                which: Which::State,
+                value: v.clone(),
+            })
+        }
+        State::WrongType(d) => {
+            return Some(Fault::WrongType {
+                which: Which::State,
+                detail: d.clone(),
+            })
+        }
+        _ => {}
+    }
+    match &obs.lease {
+        Lease::Corrupt(v) => {
+            return Some(Fault::Corrupt {
+                which: Which::Lease,
+                value: v.clone(),
+            })
+        }
+        Lease::WrongType(d) => {
+            return Some(Fault::WrongType {
+                which: Which::Lease,
+                detail: d.clone(),
+            })
+        }
+        _ => {}
+    }
+    match &obs.fence {
+        Fence::Corrupt(v) => Some(Fault::Corrupt {
+            which: Which::Fence,
+            value: v.clone(),
+        }),
+        Fence::WrongType(d) => Some(Fault::WrongType {
+            which: Which::Fence,
+            detail: d.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Decides a backup's next step from one observation.
+pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
+    if let Some(fault) = common_faults(obs) {
+        return Decision::Fault(fault);
+    }
+    let fence = match obs.fence {
+        Fence::Value(f) => f,
+        _ => 0,
+    };
+    let max = view.max_attempts;
+    // An indeterminate grant that was applied: the lease carries our token.
+    if let Some(p) = &view.pending {
+        if obs.state == State::Attempt(p.attempt) && obs.lease.token() == Some(p.token.as_str()) {
+            return Decision::Resume {
+                attempt: p.attempt,
+                last: p.attempt >= max,
+                fence: p.fence,
+            };
+        }
+    }
+    let lost = |now: String| {
+        Decision::Fault(Fault::StateLost {
+            seen: view
+                .seen
+                .map(|n| format!("attempt {n}"))
+                .unwrap_or_else(|| "no attempt".into()),
+            now,
+        })
+    };
+    match obs.state {
+        State::Done => Decision::Completed,
+        State::Exhausted => Decision::Exhausted {
+            attempts: view.seen.unwrap_or(max).max(max),
+        },
+        State::Absent => {
+            if matches!(obs.lease, Lease::Held { .. }) {
+                lost("no state, but a live lease".into())
+            } else if view.seen.is_some() {
+                lost("no state".into())
+            } else {
+                Decision::Grant {
+                    attempt: 1,
+                    last: max == 1,
+                    fence: next_fence(fence, obs.now_us, view.last_fence),
+                }
+            }
+        }
+        State::Attempt(n) => {
+            if view.seen.is_some_and(|s| n < s) {
+                return lost(format!("attempt {n}"));
+            }
+            if n > max {
+                // Another worker runs with a larger maximum; for us the job is exhausted.
+                return Decision::Exhausted { attempts: n };
+            }
+            match &obs.lease {
+                Lease::Held { pttl_ms, .. } => Decision::Wait {
+                    attempt: n,
+                    pttl_ms: *pttl_ms,
+                },
+                _ if n >= max => Decision::WriteExhausted { attempts: n },
+                _ if view.has_retry_delay && view.delay_served_for != Some(n) => {
+                    Decision::Delay { attempt: n }
+                }
+                _ => Decision::Grant {
+                    attempt: n + 1,
+                    last: n + 1 >= max,
+                    fence: next_fence(fence, obs.now_us, view.last_fence),
+                },
+            }
+        }
+        // Handled by common_faults above.
+        State::Corrupt(_) | State::WrongType(_) => Decision::Fault(Fault::Corrupt {
+            which: Which::State,
+            value: obs.state.describe(),
+        }),
+    }
+}
+
+/// What the holder wants to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HolderOp {
+    /// Record success.
+    Done,
+    /// Give the attempt up (failure, stop, dropped handle).
+    Release,
+    /// Extend the lease (keepalive).
+    Extend,
+}
+
+/// What the holder's transition does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HolderDecision {
+    /// Write the outcome (or the extension).
+    Commit,
+    /// An earlier try whose reply was lost already took effect.
+    AlreadyApplied,
+    /// Someone else has the job now; write nothing.
+    Lost(String),
+    /// Stop and report.
+    Fault(Fault),
+}
+
+/// Decides a holder's transition. `pending` says an earlier try of the same `op` may have been
+/// applied (its `EXEC` reply was lost).
+pub(crate) fn decide_holder(
+    obs: &Observation,
+    attempt: u64,
+    token: &str,
+    op: HolderOp,
+    pending: bool,
+) -> HolderDecision {
+    if let Some(fault) = common_faults(obs) {
+        return HolderDecision::Fault(fault);
+    }
+    let ours = obs.lease.token() == Some(token);
+    match obs.state {
+        State::Attempt(n) if n == attempt => match (&obs.lease, op) {
+            _ if ours => HolderDecision::Commit,
+            (Lease::Absent, HolderOp::Extend) => {
+                HolderDecision::Lost("the lease expired before it was extended".into())
+            }
+            // A late finish that nobody took over yet is still ours: WATCH on the state makes
+            // sure no backup's grant can slip in between this read and the write.
+            (Lease::Absent, _) => HolderDecision::Commit,
+            _ => HolderDecision::Lost("another worker holds the lease".into()),
+        },
+        // Our release went through earlier, and a backup may already have moved on.
+        _ if pending && op == HolderOp::Release && !matches!(obs.state, State::Absent) => {
+            match obs.state {
+                State::Attempt(n) if n < attempt => HolderDecision::Fault(Fault::StateLost {
+                    seen: format!("attempt {attempt}"),
+                    now: format!("attempt {n}"),
+                }),
+                _ => HolderDecision::AlreadyApplied,
+            }
+        }
+        State::Done if pending && op == HolderOp::Done => HolderDecision::AlreadyApplied,
+        State::Done => HolderDecision::Lost("the job was completed by another attempt".into()),
+        State::Exhausted => HolderDecision::Lost("the job was marked exhausted".into()),
+        State::Attempt(n) if n > attempt => {
+            HolderDecision::Lost(format!("attempt {n} was granted to another worker"))
+        }
+        State::Attempt(n) => HolderDecision::Fault(Fault::StateLost {
+            seen: format!("attempt {attempt}"),
+            now: format!("attempt {n}"),
+        }),
+        State::Absent => HolderDecision::Fault(Fault::StateLost {
+            seen: format!("attempt {attempt}"),
+            now: "no state".into(),
+        }),
+        State::Corrupt(_) | State::WrongType(_) => HolderDecision::Fault(Fault::Corrupt {
+            which: Which::State,
+            value: obs.state.describe(),
+        }),
+    }
+}
+
+// ----- Parsing what round trip 1 read -----------------------------------------------------------
+
+/// Parses a canonical attempt number: decimal digits only, no sign, no leading zero, at least 1,
+/// at most `i64::MAX` (what Redis' `INCR` could ever produce).
+pub(crate) fn parse_attempt(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 19 || bytes[0] == b'0' {
+        return None;
+    }
+    if !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    (n <= i64::MAX as u64).then_some(n)
+}
+
+fn string_bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    preview(&String::from_utf8_lossy(bytes))
+}
+
+/// Splits a reply into "a string", "nil", "wrong type" or an error.
+enum Raw<'a> {
+    Nil,
+    Str(&'a [u8]),
+    WrongType(String),
+}
+
+fn raw<'a>(v: &'a Value, context: &'static str) -> Result<Raw<'a>, Error> {
+    match v {
+        Value::Nil => Ok(Raw::Nil),
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(Raw::WrongType(
+            e.details().unwrap_or("WRONGTYPE").to_string(),
+        )),
+        Value::ServerError(e) => Err(from_server_error(e)),
+        other => string_bytes(other)
+            .map(Raw::Str)
+            .ok_or_else(|| Error::unexpected(context, other)),
+    }
+}
+
+/// Parses the state key's `GET` reply.
+pub(crate) fn parse_state(v: &Value) -> Result<State, Error> {
+    Ok(match raw(v, "GET state")? {
+        Raw::Nil => State::Absent,
+        Raw::WrongType(d) => State::WrongType(d),
+        Raw::Str(b) if b == DONE.as_bytes() => State::Done,
+        Raw::Str(b) if b == EXHAUSTED.as_bytes() => State::Exhausted,
+        Raw::Str(b) => match parse_attempt(b) {
+            Some(n) => State::Attempt(n),
+            None => State::Corrupt(lossy(b)),
+        },
+    })
+}
+
+/// Formats the lease value: the token, a space, the holder's name.
+pub(crate) fn lease_value(token: &str, holder: &str) -> String {
+    format!("{token} {holder}")
+}
+
+/// Parses the lease key's `GET` and `PTTL` replies.
+pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
+    let bytes = match raw(get, "GET lease")? {
+        Raw::Nil => return Ok(Lease::Absent),
+        Raw::WrongType(d) => return Ok(Lease::WrongType(d)),
+        Raw::Str(b) => b,
+    };
+    let pttl = match pttl {
+        Value::Int(n) => *n,
+        other => return Err(Error::unexpected("PTTL lease", other)),
+    };
+    let pttl_ms = match pttl {
+        // Expired between the GET and the PTTL of the same pipeline: it is gone now.
+        -2 => return Ok(Lease::Absent),
+        -1 => None,
+        n if n >= 0 => Some(n as u64),
+        _ => return Err(Error::unexpected("PTTL lease", &Value::Int(pttl))),
+    };
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(_) => return Ok(Lease::Corrupt(lossy(bytes))),
+    };
+    let (token, holder) = text.split_once(' ').unwrap_or((text, ""));
+    if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(Lease::Corrupt(lossy(bytes)));
+    }
+    Ok(Lease::Held {
+        token: token.to_string(),
+        holder: holder.to_string(),
+        pttl_ms,
+    })
+}
+
+/// Parses the fence key's `GET` reply.
+pub(crate) fn parse_fence(v: &Value) -> Result<Fence, Error> {
+    Ok(match raw(v, "GET fence")? {
+        Raw::Nil => Fence::Absent,
+        Raw::WrongType(d) => Fence::WrongType(d),
+        Raw::Str(b) => match parse_attempt(b) {
+            Some(n) => Fence::Value(n),
+            None => Fence::Corrupt(lossy(b)),
+        },
+    })
+}
+
+/// Parses the `TIME` reply into µs since the epoch.
+pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
+    let parts = match v {
+        Value::Array(parts) if parts.len() == 2 => parts,
+        other => return Err(Error::unexpected("TIME", other)),
+    };
+    let num = |p: &Value| -> Option<u64> {
+        match p {
+            Value::Int(n) => u64::try_from(*n).ok(),
+            other => std::str::from_utf8(string_bytes(other)?).ok()?.parse().ok(),
+        }
+    };
+    match (num(&parts[0]), num(&parts[1])) {
+        (Some(s), Some(us)) => Ok(s.saturating_mul(1_000_000).saturating_add(us)),
+        _ => Err(Error::unexpected("TIME", v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &str = "0123456789abcdef0123456789abcdef";
+    const OTHER: &str = "ffffffffffffffffffffffffffffffff";
+
+    fn obs(state: State, lease: Lease) -> Observation {
+        Observation {
+            state,
+            lease,
+            fence: Fence::Value(100),
+            now_us: 50,
+        }
+    }
+    fn held(token: &str) -> Lease {
+        Lease::Held {
+            token: token.into(),
+            holder: "w".into(),
+            pttl_ms: Some(1000),
+        }
+    }
+    fn view(max: u64) -> BackupView {
+        BackupView {
+            max_attempts: max,
+            ..BackupView::default()
+        }
+    }
+
+    #[test]
+    fn absent_key_grants_attempt_one() {
+        let d = decide_backup(&obs(State::Absent, Lease::Absent), &view(5));
+        assert_eq!(
+            d,
+            Decision::Grant {
+                attempt: 1,
+                last: false,
+                fence: 101
+            }
+        );
+        let d = decide_backup(&obs(State::Absent, Lease::Absent), &view(1));
+        assert!(matches!(d, Decision::Grant { last: true, .. }));
+    }
+
+    #[test]
+    fn sentinels_end_without_writing() {
+        assert_eq!(
+            decide_backup(&obs(State::Done, Lease::Absent), &view(5)),
+            Decision::Completed
+        );
+        assert!(matches!(
+            decide_backup(&obs(State::Exhausted, Lease::Absent), &view(5)),
+            Decision::Exhausted { attempts: 5 }
+        ));
+    }
+
+    #[test]
+    fn live_lease_means_wait() {
+        assert_eq!(
+            decide_backup(&obs(State::Attempt(2), held(OTHER)), &view(5)),
+            Decision::Wait {
+                attempt: 2,
+                pttl_ms: Some(1000)
+            }
+        );
+        let no_ttl = Lease::Held {
+            token: OTHER.into(),
+            holder: String::new(),
+            pttl_ms: None,
+        };
+        assert_eq!(
+            decide_backup(&obs(State::Attempt(2), no_ttl), &view(5)),
+            Decision::Wait {
+                attempt: 2,
+                pttl_ms: None
+            }
+        );
+    }
+
+    #[test]
+    fn gone_lease_takes_over_the_next_attempt() {
+        let d = decide_backup(&obs(State::Attempt(2), Lease::Absent), &view(3));
+        assert_eq!(
+            d,
+            Decision::Grant {
+                attempt: 3,
+                last: true,
+                fence: 101
+            }
+        );
+    }
+
+    #[test]
+    fn last_attempt_failed_writes_exhausted() {
+        assert_eq!(
+            decide_backup(&obs(State::Attempt(3), Lease::Absent), &view(3)),
+            Decision::WriteExhausted { attempts: 3 }
+        );
+    }
+
+    #[test]
+    fn count_above_our_maximum_is_exhausted_without_write() {
+        assert_eq!(
+            decide_backup(&obs(State::Attempt(99), held(OTHER)), &view(3)),
+            Decision::Exhausted { attempts: 99 }
+        );
+    }
+
+    #[test]
+    fn retry_delay_is_served_once_per_attempt() {
+        let mut v = view(5);
+        v.has_retry_delay = true;
+        let o = obs(State::Attempt(1), Lease::Absent);
+        assert_eq!(decide_backup(&o, &v), Decision::Delay { attempt: 1 });
+        v.delay_served_for = Some(1);
+        assert!(matches!(
+            decide_backup(&o, &v),
+            Decision::Grant { attempt: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn state_that_goes_back_is_lost() {
+        let mut v = view(5);
+        v.seen = Some(3);
+        for s in [State::Absent, State::Attempt(1)] {
+            assert!(matches!(
+                decide_backup(&obs(s, Lease::Absent), &v),
+                Decision::Fault(Fault::StateLost { .. })
+            ));
+        }
+        // A lease with no state is lost data even for a worker that saw nothing.
+        assert!(matches!(
+            decide_backup(&obs(State::Absent, held(OTHER)), &view(5)),
+            Decision::Fault(Fault::StateLost { .. })
+        ));
+    }
+
+    #[test]
+    fn foreign_values_are_faults() {
+        let corrupt = obs(State::Corrupt("\"hello\"".into()), Lease::Absent);
+        assert!(matches!(
+            decide_backup(&corrupt, &view(5)),
+            Decision::Fault(Fault::Corrupt {
+                which: Which::State,
+                ..
+            })
+        ));
+        let mut o = obs(State::Attempt(1), Lease::Absent);
+        o.fence = Fence::Corrupt("\"x\"".into());
+        assert!(matches!(
+            decide_backup(&o, &view(5)),
+            Decision::Fault(Fault::Corrupt {
+                which: Which::Fence,
+                ..
+            })
+        ));
+        let o = obs(State::Attempt(1), Lease::WrongType("list".into()));
+        assert!(matches!(
+            decide_backup(&o, &view(5)),
+            Decision::Fault(Fault::WrongType {
+                which: Which::Lease,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn pending_grant_with_our_token_resumes() {
+        let mut v = view(5);
+        v.pending = Some(PendingGrant {
+            attempt: 2,
+            token: T.into(),
+            fence: 77,
+        });
+        assert_eq!(
+            decide_backup(&obs(State::Attempt(2), held(T)), &v),
+            Decision::Resume {
+                attempt: 2,
+                last: false,
+                fence: 77
+            }
+        );
+        // Someone else's lease: just wait.
+        assert!(matches!(
+            decide_backup(&obs(State::Attempt(2), held(OTHER)), &v),
+            Decision::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn fencing_tokens_never_go_back() {
+        assert_eq!(next_fence(10, 5, 0), 11);
+        assert_eq!(next_fence(0, 1_000_000, 0), 1_000_000);
+        // The fence key was deleted, and the server clock is behind our last token.
+        assert_eq!(next_fence(0, 5, 900), 901);
+        assert_eq!(next_fence(u64::MAX, 0, 0), u64::MAX);
+    }
+
+    #[test]
+    fn holder_commits_only_its_own_attempt() {
+        let o = obs(State::Attempt(2), held(T));
+        assert_eq!(
+            decide_holder(&o, 2, T, HolderOp::Done, false),
+            HolderDecision::Commit
+        );
+        // Late finish, nobody took over yet.
+        let o = obs(State::Attempt(2), Lease::Absent);
+        assert_eq!(
+            decide_holder(&o, 2, T, HolderOp::Done, false),
+            HolderDecision::Commit
+        );
+        // ...but a keepalive that finds the lease gone has lost it.
+        assert!(matches!(
+            decide_holder(&o, 2, T, HolderOp::Extend, false),
+            HolderDecision::Lost(_)
+        ));
+        // Taken over.
+        let o = obs(State::Attempt(3), held(OTHER));
+        assert!(matches!(
+            decide_holder(&o, 2, T, HolderOp::Done, false),
+            HolderDecision::Lost(_)
+        ));
+        // Exhaustion was written.
+        let o = obs(State::Exhausted, Lease::Absent);
+        assert!(matches!(
+            decide_holder(&o, 3, T, HolderOp::Done, false),
+            HolderDecision::Lost(_)
+        ));
+        // Another token on our attempt number (foreign write).
+        let o = obs(State::Attempt(2), held(OTHER));
+        assert!(matches!(
+            decide_holder(&o, 2, T, HolderOp::Done, false),
+            HolderDecision::Lost(_)
+        ));
+    }
+
+    #[test]
+    fn holder_recognises_its_own_lost_reply() {
+        let o = obs(State::Done, Lease::Absent);
+        assert_eq!(
+            decide_holder(&o, 2, T, HolderOp::Done, true),
+            HolderDecision::AlreadyApplied
+        );
+        assert!(matches!(
+            decide_holder(&o, 2, T, HolderOp::Done, false),
+            HolderDecision::Lost(_)
+        ));
+        let o = obs(State::Attempt(3), held(OTHER));
+        assert_eq!(
+            decide_holder(&o, 2, T, HolderOp::Release, true),
+            HolderDecision::AlreadyApplied
+        );
+    }
+
+    #[test]
+    fn holder_sees_lost_state() {
+        for s in [State::Absent, State::Attempt(1)] {
+            assert!(matches!(
+                decide_holder(&obs(s, Lease::Absent), 2, T, HolderOp::Extend, false),
+                HolderDecision::Fault(Fault::StateLost { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn attempt_numbers_must_be_canonical() {
+        assert_eq!(parse_attempt(b"1"), Some(1));
+        assert_eq!(parse_attempt(b"42"), Some(42));
+        assert_eq!(parse_attempt(b"9223372036854775807"), Some(i64::MAX as u64));
+        for bad in [
+            &b""[..],
+            b"0",
+            b"03",
+            b"+3",
+            b"-1",
+            b" 3",
+            b"3 ",
+            b"9223372036854775808",
+            b"99999999999999999999",
+            b"1e3",
+        ] {
+            assert_eq!(
+                parse_attempt(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn state_parsing() {
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        assert_eq!(parse_state(&Value::Nil).unwrap(), State::Absent);
+        assert_eq!(parse_state(&bulk(b"DONE")).unwrap(), State::Done);
+        assert_eq!(parse_state(&bulk(b"EXHAUSTED")).unwrap(), State::Exhausted);
+        assert_eq!(parse_state(&bulk(b"7")).unwrap(), State::Attempt(7));
+        for near in [
+            &b"done"[..],
+            b"DONE ",
+            b"DONE\0",
+            b"hello",
+            b"0",
+            b"\xff\xfe",
+        ] {
+            assert!(matches!(
+                parse_state(&bulk(near)).unwrap(),
+                State::Corrupt(_)
+            ));
+        }
+        assert!(parse_state(&Value::Int(3)).is_err());
+    }
+
+    #[test]
+    fn lease_parsing() {
+        let v = Value::BulkString(format!("{T} host:1").into_bytes());
+        assert_eq!(
+            parse_lease(&v, &Value::Int(500)).unwrap(),
+            Lease::Held {
+                token: T.into(),
+                holder: "host:1".into(),
+                pttl_ms: Some(500)
+            }
+        );
+        assert!(matches!(
+            parse_lease(&v, &Value::Int(-1)).unwrap(),
+            Lease::Held { pttl_ms: None, .. }
+        ));
+        assert_eq!(parse_lease(&v, &Value::Int(-2)).unwrap(), Lease::Absent);
+        assert_eq!(
+            parse_lease(&Value::Nil, &Value::Int(-2)).unwrap(),
+            Lease::Absent
+        );
+        let junk = Value::BulkString(b"hello".to_vec());
+        assert!(matches!(
+            parse_lease(&junk, &Value::Int(100)).unwrap(),
+            Lease::Corrupt(_)
+        ));
+    }
+
+    #[test]
+    fn time_parsing() {
+        let v = Value::Array(vec![
+            Value::BulkString(b"1700000000".to_vec()),
+            Value::BulkString(b"123456".to_vec()),
+        ]);
+        assert_eq!(parse_time(&v).unwrap(), 1_700_000_000_123_456);
+        assert!(parse_time(&Value::Nil).is_err());
+    }
+}

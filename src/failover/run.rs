@@ -1,0 +1,234 @@
+//! The closure form: `client.run(job, |attempt| async { … })`.
+//!
+//! It wires the event stream for the common case: the lease is kept alive while the closure
+//! runs, the closure is cancelled the moment the attempt is lost, its result becomes `done()` or
+//! `fail()`, and a panic becomes a failed attempt instead of taking the worker down.
+
+use std::future::Future;
+
+use tokio_stream::StreamExt;
+
+use super::config::FailoverConfig;
+use super::events::Event;
+use crate::client::Client;
+use crate::error::{ConfigError, Error};
+
+/// What the closure receives: which attempt this is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// The job name.
+    pub key: String,
+    /// The attempt number, 1 ..= `max_attempts`.
+    pub number: u64,
+    /// Whether this is the last attempt allowed.
+    pub last: bool,
+    /// The fencing token to pass to the resource the work writes to.
+    pub fencing_token: u64,
+}
+
+/// How [`Client::run`] ended for this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunOutcome<T> {
+    /// This worker ran the job successfully and recorded `DONE`.
+    Done(T),
+    /// Another worker completed the job.
+    CompletedElsewhere,
+    /// This worker's attempt failed (error or panic); the job was left to the backups.
+    Failed {
+        /// The attempt.
+        attempt: u64,
+        /// The error's text, or the panic message.
+        reason: String,
+    },
+    /// Every attempt failed.
+    Exhausted {
+        /// How many attempts were made.
+        attempts: u64,
+    },
+    /// This worker lost its attempt while the closure ran (the closure was cancelled).
+    LeaseLost {
+        /// The attempt.
+        attempt: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The worker was stopped (`Client::shutdown`).
+    Stopped,
+}
+
+/// Anything that names a job for [`Client::run`]: a job name (default settings) or a full
+/// [`FailoverConfig`].
+pub trait IntoJob {
+    /// Converts into a validated configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the name is invalid.
+    fn into_job(self) -> Result<FailoverConfig, ConfigError>;
+}
+
+impl IntoJob for FailoverConfig {
+    fn into_job(self) -> Result<FailoverConfig, ConfigError> {
+        Ok(self)
+    }
+}
+
+impl IntoJob for &str {
+    fn into_job(self) -> Result<FailoverConfig, ConfigError> {
+        FailoverConfig::builder(self).build()
+    }
+}
+
+impl IntoJob for String {
+    fn into_job(self) -> Result<FailoverConfig, ConfigError> {
+        FailoverConfig::builder(self).build()
+    }
+}
+
+impl Client {
+    /// Runs `work` if this worker wins an attempt of the job, otherwise waits as a backup and
+    /// takes over when an attempt fails; returns how the job ended for this worker.
+    ///
+    /// Keepalive is always on here (the lease is extended while `work` runs, whatever `job`
+    /// says), so failover happens when `work` fails, panics, its process dies, or `max_run`
+    /// runs out. `work` runs in its own task and is aborted as soon as the attempt is lost.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), baton::Error> {
+    /// let client = baton::Client::connect("redis://127.0.0.1:6379/").await?;
+    /// let outcome = client
+    ///     .run("report:nightly", |attempt| async move {
+    ///         println!("running attempt {} (fence {})", attempt.number, attempt.fencing_token);
+    ///         Ok::<_, std::io::Error>(())
+    ///     })
+    ///     .await?;
+    /// println!("{outcome:?}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job; the worker's terminal error (corrupt state, lost
+    /// state, …) when the job cannot be coordinated.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the worker, which fails an attempt it holds (the lease is
+    /// released so a backup takes over) and aborts `work`.
+    pub async fn run<J, F, Fut, T, E>(&self, job: J, mut work: F) -> Result<RunOutcome<T>, Error>
+    where
+        J: IntoJob,
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        let config = job.into_job()?.with_keepalive(true);
+        let key = config.key.clone();
+        let mut worker = self.start(config);
+        while let Some(event) = worker.next().await {
+            match event {
+                Event::Acquired(acquired) => {
+                    let attempt = Attempt {
+                        key: key.clone(),
+                        number: acquired.attempt,
+                        last: acquired.last,
+                        fencing_token: acquired.fencing_token,
+                    };
+                    let number = attempt.number;
+                    let mut task = AbortOnDrop(tokio::spawn(work(attempt)));
+                    let result = tokio::select! {
+                        r = &mut task.0 => r,
+                        // Anything the worker says while the closure runs is about this attempt:
+                        // a terminal event means it is gone, so stop the work at once.
+                        ended = next_terminal(&mut worker) => {
+                            drop(acquired);
+                            return Ok(outcome_of(ended, number));
+                        }
+                    };
+                    let ended = match result {
+                        Ok(Ok(value)) => match acquired.done().await {
+                            Ok(()) => return Ok(RunOutcome::Done(value)),
+                            Err(Error::LeaseLost { reason, .. }) => {
+                                return Ok(RunOutcome::LeaseLost {
+                                    attempt: number,
+                                    reason,
+                                })
+                            }
+                            Err(e) => return Err(e),
+                        },
+                        Ok(Err(e)) => acquired.fail(e.to_string()).await,
+                        Err(join) => {
+                            let reason = panic_message(join);
+                            acquired.fail(reason).await
+                        }
+                    };
+                    if let Err(e) = ended {
+                        if !matches!(e, Error::LeaseLost { .. }) {
+                            return Err(e);
+                        }
+                    }
+                    // The worker now reports Failed / Exhausted / LeaseLost (or rejoins).
+                }
+                Event::Completed { attempt: None } => return Ok(RunOutcome::CompletedElsewhere),
+                other if other.is_terminal() => return terminal(other),
+                _ => {}
+            }
+        }
+        Ok(RunOutcome::Stopped)
+    }
+}
+
+/// Waits for the next terminal event (or the end of the stream).
+async fn next_terminal(worker: &mut super::Worker) -> Option<Event> {
+    while let Some(ev) = worker.next().await {
+        if ev.is_terminal() {
+            return Some(ev);
+        }
+    }
+    None
+}
+
+fn outcome_of<T>(event: Option<Event>, attempt: u64) -> RunOutcome<T> {
+    match event {
+        Some(Event::LeaseLost { attempt, reason }) => RunOutcome::LeaseLost { attempt, reason },
+        Some(Event::Exhausted { attempts }) => RunOutcome::Exhausted { attempts },
+        Some(Event::Error { message, .. }) => RunOutcome::LeaseLost {
+            attempt,
+            reason: message,
+        },
+        _ => RunOutcome::Stopped,
+    }
+}
+
+fn terminal<T>(event: Event) -> Result<RunOutcome<T>, Error> {
+    Ok(match event {
+        Event::Completed { .. } => RunOutcome::CompletedElsewhere,
+        Event::Exhausted { attempts } => RunOutcome::Exhausted { attempts },
+        Event::Failed { attempt, reason } => RunOutcome::Failed { attempt, reason },
+        Event::LeaseLost { attempt, reason } => RunOutcome::LeaseLost { attempt, reason },
+        Event::Error { kind, message, .. } => return Err(Error::Reported { kind, message }),
+        _ => RunOutcome::Stopped,
+    })
+}
+
+fn panic_message(err: tokio::task::JoinError) -> String {
+    if !err.is_panic() {
+        return "the work was cancelled".into();
+    }
+    let payload = err.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into());
+    format!("the work panicked: {text}")
+}
+
+/// Aborts the spawned work when dropped, so losing the lease (or dropping `run`) cancels it.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

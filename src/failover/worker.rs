@@ -1,0 +1,1095 @@
+//! The worker task: the I/O around the pure decisions of [`protocol`](super::protocol).
+//!
+//! One task per (worker, job). As a backup it loops *observe → decide → act* until it wins an
+//! attempt or the job ends; as a holder it waits for `done()`/`fail()` while keeping the lease
+//! (keepalive) or watching the deadline (no keepalive). Every wait is a `select!` that also
+//! listens for `stop()` and for the event receiver being dropped, so the task never outlives the
+//! people interested in it.
+//!
+//! Transitions themselves are *not* raced against `stop()`: dropping a transition between its
+//! `EXEC` and the reply would leave a grant nobody knows about. Each transition is bounded by the
+//! response timeout instead, so `stop()` takes effect within about a second.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{FailoverConfig, StatusLevel};
+use super::events::{lock, Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
+use super::protocol::{
+    decide_backup, decide_holder, lease_value, parse_fence, parse_lease, parse_state, parse_time,
+    Decision, Fault, HolderDecision, HolderOp, Lease, Observation, PendingGrant, State, Which,
+    DONE, EXHAUSTED,
+};
+use crate::client::Shared;
+use crate::connection::{Dedicated, HubMsg, Subscription};
+use crate::error::Error;
+use crate::keys::{self, JobKeys};
+
+/// Exponential backoff with full jitter, from 50 ms up to a cap.
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_millis(50);
+
+    pub(crate) fn new(max: Duration) -> Self {
+        Backoff {
+            next: Self::BASE,
+            max: max.max(Self::BASE),
+        }
+    }
+
+    /// The next delay: uniformly in [d/2, d), where d doubles up to the cap.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let half = d / 2;
+        let nanos = half.as_nanos().max(1) as u64;
+        half + Duration::from_nanos(keys::random_u64() % nanos)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = Self::BASE;
+    }
+}
+
+/// Starts a worker task for one job.
+pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
+    let stop = shared.cancel.child_token();
+    let (events, worker) = Worker::channel(
+        cfg.key.clone(),
+        cfg.event_capacity,
+        cfg.status_level,
+        stop.clone(),
+    );
+    let task = Task {
+        keys: JobKeys::new(&cfg.prefix, &cfg.key),
+        name: cfg
+            .worker_name
+            .clone()
+            .unwrap_or_else(keys::default_worker_name),
+        backoff: Backoff::new(shared.settings.max_backoff),
+        view: super::protocol::BackupView {
+            max_attempts: cfg.max_attempts,
+            has_retry_delay: !cfg.retry_delay.is_zero(),
+            ..Default::default()
+        },
+        shared: shared.clone(),
+        cfg,
+        events,
+        stop,
+        locked_reported: None,
+        sub: None,
+    };
+    shared.tracker.spawn(task.run());
+    worker
+}
+
+/// A won attempt.
+struct Grant {
+    attempt: u64,
+    last: bool,
+    fence: u64,
+    token: String,
+    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
+    /// the server, so measuring from the send time on our clock errs early, never late.
+    sent: Instant,
+}
+
+enum Step {
+    Granted(Grant),
+    Terminal(Event),
+    Wait {
+        attempt: u64,
+        pttl_ms: Option<u64>,
+    },
+    Delay {
+        attempt: u64,
+    },
+    /// A watched key changed under us (`EXEC` returned nil): observe again.
+    Again,
+}
+
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    End,
+}
+
+/// How a holder ends its attempt.
+#[derive(Clone)]
+enum Ending {
+    Done,
+    Fail(String),
+    /// Stopped, dropped handle, dropped receiver, `max_run`: like a failure, but announced as
+    /// `released` and never written as `EXHAUSTED` by the holder itself.
+    Release(String),
+}
+
+struct Task {
+    shared: Arc<Shared>,
+    cfg: FailoverConfig,
+    keys: JobKeys,
+    name: String,
+    events: EventSender,
+    stop: CancellationToken,
+    view: super::protocol::BackupView,
+    backoff: Backoff,
+    locked_reported: Option<u64>,
+    sub: Option<Subscription>,
+}
+
+/// The pipeline of round trip 1: optionally `WATCH` the three keys, then read them and `TIME`.
+fn observe_pipe(keys: &JobKeys, watch: bool) -> redis::Pipeline {
+    let mut p = redis::pipe();
+    // Per-command errors (WRONGTYPE on a foreign list) come back as values, so one bad key is
+    // reported precisely instead of failing the whole read.
+    p.ignore_errors();
+    if watch {
+        p.cmd("WATCH")
+            .arg(&keys.state)
+            .arg(&keys.lease)
+            .arg(&keys.fence)
+            .ignore();
+    }
+    p.cmd("GET")
+        .arg(&keys.state)
+        .cmd("GET")
+        .arg(&keys.lease)
+        .cmd("PTTL")
+        .arg(&keys.lease)
+        .cmd("GET")
+        .arg(&keys.fence)
+        .cmd("TIME");
+    p
+}
+
+fn parse_observation(values: &[Value]) -> Result<Observation, Error> {
+    let [state, lease, pttl, fence, time] = values else {
+        return Err(Error::UnexpectedReply {
+            context: "the observation pipeline",
+            reply: format!("{} replies instead of 5", values.len()),
+        });
+    };
+    Ok(Observation {
+        state: parse_state(state)?,
+        lease: parse_lease(lease, pttl)?,
+        fence: parse_fence(fence)?,
+        now_us: parse_time(time)?,
+    })
+}
+
+/// Checks every reply inside an `EXEC`: a command can fail inside a transaction that still
+/// applies the others, so "EXEC answered" alone proves nothing.
+fn check_replies(context: &'static str, replies: &[Value], expect: &[Expect]) -> Result<(), Error> {
+    if replies.len() != expect.len() {
+        return Err(Error::UnexpectedReply {
+            context,
+            reply: format!("{} replies instead of {}", replies.len(), expect.len()),
+        });
+    }
+    for (v, e) in replies.iter().zip(expect) {
+        let ok = match (e, v) {
+            (_, Value::ServerError(err)) => return Err(crate::error::from_server_error(err)),
+            (Expect::Ok, Value::Okay) => true,
+            (Expect::Ok, Value::SimpleString(s)) => s == "OK",
+            (Expect::Int, Value::Int(_)) => true,
+            (Expect::One, Value::Int(1)) => true,
+            _ => false,
+        };
+        if !ok {
+            return Err(Error::unexpected(context, v));
+        }
+    }
+    Ok(())
+}
+
+enum Expect {
+    Ok,
+    Int,
+    One,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Task {
+    /// Runs the test hook (feature `testing`) between the two round trips of a transition.
+    async fn before_exec(&self, _what: &'static str) {
+        #[cfg(feature = "testing")]
+        {
+            let hook = lock(&self.shared.before_exec).clone();
+            if let Some(hook) = hook {
+                hook(_what).await;
+            }
+        }
+    }
+
+    fn fault_error(&self, fault: Fault) -> Error {
+        let key = |w: Which| match w {
+            Which::State => self.keys.state.clone(),
+            Which::Lease => self.keys.lease.clone(),
+            Which::Fence => self.keys.fence.clone(),
+        };
+        match fault {
+            Fault::Corrupt { which, value } => Error::CorruptState {
+                key: key(which),
+                value,
+            },
+            Fault::WrongType { which, detail } => Error::WrongType {
+                key: key(which),
+                detail,
+            },
+            Fault::StateLost { seen, now } => Error::StateLost {
+                key: self.keys.state.clone(),
+                seen,
+                now,
+            },
+        }
+    }
+
+    async fn run(mut self) {
+        let key = self.cfg.key.clone();
+        let span = tracing::info_span!("baton_worker", key = %key);
+        let _ = tracing::Instrument::instrument(self.main_loop(), span).await;
+    }
+
+    async fn main_loop(&mut self) {
+        let mut nil_in_a_row = 0u32;
+        loop {
+            if self.stop.is_cancelled() {
+                self.events.emit(Event::Stopped);
+                return;
+            }
+            if self.events.is_closed() {
+                return;
+            }
+            match self.transition().await {
+                Ok(Step::Granted(g)) => {
+                    nil_in_a_row = 0;
+                    self.backoff.reset();
+                    if self.hold(g).await == Flow::End {
+                        return;
+                    }
+                }
+                Ok(Step::Terminal(ev)) => {
+                    self.events.emit(ev);
+                    return;
+                }
+                Ok(Step::Wait { attempt, pttl_ms }) => {
+                    nil_in_a_row = 0;
+                    self.backoff.reset();
+                    if self.wait(attempt, pttl_ms).await == Flow::End {
+                        return;
+                    }
+                }
+                Ok(Step::Delay { attempt }) => {
+                    self.events.status(
+                        StatusLevel::Normal,
+                        format!(
+                            "attempt {attempt} failed; waiting retry_delay {:?} before taking over",
+                            self.cfg.retry_delay
+                        ),
+                    );
+                    if self.sleep(self.cfg.retry_delay).await == Flow::End {
+                        return;
+                    }
+                    self.view.delay_served_for = Some(attempt);
+                }
+                Ok(Step::Again) => {
+                    // Contention is normal (K backups racing for one attempt); if it persists,
+                    // spread the racers out a little so someone wins quickly.
+                    nil_in_a_row += 1;
+                    if nil_in_a_row > 2 {
+                        let jitter = Duration::from_micros(keys::random_u64() % 5_000);
+                        if self.sleep(jitter).await == Flow::End {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    if self.report(&e) == Flow::End {
+                        return;
+                    }
+                    let delay = self.backoff.next_delay();
+                    if self.sleep(delay).await == Flow::End {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Emits an `Error` event; returns `End` for errors that end the stream.
+    fn report(&mut self, e: &Error) -> Flow {
+        if e.is_retryable() {
+            tracing::debug!(error = %e, "retryable error");
+        } else {
+            tracing::warn!(error = %e, "worker ends with an error");
+        }
+        self.events.emit(Event::from_error(e));
+        if e.is_retryable() {
+            Flow::Continue
+        } else {
+            Flow::End
+        }
+    }
+
+    /// Sleeps unless stopped or abandoned first.
+    async fn sleep(&mut self, d: Duration) -> Flow {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => {
+                self.events.emit(Event::Stopped);
+                Flow::End
+            }
+            _ = self.events.closed() => Flow::End,
+            _ = tokio::time::sleep(d) => Flow::Continue,
+        }
+    }
+
+    async fn observe(&mut self, conn: &mut Dedicated) -> Result<Observation, Error> {
+        let values: Vec<Value> = conn.query(&observe_pipe(&self.keys, true)).await?;
+        match parse_observation(&values) {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                conn.unwatch().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// One backup transition: observe under WATCH, decide, act.
+    async fn transition(&mut self) -> Result<Step, Error> {
+        let mut conn = self.shared.pool.get().await?;
+        let obs = self.observe(&mut conn).await?;
+        let decision = decide_backup(&obs, &self.view);
+        self.events.status(
+            StatusLevel::Verbose,
+            format!(
+                "observed {}, lease {}; decided {decision:?}",
+                obs.state.describe(),
+                match &obs.lease {
+                    Lease::Held { pttl_ms, .. } => format!("held ({pttl_ms:?} ms left)"),
+                    Lease::Absent => "gone".into(),
+                    _ => "unreadable".into(),
+                }
+            ),
+        );
+        if let (State::Attempt(n), false) = (&obs.state, matches!(decision, Decision::Fault(_))) {
+            self.view.seen = Some(self.view.seen.map_or(*n, |s| s.max(*n)));
+        }
+        match decision {
+            Decision::Grant {
+                attempt,
+                last,
+                fence,
+            } => self.grant(conn, attempt, last, fence).await,
+            Decision::Resume {
+                attempt,
+                last,
+                fence,
+            } => {
+                conn.unwatch().await;
+                let pending = self.view.pending.take();
+                let token = pending.map(|p| p.token).unwrap_or_default();
+                let pttl = match obs.lease {
+                    Lease::Held { pttl_ms, .. } => pttl_ms.unwrap_or(0),
+                    _ => 0,
+                };
+                // We do not know when the lost EXEC was applied; the remaining PTTL tells how
+                // long the lease still runs, so date the grant back accordingly.
+                let remaining = Duration::from_millis(pttl).min(self.cfg.lock_timeout);
+                let sent = Instant::now()
+                    .checked_sub(self.cfg.lock_timeout - remaining)
+                    .unwrap_or_else(Instant::now);
+                self.view.last_fence = self.view.last_fence.max(fence);
+                self.events.status(
+                    StatusLevel::Normal,
+                    format!("the grant of attempt {attempt} whose reply was lost did apply"),
+                );
+                Ok(Step::Granted(Grant {
+                    attempt,
+                    last,
+                    fence,
+                    token,
+                    sent,
+                }))
+            }
+            Decision::Completed => {
+                conn.unwatch().await;
+                Ok(Step::Terminal(Event::Completed { attempt: None }))
+            }
+            Decision::Exhausted { attempts } => {
+                conn.unwatch().await;
+                Ok(Step::Terminal(Event::Exhausted { attempts }))
+            }
+            Decision::WriteExhausted { attempts } => {
+                let mut tx = redis::pipe();
+                tx.atomic()
+                    .ignore_errors()
+                    .cmd("SET")
+                    .arg(&self.keys.state)
+                    .arg(EXHAUSTED)
+                    .arg("PX")
+                    .arg(ms(self.cfg.retention))
+                    .cmd("PUBLISH")
+                    .arg(&self.keys.channel)
+                    .arg("exhausted");
+                self.before_exec("exhaust").await;
+                match conn.query::<Option<Vec<Value>>>(&tx).await? {
+                    None => {
+                        conn.release_clean();
+                        Ok(Step::Again)
+                    }
+                    Some(replies) => {
+                        conn.release_clean();
+                        check_replies("writing EXHAUSTED", &replies, &[Expect::Ok, Expect::Int])?;
+                        tracing::info!(attempts, "job exhausted");
+                        Ok(Step::Terminal(Event::Exhausted { attempts }))
+                    }
+                }
+            }
+            Decision::Wait { attempt, pttl_ms } => {
+                conn.unwatch().await;
+                Ok(Step::Wait { attempt, pttl_ms })
+            }
+            Decision::Delay { attempt } => {
+                conn.unwatch().await;
+                Ok(Step::Delay { attempt })
+            }
+            Decision::Fault(f) => {
+                conn.unwatch().await;
+                Err(self.fault_error(f))
+            }
+        }
+    }
+
+    async fn grant(
+        &mut self,
+        mut conn: Dedicated,
+        attempt: u64,
+        last: bool,
+        fence: u64,
+    ) -> Result<Step, Error> {
+        let token = keys::new_token();
+        let retention = ms(self.cfg.retention);
+        let mut tx = redis::pipe();
+        tx.atomic()
+            .ignore_errors()
+            .cmd("SET")
+            .arg(&self.keys.state)
+            .arg(attempt)
+            .arg("PX")
+            .arg(retention)
+            .cmd("SET")
+            .arg(&self.keys.lease)
+            .arg(lease_value(&token, &self.name))
+            .arg("PX")
+            .arg(ms(self.cfg.lock_timeout))
+            .cmd("SET")
+            .arg(&self.keys.fence)
+            .arg(fence)
+            .arg("PX")
+            .arg(retention)
+            .cmd("PUBLISH")
+            .arg(&self.keys.channel)
+            .arg(format!("acquired:{attempt}"));
+        self.before_exec("grant").await;
+        let sent = Instant::now();
+        match conn.query::<Option<Vec<Value>>>(&tx).await {
+            Err(e) => {
+                if e.is_indeterminate() {
+                    // The EXEC may have been applied: remember the token, and recognise the lease
+                    // as ours on the next observation.
+                    self.view.pending = Some(PendingGrant {
+                        attempt,
+                        token,
+                        fence,
+                    });
+                }
+                Err(e)
+            }
+            Ok(None) => {
+                conn.release_clean();
+                Ok(Step::Again)
+            }
+            Ok(Some(replies)) => {
+                conn.release_clean();
+                check_replies(
+                    "the grant",
+                    &replies,
+                    &[Expect::Ok, Expect::Ok, Expect::Ok, Expect::Int],
+                )?;
+                self.view.pending = None;
+                self.view.last_fence = fence;
+                self.view.seen = Some(attempt);
+                tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
+                Ok(Step::Granted(Grant {
+                    attempt,
+                    last,
+                    fence,
+                    token,
+                    sent,
+                }))
+            }
+        }
+    }
+
+    /// Waits as a backup until the lease can have ended or a message says something changed.
+    async fn wait(&mut self, attempt: u64, mut pttl_ms: Option<u64>) -> Flow {
+        if self.locked_reported != Some(attempt) {
+            self.locked_reported = Some(attempt);
+            tracing::debug!(attempt, "locked by another worker");
+            self.events.emit(Event::Locked {
+                attempt,
+                max_attempts: self.cfg.max_attempts,
+                lease_remaining_ms: pttl_ms,
+            });
+        }
+        if self.sub.is_none() {
+            match self.shared.hub.subscribe(&self.keys.channel).await {
+                Ok(sub) => {
+                    self.sub = Some(sub);
+                    // Observe once more now that the subscription is confirmed: a `failed` or
+                    // `done` published between our read and the confirmation was not delivered
+                    // to us and would otherwise cost a whole lease time.
+                    match self.quick_read().await {
+                        Ok((State::Attempt(n), Some(p))) if n == attempt => pttl_ms = p,
+                        Ok(_) => return Flow::Continue,
+                        Err(e) => {
+                            if self.report(&e) == Flow::End {
+                                return Flow::End;
+                            }
+                        }
+                    }
+                }
+                // Without pub/sub we still wake when the lease runs out: slower, never wrong.
+                Err(e) => {
+                    if self.report(&e) == Flow::End {
+                        return Flow::End;
+                    }
+                }
+            }
+        }
+        let sleep_for = match pttl_ms {
+            Some(p) => Duration::from_millis(p.max(1)),
+            None => {
+                let e = Error::NoExpiry {
+                    key: self.keys.lease.clone(),
+                };
+                self.report(&e);
+                self.cfg.lock_timeout
+            }
+        };
+        let sub = self.sub.as_mut();
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => {
+                self.events.emit(Event::Stopped);
+                Flow::End
+            }
+            _ = self.events.closed() => Flow::End,
+            msg = recv_sub(sub) => {
+                if msg.is_none() {
+                    // The hub went away (client shutting down): fall back to timers.
+                    self.sub = None;
+                }
+                Flow::Continue
+            }
+            _ = tokio::time::sleep(sleep_for) => Flow::Continue,
+        }
+    }
+
+    /// A plain read on the shared multiplexed connection (no WATCH): state and lease PTTL.
+    /// Returns the state and `Some(pttl)` when a lease is alive (`Some(None)`: alive without TTL).
+    async fn quick_read(&mut self) -> Result<(State, Option<Option<u64>>), Error> {
+        let mut conn = self.shared.manager.clone();
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("GET")
+            .arg(&self.keys.state)
+            .cmd("PTTL")
+            .arg(&self.keys.lease);
+        let values: Vec<Value> = p.query_async(&mut conn).await?;
+        let [state, pttl] = values.as_slice() else {
+            return Err(Error::UnexpectedReply {
+                context: "the wait check",
+                reply: format!("{} replies instead of 2", values.len()),
+            });
+        };
+        let lease = match pttl {
+            Value::Int(-2) => None,
+            Value::Int(-1) => Some(None),
+            Value::Int(n) if *n >= 0 => Some(Some(*n as u64)),
+            other => return Err(Error::unexpected("PTTL lease", other)),
+        };
+        Ok((parse_state(state)?, lease))
+    }
+
+    /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
+    /// backup after its own failure.
+    async fn hold(&mut self, g: Grant) -> Flow {
+        let (cmd_tx, mut cmd_rx) = mpsc::channel(1);
+        let ended = Arc::new(Mutex::new(None));
+        let handle = AttemptHandle::new(self.cfg.key.clone(), g.attempt, cmd_tx, ended.clone());
+        let delivered = self.events.emit(Event::Acquired(Acquired {
+            attempt: g.attempt,
+            last: g.last,
+            fencing_token: g.fence,
+            handle,
+        }));
+        if !delivered {
+            let _ = self
+                .finish(&g, Ending::Release("the event receiver was dropped".into()))
+                .await;
+            return Flow::End;
+        }
+        let lock_timeout = self.cfg.lock_timeout;
+        let keepalive = self.cfg.keepalive;
+        // Without keepalive, warn a little before the lease can end on the server: 1 % of the
+        // lease (at least 2 ms) covers clock-rate differences between this host and Redis.
+        let early = (lock_timeout / 100).max(Duration::from_millis(2));
+        let deadline_at = g.sent + lock_timeout.saturating_sub(early);
+        let max_run_at = self.cfg.max_run.map(|m| g.sent + m);
+        let mut next_extend = g.sent + lock_timeout / 3;
+        let mut last_confirmed = g.sent;
+        let mut deadline_reported = false;
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let mut extend_backoff = Backoff::new(lock_timeout / 6);
+        if !keepalive && self.sub.is_none() {
+            // Without keepalive the lease can run out under us; the channel tells us when a
+            // backup takes over, so `LeaseLost` is reported at once rather than at `done()`.
+            if let Ok(sub) = self.shared.hub.subscribe(&self.keys.channel).await {
+                self.sub = Some(sub);
+            }
+        }
+        loop {
+            let extend_at = if keepalive { next_extend } else { far };
+            let deadline = if !keepalive && !deadline_reported {
+                deadline_at
+            } else {
+                far
+            };
+            let watch_sub = if keepalive { None } else { self.sub.as_mut() };
+            let ending = tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => {
+                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into())).await;
+                    self.set_ended(&ended, &g, "the worker was stopped");
+                    self.events.emit(Event::Stopped);
+                    return Flow::End;
+                }
+                cmd = cmd_rx.recv() => match cmd {
+                    Some(HolderCmd::Done(reply)) => (Ending::Done, Some(reply)),
+                    Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
+                    None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
+                },
+                _ = self.events.closed() => {
+                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into())).await;
+                    return Flow::End;
+                }
+                _ = tokio::time::sleep_until(max_run_at.unwrap_or(far)) => {
+                    let reason = format!("max_run of {:?} reached", self.cfg.max_run.unwrap_or_default());
+                    self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
+                    let _ = self.finish(&g, Ending::Release(reason.clone())).await;
+                    return self.lost(&ended, &g, reason);
+                }
+                _ = tokio::time::sleep_until(extend_at) => {
+                    match self.extend(&g).await {
+                        Ok(sent) => {
+                            last_confirmed = sent;
+                            next_extend = sent + lock_timeout / 3;
+                            extend_backoff.reset();
+                        }
+                        Err(Error::LeaseLost { reason, .. }) => return self.lost(&ended, &g, reason),
+                        Err(e) if e.is_retryable() => {
+                            self.report(&e);
+                            if last_confirmed.elapsed() >= lock_timeout {
+                                return self.lost(&ended, &g, format!(
+                                    "no extension confirmed within lock_timeout ({lock_timeout:?}): {e}"
+                                ));
+                            }
+                            next_extend = Instant::now() + extend_backoff.next_delay();
+                        }
+                        Err(e) => {
+                            *lock(&ended) = Some(e.clone());
+                            self.report(&e);
+                            return Flow::End;
+                        }
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    deadline_reported = true;
+                    tracing::warn!(attempt = g.attempt, "deadline passed without done() or fail()");
+                    self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
+                    continue;
+                }
+                msg = recv_sub(watch_sub) => {
+                    match msg {
+                        Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
+                            return self.lost(&ended, &g, format!("another worker announced `{m}`"));
+                        }
+                        None => self.sub = None,
+                        _ => {}
+                    }
+                    continue;
+                }
+            };
+            let (ending, reply) = ending;
+            let result = self.finish(&g, ending.clone()).await;
+            if let Err(e) = &result {
+                *lock(&ended) = Some(e.clone());
+            }
+            if let Some(reply) = reply {
+                let _ = reply.send(result.clone());
+            }
+            return match (result, ending) {
+                (Ok(()), Ending::Done) => {
+                    tracing::info!(attempt = g.attempt, "done");
+                    self.events.emit(Event::Completed {
+                        attempt: Some(g.attempt),
+                    });
+                    Flow::End
+                }
+                (Ok(()), Ending::Fail(reason) | Ending::Release(reason)) => {
+                    tracing::info!(attempt = g.attempt, %reason, "attempt failed");
+                    if g.attempt >= self.cfg.max_attempts {
+                        self.events.emit(Event::Exhausted {
+                            attempts: g.attempt,
+                        });
+                        Flow::End
+                    } else if self.cfg.rejoin_after_fail {
+                        self.events.status(
+                            StatusLevel::Normal,
+                            format!(
+                                "attempt {} failed ({reason}); waiting as a backup again",
+                                g.attempt
+                            ),
+                        );
+                        Flow::Continue
+                    } else {
+                        self.events.emit(Event::Failed {
+                            attempt: g.attempt,
+                            reason,
+                        });
+                        Flow::End
+                    }
+                }
+                (Err(Error::LeaseLost { reason, .. }), _) => self.lost(&ended, &g, reason),
+                (Err(e), _) if e.is_retryable() => self.lost(
+                    &ended,
+                    &g,
+                    format!("the outcome could not be recorded: {e}"),
+                ),
+                (Err(e), _) => {
+                    self.report(&e);
+                    Flow::End
+                }
+            };
+        }
+    }
+
+    fn set_ended(&self, ended: &Mutex<Option<Error>>, g: &Grant, reason: &str) {
+        let mut slot = lock(ended);
+        if slot.is_none() {
+            *slot = Some(Error::LeaseLost {
+                key: self.cfg.key.clone(),
+                attempt: g.attempt,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Reports the loss of the attempt (terminal).
+    fn lost(&mut self, ended: &Mutex<Option<Error>>, g: &Grant, reason: String) -> Flow {
+        tracing::warn!(attempt = g.attempt, %reason, "lease lost");
+        *lock(ended) = Some(Error::LeaseLost {
+            key: self.cfg.key.clone(),
+            attempt: g.attempt,
+            reason: reason.clone(),
+        });
+        self.events.emit(Event::LeaseLost {
+            attempt: g.attempt,
+            reason,
+        });
+        Flow::End
+    }
+
+    /// Ends the attempt in Redis, retrying transient errors for a bounded time.
+    async fn finish(&mut self, g: &Grant, ending: Ending) -> Result<(), Error> {
+        let give_up_at = Instant::now() + (self.cfg.lock_timeout * 2).max(Duration::from_secs(5));
+        let mut pending = false;
+        let mut backoff = Backoff::new(self.shared.settings.max_backoff);
+        let mut nil = 0u32;
+        loop {
+            match self.finish_once(g, &ending, pending).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    // A watched key changed (a backup's failed race, an expiring key): look again.
+                    nil += 1;
+                    if nil > 100 {
+                        return Err(Error::Timeout {
+                            during: "ending the attempt under constant contention",
+                        });
+                    }
+                }
+                Err(e) if e.is_retryable() => {
+                    pending |= e.is_indeterminate();
+                    self.report(&e);
+                    if Instant::now() >= give_up_at {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One try of [`finish`](Self::finish); `Ok(false)` means observe again.
+    async fn finish_once(
+        &mut self,
+        g: &Grant,
+        ending: &Ending,
+        pending: bool,
+    ) -> Result<bool, Error> {
+        let op = match ending {
+            Ending::Done => HolderOp::Done,
+            _ => HolderOp::Release,
+        };
+        let mut conn = self.shared.pool.get().await?;
+        let obs = self.observe(&mut conn).await?;
+        match decide_holder(&obs, g.attempt, &g.token, op, pending) {
+            HolderDecision::Commit => {}
+            HolderDecision::AlreadyApplied => {
+                conn.unwatch().await;
+                return Ok(true);
+            }
+            HolderDecision::Lost(reason) => {
+                conn.unwatch().await;
+                return Err(Error::LeaseLost {
+                    key: self.cfg.key.clone(),
+                    attempt: g.attempt,
+                    reason,
+                });
+            }
+            HolderDecision::Fault(f) => {
+                conn.unwatch().await;
+                return Err(self.fault_error(f));
+            }
+        }
+        let retention = ms(self.cfg.retention);
+        let mut tx = redis::pipe();
+        tx.atomic().ignore_errors();
+        let expect: &[Expect] = match ending {
+            Ending::Done => {
+                tx.cmd("SET")
+                    .arg(&self.keys.state)
+                    .arg(DONE)
+                    .arg("PX")
+                    .arg(retention)
+                    .cmd("DEL")
+                    .arg(&self.keys.lease)
+                    .cmd("PEXPIRE")
+                    .arg(&self.keys.fence)
+                    .arg(retention)
+                    .cmd("PUBLISH")
+                    .arg(&self.keys.channel)
+                    .arg("done");
+                &[Expect::Ok, Expect::Int, Expect::Int, Expect::Int]
+            }
+            Ending::Fail(reason) | Ending::Release(reason) => {
+                let exhausted =
+                    matches!(ending, Ending::Fail(_)) && g.attempt >= self.cfg.max_attempts;
+                if exhausted {
+                    // The last attempt failed: record it now, so the job is reported exhausted
+                    // even when no backup is left to notice.
+                    tx.cmd("SET")
+                        .arg(&self.keys.state)
+                        .arg(EXHAUSTED)
+                        .arg("PX")
+                        .arg(retention)
+                        .ignore();
+                } else {
+                    tx.cmd("PEXPIRE")
+                        .arg(&self.keys.state)
+                        .arg(retention)
+                        .ignore();
+                }
+                let message = if matches!(ending, Ending::Fail(_)) {
+                    "failed"
+                } else {
+                    "released"
+                };
+                tx.cmd("DEL")
+                    .arg(&self.keys.lease)
+                    .cmd("SET")
+                    .arg(&self.keys.failure)
+                    .arg(format!(
+                        "attempt {} by {}: {}",
+                        g.attempt,
+                        self.name,
+                        truncate(reason, 1024)
+                    ))
+                    .arg("PX")
+                    .arg(retention)
+                    .cmd("PUBLISH")
+                    .arg(&self.keys.channel)
+                    .arg(message);
+                &[Expect::Int, Expect::Ok, Expect::Int]
+            }
+        };
+        self.before_exec("finish").await;
+        match conn.query::<Option<Vec<Value>>>(&tx).await? {
+            None => {
+                conn.release_clean();
+                Ok(false)
+            }
+            Some(replies) => {
+                conn.release_clean();
+                // `.ignore()`d commands are filtered from `replies`; errors inside EXEC would
+                // still show up as ServerError values in the kept ones.
+                check_replies("ending the attempt", &replies, expect)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Extends the lease (and the state's and fence's retention) if it is still ours.
+    /// Returns the send time of the confirmed extension.
+    async fn extend(&mut self, g: &Grant) -> Result<Instant, Error> {
+        for _ in 0..3 {
+            let mut conn = self.shared.pool.get().await?;
+            let obs = self.observe(&mut conn).await?;
+            match decide_holder(&obs, g.attempt, &g.token, HolderOp::Extend, false) {
+                HolderDecision::Commit => {}
+                HolderDecision::Lost(reason) => {
+                    conn.unwatch().await;
+                    return Err(Error::LeaseLost {
+                        key: self.cfg.key.clone(),
+                        attempt: g.attempt,
+                        reason,
+                    });
+                }
+                HolderDecision::AlreadyApplied => {
+                    conn.unwatch().await;
+                    return Ok(Instant::now());
+                }
+                HolderDecision::Fault(f) => {
+                    conn.unwatch().await;
+                    return Err(self.fault_error(f));
+                }
+            }
+            let retention = ms(self.cfg.retention);
+            let mut tx = redis::pipe();
+            tx.atomic()
+                .ignore_errors()
+                .cmd("PEXPIRE")
+                .arg(&self.keys.lease)
+                .arg(ms(self.cfg.lock_timeout))
+                .cmd("PEXPIRE")
+                .arg(&self.keys.state)
+                .arg(retention)
+                .cmd("PEXPIRE")
+                .arg(&self.keys.fence)
+                .arg(retention);
+            self.before_exec("extend").await;
+            let sent = Instant::now();
+            match conn.query::<Option<Vec<Value>>>(&tx).await? {
+                None => conn.release_clean(),
+                Some(replies) => {
+                    conn.release_clean();
+                    check_replies(
+                        "the lease extension",
+                        &replies,
+                        &[Expect::One, Expect::One, Expect::Int],
+                    )?;
+                    self.events.status(
+                        StatusLevel::Verbose,
+                        format!("extended the lease of attempt {}", g.attempt),
+                    );
+                    return Ok(sent);
+                }
+            }
+        }
+        Err(Error::Timeout {
+            during: "extending the lease under contention",
+        })
+    }
+}
+
+/// Receives from an optional subscription; pending forever without one.
+async fn recv_sub(sub: Option<&mut Subscription>) -> Option<HubMsg> {
+    match sub {
+        Some(s) => s.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether a channel message means a later attempt than ours exists (or the job ended).
+fn taken_over(message: &str, attempt: u64) -> bool {
+    match message.strip_prefix("acquired:") {
+        Some(n) => n.parse::<u64>().is_ok_and(|n| n > attempt),
+        None => message == "exhausted",
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(400));
+        let d: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        assert!(d[0] >= Duration::from_millis(25) && d[0] < Duration::from_millis(50));
+        assert!(d[7] >= Duration::from_millis(200) && d[7] < Duration::from_millis(400));
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(50));
+    }
+
+    #[test]
+    fn takeover_messages() {
+        assert!(taken_over("acquired:3", 2));
+        assert!(!taken_over("acquired:2", 2));
+        assert!(!taken_over("acquired:x", 2));
+        assert!(taken_over("exhausted", 2));
+        assert!(!taken_over("failed", 2));
+    }
+
+    #[test]
+    fn reply_checks() {
+        let ok = [Value::Okay, Value::Int(1)];
+        assert!(check_replies("t", &ok, &[Expect::Ok, Expect::Int]).is_ok());
+        assert!(check_replies("t", &ok, &[Expect::Ok]).is_err());
+        let bad = [Value::Int(0), Value::Int(1)];
+        assert!(check_replies("t", &bad, &[Expect::One, Expect::Int]).is_err());
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate("ジョブ", 4), "ジ");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}

@@ -1,0 +1,113 @@
+//! Key naming and token generation.
+//!
+//! Every key of one job carries the job name as a Redis Cluster hash tag (`{J}`), so the state,
+//! lease, fence and failure keys live in one slot and a single WATCH/MULTI/EXEC can cover them
+//! all. That is why `{` and `}` are rejected in prefixes and job names: a name containing them
+//! would change which part of the key Redis hashes.
+
+/// The Redis keys and pub/sub channel of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobKeys {
+    /// `P{J}`: the attempt counter, or `DONE` / `EXHAUSTED`.
+    pub state: String,
+    /// `P{J}:lease`: the holder's token and name, with TTL `lock_timeout`.
+    pub lease: String,
+    /// `P{J}:fence`: the last fencing token granted.
+    pub fence: String,
+    /// `P{J}:failure`: the last failure reason (for operators and `status`).
+    pub failure: String,
+    /// `P{J}:events`: the pub/sub channel that wakes backups.
+    pub channel: String,
+}
+
+impl JobKeys {
+    pub(crate) fn new(prefix: &str, job: &str) -> Self {
+        let state = format!("{prefix}{{{job}}}");
+        JobKeys {
+            lease: format!("{state}:lease"),
+            fence: format!("{state}:fence"),
+            failure: format!("{state}:failure"),
+            channel: format!("{state}:events"),
+            state,
+        }
+    }
+}
+
+/// A fresh 128-bit random token, hex encoded (32 characters).
+///
+/// Tokens name a lease holder; they must be unguessable by other workers so a stale holder can
+/// never match a successor's lease by accident. If the OS random source fails (it practically
+/// never does on Linux after boot), we fall back to a mix of time, pid and a counter: still unique
+/// per process, which is all the protocol needs for correctness.
+pub(crate) fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&nanos.to_le_bytes());
+        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        bytes[12..].copy_from_slice(&(c as u32).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first 8 characters of a token: enough to tell holders apart in logs, too little to
+/// impersonate one (tokens are never logged in full).
+pub(crate) fn short(token: &str) -> &str {
+    token.get(..8).unwrap_or(token)
+}
+
+/// A random number for backoff jitter.
+pub(crate) fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // Jitter quality does not matter for correctness; zeros just mean no jitter.
+    let _ = getrandom::fill(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
+/// The default worker name: `host:pid`.
+pub(crate) fn default_worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}:{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = JobKeys::new("baton:", "msg:42");
+        assert_eq!(k.state, "baton:{msg:42}");
+        assert_eq!(k.lease, "baton:{msg:42}:lease");
+        assert_eq!(k.fence, "baton:{msg:42}:fence");
+        assert_eq!(k.channel, "baton:{msg:42}:events");
+        assert_eq!(k.failure, "baton:{msg:42}:failure");
+    }
+
+    #[test]
+    fn unicode_job_names_are_kept_byte_exact() {
+        let k = JobKeys::new("p:", "ジョブ 🔒\r\n");
+        assert_eq!(k.state, "p:{ジョブ 🔒\r\n}");
+    }
+
+    #[test]
+    fn tokens_are_unique_hex() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+        assert_eq!(short(&a).len(), 8);
+    }
+}

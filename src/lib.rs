@@ -1,0 +1,85 @@
+//! # baton: hand a job between workers safely, through Redis
+//!
+//! A fleet of identical workers receives the same job (send message 42, run the nightly report).
+//! Exactly one of them must do it; if that one fails or dies, a backup takes over, but only after
+//! the holder's attempt has visibly failed, and only up to `max_attempts` attempts. baton is the
+//! Rust successor of yahoo's `redis-locking-worker`, with the original's races fixed.
+//!
+//! ```no_run
+//! use baton::{Client, FailoverConfig, RunOutcome};
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), baton::Error> {
+//! let client = Client::connect("redis://127.0.0.1:6379/").await?;
+//! let job = FailoverConfig::builder("msg:42")
+//!     .lock_timeout(Duration::from_secs(10))
+//!     .max_attempts(3)
+//!     .build()?;
+//! let outcome = client
+//!     .run(job, |attempt| async move {
+//!         // Pass attempt.fencing_token to whatever you write to.
+//!         send_message(42, attempt.fencing_token).await
+//!     })
+//!     .await?;
+//! match outcome {
+//!     RunOutcome::Done(()) => println!("we sent it"),
+//!     RunOutcome::CompletedElsewhere => println!("another worker sent it"),
+//!     other => println!("{other:?}"),
+//! }
+//! # Ok(()) }
+//! # async fn send_message(_: u64, _: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! ```
+//!
+//! # The protocol
+//! Job `J` has a state key `baton:{J}` holding the number of the latest attempt started, then
+//! `DONE` or `EXHAUSTED`; a lease key `baton:{J}:lease` with the holder's random token and a TTL
+//! (`lock_timeout`); a fence key with the last fencing token; and a pub/sub channel that wakes
+//! backups. Every transition is `WATCH` + reads, a pure decision, then `MULTI … EXEC` on a
+//! dedicated connection, so two backups can never both win one attempt. See
+//! [`Event`] for what a worker reports and [`FailoverConfig`] for the settings.
+//!
+//! # Guarantees
+//! - Each attempt number is granted to at most one worker, and at most `max_attempts` attempts
+//!   start, as long as Redis does not lose acknowledged writes (run it with `appendonly yes`,
+//!   `appendfsync always` and `maxmemory-policy noeviction`). When a worker sees that Redis did
+//!   lose the state, it reports [`ErrorKind::StateLost`] instead of running the job again.
+//! - A job ends `DONE` at most once; `DONE`/`EXHAUSTED` are kept for `retention`, so late
+//!   duplicates of the job are not re-run.
+//! - A worker that loses its attempt learns it: `LeaseLost` as soon as it is seen, and `done()`
+//!   returns an error and writes nothing.
+//!
+//! What a lease cannot do: a holder that is paused (GC, SIGSTOP, a VM stall) longer than its lease
+//! cannot know that a backup took over in the meantime, and may still be writing when it wakes.
+//! That is what the [fencing token](Acquired::fencing_token) is for: it strictly increases across
+//! attempts (even when the fence key is lost, since it is floored by the server's clock in µs), so
+//! the resource you write to can reject writes that carry an older token.
+//!
+//! # Layout
+//! - [`client`]: [`Client`], the connections shared by all workers of a process.
+//! - [`failover`]: the coordinator: configuration, protocol, worker task, events, closure form.
+//! - [`error`]: [`Error`] (with [`Error::is_retryable`]) and [`ConfigError`].
+//! - `connection`: the multiplexed connection, the dedicated-connection pool and the pub/sub hub.
+//! - `keys`: key naming and tokens.
+//! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
+//!
+//! # Features
+//! - `testing`: exports `testing::RedisServer`, used by this crate's tests, examples and
+//!   benchmarks.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod client;
+mod connection;
+pub mod error;
+pub mod failover;
+mod keys;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{ConfigError, Error, ErrorKind};
+pub use failover::{
+    Acquired, Attempt, AttemptHandle, Event, FailoverConfig, FailoverConfigBuilder, IntoJob,
+    RunOutcome, StatusLevel, Worker,
+};

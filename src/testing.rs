@@ -1,0 +1,938 @@
+//! A private `redis-server` for tests, examples, benchmarks and fault injection.
+//!
+//! [`RedisServer`] starts a real `redis-server` child process on a free
+//! loopback port with its own data directory, waits until it answers `PING`,
+//! and tears everything down again when dropped. Besides plain start/stop it
+//! can simulate the failures a coordination layer has to survive:
+//!
+//! * [`RedisServer::kill`] — a crash (`SIGKILL`, no shutdown save);
+//! * [`RedisServer::restart`] / [`RedisServer::restart_with`] — the server
+//!   coming back on the same port, with or without its data depending on the
+//!   [`Persistence`] it runs with;
+//! * [`RedisServer::pause`] / [`RedisServer::resume`] — a server that is up but
+//!   not answering (`SIGSTOP` / `SIGCONT`), as seen during a long fork, a
+//!   network partition or a stalled VM.
+//!
+//! The API is synchronous and uses only `std` and `libc`, so it can be used
+//! from plain `#[test]`s as well as from inside a tokio runtime: its blocking
+//! waits are short (milliseconds, at most a few seconds while a server boots).
+//!
+//! The binary is taken from `$REDIS_SERVER_BIN` if that is set, otherwise
+//! `redis-server` is looked up on `PATH` (Debian/Ubuntu: `apt-get install
+//! redis-server`). This module is Unix-only: it sends signals with `libc`.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use baton::testing::{Persistence, RedisServer};
+//!
+//! # fn main() -> std::io::Result<()> {
+//! let mut server = RedisServer::builder()
+//!     .persistence(Persistence::Durable)
+//!     .start()?;
+//! let url = server.url(); // "redis://127.0.0.1:<port>/"
+//! # let _ = url;
+//!
+//! // ... write through a client connected to `url` ...
+//!
+//! server.kill(); // crash it
+//! server.restart()?; // same port, the append-only file is replayed
+//! # Ok(())
+//! # }
+//! ```
+
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Environment variable that overrides which `redis-server` binary is run.
+const BIN_ENV: &str = "REDIS_SERVER_BIN";
+/// Name of the binary looked up on `PATH` when [`BIN_ENV`] is not set.
+const DEFAULT_BIN: &str = "redis-server";
+/// Name of the log file inside the data directory.
+const LOG_FILE: &str = "redis.log";
+
+/// How many fresh ports a first start tries. Losing the race for a port
+/// (another process binds it between our probe and redis' bind) is rare, so a
+/// handful of attempts makes it practically impossible to fail for that reason.
+const START_ATTEMPTS: usize = 10;
+/// How many times a restart tries to bind the server's port again.
+const RESTART_ATTEMPTS: usize = 5;
+/// Pause between restart attempts, to give whatever holds the port a moment.
+const RESTART_BACKOFF: Duration = Duration::from_millis(200);
+/// How long one start attempt waits for the server to answer `PING`.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Delay between two readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Connect timeout of a readiness probe. Loopback connects are immediate (or
+/// refused immediately), so anything slower means "not yet".
+const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Read/write timeout of a readiness probe.
+const PROBE_IO_TIMEOUT: Duration = Duration::from_millis(250);
+/// How long `pause`/`resume` wait for the kernel to report the new state.
+const SIGNAL_SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
+/// At most this much of the log is quoted in an error message.
+const LOG_EXCERPT_BYTES: usize = 8 * 1024;
+
+/// How a [`RedisServer`] treats its data across a crash.
+///
+/// Both modes disable RDB snapshots (`--save ""`), so the only thing that can
+/// survive a [`RedisServer::kill`] is the append-only file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Persistence {
+    /// Nothing is persisted (`--save "" --appendonly no`): after a crash and
+    /// restart the server is empty.
+    #[default]
+    Volatile,
+    /// Every write is appended to the AOF and fsynced before it is
+    /// acknowledged (`--save "" --appendonly yes --appendfsync always`): after
+    /// a crash and restart every acknowledged write is still there.
+    Durable,
+}
+
+impl Persistence {
+    /// The `redis-server` flags that select this mode.
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Persistence::Volatile => &["--save", "", "--appendonly", "no"],
+            Persistence::Durable => &[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+        }
+    }
+}
+
+/// Configures and starts a [`RedisServer`].
+///
+/// Obtained from [`RedisServer::builder`] (or `Default`). All settings are kept
+/// by the started server and reused by [`RedisServer::restart`].
+#[derive(Clone, Default)]
+pub struct RedisServerBuilder {
+    persistence: Persistence,
+    args: Vec<(String, String)>,
+    password: Option<String>,
+}
+
+impl RedisServerBuilder {
+    /// Sets how data is persisted. Defaults to [`Persistence::Volatile`].
+    pub fn persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// Adds an extra `--name value` pair to the command line, e.g.
+    /// `.arg("maxmemory-policy", "allkeys-lru")`.
+    ///
+    /// `name` is given without the leading dashes. `value` is passed as a
+    /// single argument, so it may be empty or contain spaces. Extra arguments
+    /// come after the fixture's own, so for single-valued options they take
+    /// precedence. `arg("requirepass", pw)` behaves like
+    /// [`requirepass`](Self::requirepass).
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        if name.eq_ignore_ascii_case("requirepass") {
+            // Go through the typed setter so the readiness probe knows the
+            // password and can authenticate.
+            return self.requirepass(value);
+        }
+        self.args.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Makes the server require `password` (`--requirepass`).
+    ///
+    /// Clients then have to authenticate, e.g. with the URL
+    /// `redis://:password@127.0.0.1:<port>/`; [`RedisServer::url`] does not
+    /// include the password. An empty password disables authentication, as it
+    /// does in Redis.
+    pub fn requirepass(mut self, password: &str) -> Self {
+        self.password = if password.is_empty() {
+            None
+        } else {
+            Some(password.to_owned())
+        };
+        self
+    }
+
+    /// Starts the server and waits until it answers `PING`.
+    ///
+    /// The server gets a fresh data directory and a free port on 127.0.0.1.
+    /// If the port is lost to another process before redis binds it, another
+    /// port is tried (up to 10 times).
+    ///
+    /// # Errors
+    ///
+    /// Fails if `redis-server` cannot be found or spawned, if the data
+    /// directory cannot be created, if the server exits during startup (for
+    /// example because of an invalid [`arg`](Self::arg); the error then quotes
+    /// its log), or if it does not answer within 10 seconds.
+    pub fn start(self) -> io::Result<RedisServer> {
+        let bin = find_binary()?;
+        let dir = create_data_dir()?;
+        let config = Config {
+            bin,
+            persistence: self.persistence,
+            args: self.args,
+            password: self.password,
+        };
+        match first_start(&config, &dir) {
+            Ok((child, port)) => Ok(RedisServer {
+                child: Mutex::new(Some(child)),
+                paused: AtomicBool::new(false),
+                port,
+                dir,
+                config,
+            }),
+            Err(err) => {
+                // Nothing refers to the directory any more; best effort only,
+                // the start error is what matters.
+                let _ = fs::remove_dir_all(&dir);
+                Err(err)
+            }
+        }
+    }
+}
+
+// Hand-written so that the password never ends up in test output.
+impl fmt::Debug for RedisServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServerBuilder")
+            .field("persistence", &self.persistence)
+            .field("args", &self.args)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Everything needed to (re)start the server process.
+struct Config {
+    bin: PathBuf,
+    persistence: Persistence,
+    args: Vec<(String, String)>,
+    password: Option<String>,
+}
+
+/// A `redis-server` child process listening on 127.0.0.1 with a private data
+/// directory.
+///
+/// Dropping it kills the process and removes the data directory. All methods
+/// only ever signal the process this value spawned, and never after it has
+/// been reaped, so a recycled PID is never hit.
+///
+/// See the [module documentation](self) for an example.
+pub struct RedisServer {
+    /// `None` after [`kill`](Self::kill) or a failed restart. Behind a mutex so
+    /// that `&self` methods can reap an exited child (and so the type stays
+    /// `Sync` for servers shared between test threads).
+    child: Mutex<Option<Child>>,
+    /// Set by [`pause`](Self::pause) so that `Drop` can resume the process.
+    paused: AtomicBool,
+    port: u16,
+    dir: PathBuf,
+    config: Config,
+}
+
+impl RedisServer {
+    /// Starts a server with the default settings ([`Persistence::Volatile`],
+    /// no password, no extra arguments).
+    ///
+    /// # Errors
+    ///
+    /// See [`RedisServerBuilder::start`].
+    pub fn start() -> io::Result<RedisServer> {
+        RedisServerBuilder::default().start()
+    }
+
+    /// Returns a builder to configure persistence, a password or extra
+    /// `redis-server` arguments.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// The TCP port the server listens on (on 127.0.0.1). It stays the same
+    /// across [`restart`](Self::restart)s.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The connection URL, `redis://127.0.0.1:<port>/`.
+    ///
+    /// It does not contain the password set with
+    /// [`RedisServerBuilder::requirepass`].
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The PID of the server process, or `None` if it is not running (after
+    /// [`kill`](Self::kill), a failed restart, or if it exited on its own).
+    ///
+    /// A paused server is still running and has a PID.
+    pub fn pid(&self) -> Option<u32> {
+        let mut guard = self.lock_child();
+        live_child(&mut guard).map(|child| child.id())
+    }
+
+    /// The server's private data directory (`--dir`), which holds its log and,
+    /// with [`Persistence::Durable`], its append-only file. It is kept across
+    /// [`kill`](Self::kill) and [`restart`](Self::restart) and removed on drop.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the server process exists (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Kills the server with `SIGKILL` — a crash: no shutdown, no final save —
+    /// and waits for the process to be gone.
+    ///
+    /// Does nothing if the server is not running. The data directory is kept,
+    /// so a [`Persistence::Durable`] server gets its data back on
+    /// [`restart`](Self::restart).
+    pub fn kill(&mut self) {
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(child) = child {
+            reap(child);
+        }
+        // SIGKILL also ends a stopped process; nothing is paused any more.
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Starts the server again on the same port, with the same data directory
+    /// and arguments, and waits until it answers `PING`.
+    ///
+    /// With [`Persistence::Durable`] the append-only file is replayed, so all
+    /// acknowledged writes are back; with [`Persistence::Volatile`] the server
+    /// comes back empty. If the server is still running it is killed first, as
+    /// by [`kill`](Self::kill).
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server exits during startup or does not answer in time.
+    /// Binding the port is retried a few times, but if another process has
+    /// taken the port in the meantime the restart fails; the server is then
+    /// left stopped and `restart` may be called again.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        let mut last_err = None;
+        for attempt in 0..RESTART_ATTEMPTS {
+            if attempt > 0 {
+                thread::sleep(RESTART_BACKOFF);
+            }
+            match launch(&self.config, &self.dir, self.port) {
+                Ok(child) => {
+                    *self.child.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(child);
+                    return Ok(());
+                }
+                Err(Failure::Retry(err)) => last_err = Some(err),
+                Err(Failure::Fatal(err)) => return Err(err),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("redis-server restart failed")))
+    }
+
+    /// Like [`restart`](Self::restart), but switches to `persistence` first.
+    ///
+    /// The new mode is kept for later restarts. Restarting a crashed
+    /// [`Persistence::Durable`] server as [`Persistence::Volatile`] ignores its
+    /// append-only file, so the data is lost.
+    ///
+    /// # Errors
+    ///
+    /// As for [`restart`](Self::restart).
+    pub fn restart_with(&mut self, persistence: Persistence) -> io::Result<()> {
+        self.config.persistence = persistence;
+        self.restart()
+    }
+
+    /// Freezes the server with `SIGSTOP`.
+    ///
+    /// Its socket stays open, so clients can still connect (the kernel
+    /// completes the handshake) but get no replies until
+    /// [`resume`](Self::resume). Returns once the process is stopped.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server is not running or the signal cannot be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(libc::SIGSTOP, "pause")?;
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Lets a [`pause`](Self::pause)d server continue with `SIGCONT`. Requests
+    /// that arrived meanwhile are then answered. Does nothing harmful if the
+    /// server is not paused.
+    ///
+    /// # Errors
+    ///
+    /// Fails if the server is not running or the signal cannot be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(libc::SIGCONT, "resume")?;
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The contents of the server's log file (everything the server logged
+    /// since the fixture was created, across restarts), for test failure
+    /// messages. Returns a note instead if the log cannot be read.
+    pub fn log(&self) -> String {
+        match fs::read(self.dir.join(LOG_FILE)) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(err) => format!("<cannot read {}: {err}>", self.dir.join(LOG_FILE).display()),
+        }
+    }
+
+    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
+        // Nothing panics while holding the lock, but a poisoned lock still
+        // guards a consistent `Option<Child>`.
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends `signal` to the child and waits until the kernel reports the
+    /// matching state, holding the lock so the child cannot be reaped (and its
+    /// PID recycled) in between.
+    fn signal(&self, signal: libc::c_int, what: &str) -> io::Result<()> {
+        let mut guard = self.lock_child();
+        let Some(child) = live_child(&mut guard) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("cannot {what} redis-server: it is not running"),
+            ));
+        };
+        let pid = child.id();
+        send_signal(pid, signal).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("cannot {what} redis-server (pid {pid}): {err}"),
+            )
+        })?;
+        // Signals are delivered asynchronously; waiting for the state change
+        // makes `pause(); request()` deterministic for tests.
+        wait_for_stopped_state(pid, signal == libc::SIGSTOP);
+        Ok(())
+    }
+}
+
+// Hand-written to show the useful parts (pid, port, dir) and to keep the
+// password out of test output.
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("pid", &self.pid())
+            .field("paused", &self.paused.load(Ordering::SeqCst))
+            .field("port", &self.port)
+            .field("dir", &self.dir)
+            .field("bin", &self.config.bin)
+            .field("persistence", &self.config.persistence)
+            .field("args", &self.config.args)
+            .field(
+                "password",
+                &self.config.password.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(child) = child {
+            if self.paused.load(Ordering::SeqCst) {
+                // SIGKILL ends a stopped process too; continuing it first is
+                // belt and braces so that it never lingers stopped.
+                let _ = send_signal(child.id(), libc::SIGCONT);
+            }
+            reap(child);
+        }
+        // Best effort: a leftover directory in the temp dir is harmless and
+        // Drop must not panic.
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Returns the child if it has not exited, reaping it (and clearing the slot)
+/// if it has, so that its PID is never signalled after it may be recycled.
+fn live_child(slot: &mut Option<Child>) -> Option<&mut Child> {
+    let exited = match slot.as_mut() {
+        None => return None,
+        // An error here means the child was already waited for elsewhere;
+        // either way it is no longer ours to signal.
+        Some(child) => !matches!(child.try_wait(), Ok(None)),
+    };
+    if exited {
+        *slot = None;
+    }
+    slot.as_mut()
+}
+
+/// `SIGKILL`s the child and waits for it. `Child::kill` is a no-op error if the
+/// child has already exited, which is fine here.
+fn reap(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends `signal` to `pid`, which must be a child this module spawned and has
+/// not yet reaped.
+fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pid {pid} out of range"),
+        )
+    })?;
+    // SAFETY: `kill(2)` has no memory-safety preconditions. The pid is our own
+    // unreaped child (positive, so never a process group or "all processes"),
+    // so it cannot refer to an unrelated, recycled process.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Polls `/proc/<pid>/stat` until the process is (or is no longer) stopped.
+/// Gives up silently after [`SIGNAL_SETTLE_TIMEOUT`] or if `/proc` is not
+/// available: the signal has been sent, this only narrows the window.
+fn wait_for_stopped_state(pid: u32, stopped: bool) {
+    let deadline = Instant::now() + SIGNAL_SETTLE_TIMEOUT;
+    while Instant::now() < deadline {
+        match process_state(pid) {
+            Some(state) if (state == 'T') == stopped => return,
+            Some(_) => thread::sleep(Duration::from_millis(1)),
+            None => return,
+        }
+    }
+}
+
+/// The state letter from `/proc/<pid>/stat` (`R`, `S`, `T`, ...), if readable.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself contain spaces or
+    // parentheses, so the state is the first field after the *last* ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+/// Finds the `redis-server` binary: `$REDIS_SERVER_BIN` if set, else `PATH`.
+fn find_binary() -> io::Result<PathBuf> {
+    const HINT: &str = "install it (e.g. `apt-get install redis-server`) or set \
+                        REDIS_SERVER_BIN to the path of a redis-server binary";
+    let from_env = std::env::var_os(BIN_ENV).filter(|value| !value.is_empty());
+    let (name, source): (OsString, &str) = match from_env {
+        Some(value) => (value, BIN_ENV),
+        None => (OsString::from(DEFAULT_BIN), "PATH"),
+    };
+    let candidate = PathBuf::from(&name);
+    if candidate.components().count() > 1 {
+        // A path (absolute or relative), used as is.
+        return if candidate.is_file() {
+            Ok(candidate)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "redis-server not found: {BIN_ENV}={} does not exist or is not a file; {HINT}",
+                    candidate.display()
+                ),
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(&candidate))
+        .find(|file| is_executable(file))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "redis-server not found: no executable `{}` (from {source}) on PATH; {HINT}",
+                    candidate.display()
+                ),
+            )
+        })
+}
+
+fn is_executable(file: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(file)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Creates a fresh, uniquely named directory under the system temp dir.
+fn create_data_dir() -> io::Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut base = std::env::temp_dir();
+    if base.is_relative() {
+        // redis chdirs into `--dir`, so a relative log path would resolve
+        // against the wrong directory.
+        base = std::env::current_dir()?.join(base);
+    }
+    let pid = std::process::id();
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = base.join(format!("baton-redis-{pid}-{n}-{nanos}"));
+        // `create_dir` (not `create_dir_all`) fails if the name is taken, for
+        // example by a leftover from an earlier process with the same PID.
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(err) => {
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!(
+                        "cannot create redis data directory {}: {err}",
+                        dir.display()
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Asks the kernel for a currently free loopback port.
+///
+/// The listener is dropped before redis binds the port, so another process
+/// may grab it in between; [`first_start`] retries with a new port if so.
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|err| {
+        io::Error::new(
+            err.kind(),
+            format!("cannot find a free port on 127.0.0.1: {err}"),
+        )
+    })?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Why a start attempt failed: worth another try, or not.
+enum Failure {
+    /// The server exited early (typically: port taken) — try again.
+    Retry(io::Error),
+    /// Retrying cannot help (bad configuration, spawn error, timeout).
+    Fatal(io::Error),
+}
+
+/// Starts the server on a fresh port, retrying with new ports if the port
+/// turns out to be taken.
+fn first_start(config: &Config, dir: &Path) -> io::Result<(Child, u16)> {
+    let mut last_err = None;
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port()?;
+        match launch(config, dir, port) {
+            Ok(child) => return Ok((child, port)),
+            Err(Failure::Retry(err)) => last_err = Some(err),
+            Err(Failure::Fatal(err)) => return Err(err),
+        }
+    }
+    let err = last_err.unwrap_or_else(|| io::Error::other("redis-server did not start"));
+    Err(io::Error::new(
+        err.kind(),
+        format!("redis-server did not start after {START_ATTEMPTS} attempts; last error: {err}"),
+    ))
+}
+
+/// Spawns one server on `port` and waits until it is ready. On failure the
+/// child is killed and reaped.
+fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
+    let log_path = dir.join(LOG_FILE);
+    // The child's stdout/stderr go to the log too: redis reports errors in its
+    // arguments on stderr *before* it opens its log file, and those are exactly
+    // the messages needed to understand a failed start. Append mode (as redis
+    // itself uses) keeps both writers from overwriting each other.
+    let open_log = || OpenOptions::new().create(true).append(true).open(&log_path);
+    let (stdout, stderr) = match open_log().and_then(|f| Ok((f.try_clone()?, f))) {
+        Ok(files) => files,
+        Err(err) => {
+            return Err(Failure::Fatal(io::Error::new(
+                err.kind(),
+                format!("cannot open redis log file {}: {err}", log_path.display()),
+            )))
+        }
+    };
+    // Only this attempt's part of the log is quoted in its error message.
+    let log_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
+
+    let mut command = Command::new(&config.bin);
+    command
+        .arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log_path)
+        .args(["--daemonize", "no", "--protected-mode", "yes"])
+        .args(config.persistence.args());
+    if let Some(password) = &config.password {
+        command.arg("--requirepass").arg(password);
+    }
+    for (name, value) in &config.args {
+        command.arg(format!("--{name}")).arg(value);
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr));
+
+    let mut child = command.spawn().map_err(|err| {
+        Failure::Fatal(io::Error::new(
+            err.kind(),
+            format!("cannot spawn {}: {err}", config.bin.display()),
+        ))
+    })?;
+
+    let outcome = match wait_until_ready(&mut child, port, config.password.as_deref()) {
+        Ok(()) => return Ok(child),
+        Err(outcome) => outcome,
+    };
+    // Harmless if the child already exited: std remembers that it was reaped
+    // and does not signal the (possibly recycled) PID again.
+    reap(child);
+    let log = read_log_from(&log_path, log_start);
+    let kind = match outcome {
+        WaitFailure::TimedOut(_) => io::ErrorKind::TimedOut,
+        WaitFailure::Exited(_) | WaitFailure::Io(_) => io::ErrorKind::Other,
+    };
+    let err = io::Error::new(
+        kind,
+        format!(
+            "redis-server on port {port} {}; its log:\n{log}",
+            outcome.reason()
+        ),
+    );
+    // An early exit is usually "Address already in use": a lost race for the
+    // port, worth another attempt. A rejected configuration fails the same way
+    // on every port, and a server that is up but silent for 10 s is not a port
+    // problem, so retrying those would only multiply the wait.
+    let retry =
+        matches!(outcome, WaitFailure::Exited(_)) && !log.contains("FATAL CONFIG FILE ERROR");
+    Err(if retry {
+        Failure::Retry(err)
+    } else {
+        Failure::Fatal(err)
+    })
+}
+
+/// Why [`wait_until_ready`] gave up.
+enum WaitFailure {
+    /// The child exited.
+    Exited(ExitStatus),
+    /// No `PONG` from our server within [`READY_TIMEOUT`]; the last reason it
+    /// was not ready is attached.
+    TimedOut(String),
+    /// `try_wait` itself failed.
+    Io(io::Error),
+}
+
+impl WaitFailure {
+    fn reason(&self) -> String {
+        match self {
+            WaitFailure::Exited(status) => format!("exited during startup ({status})"),
+            WaitFailure::TimedOut(last) => format!(
+                "did not answer PING within {} s (last probe: {last})",
+                READY_TIMEOUT.as_secs()
+            ),
+            WaitFailure::Io(err) => format!("could not be waited for: {err}"),
+        }
+    }
+}
+
+/// Polls the server until it answers `PING` and proves to be our child, or
+/// until the child exits or [`READY_TIMEOUT`] passes.
+fn wait_until_ready(
+    child: &mut Child,
+    port: u16,
+    password: Option<&str>,
+) -> Result<(), WaitFailure> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        // Checked first so a server that died is reported at once rather than
+        // after the full timeout.
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(WaitFailure::Exited(status)),
+            Ok(None) => {}
+            Err(err) => return Err(WaitFailure::Io(err)),
+        }
+        let last = match probe(port, password, child.id()) {
+            Ok(()) => return Ok(()),
+            Err(reason) => reason,
+        };
+        if Instant::now() >= deadline {
+            return Err(WaitFailure::TimedOut(last));
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// One readiness probe: `[AUTH pw] PING INFO server`, pipelined.
+///
+/// Ready means `+PONG` (not `-LOADING`, which redis answers while it replays
+/// the AOF) *and* an `INFO` whose `process_id` is our child's: if two fixtures
+/// raced for the same port, the loser's `PING` may reach the winner's server
+/// before the loser's own process has noticed the bind failure and exited.
+/// Returns why the server is not ready otherwise.
+fn probe(port: u16, password: Option<&str>, expected_pid: u32) -> Result<(), String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let stream = TcpStream::connect_timeout(&addr, PROBE_CONNECT_TIMEOUT)
+        .map_err(|err| format!("connect: {err}"))?;
+    stream
+        .set_read_timeout(Some(PROBE_IO_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(PROBE_IO_TIMEOUT)))
+        .map_err(|err| format!("socket setup: {err}"))?;
+
+    // RESP arrays rather than inline commands, so a password containing spaces
+    // or quotes needs no escaping.
+    let mut request = Vec::new();
+    if let Some(password) = password {
+        encode_command(&mut request, &["AUTH", password]);
+    }
+    encode_command(&mut request, &["PING"]);
+    encode_command(&mut request, &["INFO", "server"]);
+    (&stream)
+        .write_all(&request)
+        .map_err(|err| format!("send: {err}"))?;
+
+    let mut reader = BufReader::new(&stream);
+    if password.is_some() {
+        match read_reply(&mut reader)? {
+            Reply::Status(status) if status == "OK" => {}
+            other => return Err(format!("AUTH answered {other}")),
+        }
+    }
+    match read_reply(&mut reader)? {
+        Reply::Status(status) if status == "PONG" => {}
+        other => return Err(format!("PING answered {other}")),
+    }
+    let info = match read_reply(&mut reader)? {
+        Reply::Bulk(info) => info,
+        other => return Err(format!("INFO answered {other}")),
+    };
+    let pid = info
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .map(str::trim);
+    match pid {
+        Some(pid) if pid == expected_pid.to_string() => Ok(()),
+        Some(pid) => Err(format!(
+            "port {port} is served by another redis-server (pid {pid}, ours is {expected_pid})"
+        )),
+        None => Err("INFO has no process_id".to_owned()),
+    }
+}
+
+fn encode_command(out: &mut Vec<u8>, parts: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
+    for part in parts {
+        out.extend_from_slice(format!("${}\r\n", part.len()).as_bytes());
+        out.extend_from_slice(part.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The subset of RESP2 replies the probe needs.
+enum Reply {
+    Status(String),
+    Error(String),
+    Bulk(String),
+    Other(String),
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Status(s) => write!(f, "+{s}"),
+            Reply::Error(s) => write!(f, "-{s}"),
+            Reply::Bulk(s) => write!(f, "a {}-byte bulk string", s.len()),
+            Reply::Other(s) => write!(f, "unexpected {s:?}"),
+        }
+    }
+}
+
+/// Upper bound for a bulk reply, so that a confused peer cannot make the probe
+/// allocate without limit. `INFO server` is well under 2 KiB.
+const MAX_BULK: usize = 1 << 20;
+
+fn read_reply(reader: &mut impl BufRead) -> Result<Reply, String> {
+    let mut line = String::new();
+    let n = reader
+        .read_line(&mut line)
+        .map_err(|err| format!("receive: {err}"))?;
+    if n == 0 {
+        return Err("connection closed".to_owned());
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    let (kind, rest) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
+    Ok(match kind {
+        "+" => Reply::Status(rest.to_owned()),
+        "-" => Reply::Error(rest.to_owned()),
+        "$" => {
+            let len: usize = match rest.parse() {
+                Ok(len) if len <= MAX_BULK => len,
+                // Includes "$-1" (nil).
+                _ => return Ok(Reply::Other(line.to_owned())),
+            };
+            let mut body = vec![0; len + 2];
+            reader
+                .read_exact(&mut body)
+                .map_err(|err| format!("receive: {err}"))?;
+            body.truncate(len);
+            Reply::Bulk(String::from_utf8_lossy(&body).into_owned())
+        }
+        _ => Reply::Other(line.to_owned()),
+    })
+}
+
+/// Reads the log from byte `offset` on, trimmed to its last
+/// [`LOG_EXCERPT_BYTES`] for error messages.
+fn read_log_from(path: &Path, offset: u64) -> String {
+    let read = || -> io::Result<Vec<u8>> {
+        let mut file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let start = offset.max(len.saturating_sub(LOG_EXCERPT_BYTES as u64));
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    match read() {
+        Ok(bytes) if bytes.is_empty() => "<empty>".to_owned(),
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(err) => format!("<cannot read {}: {err}>", path.display()),
+    }
+}
+
+/// A hook run between the two round trips of a transition; see
+/// [`Client::set_before_exec_hook`](crate::Client::set_before_exec_hook).
+pub type BeforeExecHook = std::sync::Arc<
+    dyn Fn(&'static str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;

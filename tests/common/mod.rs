@@ -1,0 +1,117 @@
+//! Shared helpers for the integration tests: a private redis-server per test, a client on it,
+//! and event readers with generous deadlines (they prove wake-up paths, never speed).
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use baton::testing::{Persistence, RedisServer};
+use baton::{Client, Event, FailoverConfig, FailoverConfigBuilder, Worker};
+use redis::aio::MultiplexedConnection;
+use tokio_stream::StreamExt;
+
+/// The bound used to prove "woken, not waiting out the lease" with a 10 s lease.
+pub const WAKE: Duration = Duration::from_secs(5);
+
+pub fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+pub fn durable_server() -> RedisServer {
+    RedisServer::builder()
+        .persistence(Persistence::Durable)
+        .start()
+        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+pub async fn client(server: &RedisServer) -> Client {
+    Client::connect(server.url()).await.expect("connect")
+}
+
+pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// A job configuration with a 10 s lease (so any takeover under 5 s proves a wake-up).
+pub fn job(key: &str) -> FailoverConfigBuilder {
+    FailoverConfig::builder(key).lock_timeout(Duration::from_secs(10))
+}
+
+/// The next event that is not `Status`/`Lagged`, or a panic after `within`.
+pub async fn next(w: &mut Worker, within: Duration) -> Event {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, w.next()).await {
+            Ok(Some(Event::Status { .. } | Event::Lagged { .. })) => continue,
+            Ok(Some(ev)) => return ev,
+            Ok(None) => panic!("stream of {} ended without the expected event", w.key()),
+            Err(_) => panic!("no event from {} within {within:?}", w.key()),
+        }
+    }
+}
+
+/// Reads events until the terminal one; returns them all (without `Status`).
+pub async fn until_end(w: &mut Worker, within: Duration) -> Vec<Event> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, w.next()).await {
+            Ok(Some(Event::Status { .. })) => continue,
+            Ok(Some(ev)) => {
+                let end = ev.is_terminal();
+                out.push(ev);
+                if end {
+                    // Exactly one terminal event: the stream must end right after it.
+                    let rest = tokio::time::timeout(Duration::from_secs(5), w.next())
+                        .await
+                        .expect("stream closes after its terminal event");
+                    assert!(rest.is_none(), "event after the terminal one: {rest:?}");
+                    return out;
+                }
+            }
+            Ok(None) => panic!(
+                "stream of {} ended without a terminal event: {out:?}",
+                w.key()
+            ),
+            Err(_) => panic!("{} did not end within {within:?}; so far {out:?}", w.key()),
+        }
+    }
+}
+
+pub fn name(ev: &Event) -> String {
+    serde_json::to_value(ev).unwrap()["event"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+pub async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+pub async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
+pub fn state_key(job: &str) -> String {
+    format!("baton:{{{job}}}")
+}
+
+pub fn lease_key(job: &str) -> String {
+    format!("baton:{{{job}}}:lease")
+}
+
+pub fn fence_key(job: &str) -> String {
+    format!("baton:{{{job}}}:fence")
+}
+
+/// Expects an `Acquired` event and returns it.
+pub async fn acquired(w: &mut Worker, within: Duration) -> baton::Acquired {
+    match next(w, within).await {
+        Event::Acquired(a) => a,
+        other => panic!("expected Acquired from {}, got {other:?}", w.key()),
+    }
+}
