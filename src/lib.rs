@@ -77,6 +77,11 @@ mod keys;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+/// The README's code blocks, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use client::{Client, ClientBuilder};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{

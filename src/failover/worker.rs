@@ -555,6 +555,7 @@ impl Task {
                 lease_remaining_ms: pttl_ms,
             });
         }
+        let mut resubscribe_in = None;
         if self.sub.is_none() {
             match self.shared.hub.subscribe(&self.keys.channel).await {
                 Ok(sub) => {
@@ -569,18 +570,22 @@ impl Task {
                             if self.report(&e) == Flow::End {
                                 return Flow::End;
                             }
+                            resubscribe_in = Some(self.backoff.next_delay());
                         }
                     }
                 }
-                // Without pub/sub we still wake when the lease runs out: slower, never wrong.
+                // Without pub/sub we would still wake when the lease runs out (slower, never
+                // wrong), but Redis is probably restarting: look again after a backoff, which
+                // also retries the subscription.
                 Err(e) => {
                     if self.report(&e) == Flow::End {
                         return Flow::End;
                     }
+                    resubscribe_in = Some(self.backoff.next_delay());
                 }
             }
         }
-        let sleep_for = match pttl_ms {
+        let mut sleep_for = match pttl_ms {
             Some(p) => Duration::from_millis(p.max(1)),
             None => {
                 let e = Error::NoExpiry {
@@ -590,6 +595,9 @@ impl Task {
                 self.cfg.lock_timeout
             }
         };
+        if let Some(d) = resubscribe_in {
+            sleep_for = sleep_for.min(d);
+        }
         let sub = self.sub.as_mut();
         tokio::select! {
             biased;

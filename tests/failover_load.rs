@@ -1,0 +1,213 @@
+//! Many jobs and workers on one shared client, with a MONITOR capture proving that every
+//! WATCH … EXEC ran undisturbed on its own connection.
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use baton::Event;
+use common::*;
+use tokio_stream::StreamExt;
+
+const JOBS: usize = 200;
+const WORKERS: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_jobs_by_three_workers_on_one_client_each_done_exactly_once() {
+    let srv = server();
+    let mut monitor = redis::Client::open(srv.url())
+        .unwrap()
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
+    let client = client(&srv).await;
+    let mut tasks = Vec::new();
+    for j in 0..JOBS {
+        for w in 0..WORKERS {
+            let cfg = job(&format!("load:{j}")).build().unwrap();
+            let mut stream = client.start(cfg);
+            tasks.push(tokio::spawn(async move {
+                let mut grants = Vec::new();
+                let mut completed_by_us = 0;
+                loop {
+                    let ev = next(&mut stream, Duration::from_secs(60)).await;
+                    match ev {
+                        Event::Acquired(a) => {
+                            grants.push(a.attempt);
+                            // Every fourth job fails its first attempt, so handovers happen too.
+                            if j % 4 == 0 && a.attempt == 1 {
+                                a.fail("first attempt fails").await.unwrap();
+                            } else {
+                                a.done().await.unwrap();
+                            }
+                        }
+                        Event::Completed { attempt } => {
+                            completed_by_us += attempt.is_some() as usize;
+                            return (j, w, grants, completed_by_us, "Completed");
+                        }
+                        Event::Failed { .. } => return (j, w, grants, completed_by_us, "Failed"),
+                        ev if ev.is_terminal() => panic!("job {j} worker {w}: {ev:?}"),
+                        _ => {}
+                    }
+                }
+            }));
+        }
+    }
+    let mut done_by: HashMap<usize, usize> = HashMap::new();
+    let mut granted: HashSet<(usize, u64)> = HashSet::new();
+    for t in tasks {
+        let (j, _w, grants, completed, _end) = t.await.unwrap();
+        for g in grants {
+            assert!(granted.insert((j, g)), "job {j} attempt {g} granted twice");
+        }
+        *done_by.entry(j).or_default() += completed;
+    }
+    let mut conn = raw(&srv).await;
+    for j in 0..JOBS {
+        assert_eq!(
+            done_by.get(&j),
+            Some(&1),
+            "job {j} completed {done_by:?} times"
+        );
+        let key = state_key(&format!("load:{j}"));
+        assert_eq!(get(&mut conn, &key).await.as_deref(), Some("DONE"), "{key}");
+        let expected_attempts = if j % 4 == 0 { 2 } else { 1 };
+        assert!(granted.contains(&(j, expected_attempts)));
+        assert!(!granted.contains(&(j, expected_attempts + 1)));
+    }
+
+    // A marker command ends the capture.
+    let _: () = redis::cmd("SET")
+        .arg("monitor:end")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), monitor.next())
+            .await
+            .expect("monitor stream stalled")
+            .expect("monitor stream ended");
+        let end = line.contains("\"monitor:end\"");
+        lines.push(line);
+        if end {
+            break;
+        }
+    }
+    check_transactions(&lines);
+}
+
+/// Per connection, between a WATCH and its EXEC/UNWATCH only the same job's reads, MULTI and
+/// writes may appear: no second WATCH, no other job's keys.
+fn check_transactions(lines: &[String]) {
+    let mut open: HashMap<String, String> = HashMap::new();
+    let mut watches = 0;
+    let mut execs = 0;
+    for line in lines {
+        let Some((addr, args)) = parse_monitor_line(line) else {
+            continue;
+        };
+        let cmd = args[0].to_ascii_uppercase();
+        match cmd.as_str() {
+            "WATCH" => {
+                watches += 1;
+                assert!(
+                    !open.contains_key(&addr),
+                    "second WATCH on {addr} before EXEC: {line}"
+                );
+                open.insert(addr, tag(&args[1]));
+            }
+            "EXEC" | "UNWATCH" => {
+                if open.remove(&addr).is_some() && cmd == "EXEC" {
+                    execs += 1;
+                }
+            }
+            _ => {
+                if let Some(job) = open.get(&addr) {
+                    assert!(
+                        matches!(
+                            cmd.as_str(),
+                            "GET"
+                                | "PTTL"
+                                | "TIME"
+                                | "MULTI"
+                                | "SET"
+                                | "DEL"
+                                | "PEXPIRE"
+                                | "PUBLISH"
+                        ),
+                        "unexpected {cmd} inside a transaction on {addr}: {line}"
+                    );
+                    for key in args.iter().skip(1).take(1) {
+                        assert_eq!(&tag(key), job, "another job's key inside a WATCH: {line}");
+                    }
+                }
+            }
+        }
+    }
+    // One grant per job plus the handovers, plus every done/fail: the capture saw real work.
+    assert!(watches >= JOBS * 2, "only {watches} WATCHes captured");
+    assert!(execs >= JOBS * 2, "only {execs} EXECs captured");
+}
+
+fn tag(key: &str) -> String {
+    match (key.find('{'), key.find('}')) {
+        (Some(a), Some(b)) if b > a => key[a + 1..b].to_string(),
+        _ => String::new(),
+    }
+}
+
+/// `1700000000.123456 [0 127.0.0.1:54906] "WATCH" "a"` → ("127.0.0.1:54906", ["WATCH", "a"]).
+fn parse_monitor_line(line: &str) -> Option<(String, Vec<String>)> {
+    let open = line.find('[')?;
+    let close = line[open..].find(']')? + open;
+    let addr = line[open + 1..close].split_whitespace().nth(1)?.to_string();
+    let mut args = Vec::new();
+    let mut rest = line[close + 1..].chars().peekable();
+    while let Some(c) = rest.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = rest.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = rest.next() {
+                        arg.push(n);
+                    }
+                }
+                '"' => break,
+                c => arg.push(c),
+            }
+        }
+        args.push(arg);
+    }
+    (!args.is_empty()).then_some((addr, args))
+}
+
+#[test]
+#[should_panic(expected = "second WATCH")]
+fn the_capture_check_catches_an_interleaved_watch() {
+    let lines = [
+        r#"1.0 [0 127.0.0.1:1] "WATCH" "baton:{a}" "baton:{a}:lease""#,
+        r#"1.1 [0 127.0.0.1:1] "GET" "baton:{a}""#,
+        r#"1.2 [0 127.0.0.1:1] "WATCH" "baton:{b}""#,
+        r#"1.3 [0 127.0.0.1:1] "EXEC""#,
+    ];
+    check_transactions(&lines.map(String::from));
+}
+
+#[test]
+#[should_panic(expected = "another job's key")]
+fn the_capture_check_catches_a_foreign_key_inside_a_transaction() {
+    let lines = [
+        r#"1.0 [0 127.0.0.1:1] "WATCH" "baton:{a}""#,
+        r#"1.1 [0 127.0.0.1:1] "SET" "baton:{b}" "1""#,
+        r#"1.3 [0 127.0.0.1:1] "EXEC""#,
+    ];
+    check_transactions(&lines.map(String::from));
+}
