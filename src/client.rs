@@ -186,7 +186,7 @@ impl ClientBuilder {
         let cancel = CancellationToken::new();
         let hub = Hub::start(client.clone(), settings.clone(), cancel.clone());
         let pool = Pool::new(client, settings.clone());
-        Ok(Client {
+        let client = Client {
             shared: Arc::new(Shared {
                 manager,
                 pool,
@@ -197,11 +197,119 @@ impl ClientBuilder {
                 #[cfg(feature = "testing")]
                 before_exec: std::sync::Mutex::new(None),
             }),
-        })
+        };
+        // Best effort: managed Redis services often forbid CONFIG, which is fine.
+        match client.durability().await {
+            Ok(d) if !d.is_safe() => tracing::warn!(
+                problems = ?d.problems(),
+                "redis may lose acknowledged writes; baton's guarantees need appendonly yes, \
+                 appendfsync always and maxmemory-policy noeviction"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
+        }
+        Ok(client)
+    }
+}
+
+/// A job's state as stored in Redis; see [`Client::job_state`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state")]
+#[non_exhaustive]
+pub enum JobState {
+    /// No state: never run, or its retention ran out.
+    Absent,
+    /// Attempt `number` was the last one started.
+    Attempt {
+        /// The attempt number.
+        number: u64,
+        /// The holder's name while its lease is alive.
+        holder: Option<String>,
+        /// The lease time left in ms (`None` when no lease is alive, or it has no TTL).
+        lease_remaining_ms: Option<u64>,
+    },
+    /// The job succeeded.
+    Done,
+    /// Every attempt failed.
+    Exhausted,
+    /// A value baton never writes.
+    Corrupt {
+        /// A printable preview of it.
+        value: String,
+    },
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobState::Absent => f.write_str("absent"),
+            JobState::Attempt { number, .. } => write!(f, "attempt {number}"),
+            JobState::Done => f.write_str("DONE"),
+            JobState::Exhausted => f.write_str("EXHAUSTED"),
+            JobState::Corrupt { value } => write!(f, "corrupt ({value})"),
+        }
+    }
+}
+
+/// The durability settings Redis reports (`CONFIG GET`); see [`Client::durability`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Durability {
+    /// `appendonly` (`yes` is needed).
+    pub appendonly: Option<String>,
+    /// `appendfsync` (`always` is needed).
+    pub appendfsync: Option<String>,
+    /// `maxmemory-policy` (`noeviction` is needed).
+    pub maxmemory_policy: Option<String>,
+}
+
+impl Durability {
+    /// What keeps acknowledged writes from surviving a crash or memory pressure (empty if safe).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut want = |name: &str, have: &Option<String>, need: &str| {
+            if have.as_deref() != Some(need) {
+                out.push(format!(
+                    "{name} is {} (needs {need})",
+                    have.as_deref().unwrap_or("unknown")
+                ));
+            }
+        };
+        want("appendonly", &self.appendonly, "yes");
+        want("appendfsync", &self.appendfsync, "always");
+        want("maxmemory-policy", &self.maxmemory_policy, "noeviction");
+        out
+    }
+
+    /// Whether every acknowledged write survives a crash and is never evicted.
+    pub fn is_safe(&self) -> bool {
+        self.problems().is_empty()
     }
 }
 
 impl Client {
+    /// Reads the server's durability settings with `CONFIG GET`.
+    ///
+    /// `Client::connect` already logs a warning (via `tracing`) when they are unsafe.
+    ///
+    /// # Errors
+    /// A permission error where `CONFIG` is not allowed; connection errors.
+    pub async fn durability(&self) -> Result<Durability, Error> {
+        let mut conn = self.shared.manager.clone();
+        let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .arg("appendfsync")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await?;
+        Ok(Durability {
+            appendonly: pairs.get("appendonly").cloned(),
+            appendfsync: pairs.get("appendfsync").cloned(),
+            maxmemory_policy: pairs.get("maxmemory-policy").cloned(),
+        })
+    }
+
     /// Starts a builder for the server at `url` (`redis://[:password@]host:port[/db]`).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
@@ -254,9 +362,49 @@ impl Client {
         *crate::failover::events::lock(&self.shared.before_exec) = hook;
     }
 
-    /// The shared multiplexed connection (for tests and tooling that read job keys).
-    pub fn connection(&self) -> ConnectionManager {
-        self.shared.manager.clone()
+    /// Reads a job's state (plain reads, no transaction), as an operator would with
+    /// `redis-cli GET 'baton:{msg:42}'`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors.
+    pub async fn job_state(&self, job: impl crate::failover::IntoJob) -> Result<JobState, Error> {
+        use crate::failover::protocol::{parse_lease, parse_state, Lease, State};
+        let config = job.into_job()?;
+        let keys = crate::keys::JobKeys::new(&config.prefix, &config.key);
+        let mut conn = self.shared.manager.clone();
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("GET")
+            .arg(&keys.state)
+            .cmd("GET")
+            .arg(&keys.lease)
+            .cmd("PTTL")
+            .arg(&keys.lease);
+        let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
+        let [state, lease, pttl] = values.as_slice() else {
+            return Err(Error::UnexpectedReply {
+                context: "reading a job's state",
+                reply: format!("{} replies instead of 3", values.len()),
+            });
+        };
+        let (holder, lease_remaining_ms) = match parse_lease(lease, pttl)? {
+            Lease::Held {
+                holder, pttl_ms, ..
+            } => (Some(holder), pttl_ms),
+            _ => (None, None),
+        };
+        Ok(match parse_state(state)? {
+            State::Absent => JobState::Absent,
+            State::Attempt(number) => JobState::Attempt {
+                number,
+                holder,
+                lease_remaining_ms,
+            },
+            State::Done => JobState::Done,
+            State::Exhausted => JobState::Exhausted,
+            State::Corrupt(value) => JobState::Corrupt { value },
+            State::WrongType(detail) => JobState::Corrupt { value: detail },
+        })
     }
 }
 

@@ -82,7 +82,7 @@ pub mod testing;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, Durability, JobState};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, FailoverConfig, FailoverConfigBuilder, IntoJob,

@@ -229,3 +229,79 @@ async fn unreachable_redis_is_a_typed_error_not_a_hang() {
     assert!(err.is_retryable(), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test]
+async fn a_grant_whose_reply_was_lost_is_recognised_as_ours() {
+    // Freeze Redis right before the grant's EXEC is sent: the EXEC times out on the client (its
+    // outcome unknown), then Redis wakes up and applies it. The worker must find its own token
+    // in the lease and take the attempt, instead of waiting out its own lease as a stranger's.
+    let srv = server();
+    let client = client(&srv).await;
+    let pid = srv.pid().unwrap().to_string();
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    client.set_before_exec_hook(Some(std::sync::Arc::new(move |what| {
+        let (pid, fired) = (pid.clone(), fired.clone());
+        Box::pin(async move {
+            if what != "grant" || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let stop = std::process::Command::new("kill")
+                .args(["-STOP", &pid])
+                .status();
+            assert!(stop.unwrap().success());
+            std::thread::spawn(move || {
+                // Longer than the 500 ms response timeout.
+                std::thread::sleep(Duration::from_millis(1200));
+                let _ = std::process::Command::new("kill")
+                    .args(["-CONT", &pid])
+                    .status();
+            });
+        })
+    })));
+    let t0 = Instant::now();
+    let mut w = client.start(job("lostreply").build().unwrap());
+    let mut errors = 0;
+    let got = loop {
+        match next(&mut w, WAKE).await {
+            Event::Error {
+                retryable: true,
+                kind,
+                ..
+            } => {
+                assert!(
+                    matches!(kind, ErrorKind::Timeout | ErrorKind::Connection),
+                    "{kind:?}"
+                );
+                errors += 1;
+            }
+            Event::Acquired(a) => break a,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(errors > 0, "the EXEC did not time out");
+    assert_eq!(got.attempt, 1);
+    // Well before the 10 s lease it granted itself could have run out.
+    assert!(t0.elapsed() < WAKE);
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("lostreply")).await.as_deref(),
+        Some("1")
+    );
+    got.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn durability_settings_are_checked() {
+    let volatile = server();
+    let d = client(&volatile).await.durability().await.unwrap();
+    assert!(!d.is_safe());
+    assert!(
+        d.problems()
+            .iter()
+            .any(|p| p.starts_with("appendonly is no")),
+        "{d:?}"
+    );
+    let durable = durable_server();
+    let d = client(&durable).await.durability().await.unwrap();
+    assert!(d.is_safe(), "{:?}", d.problems());
+}

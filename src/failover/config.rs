@@ -230,7 +230,9 @@ impl FailoverConfigBuilder {
         self.raw.retry_delay_ms = duration_ms(d);
         self
     }
-    /// Whether a worker whose own attempt failed waits as a backup again. Defaults to false.
+    /// Whether a worker whose own attempt failed waits as a backup again (after giving the other
+    /// backups a head start of `lock_timeout / 10`, 10..=500 ms, or `retry_delay` if longer).
+    /// Defaults to false.
     pub fn rejoin_after_fail(mut self, on: bool) -> Self {
         self.raw.rejoin_after_fail = on;
         self

@@ -96,6 +96,23 @@ pub enum Event {
 }
 
 impl Event {
+    /// The event's name, as in its JSON `event` field (`"Acquired"`, `"Locked"`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Acquired(_) => "Acquired",
+            Event::Locked { .. } => "Locked",
+            Event::Status { .. } => "Status",
+            Event::Error { .. } => "Error",
+            Event::DeadlinePassed { .. } => "DeadlinePassed",
+            Event::Lagged { .. } => "Lagged",
+            Event::Completed { .. } => "Completed",
+            Event::Exhausted { .. } => "Exhausted",
+            Event::Failed { .. } => "Failed",
+            Event::LeaseLost { .. } => "LeaseLost",
+            Event::Stopped => "Stopped",
+        }
+    }
+
     /// Whether this event ends the stream.
     pub fn is_terminal(&self) -> bool {
         match self {
@@ -164,6 +181,9 @@ pub(crate) enum HolderCmd {
 /// Ends one attempt. Clones share one slot: the first `done()`/`fail()` wins, later calls get
 /// [`Error::AttemptEnded`]. Dropping every clone without either call fails the attempt (the
 /// worker task notices; `Drop` never blocks).
+///
+/// Cloning an [`Event::Acquired`] clones this handle: an event kept around (in a log, say) keeps
+/// the attempt from being failed on drop. Keep the serialized event instead.
 #[derive(Clone)]
 pub struct AttemptHandle {
     inner: Arc<HandleInner>,

@@ -784,7 +784,13 @@ impl Task {
                                 g.attempt
                             ),
                         );
-                        Flow::Continue
+                        // Give the backups woken by our `failed` a head start, so the worker
+                        // that just failed does not usually win the next attempt itself.
+                        let head_start = (self.cfg.lock_timeout / 10)
+                            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+                            .max(self.cfg.retry_delay);
+                        self.view.delay_served_for = Some(g.attempt);
+                        self.sleep(head_start).await
                     } else {
                         self.events.emit(Event::Failed {
                             attempt: g.attempt,

@@ -82,10 +82,12 @@ pub async fn until_end(w: &mut Worker, within: Duration) -> Vec<Event> {
 }
 
 pub fn name(ev: &Event) -> String {
-    serde_json::to_value(ev).unwrap()["event"]
+    let json = serde_json::to_value(ev).unwrap()["event"]
         .as_str()
         .unwrap()
-        .to_string()
+        .to_string();
+    assert_eq!(json, ev.name(), "Event::name agrees with the JSON tag");
+    json
 }
 
 pub async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
