@@ -363,48 +363,16 @@ impl Client {
     }
 
     /// Reads a job's state (plain reads, no transaction), as an operator would with
-    /// `redis-cli GET 'baton:{msg:42}'`.
+    /// `redis-cli GET 'baton:{msg:42}'`. [`Client::job_status`] tells more.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid job name; connection errors.
     pub async fn job_state(&self, job: impl crate::failover::IntoJob) -> Result<JobState, Error> {
-        use crate::failover::protocol::{parse_lease, parse_state, Lease, State};
-        let config = job.into_job()?;
-        let keys = crate::keys::JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.shared.manager.clone();
-        let mut p = redis::pipe();
-        p.ignore_errors()
-            .cmd("GET")
-            .arg(&keys.state)
-            .cmd("GET")
-            .arg(&keys.lease)
-            .cmd("PTTL")
-            .arg(&keys.lease);
-        let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
-        let [state, lease, pttl] = values.as_slice() else {
-            return Err(Error::UnexpectedReply {
-                context: "reading a job's state",
-                reply: format!("{} replies instead of 3", values.len()),
-            });
-        };
-        let (holder, lease_remaining_ms) = match parse_lease(lease, pttl)? {
-            Lease::Held {
-                holder, pttl_ms, ..
-            } => (Some(holder), pttl_ms),
-            _ => (None, None),
-        };
-        Ok(match parse_state(state)? {
-            State::Absent => JobState::Absent,
-            State::Attempt(number) => JobState::Attempt {
-                number,
-                holder,
-                lease_remaining_ms,
-            },
-            State::Done => JobState::Done,
-            State::Exhausted => JobState::Exhausted,
-            State::Corrupt(value) => JobState::Corrupt { value },
-            State::WrongType(detail) => JobState::Corrupt { value: detail },
-        })
+        Ok(self.job_status(job).await?.state)
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 }
 

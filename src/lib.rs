@@ -86,5 +86,5 @@ pub use client::{Client, ClientBuilder, Durability, JobState};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, FailoverConfig, FailoverConfigBuilder, IntoJob,
-    RunOutcome, StatusLevel, Worker,
+    JobChange, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
 };

@@ -1,0 +1,864 @@
+//! `baton`: run any program under failover coordination, inspect and administer jobs.
+//!
+//! ```text
+//! baton run --key nightly-report -- /usr/local/bin/report --since yesterday
+//! baton status --key nightly-report
+//! ```
+//!
+//! Built with the `cli` feature. See `baton --help` for every flag and exit status.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use baton::{Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus};
+use clap::{Args, Parser, Subcommand};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+const EXIT_STATUSES: &str = "\
+Exit statuses of `baton run`:
+  0        the job ended DONE (by this process or another one)
+  N        PROGRAM's own status when this process ran an attempt that failed
+           (128+n when signal n ended it)
+  126/127  PROGRAM could not be executed / was not found (the attempt is failed)
+  64       usage or configuration error
+  65       the job's stored state is corrupt (a value baton never writes)
+  69       Redis cannot be reached, or kept failing for a few seconds
+  74       this process lost its attempt: lease lost, deadline passed (--no-keepalive),
+           --max-run reached, or a success that could no longer be recorded
+  75       the job is exhausted and this process ran no attempt
+  130/143  interrupted by SIGINT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
+PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
+`status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
+job needs --yes), 65 on a corrupt state, 69 when Redis is unreachable; `watch` exits 75 when
+the job ends EXHAUSTED.
+
+PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
+in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
+which gets SIGTERM and then SIGKILL when the attempt is lost or runs out of time, and it is killed
+when `baton` dies, even by SIGKILL (Linux parent-death signal). PROGRAM's own children can
+escape that last guard: make PROGRAM wait for what it starts. A lease cannot stop a paused or
+partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to.
+
+Crontab example (every server runs it; exactly one runs the report, a backup retries on failure):
+  0 2 * * *  baton run --key nightly-report --lock-timeout 60s -- /usr/local/bin/report";
+
+const EX_USAGE: u8 = 64;
+const EX_DATAERR: u8 = 65;
+const EX_UNAVAILABLE: u8 = 69;
+const EX_LOST: u8 = 74;
+const EX_EXHAUSTED: u8 = 75;
+
+/// Run any program under attempt-counted failover coordination through Redis.
+#[derive(Parser, Debug)]
+#[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
+struct Cli {
+    /// Redis URL (redis://[:password@]host:port/[db]); a password can also come from the file
+    /// named by BATON_REDIS_PASSWORD_FILE. Never printed.
+    #[arg(
+        long,
+        global = true,
+        env = "BATON_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        hide_env_values = true,
+        hide_default_value = false
+    )]
+    redis_url: String,
+    /// Key prefix of the job's Redis keys.
+    #[arg(long, global = true, default_value = "baton:")]
+    prefix: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run PROGRAM if this process wins an attempt of the job; otherwise wait as a backup and
+    /// take over when an attempt fails.
+    #[command(after_long_help = EXIT_STATUSES)]
+    Run(RunArgs),
+    /// Show a job's state: attempt, holder, last failure, TTLs, fencing token.
+    Status {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a job's changes (grants, done, failures) until it ends.
+    Watch {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a hung holder's attempt so a backup takes over at once.
+    Fail {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Why (kept in the job's failure note).
+        #[arg(long, default_value = "released by an operator")]
+        reason: String,
+        /// Confirm releasing a live attempt.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Forget a job's state, so the next `baton run` runs it again as attempt 1.
+    Reset {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Confirm resetting a live job.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The job name (e.g. nightly-report); every server running the job uses the same key.
+    #[arg(long)]
+    key: String,
+    /// The lease: how long a silent holder keeps the job before a backup may take over.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    lock_timeout: Duration,
+    /// The maximum number of attempts.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u64,
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run.
+    #[arg(long, default_value = "24h", value_parser = duration)]
+    retention: Duration,
+    /// Do not extend the lease: the attempt must finish within --lock-timeout (PROGRAM is
+    /// stopped when it does not).
+    #[arg(long)]
+    no_keepalive: bool,
+    /// Cap on one attempt's run time (must exceed --lock-timeout).
+    #[arg(long, value_parser = duration)]
+    max_run: Option<Duration>,
+    /// Pause before a backup takes over a failed attempt.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    retry_delay: Duration,
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop (never past the lease's end;
+    /// without keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    kill_grace: Duration,
+    /// This worker's name, shown by `baton status` (default host:pid).
+    #[arg(long)]
+    name: Option<String>,
+    /// Write events as JSON lines on stderr.
+    #[arg(long)]
+    json: bool,
+    /// Write events as JSON lines to FILE (appended).
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    program: Vec<OsString>,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    // One thread: PROGRAM is forked from the main thread, which lives as long as the process,
+    // so the parent-death signal (which follows the forking *thread*) fires only when baton dies.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("baton: cannot start the runtime: {e}");
+            return ExitCode::from(EX_UNAVAILABLE);
+        }
+    };
+    ExitCode::from(runtime.block_on(dispatch(cli)))
+}
+
+async fn dispatch(cli: Cli) -> u8 {
+    if let Command::Run(args) = &cli.command {
+        if args.verbose >= 2 {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter("baton=debug")
+                .try_init();
+        }
+    }
+    let client = match connect(&cli.redis_url).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let job = |key: &str| {
+        FailoverConfig::builder(key)
+            .prefix(cli.prefix.clone())
+            .build()
+    };
+    match &cli.command {
+        Command::Run(args) => run(&client, &cli.prefix, args).await,
+        Command::Status { key, json } => match job(key) {
+            Ok(cfg) => status(&client, cfg, &cli.prefix, *json).await,
+            Err(e) => usage(e),
+        },
+        Command::Watch { key, json } => match job(key) {
+            Ok(cfg) => watch(&client, cfg, *json).await,
+            Err(e) => usage(e),
+        },
+        Command::Fail { key, reason, yes } => match job(key) {
+            Ok(cfg) => admin_fail(&client, cfg, reason, *yes).await,
+            Err(e) => usage(e),
+        },
+        Command::Reset { key, yes } => match job(key) {
+            Ok(cfg) => reset(&client, cfg, *yes).await,
+            Err(e) => usage(e),
+        },
+    }
+}
+
+fn usage(e: impl std::fmt::Display) -> u8 {
+    eprintln!("baton: {e}");
+    EX_USAGE
+}
+
+/// Maps a library error to an exit status and prints it.
+fn fail_with(e: &baton::Error) -> u8 {
+    eprintln!("baton: {e}");
+    exit_for(e.kind())
+}
+
+fn exit_for(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Config => EX_USAGE,
+        ErrorKind::CorruptState | ErrorKind::WrongType | ErrorKind::StateLost => EX_DATAERR,
+        ErrorKind::LeaseLost => EX_LOST,
+        _ => EX_UNAVAILABLE,
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, u8> {
+    let mut builder = Client::builder(url);
+    if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
+        builder = builder.password_file(path).map_err(usage)?;
+    }
+    // The client retries connecting for a few seconds by itself; past that Redis is unavailable.
+    match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(fail_with(&e)),
+        Err(_) => {
+            eprintln!("baton: redis did not answer within 8 s");
+            Err(EX_UNAVAILABLE)
+        }
+    }
+}
+
+/// Where events go.
+struct Sink {
+    json: bool,
+    file: Option<std::fs::File>,
+    verbose: u8,
+    key: String,
+}
+
+impl Sink {
+    fn emit(&mut self, event: &Event) {
+        if self.json || self.file.is_some() {
+            let mut value = serde_json::to_value(event).unwrap_or_default();
+            if let Some(map) = value.as_object_mut() {
+                map.insert("key".into(), self.key.clone().into());
+            }
+            let line = value.to_string();
+            if self.json {
+                eprintln!("{line}");
+            }
+            if let Some(f) = &mut self.file {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+        if self.json {
+            return;
+        }
+        let important = matches!(
+            event,
+            Event::Error { .. } | Event::LeaseLost { .. } | Event::DeadlinePassed { .. }
+        );
+        if important || self.verbose >= 1 {
+            eprintln!("baton: {}: {}", self.key, describe(event));
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        if !self.json && self.verbose >= 1 {
+            eprintln!("baton: {}: {text}", self.key);
+        }
+    }
+}
+
+fn describe(event: &Event) -> String {
+    match event {
+        Event::Acquired(a) => format!(
+            "acquired attempt {}{} (fencing token {})",
+            a.attempt,
+            if a.last { ", the last" } else { "" },
+            a.fencing_token
+        ),
+        Event::Locked {
+            attempt,
+            lease_remaining_ms,
+            ..
+        } => format!(
+            "attempt {attempt} runs elsewhere; waiting as a backup ({} ms lease left)",
+            lease_remaining_ms.map_or("?".into(), |m| m.to_string())
+        ),
+        Event::Status { message, .. } => message.clone(),
+        Event::Error {
+            kind,
+            message,
+            retryable,
+        } => format!(
+            "error ({kind:?}{}): {message}",
+            if *retryable { ", retrying" } else { "" }
+        ),
+        Event::DeadlinePassed { attempt } => format!("attempt {attempt} ran out of time"),
+        Event::Lagged { dropped } => format!("{dropped} events dropped"),
+        Event::Completed { attempt: Some(n) } => format!("done (attempt {n})"),
+        Event::Completed { attempt: None } => "done by another worker".into(),
+        Event::Exhausted { attempts } => format!("exhausted after {attempts} attempts"),
+        Event::Failed { attempt, reason } => format!("attempt {attempt} failed: {reason}"),
+        Event::LeaseLost { attempt, reason } => format!("lost attempt {attempt}: {reason}"),
+        Event::Stopped => "stopped".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
+    let mut builder = FailoverConfig::builder(args.key.clone())
+        .prefix(prefix)
+        .lock_timeout(args.lock_timeout)
+        .max_attempts(args.max_attempts)
+        .retention(args.retention)
+        .keepalive(!args.no_keepalive)
+        .retry_delay(args.retry_delay);
+    if let Some(name) = &args.name {
+        builder = builder.worker_name(name.clone());
+    }
+    // Validate --max-run with the library's rules, but enforce it here: PROGRAM must be stopped
+    // *before* the attempt is released, which only this process can do.
+    if let Err(e) = builder.clone().max_run(args.max_run).build() {
+        return usage(e);
+    }
+    let config = match builder.build() {
+        Ok(c) => c,
+        Err(e) => return usage(e),
+    };
+    let file = match &args.events {
+        Some(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => Some(f),
+            Err(e) => return usage(format!("cannot open {}: {e}", path.display())),
+        },
+        None => None,
+    };
+    let mut sink = Sink {
+        json: args.json,
+        file,
+        verbose: args.verbose,
+        key: args.key.clone(),
+    };
+    let (mut sigint, mut sigterm) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        _ => {
+            eprintln!("baton: cannot install signal handlers");
+            return EX_UNAVAILABLE;
+        }
+    };
+    let mut worker = client.start(config);
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let event = tokio::select! {
+            _ = sigint.recv() => return stop_waiting(&mut worker, &mut sink, 130).await,
+            _ = sigterm.recv() => return stop_waiting(&mut worker, &mut sink, 143).await,
+            ev = worker.next() => ev,
+        };
+        let Some(event) = event else {
+            eprintln!("baton: the worker ended unexpectedly");
+            return EX_UNAVAILABLE;
+        };
+        sink.emit(&event);
+        match event {
+            Event::Acquired(acquired) => {
+                let mut holder = Holder {
+                    args,
+                    worker: &mut worker,
+                    sink: &mut sink,
+                    sigint: &mut sigint,
+                    sigterm: &mut sigterm,
+                };
+                return holder.hold(acquired).await;
+            }
+            Event::Error {
+                retryable: true, ..
+            } => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(5) {
+                    eprintln!("baton: {}: redis keeps failing; giving up", args.key);
+                    return stop_waiting(&mut worker, &mut sink, EX_UNAVAILABLE).await;
+                }
+            }
+            Event::Error { kind, message, .. } => {
+                if args.json {
+                    eprintln!("baton: {message}");
+                }
+                return exit_for(kind);
+            }
+            Event::Completed { .. } => return 0,
+            Event::Exhausted { .. } => return EX_EXHAUSTED,
+            Event::Stopped => return 130,
+            Event::Locked { .. } | Event::Status { .. } => failing_since = None,
+            _ => {}
+        }
+    }
+}
+
+/// Stops a waiting worker, reads its remaining events, and returns `code`.
+async fn stop_waiting(worker: &mut baton::Worker, sink: &mut Sink, code: u8) -> u8 {
+    worker.stop();
+    drain(worker, sink).await;
+    code
+}
+
+/// Reads the worker's events until the stream ends (bounded).
+async fn drain(worker: &mut baton::Worker, sink: &mut Sink) -> Option<Event> {
+    let mut last = None;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, worker.next()).await {
+        sink.emit(&ev);
+        last = Some(ev);
+    }
+    last
+}
+
+/// Why PROGRAM is being stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    /// The attempt is lost or out of time: exit 74.
+    Lost,
+    /// SIGINT/SIGTERM: exit 130/143.
+    Signal(u8),
+}
+
+struct Holder<'a> {
+    args: &'a RunArgs,
+    worker: &'a mut baton::Worker,
+    sink: &'a mut Sink,
+    sigint: &'a mut tokio::signal::unix::Signal,
+    sigterm: &'a mut tokio::signal::unix::Signal,
+}
+
+impl Holder<'_> {
+    async fn hold(&mut self, acquired: baton::Acquired) -> u8 {
+        let started = Instant::now();
+        let args = self.args;
+        let mut child = match spawn(args, &acquired) {
+            Ok(c) => c,
+            Err(e) => {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                eprintln!(
+                    "baton: cannot execute {}: {e}",
+                    args.program[0].to_string_lossy()
+                );
+                let _ = acquired.fail(format!("cannot execute PROGRAM: {e}")).await;
+                drain(self.worker, self.sink).await;
+                return code;
+            }
+        };
+        // The process group PROGRAM leads (it was started with process_group(0)).
+        let pgid = child.id().map(|p| p as i32);
+        let far = started + Duration::from_secs(86_400 * 365);
+        // Without keepalive the lease ends lock_timeout after the grant: PROGRAM must be gone by
+        // then. SIGTERM comes kill_grace (at most a quarter lease) before; SIGKILL at the deadline.
+        let lease_end = args.no_keepalive.then(|| started + args.lock_timeout);
+        let mut term_at = match lease_end {
+            Some(end) => end - args.kill_grace.min(args.lock_timeout / 4),
+            None => far,
+        };
+        let mut why = Stopping::Lost;
+        let mut why_text = String::from("deadline passed");
+        if let Some(max_run) = args.max_run {
+            let at = started + max_run;
+            if at < term_at {
+                term_at = at;
+                why_text = format!("max_run of {max_run:?} reached");
+            }
+        }
+        let mut kill_at = far;
+        let mut stopping: Option<Stopping> = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                ev = self.worker.next() => {
+                    let Some(ev) = ev else { continue };
+                    self.sink.emit(&ev);
+                    match ev {
+                        // No keepalive: the lease is about to end; PROGRAM must stop now.
+                        Event::DeadlinePassed { .. } => {
+                            stopping = Some(Stopping::Lost);
+                            signal_group(pgid, libc::SIGKILL);
+                        }
+                        Event::LeaseLost { .. } | Event::Error { retryable: false, .. } => {
+                            // The lease has ended (or belongs to someone else): stop at once.
+                            stopping = Some(Stopping::Lost);
+                            signal_group(pgid, libc::SIGTERM);
+                            signal_group(pgid, libc::SIGKILL);
+                        }
+                        _ => {}
+                    }
+                }
+                _ = tokio::time::sleep_until(term_at), if stopping.is_none() => {
+                    self.sink.note(&format!("stopping PROGRAM: {why_text}"));
+                    stopping = Some(why);
+                    signal_group(pgid, libc::SIGTERM);
+                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                }
+                _ = tokio::time::sleep_until(kill_at) => {
+                    signal_group(pgid, libc::SIGKILL);
+                    kill_at = far;
+                }
+                _ = self.sigint.recv() => {
+                    why = Stopping::Signal(130);
+                    stopping = Some(why);
+                    signal_group(pgid, libc::SIGINT);
+                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                }
+                _ = self.sigterm.recv() => {
+                    why = Stopping::Signal(143);
+                    stopping = Some(why);
+                    signal_group(pgid, libc::SIGTERM);
+                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                }
+            }
+        };
+        // PROGRAM is gone; make sure nothing of its group lingers past this point.
+        signal_group(pgid, libc::SIGKILL);
+        let status = match status {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("baton: lost track of PROGRAM: {e}");
+                let _ = acquired.fail(format!("lost track of PROGRAM: {e}")).await;
+                drain(self.worker, self.sink).await;
+                return EX_LOST;
+            }
+        };
+        let code = exit_code(&status);
+        match stopping {
+            Some(Stopping::Lost) => {
+                let _ = acquired.fail(why_text).await;
+                drain(self.worker, self.sink).await;
+                EX_LOST
+            }
+            Some(Stopping::Signal(sig)) => {
+                let _ = acquired
+                    .fail(format!("baton was interrupted (exit {sig})"))
+                    .await;
+                drain(self.worker, self.sink).await;
+                sig
+            }
+            None if status.success() => match acquired.done().await {
+                Ok(()) => {
+                    drain(self.worker, self.sink).await;
+                    0
+                }
+                Err(e) => {
+                    eprintln!(
+                        "baton: PROGRAM succeeded but the success could not be recorded: {e}"
+                    );
+                    drain(self.worker, self.sink).await;
+                    EX_LOST
+                }
+            },
+            None => {
+                let reason = format!("PROGRAM exited with status {code}");
+                match acquired.fail(reason).await {
+                    Ok(()) | Err(baton::Error::LeaseLost { .. }) => {}
+                    Err(e) => eprintln!("baton: the failure could not be recorded: {e}"),
+                }
+                drain(self.worker, self.sink).await;
+                code
+            }
+        }
+    }
+}
+
+/// `at`, but never later than the lease's end (if the lease is not kept alive).
+fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
+    match lease_end {
+        Some(end) => at.min(end),
+        None => at,
+    }
+}
+
+/// The shell convention: the exit code, or 128 + the signal that ended the process.
+fn exit_code(status: &std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        _ => 1,
+    }
+}
+
+fn signal_group(pgid: Option<i32>, sig: libc::c_int) {
+    if let Some(pgid) = pgid {
+        if pgid > 1 {
+            // SAFETY: kill(2) with a negative pid signals the process group PROGRAM leads; it
+            // has no memory-safety preconditions. An error (the group is gone) is harmless.
+            unsafe {
+                libc::kill(-pgid, sig);
+            }
+        }
+    }
+}
+
+fn spawn(args: &RunArgs, acquired: &baton::Acquired) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&args.program[0]);
+    cmd.args(&args.program[1..])
+        .env("BATON_KEY", &args.key)
+        .env("BATON_ATTEMPT", acquired.attempt.to_string())
+        .env("BATON_LAST_ATTEMPT", acquired.last.to_string())
+        .env("BATON_FENCING_TOKEN", acquired.fencing_token.to_string())
+        .process_group(0)
+        .kill_on_drop(true);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only calls the
+    // async-signal-safe prctl(2) and getppid(2), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Die with baton, even when baton is SIGKILLed.
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // baton may have died between fork and prctl: then nobody would signal us.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+fn status_json(s: &JobStatus) -> serde_json::Value {
+    let (state, attempt, holder, lease) = state_parts(&s.state);
+    serde_json::json!({
+        "key": s.key,
+        "state": state,
+        "attempt": attempt,
+        "holder": holder,
+        "lease_remaining_ms": lease,
+        "state_ttl_ms": s.state_ttl_ms,
+        "fencing_token": s.fencing_token,
+        "last_failure": s.last_failure,
+    })
+}
+
+fn state_parts(state: &JobState) -> (&'static str, Option<u64>, Option<String>, Option<u64>) {
+    match state {
+        JobState::Absent => ("absent", None, None, None),
+        JobState::Attempt {
+            number,
+            holder: Some(h),
+            lease_remaining_ms,
+        } => (
+            "running",
+            Some(*number),
+            Some(h.clone()),
+            *lease_remaining_ms,
+        ),
+        JobState::Attempt { number, .. } => ("waiting", Some(*number), None, None),
+        JobState::Done => ("done", None, None, None),
+        JobState::Exhausted => ("exhausted", None, None, None),
+        _ => ("corrupt", None, None, None),
+    }
+}
+
+fn status_text(s: &JobStatus) -> String {
+    let state = match &s.state {
+        JobState::Attempt {
+            number,
+            holder: Some(h),
+            lease_remaining_ms,
+        } => format!(
+            "attempt {number} running (holder {h}, lease {} left)",
+            lease_remaining_ms.map_or("without TTL".into(), ms_text)
+        ),
+        JobState::Attempt { number, .. } => {
+            format!("attempt {number} ended without success; waiting for a backup to take over")
+        }
+        other => other.to_string(),
+    };
+    let mut out = format!("job:          {}\nstate:        {state}\n", s.key);
+    if let Some(ttl) = s.state_ttl_ms {
+        out += &format!("retained:     {} more\n", ms_text(ttl));
+    }
+    if let Some(f) = s.fencing_token {
+        out += &format!("fencing:      {f}\n");
+    }
+    if let Some(r) = &s.last_failure {
+        out += &format!("last failure: {r}\n");
+    }
+    out
+}
+
+fn ms_text(ms: u64) -> String {
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
+async fn status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
+    match client.job_status(job).await {
+        Ok(s) => {
+            if json {
+                println!("{}", status_json(&s));
+            } else {
+                print!("{}", status_text(&s));
+            }
+            if let JobState::Corrupt { value } = &s.state {
+                eprintln!(
+                    "baton: key `{prefix}{{{}}}` holds {value}, which baton never writes",
+                    s.key
+                );
+                return EX_DATAERR;
+            }
+            0
+        }
+        Err(e) => fail_with(&e),
+    }
+}
+
+async fn watch(client: &Client, job: FailoverConfig, json: bool) -> u8 {
+    let mut changes = match client.watch_job(job.clone()).await {
+        Ok(w) => w,
+        Err(e) => return fail_with(&e),
+    };
+    // Subscribed first, then read: nothing that happens in between is missed.
+    let mut last = match client.job_status(job).await {
+        Ok(s) => s,
+        Err(e) => return fail_with(&e),
+    };
+    print_change(json, "status", &last);
+    while !last.is_finished() {
+        match changes.next().await {
+            Some(Ok(change)) => {
+                print_change(json, &change.message, &change.status);
+                last = change.status;
+            }
+            Some(Err(e)) => {
+                eprintln!("baton: {e}");
+            }
+            None => break,
+        }
+    }
+    match last.state {
+        JobState::Done => 0,
+        JobState::Exhausted => EX_EXHAUSTED,
+        _ => EX_UNAVAILABLE,
+    }
+}
+
+fn print_change(json: bool, message: &str, status: &JobStatus) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "message": message, "state": status_json(status) })
+        );
+    } else {
+        let (state, attempt, holder, _) = state_parts(&status.state);
+        let mut line = format!("{message}: {state}");
+        if let Some(a) = attempt {
+            line += &format!(" attempt {a}");
+        }
+        if let Some(h) = holder {
+            line += &format!(" held by {h}");
+        }
+        println!("{line}");
+    }
+}
+
+async fn admin_fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
+    let key = job.key().to_string();
+    match client.job_status(job.clone()).await {
+        Ok(s) if s.is_live() && !yes => {
+            eprintln!(
+                "baton: {key} is live ({}); pass --yes to release its attempt",
+                s.state
+            );
+            return EX_USAGE;
+        }
+        Ok(_) => {}
+        Err(e) => return fail_with(&e),
+    }
+    match client.fail_attempt(job, reason).await {
+        Ok(Some(n)) => {
+            println!("released attempt {n} of {key}");
+            0
+        }
+        Ok(None) => {
+            println!("{key} has no live attempt; nothing to release");
+            0
+        }
+        Err(e) => fail_with(&e),
+    }
+}
+
+async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
+    let key = job.key().to_string();
+    match client.job_status(job.clone()).await {
+        Ok(s) if s.is_live() && !yes => {
+            eprintln!("baton: {key} is live ({}); pass --yes to reset it", s.state);
+            return EX_USAGE;
+        }
+        Ok(_) => {}
+        Err(e) => return fail_with(&e),
+    }
+    match client.reset_job(job).await {
+        Ok(()) => {
+            println!("reset {key}");
+            0
+        }
+        Err(e) => fail_with(&e),
+    }
+}

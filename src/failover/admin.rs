@@ -1,0 +1,303 @@
+//! Operator tools on a job: read its full status, follow its changes, release a hung holder's
+//! attempt, forget the job. The `baton` command's `status`, `watch`, `fail` and `reset` are thin
+//! wrappers around these.
+
+use serde::Serialize;
+
+use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
+use super::IntoJob;
+use crate::client::{Client, JobState};
+use crate::connection::{HubMsg, Subscription};
+use crate::error::{preview, Error};
+use crate::keys::JobKeys;
+
+/// Everything stored about a job; see [`Client::job_status`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct JobStatus {
+    /// The job name.
+    pub key: String,
+    /// The state key's value (with the live holder, if any).
+    pub state: JobState,
+    /// The state key's remaining retention in ms (`None` if absent or without TTL).
+    pub state_ttl_ms: Option<u64>,
+    /// The last fencing token granted (`None` if absent or unreadable).
+    pub fencing_token: Option<u64>,
+    /// The last failure reason recorded (`attempt N by NAME: reason`).
+    pub last_failure: Option<String>,
+}
+
+impl JobStatus {
+    /// Whether an attempt's lease is alive (a holder is running it).
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self.state,
+            JobState::Attempt {
+                holder: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// Whether the job ended (`DONE` or `EXHAUSTED`).
+    pub fn is_finished(&self) -> bool {
+        matches!(self.state, JobState::Done | JobState::Exhausted)
+    }
+}
+
+/// One change of a followed job; see [`Client::watch_job`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct JobChange {
+    /// The channel message (`acquired:N`, `done`, `failed`, `released`, `exhausted`), or
+    /// `resync` after the pub/sub connection was re-established.
+    pub message: String,
+    /// The job's status right after the message.
+    pub status: JobStatus,
+}
+
+/// A followed job: call [`JobWatch::next`] until it returns `None` (the job ended).
+pub struct JobWatch {
+    client: Client,
+    job: super::FailoverConfig,
+    sub: Subscription,
+    finished: bool,
+}
+
+impl std::fmt::Debug for JobWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobWatch")
+            .field("key", &self.job.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobWatch {
+    /// The next change, or `None` once the job is `DONE` or `EXHAUSTED` (or the client stops).
+    ///
+    /// # Errors
+    /// Connection errors while reading the status; the watch can go on after them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a message received but not yet returned is lost only if the future is dropped
+    /// after the status read started; the next call reads the current status anyway.
+    pub async fn next(&mut self) -> Option<Result<JobChange, Error>> {
+        if self.finished {
+            return None;
+        }
+        let message = match self.sub.rx.recv().await? {
+            HubMsg::Message(m) => m,
+            HubMsg::Reconnected => "resync".to_string(),
+        };
+        Some(
+            self.client
+                .job_status(self.job.clone())
+                .await
+                .map(|status| {
+                    self.finished = status.is_finished();
+                    JobChange { message, status }
+                }),
+        )
+    }
+}
+
+impl Client {
+    /// Reads everything stored about a job (plain reads on the shared connection).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors.
+    pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        let mut conn = self.shared().manager.clone();
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("GET")
+            .arg(&keys.state)
+            .cmd("PTTL")
+            .arg(&keys.state)
+            .cmd("GET")
+            .arg(&keys.lease)
+            .cmd("PTTL")
+            .arg(&keys.lease)
+            .cmd("GET")
+            .arg(&keys.fence)
+            .cmd("GET")
+            .arg(&keys.failure);
+        let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
+        let [state, state_ttl, lease, lease_ttl, fence, failure] = values.as_slice() else {
+            return Err(Error::UnexpectedReply {
+                context: "reading a job's status",
+                reply: format!("{} replies instead of 6", values.len()),
+            });
+        };
+        let (holder, lease_remaining_ms) = match parse_lease(lease, lease_ttl)? {
+            Lease::Held {
+                holder, pttl_ms, ..
+            } => (Some(holder), pttl_ms),
+            Lease::Corrupt(v) => (Some(format!("unreadable lease {v}")), None),
+            _ => (None, None),
+        };
+        let state = match parse_state(state)? {
+            State::Absent => JobState::Absent,
+            State::Attempt(number) => JobState::Attempt {
+                number,
+                holder,
+                lease_remaining_ms,
+            },
+            State::Done => JobState::Done,
+            State::Exhausted => JobState::Exhausted,
+            State::Corrupt(value) => JobState::Corrupt { value },
+            State::WrongType(detail) => JobState::Corrupt {
+                value: preview(&detail),
+            },
+        };
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        Ok(JobStatus {
+            key: config.key,
+            state,
+            state_ttl_ms: match state_ttl {
+                redis::Value::Int(n) if *n >= 0 => Some(*n as u64),
+                _ => None,
+            },
+            fencing_token: text(fence).and_then(|f| parse_attempt(f.as_bytes())),
+            last_failure: text(failure),
+        })
+    }
+
+    /// Follows a job's changes (grants, done, failures) through its pub/sub channel.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors while subscribing.
+    pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        let sub = self.shared().hub.subscribe(&keys.channel).await?;
+        Ok(JobWatch {
+            client: self.clone(),
+            job: config,
+            sub,
+            finished: false,
+        })
+    }
+
+    /// Releases the current attempt of a job as an operator: the lease is deleted and `failed`
+    /// is published, so a backup takes over at once (the holder learns it lost the attempt at
+    /// its next extension or `done()`). The reason is recorded like a holder's own.
+    ///
+    /// Returns the attempt released, or `None` when no attempt's lease was alive.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; [`Error::CorruptState`] when the state is not
+    /// baton's; connection errors.
+    pub async fn fail_attempt(
+        &self,
+        job: impl IntoJob,
+        reason: &str,
+    ) -> Result<Option<u64>, Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        for _ in 0..20 {
+            let mut conn = self.shared().pool.get().await?;
+            let mut p = redis::pipe();
+            p.ignore_errors()
+                .cmd("WATCH")
+                .arg(&keys.state)
+                .arg(&keys.lease)
+                .ignore()
+                .cmd("GET")
+                .arg(&keys.state)
+                .cmd("PTTL")
+                .arg(&keys.state)
+                .cmd("GET")
+                .arg(&keys.lease)
+                .cmd("PTTL")
+                .arg(&keys.lease);
+            let values: Vec<redis::Value> = conn.query(&p).await?;
+            let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
+                conn.unwatch().await;
+                return Err(Error::UnexpectedReply {
+                    context: "reading a job before releasing it",
+                    reply: format!("{} replies instead of 4", values.len()),
+                });
+            };
+            let parsed = (parse_state(state), parse_lease(lease, lease_ttl));
+            let attempt = match parsed {
+                (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) => n,
+                (Ok(State::Corrupt(value)), _) => {
+                    conn.unwatch().await;
+                    return Err(Error::CorruptState {
+                        key: keys.state,
+                        value,
+                    });
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    conn.unwatch().await;
+                    return Err(e);
+                }
+                _ => {
+                    conn.unwatch().await;
+                    return Ok(None);
+                }
+            };
+            // Keep the failure note as long as the state itself.
+            let ttl = match state_ttl {
+                redis::Value::Int(n) if *n > 0 => *n as u64,
+                _ => config.retention.as_millis() as u64,
+            };
+            let mut tx = redis::pipe();
+            tx.atomic()
+                .ignore_errors()
+                .cmd("DEL")
+                .arg(&keys.lease)
+                .cmd("SET")
+                .arg(&keys.failure)
+                .arg(format!(
+                    "attempt {attempt} released by an operator: {reason}"
+                ))
+                .arg("PX")
+                .arg(ttl)
+                .cmd("PUBLISH")
+                .arg(&keys.channel)
+                .arg("failed");
+            match conn.query::<Option<Vec<redis::Value>>>(&tx).await? {
+                None => {
+                    conn.release_clean();
+                    continue;
+                }
+                Some(replies) => {
+                    conn.release_clean();
+                    if let Some(redis::Value::ServerError(e)) = replies.first() {
+                        return Err(crate::error::from_server_error(e));
+                    }
+                    return Ok(Some(attempt));
+                }
+            }
+        }
+        Err(Error::Timeout {
+            during: "releasing an attempt under constant contention",
+        })
+    }
+
+    /// Forgets a job: deletes its state, lease, fence and failure keys, so the next worker runs
+    /// it again as attempt 1. Workers still waiting on it report `StateLost`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors.
+    pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        let mut conn = self.shared().manager.clone();
+        let _: i64 = redis::cmd("DEL")
+            .arg(&keys.state)
+            .arg(&keys.lease)
+            .arg(&keys.fence)
+            .arg(&keys.failure)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}

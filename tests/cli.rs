@@ -1,0 +1,884 @@
+//! The `baton` command-line binary, run as a child process against a private redis-server per
+//! test: exactly-once runs, exhaustion, crashed holders, deadlines, corrupt state, an unreachable
+//! server, the operator commands and the help text. Bounds are generous: they prove wake-ups and
+//! that processes are stopped, never speed.
+#![cfg(all(feature = "cli", feature = "testing"))]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{get, lease_key, raw, server, state_key};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// Upper bound for a `baton` process that has nothing to wait for.
+const QUICK: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A private directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "baton-cli-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Single-quotes a path for `sh -c`.
+fn shq(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
+/// `baton SUB --redis-url URL`, with no inherited `BATON_*` connection settings, stdin closed,
+/// stdout/stderr captured, and killed if the test drops it.
+fn baton(sub: &str, url: &str) -> Command {
+    let mut cmd = Command::new(BATON);
+    cmd.arg(sub).arg("--redis-url").arg(url);
+    cmd.env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn spawn(cmd: &mut Command) -> Child {
+    cmd.spawn().expect("spawn baton")
+}
+
+/// Waits for `child` to exit by `deadline` and returns its output; kills it and panics if not.
+async fn finish_by(child: Child, deadline: Instant, what: &str) -> Output {
+    match tokio::time::timeout_at(deadline, child.wait_with_output()).await {
+        Ok(out) => out.expect("wait for baton"),
+        // Dropping the future drops the child, which kills it (kill_on_drop).
+        Err(_) => panic!("{what}: baton did not exit in time"),
+    }
+}
+
+async fn finish(child: Child, within: Duration, what: &str) -> Output {
+    finish_by(child, Instant::now() + within, what).await
+}
+
+/// Runs a command to completion (bounded by [`QUICK`]).
+async fn run(cmd: &mut Command, what: &str) -> Output {
+    finish(spawn(cmd), QUICK, what).await
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The exit code; panics (with the output) if a signal ended the process.
+fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("baton was ended by a signal: {}", describe(out)))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Whether `pid` is gone by `within`.
+async fn gone_within(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if !alive(pid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls until `pred` holds for the file's contents (a missing file reads as empty), or `None`
+/// after `within`.
+async fn wait_file(path: &Path, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if pred(&text) {
+            return Some(text);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for a PID file written by `echo $$ > FILE`.
+async fn read_pid(path: &Path, within: Duration) -> u32 {
+    let text = wait_file(path, within, |t| {
+        t.ends_with('\n') && t.trim().parse::<u32>().is_ok()
+    })
+    .await
+    .unwrap_or_else(|| panic!("{} was not written within {within:?}", path.display()));
+    text.trim().parse().unwrap()
+}
+
+/// The JSON lines of an events file (complete lines only).
+fn event_lines(text: &str) -> Vec<Value> {
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n') && !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l.trim()).unwrap_or_else(|e| panic!("bad event line {l:?}: {e}"))
+        })
+        .collect()
+}
+
+fn event_names(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            e["event"]
+                .as_str()
+                .unwrap_or_else(|| panic!("event without an \"event\" field: {e}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Waits until an events file holds an event named `name`.
+async fn wait_event(path: &Path, name: &str, within: Duration) {
+    let found = wait_file(path, within, |t| {
+        event_names(&event_lines(t)).iter().any(|n| n == name)
+    })
+    .await;
+    assert!(
+        found.is_some(),
+        "no {name} event in {} within {within:?}; got {:?}",
+        path.display(),
+        std::fs::read_to_string(path).unwrap_or_default()
+    );
+}
+
+/// `baton status --json` parsed, with its exit code.
+async fn status_json(url: &str, key: &str) -> (i32, Value) {
+    let out = run(
+        baton("status", url).args(["--key", key, "--json"]),
+        "status --json",
+    )
+    .await;
+    let text = stdout(&out);
+    let value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "status --json is not one JSON object ({e}): {}",
+            describe(&out)
+        )
+    });
+    (code(&out), value)
+}
+
+/// Whether `text` contains `n` as a whole number (not as part of a longer one).
+fn mentions_number(text: &str, n: u32) -> bool {
+    text.split(|c: char| !c.is_ascii_digit())
+        .any(|tok| tok == n.to_string())
+}
+
+/// A loopback port nobody listens on.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn three_concurrent_runs_execute_the_program_once_and_all_exit_zero() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("once");
+    let out = dir.path("out");
+    let script = format!("echo \"$BATON_ATTEMPT\" >> {}", shq(&out));
+    let children: Vec<Child> = (0..3)
+        .map(|_| spawn(baton("run", &url).args(["--key", "once", "--", "sh", "-c", &script])))
+        .collect();
+    let deadline = Instant::now() + QUICK;
+    for (i, child) in children.into_iter().enumerate() {
+        let o = finish_by(child, deadline, &format!("run #{i}")).await;
+        assert_eq!(code(&o), 0, "run #{i}: {}", describe(&o));
+    }
+    assert_eq!(lines(&out), ["1"], "the program ran exactly once");
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("once")).await.as_deref(),
+        Some("DONE")
+    );
+}
+
+#[tokio::test]
+async fn a_failing_program_is_retried_by_backups_at_once_until_exhausted() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("exhaust");
+    let out = dir.path("out");
+    let script = format!("echo \"$BATON_ATTEMPT\" >> {}; exit 3", shq(&out));
+    let t0 = Instant::now();
+    let children: Vec<Child> = (0..5)
+        .map(|_| {
+            spawn(baton("run", &url).args([
+                "--key",
+                "exhaust",
+                "--max-attempts",
+                "3",
+                "--lock-timeout",
+                "10s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ]))
+        })
+        .collect();
+    let deadline = t0 + QUICK;
+    let mut codes = Vec::new();
+    let mut outputs = Vec::new();
+    for (i, child) in children.into_iter().enumerate() {
+        let o = finish_by(child, deadline, &format!("run #{i}")).await;
+        codes.push(code(&o));
+        outputs.push(describe(&o));
+    }
+    let elapsed = t0.elapsed();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [3, 3, 3, 75, 75],
+        "exit codes; outputs: {outputs:#?}"
+    );
+    assert_eq!(lines(&out), ["1", "2", "3"], "attempts in order");
+    // A 10 s lease: any takeover that waited for the lease instead of the `failed` message
+    // would take 10 s.
+    assert!(
+        elapsed < Duration::from_secs(8),
+        "backups waited for the lease: {elapsed:?}"
+    );
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("exhaust")).await.as_deref(),
+        Some("EXHAUSTED")
+    );
+}
+
+#[tokio::test]
+async fn a_sigkilled_holder_takes_its_program_down_and_a_backup_takes_over_after_the_lease() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("crash");
+    let pidfile = dir.path("pid");
+    let out = dir.path("out");
+    let events = dir.path("backup-events");
+    let holder_script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+    let mut holder = spawn(baton("run", &url).args([
+        "--key",
+        "crash",
+        "--lock-timeout",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &holder_script,
+    ]));
+    let program = read_pid(&pidfile, QUICK).await;
+    assert!(alive(program));
+
+    let backup_script = format!("echo \"$BATON_ATTEMPT\" >> {}", shq(&out));
+    let backup = spawn(
+        baton("run", &url)
+            .args(["--key", "crash", "--lock-timeout", "1s", "--events"])
+            .arg(&events)
+            .args(["--", "sh", "-c", &backup_script]),
+    );
+    wait_event(&events, "Locked", QUICK).await;
+    assert!(
+        lines(&out).is_empty(),
+        "the backup ran while the holder lived"
+    );
+
+    holder.start_kill().expect("SIGKILL the holder");
+    let t_kill = Instant::now();
+    let status = tokio::time::timeout(QUICK, holder.wait())
+        .await
+        .expect("holder reaped")
+        .unwrap();
+    assert_eq!(status.code(), None, "the holder was killed by a signal");
+
+    assert!(
+        gone_within(program, Duration::from_secs(5)).await,
+        "the program (pid {program}) outlived the SIGKILLed baton"
+    );
+    let took_over = wait_file(&out, Duration::from_secs(10), |t| t.contains('\n')).await;
+    let after = t_kill.elapsed();
+    assert_eq!(
+        took_over.as_deref(),
+        Some("2\n"),
+        "the backup ran attempt 2"
+    );
+    assert!(
+        after < Duration::from_secs(3),
+        "the backup took over {after:?} after the kill (lease 1 s)"
+    );
+    let o = finish(backup, QUICK, "backup").await;
+    assert_eq!(code(&o), 0, "backup: {}", describe(&o));
+    assert_eq!(lines(&out), ["2"]);
+}
+
+/// One phase of the deadline test: `Err` describes what went wrong.
+type Phase = Result<(), String>;
+
+async fn no_keepalive_deadline_stops_the_program(url: &str, dir: &TempDir) -> Phase {
+    let pidfile = dir.path("nokeep-pid");
+    let script = format!("echo $$ > {}; exec sleep 10", shq(&pidfile));
+    let t0 = Instant::now();
+    let child = spawn(baton("run", url).args([
+        "--key",
+        "nokeep",
+        "--no-keepalive",
+        "--lock-timeout",
+        "1s",
+        "--kill-grace",
+        "200ms",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let pid = read_pid(&pidfile, QUICK).await;
+    let o = finish(child, QUICK, "--no-keepalive").await;
+    let elapsed = t0.elapsed();
+    let mut errs = Vec::new();
+    if o.status.code() != Some(74) {
+        errs.push(format!("expected exit 74: {}", describe(&o)));
+    }
+    if elapsed > Duration::from_secs(5) {
+        errs.push(format!("took {elapsed:?} (lease 1 s, grace 200 ms)"));
+    }
+    if !gone_within(pid, Duration::from_secs(1)).await {
+        errs.push(format!("program {pid} still running after baton exited"));
+    }
+    errs.is_empty()
+        .then_some(())
+        .ok_or_else(|| format!("--no-keepalive: {}", errs.join("; ")))
+}
+
+async fn keepalive_lets_a_program_outlive_the_lock_timeout(
+    url: &str,
+    dir: &TempDir,
+    srv: &baton::testing::RedisServer,
+) -> Phase {
+    let marker = dir.path("keep-out");
+    let script = format!("sleep 3; echo finished > {}", shq(&marker));
+    let child = spawn(baton("run", url).args([
+        "--key",
+        "keep",
+        "--lock-timeout",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let o = finish(child, Duration::from_secs(20), "keepalive").await;
+    let mut errs = Vec::new();
+    if o.status.code() != Some(0) {
+        errs.push(format!("expected exit 0: {}", describe(&o)));
+    }
+    if lines(&marker) != ["finished"] {
+        errs.push(format!("program did not finish: {:?}", lines(&marker)));
+    }
+    let mut conn = raw(srv).await;
+    let state = get(&mut conn, &state_key("keep")).await;
+    if state.as_deref() != Some("DONE") {
+        errs.push(format!("state {state:?}, expected DONE"));
+    }
+    errs.is_empty()
+        .then_some(())
+        .ok_or_else(|| format!("keepalive: {}", errs.join("; ")))
+}
+
+async fn max_run_stops_the_program(url: &str, dir: &TempDir) -> Phase {
+    let pidfile = dir.path("maxrun-pid");
+    let script = format!("echo $$ > {}; exec sleep 30", shq(&pidfile));
+    let t0 = Instant::now();
+    let child = spawn(baton("run", url).args([
+        "--key",
+        "maxrun",
+        "--max-run",
+        "2s",
+        "--lock-timeout",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let pid = read_pid(&pidfile, QUICK).await;
+    let o = finish(child, QUICK, "--max-run").await;
+    let elapsed = t0.elapsed();
+    let mut errs = Vec::new();
+    if o.status.code() != Some(74) {
+        errs.push(format!("expected exit 74: {}", describe(&o)));
+    }
+    if elapsed > Duration::from_secs(7) {
+        errs.push(format!("took {elapsed:?} (max-run 2 s)"));
+    }
+    if !gone_within(pid, Duration::from_secs(1)).await {
+        errs.push(format!("program {pid} still running after baton exited"));
+    }
+    errs.is_empty()
+        .then_some(())
+        .ok_or_else(|| format!("--max-run: {}", errs.join("; ")))
+}
+
+#[tokio::test]
+async fn deadlines_stop_the_program_with_74_while_keepalive_lets_it_finish() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("deadline");
+    // The three cases run side by side (different keys); every failure is reported.
+    let (a, b, c) = tokio::join!(
+        no_keepalive_deadline_stops_the_program(&url, &dir),
+        keepalive_lets_a_program_outlive_the_lock_timeout(&url, &dir, &srv),
+        max_run_stops_the_program(&url, &dir),
+    );
+    let errs: Vec<String> = [a, b, c].into_iter().filter_map(Result::err).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+}
+
+#[tokio::test]
+async fn corrupt_state_exits_65_naming_the_key_and_is_left_untouched() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("corrupt");
+    let marker = dir.path("ran");
+    let mut conn = raw(&srv).await;
+    let key = state_key("corrupt");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("garbage")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let script = format!("echo ran > {}", shq(&marker));
+    let o = run(
+        baton("run", &url).args(["--key", "corrupt", "--", "sh", "-c", &script]),
+        "run on corrupt state",
+    )
+    .await;
+    assert_eq!(code(&o), 65, "{}", describe(&o));
+    assert!(
+        stderr(&o).contains("baton:{corrupt}"),
+        "stderr names the key: {}",
+        describe(&o)
+    );
+    assert!(!marker.exists(), "the program ran on a corrupt state");
+    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("garbage"));
+
+    let o = run(
+        baton("status", &url).args(["--key", "corrupt"]),
+        "status on corrupt state",
+    )
+    .await;
+    assert_eq!(code(&o), 65, "status: {}", describe(&o));
+    let (status_code, json) = status_json(&url, "corrupt").await;
+    assert_eq!(status_code, 65, "status --json exit code: {json}");
+    assert_eq!(json["state"], "corrupt", "{json}");
+    assert_eq!(get(&mut conn, &key).await.as_deref(), Some("garbage"));
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_exits_69_with_a_message_and_no_panic() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let dir = TempDir::new("unreachable");
+    let marker = dir.path("ran");
+    let script = format!("echo ran > {}", shq(&marker));
+    let o = run(
+        baton("run", &url).args(["--key", "nowhere", "--", "sh", "-c", &script]),
+        "run without redis",
+    )
+    .await;
+    assert_eq!(code(&o), 69, "{}", describe(&o));
+    let err = stderr(&o);
+    assert!(!err.trim().is_empty(), "no message: {}", describe(&o));
+    assert!(!err.contains("panicked"), "{}", describe(&o));
+    assert!(!marker.exists(), "the program ran without coordination");
+
+    let o = run(
+        baton("status", &url).args(["--key", "nowhere"]),
+        "status without redis",
+    )
+    .await;
+    assert_eq!(code(&o), 69, "status: {}", describe(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", describe(&o));
+}
+
+#[tokio::test]
+async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("fail");
+    let pidfile = dir.path("pid");
+    let out = dir.path("out");
+    let events = dir.path("backup-events");
+    let mut conn = raw(&srv).await;
+
+    let holder_script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+    let mut holder = spawn(baton("run", &url).args([
+        "--key",
+        "hung",
+        "--lock-timeout",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        &holder_script,
+    ]));
+    let program = read_pid(&pidfile, QUICK).await;
+    let backup_script = format!("echo \"$BATON_ATTEMPT\" >> {}", shq(&out));
+    let backup = spawn(
+        baton("run", &url)
+            .args(["--key", "hung", "--lock-timeout", "30s", "--events"])
+            .arg(&events)
+            .args(["--", "sh", "-c", &backup_script]),
+    );
+    wait_event(&events, "Locked", QUICK).await;
+
+    // Without --yes, a live job is left alone.
+    let o = run(
+        baton("fail", &url).args(["--key", "hung", "--reason", "stuck"]),
+        "fail without --yes",
+    )
+    .await;
+    assert_eq!(code(&o), 64, "fail without --yes: {}", describe(&o));
+    assert!(
+        format!("{}{}", stdout(&o), stderr(&o)).contains("--yes"),
+        "the refusal mentions --yes: {}",
+        describe(&o)
+    );
+    let o = run(
+        baton("reset", &url).args(["--key", "hung"]),
+        "reset without --yes",
+    )
+    .await;
+    assert_eq!(code(&o), 64, "reset without --yes: {}", describe(&o));
+    assert!(
+        format!("{}{}", stdout(&o), stderr(&o)).contains("--yes"),
+        "the refusal mentions --yes: {}",
+        describe(&o)
+    );
+    assert!(
+        get(&mut conn, &lease_key("hung")).await.is_some(),
+        "lease kept"
+    );
+    assert_eq!(
+        get(&mut conn, &state_key("hung")).await.as_deref(),
+        Some("1")
+    );
+    assert!(holder.try_wait().unwrap().is_none(), "holder still running");
+    assert!(lines(&out).is_empty(), "backup still waiting");
+
+    let o = run(
+        baton("fail", &url).args(["--key", "hung", "--reason", "stuck", "--yes"]),
+        "fail --yes",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "fail --yes: {}", describe(&o));
+    let t0 = Instant::now();
+
+    // The backup is woken by `failed`, well before the 30 s lease would have run out.
+    let ran = wait_file(&out, Duration::from_secs(10), |t| t.contains('\n')).await;
+    assert_eq!(
+        ran.as_deref(),
+        Some("2\n"),
+        "backup ran attempt 2 within 10 s"
+    );
+    let o = finish_by(backup, t0 + Duration::from_secs(15), "backup").await;
+    assert_eq!(code(&o), 0, "backup: {}", describe(&o));
+
+    // The hung holder notices at its next lease extension (every lock-timeout / 3 = 10 s).
+    let o = finish_by(holder, t0 + Duration::from_secs(25), "hung holder").await;
+    assert_eq!(code(&o), 74, "hung holder: {}", describe(&o));
+    assert!(
+        gone_within(program, Duration::from_secs(1)).await,
+        "the hung program (pid {program}) outlived its baton"
+    );
+
+    let (status_code, json) = status_json(&url, "hung").await;
+    assert_eq!(status_code, 0, "{json}");
+    assert_eq!(json["state"], "done", "{json}");
+    assert_eq!(json["key"], "hung", "{json}");
+    assert_eq!(lines(&out), ["2"]);
+}
+
+#[tokio::test]
+async fn help_documents_every_flag_and_exit_status() {
+    let flags = [
+        "--key",
+        "--redis-url",
+        "--prefix",
+        "--lock-timeout",
+        "--max-attempts",
+        "--retention",
+        "--no-keepalive",
+        "--max-run",
+        "--retry-delay",
+        "--kill-grace",
+        "--name",
+        "--json",
+        "--events",
+    ];
+    let statuses = [64, 65, 69, 74, 75, 126, 127, 130, 143];
+
+    let mut help = Command::new(BATON);
+    help.arg("--help").kill_on_drop(true);
+    let top = finish(help.output_spawned(), QUICK, "--help").await;
+    let mut run_help = Command::new(BATON);
+    run_help.args(["run", "--help"]).kill_on_drop(true);
+    let run = finish(run_help.output_spawned(), QUICK, "run --help").await;
+
+    for (what, out) in [("--help", &top), ("run --help", &run)] {
+        assert_eq!(code(out), 0, "{what}: {}", describe(out));
+        let text = format!("{}{}", stdout(out), stderr(out));
+        let missing: Vec<u32> = statuses
+            .iter()
+            .copied()
+            .filter(|&n| !mentions_number(&text, n))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{what} does not document exit statuses {missing:?}:\n{text}"
+        );
+    }
+    let top_text = format!("{}{}", stdout(&top), stderr(&top));
+    for sub in ["run", "status", "watch", "fail", "reset"] {
+        assert!(top_text.contains(sub), "--help lists `{sub}`:\n{top_text}");
+    }
+    let run_text = format!("{}{}", stdout(&run), stderr(&run));
+    let missing: Vec<&str> = flags
+        .iter()
+        .copied()
+        .filter(|f| !run_text.contains(f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "run --help does not document {missing:?}:\n{run_text}"
+    );
+}
+
+/// Spawning with captured output for commands that need no redis.
+trait OutputSpawned {
+    fn output_spawned(&mut self) -> Child;
+}
+
+impl OutputSpawned for Command {
+    fn output_spawned(&mut self) -> Child {
+        self.env_remove("BATON_REDIS_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn baton")
+    }
+}
+
+#[tokio::test]
+async fn the_program_gets_the_baton_environment_and_its_stdio_and_events_go_to_the_file() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("env");
+    let envfile = dir.path("env");
+    let stdinfile = dir.path("stdin");
+    let events = dir.path("events");
+    let script = format!(
+        "env | grep '^BATON_' | sort > {}; echo out-marker; echo err-marker >&2; \
+         read line; echo \"$line\" > {}",
+        shq(&envfile),
+        shq(&stdinfile)
+    );
+    let mut child = spawn(
+        baton("run", &url)
+            .args(["--key", "cli:env", "--max-attempts", "2", "--events"])
+            .arg(&events)
+            .args(["--", "sh", "-c", &script])
+            .stdin(Stdio::piped()),
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"in-marker\n").await.unwrap();
+    drop(stdin);
+    let o = finish(child, QUICK, "run").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+
+    let env: HashMap<String, String> = lines(&envfile)
+        .iter()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let var = |name: &str| {
+        env.get(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not set; BATON_* were {env:?}"))
+    };
+    assert_eq!(var("BATON_KEY"), "cli:env");
+    assert_eq!(var("BATON_ATTEMPT"), "1");
+    assert_eq!(var("BATON_LAST_ATTEMPT"), "false");
+    let token: u64 = var("BATON_FENCING_TOKEN")
+        .parse()
+        .unwrap_or_else(|e| panic!("BATON_FENCING_TOKEN {env:?}: {e}"));
+    assert!(token > 0);
+
+    assert!(
+        stdout(&o).contains("out-marker"),
+        "stdout passes through: {}",
+        describe(&o)
+    );
+    assert!(
+        stderr(&o).contains("err-marker"),
+        "stderr passes through: {}",
+        describe(&o)
+    );
+    assert_eq!(lines(&stdinfile), ["in-marker"], "stdin passes through");
+
+    let text = std::fs::read_to_string(&events).expect("events file written");
+    assert!(text.ends_with('\n'), "events end with a newline: {text:?}");
+    let evs = event_lines(&text);
+    let names = event_names(&evs);
+    let acquired = names.iter().position(|n| n == "Acquired");
+    let completed = names.iter().position(|n| n == "Completed");
+    assert!(
+        matches!((acquired, completed), (Some(a), Some(c)) if a < c),
+        "Acquired then Completed in {names:?}"
+    );
+    let acq = &evs[acquired.unwrap()];
+    if let Some(t) = acq.get("fencing_token") {
+        assert_eq!(
+            t.as_u64(),
+            Some(token),
+            "Acquired's token is the env's: {acq}"
+        );
+    }
+    if let Some(a) = acq.get("attempt") {
+        assert_eq!(a.as_u64(), Some(1), "{acq}");
+    }
+}
+
+#[tokio::test]
+async fn status_reports_absent_and_reset_lets_a_done_job_run_again() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("reset");
+    let out = dir.path("out");
+    let mut conn = raw(&srv).await;
+
+    let (c, json) = status_json(&url, "again").await;
+    assert_eq!(c, 0, "{json}");
+    assert_eq!(json["state"], "absent", "{json}");
+    assert_eq!(json["key"], "again", "{json}");
+    assert!(json["attempt"].is_null(), "{json}");
+
+    let script = format!("echo \"$BATON_ATTEMPT\" >> {}", shq(&out));
+    let o = run(
+        baton("run", &url).args(["--key", "again", "--", "sh", "-c", &script]),
+        "first run",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    let (c, json) = status_json(&url, "again").await;
+    assert_eq!(c, 0, "{json}");
+    assert_eq!(json["state"], "done", "{json}");
+
+    // DONE is remembered: a second run does not repeat the work.
+    let o = run(
+        baton("run", &url).args(["--key", "again", "--", "sh", "-c", &script]),
+        "run on a done job",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(lines(&out), ["1"]);
+
+    let o = run(
+        baton("reset", &url).args(["--key", "again", "--yes"]),
+        "reset --yes",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(get(&mut conn, &state_key("again")).await, None);
+    let (c, json) = status_json(&url, "again").await;
+    assert_eq!(c, 0, "{json}");
+    assert_eq!(json["state"], "absent", "{json}");
+
+    let o = run(
+        baton("run", &url).args(["--key", "again", "--", "sh", "-c", &script]),
+        "run after reset",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(lines(&out), ["1", "1"], "the program ran again after reset");
+}
