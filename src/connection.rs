@@ -148,9 +148,42 @@ impl Dedicated {
         }
     }
 
-    /// Marks the connection reusable: no `WATCH` is pending on it.
-    pub(crate) fn release_clean(&mut self) {
+    /// Runs the commands of `cmds` as one `MULTI … EXEC` in a single round trip.
+    ///
+    /// Returns `None` when `EXEC` answered nil (a watched key changed). redis-rs' own transaction
+    /// mode drops the `QUEUED` replies, so a command refused at queue time (`READONLY`, `OOM`,
+    /// `NOPERM`) would surface only as a bare `EXECABORT`; sending `MULTI`/`EXEC` ourselves keeps
+    /// those replies, and the first refusal is reported as the error. Either way the `EXEC` reply
+    /// ended the `WATCH`, so the connection is reusable.
+    pub(crate) async fn exec(
+        &mut self,
+        cmds: &redis::Pipeline,
+    ) -> Result<Option<Vec<redis::Value>>, Error> {
+        let mut p = redis::pipe();
+        p.ignore_errors().cmd("MULTI");
+        for c in cmds.cmd_iter() {
+            p.add_command(c.clone());
+        }
+        p.cmd("EXEC");
+        let mut replies: Vec<redis::Value> = self.query(&p).await?;
+        let exec = replies.pop();
         self.clean = true;
+        match exec {
+            Some(redis::Value::Nil) => Ok(None),
+            Some(redis::Value::Array(items)) => Ok(Some(items)),
+            Some(redis::Value::ServerError(err)) => {
+                let refused = replies.iter().find_map(|v| match v {
+                    redis::Value::ServerError(e) => Some(e),
+                    _ => None,
+                });
+                Err(crate::error::from_server_error(refused.unwrap_or(&err)))
+            }
+            Some(other) => Err(Error::unexpected("EXEC", &other)),
+            None => Err(Error::UnexpectedReply {
+                context: "EXEC",
+                reply: "no reply".into(),
+            }),
+        }
     }
 
     /// Ends a `WATCH` without a transaction, then marks the connection reusable.

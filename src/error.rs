@@ -274,7 +274,8 @@ fn server_kind(kind: Option<redis::ServerErrorKind>, code: Option<&str>) -> Erro
         _ => match code {
             Some("WRONGTYPE") => ErrorKind::WrongType,
             Some("NOAUTH") | Some("WRONGPASS") => ErrorKind::Permission,
-            Some("BUSY") => ErrorKind::Busy,
+            // OOM: memory may be freed (keys expire); try again later.
+            Some("BUSY") | Some("OOM") => ErrorKind::Busy,
             _ => ErrorKind::Server,
         },
     }

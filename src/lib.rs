@@ -56,6 +56,7 @@
 //!
 //! # Layout
 //! - [`client`]: [`Client`], the connections shared by all workers of a process.
+//! - [`acl`]: the exact commands baton sends, for a least-privilege ACL user.
 //! - [`failover`]: the coordinator: configuration, protocol, worker task, events, closure form.
 //! - [`error`]: [`Error`] (with [`Error::is_retryable`]) and [`ConfigError`].
 //! - `connection`: the multiplexed connection, the dedicated-connection pool and the pub/sub hub.
@@ -69,6 +70,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod acl;
 pub mod client;
 mod connection;
 pub mod error;

@@ -75,6 +75,19 @@ fn baton(sub: &str, url: &str) -> Command {
     cmd
 }
 
+/// `baton ARGS` for commands that need no Redis (help).
+fn plain(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BATON);
+    cmd.args(args)
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
 fn spawn(cmd: &mut Command) -> Child {
     cmd.spawn().expect("spawn baton")
 }
@@ -602,6 +615,7 @@ async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
         &holder_script,
     ]));
     let program = read_pid(&pidfile, QUICK).await;
+    assert!(alive(program));
     let backup_script = format!("echo \"$BATON_ATTEMPT\" >> {}", shq(&out));
     let backup = spawn(
         baton("run", &url)
@@ -697,14 +711,10 @@ async fn help_documents_every_flag_and_exit_status() {
     ];
     let statuses = [64, 65, 69, 74, 75, 126, 127, 130, 143];
 
-    let mut help = Command::new(BATON);
-    help.arg("--help").kill_on_drop(true);
-    let top = finish(help.output_spawned(), QUICK, "--help").await;
-    let mut run_help = Command::new(BATON);
-    run_help.args(["run", "--help"]).kill_on_drop(true);
-    let run = finish(run_help.output_spawned(), QUICK, "run --help").await;
+    let top = run(&mut plain(&["--help"]), "--help").await;
+    let run_help = run(&mut plain(&["run", "--help"]), "run --help").await;
 
-    for (what, out) in [("--help", &top), ("run --help", &run)] {
+    for (what, out) in [("--help", &top), ("run --help", &run_help)] {
         assert_eq!(code(out), 0, "{what}: {}", describe(out));
         let text = format!("{}{}", stdout(out), stderr(out));
         let missing: Vec<u32> = statuses
@@ -721,7 +731,7 @@ async fn help_documents_every_flag_and_exit_status() {
     for sub in ["run", "status", "watch", "fail", "reset"] {
         assert!(top_text.contains(sub), "--help lists `{sub}`:\n{top_text}");
     }
-    let run_text = format!("{}{}", stdout(&run), stderr(&run));
+    let run_text = format!("{}{}", stdout(&run_help), stderr(&run_help));
     let missing: Vec<&str> = flags
         .iter()
         .copied()
@@ -731,22 +741,6 @@ async fn help_documents_every_flag_and_exit_status() {
         missing.is_empty(),
         "run --help does not document {missing:?}:\n{run_text}"
     );
-}
-
-/// Spawning with captured output for commands that need no redis.
-trait OutputSpawned {
-    fn output_spawned(&mut self) -> Child;
-}
-
-impl OutputSpawned for Command {
-    fn output_spawned(&mut self) -> Child {
-        self.env_remove("BATON_REDIS_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn baton")
-    }
 }
 
 #[tokio::test]

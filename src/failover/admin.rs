@@ -249,9 +249,7 @@ impl Client {
                 _ => config.retention.as_millis() as u64,
             };
             let mut tx = redis::pipe();
-            tx.atomic()
-                .ignore_errors()
-                .cmd("DEL")
+            tx.cmd("DEL")
                 .arg(&keys.lease)
                 .cmd("SET")
                 .arg(&keys.failure)
@@ -263,13 +261,11 @@ impl Client {
                 .cmd("PUBLISH")
                 .arg(&keys.channel)
                 .arg("failed");
-            match conn.query::<Option<Vec<redis::Value>>>(&tx).await? {
+            match conn.exec(&tx).await? {
                 None => {
-                    conn.release_clean();
                     continue;
                 }
                 Some(replies) => {
-                    conn.release_clean();
                     if let Some(redis::Value::ServerError(e)) = replies.first() {
                         return Err(crate::error::from_server_error(e));
                     }

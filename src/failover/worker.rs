@@ -434,9 +434,7 @@ impl Task {
             }
             Decision::WriteExhausted { attempts } => {
                 let mut tx = redis::pipe();
-                tx.atomic()
-                    .ignore_errors()
-                    .cmd("SET")
+                tx.cmd("SET")
                     .arg(&self.keys.state)
                     .arg(EXHAUSTED)
                     .arg("PX")
@@ -445,13 +443,9 @@ impl Task {
                     .arg(&self.keys.channel)
                     .arg("exhausted");
                 self.before_exec("exhaust").await;
-                match conn.query::<Option<Vec<Value>>>(&tx).await? {
-                    None => {
-                        conn.release_clean();
-                        Ok(Step::Again)
-                    }
+                match conn.exec(&tx).await? {
+                    None => Ok(Step::Again),
                     Some(replies) => {
-                        conn.release_clean();
                         check_replies("writing EXHAUSTED", &replies, &[Expect::Ok, Expect::Int])?;
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
@@ -483,9 +477,7 @@ impl Task {
         let token = keys::new_token();
         let retention = ms(self.cfg.retention);
         let mut tx = redis::pipe();
-        tx.atomic()
-            .ignore_errors()
-            .cmd("SET")
+        tx.cmd("SET")
             .arg(&self.keys.state)
             .arg(attempt)
             .arg("PX")
@@ -505,7 +497,7 @@ impl Task {
             .arg(format!("acquired:{attempt}"));
         self.before_exec("grant").await;
         let sent = Instant::now();
-        match conn.query::<Option<Vec<Value>>>(&tx).await {
+        match conn.exec(&tx).await {
             Err(e) => {
                 if e.is_indeterminate() {
                     // The EXEC may have been applied: remember the token, and recognise the lease
@@ -518,12 +510,8 @@ impl Task {
                 }
                 Err(e)
             }
-            Ok(None) => {
-                conn.release_clean();
-                Ok(Step::Again)
-            }
+            Ok(None) => Ok(Step::Again),
             Ok(Some(replies)) => {
-                conn.release_clean();
                 check_replies(
                     "the grant",
                     &replies,
@@ -904,8 +892,7 @@ impl Task {
         }
         let retention = ms(self.cfg.retention);
         let mut tx = redis::pipe();
-        tx.atomic().ignore_errors();
-        let expect: &[Expect] = match ending {
+        let expect: Vec<Expect> = match ending {
             Ending::Done => {
                 tx.cmd("SET")
                     .arg(&self.keys.state)
@@ -920,7 +907,7 @@ impl Task {
                     .cmd("PUBLISH")
                     .arg(&self.keys.channel)
                     .arg("done");
-                &[Expect::Ok, Expect::Int, Expect::Int, Expect::Int]
+                vec![Expect::Ok, Expect::Int, Expect::Int, Expect::Int]
             }
             Ending::Fail(reason) | Ending::Release(reason) => {
                 let exhausted =
@@ -932,13 +919,9 @@ impl Task {
                         .arg(&self.keys.state)
                         .arg(EXHAUSTED)
                         .arg("PX")
-                        .arg(retention)
-                        .ignore();
+                        .arg(retention);
                 } else {
-                    tx.cmd("PEXPIRE")
-                        .arg(&self.keys.state)
-                        .arg(retention)
-                        .ignore();
+                    tx.cmd("PEXPIRE").arg(&self.keys.state).arg(retention);
                 }
                 let message = if matches!(ending, Ending::Fail(_)) {
                     "failed"
@@ -960,20 +943,15 @@ impl Task {
                     .cmd("PUBLISH")
                     .arg(&self.keys.channel)
                     .arg(message);
-                &[Expect::Int, Expect::Ok, Expect::Int]
+                let first = if exhausted { Expect::Ok } else { Expect::Int };
+                vec![first, Expect::Int, Expect::Ok, Expect::Int]
             }
         };
         self.before_exec("finish").await;
-        match conn.query::<Option<Vec<Value>>>(&tx).await? {
-            None => {
-                conn.release_clean();
-                Ok(false)
-            }
+        match conn.exec(&tx).await? {
+            None => Ok(false),
             Some(replies) => {
-                conn.release_clean();
-                // `.ignore()`d commands are filtered from `replies`; errors inside EXEC would
-                // still show up as ServerError values in the kept ones.
-                check_replies("ending the attempt", &replies, expect)?;
+                check_replies("ending the attempt", &replies, &expect)?;
                 Ok(true)
             }
         }
@@ -1006,9 +984,7 @@ impl Task {
             }
             let retention = ms(self.cfg.retention);
             let mut tx = redis::pipe();
-            tx.atomic()
-                .ignore_errors()
-                .cmd("PEXPIRE")
+            tx.cmd("PEXPIRE")
                 .arg(&self.keys.lease)
                 .arg(ms(self.cfg.lock_timeout))
                 .cmd("PEXPIRE")
@@ -1019,10 +995,9 @@ impl Task {
                 .arg(retention);
             self.before_exec("extend").await;
             let sent = Instant::now();
-            match conn.query::<Option<Vec<Value>>>(&tx).await? {
-                None => conn.release_clean(),
+            match conn.exec(&tx).await? {
+                None => {}
                 Some(replies) => {
-                    conn.release_clean();
                     check_replies(
                         "the lease extension",
                         &replies,

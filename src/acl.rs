@@ -1,0 +1,51 @@
+//! Least privilege: the exact Redis commands baton sends, for an ACL user of its own.
+//!
+//! ```text
+//! ACL SETUSER baton on >PASSWORD resetkeys ~baton:* resetchannels &baton:* -@all +watch +unwatch ...
+//! ```
+//!
+//! [`setuser_args`] builds that command. The integration tests run the coordinator as such a user
+//! and compare this list with what `ACL GETUSER` reports, so the list cannot drift from the code.
+
+/// Every command the failover coordinator and the operator tools send.
+///
+/// `CONFIG` (`CONFIG|GET` only) is optional: without it `Client::connect` just skips its
+/// durability warning.
+pub const FAILOVER_COMMANDS: &[&str] = &[
+    // Transitions: WATCH + reads, then MULTI … EXEC (or UNWATCH).
+    "watch",
+    "unwatch",
+    "multi",
+    "exec",
+    "get",
+    "set",
+    "del",
+    "pttl",
+    "pexpire",
+    "time",
+    // Waking backups.
+    "publish",
+    "subscribe",
+    "unsubscribe",
+    // Connection health checks of the client library.
+    "ping",
+    // The durability check (read-only).
+    "config|get",
+];
+
+/// The arguments of `ACL SETUSER` for a least-privilege user: only baton's keys (`PREFIX*`), only
+/// its channels, only [`FAILOVER_COMMANDS`].
+pub fn setuser_args(user: &str, password: &str, prefix: &str) -> Vec<String> {
+    let mut args = vec![
+        "SETUSER".to_string(),
+        user.to_string(),
+        "reset".to_string(),
+        "on".to_string(),
+        format!(">{password}"),
+        format!("~{prefix}*"),
+        format!("&{prefix}*"),
+        "-@all".to_string(),
+    ];
+    args.extend(FAILOVER_COMMANDS.iter().map(|c| format!("+{c}")));
+    args
+}
