@@ -1,0 +1,121 @@
+//! Deterministic fault scenarios of RELIABILITY.md §b.8 that apply to the failover coordinator.
+//! (S2/S3 restarts: `failover_faults.rs`; S5 WATCH on a shared connection: the MONITOR check in
+//! `failover_load.rs`; S7 late replies: the lost-EXEC test in `failover_faults.rs`; S6 and S9 need
+//! WAIT and Lua, which the coordinator does not use.)
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use baton::testing::RedisServer;
+use baton::{Event, FailoverConfig};
+use common::*;
+
+/// A resource that accepts a write only with a token at least as high as any it has seen.
+#[derive(Default)]
+struct FencedResource {
+    highest: HashMap<String, u64>,
+    log: Vec<(String, u64, &'static str)>,
+}
+
+impl FencedResource {
+    fn write(&mut self, key: &str, token: u64, who: &'static str) -> bool {
+        let h = self.highest.entry(key.to_string()).or_default();
+        if token < *h {
+            return false;
+        }
+        *h = token;
+        self.log.push((key.to_string(), token, who));
+        true
+    }
+}
+
+#[tokio::test]
+async fn s1_fencing_rejects_a_paused_holders_stale_write() {
+    let srv = server();
+    let client = client(&srv).await;
+    let cfg = FailoverConfig::builder("s1")
+        .lock_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut resource = FencedResource::default();
+    let mut a = client.start(cfg.clone());
+    let old = acquired(&mut a, WAKE).await;
+    assert!(resource.write("acct", old.fencing_token, "A"));
+    // A "pauses" (does nothing) past its lease; B takes over and writes.
+    let mut b = client.start(cfg);
+    let new = loop {
+        match next(&mut b, WAKE).await {
+            Event::Acquired(x) => break x,
+            Event::Locked { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(resource.write("acct", new.fencing_token, "B"));
+    // A wakes up and writes with its old token: rejected. Without fencing it would have won.
+    assert!(
+        !resource.write("acct", old.fencing_token, "A"),
+        "stale write accepted"
+    );
+    assert_eq!(resource.log.last().unwrap().2, "B");
+    // And A learns it lost the attempt.
+    assert!(matches!(
+        old.done().await,
+        Err(baton::Error::LeaseLost { .. })
+    ));
+    new.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn s4_an_evicting_server_is_flagged_by_the_durability_check() {
+    let srv = RedisServer::builder()
+        .arg("maxmemory", "2mb")
+        .arg("maxmemory-policy", "volatile-ttl")
+        .start()
+        .unwrap();
+    let d = client(&srv).await.durability().await.unwrap();
+    assert!(!d.is_safe());
+    assert!(
+        d.problems()
+            .iter()
+            .any(|p| p.contains("maxmemory-policy is volatile-ttl")),
+        "{:?}",
+        d.problems()
+    );
+}
+
+#[tokio::test]
+async fn s8_a_server_clock_jump_ends_the_lease_early_and_the_holder_says_so() {
+    // F9: what a forward jump of the server clock does to a lease, emulated by shrinking its TTL.
+    let srv = server();
+    let client = client(&srv).await;
+    let mut conn = raw(&srv).await;
+    let cfg = FailoverConfig::builder("s8")
+        .lock_timeout(Duration::from_secs(3))
+        .keepalive(true)
+        .build()
+        .unwrap();
+    let mut a = client.start(cfg.clone());
+    let old = acquired(&mut a, WAKE).await;
+    let mut b = client.start(cfg);
+    assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(lease_key("s8"))
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The backup wakes at the (now past) lease end and takes over with a higher token.
+    let new = acquired(&mut b, WAKE).await;
+    assert_eq!(new.attempt, 2);
+    assert!(new.fencing_token > old.fencing_token);
+    // The holder's next extension finds another token: LeaseLost, at once, not at done().
+    let evs = until_end(&mut a, WAKE).await;
+    assert!(
+        matches!(evs.last(), Some(Event::LeaseLost { attempt: 1, .. })),
+        "{evs:?}"
+    );
+    new.done().await.unwrap();
+}
