@@ -338,9 +338,9 @@ pub(crate) fn decide_holder(
     match obs.state {
         State::Attempt(n) if n == attempt => match (&obs.lease, op) {
             _ if ours => HolderDecision::Commit,
-            (Lease::Absent, HolderOp::Extend) => {
-                HolderDecision::Lost("the lease expired before it was extended".into())
-            }
+            (Lease::Absent, HolderOp::Extend) => HolderDecision::Lost(
+                "the lease is gone (it expired, or an operator released the attempt)".into(),
+            ),
             // A late finish that nobody took over yet is still ours: WATCH on the state makes
             // sure no backup's grant can slip in between this read and the write.
             (Lease::Absent, _) => HolderDecision::Commit,

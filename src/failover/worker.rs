@@ -661,9 +661,10 @@ impl Task {
         let mut deadline_reported = false;
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         let mut extend_backoff = Backoff::new(lock_timeout / 6);
-        if !keepalive && self.sub.is_none() {
-            // Without keepalive the lease can run out under us; the channel tells us when a
-            // backup takes over, so `LeaseLost` is reported at once rather than at `done()`.
+        if self.sub.is_none() {
+            // The channel tells the holder at once when a backup takes over (its lease ran out,
+            // or an operator released the attempt), so `LeaseLost` is reported, and the work
+            // stopped, right away rather than at the next extension or at `done()`.
             if let Ok(sub) = self.shared.hub.subscribe(&self.keys.channel).await {
                 self.sub = Some(sub);
             }
@@ -675,7 +676,7 @@ impl Task {
             } else {
                 far
             };
-            let watch_sub = if keepalive { None } else { self.sub.as_mut() };
+            let watch_sub = self.sub.as_mut();
             let ending = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
@@ -734,6 +735,11 @@ impl Task {
                     match msg {
                         Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
                             return self.lost(&ended, &g, format!("another worker announced `{m}`"));
+                        }
+                        // Someone released an attempt while we hold ours (an operator's
+                        // `fail_attempt`): check our lease now instead of at the next extension.
+                        Some(HubMsg::Message(m)) if keepalive && (m == "failed" || m == "released") => {
+                            next_extend = Instant::now();
                         }
                         None => self.sub = None,
                         _ => {}
@@ -923,10 +929,10 @@ impl Task {
                 } else {
                     tx.cmd("PEXPIRE").arg(&self.keys.state).arg(retention);
                 }
-                let message = if matches!(ending, Ending::Fail(_)) {
-                    "failed"
-                } else {
-                    "released"
+                let message = match ending {
+                    _ if exhausted => "exhausted",
+                    Ending::Fail(_) => "failed",
+                    _ => "released",
                 };
                 tx.cmd("DEL")
                     .arg(&self.keys.lease)
