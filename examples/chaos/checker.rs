@@ -1,0 +1,504 @@
+//! The checker: pure passes over one phase's JSONL logs and final Redis state.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::control::PhaseResult;
+use crate::util::read_jsonl;
+use crate::worker::{LEASE, MAX_ATTEMPTS};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Inv {
+    pub id: &'static str,
+    pub name: &'static str,
+    pub violations: u64,
+    pub pass: bool,
+    pub note: String,
+    pub examples: Vec<String>,
+}
+
+impl Inv {
+    fn new(id: &'static str, name: &'static str) -> Inv {
+        Inv {
+            id,
+            name,
+            violations: 0,
+            pass: true,
+            note: String::new(),
+            examples: Vec::new(),
+        }
+    }
+
+    fn flag(&mut self, msg: String) {
+        self.violations += 1;
+        self.pass = false;
+        if self.examples.len() < 8 {
+            self.examples.push(msg);
+        }
+    }
+}
+
+pub struct Analysis {
+    pub invs: Vec<Inv>,
+    pub stats: Value,
+    pub state_lost_events: u64,
+}
+
+impl Analysis {
+    pub fn get(&self, id: &str) -> Option<&Inv> {
+        self.invs.iter().find(|i| i.id == id)
+    }
+}
+
+fn s(v: &Value, k: &str) -> String {
+    v[k].as_str().unwrap_or_default().to_string()
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_default()
+}
+
+fn who(v: &Value) -> String {
+    format!("{}.{}", s(v, "p"), u(v, "inc"))
+}
+
+fn pct(sorted: &[u64], p: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied()
+}
+
+pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
+    let dir = &r.dir;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    let mut wl: Vec<Value> = Vec::new();
+    for f in &files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("worker-") && name.ends_with(".jsonl") {
+            wl.extend(read_jsonl(f));
+        }
+    }
+    wl.sort_by_key(|v| u(v, "t"));
+    let res = read_jsonl(&dir.join("resource.jsonl"));
+    let nem = read_jsonl(&dir.join("nemesis.jsonl"));
+    let events = |name: &'static str| wl.iter().filter(move |v| v["ev"] == name);
+
+    // ---- C1: mutual exclusion at the resource; C1s stale writes.
+    let mut c1 = Inv::new("C1", "mutual exclusion at the fenced resource");
+    let mut stale_rejected = 0u64;
+    let mut stale_accepted = 0u64;
+    let mut by_key: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for v in &res {
+        if v["accepted"] == true {
+            if v["stale"] == true {
+                stale_accepted += 1;
+            }
+            by_key.entry(s(v, "key")).or_default().push(v);
+        } else {
+            stale_rejected += 1;
+        }
+    }
+    for (key, ws) in &by_key {
+        let mut max: Option<(u64, String)> = None;
+        for w in ws {
+            let (tok, h) = (u(w, "token"), s(w, "holder"));
+            if let Some((m, mh)) = &max {
+                if tok < *m || (tok == *m && h != *mh) {
+                    c1.flag(format!(
+                        "{key}: {} {} token {tok} accepted after token {m} of {mh}",
+                        h,
+                        s(w, "op")
+                    ));
+                }
+            }
+            if !matches!(&max, Some((m, _)) if tok <= *m) {
+                max = Some((tok, h));
+            }
+        }
+        // BEGIN/COMMIT pairs of one attempt never interleave with another attempt's writes.
+        for (i, b) in ws.iter().enumerate() {
+            let op = s(b, "op");
+            let Some(att) = op.strip_prefix("BEGIN-") else {
+                continue;
+            };
+            let (h, tok) = (s(b, "holder"), u(b, "token"));
+            let commit = format!("COMMIT-{att}");
+            let Some(j) = ws[i + 1..]
+                .iter()
+                .position(|w| s(w, "holder") == h && s(w, "op") == commit && u(w, "token") == tok)
+            else {
+                continue;
+            };
+            for w in &ws[i + 1..i + 1 + j] {
+                if s(w, "holder") != h || u(w, "token") != tok {
+                    c1.flag(format!("{key}: {} {} (token {}) interleaved inside {h}'s attempt {att} (token {tok})",
+                        s(w, "holder"), s(w, "op"), u(w, "token")));
+                }
+            }
+        }
+    }
+    let mut c1s = Inv::new("C1s", "stale writes rejected (> 0 expected under F1/F5/F9)");
+    c1s.note = format!("{stale_rejected} rejected, {stale_accepted} accepted");
+    if stale_rejected == 0 && r.cfg.fenced {
+        c1s.pass = false;
+        c1s.note
+            .push_str(": the faults produced no stale write this run");
+    }
+
+    // ---- C3: attempts bound.
+    let mut c3 = Inv::new("C3", "attempts bound and unique grants");
+    let mut grants: BTreeMap<String, Vec<(u64, String, u64)>> = BTreeMap::new();
+    for v in events("Acquired") {
+        grants
+            .entry(s(v, "job"))
+            .or_default()
+            .push((u(v, "attempt"), who(v), u(v, "t")));
+    }
+    let mut max_attempt_seen = 0;
+    for (job, gs) in &grants {
+        let mut by_att: HashMap<u64, Vec<&String>> = HashMap::new();
+        let mut last = 0;
+        for (a, w, _) in gs {
+            max_attempt_seen = max_attempt_seen.max(*a);
+            if *a > MAX_ATTEMPTS || *a == 0 {
+                c3.flag(format!(
+                    "{job}: attempt {a} granted to {w} (max {MAX_ATTEMPTS})"
+                ));
+            }
+            if *a <= last {
+                c3.flag(format!(
+                    "{job}: attempt {a} granted to {w} after attempt {last}"
+                ));
+            }
+            last = last.max(*a);
+            by_att.entry(*a).or_default().push(w);
+        }
+        for (a, ws) in by_att {
+            if ws.len() > 1 {
+                c3.flag(format!(
+                    "{job}: attempt {a} granted {} times: {ws:?}",
+                    ws.len()
+                ));
+            }
+        }
+    }
+    for (job, st) in &r.final_state {
+        if let Some(n) = st.as_deref().and_then(|x| x.parse::<u64>().ok()) {
+            if n > MAX_ATTEMPTS {
+                c3.flag(format!("{job}: final counter {n} > {MAX_ATTEMPTS}"));
+            }
+        }
+    }
+
+    // ---- C4: no lost job, no resurrection.
+    let mut c4 = Inv::new("C4", "no lost job, no Acquired after DONE");
+    let (mut done, mut exhausted, mut lost) = (0u64, 0u64, 0u64);
+    if let Some(e) = &r.final_state_err {
+        c4.flag(format!("final state unreadable: {e}"));
+    }
+    for (job, st) in &r.final_state {
+        match st.as_deref() {
+            Some("DONE") => done += 1,
+            Some("EXHAUSTED") => exhausted += 1,
+            other => {
+                lost += 1;
+                c4.flag(format!("{job}: final state {other:?} after quiescence"));
+            }
+        }
+    }
+    let mut done_at: HashMap<String, (u64, String)> = HashMap::new();
+    for v in wl.iter().filter(|v| v["type"] == "ok" && v["f"] == "done") {
+        done_at.entry(s(v, "job")).or_insert((u(v, "t"), who(v)));
+    }
+    let mut resurrected = 0u64;
+    for v in events("Acquired") {
+        if let Some((t, w)) = done_at.get(&s(v, "job")) {
+            if u(v, "t") > *t {
+                resurrected += 1;
+                c4.flag(format!(
+                    "{}: {} acquired attempt {} after {w} recorded DONE",
+                    s(v, "job"),
+                    who(v),
+                    u(v, "attempt")
+                ));
+            }
+        }
+    }
+    let completed_jobs: HashSet<String> = events("Completed").map(|v| s(v, "job")).collect();
+    for v in events("Exhausted") {
+        if completed_jobs.contains(&s(v, "job")) {
+            c4.flag(format!(
+                "{}: both Completed and Exhausted reported",
+                s(v, "job")
+            ));
+        }
+    }
+
+    // ---- C5: no panic.
+    let mut c5 = Inv::new("C5", "no panic, workers exit 0 unless SIGKILLed");
+    for e in &r.exits {
+        let ok = e.code == Some(0) || (e.killed && e.signal == Some(libc::SIGKILL));
+        if !ok {
+            c5.flag(format!(
+                "w{}.{} exited code {:?} signal {:?}",
+                e.worker, e.inc, e.code, e.signal
+            ));
+        }
+    }
+    let mut panics = 0u64;
+    for f in &files {
+        if f.extension().is_some_and(|x| x == "stderr") {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let n = text.matches("panicked at").count() as u64;
+            if n > 0 {
+                panics += n;
+                c5.flag(format!("{}: {n} panic(s)", f.display()));
+            }
+        }
+    }
+
+    // ---- Fault windows (from the nemesis log).
+    struct Window {
+        kind: String,
+        start: u64,
+        stop: u64,
+        targets: Vec<String>,
+        secs: f64,
+    }
+    let mut starts: HashMap<u64, &Value> = HashMap::new();
+    let mut windows = Vec::new();
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    for v in &nem {
+        match v["type"].as_str() {
+            Some("start") => {
+                starts.insert(u(v, "id"), v);
+                *faults.entry(s(v, "kind")).or_default() += 1;
+            }
+            Some("stop") => {
+                if let Some(st) = starts.get(&u(v, "id")) {
+                    let d = &st["detail"];
+                    let secs = d["secs"]
+                        .as_f64()
+                        .or(d["down_secs"].as_f64())
+                        .unwrap_or(0.0);
+                    windows.push(Window {
+                        kind: s(st, "kind"),
+                        start: u(st, "t"),
+                        stop: u(v, "t"),
+                        targets: st["targets"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|x| x.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        secs,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let total_faults: u64 = faults.values().sum();
+    // Incarnations the nemesis SIGKILLed ("w1.2"), with the kill time.
+    let killed_incs: Vec<(String, u64)> = nem
+        .iter()
+        .filter(|v| v["type"] == "start" && v["kind"] == "kill_worker")
+        .map(|v| {
+            let tgt = v["targets"][0].as_str().unwrap_or_default();
+            (format!("{tgt}.{}", u(&v["detail"], "inc")), u(v, "t"))
+        })
+        .collect();
+
+    // ---- C6: errors surfaced.
+    let mut c6 = Inv::new(
+        "C6",
+        "errors surfaced as events where a fault hit a holder's links",
+    );
+    let is_err = |v: &Value| v["ev"] == "Error" || v["type"] == "api_err";
+    let (mut meaningful, mut surfaced_m, mut any_windows, mut surfaced_any) =
+        (0u64, 0u64, 0u64, 0u64);
+    for w in &windows {
+        let hits_links = matches!(
+            w.kind.as_str(),
+            "pause_redis"
+                | "crash_restart_redis"
+                | "partition_worker"
+                | "latency"
+                | "reset"
+                | "client_kill"
+                | "client_pause"
+                | "slice"
+        );
+        if !hits_links {
+            continue;
+        }
+        let grace = 2_000_000_000;
+        for tgt in &w.targets {
+            let mine = || wl.iter().filter(|v| s(v, "p") == *tgt);
+            let saw_err =
+                mine().any(|v| is_err(v) && u(v, "t") >= w.start && u(v, "t") <= w.stop + grace);
+            // Did the worker hold an attempt when the fault began?
+            let mut open: HashSet<(String, u64)> = HashSet::new();
+            for v in mine().take_while(|v| u(v, "t") < w.start) {
+                let key = (who(v), 0);
+                let job = s(v, "job");
+                if v["ev"] == "Acquired" {
+                    open.insert((format!("{}|{job}", key.0), u(v, "attempt")));
+                } else if (v["type"] == "ok" || v["type"] == "api_err")
+                    && matches!(v["f"].as_str(), Some(f) if f.starts_with("done") || f.starts_with("fail"))
+                    || v["type"] == "end"
+                {
+                    open.retain(|(k, _)| k != &format!("{}|{job}", key.0));
+                }
+            }
+            // A holder whose incarnation was SIGKILLed by the nemesis does not count.
+            open.retain(|(k, _)| {
+                let inc = k.split('|').next().unwrap_or_default().to_string();
+                !killed_incs
+                    .iter()
+                    .any(|(ki, kt)| *ki == inc && *kt <= w.stop + grace)
+            });
+            let holding = !open.is_empty();
+            any_windows += 1;
+            if saw_err {
+                surfaced_any += 1;
+            }
+            let strong = matches!(
+                w.kind.as_str(),
+                "pause_redis" | "crash_restart_redis" | "partition_worker"
+            ) && w.secs >= 1.0;
+            if strong && holding {
+                meaningful += 1;
+                if saw_err {
+                    surfaced_m += 1;
+                } else {
+                    c6.flag(format!(
+                        "{} ({:.1}s) hit {tgt} while it held {:?}, no Error event",
+                        w.kind,
+                        w.secs,
+                        open.iter().next()
+                    ));
+                }
+            }
+        }
+    }
+    c6.note = format!("meaningful windows {surfaced_m}/{meaningful} surfaced; all link-fault windows {surfaced_any}/{any_windows}");
+
+    // ---- C7: liveness after heal.
+    let mut c7 = Inv::new("C7", "liveness after heal");
+    let bound_ns = (LEASE.as_millis() as u64 + 5_000 + 2_000) * 1_000_000;
+    let progress: Vec<u64> = wl
+        .iter()
+        .filter(|v| v["ev"] == "Acquired" || v["ev"] == "Completed")
+        .map(|v| u(v, "t"))
+        .collect();
+    let mut timeline: Vec<(u64, i64)> = Vec::new();
+    for w in &windows {
+        timeline.push((w.start, 1));
+        timeline.push((w.stop, -1));
+    }
+    timeline.sort();
+    let mut heals = Vec::new();
+    let mut active = 0i64;
+    for (t, d) in &timeline {
+        active += d;
+        if active == 0 && *d < 0 {
+            heals.push(*t);
+        }
+    }
+    heals.push(r.heal_t);
+    let mut rec = Vec::new();
+    for h in &heals {
+        let Some(next) = progress.iter().find(|t| **t >= *h) else {
+            continue;
+        };
+        let d = next - h;
+        rec.push(d / 1_000_000);
+        let interfered = timeline
+            .iter()
+            .any(|(t, dd)| *dd > 0 && *t > *h && *t < *next);
+        if d > bound_ns && !interfered {
+            c7.flag(format!(
+                "{} ms from a heal to the next Acquired/Completed",
+                d / 1_000_000
+            ));
+        }
+    }
+    rec.sort();
+    for w in &r.stuck {
+        c7.flag(format!("w{w} still running at the quiescence bound"));
+    }
+    c7.note = format!(
+        "p50 {:?} ms, p99 {:?} ms over {} heals (bound {} ms)",
+        pct(&rec, 0.5),
+        pct(&rec, 0.99),
+        rec.len(),
+        bound_ns / 1_000_000
+    );
+
+    // ---- C8: secrets.
+    let mut c8 = Inv::new("C8", "no secret in logs");
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "jsonl" || x == "stderr"))
+    {
+        let bytes = std::fs::read(f).unwrap_or_default();
+        let n = String::from_utf8_lossy(&bytes).matches(canary).count();
+        if n > 0 {
+            c8.flag(format!("{}: {n} canary match(es)", f.display()));
+        }
+    }
+
+    // ---- Stats.
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for v in events("Error") {
+        *by_kind.entry(s(v, "kind")).or_default() += 1;
+    }
+    let state_lost_events = by_kind.get("StateLost").copied().unwrap_or(0);
+    let count = |f: &dyn Fn(&Value) -> bool| wl.iter().filter(|v| f(v)).count() as u64;
+    let mut faults_json = json!(faults);
+    faults_json["total"] = json!(total_faults);
+    let stats = json!({
+        "duration_s": (r.end_t - r.start_t) as f64 / 1e9,
+        "ops": {
+            "acquire_ok": count(&|v| v["ev"] == "Acquired"),
+            "locked_events": count(&|v| v["ev"] == "Locked"),
+            "resource_writes": res.len(),
+            "resource_accepted": res.iter().filter(|v| v["accepted"] == true).count(),
+            "done_ok": count(&|v| v["type"] == "ok" && v["f"] == "done"),
+            "fail_ok": count(&|v| v["type"] == "ok" && matches!(v["f"].as_str(), Some(f) if f.starts_with("fail"))),
+            "api_err": count(&|v| v["type"] == "api_err"),
+            "error_events": count(&|v| v["ev"] == "Error"),
+            "lease_lost_events": count(&|v| v["ev"] == "LeaseLost"),
+            "resource_indeterminate": count(&|v| v["type"] == "info" && v["f"] == "write"),
+            "worker_incarnations": r.exits.len(),
+        },
+        "errors_by_kind": by_kind,
+        "faults": faults_json,
+        "jobs": {"submitted": r.cfg.jobs, "done": done, "exhausted": exhausted, "lost": lost,
+                 "resurrected": resurrected, "max_attempts_seen": max_attempt_seen},
+        "fencing": {"stale_rejected": stale_rejected, "stale_accepted": stale_accepted},
+        "liveness": {"recovery_ms_p50": pct(&rec, 0.5), "recovery_ms_p99": pct(&rec, 0.99),
+                     "samples": rec.len(), "bound_ms": bound_ns / 1_000_000},
+        "errors_surfaced": {"meaningful": meaningful, "meaningful_surfaced": surfaced_m,
+                            "all_windows": any_windows, "all_surfaced": surfaced_any},
+        "panics": panics,
+        "stuck_workers": r.stuck,
+        "volatile_restart_at_ns": r.volatile_t,
+        "exits": r.exits,
+    });
+    Analysis {
+        invs: vec![c1, c1s, c3, c4, c5, c6, c7, c8],
+        stats,
+        state_lost_events,
+    }
+}

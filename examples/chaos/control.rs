@@ -1,0 +1,260 @@
+//! One phase of a run: Redis, proxies, resource, workers, nemesis, heal, quiescence, final state.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton::testing::{Persistence, RedisServer};
+use serde_json::json;
+
+use crate::fleet::{ExitRec, Fleet};
+use crate::nemesis::{self, Kind};
+use crate::proxy::Link;
+use crate::resource::Resource;
+use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
+use crate::worker::{WorkerArgs, WORKERS};
+
+#[derive(Debug, Clone)]
+pub struct PhaseCfg {
+    pub name: String,
+    pub jobs: usize,
+    pub warmup_s: f64,
+    pub chaos_s: f64,
+    pub fenced: bool,
+    pub lane_a: Vec<Kind>,
+    pub lane_b: Vec<Kind>,
+    /// Seconds into the chaos window at which Redis is crashed and restarted *volatile*, after
+    /// which worker 0 is killed and restarted (negative control b).
+    pub volatile_restart_at: Option<f64>,
+    pub seed: u64,
+    pub quiesce_bound_s: f64,
+}
+
+pub struct PhaseResult {
+    pub cfg: PhaseCfg,
+    pub dir: PathBuf,
+    pub final_state: BTreeMap<String, Option<String>>,
+    pub exits: Vec<ExitRec>,
+    pub heal_t: u64,
+    pub start_t: u64,
+    pub end_t: u64,
+    pub stuck: Vec<usize>,
+    pub volatile_t: Option<u64>,
+    pub final_state_err: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub async fn run_phase(
+    cfg: PhaseCfg,
+    root: &std::path::Path,
+    canary: &str,
+) -> Result<PhaseResult, BoxError> {
+    let dir = root.join(&cfg.name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let start_t = mono_ns();
+    let log = Arc::new(Jsonl::open(&dir.join("nemesis.jsonl"))?);
+    log.write(
+        json!({"p":"control","type":"info","f":"phase","name":cfg.name,"jobs":cfg.jobs,
+        "fenced":cfg.fenced,"seed":cfg.seed}),
+    );
+
+    let pw = canary.to_string();
+    let redis = tokio::task::spawn_blocking(move || {
+        RedisServer::builder()
+            .persistence(Persistence::Durable)
+            .requirepass(&pw)
+            .start()
+    })
+    .await??;
+    let redis_port = redis.port();
+    let redis = Arc::new(Mutex::new(redis));
+    let admin_url = format!("redis://:{canary}@127.0.0.1:{redis_port}/");
+
+    let mut links = Vec::new();
+    for i in 0..WORKERS {
+        links.push(
+            Link::start(
+                &format!("w{i}"),
+                redis_port,
+                log.clone(),
+                mix(&[cfg.seed, 77, i as u64]),
+            )
+            .await?,
+        );
+    }
+    let resource = Resource::start(cfg.fenced, Jsonl::open(&dir.join("resource.jsonl"))?).await?;
+
+    let total_ms = ((cfg.warmup_s + cfg.chaos_s) * 1000.0) as u64;
+    let spacing_ms = (total_ms / cfg.jobs.max(1) as u64).max(1);
+    let t0 = mono_ns() + 700_000_000;
+    let base = WorkerArgs {
+        id: 0,
+        inc: 0,
+        run_dir: dir.clone(),
+        resource: format!("127.0.0.1:{}", resource.port),
+        jobs: cfg.jobs,
+        t0,
+        spacing_ms,
+        seed: cfg.seed,
+    };
+    let fleet = Fleet::new(
+        base,
+        format!("redis://:{canary}@127.0.0.1:{{port}}/"),
+        WORKERS,
+        log.clone(),
+    );
+    for (i, link) in links.iter().enumerate() {
+        fleet.spawn(i, link.port)?;
+    }
+    let ctx = Arc::new(nemesis::Ctx {
+        redis: redis.clone(),
+        admin_url: admin_url.clone(),
+        links: links.clone(),
+        fleet: fleet.clone(),
+        resource: resource.clone(),
+        log: log.clone(),
+        next_id: AtomicU64::new(1),
+    });
+
+    // Warm-up, then chaos.
+    let chaos_start = t0 + (cfg.warmup_s * 1e9) as u64;
+    tokio::time::sleep(Duration::from_nanos(chaos_start.saturating_sub(mono_ns()))).await;
+    log.write(json!({"p":"control","type":"info","f":"chaos_start"}));
+    let deadline = chaos_start + (cfg.chaos_s * 1e9) as u64;
+    let lane_a = tokio::spawn(nemesis::lane(
+        ctx.clone(),
+        cfg.lane_a.clone(),
+        Rng::new(mix(&[cfg.seed, 1])),
+        deadline,
+    ));
+    let lane_b = tokio::spawn(nemesis::lane(
+        ctx.clone(),
+        cfg.lane_b.clone(),
+        Rng::new(mix(&[cfg.seed, 2])),
+        deadline,
+    ));
+    let mut volatile_t = None;
+    if let Some(at) = cfg.volatile_restart_at {
+        let when = chaos_start + (at * 1e9) as u64;
+        tokio::time::sleep(Duration::from_nanos(when.saturating_sub(mono_ns()))).await;
+        volatile_t = Some(volatile_restart(&ctx).await);
+    }
+    let _ = lane_a.await;
+    let _ = lane_b.await;
+    tokio::time::sleep(Duration::from_nanos(deadline.saturating_sub(mono_ns()))).await;
+
+    // Heal, then wait for quiescence.
+    ctx.heal_all().await;
+    let heal_t = mono_ns();
+    let bound = heal_t + (cfg.quiesce_bound_s * 1e9) as u64;
+    while !fleet.all_exited() && mono_ns() < bound {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stuck = fleet.kill_leftovers();
+    if !stuck.is_empty() {
+        log.write(json!({"p":"control","type":"info","f":"quiescence_bound","stuck":stuck}));
+    }
+    // Let the exit watchers record the last exits.
+    for _ in 0..50 {
+        if lock(&fleet.exits).len() >= (0..WORKERS).map(|i| fleet.inc(i) as usize).sum::<usize>() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (final_state, final_state_err) = match read_final_state(&admin_url, cfg.jobs).await {
+        Ok(s) => (s, None),
+        Err(e) => (BTreeMap::new(), Some(e.to_string())),
+    };
+    let exits = lock(&fleet.exits).clone();
+    // The private copy of the executable the workers ran (54 MB in debug builds).
+    let _ = std::fs::remove_file(root.join(format!("chaos-worker-bin-{}", cfg.name)));
+    log.write(json!({"p":"control","type":"info","f":"phase_end"}));
+    drop(ctx);
+    drop(links);
+    let redis = redis.clone();
+    let _ = tokio::task::spawn_blocking(move || drop(redis)).await;
+    Ok(PhaseResult {
+        cfg,
+        dir,
+        final_state,
+        exits,
+        heal_t,
+        start_t,
+        end_t: mono_ns(),
+        stuck,
+        volatile_t,
+        final_state_err,
+    })
+}
+
+/// Negative control (b): Redis loses everything (restart without persistence), then a worker is
+/// killed and restarted, so a new incarnation meets jobs whose DONE was lost.
+async fn volatile_restart(ctx: &nemesis::Ctx) -> u64 {
+    let redis = ctx.redis.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let mut r = lock(&redis);
+        r.kill();
+        r.restart_with(Persistence::Volatile)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
+    let t = mono_ns();
+    ctx.log.write(
+        json!({"p":"nemesis","type":"start","id":0,"kind":"volatile_restart",
+        "targets":["w0","w1","w2","w3"],"detail":{"err":r.err()}}),
+    );
+    ctx.log
+        .write(json!({"p":"nemesis","type":"stop","id":0,"kind":"volatile_restart","detail":{}}));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ctx.fleet.kill(0);
+    for _ in 0..100 {
+        if !ctx.fleet.running(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = ctx.fleet.spawn(0, ctx.links[0].port);
+    ctx.log
+        .write(json!({"p":"nemesis","type":"info","f":"control_restart_w0",
+        "err":r.err().map(|e| e.to_string())}));
+    t
+}
+
+/// `GET baton:{j-…}` for every job, via an admin connection that bypasses the proxy.
+async fn read_final_state(
+    url: &str,
+    jobs: usize,
+) -> Result<BTreeMap<String, Option<String>>, BoxError> {
+    let client = redis::Client::open(url)?;
+    let mut last = None;
+    for _ in 0..20 {
+        let fut = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let mut out = BTreeMap::new();
+            for j in 0..jobs {
+                let name = job_name(j);
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(format!("baton:{{{name}}}"))
+                    .query_async(&mut conn)
+                    .await?;
+                out.insert(name, v);
+            }
+            Ok::<_, redis::RedisError>(out)
+        };
+        match tokio::time::timeout(Duration::from_secs(5), fut).await {
+            Ok(Ok(m)) => return Ok(m),
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => last = Some("timed out".into()),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!("cannot read the final state: {}", last.unwrap_or_default()).into())
+}

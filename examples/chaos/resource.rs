@@ -1,0 +1,115 @@
+//! The fenced resource server: `W key token holder op` → `OK` or `STALE highest`.
+//!
+//! It keeps `highest[key]` and appends every request with its reply to `resource.jsonl`. With
+//! `fenced = false` (negative control) it accepts every write, and logs whether the write would
+//! have been stale.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::util::{mono_ns, Jsonl};
+
+#[derive(Default)]
+struct State {
+    highest: HashMap<String, u64>,
+    /// Accepted BEGINs not followed by the same holder's accepted COMMIT: key → (holder, t).
+    open: HashMap<String, (String, u64)>,
+}
+
+pub struct Resource {
+    fenced: bool,
+    state: Mutex<State>,
+    log: Jsonl,
+    pub port: u16,
+}
+
+impl Resource {
+    pub async fn start(fenced: bool, log: Jsonl) -> std::io::Result<Arc<Resource>> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let res = Arc::new(Resource {
+            fenced,
+            state: Mutex::new(State::default()),
+            log,
+            port,
+        });
+        let r = res.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok((sock, _)) = listener.accept().await {
+                    tokio::spawn(serve(sock, r.clone()));
+                }
+            }
+        });
+        Ok(res)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holders (`w2.1`) with a BEGIN accepted in the last `within_ms` and no COMMIT yet.
+    pub fn current_holders(&self, within_ms: u64) -> Vec<String> {
+        let now = mono_ns();
+        self.state()
+            .open
+            .values()
+            .filter(|(_, t)| now.saturating_sub(*t) < within_ms * 1_000_000)
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
+    /// Decides one write and logs it under the state lock, so the log order is the decision
+    /// order.
+    fn write(&self, key: &str, token: u64, holder: &str, op: &str) -> String {
+        let mut s = self.state();
+        let highest = s.highest.get(key).copied().unwrap_or(0);
+        let stale = token < highest;
+        let accepted = !stale || !self.fenced;
+        let reply = if accepted {
+            s.highest.insert(key.to_string(), highest.max(token));
+            if op.starts_with("BEGIN") {
+                s.open
+                    .insert(key.to_string(), (holder.to_string(), mono_ns()));
+            } else if s.open.get(key).is_some_and(|(h, _)| h == holder) {
+                s.open.remove(key);
+            }
+            "OK".to_string()
+        } else {
+            format!("STALE {highest}")
+        };
+        self.log.write(
+            json!({"p":"resource","type": if accepted {"ok"} else {"fail"},
+            "f":"write","key":key,"token":token,"holder":holder,"op":op,"reply":reply,
+            "accepted":accepted,"stale":stale,"highest":highest}),
+        );
+        reply
+    }
+}
+
+async fn serve(sock: TcpStream, res: Arc<Resource>) {
+    let (r, mut w) = sock.into_split();
+    let mut lines = BufReader::new(r).lines();
+    loop {
+        let line = match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+            Ok(Ok(Some(l))) => l,
+            _ => return,
+        };
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let reply = match parts.as_slice() {
+            ["W", key, token, holder, op] => match token.parse::<u64>() {
+                Ok(token) => res.write(key, token, holder, op),
+                Err(_) => "ERR bad token".to_string(),
+            },
+            _ => "ERR bad request".to_string(),
+        };
+        if w.write_all(format!("{reply}\n").as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}

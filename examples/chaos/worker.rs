@@ -1,0 +1,258 @@
+//! One chaos worker process: uses baton exactly as a user would, through its proxy port.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::{Client, Event, FailoverConfig};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
+
+/// The environment variable carrying the Redis URL (with the password): not on the command line.
+pub const URL_ENV: &str = "BATON_CHAOS_REDIS_URL";
+pub const WORKERS: usize = 4;
+pub const LEASE: Duration = Duration::from_secs(1);
+pub const MAX_ATTEMPTS: u64 = 3;
+
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    pub id: usize,
+    pub inc: u32,
+    pub run_dir: PathBuf,
+    pub resource: String,
+    pub jobs: usize,
+    /// Monotonic ns of job 0's release, and the spacing between releases.
+    pub t0: u64,
+    pub spacing_ms: u64,
+    pub seed: u64,
+}
+
+impl WorkerArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            "--worker".into(),
+            self.id.to_string(),
+            "--inc".into(),
+            self.inc.to_string(),
+            "--run-dir".into(),
+            self.run_dir.display().to_string(),
+            "--resource-addr".into(),
+            self.resource.clone(),
+            "--jobs".into(),
+            self.jobs.to_string(),
+            "--t0".into(),
+            self.t0.to_string(),
+            "--spacing-ms".into(),
+            self.spacing_ms.to_string(),
+            "--seed".into(),
+            self.seed.to_string(),
+        ]
+    }
+
+    pub fn parse(args: &[String]) -> Result<WorkerArgs, BoxError> {
+        let get = |name: &str| -> Result<String, BoxError> {
+            let i = args
+                .iter()
+                .position(|a| a == name)
+                .ok_or_else(|| format!("missing {name}"))?;
+            Ok(args
+                .get(i + 1)
+                .ok_or_else(|| format!("missing value of {name}"))?
+                .clone())
+        };
+        Ok(WorkerArgs {
+            id: get("--worker")?.parse()?,
+            inc: get("--inc")?.parse()?,
+            run_dir: PathBuf::from(get("--run-dir")?),
+            resource: get("--resource-addr")?,
+            jobs: get("--jobs")?.parse()?,
+            t0: get("--t0")?.parse()?,
+            spacing_ms: get("--spacing-ms")?.parse()?,
+            seed: get("--seed")?.parse()?,
+        })
+    }
+}
+
+struct Ctx {
+    args: WorkerArgs,
+    holder: String,
+    log: Jsonl,
+}
+
+impl Ctx {
+    fn write(&self, mut v: Value) {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("p".into(), json!(format!("w{}", self.args.id)));
+            o.insert("inc".into(), json!(self.args.inc));
+        }
+        self.log.write(v);
+    }
+}
+
+pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
+    let url = std::env::var(URL_ENV).map_err(|_| format!("{URL_ENV} is not set"))?;
+    let path = args
+        .run_dir
+        .join(format!("worker-{}.{}.jsonl", args.id, args.inc));
+    let ctx = Arc::new(Ctx {
+        holder: format!("w{}.{}", args.id, args.inc),
+        log: Jsonl::open(&path)?,
+        args,
+    });
+    ctx.write(json!({"type":"start","pid":std::process::id()}));
+
+    // Connect like a user, retrying while the nemesis keeps Redis away.
+    let mut delay = Duration::from_millis(100);
+    let client = loop {
+        match Client::builder(url.clone()).connect().await {
+            Ok(c) => break c,
+            Err(e) => {
+                ctx.write(json!({"type":"api_err","f":"connect","kind":e.kind(),
+                    "err":e.to_string()}));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    };
+    ctx.write(json!({"type":"info","f":"connected"}));
+
+    let now = mono_ns();
+    let mut late = 0u64;
+    let mut tasks = Vec::new();
+    for j in 0..ctx.args.jobs {
+        let primary = j % WORKERS;
+        let rank = (ctx.args.id + WORKERS - primary) % WORKERS;
+        let offset_ms = if rank == 0 { 0 } else { 100 + 30 * rank as u64 };
+        let mut at = ctx.args.t0 + (j as u64 * ctx.args.spacing_ms + offset_ms) * 1_000_000;
+        if at < now {
+            // A restarted incarnation joins past jobs too, a few ms apart.
+            late += 1;
+            at = now + late * 3_000_000;
+        }
+        let (ctx, client) = (ctx.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let wait = at.saturating_sub(mono_ns());
+            tokio::time::sleep(Duration::from_nanos(wait)).await;
+            drive(&ctx, &client, j).await
+        }));
+    }
+    let mut failures = 0;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                failures += 1;
+                ctx.write(json!({"type":"harness_err","err":e.to_string()}));
+            }
+            Err(e) => {
+                failures += 1;
+                ctx.write(json!({"type":"harness_err","err":e.to_string()}));
+            }
+        }
+    }
+    ctx.write(json!({"type":"exit","harness_failures":failures}));
+    if failures > 0 {
+        return Err(format!("{failures} job drivers failed").into());
+    }
+    Ok(())
+}
+
+/// Reads one job's event stream to its end and acts on `Acquired`.
+async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
+    let job = job_name(j);
+    let cfg = FailoverConfig::builder(job.clone())
+        .max_attempts(MAX_ATTEMPTS)
+        .lock_timeout(LEASE)
+        .keepalive(true)
+        .retention(Duration::from_secs(3600))
+        .worker_name(ctx.holder.clone())
+        .build()?;
+    let mut rng = Rng::new(mix(&[
+        ctx.args.seed,
+        ctx.args.id as u64,
+        ctx.args.inc as u64,
+        j as u64,
+    ]));
+    let mut worker = client.start(cfg);
+    ctx.write(json!({"type":"invoke","f":"start","job":job}));
+    while let Some(ev) = worker.next_event().await {
+        let mut line = serde_json::to_value(&ev)?;
+        if let Some(o) = line.as_object_mut() {
+            o.insert("type".into(), json!("event"));
+            o.insert("ev".into(), json!(ev.name()));
+            o.insert("job".into(), json!(job));
+            o.remove("event");
+        }
+        ctx.write(line);
+        let terminal = ev.is_terminal();
+        if let Event::Acquired(acq) = ev {
+            let (attempt, token) = (acq.attempt, acq.fencing_token);
+            let begin = resource_write(ctx, &job, token, &format!("BEGIN-{attempt}")).await;
+            let outcome = if begin.as_deref() == Some("OK") {
+                let ms = rng.range(20.0, 150.0) as u64;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let commit = resource_write(ctx, &job, token, &format!("COMMIT-{attempt}")).await;
+                match commit.as_deref() {
+                    Some("OK") if rng.unit() < 0.2 => "fail-injected",
+                    Some("OK") => "done",
+                    _ => "fail-resource",
+                }
+            } else {
+                "fail-resource"
+            };
+            ctx.write(json!({"type":"invoke","f":outcome,"job":job,"attempt":attempt}));
+            let res = if outcome == "done" {
+                acq.done().await
+            } else if outcome == "fail-injected" {
+                acq.fail("injected").await
+            } else {
+                acq.fail("resource write failed or stale").await
+            };
+            match res {
+                Ok(()) => ctx.write(json!({"type":"ok","f":outcome,"job":job,"attempt":attempt})),
+                Err(e) => ctx.write(json!({"type":"api_err","f":outcome,"job":job,
+                    "attempt":attempt,"kind":e.kind(),"err":e.to_string()})),
+            }
+        } else if terminal {
+            break;
+        }
+    }
+    ctx.write(json!({"type":"end","job":job}));
+    Ok(())
+}
+
+/// One request to the resource server on a fresh connection. `None` when it could not be done
+/// (logged as indeterminate).
+async fn resource_write(ctx: &Ctx, job: &str, token: u64, op: &str) -> Option<String> {
+    ctx.write(json!({"type":"invoke","f":"write","job":job,"token":token,"op":op}));
+    let req = format!("W {job} {token} {} {op}\n", ctx.holder);
+    let fut = async {
+        let mut sock = TcpStream::connect(ctx.args.resource.as_str()).await?;
+        sock.write_all(req.as_bytes()).await?;
+        let mut line = String::new();
+        BufReader::new(&mut sock).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line.trim().to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(3), fut).await {
+        Ok(Ok(reply)) if !reply.is_empty() => {
+            let ty = if reply == "OK" { "ok" } else { "fail" };
+            ctx.write(json!({"type":ty,"f":"write","job":job,"token":token,"op":op,"reply":reply}));
+            Some(reply)
+        }
+        Ok(Ok(_)) => {
+            ctx.write(json!({"type":"info","f":"write","job":job,"op":op,"err":"empty reply"}));
+            None
+        }
+        Ok(Err(e)) => {
+            ctx.write(json!({"type":"info","f":"write","job":job,"op":op,"err":e.to_string()}));
+            None
+        }
+        Err(_) => {
+            ctx.write(json!({"type":"info","f":"write","job":job,"op":op,"err":"timeout"}));
+            None
+        }
+    }
+}
