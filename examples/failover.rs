@@ -51,15 +51,7 @@ const BACKUP_WORK: Duration = Duration::from_millis(100);
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     // Keep the private server (if any) alive until the end of main.
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = baton::testing::RedisServer::start()?;
-            let url = server.url();
-            eprintln!("REDIS_URL not set: started a private redis-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (url, _server) = baton::testing::url_from_env_or_start()?;
     let started = std::time::Instant::now();
     let summary = demo(&url, &run_id()?).await?;
     eprintln!();

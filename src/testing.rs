@@ -936,3 +936,20 @@ pub type BeforeExecHook = std::sync::Arc<
         + Send
         + Sync,
 >;
+
+/// The Redis to run an example against: `$REDIS_URL` when set, otherwise a private server
+/// started here (keep the returned server alive as long as the URL is used; it stops on drop).
+///
+/// # Errors
+/// When no `REDIS_URL` is set and `redis-server` cannot be started.
+pub fn url_from_env_or_start() -> io::Result<(String, Option<RedisServer>)> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => Ok((url, None)),
+        Err(_) => {
+            let server = RedisServer::start()?;
+            let url = server.url();
+            eprintln!("REDIS_URL not set: started a private redis-server at {url}");
+            Ok((url, Some(server)))
+        }
+    }
+}
