@@ -57,8 +57,13 @@ pub enum ErrorKind {
     ReadOnly,
     /// The server is loading its data set or asked to try again later.
     Busy,
+    /// The server is out of memory (`maxmemory` with `noeviction`); nothing was written.
+    Oom,
     /// The server denied the command (ACL) or the credentials.
     Permission,
+    /// The TLS handshake failed (unknown issuer, a name not in the certificate, a missing client
+    /// certificate). Never retried without TLS.
+    Tls,
     /// Redis returned a reply baton did not expect.
     UnexpectedReply,
     /// Another server-side error.
@@ -201,6 +206,7 @@ impl Error {
                 | ErrorKind::Timeout
                 | ErrorKind::ReadOnly
                 | ErrorKind::Busy
+                | ErrorKind::Oom
                 | ErrorKind::NoExpiry
         )
     }
@@ -274,8 +280,9 @@ fn server_kind(kind: Option<redis::ServerErrorKind>, code: Option<&str>) -> Erro
         _ => match code {
             Some("WRONGTYPE") => ErrorKind::WrongType,
             Some("NOAUTH") | Some("WRONGPASS") => ErrorKind::Permission,
-            // OOM: memory may be freed (keys expire); try again later.
-            Some("BUSY") | Some("OOM") => ErrorKind::Busy,
+            Some("BUSY") => ErrorKind::Busy,
+            // OOM: memory may be freed (keys expire); retryable, and nothing was written.
+            Some("OOM") => ErrorKind::Oom,
             _ => ErrorKind::Server,
         },
     }

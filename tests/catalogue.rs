@@ -213,7 +213,7 @@ async fn row_oom_a_full_server_is_a_retryable_error_and_nothing_is_half_written(
             retryable,
             message,
         } => {
-            assert_eq!(kind, ErrorKind::Busy, "{message}");
+            assert_eq!(kind, ErrorKind::Oom, "{message}");
             assert!(retryable);
         }
         other => panic!("{other:?}"),
