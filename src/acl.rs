@@ -49,3 +49,13 @@ pub fn setuser_args(user: &str, password: &str, prefix: &str) -> Vec<String> {
     args.extend(FAILOVER_COMMANDS.iter().map(|c| format!("+{c}")));
     args
 }
+
+/// The same user as one `user` directive line of `redis.conf` (or an `aclfile`), without the
+/// leading `user` word: `"<user> reset on >password ~prefix* &prefix* -@all +watch …"`.
+///
+/// A user defined this way survives a server restart, which one made with `ACL SETUSER` does not
+/// (unless the server has an `aclfile` and someone runs `ACL SAVE`). Neither `user` nor
+/// `password` may contain whitespace.
+pub fn user_rule(user: &str, password: &str, prefix: &str) -> String {
+    setuser_args(user, password, prefix)[1..].join(" ")
+}

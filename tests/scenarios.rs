@@ -119,3 +119,63 @@ async fn s8_a_server_clock_jump_ends_the_lease_early_and_the_holder_says_so() {
     );
     new.done().await.unwrap();
 }
+
+#[tokio::test]
+async fn s1b_a_grant_that_outlived_its_lease_before_handover_is_never_handed_out() {
+    // The worker's EXEC reply arrives later than the lease is long (here Redis is frozen while the
+    // EXEC is in flight, as a paused worker process would be): by then a backup may hold the next
+    // attempt, so the worker must report LeaseLost without ever emitting Acquired.
+    let srv = server();
+    let client = baton::Client::builder(srv.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let pid = srv.pid().unwrap().to_string();
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    client.set_before_exec_hook(Some(std::sync::Arc::new(move |what| {
+        let (pid, fired) = (pid.clone(), fired.clone());
+        Box::pin(async move {
+            if what != "grant" || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let stop = std::process::Command::new("kill")
+                .args(["-STOP", &pid])
+                .status();
+            assert!(stop.unwrap().success());
+            std::thread::spawn(move || {
+                // Three times the 300 ms lease, well inside the 5 s response timeout.
+                std::thread::sleep(Duration::from_millis(900));
+                let _ = std::process::Command::new("kill")
+                    .args(["-CONT", &pid])
+                    .status();
+            });
+        })
+    })));
+    let cfg = FailoverConfig::builder("s1b")
+        .lock_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut a = client.start(cfg.clone());
+    match next(&mut a, WAKE).await {
+        Event::LeaseLost { attempt, reason } => {
+            assert_eq!(attempt, 1);
+            assert!(
+                reason.contains("before the grant could be handed over"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected LeaseLost before any Acquired, got {other:?}"),
+    }
+    // The attempt stays counted; a backup takes the next one once the lease has run out.
+    let mut b = client.start(cfg);
+    let got = loop {
+        match next(&mut b, WAKE).await {
+            Event::Acquired(x) => break x,
+            Event::Locked { attempt: 1, .. } => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(got.attempt, 2);
+    got.done().await.unwrap();
+}

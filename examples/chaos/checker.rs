@@ -154,18 +154,34 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
 
     // ---- C3: attempts bound.
     let mut c3 = Inv::new("C3", "attempts bound and unique grants");
-    let mut grants: BTreeMap<String, Vec<(u64, String, u64)>> = BTreeMap::new();
+    // Grants are ordered by their fencing token, which Redis floors by its own clock at the
+    // grant: that is the order in which Redis granted them. The order in which workers *report*
+    // them can differ: a worker paused between its EXEC and its `Acquired` event reports an old
+    // grant late (its writes are then rejected as stale, which C1 checks). Such late reports are
+    // counted as a diagnostic, not flagged.
+    let mut grants: BTreeMap<String, Vec<(u64, u64, String, u64)>> = BTreeMap::new();
     for v in events("Acquired") {
-        grants
-            .entry(s(v, "job"))
-            .or_default()
-            .push((u(v, "attempt"), who(v), u(v, "t")));
+        grants.entry(s(v, "job")).or_default().push((
+            u(v, "fencing_token"),
+            u(v, "attempt"),
+            who(v),
+            u(v, "t"),
+        ));
     }
     let mut max_attempt_seen = 0;
-    for (job, gs) in &grants {
+    let mut late_reports = 0u64;
+    for (job, gs) in grants.iter_mut() {
         let mut by_att: HashMap<u64, Vec<&String>> = HashMap::new();
+        let mut highest_reported = 0;
+        for (_, a, _, _) in gs.iter() {
+            if *a < highest_reported {
+                late_reports += 1;
+            }
+            highest_reported = highest_reported.max(*a);
+        }
+        gs.sort();
         let mut last = 0;
-        for (a, w, _) in gs {
+        for (token, a, w, _) in gs.iter() {
             max_attempt_seen = max_attempt_seen.max(*a);
             if *a > MAX_ATTEMPTS || *a == 0 {
                 c3.flag(format!(
@@ -174,7 +190,7 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
             }
             if *a <= last {
                 c3.flag(format!(
-                    "{job}: attempt {a} granted to {w} after attempt {last}"
+                    "{job}: attempt {a} granted to {w} (token {token}) after attempt {last}"
                 ));
             }
             last = last.max(*a);
@@ -213,21 +229,32 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
             }
         }
     }
-    let mut done_at: HashMap<String, (u64, String)> = HashMap::new();
+    // A resurrection is a grant Redis made after the job was DONE: a token above the token of
+    // the attempt that recorded DONE. An older grant reported late by a paused worker is not one.
+    let token_of: HashMap<(String, u64), u64> = events("Acquired")
+        .map(|v| ((s(v, "job"), u(v, "attempt")), u(v, "fencing_token")))
+        .collect();
+    let mut done_by: HashMap<String, (u64, String, u64)> = HashMap::new();
     for v in wl.iter().filter(|v| v["type"] == "ok" && v["f"] == "done") {
-        done_at.entry(s(v, "job")).or_insert((u(v, "t"), who(v)));
+        let key = (s(v, "job"), u(v, "attempt"));
+        if let Some(token) = token_of.get(&key) {
+            done_by.entry(key.0).or_insert((*token, who(v), u(v, "t")));
+        }
     }
-    let mut resurrected = 0u64;
+    let (mut resurrected, mut late_after_done) = (0u64, 0u64);
     for v in events("Acquired") {
-        if let Some((t, w)) = done_at.get(&s(v, "job")) {
-            if u(v, "t") > *t {
+        if let Some((done_token, w, done_t)) = done_by.get(&s(v, "job")) {
+            let token = u(v, "fencing_token");
+            if token > *done_token {
                 resurrected += 1;
                 c4.flag(format!(
-                    "{}: {} acquired attempt {} after {w} recorded DONE",
+                    "{}: {} was granted attempt {} (token {token}) after {w} recorded DONE (token {done_token})",
                     s(v, "job"),
                     who(v),
                     u(v, "attempt")
                 ));
+            } else if u(v, "t") > *done_t {
+                late_after_done += 1;
             }
         }
     }
@@ -485,7 +512,8 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         "errors_by_kind": by_kind,
         "faults": faults_json,
         "jobs": {"submitted": r.cfg.jobs, "done": done, "exhausted": exhausted, "lost": lost,
-                 "resurrected": resurrected, "max_attempts_seen": max_attempt_seen},
+                 "resurrected": resurrected, "max_attempts_seen": max_attempt_seen,
+                 "late_grant_reports": late_reports, "late_reports_after_done": late_after_done},
         "fencing": {"stale_rejected": stale_rejected, "stale_accepted": stale_accepted},
         "liveness": {"recovery_ms_p50": pct(&rec, 0.5), "recovery_ms_p99": pct(&rec, 0.99),
                      "samples": rec.len(), "bound_ms": bound_ns / 1_000_000},

@@ -16,6 +16,9 @@ use crate::resource::Resource;
 use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
 use crate::worker::{WorkerArgs, WORKERS};
 
+/// The ACL user the workers connect as: only baton's keys, channels and commands.
+pub const WORKER_USER: &str = "baton-chaos";
+
 #[derive(Debug, Clone)]
 pub struct PhaseCfg {
     pub name: String,
@@ -23,8 +26,8 @@ pub struct PhaseCfg {
     pub warmup_s: f64,
     pub chaos_s: f64,
     pub fenced: bool,
-    pub lane_a: Vec<Kind>,
-    pub lane_b: Vec<Kind>,
+    /// The nemesis lanes, each running its kinds one after another, concurrently with the others.
+    pub lanes: Vec<Vec<Kind>>,
     /// Seconds into the chaos window at which Redis is crashed and restarted *volatile*, after
     /// which worker 0 is killed and restarted (negative control b).
     pub volatile_restart_at: Option<f64>,
@@ -64,11 +67,32 @@ pub async fn run_phase(
         "fenced":cfg.fenced,"seed":cfg.seed}),
     );
 
+    // The default user (the nemesis's admin connection) and the workers' least-privilege user
+    // share the canary password; the workers' user is a config directive so that it survives
+    // every crash-restart.
+    // (An ACL file outside the run directory, which C8 greps: it holds the password.)
+    // It must outlive every restart of the phase: removed when the phase ends.
+    let acl_dir = RemoveOnDrop(std::env::temp_dir().join(format!(
+        "baton-chaos-{}-{}",
+        std::process::id(),
+        cfg.name
+    )));
+    std::fs::create_dir_all(&acl_dir.0)?;
+    let acl_file = acl_dir.0.join("users.acl");
+    write_private(
+        &acl_file,
+        &format!(
+            "user default on >{canary} ~* &* +@all\nuser {}\n",
+            baton::acl::user_rule(WORKER_USER, canary, "baton:")
+        ),
+    )?;
     let pw = canary.to_string();
+    let acl_path = acl_file.display().to_string();
     let redis = tokio::task::spawn_blocking(move || {
         RedisServer::builder()
             .persistence(Persistence::Durable)
             .requirepass(&pw)
+            .arg("aclfile", &acl_path)
             .start()
     })
     .await??;
@@ -105,7 +129,7 @@ pub async fn run_phase(
     };
     let fleet = Fleet::new(
         base,
-        format!("redis://:{canary}@127.0.0.1:{{port}}/"),
+        format!("redis://{WORKER_USER}:{canary}@127.0.0.1:{{port}}/"),
         WORKERS,
         log.clone(),
     );
@@ -127,26 +151,28 @@ pub async fn run_phase(
     tokio::time::sleep(Duration::from_nanos(chaos_start.saturating_sub(mono_ns()))).await;
     log.write(json!({"p":"control","type":"info","f":"chaos_start"}));
     let deadline = chaos_start + (cfg.chaos_s * 1e9) as u64;
-    let lane_a = tokio::spawn(nemesis::lane(
-        ctx.clone(),
-        cfg.lane_a.clone(),
-        Rng::new(mix(&[cfg.seed, 1])),
-        deadline,
-    ));
-    let lane_b = tokio::spawn(nemesis::lane(
-        ctx.clone(),
-        cfg.lane_b.clone(),
-        Rng::new(mix(&[cfg.seed, 2])),
-        deadline,
-    ));
+    let lanes: Vec<_> = cfg
+        .lanes
+        .iter()
+        .enumerate()
+        .map(|(i, kinds)| {
+            tokio::spawn(nemesis::lane(
+                ctx.clone(),
+                kinds.clone(),
+                Rng::new(mix(&[cfg.seed, i as u64 + 1])),
+                deadline,
+            ))
+        })
+        .collect();
     let mut volatile_t = None;
     if let Some(at) = cfg.volatile_restart_at {
         let when = chaos_start + (at * 1e9) as u64;
         tokio::time::sleep(Duration::from_nanos(when.saturating_sub(mono_ns()))).await;
         volatile_t = Some(volatile_restart(&ctx).await);
     }
-    let _ = lane_a.await;
-    let _ = lane_b.await;
+    for lane in lanes {
+        let _ = lane.await;
+    }
     tokio::time::sleep(Duration::from_nanos(deadline.saturating_sub(mono_ns()))).await;
 
     // Heal, then wait for quiescence.
@@ -257,4 +283,26 @@ async fn read_final_state(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(format!("cannot read the final state: {}", last.unwrap_or_default()).into())
+}
+
+/// Writes a file only its owner can read (it holds a password).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+/// A directory removed when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -107,8 +107,13 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             warmup_s: 3.0,
             chaos_s: seconds,
             fenced: true,
-            lane_a: Kind::WORKER_LANE.to_vec(),
-            lane_b: Kind::SERVER_LANE.to_vec(),
+            // The third lane only pauses holders mid-write (F1): each such pause makes the
+            // holder's COMMIT stale, so every run proves the resource's fencing check bites.
+            lanes: vec![
+                Kind::WORKER_LANE.to_vec(),
+                Kind::SERVER_LANE.to_vec(),
+                vec![Kind::PauseWorker],
+            ],
             volatile_restart_at: None,
             seed,
             quiesce_bound_s: 30.0,
@@ -122,8 +127,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         warmup_s: 1.0,
         chaos_s: 15.0,
         fenced: false,
-        lane_a: vec![Kind::PauseWorker],
-        lane_b: vec![],
+        lanes: vec![vec![Kind::PauseWorker]],
         volatile_restart_at: None,
         seed: mix(&[seed, 0xA]),
         quiesce_bound_s: 20.0,
@@ -134,8 +138,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         warmup_s: 1.0,
         chaos_s: 15.0,
         fenced: true,
-        lane_a: vec![],
-        lane_b: vec![],
+        lanes: vec![],
         volatile_restart_at: Some(7.0),
         seed: mix(&[seed, 0xB]),
         quiesce_bound_s: 20.0,
@@ -147,6 +150,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         "phases": {}, "controls": {}, "violations": {}});
     for cfg in phases {
         let name = cfg.name.clone();
+        let chaos_s = cfg.chaos_s;
         println!(
             "chaos: phase {name}: {} jobs, {}s chaos",
             cfg.jobs, cfg.chaos_s
@@ -163,6 +167,22 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         let an = checker::check(&res, &canary);
         report["phases"][&name] = phase_json(&an);
         if name == "main" {
+            // The density the quick profile promises: at least 40 faults of at least 10 kinds in
+            // its 60 s (shorter runs are scaled down and only need every kind once per lane).
+            let faults = &an.stats["faults"];
+            let total = faults["total"].as_u64().unwrap_or(0);
+            let kinds = faults.as_object().map_or(0, |o| {
+                o.iter()
+                    .filter(|(k, v)| *k != "total" && v.as_u64() > Some(0))
+                    .count()
+            });
+            let want_total = (40.0 * (chaos_s / 60.0).min(1.0)).floor() as u64;
+            let want_kinds = if chaos_s >= 60.0 { 10 } else { 1 };
+            lines.push((
+                "faults injected".into(),
+                total >= want_total && kinds >= want_kinds,
+                format!("{total} faults of {kinds} kinds (required: {want_total} of {want_kinds})"),
+            ));
             for inv in &an.invs {
                 report["violations"][inv.id] = json!(inv.violations);
                 lines.push((

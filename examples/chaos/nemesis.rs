@@ -1,4 +1,4 @@
-//! The seeded nemesis: two lanes (worker/network faults, server faults), each sleeping 0.5–1.5 s
+//! The seeded nemesis: lanes (worker/network faults, server faults, holder pauses), each sleeping 0.5–1.5 s
 //! between faults, going through a shuffled pass of its kinds first, then drawing by weight.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,7 +164,7 @@ impl Ctx {
         match kind {
             Kind::PauseWorker => {
                 let (w, holder) = self
-                    .holder_or_random(rng, Duration::from_millis(1500))
+                    .holder_or_random(rng, Duration::from_millis(3000))
                     .await;
                 let d = rng.range(1.5, 3.0) * lease;
                 let pid = self.fleet.stop(w);

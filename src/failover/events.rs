@@ -84,7 +84,9 @@ pub enum Event {
         reason: String,
     },
     /// Terminal: this worker lost its attempt (taken over, lease expired, `max_run`, or its
-    /// outcome could not be recorded).
+    /// outcome could not be recorded). It comes without an `Acquired` before it when the
+    /// process was paused between winning an attempt and handing it over for longer than the
+    /// lease: a grant that may already belong to a backup is never handed out.
     LeaseLost {
         /// The attempt.
         attempt: u64,

@@ -636,6 +636,25 @@ impl Task {
     async fn hold(&mut self, g: Grant) -> Flow {
         let (cmd_tx, mut cmd_rx) = mpsc::channel(1);
         let ended = Arc::new(Mutex::new(None));
+        let lock_timeout = self.cfg.lock_timeout;
+        // Without keepalive, warn a little before the lease can end on the server: 1 % of the
+        // lease (at least 2 ms) covers clock-rate differences between this host and Redis.
+        let early = (lock_timeout / 100).max(Duration::from_millis(2));
+        let deadline_at = g.sent + lock_timeout.saturating_sub(early);
+        // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
+        // and this point may have outlived the lease, and a backup may hold the next attempt by
+        // now: never hand out such a grant (found by the chaos harness's holder pauses).
+        if Instant::now() >= deadline_at {
+            let waited = g.sent.elapsed();
+            return self.lost(
+                &ended,
+                &g,
+                format!(
+                    "the lease ran out before the grant could be handed over ({waited:?} after \
+                     its EXEC was sent, lock_timeout {lock_timeout:?})"
+                ),
+            );
+        }
         let handle = AttemptHandle::new(self.cfg.key.clone(), g.attempt, cmd_tx, ended.clone());
         let delivered = self.events.emit(Event::Acquired(Acquired {
             attempt: g.attempt,
@@ -649,12 +668,7 @@ impl Task {
                 .await;
             return Flow::End;
         }
-        let lock_timeout = self.cfg.lock_timeout;
         let keepalive = self.cfg.keepalive;
-        // Without keepalive, warn a little before the lease can end on the server: 1 % of the
-        // lease (at least 2 ms) covers clock-rate differences between this host and Redis.
-        let early = (lock_timeout / 100).max(Duration::from_millis(2));
-        let deadline_at = g.sent + lock_timeout.saturating_sub(early);
         let max_run_at = self.cfg.max_run.map(|m| g.sent + m);
         let mut next_extend = g.sent + lock_timeout / 3;
         let mut last_confirmed = g.sent;
