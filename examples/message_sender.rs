@@ -306,9 +306,9 @@ async fn send_with_run(
     let (name, detail) = match &outcome {
         RunOutcome::Done(()) => ("Done", Value::Null),
         RunOutcome::CompletedElsewhere => ("CompletedElsewhere", Value::Null),
-        RunOutcome::Failed { attempt, reason } => {
-            ("Failed", json!({"attempt": attempt, "reason": reason}))
-        }
+        RunOutcome::Failed {
+            attempt, reason, ..
+        } => ("Failed", json!({"attempt": attempt, "reason": reason})),
         RunOutcome::Exhausted { attempts } => ("Exhausted", json!({"attempts": attempts})),
         RunOutcome::LeaseLost { attempt, reason } => {
             ("LeaseLost", json!({"attempt": attempt, "reason": reason}))

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use baton::{Event, FailoverConfig};
@@ -424,31 +423,6 @@ async fn a_stale_holder_cannot_complete_but_a_late_one_nobody_replaced_can() {
     );
 }
 
-/// Installs a hook that writes `value` into the state key right before the first `EXEC` of the
-/// given transition.
-fn inject_once(client: &baton::Client, url: String, key: String, value: String) {
-    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    client.set_before_exec_hook(Some(Arc::new(move |what| {
-        let (url, key, value, fired) = (url.clone(), key.clone(), value.clone(), fired.clone());
-        Box::pin(async move {
-            if what != "grant" || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            let mut c = redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            let _: () = redis::cmd("SET")
-                .arg(&key)
-                .arg(&value)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-        })
-    })));
-}
-
 #[tokio::test]
 async fn a_value_written_between_check_and_takeover_aborts_the_takeover() {
     let srv = server();
@@ -468,7 +442,12 @@ async fn a_value_written_between_check_and_takeover_aborts_the_takeover() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        inject_once(&client, srv.url(), state_key(&key), value.into());
+        inject_before_exec(
+            &client,
+            srv.url(),
+            "grant",
+            vec![cmd(&["SET", &state_key(&key), value])],
+        );
         let mut w = client.start(job(&key).max_attempts(10).build().unwrap());
         let evs = until_end_or_acquired(&mut w).await;
         let got = match evs.last().unwrap() {
@@ -503,203 +482,6 @@ async fn until_end_or_acquired(w: &mut baton::Worker) -> Vec<Event> {
         if stop {
             return out;
         }
-    }
-}
-
-#[tokio::test]
-async fn foreign_values_are_reported_by_key_and_kind_and_never_overwritten() {
-    let srv = server();
-    let client = client(&srv).await;
-    let mut conn = raw(&srv).await;
-    let token = "0123456789abcdef0123456789abcdef";
-    let cases: Vec<(&str, Vec<Vec<String>>, &str, String)> = vec![
-        (
-            "hello",
-            vec![cmd(&["SET", "baton:{hello}", "hello"])],
-            "CorruptState",
-            state_key("hello"),
-        ),
-        (
-            "zero",
-            vec![cmd(&["SET", "baton:{zero}", "0"])],
-            "CorruptState",
-            state_key("zero"),
-        ),
-        (
-            "lead",
-            vec![cmd(&["SET", "baton:{lead}", "03"])],
-            "CorruptState",
-            state_key("lead"),
-        ),
-        (
-            "near",
-            vec![cmd(&["SET", "baton:{near}", "done"])],
-            "CorruptState",
-            state_key("near"),
-        ),
-        (
-            "list",
-            vec![cmd(&["LPUSH", "baton:{list}", "x"])],
-            "WrongType",
-            state_key("list"),
-        ),
-        (
-            "fence",
-            vec![cmd(&["SET", "baton:{fence}:fence", "abc"])],
-            "CorruptState",
-            fence_key("fence"),
-        ),
-        (
-            "lease",
-            vec![
-                cmd(&["SET", "baton:{lease}", "1"]),
-                cmd(&["SET", "baton:{lease}:lease", "junk"]),
-            ],
-            "CorruptState",
-            lease_key("lease"),
-        ),
-    ];
-    for (job_name, setup, kind, key) in cases {
-        for c in &setup {
-            let _: redis::Value = redis::cmd(&c[0])
-                .arg(&c[1..])
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-        let dump_before: Option<Vec<u8>> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let mut w = client.start(job(job_name).build().unwrap());
-        let evs = until_end(&mut w, WAKE).await;
-        match evs.as_slice() {
-            [Event::Error {
-                kind: k,
-                message,
-                retryable: false,
-            }] => {
-                assert_eq!(format!("{k:?}"), kind, "{job_name}: {message}");
-                assert!(message.contains(&key), "{job_name}: {message}");
-            }
-            other => panic!("{job_name}: {other:?}"),
-        }
-        let dump_after: Option<Vec<u8>> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(dump_before, dump_after, "{job_name} was overwritten");
-    }
-
-    // A lease with no TTL: reported (retryable), re-checked, never made to expire by us.
-    let _: () = redis::cmd("SET")
-        .arg(state_key("nottl"))
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(lease_key("nottl"))
-        .arg(format!("{token} someone"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut w = client.start(
-        FailoverConfig::builder("nottl")
-            .lock_timeout(Duration::from_millis(200))
-            .build()
-            .unwrap(),
-    );
-    let mut no_expiry = 0;
-    while no_expiry < 2 {
-        match next(&mut w, WAKE).await {
-            Event::Error {
-                kind: baton::ErrorKind::NoExpiry,
-                message,
-                retryable: true,
-            } => {
-                assert!(message.contains(&lease_key("nottl")), "{message}");
-                no_expiry += 1;
-            }
-            Event::Locked {
-                lease_remaining_ms: None,
-                ..
-            } => {}
-            other => panic!("{other:?}"),
-        }
-    }
-    w.stop();
-    assert!(matches!(
-        until_end(&mut w, WAKE).await.last(),
-        Some(Event::Stopped)
-    ));
-    assert_eq!(pttl(&mut conn, &lease_key("nottl")).await, -1);
-    assert_eq!(
-        get(&mut conn, &state_key("nottl")).await.as_deref(),
-        Some("1")
-    );
-}
-
-fn cmd(parts: &[&str]) -> Vec<String> {
-    parts.iter().map(|s| s.to_string()).collect()
-}
-
-#[tokio::test]
-async fn a_count_above_our_maximum_is_treated_as_exhausted() {
-    let srv = server();
-    let client = client(&srv).await;
-    let mut conn = raw(&srv).await;
-    let _: () = redis::cmd("SET")
-        .arg(state_key("big"))
-        .arg("99")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut w = client.start(job("big").max_attempts(3).build().unwrap());
-    let evs = until_end(&mut w, WAKE).await;
-    assert!(
-        matches!(evs.as_slice(), [Event::Exhausted { attempts: 99 }]),
-        "{evs:?}"
-    );
-    assert_eq!(
-        get(&mut conn, &state_key("big")).await.as_deref(),
-        Some("99")
-    );
-}
-
-#[tokio::test]
-async fn fencing_tokens_strictly_increase_even_after_the_fence_key_is_deleted() {
-    let srv = server();
-    let client = client(&srv).await;
-    let mut conn = raw(&srv).await;
-    let cfg = job("fence").max_attempts(10).build().unwrap();
-    let mut last = 0;
-    for i in 0..4 {
-        let mut w = client.start(cfg.clone());
-        let a = acquired(&mut w, WAKE).await;
-        assert_eq!(a.attempt, i + 1);
-        assert!(a.fencing_token > last, "{} <= {last}", a.fencing_token);
-        last = a.fencing_token;
-        if i == 1 {
-            let _: () = redis::cmd("DEL")
-                .arg(fence_key("fence"))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-        if i == 2 {
-            // A foreign reset to a small number must not pull tokens back either.
-            let _: () = redis::cmd("SET")
-                .arg(fence_key("fence"))
-                .arg("1")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-        a.fail("next").await.unwrap();
-        until_end(&mut w, WAKE).await;
     }
 }
 

@@ -62,7 +62,8 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
         first,
         RunOutcome::Failed {
             attempt: 1,
-            reason: "disk full".into()
+            reason: "disk full".into(),
+            panicked: false,
         }
     );
     let second = client
@@ -75,7 +76,11 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
         .await
         .unwrap();
     match second {
-        RunOutcome::Failed { attempt: 2, reason } => assert!(reason.contains("boom"), "{reason}"),
+        RunOutcome::Failed {
+            attempt: 2,
+            reason,
+            panicked: true,
+        } => assert!(reason.contains("boom"), "{reason}"),
         other => panic!("{other:?}"),
     }
     let third = client

@@ -1,7 +1,7 @@
 //! Deterministic fault scenarios of RELIABILITY.md §b.8 that apply to the failover coordinator.
-//! (S2/S3 restarts: `failover_faults.rs`; S5 WATCH on a shared connection: the MONITOR check in
-//! `failover_load.rs`; S7 late replies: the lost-EXEC test in `failover_faults.rs`; S6 and S9 need
-//! WAIT and Lua, which the coordinator does not use.)
+//! (S2/S3 restarts: `failover_faults.rs` and catalogue row 28; S4 eviction: catalogue row 21;
+//! S5 WATCH on a shared connection: the MONITOR check in `failover_load.rs`; S7 late replies:
+//! catalogue rows 25 and 26; S6 and S9 need WAIT and Lua, which the coordinator does not use.)
 #![cfg(feature = "testing")]
 
 mod common;
@@ -9,7 +9,6 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use baton::testing::RedisServer;
 use baton::{Event, FailoverConfig};
 use common::*;
 
@@ -66,24 +65,6 @@ async fn s1_fencing_rejects_a_paused_holders_stale_write() {
         Err(baton::Error::LeaseLost { .. })
     ));
     new.done().await.unwrap();
-}
-
-#[tokio::test]
-async fn s4_an_evicting_server_is_flagged_by_the_durability_check() {
-    let srv = RedisServer::builder()
-        .arg("maxmemory", "2mb")
-        .arg("maxmemory-policy", "volatile-ttl")
-        .start()
-        .unwrap();
-    let d = client(&srv).await.durability().await.unwrap();
-    assert!(!d.is_safe());
-    assert!(
-        d.problems()
-            .iter()
-            .any(|p| p.contains("maxmemory-policy is volatile-ttl")),
-        "{:?}",
-        d.problems()
-    );
 }
 
 #[tokio::test]

@@ -120,6 +120,9 @@ const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 const MAX_MAX_ATTEMPTS: u64 = 1_000_000;
 /// Redis stores TTLs in ms as i64; ten years is far beyond any sane retention and far inside i64.
 const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The longest `max_run`: like retention, far beyond any real attempt, and small enough that
+/// `now + max_run` stays representable as a monotonic `Instant` on every platform.
+const MAX_MAX_RUN: Duration = MAX_RETENTION;
 
 impl FailoverConfig {
     /// Starts a configuration for the job named `key` (e.g. `msg:42`), with every default.
@@ -155,6 +158,14 @@ impl FailoverConfig {
     /// Whether the holder extends its lease while its process lives.
     pub fn keepalive(&self) -> bool {
         self.keepalive
+    }
+    /// How often a holder with keepalive extends its lease: always `lock_timeout / 3`.
+    ///
+    /// It is derived, not a setting, so the interval can never reach the lease time: two
+    /// extensions can fail in a row (a slow reply, a reconnect) and the lease still has a third
+    /// of its time left for the next one.
+    pub fn keepalive_interval(&self) -> Duration {
+        self.lock_timeout / 3
     }
     /// The cap on one attempt's run time, if any.
     pub fn max_run(&self) -> Option<Duration> {
@@ -203,6 +214,10 @@ impl FailoverConfigBuilder {
         self
     }
     /// The maximum number of attempts, 1 ..= 1 000 000. Defaults to 5.
+    ///
+    /// The attempt counter is stored in Redis as a decimal integer (what `INCR` and `GET` agree
+    /// on, an i64); the cap keeps it a million-fold away from wrapping, and larger values are
+    /// rejected rather than clamped.
     pub fn max_attempts(mut self, n: u64) -> Self {
         self.raw.max_attempts = n;
         self
@@ -213,13 +228,15 @@ impl FailoverConfigBuilder {
         self.raw.retention_ms = duration_ms(d);
         self
     }
-    /// Whether the holder extends its lease every `lock_timeout / 3` while its process lives.
+    /// Whether the holder extends its lease every `lock_timeout / 3` (see
+    /// [`FailoverConfig::keepalive_interval`]) while its process lives.
     /// Defaults to off (the original's model: an attempt must finish within `lock_timeout`).
     pub fn keepalive(mut self, on: bool) -> Self {
         self.raw.keepalive = on;
         self
     }
-    /// A cap on one attempt's run time; must exceed `lock_timeout`. Defaults to none.
+    /// A cap on one attempt's run time; must exceed `lock_timeout` and be at most 10 years.
+    /// Defaults to none.
     pub fn max_run(mut self, d: Option<Duration>) -> Self {
         self.raw.max_run_ms = d.map(duration_ms);
         self
@@ -308,6 +325,12 @@ impl FailoverConfigBuilder {
                 return Err(ConfigError::invalid(
                     "max_run",
                     format!("{m:?} must exceed lock_timeout ({lock_timeout:?})"),
+                ));
+            }
+            if m > MAX_MAX_RUN {
+                return Err(ConfigError::invalid(
+                    "max_run",
+                    format!("{m:?} is above 10 years"),
                 ));
             }
         }
@@ -499,6 +522,8 @@ mod tests {
             "accepted"
         );
         assert_eq!(field(b().max_run(None).build()), "accepted");
+        assert_eq!(field(b().max_run(Some(MAX_MAX_RUN)).build()), "accepted");
+        assert_eq!(field(b().max_run(Some(Duration::MAX)).build()), "max_run");
     }
 
     #[test]

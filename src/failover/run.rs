@@ -39,8 +39,12 @@ pub enum RunOutcome<T> {
     Failed {
         /// The attempt.
         attempt: u64,
-        /// The error's text, or the panic message.
+        /// The error's text, or `the work panicked: <panic message>`.
         reason: String,
+        /// Whether the work panicked (in the closure itself or in the future it returned)
+        /// rather than returning an error. The panic is contained: the attempt counts as failed
+        /// and a backup takes over, exactly as for an error.
+        panicked: bool,
     },
     /// Every attempt failed.
     Exhausted {
@@ -94,6 +98,11 @@ impl Client {
     /// says), so failover happens when `work` fails, panics, its process dies, or `max_run`
     /// runs out. `work` runs in its own task and is aborted as soon as the attempt is lost.
     ///
+    /// A panic in `work` (in the closure or in the future it returns) is contained: the attempt
+    /// is failed like an error, backups take over, and this worker returns
+    /// [`RunOutcome::Failed`] with `panicked: true` (or [`RunOutcome::Exhausted`] if it was the
+    /// last attempt). The coordinator itself never unwinds.
+    ///
     /// ```no_run
     /// # async fn demo() -> Result<(), baton::Error> {
     /// let client = baton::Client::connect("redis://127.0.0.1:6379/").await?;
@@ -125,6 +134,8 @@ impl Client {
         let config = job.into_job()?.with_keepalive(true);
         let key = config.key.clone();
         let mut worker = self.start(config);
+        // The attempt whose work panicked, so its `Failed` is reported as a panic.
+        let mut panicked_attempt = None;
         while let Some(event) = worker.next().await {
             match event {
                 Event::Acquired(acquired) => {
@@ -135,7 +146,24 @@ impl Client {
                         fencing_token: acquired.fencing_token,
                     };
                     let number = attempt.number;
-                    let mut task = AbortOnDrop(tokio::spawn(work(attempt)));
+                    // A closure that panics before it even returns its future is user code
+                    // panicking too: contain it like a panic inside the future. (The closure may
+                    // be left in a broken state; it is only called again for a later attempt of
+                    // this worker, with `rejoin_after_fail`.)
+                    let fut = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        work(attempt)
+                    })) {
+                        Ok(fut) => fut,
+                        Err(payload) => {
+                            panicked_attempt = Some(number);
+                            acquired
+                                .fail(panic_message(payload))
+                                .await
+                                .or_else(lost_is_ok)?;
+                            continue;
+                        }
+                    };
+                    let mut task = AbortOnDrop(tokio::spawn(fut));
                     let result = tokio::select! {
                         r = &mut task.0 => r,
                         // Anything the worker says while the closure runs is about this attempt:
@@ -157,20 +185,17 @@ impl Client {
                             Err(e) => return Err(e),
                         },
                         Ok(Err(e)) => acquired.fail(e.to_string()).await,
-                        Err(join) => {
-                            let reason = panic_message(join);
-                            acquired.fail(reason).await
+                        Err(join) if join.is_panic() => {
+                            panicked_attempt = Some(number);
+                            acquired.fail(panic_message(join.into_panic())).await
                         }
+                        Err(_) => acquired.fail("the work was cancelled").await,
                     };
-                    if let Err(e) = ended {
-                        if !matches!(e, Error::LeaseLost { .. }) {
-                            return Err(e);
-                        }
-                    }
+                    ended.or_else(lost_is_ok)?;
                     // The worker now reports Failed / Exhausted / LeaseLost (or rejoins).
                 }
                 Event::Completed { attempt: None } => return Ok(RunOutcome::CompletedElsewhere),
-                other if other.is_terminal() => return terminal(other),
+                other if other.is_terminal() => return terminal(other, panicked_attempt),
                 _ => {}
             }
         }
@@ -200,22 +225,30 @@ fn outcome_of<T>(event: Option<Event>, attempt: u64) -> RunOutcome<T> {
     }
 }
 
-fn terminal<T>(event: Event) -> Result<RunOutcome<T>, Error> {
+/// After `fail()`: a lost attempt is not an error of `run` (the worker reports `LeaseLost`).
+fn lost_is_ok(e: Error) -> Result<(), Error> {
+    match e {
+        Error::LeaseLost { .. } => Ok(()),
+        other => Err(other),
+    }
+}
+
+fn terminal<T>(event: Event, panicked_attempt: Option<u64>) -> Result<RunOutcome<T>, Error> {
     Ok(match event {
         Event::Completed { .. } => RunOutcome::CompletedElsewhere,
         Event::Exhausted { attempts } => RunOutcome::Exhausted { attempts },
-        Event::Failed { attempt, reason } => RunOutcome::Failed { attempt, reason },
+        Event::Failed { attempt, reason } => RunOutcome::Failed {
+            attempt,
+            reason,
+            panicked: panicked_attempt == Some(attempt),
+        },
         Event::LeaseLost { attempt, reason } => RunOutcome::LeaseLost { attempt, reason },
         Event::Error { kind, message, .. } => return Err(Error::Reported { kind, message }),
         _ => RunOutcome::Stopped,
     })
 }
 
-fn panic_message(err: tokio::task::JoinError) -> String {
-    if !err.is_panic() {
-        return "the work was cancelled".into();
-    }
-    let payload = err.into_panic();
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -217,6 +217,24 @@ enum Expect {
     One,
 }
 
+/// `from + d`, saturating at a far-future instant instead of panicking.
+///
+/// `Instant + Duration` panics when the sum is not representable (on some platforms already
+/// for a few hundred years); a deadline that far away simply means "never", so every deadline
+/// in this file goes through here.
+fn after(from: Instant, d: Duration) -> Instant {
+    // The last fallback (`from` itself, a timer that fires at once) needs a clock within a year
+    // of its end of range; should it ever happen, firing early errs on the safe side (a deadline
+    // reported, an attempt released), where panicking would take the worker down.
+    from.checked_add(d)
+        .or_else(|| from.checked_add(FAR))
+        .unwrap_or(from)
+}
+
+/// "Never", for timers that must not fire: one year is longer than any lease or backoff, and
+/// `after` falls back to it when a sum overflows.
+const FAR: Duration = Duration::from_secs(86_400 * 365);
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -640,7 +658,7 @@ impl Task {
         // Without keepalive, warn a little before the lease can end on the server: 1 % of the
         // lease (at least 2 ms) covers clock-rate differences between this host and Redis.
         let early = (lock_timeout / 100).max(Duration::from_millis(2));
-        let deadline_at = g.sent + lock_timeout.saturating_sub(early);
+        let deadline_at = after(g.sent, lock_timeout.saturating_sub(early));
         // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
         // and this point may have outlived the lease, and a backup may hold the next attempt by
         // now: never hand out such a grant (found by the chaos harness's holder pauses).
@@ -669,11 +687,12 @@ impl Task {
             return Flow::End;
         }
         let keepalive = self.cfg.keepalive;
-        let max_run_at = self.cfg.max_run.map(|m| g.sent + m);
-        let mut next_extend = g.sent + lock_timeout / 3;
+        let max_run_at = self.cfg.max_run.map(|m| after(g.sent, m));
+        let interval = self.cfg.keepalive_interval();
+        let mut next_extend = after(g.sent, interval);
         let mut last_confirmed = g.sent;
         let mut deadline_reported = false;
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let far = after(Instant::now(), FAR);
         let mut extend_backoff = Backoff::new(lock_timeout / 6);
         if self.sub.is_none() {
             // The channel tells the holder at once when a backup takes over (its lease ran out,
@@ -718,7 +737,7 @@ impl Task {
                     match self.extend(&g).await {
                         Ok(sent) => {
                             last_confirmed = sent;
-                            next_extend = sent + lock_timeout / 3;
+                            next_extend = after(sent, interval);
                             extend_backoff.reset();
                         }
                         Err(Error::LeaseLost { reason, .. }) => return self.lost(&ended, &g, reason),
@@ -729,7 +748,7 @@ impl Task {
                                     "no extension confirmed within lock_timeout ({lock_timeout:?}): {e}"
                                 ));
                             }
-                            next_extend = Instant::now() + extend_backoff.next_delay();
+                            next_extend = after(Instant::now(), extend_backoff.next_delay());
                         }
                         Err(e) => {
                             *lock(&ended) = Some(e.clone());
@@ -849,7 +868,10 @@ impl Task {
 
     /// Ends the attempt in Redis, retrying transient errors for a bounded time.
     async fn finish(&mut self, g: &Grant, ending: Ending) -> Result<(), Error> {
-        let give_up_at = Instant::now() + (self.cfg.lock_timeout * 2).max(Duration::from_secs(5));
+        let give_up_at = after(
+            Instant::now(),
+            (self.cfg.lock_timeout * 2).max(Duration::from_secs(5)),
+        );
         let mut pending = false;
         let mut backoff = Backoff::new(self.shared.settings.max_backoff);
         let mut nil = 0u32;
@@ -1094,6 +1116,17 @@ mod tests {
         assert!(check_replies("t", &ok, &[Expect::Ok]).is_err());
         let bad = [Value::Int(0), Value::Int(1)];
         assert!(check_replies("t", &bad, &[Expect::One, Expect::Int]).is_err());
+    }
+
+    #[test]
+    fn deadlines_saturate_instead_of_panicking() {
+        let now = Instant::now();
+        assert!(after(now, Duration::MAX) >= after(now, FAR));
+        assert_eq!(
+            after(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        assert!(after(now, Duration::MAX) > now);
     }
 
     #[test]

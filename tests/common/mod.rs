@@ -117,3 +117,48 @@ pub async fn acquired(w: &mut Worker, within: Duration) -> baton::Acquired {
         other => panic!("expected Acquired from {}, got {other:?}", w.key()),
     }
 }
+
+/// A command as its parts, for [`run_cmds`] and [`inject_before_exec`].
+pub fn cmd(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+/// Runs raw commands (a foreign client's writes) and returns their replies.
+pub async fn run_cmds(conn: &mut MultiplexedConnection, cmds: &[Vec<String>]) -> Vec<redis::Value> {
+    let mut out = Vec::new();
+    for c in cmds {
+        let v: redis::Value = redis::cmd(&c[0])
+            .arg(&c[1..])
+            .query_async(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        out.push(v);
+    }
+    out
+}
+
+/// Installs a hook that runs `cmds` from a separate connection right before the first `EXEC` of
+/// the transition named `what` (`"grant"`, `"finish"`, ...): exactly the window the `WATCH`
+/// protects.
+pub fn inject_before_exec(
+    client: &Client,
+    url: String,
+    what: &'static str,
+    cmds: Vec<Vec<String>>,
+) {
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    client.set_before_exec_hook(Some(std::sync::Arc::new(move |name| {
+        let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
+        Box::pin(async move {
+            if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let mut c = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            run_cmds(&mut c, &cmds).await;
+        })
+    })));
+}
