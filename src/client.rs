@@ -333,7 +333,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for invalid settings or URL, [`Error::Connection`] /
-    /// [`Error::Timeout`] when Redis cannot be reached, a permission error for bad credentials,
+    /// [`Error::Timeout`] when Redis cannot be reached, a permission error for bad or missing
+    /// credentials (a `PING` is sent to find out),
     /// [`Error::Tls`] at once (no retries, never a plain-TCP fallback) when the TLS handshake
     /// fails.
     pub async fn connect(self) -> Result<Client, Error> {
@@ -344,6 +345,11 @@ impl ClientBuilder {
             tls_handshake_check(&client, &settings).await?;
         }
         let manager = connect_manager(&client, &settings).await?;
+        // Fail closed, and at connect: with no password given, redis-rs sends no AUTH, so a
+        // server that requires one accepts the connection and only the first request fails
+        // (NOAUTH). One PING makes that a Permission error here.
+        let mut conn = manager.clone();
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
         let cancel = CancellationToken::new();
         let hub = Hub::start(client.clone(), settings.clone(), cancel.clone());
         let pool = Pool::new(client, settings.clone());

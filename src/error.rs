@@ -257,6 +257,14 @@ impl From<redis::RedisError> for Error {
                 code: err.code().unwrap_or("ERR").to_string(),
                 message: err.detail().unwrap_or_default().to_string(),
             },
+            // Server errors whose code redis-rs does not know (NOAUTH, WRONGPASS, WRONGTYPE,
+            // OOM, BUSY, ...) come as `Extension`; they are server replies, not connection
+            // trouble.
+            redis::ErrorKind::Extension => Error::Redis {
+                kind: server_kind(None, err.code()),
+                code: err.code().unwrap_or("ERR").to_string(),
+                message: err.detail().unwrap_or_default().to_string(),
+            },
             redis::ErrorKind::AuthenticationFailed => Error::Redis {
                 kind: ErrorKind::Permission,
                 code: "AUTH".into(),
@@ -361,6 +369,25 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         let e = Error::from(redis::RedisError::from(io));
         assert_eq!(e.kind(), ErrorKind::Connection);
+    }
+
+    #[test]
+    fn server_errors_redis_rs_does_not_know_keep_their_kind() {
+        for (code, kind) in [
+            ("NOAUTH", ErrorKind::Permission),
+            ("WRONGPASS", ErrorKind::Permission),
+            ("WRONGTYPE", ErrorKind::WrongType),
+            ("OOM", ErrorKind::Oom),
+            ("BUSY", ErrorKind::Busy),
+            ("SOMETHINGNEW", ErrorKind::Server),
+        ] {
+            let e = Error::from(redis::make_extension_error(
+                code.into(),
+                Some("detail".into()),
+            ));
+            assert_eq!(e.kind(), kind, "{code}: {e:?}");
+            assert!(!e.is_indeterminate(), "{code}: a reply, not a lost one");
+        }
     }
 
     #[test]
