@@ -327,7 +327,7 @@ impl ClientBuilder {
     /// credentials) and any `#fragment`, `#insecure` above all, are refused; TLS options need a
     /// `rediss://` URL. Messages show the URL with its credentials and query redacted.
     ///
-    /// A `rediss://` URL without [`tls_root_ca_pem`](Self::tls_root_ca_pem) trusts the system's
+    /// A `rediss://` URL without `tls_root_ca_pem`/`tls_root_ca_file` trusts the system's
     /// CAs (rustls-native-certs: `/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`); a server
     /// with a private CA then fails with [`ErrorKind::Tls`](crate::ErrorKind::Tls).
     ///
