@@ -64,13 +64,21 @@ pub struct ClientBuilder {
     url: String,
     password: Option<String>,
     settings: ConnSettings,
+    #[cfg(feature = "tls")]
+    tls: crate::tls::TlsSettings,
 }
 
 impl std::fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientBuilder")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
+        // The URL is shown redacted (no credentials, no query); the password only as set or not;
+        // TLS material only as sizes and paths.
+        let mut d = f.debug_struct("ClientBuilder");
+        d.field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("settings", &self.settings);
+        #[cfg(feature = "tls")]
+        d.field("tls", &self.tls);
+        d.finish()
     }
 }
 
@@ -116,6 +124,118 @@ impl ClientBuilder {
         Ok(self)
     }
 
+    /// Trusts the CA certificate(s) in `pem` (PEM text, one or more `BEGIN CERTIFICATE`
+    /// blocks) for a `rediss://` URL, instead of the system's trust store. Only with the `tls`
+    /// feature.
+    ///
+    /// Checked when the client connects, before any network I/O: an unparsable PEM is an
+    /// [`Error::Config`] naming `tls_root_ca`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), baton::Error> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").expect("the CA file");
+    /// let client = baton::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca_pem(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(crate::tls::Pem::bytes(pem.into()));
+        self
+    }
+
+    /// Like [`tls_root_ca_pem`](Self::tls_root_ca_pem), reading the PEM file now. Only with the
+    /// `tls` feature.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming `tls_root_ca` when the file cannot be read.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = baton::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca_file("/etc/redis/tls/ca.crt")?
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_ca_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        self.tls.root_ca = Some(crate::tls::Pem::file("tls_root_ca", path.as_ref())?);
+        Ok(self)
+    }
+
+    /// Presents a client certificate (PEM, the leaf first, then any intermediates) and its
+    /// private key (PEM: PKCS#8, PKCS#1 or SEC1), for servers with `tls-auth-clients yes`. Only
+    /// with the `tls` feature.
+    ///
+    /// Checked when the client connects, before any network I/O: the key must parse and fit the
+    /// certificate, else [`Error::Config`] naming `tls_client_cert` or `tls_client_key`. The key
+    /// is never printed (`Debug` shows its size).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), baton::Error> {
+    /// let read = |p: &str| std::fs::read(p).expect("a PEM file");
+    /// let client = baton::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca_pem(read("/etc/redis/tls/ca.crt"))
+    ///     .tls_client_cert_pem(read("/etc/baton/client.crt"), read("/etc/baton/client.key"))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((
+            crate::tls::Pem::bytes(cert.into()),
+            crate::tls::Pem::bytes(key.into()),
+        ));
+        self
+    }
+
+    /// Like [`tls_client_cert_pem`](Self::tls_client_cert_pem), reading both PEM files now.
+    /// Only with the `tls` feature.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming `tls_client_cert` or `tls_client_key` when a file cannot be read.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = baton::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_ca_file("/etc/redis/tls/ca.crt")?
+    ///     .tls_client_cert_files("/etc/baton/client.crt", "/etc/baton/client.key")?
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert_files(
+        mut self,
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Result<Self, ConfigError> {
+        let cert = crate::tls::Pem::file("tls_client_cert", cert.as_ref())?;
+        let key = crate::tls::Pem::file("tls_client_key", key.as_ref())?;
+        self.tls.client = Some((cert, key));
+        Ok(self)
+    }
+
+    /// Whether any TLS option was given.
+    fn tls_options_set(&self) -> bool {
+        #[cfg(feature = "tls")]
+        {
+            self.tls.is_set()
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            false
+        }
+    }
+
     fn validate(&self) -> Result<redis::Client, ConfigError> {
         let s = &self.settings;
         let range = |field: &'static str, d: Duration, lo: Duration, hi: Duration| {
@@ -152,16 +272,28 @@ impl ClientBuilder {
                 format!("{} is outside 1 ..= 1024", s.pool_size),
             ));
         }
-        if !(self.url.starts_with("redis://") || self.url.starts_with("unix://")) {
-            // The URL is not echoed: it may contain a password.
+        let scheme = check_url(&self.url, self.tls_options_set())?;
+        let info = self.url.as_str().into_connection_info().map_err(|e| {
+            ConfigError::invalid(
+                "url",
+                format!(
+                    "{} is not a valid redis URL ({:?})",
+                    redact_url(&self.url),
+                    e.kind()
+                ),
+            )
+        })?;
+        if let redis::ConnectionAddr::Tcp(_, 0) | redis::ConnectionAddr::TcpTls { port: 0, .. } =
+            info.addr()
+        {
             return Err(ConfigError::invalid(
                 "url",
-                "must start with redis:// or unix:// (TLS is not compiled in)",
+                format!(
+                    "{}: port 0 is not a port to connect to",
+                    redact_url(&self.url)
+                ),
             ));
         }
-        let info = self.url.as_str().into_connection_info().map_err(|e| {
-            ConfigError::invalid("url", format!("not a valid redis URL ({:?})", e.kind()))
-        })?;
         let info = match &self.password {
             Some(pw) => {
                 let redis = info.redis_settings().clone().set_password(pw);
@@ -169,20 +301,55 @@ impl ClientBuilder {
             }
             None => info,
         };
-        redis::Client::open(info)
-            .map_err(|e| ConfigError::invalid("url", format!("rejected ({:?})", e.kind())))
+        let rejected = |e: redis::RedisError| {
+            ConfigError::invalid(
+                "url",
+                format!("{} rejected ({:?})", redact_url(&self.url), e.kind()),
+            )
+        };
+        #[cfg(feature = "tls")]
+        if scheme == Scheme::Tls {
+            crate::tls::install_crypto_provider();
+            if self.tls.is_set() {
+                let certs = self.tls.certificates()?;
+                return redis::Client::build_with_tls(info, certs).map_err(rejected);
+            }
+        }
+        let _ = scheme;
+        redis::Client::open(info).map_err(rejected)
     }
 
     /// Connects (the multiplexed connection first, so a bad address fails here) and starts the
     /// pub/sub task.
     ///
+    /// The URL is checked before any network I/O: the scheme must be `redis://`, `unix://` or
+    /// (feature `tls`) `rediss://`; the port must be 1..=65535; `redis://:@host` (empty
+    /// credentials) and any `#fragment`, `#insecure` above all, are refused; TLS options need a
+    /// `rediss://` URL. Messages show the URL with its credentials and query redacted.
+    ///
+    /// A `rediss://` URL without `tls_root_ca_pem`/`tls_root_ca_file` trusts the system's
+    /// CAs (rustls-native-certs: `/etc/ssl/certs`, or `SSL_CERT_FILE`/`SSL_CERT_DIR`); a server
+    /// with a private CA then fails with [`ErrorKind::Tls`](crate::ErrorKind::Tls).
+    ///
     /// # Errors
     /// [`Error::Config`] for invalid settings or URL, [`Error::Connection`] /
-    /// [`Error::Timeout`] when Redis cannot be reached, a permission error for bad credentials.
+    /// [`Error::Timeout`] when Redis cannot be reached, a permission error for bad or missing
+    /// credentials (a `PING` is sent to find out),
+    /// [`Error::Tls`] at once (no retries, never a plain-TCP fallback) when the TLS handshake
+    /// fails.
     pub async fn connect(self) -> Result<Client, Error> {
         let client = self.validate()?;
         let settings = self.settings;
+        #[cfg(feature = "tls")]
+        if self.url.starts_with("rediss://") {
+            tls_handshake_check(&client, &settings).await?;
+        }
         let manager = connect_manager(&client, &settings).await?;
+        // Fail closed, and at connect: with no password given, redis-rs sends no AUTH, so a
+        // server that requires one accepts the connection and only the first request fails
+        // (NOAUTH). One PING makes that a Permission error here.
+        let mut conn = manager.clone();
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
         let cancel = CancellationToken::new();
         let hub = Hub::start(client.clone(), settings.clone(), cancel.clone());
         let pool = Pool::new(client, settings.clone());
@@ -209,6 +376,128 @@ impl ClientBuilder {
             Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
         }
         Ok(client)
+    }
+}
+
+/// Which kind of connection a URL asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    /// `redis://` or `unix://`.
+    Plain,
+    /// `rediss://` (feature `tls`).
+    Tls,
+}
+
+/// The checks of catalogue row 8 that redis-rs' URL parser does not make, before any network
+/// I/O. Every message shows the URL through [`redact_url`].
+fn check_url(url: &str, tls_options: bool) -> Result<Scheme, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid("url", format!("{}: {why}", redact_url(url)));
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("not a URL (expected redis://host:port/)"));
+    };
+    let scheme = match scheme {
+        "redis" | "unix" => Scheme::Plain,
+        "rediss" if cfg!(feature = "tls") => Scheme::Tls,
+        "rediss" => {
+            return Err(bad(
+                "rediss:// needs baton's `tls` feature, which is not compiled in",
+            ))
+        }
+        _ => return Err(bad("the scheme must be redis://, rediss:// or unix://")),
+    };
+    if let Some((_, fragment)) = rest.split_once('#') {
+        return Err(if fragment == "insecure" {
+            bad("#insecure (skip certificate checks) is always refused")
+        } else {
+            bad("a URL fragment is not allowed")
+        });
+    }
+    let before_query = rest.split_once('?').map_or(rest, |(b, _)| b);
+    if let Some((userinfo, _)) = before_query.rsplit_once('@') {
+        if userinfo.is_empty() || userinfo == ":" {
+            return Err(bad(
+                "empty credentials (`:@`): give a password, or leave out the `@`",
+            ));
+        }
+    }
+    if tls_options && scheme != Scheme::Tls {
+        return Err(bad(
+            "TLS options were given, but the URL is not rediss://; TLS is never silently dropped",
+        ));
+    }
+    Ok(scheme)
+}
+
+/// The URL for messages and `Debug`: credentials and the query (which may carry `pass=`) are
+/// replaced by `<redacted>`; bounded and escaped.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("<not a URL, {} bytes>", url.len());
+    };
+    let scheme_ok = !scheme.is_empty()
+        && scheme.len() <= 16
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let mut out = if scheme_ok {
+        format!("{scheme}://")
+    } else {
+        "<scheme>://".to_string()
+    };
+    let (before_fragment, fragment) = match rest.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (rest, None),
+    };
+    let (before_query, query) = match before_fragment.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (before_fragment, None),
+    };
+    // The last `@`: a password with an unescaped `@` or `/` is still all redacted.
+    let host_path = match before_query.rsplit_once('@') {
+        Some((_, host_path)) => {
+            out.push_str("<redacted>@");
+            host_path
+        }
+        None => before_query,
+    };
+    out.push_str(host_path);
+    if query.is_some() {
+        out.push_str("?<redacted>");
+    }
+    match fragment {
+        Some("insecure") => out.push_str("#insecure"),
+        Some(_) => out.push_str("#<fragment>"),
+        None => {}
+    }
+    let mut bounded = String::new();
+    for (i, c) in out.chars().enumerate() {
+        if i == 200 {
+            bounded.push('…');
+            break;
+        }
+        bounded.extend(c.escape_debug());
+    }
+    bounded
+}
+
+/// One direct connection before the connection manager (which retries): a failed TLS handshake
+/// is returned at once as [`Error::Tls`]; anything else is left to the manager's usual path.
+#[cfg(feature = "tls")]
+async fn tls_handshake_check(client: &redis::Client, settings: &ConnSettings) -> Result<(), Error> {
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    let fut = client.get_multiplexed_async_connection_with_config(&cfg);
+    match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
+        Ok(Err(e)) => {
+            let e = Error::from(e);
+            if e.kind() == crate::ErrorKind::Tls {
+                return Err(e);
+            }
+            Ok(())
+        }
+        Ok(Ok(_)) => Ok(()),
+        Err(_) => Ok(()),
     }
 }
 
@@ -315,6 +604,8 @@ impl Client {
         ClientBuilder {
             url: url.into(),
             password: None,
+            #[cfg(feature = "tls")]
+            tls: crate::tls::TlsSettings::default(),
             settings: ConnSettings {
                 connect_timeout: Duration::from_secs(1),
                 response_timeout: Duration::from_millis(500),
@@ -397,8 +688,97 @@ mod tests {
             "response_timeout"
         );
         assert_eq!(field(Client::builder("http://x")), "url");
-        assert_eq!(field(Client::builder("rediss://127.0.0.1/")), "url");
         assert_eq!(field(Client::builder("redis://127.0.0.1:99999/")), "url");
+    }
+
+    /// The reason of a rejected builder, asserting it names `url`.
+    fn url_reason(b: ClientBuilder) -> String {
+        match b.validate() {
+            Err(ConfigError::Invalid {
+                field: "url",
+                reason,
+            }) => reason,
+            Err(other) => panic!("rejected for another field: {other}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn row_08_invalid_urls_are_config_errors_naming_url_and_never_echo_the_password() {
+        let pw = "canary-7f3a9c";
+        for url in [
+            format!("http://:{pw}@127.0.0.1:6379/"),
+            format!("redis://:{pw}@127.0.0.1:0/"),
+            format!("redis://:{pw}@127.0.0.1:99999/"),
+            format!("redis://:{pw}@127.0.0.1:6379/#insecure"),
+            format!("rediss://:{pw}@127.0.0.1:6379/#insecure"),
+            format!("redis://u:{pw}@127.0.0.1:6379/#frag"),
+            format!("redis://u:{pw}@127.0.0.1:6379/notanumber"),
+            format!("valkey://:{pw}@127.0.0.1:6379/"),
+            format!("127.0.0.1:6379 {pw}"),
+            format!("redis://:{pw}@/"),
+        ] {
+            let reason = url_reason(Client::builder(url.clone()));
+            assert!(!reason.contains(pw), "{url} -> {reason}");
+        }
+        // Empty credentials.
+        let reason = url_reason(Client::builder("redis://:@127.0.0.1:6379/"));
+        assert!(reason.contains("empty credentials"), "{reason}");
+        assert!(url_reason(Client::builder("redis://@127.0.0.1:6379/")).contains("empty"));
+        // Port 0 is named as such, with the rest of the URL shown.
+        let reason = url_reason(Client::builder("redis://127.0.0.1:0/"));
+        assert!(reason.contains("port 0"), "{reason}");
+        assert!(reason.contains("127.0.0.1:0"), "{reason}");
+        // #insecure is refused whatever the features.
+        let reason = url_reason(Client::builder("rediss://127.0.0.1:6380/#insecure"));
+        if cfg!(feature = "tls") {
+            assert!(reason.contains("#insecure"), "{reason}");
+        }
+        // The scheme.
+        assert!(url_reason(Client::builder("http://127.0.0.1:6379/")).contains("scheme"));
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn row_08_rediss_without_the_tls_feature_is_a_config_error() {
+        let reason = url_reason(Client::builder("rediss://127.0.0.1:6380/"));
+        assert!(reason.contains("`tls` feature"), "{reason}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn row_08_tls_options_with_a_plain_url_are_a_config_error() {
+        let reason = url_reason(Client::builder("redis://127.0.0.1:6379/").tls_root_ca_pem("x"));
+        assert!(reason.contains("not rediss://"), "{reason}");
+        let reason =
+            url_reason(Client::builder("unix:///tmp/redis.sock").tls_client_cert_pem("c", "k"));
+        assert!(reason.contains("not rediss://"), "{reason}");
+        // rediss:// alone is fine (system roots); bad PEM names its own field.
+        assert_eq!(
+            field(Client::builder("rediss://127.0.0.1:6380/")),
+            "accepted"
+        );
+        assert_eq!(
+            field(Client::builder("rediss://127.0.0.1:6380/").tls_root_ca_pem("not pem")),
+            "tls_root_ca"
+        );
+    }
+
+    #[test]
+    fn redact_url_hides_credentials_and_query() {
+        assert_eq!(
+            redact_url("redis://user:pw@127.0.0.1:6379/0"),
+            "redis://<redacted>@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&pass=pw"),
+            "unix:///run/redis.sock?<redacted>"
+        );
+        // A password with an unescaped `/` or `@` is still hidden.
+        let r = redact_url("redis://:p/w@x@127.0.0.1/");
+        assert!(!r.contains("p/w") && !r.contains("w@x"), "{r}");
+        assert_eq!(redact_url("no url pw"), "<not a URL, 9 bytes>");
+        assert!(redact_url("redis://h/#secret").ends_with("#<fragment>"));
     }
 
     #[test]
@@ -407,6 +787,9 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(!err.to_string().contains("s3cret"), "{err}");
+        let b = Client::builder("redis://:s3cret@127.0.0.1:6379/").password("s3cret-2");
+        let shown = format!("{b:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

@@ -85,6 +85,14 @@ pub enum Error {
         /// What the client library reported.
         message: String,
     },
+    /// The TLS handshake failed: the server's certificate is not signed by a trusted CA or does
+    /// not name the host, or the server wants a client certificate. Never retried, and never
+    /// retried without TLS.
+    #[error("TLS handshake with redis failed: {message}")]
+    Tls {
+        /// What rustls reported (e.g. `invalid peer certificate: UnknownIssuer`).
+        message: String,
+    },
     /// Redis did not answer within the response timeout.
     #[error("redis did not answer in time while {during}")]
     Timeout {
@@ -180,6 +188,7 @@ impl Error {
         match self {
             Error::Config(_) => ErrorKind::Config,
             Error::Connection { .. } => ErrorKind::Connection,
+            Error::Tls { .. } => ErrorKind::Tls,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::CorruptState { .. } => ErrorKind::CorruptState,
             Error::WrongType { .. } => ErrorKind::WrongType,
@@ -226,6 +235,12 @@ impl Error {
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
+        // First: a failed handshake is an I/O error to redis-rs, but must not look like a
+        // transient connection problem (that would be retried).
+        #[cfg(feature = "tls")]
+        if let Some(message) = crate::tls::failure(&err) {
+            return Error::Tls { message };
+        }
         if err.is_timeout() {
             return Error::Timeout {
                 during: "waiting for a reply",
@@ -239,6 +254,14 @@ impl From<redis::RedisError> for Error {
         match err.kind() {
             redis::ErrorKind::Server(server) => Error::Redis {
                 kind: server_kind(Some(server), err.code()),
+                code: err.code().unwrap_or("ERR").to_string(),
+                message: err.detail().unwrap_or_default().to_string(),
+            },
+            // Server errors whose code redis-rs does not know (NOAUTH, WRONGPASS, WRONGTYPE,
+            // OOM, BUSY, ...) come as `Extension`; they are server replies, not connection
+            // trouble.
+            redis::ErrorKind::Extension => Error::Redis {
+                kind: server_kind(None, err.code()),
                 code: err.code().unwrap_or("ERR").to_string(),
                 message: err.detail().unwrap_or_default().to_string(),
             },
@@ -319,6 +342,52 @@ mod tests {
         }
         .is_retryable());
         assert!(!Error::Stopped.is_retryable());
+    }
+
+    #[test]
+    fn tls_is_its_own_kind_and_not_retryable() {
+        let e = Error::Tls {
+            message: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(e.kind(), ErrorKind::Tls);
+        assert!(!e.is_retryable());
+        assert!(!e.is_indeterminate());
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_rustls_error_inside_an_io_error_is_classified_as_tls() {
+        // The shape redis-rs 1.8 returns for a failed handshake (see crate::tls::failure).
+        let io = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let e = Error::from(redis::RedisError::from(io));
+        assert_eq!(e.kind(), ErrorKind::Tls, "{e:?}");
+        assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+        // A plain I/O error stays a connection error.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = Error::from(redis::RedisError::from(io));
+        assert_eq!(e.kind(), ErrorKind::Connection);
+    }
+
+    #[test]
+    fn server_errors_redis_rs_does_not_know_keep_their_kind() {
+        for (code, kind) in [
+            ("NOAUTH", ErrorKind::Permission),
+            ("WRONGPASS", ErrorKind::Permission),
+            ("WRONGTYPE", ErrorKind::WrongType),
+            ("OOM", ErrorKind::Oom),
+            ("BUSY", ErrorKind::Busy),
+            ("SOMETHINGNEW", ErrorKind::Server),
+        ] {
+            let e = Error::from(redis::make_extension_error(
+                code.into(),
+                Some("detail".into()),
+            ));
+            assert_eq!(e.kind(), kind, "{code}: {e:?}");
+            assert!(!e.is_indeterminate(), "{code}: a reply, not a lost one");
+        }
     }
 
     #[test]

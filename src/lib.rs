@@ -66,6 +66,9 @@
 //! # Features
 //! - `testing`: exports `testing::RedisServer`, used by this crate's tests, examples and
 //!   benchmarks.
+//! - `tls`: `rediss://` URLs through rustls (ring), with a private CA and client certificates
+//!   set on [`ClientBuilder`] (`tls_root_ca_pem`, `tls_client_cert_pem`, and `_file` variants).
+//!   redis' `tls-rustls-insecure` is never enabled, and a `#insecure` URL is always refused.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -78,6 +81,8 @@ pub mod failover;
 mod keys;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "tls")]
+mod tls;
 
 /// The README's code blocks, compiled as doctests so they stay true.
 #[cfg(doctest)]

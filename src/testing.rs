@@ -59,6 +59,10 @@ const BIN_ENV: &str = "REDIS_SERVER_BIN";
 const DEFAULT_BIN: &str = "redis-server";
 /// Name of the log file inside the data directory.
 const LOG_FILE: &str = "redis.log";
+/// Name of the unix socket of a TLS server, inside the data directory.
+const SOCKET_FILE: &str = "redis.sock";
+/// Name of the directory of a TLS server's certificates, inside the data directory.
+const TLS_DIR: &str = "tls";
 
 /// How many fresh ports a first start tries. Losing the race for a port
 /// (another process binds it between our probe and redis' bind) is rare, so a
@@ -124,6 +128,7 @@ pub struct RedisServerBuilder {
     persistence: Persistence,
     args: Vec<(String, String)>,
     password: Option<String>,
+    tls: bool,
 }
 
 impl RedisServerBuilder {
@@ -166,6 +171,29 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Serves TLS only: the TCP port speaks TLS (`--port 0 --tls-port <port>`), clients must
+    /// present a certificate (`--tls-auth-clients yes`), and the server listens on 127.0.0.1
+    /// and 127.0.0.2.
+    ///
+    /// The certificates are made with `openssl` in the server's data directory when it starts: a
+    /// private CA, a server certificate for `DNS:localhost` and `IP:127.0.0.1` (deliberately not
+    /// 127.0.0.2, so that a client connecting there sees a name mismatch), a client certificate,
+    /// and a second CA the server does not know. [`RedisServer::tls`] gives their paths,
+    /// [`RedisServer::url`] is then `rediss://127.0.0.1:<port>/`, and
+    /// [`RedisServer::unix_url`] is a plain (non-TLS) unix socket for setting the server up.
+    ///
+    /// ```no_run
+    /// # fn main() -> std::io::Result<()> {
+    /// let server = baton::testing::RedisServer::builder().tls().start()?;
+    /// let files = server.tls().expect("a TLS server");
+    /// println!("{} trusts {}", server.url(), files.ca_cert.display());
+    /// # Ok(()) }
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Starts the server and waits until it answers `PING`.
     ///
     /// The server gets a fresh data directory and a free port on 127.0.0.1.
@@ -177,15 +205,28 @@ impl RedisServerBuilder {
     /// Fails if `redis-server` cannot be found or spawned, if the data
     /// directory cannot be created, if the server exits during startup (for
     /// example because of an invalid [`arg`](Self::arg); the error then quotes
-    /// its log), or if it does not answer within 10 seconds.
+    /// its log), or if it does not answer within 10 seconds. With [`tls`](Self::tls), also if
+    /// `openssl` is missing or fails.
     pub fn start(self) -> io::Result<RedisServer> {
         let bin = find_binary()?;
         let dir = create_data_dir()?;
+        let tls = if self.tls {
+            match make_tls_files(&dir) {
+                Ok(files) => Some(files),
+                Err(err) => {
+                    let _ = fs::remove_dir_all(&dir);
+                    return Err(err);
+                }
+            }
+        } else {
+            None
+        };
         let config = Config {
             bin,
             persistence: self.persistence,
             args: self.args,
             password: self.password,
+            tls,
         };
         match first_start(&config, &dir) {
             Ok((child, port)) => Ok(RedisServer {
@@ -212,6 +253,7 @@ impl fmt::Debug for RedisServerBuilder {
             .field("persistence", &self.persistence)
             .field("args", &self.args)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -222,6 +264,30 @@ struct Config {
     persistence: Persistence,
     args: Vec<(String, String)>,
     password: Option<String>,
+    /// Set for a TLS-only server ([`RedisServerBuilder::tls`]).
+    tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a TLS server started with [`RedisServerBuilder::tls`], all inside its data
+/// directory (removed with the server).
+///
+/// Private keys are files the test reads itself; `Debug` prints only the paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsFiles {
+    /// The private CA that signed the server and client certificates.
+    pub ca_cert: PathBuf,
+    /// The server certificate (`CN=localhost`, SAN `DNS:localhost`, `IP:127.0.0.1`).
+    pub server_cert: PathBuf,
+    /// The server's private key.
+    pub server_key: PathBuf,
+    /// A client certificate signed by [`ca_cert`](Self::ca_cert) (`extendedKeyUsage=clientAuth`).
+    pub client_cert: PathBuf,
+    /// The client certificate's private key.
+    pub client_key: PathBuf,
+    /// A second, self-signed CA that signed nothing the server uses: trusting it instead of
+    /// [`ca_cert`](Self::ca_cert) must fail with an unknown issuer.
+    pub untrusted_ca_cert: PathBuf,
 }
 
 /// A `redis-server` child process listening on 127.0.0.1 with a private data
@@ -267,12 +333,34 @@ impl RedisServer {
         self.port
     }
 
-    /// The connection URL, `redis://127.0.0.1:<port>/`.
+    /// The connection URL, `redis://127.0.0.1:<port>/` (`rediss://127.0.0.1:<port>/` for a
+    /// [TLS](RedisServerBuilder::tls) server).
     ///
     /// It does not contain the password set with
     /// [`RedisServerBuilder::requirepass`].
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.config.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// The certificate and key files of a [TLS](RedisServerBuilder::tls) server (`None` for a
+    /// plain one).
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.config.tls.as_ref()
+    }
+
+    /// For a [TLS](RedisServerBuilder::tls) server: `unix://<dir>/redis.sock`, a plain
+    /// connection for setting the server up (ACL users, `CONFIG SET`) without TLS. `None` for a
+    /// plain server, which is reached through [`url`](Self::url).
+    pub fn unix_url(&self) -> Option<String> {
+        self.config
+            .tls
+            .as_ref()
+            .map(|_| format!("unix://{}", self.dir.join(SOCKET_FILE).display()))
     }
 
     /// The PID of the server process, or `None` if it is not running (after
@@ -443,6 +531,7 @@ impl fmt::Debug for RedisServer {
             .field("bin", &self.config.bin)
             .field("persistence", &self.config.persistence)
             .field("args", &self.config.args)
+            .field("tls", &self.config.tls)
             .field(
                 "password",
                 &self.config.password.as_ref().map(|_| "<redacted>"),
@@ -583,6 +672,124 @@ fn is_executable(file: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Makes the certificates of a TLS server with `openssl` in `<dir>/tls` (see
+/// [`RedisServerBuilder::tls`]). EC P-256 keys: quick to make, and both redis and rustls take
+/// them. Valid for 2 days, which outlives any test.
+fn make_tls_files(dir: &Path) -> io::Result<TlsFiles> {
+    let tls = dir.join(TLS_DIR);
+    fs::create_dir(&tls).map_err(|err| {
+        io::Error::new(
+            err.kind(),
+            format!("cannot create {}: {err}", tls.display()),
+        )
+    })?;
+    let files = TlsFiles {
+        ca_cert: tls.join("ca.crt"),
+        server_cert: tls.join("server.crt"),
+        server_key: tls.join("server.key"),
+        client_cert: tls.join("client.crt"),
+        client_key: tls.join("client.key"),
+        untrusted_ca_cert: tls.join("untrusted-ca.crt"),
+    };
+    fs::write(
+        tls.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )?;
+    fs::write(tls.join("client.ext"), "extendedKeyUsage=clientAuth\n")?;
+    const KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+    for (name, cn) in [
+        ("ca", "baton-test-ca"),
+        ("untrusted-ca", "baton-untrusted-ca"),
+    ] {
+        let subj = format!("/CN={cn}");
+        openssl(
+            &tls,
+            &["req", "-x509"],
+            &KEY,
+            &[
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &subj,
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.crt"),
+            ],
+        )?;
+    }
+    for (name, cn) in [("server", "localhost"), ("client", "baton-test-client")] {
+        let subj = format!("/CN={cn}");
+        openssl(
+            &tls,
+            &["req"],
+            &KEY,
+            &[
+                "-nodes",
+                "-subj",
+                &subj,
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ],
+        )?;
+        openssl(
+            &tls,
+            &["x509", "-req"],
+            &[],
+            &[
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.crt"),
+            ],
+        )?;
+    }
+    Ok(files)
+}
+
+/// Runs `openssl` in `dir` with the argument groups concatenated; a clear error when it is
+/// missing or fails (its stderr quoted).
+fn openssl(dir: &Path, a: &[&str], b: &[&str], c: &[&str]) -> io::Result<()> {
+    let out = Command::new("openssl")
+        .args(a)
+        .args(b)
+        .args(c)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "cannot run `openssl` to make the test certificates ({err}); install it \
+                     (e.g. `apt-get install openssl`)"
+                ),
+            )
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "`openssl {}` failed ({}): {}",
+            a.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
 /// Creates a fresh, uniquely named directory under the system temp dir.
 fn create_data_dir() -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -681,10 +888,33 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
     let log_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
 
     let mut command = Command::new(&config.bin);
+    match &config.tls {
+        None => {
+            command
+                .arg("--port")
+                .arg(port.to_string())
+                .args(["--bind", "127.0.0.1"]);
+        }
+        Some(tls) => {
+            // TLS only on TCP; the unix socket (plain, owner-only) is for the readiness probe
+            // and for tests that set the server up.
+            command
+                .args(["--port", "0", "--tls-port"])
+                .arg(port.to_string())
+                .args(["--bind", "127.0.0.1", "127.0.0.2"])
+                .arg("--tls-cert-file")
+                .arg(&tls.server_cert)
+                .arg("--tls-key-file")
+                .arg(&tls.server_key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca_cert)
+                .args(["--tls-auth-clients", "yes"])
+                .arg("--unixsocket")
+                .arg(dir.join(SOCKET_FILE))
+                .args(["--unixsocketperm", "700"]);
+        }
+    }
     command
-        .arg("--port")
-        .arg(port.to_string())
-        .args(["--bind", "127.0.0.1"])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
@@ -709,7 +939,11 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
         ))
     })?;
 
-    let outcome = match wait_until_ready(&mut child, port, config.password.as_deref()) {
+    let endpoint = match config.tls {
+        None => Endpoint::Tcp(port),
+        Some(_) => Endpoint::Unix(dir.join(SOCKET_FILE)),
+    };
+    let outcome = match wait_until_ready(&mut child, &endpoint, config.password.as_deref()) {
         Ok(()) => return Ok(child),
         Err(outcome) => outcome,
     };
@@ -769,7 +1003,7 @@ impl WaitFailure {
 /// until the child exits or [`READY_TIMEOUT`] passes.
 fn wait_until_ready(
     child: &mut Child,
-    port: u16,
+    endpoint: &Endpoint,
     password: Option<&str>,
 ) -> Result<(), WaitFailure> {
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -781,7 +1015,7 @@ fn wait_until_ready(
             Ok(None) => {}
             Err(err) => return Err(WaitFailure::Io(err)),
         }
-        let last = match probe(port, password, child.id()) {
+        let last = match probe(endpoint, password, child.id()) {
             Ok(()) => return Ok(()),
             Err(reason) => reason,
         };
@@ -799,15 +1033,49 @@ fn wait_until_ready(
 /// raced for the same port, the loser's `PING` may reach the winner's server
 /// before the loser's own process has noticed the bind failure and exited.
 /// Returns why the server is not ready otherwise.
-fn probe(port: u16, password: Option<&str>, expected_pid: u32) -> Result<(), String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let stream = TcpStream::connect_timeout(&addr, PROBE_CONNECT_TIMEOUT)
-        .map_err(|err| format!("connect: {err}"))?;
-    stream
-        .set_read_timeout(Some(PROBE_IO_TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(PROBE_IO_TIMEOUT)))
-        .map_err(|err| format!("socket setup: {err}"))?;
+fn probe(endpoint: &Endpoint, password: Option<&str>, expected_pid: u32) -> Result<(), String> {
+    match endpoint {
+        Endpoint::Tcp(port) => {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+            let stream = TcpStream::connect_timeout(&addr, PROBE_CONNECT_TIMEOUT)
+                .map_err(|err| format!("connect: {err}"))?;
+            stream
+                .set_read_timeout(Some(PROBE_IO_TIMEOUT))
+                .and_then(|()| stream.set_write_timeout(Some(PROBE_IO_TIMEOUT)))
+                .map_err(|err| format!("socket setup: {err}"))?;
+            probe_on(&stream, &format!("port {port}"), password, expected_pid)
+        }
+        Endpoint::Unix(path) => {
+            // A unix connect is immediate (or refused immediately): no connect timeout needed.
+            let stream = std::os::unix::net::UnixStream::connect(path)
+                .map_err(|err| format!("connect: {err}"))?;
+            stream
+                .set_read_timeout(Some(PROBE_IO_TIMEOUT))
+                .and_then(|()| stream.set_write_timeout(Some(PROBE_IO_TIMEOUT)))
+                .map_err(|err| format!("socket setup: {err}"))?;
+            probe_on(&stream, &path.display().to_string(), password, expected_pid)
+        }
+    }
+}
 
+/// Where the readiness probe talks plain RESP to the server.
+enum Endpoint {
+    /// 127.0.0.1 on this port.
+    Tcp(u16),
+    /// A unix socket (TLS servers, whose TCP port speaks only TLS).
+    Unix(PathBuf),
+}
+
+/// [`probe`] on an open stream; `place` names it in messages.
+fn probe_on<S>(
+    mut stream: S,
+    place: &str,
+    password: Option<&str>,
+    expected_pid: u32,
+) -> Result<(), String>
+where
+    S: Read + Write,
+{
     // RESP arrays rather than inline commands, so a password containing spaces
     // or quotes needs no escaping.
     let mut request = Vec::new();
@@ -816,11 +1084,11 @@ fn probe(port: u16, password: Option<&str>, expected_pid: u32) -> Result<(), Str
     }
     encode_command(&mut request, &["PING"]);
     encode_command(&mut request, &["INFO", "server"]);
-    (&stream)
+    stream
         .write_all(&request)
         .map_err(|err| format!("send: {err}"))?;
 
-    let mut reader = BufReader::new(&stream);
+    let mut reader = BufReader::new(stream);
     if password.is_some() {
         match read_reply(&mut reader)? {
             Reply::Status(status) if status == "OK" => {}
@@ -842,7 +1110,7 @@ fn probe(port: u16, password: Option<&str>, expected_pid: u32) -> Result<(), Str
     match pid {
         Some(pid) if pid == expected_pid.to_string() => Ok(()),
         Some(pid) => Err(format!(
-            "port {port} is served by another redis-server (pid {pid}, ours is {expected_pid})"
+            "{place} is served by another redis-server (pid {pid}, ours is {expected_pid})"
         )),
         None => Err("INFO has no process_id".to_owned()),
     }
