@@ -268,6 +268,52 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         }
     }
 
+    // ---- C1d: overlapping lease *beliefs* (diagnostic). A worker believes it holds an attempt
+    // from its `Acquired` until it ends the attempt (done/fail returned), hears `LeaseLost`, ends
+    // the job, or its process stops (its last log line). Overlaps between different holders of
+    // one job show that pauses and partitions really made two workers believe at once; fencing
+    // is what keeps the resource safe then (C1).
+    let mut last_line: HashMap<String, u64> = HashMap::new();
+    for v in &wl {
+        last_line.insert(who(v), u(v, "t"));
+    }
+    let mut beliefs: BTreeMap<String, Vec<(u64, u64, String)>> = BTreeMap::new();
+    for (i, v) in wl.iter().enumerate() {
+        if v["ev"] != "Acquired" {
+            continue;
+        }
+        let (job, holder, attempt) = (s(v, "job"), who(v), u(v, "attempt"));
+        let end = wl[i + 1..]
+            .iter()
+            .find(|x| {
+                who(x) == holder
+                    && s(x, "job") == job
+                    && (x["ev"] == "LeaseLost"
+                        || x["type"] == "end"
+                        || (x["api_err"] == true || x["type"] == "ok")
+                            && u(x, "attempt") == attempt
+                            && matches!(x["f"].as_str(), Some(f) if f == "done" || f.starts_with("fail")))
+            })
+            .map(|x| u(x, "t"))
+            .unwrap_or_else(|| last_line.get(&holder).copied().unwrap_or(u(v, "t")));
+        beliefs
+            .entry(job)
+            .or_default()
+            .push((u(v, "t"), end, holder));
+    }
+    let mut overlaps = 0u64;
+    let mut overlap_ms = 0u64;
+    for bs in beliefs.values() {
+        for (i, a) in bs.iter().enumerate() {
+            for b in &bs[i + 1..] {
+                if a.2 != b.2 && a.0 < b.1 && b.0 < a.1 {
+                    overlaps += 1;
+                    overlap_ms += (a.1.min(b.1) - a.0.max(b.0)) / 1_000_000;
+                }
+            }
+        }
+    }
+
     // ---- C5: no panic.
     let mut c5 = Inv::new("C5", "no panic, workers exit 0 unless SIGKILLed");
     for e in &r.exits {
@@ -350,7 +396,7 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         "C6",
         "errors surfaced as events where a fault hit a holder's links",
     );
-    let is_err = |v: &Value| v["ev"] == "Error" || v["type"] == "api_err";
+    let is_err = |v: &Value| v["ev"] == "Error" || v["api_err"] == true;
     let (mut meaningful, mut surfaced_m, mut any_windows, mut surfaced_any) =
         (0u64, 0u64, 0u64, 0u64);
     for w in &windows {
@@ -370,6 +416,16 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         }
         let grace = 2_000_000_000;
         for tgt in &w.targets {
+            // A worker the nemesis itself froze (SIGSTOP) for all but < 1 s of this window could
+            // not have seen the fault; its window says nothing about error reporting.
+            let frozen: u64 = windows
+                .iter()
+                .filter(|p| p.kind == "pause_worker" && p.targets.iter().any(|x| x == tgt))
+                .map(|p| p.stop.min(w.stop).saturating_sub(p.start.max(w.start)))
+                .sum();
+            if frozen > 0 && (w.stop - w.start).saturating_sub(frozen) < 1_000_000_000 {
+                continue;
+            }
             let mine = || wl.iter().filter(|v| s(v, "p") == *tgt);
             let saw_err =
                 mine().any(|v| is_err(v) && u(v, "t") >= w.start && u(v, "t") <= w.stop + grace);
@@ -380,7 +436,7 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
                 let job = s(v, "job");
                 if v["ev"] == "Acquired" {
                     open.insert((format!("{}|{job}", key.0), u(v, "attempt")));
-                } else if (v["type"] == "ok" || v["type"] == "api_err")
+                } else if (v["type"] == "ok" || v["api_err"] == true)
                     && matches!(v["f"].as_str(), Some(f) if f.starts_with("done") || f.starts_with("fail"))
                     || v["type"] == "end"
                 {
@@ -449,11 +505,16 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
             continue;
         };
         let d = next - h;
-        rec.push(d / 1_000_000);
+        // A fault that starts before the next progress restarts the clock: such a sample
+        // measures the next fault, not the recovery from this one.
         let interfered = timeline
             .iter()
             .any(|(t, dd)| *dd > 0 && *t > *h && *t < *next);
-        if d > bound_ns && !interfered {
+        if interfered {
+            continue;
+        }
+        rec.push(d / 1_000_000);
+        if d > bound_ns {
             c7.flag(format!(
                 "{} ms from a heal to the next Acquired/Completed",
                 d / 1_000_000
@@ -503,7 +564,8 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
             "resource_accepted": res.iter().filter(|v| v["accepted"] == true).count(),
             "done_ok": count(&|v| v["type"] == "ok" && v["f"] == "done"),
             "fail_ok": count(&|v| v["type"] == "ok" && matches!(v["f"].as_str(), Some(f) if f.starts_with("fail"))),
-            "api_err": count(&|v| v["type"] == "api_err"),
+            "api_err": count(&|v| v["api_err"] == true),
+            "api_indeterminate": count(&|v| v["api_err"] == true && v["type"] == "info"),
             "error_events": count(&|v| v["ev"] == "Error"),
             "lease_lost_events": count(&|v| v["ev"] == "LeaseLost"),
             "resource_indeterminate": count(&|v| v["type"] == "info" && v["f"] == "write"),
@@ -515,6 +577,7 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
                  "resurrected": resurrected, "max_attempts_seen": max_attempt_seen,
                  "late_grant_reports": late_reports, "late_reports_after_done": late_after_done},
         "fencing": {"stale_rejected": stale_rejected, "stale_accepted": stale_accepted},
+        "belief_overlaps": {"pairs": overlaps, "total_ms": overlap_ms},
         "liveness": {"recovery_ms_p50": pct(&rec, 0.5), "recovery_ms_p99": pct(&rec, 0.99),
                      "samples": rec.len(), "bound_ms": bound_ns / 1_000_000},
         "errors_surfaced": {"meaningful": meaningful, "meaningful_surfaced": surfaced_m,

@@ -183,6 +183,17 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 total >= want_total && kinds >= want_kinds,
                 format!("{total} faults of {kinds} kinds (required: {want_total} of {want_kinds})"),
             ));
+            // C1d, the diagnostic: holder pauses must make two workers *believe* they hold one
+            // job at once (otherwise the faults did not bite and C1 proved nothing).
+            let pairs = an.stats["belief_overlaps"]["pairs"].as_u64().unwrap_or(0);
+            lines.push((
+                "C1d overlapping lease beliefs (> 0 expected under F1)".into(),
+                pairs > 0,
+                format!(
+                    "{pairs} overlapping pair(s), {} ms in all",
+                    an.stats["belief_overlaps"]["total_ms"]
+                ),
+            ));
             for inv in &an.invs {
                 report["violations"][inv.id] = json!(inv.violations);
                 lines.push((
@@ -199,6 +210,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 "faults",
                 "jobs",
                 "fencing",
+                "belief_overlaps",
                 "liveness",
                 "errors_by_kind",
                 "errors_surfaced",

@@ -110,8 +110,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         match Client::builder(url.clone()).connect().await {
             Ok(c) => break c,
             Err(e) => {
-                ctx.write(json!({"type":"api_err","f":"connect","kind":e.kind(),
-                    "err":e.to_string()}));
+                ctx.write(
+                    json!({"type":"fail","api_err":true,"f":"connect","kind":e.kind(),
+                    "err":e.to_string()}),
+                );
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
@@ -213,8 +215,10 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
             };
             match res {
                 Ok(()) => ctx.write(json!({"type":"ok","f":outcome,"job":job,"attempt":attempt})),
-                Err(e) => ctx.write(json!({"type":"api_err","f":outcome,"job":job,
-                    "attempt":attempt,"kind":e.kind(),"err":e.to_string()})),
+                // Jepsen's typing: a lost reply (connection, timeout) leaves the outcome unknown
+                // ("info", may have happened); any other error definitely changed nothing.
+                Err(e) => ctx.write(json!({"type":op_type(&e),"api_err":true,"f":outcome,
+                    "job":job,"attempt":attempt,"kind":e.kind(),"err":e.to_string()})),
             }
         } else if terminal {
             break;
@@ -222,6 +226,14 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
     }
     ctx.write(json!({"type":"end","job":job}));
     Ok(())
+}
+
+/// The history type of a failed API call: `info` when its outcome is unknown, else `fail`.
+fn op_type(e: &baton::Error) -> &'static str {
+    match e.kind() {
+        baton::ErrorKind::Connection | baton::ErrorKind::Timeout => "info",
+        _ => "fail",
+    }
 }
 
 /// One request to the resource server on a fresh connection. `None` when it could not be done
