@@ -129,6 +129,15 @@ pub struct RedisServerBuilder {
     args: Vec<(String, String)>,
     password: Option<String>,
     tls: bool,
+    users: Vec<AclUser>,
+}
+
+/// A least-privilege user the server is started with (see [`RedisServerBuilder::acl_user`]).
+#[derive(Clone)]
+struct AclUser {
+    name: String,
+    password: String,
+    prefix: String,
 }
 
 impl RedisServerBuilder {
@@ -156,18 +165,33 @@ impl RedisServerBuilder {
         self
     }
 
-    /// Makes the server require `password` (`--requirepass`).
+    /// Makes the server require `password` for the default user.
     ///
     /// Clients then have to authenticate, e.g. with the URL
     /// `redis://:password@127.0.0.1:<port>/`; [`RedisServer::url`] does not
     /// include the password. An empty password disables authentication, as it
-    /// does in Redis.
+    /// does in Redis. The password goes to the server in an owner-only config file in its data
+    /// directory, never on its command line (which every local user can read in `/proc`).
     pub fn requirepass(mut self, password: &str) -> Self {
         self.password = if password.is_empty() {
             None
         } else {
             Some(password.to_owned())
         };
+        self
+    }
+
+    /// Adds a least-privilege user: `name` with `password`, allowed only keys and channels that
+    /// start with `prefix` and only [`crate::acl::FAILOVER_COMMANDS`] (the rules of
+    /// [`crate::acl::user_rule`]). The user lives in the server's ACL file, so it survives
+    /// [`RedisServer::restart`]; [`RedisServer::url_for`] gives its URL. The default user stays
+    /// the administrator (with [`requirepass`](Self::requirepass)'s password, if any).
+    pub fn acl_user(mut self, name: &str, password: &str, prefix: &str) -> Self {
+        self.users.push(AclUser {
+            name: name.to_owned(),
+            password: password.to_owned(),
+            prefix: prefix.to_owned(),
+        });
         self
     }
 
@@ -227,6 +251,7 @@ impl RedisServerBuilder {
             args: self.args,
             password: self.password,
             tls,
+            users: self.users,
         };
         match first_start(&config, &dir) {
             Ok((child, port)) => Ok(RedisServer {
@@ -254,6 +279,14 @@ impl fmt::Debug for RedisServerBuilder {
             .field("args", &self.args)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
+            .field(
+                "users",
+                &self
+                    .users
+                    .iter()
+                    .map(|u| u.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -266,6 +299,7 @@ struct Config {
     password: Option<String>,
     /// Set for a TLS-only server ([`RedisServerBuilder::tls`]).
     tls: Option<TlsFiles>,
+    users: Vec<AclUser>,
 }
 
 /// The PEM files of a TLS server started with [`RedisServerBuilder::tls`], all inside its data
@@ -339,12 +373,25 @@ impl RedisServer {
     /// It does not contain the password set with
     /// [`RedisServerBuilder::requirepass`].
     pub fn url(&self) -> String {
-        let scheme = if self.config.tls.is_some() {
+        format!("{}://127.0.0.1:{}/", self.scheme(), self.port)
+    }
+
+    /// The URL that logs in as `user` with `password` (e.g. a user added with
+    /// [`RedisServerBuilder::acl_user`]).
+    pub fn url_for(&self, user: &str, password: &str) -> String {
+        format!(
+            "{}://{user}:{password}@127.0.0.1:{}/",
+            self.scheme(),
+            self.port
+        )
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.config.tls.is_some() {
             "rediss"
         } else {
             "redis"
-        };
-        format!("{scheme}://127.0.0.1:{}/", self.port)
+        }
     }
 
     /// The certificate and key files of a [TLS](RedisServerBuilder::tls) server (`None` for a
@@ -791,6 +838,74 @@ fn openssl(dir: &Path, a: &[&str], b: &[&str], c: &[&str]) -> io::Result<()> {
 }
 
 /// Creates a fresh, uniquely named directory under the system temp dir.
+/// The config file in the data directory with the `user` directives: the default user (with
+/// the password, if any) and the least-privilege users. Read again at every restart.
+const USERS_CONF: &str = "users.conf";
+
+fn write_users_conf(path: &Path, config: &Config) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Redis splits config lines with `sdssplitargs`: a double-quoted word may hold spaces, with
+    // `\"` and `\\` escaped. (An `aclfile` is split on bare spaces and takes no quotes.)
+    let quote = |w: &str| {
+        let mut out = String::from("\"");
+        for c in w.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                _ => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    };
+    let line = |words: Vec<String>| {
+        let mut l = String::from("user");
+        for w in &words {
+            l.push(' ');
+            l.push_str(&quote(w));
+        }
+        l.push('\n');
+        l
+    };
+    let default_pw = match &config.password {
+        Some(pw) => format!(">{pw}"),
+        None => "nopass".to_string(),
+    };
+    let mut text = line(
+        ["default", "on", &default_pw, "~*", "&*", "+@all"]
+            .iter()
+            .map(|w| w.to_string())
+            .collect(),
+    );
+    for u in &config.users {
+        if u.name.is_empty() || u.name.chars().any(char::is_whitespace) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an ACL user name must be non-empty and contain no whitespace",
+            ));
+        }
+        // `setuser_args` starts with the SETUSER word itself.
+        text.push_str(&line(
+            crate::acl::setuser_args(&u.name, &u.password, &u.prefix)
+                .into_iter()
+                .skip(1)
+                .collect(),
+        ));
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
 fn create_data_dir() -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut base = std::env::temp_dir();
@@ -888,6 +1003,13 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
     let log_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
 
     let mut command = Command::new(&config.bin);
+    if config.password.is_some() || !config.users.is_empty() {
+        // Passwords go in an owner-only config file (it must be the first argument), never on
+        // the command line, which every local user can read in /proc.
+        let conf = dir.join(USERS_CONF);
+        write_users_conf(&conf, config).map_err(Failure::Fatal)?;
+        command.arg(&conf);
+    }
     match &config.tls {
         None => {
             command
@@ -921,9 +1043,6 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
         .arg(&log_path)
         .args(["--daemonize", "no", "--protected-mode", "yes"])
         .args(config.persistence.args());
-    if let Some(password) = &config.password {
-        command.arg("--requirepass").arg(password);
-    }
     for (name, value) in &config.args {
         command.arg(format!("--{name}")).arg(value);
     }

@@ -672,7 +672,7 @@ async fn row_18_baton_sends_no_lua_so_a_script_flush_mid_handover_changes_nothin
 #[tokio::test]
 async fn row_19_readonly_replica_is_retryable_and_never_counts_as_an_attempt() {
     let primary = server();
-    let replica = RedisServer::builder()
+    let replica = builder()
         .arg("replicaof", &format!("127.0.0.1 {}", primary.port()))
         .start()
         .unwrap();
@@ -705,7 +705,7 @@ async fn row_19_readonly_replica_is_retryable_and_never_counts_as_an_attempt() {
 
 #[tokio::test]
 async fn row_20_a_full_server_is_a_retryable_oom_error_and_nothing_is_half_written() {
-    let srv = RedisServer::builder()
+    let srv = builder()
         .arg("maxmemory", "2mb")
         .arg("maxmemory-policy", "noeviction")
         .start()
@@ -749,7 +749,7 @@ async fn row_20_a_full_server_is_a_retryable_oom_error_and_nothing_is_half_writt
 async fn row_21_an_evicting_server_is_flagged_by_the_durability_check() {
     // S4: with an eviction policy Redis may drop a held lease (it did, with volatile-ttl); the
     // documented requirement is noeviction, and `Client::connect` warns when it can tell.
-    let srv = RedisServer::builder()
+    let srv = builder()
         .arg("maxmemory", "2mb")
         .arg("maxmemory-policy", "volatile-ttl")
         .persistence(Persistence::Durable)

@@ -285,3 +285,28 @@ async fn a_server_that_exits_by_itself_is_not_running() {
         .unwrap_or_else(|err| panic!("restart: {err}"));
     assert_eq!(ping(&server.url()).await, "PONG");
 }
+
+#[tokio::test]
+async fn passwords_stay_off_the_command_line_and_acl_users_survive_a_restart() {
+    // Security checklist d#9: /proc/<pid>/cmdline is readable by every local user.
+    let mut server = start(RedisServer::builder().requirepass("s3cret pw").acl_user(
+        "app",
+        "app \"pw\"",
+        "app:",
+    ));
+    let cmdline = |server: &RedisServer| {
+        let raw = std::fs::read(format!("/proc/{}/cmdline", server.pid().unwrap())).unwrap();
+        String::from_utf8_lossy(&raw).replace('\0', " ")
+    };
+    let port = server.port();
+    for _ in 0..2 {
+        let line = cmdline(&server);
+        assert!(!line.contains("s3cret") && !line.contains("pw"), "{line}");
+        assert_eq!(
+            ping(&format!("redis://:s3cret%20pw@127.0.0.1:{port}/")).await,
+            "PONG"
+        );
+        assert_eq!(ping(&server.url_for("app", "app%20%22pw%22")).await, "PONG");
+        server.restart().unwrap();
+    }
+}

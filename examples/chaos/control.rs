@@ -68,31 +68,14 @@ pub async fn run_phase(
     );
 
     // The default user (the nemesis's admin connection) and the workers' least-privilege user
-    // share the canary password; the workers' user is a config directive so that it survives
-    // every crash-restart.
-    // (An ACL file outside the run directory, which C8 greps: it holds the password.)
-    // It must outlive every restart of the phase: removed when the phase ends.
-    let acl_dir = RemoveOnDrop(std::env::temp_dir().join(format!(
-        "baton-chaos-{}-{}",
-        std::process::id(),
-        cfg.name
-    )));
-    std::fs::create_dir_all(&acl_dir.0)?;
-    let acl_file = acl_dir.0.join("users.acl");
-    write_private(
-        &acl_file,
-        &format!(
-            "user default on >{canary} ~* &* +@all\nuser {}\n",
-            baton::acl::user_rule(WORKER_USER, canary, "baton:")
-        ),
-    )?;
+    // share the canary password; the fixture keeps both in an owner-only ACL file (never on a
+    // command line), so the workers' user survives every crash-restart.
     let pw = canary.to_string();
-    let acl_path = acl_file.display().to_string();
     let redis = tokio::task::spawn_blocking(move || {
         RedisServer::builder()
             .persistence(Persistence::Durable)
             .requirepass(&pw)
-            .arg("aclfile", &acl_path)
+            .acl_user(WORKER_USER, &pw, "baton:")
             .start()
     })
     .await??;
@@ -283,26 +266,4 @@ async fn read_final_state(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(format!("cannot read the final state: {}", last.unwrap_or_default()).into())
-}
-
-/// Writes a file only its owner can read (it holds a password).
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(text.as_bytes())
-}
-
-/// A directory removed when dropped.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
