@@ -211,3 +211,76 @@ fn the_capture_check_catches_a_foreign_key_inside_a_transaction() {
     ];
     check_transactions(&lines.map(String::from));
 }
+
+/// `INFO commandstats` call counts, by command name.
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_lease_period() {
+    // The holder extends every lease/3 (WATCH + reads, then MULTI PEXPIRE… EXEC). A backup wakes
+    // when the lease it read would run out and finds it extended: that check must be a plain
+    // GET + PTTL, not a WATCH transition, and happen about once per lease period.
+    const LEASE: Duration = Duration::from_millis(600);
+    const BACKUPS: u64 = 3;
+    let srv = server();
+    let client = client(&srv).await;
+    let cfg = baton::FailoverConfig::builder("idle")
+        .lock_timeout(LEASE)
+        .keepalive(true)
+        .build()
+        .unwrap();
+    let mut holder = client.start(cfg.clone());
+    let held = acquired(&mut holder, WAKE).await;
+    let mut backups = Vec::new();
+    for _ in 0..BACKUPS {
+        let mut b = client.start(cfg.clone());
+        assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
+        backups.push(b);
+    }
+    let mut admin = raw(&srv).await;
+    let before = command_calls(&mut admin).await;
+    let window = LEASE * 5;
+    tokio::time::sleep(window).await;
+    let after = command_calls(&mut admin).await;
+    let delta = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+    // Every extension is one WATCH and one EXEC; a backup's full transition would add a WATCH
+    // without an EXEC; every WATCH'ed observation and every plain read has one PTTL.
+    let extensions = delta("exec");
+    let backup_transitions = delta("watch") - extensions;
+    let backup_reads = delta("pttl") - delta("watch");
+    let periods = (window.as_millis() / LEASE.as_millis()) as u64;
+    assert!(extensions >= 3, "the holder did not extend: {extensions}");
+    assert_eq!(backup_transitions, 0, "backups re-checked under WATCH");
+    assert!(
+        backup_reads >= BACKUPS && backup_reads <= 2 * BACKUPS * periods,
+        "{backup_reads} plain reads by {BACKUPS} backups over {periods} lease periods"
+    );
+    // Nothing else happened: the holder still holds, the backups still wait.
+    for b in &mut backups {
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), b.next())
+                .await
+                .is_err(),
+            "a backup reported something while nothing changed"
+        );
+    }
+    held.done().await.unwrap();
+}

@@ -591,35 +591,54 @@ impl Task {
                 }
             }
         }
-        let mut sleep_for = match pttl_ms {
-            Some(p) => Duration::from_millis(p.max(1)),
-            None => {
-                let e = Error::NoExpiry {
-                    key: self.keys.lease.clone(),
-                };
-                self.report(&e);
-                self.cfg.lock_timeout
-            }
-        };
-        if let Some(d) = resubscribe_in {
-            sleep_for = sleep_for.min(d);
-        }
-        let sub = self.sub.as_mut();
-        tokio::select! {
-            biased;
-            _ = self.stop.cancelled() => {
-                self.events.emit(Event::Stopped);
-                Flow::End
-            }
-            _ = self.events.closed() => Flow::End,
-            msg = recv_sub(sub) => {
-                if msg.is_none() {
-                    // The hub went away (client shutting down): fall back to timers.
-                    self.sub = None;
+        loop {
+            let mut sleep_for = match pttl_ms {
+                Some(p) => Duration::from_millis(p.max(1)),
+                None => {
+                    let e = Error::NoExpiry {
+                        key: self.keys.lease.clone(),
+                    };
+                    self.report(&e);
+                    self.cfg.lock_timeout
                 }
-                Flow::Continue
+            };
+            if let Some(d) = resubscribe_in {
+                sleep_for = sleep_for.min(d);
             }
-            _ = tokio::time::sleep(sleep_for) => Flow::Continue,
+            let sub = self.sub.as_mut();
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => {
+                    self.events.emit(Event::Stopped);
+                    return Flow::End;
+                }
+                _ = self.events.closed() => return Flow::End,
+                msg = recv_sub(sub) => {
+                    if msg.is_none() {
+                        // The hub went away (client shutting down): fall back to timers.
+                        self.sub = None;
+                    }
+                    // Something happened to the job (failed, released, done, …): decide at once
+                    // under WATCH.
+                    return Flow::Continue;
+                }
+                _ = tokio::time::sleep(sleep_for) => {}
+            }
+            if pttl_ms.is_none() || resubscribe_in.is_some() {
+                return Flow::Continue;
+            }
+            // The lease's time ran out on our clock. Usually a kept-alive holder extended it
+            // meanwhile: one plain read (GET + PTTL, one round trip on the shared connection)
+            // tells, and the backup goes back to sleep for the new PTTL. Only a lease that is
+            // gone, or a state that moved, needs the full WATCH transition (and a dedicated
+            // connection). So a waiting backup costs one small read per lease period.
+            match self.quick_read().await {
+                Ok((State::Attempt(n), Some(Some(p)))) if n == attempt && p > 0 => {
+                    pttl_ms = Some(p);
+                }
+                // Changed, gone, or unreadable: the transition decides and reports.
+                _ => return Flow::Continue,
+            }
         }
     }
 
