@@ -53,6 +53,23 @@ async fn snapshot(conn: &mut MultiplexedConnection, key: &str) -> (String, Optio
 /// Writes a foreign value with `setup`, runs a worker on `job_name`, and checks each row's
 /// default: the stream is exactly one non-retryable `Error` of `kind` naming `key` (reported at
 /// once, not after waiting), nothing was acquired, and `key` is left byte for byte as it was.
+/// Each `(job, value)`: the state key holds `value`, which baton must report as `CorruptState`
+/// and leave untouched.
+async fn state_values_are_corrupt(srv: &RedisServer, cases: &[(&str, &str)]) {
+    for (name, value) in cases {
+        let key = state_key(name);
+        let setup = [cmd(&["SET", &key, value])];
+        foreign_value_is_reported_and_left_untouched(
+            srv,
+            name,
+            &setup,
+            ErrorKind::CorruptState,
+            &key,
+        )
+        .await;
+    }
+}
+
 async fn foreign_value_is_reported_and_left_untouched(
     srv: &RedisServer,
     job_name: &str,
@@ -447,61 +464,40 @@ async fn row_12_negative_zero_or_non_canonical_counts_are_corrupt_state() {
     let srv = server();
     // `-5` is what INCR would happily count up from; `0`, `03`, `+3` are numbers baton never
     // writes.
-    for (name, value) in [("neg", "-5"), ("zero", "0"), ("lead", "03"), ("plus", "+3")] {
-        let key = state_key(name);
-        let setup = [cmd(&["SET", &key, value])];
-        foreign_value_is_reported_and_left_untouched(
-            &srv,
-            name,
-            &setup,
-            ErrorKind::CorruptState,
-            &key,
-        )
-        .await;
-    }
+    state_values_are_corrupt(
+        &srv,
+        &[("neg", "-5"), ("zero", "0"), ("lead", "03"), ("plus", "+3")],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn row_13_a_count_beyond_i64_is_corrupt_state() {
     let srv = server();
-    for (name, value) in [
-        ("twenty", "99999999999999999999"),
-        ("i64max1", "9223372036854775808"),
-    ] {
-        let key = state_key(name);
-        let setup = [cmd(&["SET", &key, value])];
-        foreign_value_is_reported_and_left_untouched(
-            &srv,
-            name,
-            &setup,
-            ErrorKind::CorruptState,
-            &key,
-        )
-        .await;
-    }
+    state_values_are_corrupt(
+        &srv,
+        &[
+            ("twenty", "99999999999999999999"),
+            ("i64max1", "9223372036854775808"),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn row_14_only_the_exact_done_sentinel_means_done() {
     let srv = server();
-    for (name, value) in [
-        ("lower", "done"),
-        ("space", "DONE "),
-        ("nul", "DONE\0"),
-        ("mixed", "Done"),
-        ("exh", "exhausted"),
-    ] {
-        let key = state_key(name);
-        let setup = [cmd(&["SET", &key, value])];
-        foreign_value_is_reported_and_left_untouched(
-            &srv,
-            name,
-            &setup,
-            ErrorKind::CorruptState,
-            &key,
-        )
-        .await;
-    }
+    state_values_are_corrupt(
+        &srv,
+        &[
+            ("lower", "done"),
+            ("space", "DONE "),
+            ("nul", "DONE\0"),
+            ("mixed", "Done"),
+            ("exh", "exhausted"),
+        ],
+    )
+    .await;
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     run_cmds(&mut conn, &[cmd(&["SET", &state_key("exact"), "DONE"])]).await;

@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::testing::RedisServer;
@@ -18,23 +18,6 @@ use tokio_stream::StreamExt;
 
 /// Every secret in this file contains it.
 const CANARY: &str = "canary-7f3a9c";
-
-/// Panic messages seen anywhere in this test binary.
-static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn record_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(info.to_string());
-            default(info);
-        }));
-    });
-}
 
 /// A `tracing` writer into a shared buffer.
 #[derive(Clone, Default)]
@@ -281,7 +264,7 @@ async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
         "{logged}"
     );
     seen.add("tracing at TRACE", logged);
-    let panics = PANICS.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
+    let panics = recorded_panics().join("\n");
     assert!(panics.is_empty(), "panics: {panics}");
     seen.add("panics", panics);
     seen.assert_clean(CANARY);
@@ -364,7 +347,7 @@ async fn tls_key_material_and_password_never_show() {
     client.shutdown(Duration::from_secs(2)).await;
     drop(_guard);
     seen.add("tracing at TRACE", logs.text());
-    let panics = PANICS.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
+    let panics = recorded_panics().join("\n");
     assert!(panics.is_empty(), "panics: {panics}");
     seen.assert_clean(CANARY);
     seen.assert_clean("PRIVATE KEY");

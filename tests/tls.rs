@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use baton::testing::RedisServer;
@@ -15,25 +14,8 @@ use common::*;
 /// Generous: a TLS failure must come back in well under the connect timeouts' sum.
 const PROMPT: Duration = Duration::from_secs(5);
 
-/// Panic messages seen anywhere in this test binary (the library's tasks included).
-static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn record_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(info.to_string());
-            default(info);
-        }));
-    });
-}
-
 fn assert_no_panic() {
-    let panics = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    let panics = recorded_panics();
     assert!(panics.is_empty(), "panics: {panics:?}");
 }
 

@@ -178,3 +178,26 @@ pub fn inject_before_exec(
         })
     })));
 }
+
+static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Records every panic message of this test binary (the library's tasks included) from now on,
+/// keeping the default hook's output; see [`recorded_panics`].
+pub fn record_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(info.to_string());
+            default(info);
+        }));
+    });
+}
+
+/// The panic messages recorded since [`record_panics`].
+pub fn recorded_panics() -> Vec<String> {
+    PANICS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
