@@ -713,14 +713,18 @@ impl Task {
         let mut deadline_reported = false;
         let far = after(Instant::now(), FAR);
         let mut extend_backoff = Backoff::new(lock_timeout / 6);
-        if self.sub.is_none() {
-            // The channel tells the holder at once when a backup takes over (its lease ran out,
-            // or an operator released the attempt), so `LeaseLost` is reported, and the work
-            // stopped, right away rather than at the next extension or at `done()`.
-            if let Ok(sub) = self.shared.hub.subscribe(&self.keys.channel).await {
-                self.sub = Some(sub);
-            }
-        }
+        // The channel tells the holder at once when a backup takes over (its lease ran out, or
+        // an operator released the attempt), so `LeaseLost` is reported, and the work stopped,
+        // right away rather than at the next extension or at `done()`. The subscription is made
+        // alongside the work, not before it: a short job's `done()` need not wait for it.
+        let mut subscribing = if self.sub.is_none() {
+            let (shared, channel) = (self.shared.clone(), self.keys.channel.clone());
+            Some(Box::pin(
+                async move { shared.hub.subscribe(&channel).await },
+            ))
+        } else {
+            None
+        };
         loop {
             let extend_at = if keepalive { next_extend } else { far };
             let deadline = if !keepalive && !deadline_reported {
@@ -781,6 +785,11 @@ impl Task {
                     deadline_reported = true;
                     tracing::warn!(attempt = g.attempt, "deadline passed without done() or fail()");
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
+                    continue;
+                }
+                subscribed = async { subscribing.as_mut()?.await.ok() }, if subscribing.is_some() => {
+                    subscribing = None;
+                    self.sub = subscribed;
                     continue;
                 }
                 msg = recv_sub(watch_sub) => {
