@@ -14,7 +14,7 @@
 //!   between. After a reconnect every waiter is told to observe again, because messages sent
 //!   while the connection was down are gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -219,7 +219,7 @@ enum HubCmd {
     Subscribe {
         channel: String,
         id: u64,
-        tx: mpsc::UnboundedSender<HubMsg>,
+        tx: crate::queue::Sender<HubMsg>,
         ack: oneshot::Sender<Result<(), Error>>,
     },
     Unsubscribe {
@@ -236,7 +236,7 @@ pub(crate) struct Hub {
 
 /// A confirmed subscription to one channel; unsubscribes on drop (without blocking).
 pub(crate) struct Subscription {
-    pub rx: mpsc::UnboundedReceiver<HubMsg>,
+    pub rx: crate::queue::Receiver<HubMsg>,
     channel: String,
     id: u64,
     cmds: mpsc::UnboundedSender<HubCmd>,
@@ -274,7 +274,7 @@ impl Hub {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::queue::unbounded();
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = Subscription {
             rx,
@@ -298,7 +298,10 @@ impl Hub {
     }
 }
 
-type Waiters = HashMap<String, Vec<(u64, mpsc::UnboundedSender<HubMsg>)>>;
+/// How the hub confirms a subscription (or says why it failed).
+type Ack = oneshot::Sender<Result<(), Error>>;
+
+type Waiters = HashMap<String, Vec<(u64, crate::queue::Sender<HubMsg>)>>;
 
 async fn hub_task(
     client: redis::Client,
@@ -307,6 +310,8 @@ async fn hub_task(
     cancel: CancellationToken,
 ) {
     let mut waiters: Waiters = HashMap::new();
+    // The channels the server has confirmed on the current connection.
+    let mut subscribed: HashSet<String> = HashSet::new();
     let mut backoff = crate::failover::worker::Backoff::new(settings.max_backoff);
     let mut connected_before = false;
     loop {
@@ -348,6 +353,7 @@ async fn hub_task(
         // Re-subscribe what waiters still want; then tell them to look again, since anything
         // published while we were disconnected is lost.
         let channels: Vec<String> = waiters.keys().cloned().collect();
+        subscribed.clear();
         let mut ok = true;
         for chunk in channels.chunks(256) {
             let r =
@@ -361,6 +367,7 @@ async fn hub_task(
             tokio::time::sleep(backoff.next_delay()).await;
             continue;
         }
+        subscribed.extend(channels);
         backoff.reset();
         if connected_before {
             for list in waiters.values() {
@@ -385,46 +392,113 @@ async fn hub_task(
                         }
                     }
                 },
-                cmd = cmds.recv() => match cmd {
-                    None => return,
-                    Some(HubCmd::Subscribe { channel, id, tx, ack }) => {
-                        let list = waiters.entry(channel.clone()).or_default();
-                        let first = list.is_empty();
-                        list.push((id, tx));
-                        if first {
-                            // Awaiting the confirmation here is fine: the stream half buffers
-                            // messages meanwhile, and commands are handled one at a time, so an
-                            // unsubscribe queued earlier cannot overtake this subscribe.
-                            let r = tokio::time::timeout(settings.response_timeout * 4, sink.subscribe(&channel)).await;
-                            match r {
-                                Ok(Ok(())) => { let _ = ack.send(Ok(())); }
-                                failed => {
-                                    let err = match failed {
-                                        Ok(Err(e)) => Error::from(e),
-                                        _ => Error::Timeout { during: "subscribing" },
-                                    };
-                                    remove_waiter(&mut waiters, &channel, id);
-                                    let _ = ack.send(Err(err));
-                                    break;
-                                }
-                            }
-                        } else {
-                            let _ = ack.send(Ok(()));
+                cmd = cmds.recv() => {
+                    let Some(first) = cmd else { return };
+                    // Everything queued now goes out together: at most one UNSUBSCRIBE and one
+                    // SUBSCRIBE round trip for the whole batch, however many workers asked.
+                    let mut batch = vec![first];
+                    while batch.len() < 4096 {
+                        match cmds.try_recv() {
+                            Ok(c) => batch.push(c),
+                            Err(_) => break,
                         }
                     }
-                    Some(HubCmd::Unsubscribe { channel, id }) => {
-                        remove_waiter(&mut waiters, &channel, id);
-                        if !waiters.contains_key(&channel) {
-                            let r = tokio::time::timeout(settings.response_timeout * 4, sink.unsubscribe(&channel)).await;
-                            if !matches!(r, Ok(Ok(()))) {
-                                break;
-                            }
-                        }
+                    if apply_batch(&mut sink, &mut waiters, &mut subscribed, batch, &settings)
+                        .await
+                        .is_err()
+                    {
+                        break;
                     }
-                },
+                }
             }
         }
         tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// Applies a batch of (un)subscribe requests: the bookkeeping first, in order, then one
+/// UNSUBSCRIBE for channels nobody wants any more and one SUBSCRIBE for channels newly wanted.
+/// Subscribers are acknowledged once the server confirmed their channel. `Err` means the
+/// connection failed (the caller reconnects and re-subscribes).
+async fn apply_batch(
+    sink: &mut redis::aio::PubSubSink,
+    waiters: &mut Waiters,
+    subscribed: &mut HashSet<String>,
+    batch: Vec<HubCmd>,
+    settings: &ConnSettings,
+) -> Result<(), ()> {
+    let mut pending: Vec<(String, u64, Ack)> = Vec::new();
+    for cmd in batch {
+        match cmd {
+            HubCmd::Subscribe {
+                channel,
+                id,
+                tx,
+                ack,
+            } => {
+                waiters.entry(channel.clone()).or_default().push((id, tx));
+                if subscribed.contains(&channel) {
+                    let _ = ack.send(Ok(()));
+                } else {
+                    pending.push((channel, id, ack));
+                }
+            }
+            HubCmd::Unsubscribe { channel, id } => remove_waiter(waiters, &channel, id),
+        }
+    }
+    let limit = settings.response_timeout * 4;
+    let unwanted: Vec<String> = subscribed
+        .iter()
+        .filter(|c| !waiters.contains_key(*c))
+        .cloned()
+        .collect();
+    for chunk in unwanted.chunks(256) {
+        match tokio::time::timeout(limit, sink.unsubscribe(chunk)).await {
+            Ok(Ok(())) => {
+                for c in chunk {
+                    subscribed.remove(c);
+                }
+            }
+            _ => return Err(()),
+        }
+    }
+    let mut wanted: Vec<String> = pending
+        .iter()
+        .filter(|(c, _, _)| waiters.contains_key(c))
+        .map(|(c, _, _)| c.clone())
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut failure = None;
+    for chunk in wanted.chunks(256) {
+        match tokio::time::timeout(limit, sink.subscribe(chunk)).await {
+            Ok(Ok(())) => subscribed.extend(chunk.iter().cloned()),
+            Ok(Err(e)) => {
+                failure = Some(Error::from(e));
+                break;
+            }
+            Err(_) => {
+                failure = Some(Error::Timeout {
+                    during: "subscribing",
+                });
+                break;
+            }
+        }
+    }
+    for (channel, id, ack) in pending {
+        if subscribed.contains(&channel) || !waiters.contains_key(&channel) {
+            // Confirmed (or nobody waits for it any more: the ack goes nowhere).
+            let _ = ack.send(Ok(()));
+        } else {
+            remove_waiter(waiters, &channel, id);
+            let _ = ack.send(Err(failure.clone().unwrap_or(Error::Timeout {
+                during: "subscribing",
+            })));
+        }
+    }
+    match failure {
+        Some(_) => Err(()),
+        None => Ok(()),
     }
 }
 

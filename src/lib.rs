@@ -79,6 +79,7 @@ mod connection;
 pub mod error;
 pub mod failover;
 mod keys;
+mod queue;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "tls")]

@@ -521,11 +521,17 @@ impl Holder<'_> {
         }
         let mut kill_at = far;
         let mut stopping: Option<Stopping> = None;
+        // An ended stream answers `None` at once, forever: stop polling it, or this loop would
+        // spin and starve the runtime of the SIGCHLD that ends `child.wait()`.
+        let mut events_ended = false;
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
-                ev = self.worker.next() => {
-                    let Some(ev) = ev else { continue };
+                ev = self.worker.next(), if !events_ended => {
+                    let Some(ev) = ev else {
+                        events_ended = true;
+                        continue;
+                    };
                     self.sink.emit(&ev);
                     match ev {
                         // No keepalive: the lease is about to end; PROGRAM must stop now.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::config::StatusLevel;
@@ -194,7 +194,7 @@ pub struct AttemptHandle {
 struct HandleInner {
     key: String,
     attempt: u64,
-    tx: Mutex<Option<mpsc::Sender<HolderCmd>>>,
+    tx: Mutex<Option<crate::queue::Sender<HolderCmd>>>,
     /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
     ended: Arc<Mutex<Option<Error>>>,
 }
@@ -212,7 +212,7 @@ impl AttemptHandle {
     pub(crate) fn new(
         key: String,
         attempt: u64,
-        tx: mpsc::Sender<HolderCmd>,
+        tx: crate::queue::Sender<HolderCmd>,
         ended: Arc<Mutex<Option<Error>>>,
     ) -> Self {
         AttemptHandle {
@@ -273,7 +273,7 @@ impl AttemptHandle {
             });
         };
         let (reply_tx, reply_rx) = oneshot::channel();
-        if tx.send(make(reply_tx)).await.is_err() {
+        if tx.send(make(reply_tx)).is_err() {
             return Err(self.ended_reason());
         }
         drop(tx);
@@ -299,7 +299,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The worker task's end of the event stream.
 pub(crate) struct EventSender {
-    tx: mpsc::UnboundedSender<Event>,
+    tx: crate::queue::Sender<Event>,
     queued: Arc<AtomicUsize>,
     capacity: usize,
     lagged: u64,
@@ -355,7 +355,7 @@ impl EventSender {
 /// Dropping it stops the worker (an attempt it holds is failed so a backup takes over).
 #[derive(Debug)]
 pub struct Worker {
-    rx: mpsc::UnboundedReceiver<Event>,
+    rx: crate::queue::Receiver<Event>,
     queued: Arc<AtomicUsize>,
     stop: CancellationToken,
     key: String,
@@ -368,7 +368,7 @@ impl Worker {
         level: StatusLevel,
         stop: CancellationToken,
     ) -> (EventSender, Worker) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::queue::unbounded();
         let queued = Arc::new(AtomicUsize::new(0));
         (
             EventSender {
@@ -440,7 +440,7 @@ mod tests {
         }
         assert!(tx.emit(Event::Completed { attempt: None }));
         let mut got = Vec::new();
-        while let Ok(ev) = w.rx.try_recv() {
+        while let Some(ev) = w.rx.try_recv() {
             got.push(serde_json::to_value(&ev).unwrap());
         }
         assert_eq!(got.len(), 4, "{got:?}");
@@ -457,7 +457,7 @@ mod tests {
         tx.status(StatusLevel::Normal, "shown");
         let ev = w.rx.try_recv().unwrap();
         assert!(matches!(ev, Event::Status { ref message, .. } if message == "shown"));
-        assert!(w.rx.try_recv().is_err());
+        assert!(w.rx.try_recv().is_none());
     }
 
     #[test]
@@ -480,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn handle_is_single_use_across_clones() {
-        let (tx, mut rx) = mpsc::channel(1);
+        let (tx, mut rx) = crate::queue::unbounded();
         let h = AttemptHandle::new("k".into(), 1, tx, Arc::new(Mutex::new(None)));
         let h2 = h.clone();
         let task = tokio::spawn(async move {

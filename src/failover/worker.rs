@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -290,11 +289,11 @@ impl Task {
             if self.events.is_closed() {
                 return;
             }
-            match self.transition().await {
+            match Box::pin(self.transition()).await {
                 Ok(Step::Granted(g)) => {
                     nil_in_a_row = 0;
                     self.backoff.reset();
-                    if self.hold(g).await == Flow::End {
+                    if Box::pin(self.hold(g)).await == Flow::End {
                         return;
                     }
                 }
@@ -305,7 +304,7 @@ impl Task {
                 Ok(Step::Wait { attempt, pttl_ms }) => {
                     nil_in_a_row = 0;
                     self.backoff.reset();
-                    if self.wait(attempt, pttl_ms).await == Flow::End {
+                    if Box::pin(self.wait(attempt, pttl_ms)).await == Flow::End {
                         return;
                     }
                 }
@@ -317,7 +316,7 @@ impl Task {
                             self.cfg.retry_delay
                         ),
                     );
-                    if self.sleep(self.cfg.retry_delay).await == Flow::End {
+                    if Box::pin(self.sleep(self.cfg.retry_delay)).await == Flow::End {
                         return;
                     }
                     self.view.delay_served_for = Some(attempt);
@@ -328,7 +327,7 @@ impl Task {
                     nil_in_a_row += 1;
                     if nil_in_a_row > 2 {
                         let jitter = Duration::from_micros(keys::random_u64() % 5_000);
-                        if self.sleep(jitter).await == Flow::End {
+                        if Box::pin(self.sleep(jitter)).await == Flow::End {
                             return;
                         }
                     }
@@ -338,7 +337,7 @@ impl Task {
                         return;
                     }
                     let delay = self.backoff.next_delay();
-                    if self.sleep(delay).await == Flow::End {
+                    if Box::pin(self.sleep(delay)).await == Flow::End {
                         return;
                     }
                 }
@@ -410,7 +409,7 @@ impl Task {
                 attempt,
                 last,
                 fence,
-            } => self.grant(conn, attempt, last, fence).await,
+            } => Box::pin(self.grant(conn, attempt, last, fence)).await,
             Decision::Resume {
                 attempt,
                 last,
@@ -671,7 +670,7 @@ impl Task {
     /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
     /// backup after its own failure.
     async fn hold(&mut self, g: Grant) -> Flow {
-        let (cmd_tx, mut cmd_rx) = mpsc::channel(1);
+        let (cmd_tx, mut cmd_rx) = crate::queue::unbounded();
         let ended = Arc::new(Mutex::new(None));
         let lock_timeout = self.cfg.lock_timeout;
         // Without keepalive, warn a little before the lease can end on the server: 1 % of the
@@ -845,7 +844,7 @@ impl Task {
                             .clamp(Duration::from_millis(10), Duration::from_millis(500))
                             .max(self.cfg.retry_delay);
                         self.view.delay_served_for = Some(g.attempt);
-                        self.sleep(head_start).await
+                        Box::pin(self.sleep(head_start)).await
                     } else {
                         self.events.emit(Event::Failed {
                             attempt: g.attempt,
