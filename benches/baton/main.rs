@@ -126,8 +126,17 @@ async fn main() {
     let mut meta = machine();
     meta["redis_version"] = json!(version);
     meta["quick"] = json!(opts.quick);
+    let profile = if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    };
+    meta["profile"] = json!(profile);
+    if profile == "dev" {
+        eprintln!("note: built without optimizations (dev profile): a smoke run, not figures");
+    }
     eprintln!(
-        "baton bench ({}): {} × {}, kernel {}, redis {version}",
+        "baton bench ({}, {profile}): {} × {}, kernel {}, redis {version}",
         if opts.quick { "quick" } else { "full" },
         meta["cpus"],
         meta["cpu"].as_str().unwrap_or("?"),
