@@ -94,10 +94,13 @@ impl Pool {
 type Waiters = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<String>)>>>>;
 
 /// One pub/sub connection shared by every floor worker of a client, reference counted per
-/// channel like baton's hub (but subscriptions are not serialized through one task).
+/// channel like baton's hub. Unlike baton's hub, (un)subscriptions of different channels are
+/// not serialized through one task; those of one channel are ordered by a per-channel lock, so
+/// a late `UNSUBSCRIBE` can never overtake the `SUBSCRIBE` of the channel's next waiter.
 struct Hub {
     sink: PubSubSink,
     waiters: Waiters,
+    order: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     next: AtomicU64,
 }
 
@@ -107,6 +110,15 @@ struct Sub {
 }
 
 impl Hub {
+    fn lock_of(&self, channel: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.order
+            .lock()
+            .unwrap()
+            .entry(channel.to_string())
+            .or_default()
+            .clone()
+    }
+
     async fn subscribe(&self, channel: &str) -> redis::RedisResult<Sub> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -117,6 +129,8 @@ impl Hub {
             list.len() == 1
         };
         if first {
+            let lock = self.lock_of(channel);
+            let _ordered = lock.lock().await;
             self.sink.clone().subscribe(channel).await?;
         }
         Ok(Sub { rx, id })
@@ -142,7 +156,14 @@ impl Hub {
         if last {
             let mut sink = self.sink.clone();
             let channel = channel.to_string();
+            let lock = self.lock_of(&channel);
+            let waiters = self.waiters.clone();
             tokio::spawn(async move {
+                let _ordered = lock.lock().await;
+                // A new waiter subscribed meanwhile: the channel must stay subscribed.
+                if waiters.lock().unwrap().contains_key(&channel) {
+                    return;
+                }
                 let _ = sink.unsubscribe(channel).await;
             });
         }
@@ -262,6 +283,7 @@ impl Floor {
             hub: Hub {
                 sink,
                 waiters,
+                order: Mutex::default(),
                 next: AtomicU64::new(1),
             },
             name: format!("bench-floor:{}", std::process::id()),
