@@ -1,0 +1,519 @@
+//! The floor: the failover protocol hand-written on the `redis` crate, sending exactly the
+//! commands baton sends, in the same round trips, on the same kinds of connections (a pool of
+//! dedicated connections for `WATCH … EXEC`, one multiplexed connection for plain reads, one
+//! pub/sub connection), and nothing else: no validation beyond what the next step needs, no
+//! events, no tracing, no timeouts.
+//!
+//! Scenario 6 (`roundtrips`) checks the equivalence with `MONITOR`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{MultiplexedConnection, PubSubSink};
+use redis::Value;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+/// The keys of one job, laid out as baton lays them out (`P{J}`, `P{J}:lease`, ...).
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub state: String,
+    pub lease: String,
+    pub fence: String,
+    pub failure: String,
+    pub channel: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, job: &str) -> Keys {
+        let state = format!("{prefix}{{{job}}}");
+        Keys {
+            lease: format!("{state}:lease"),
+            fence: format!("{state}:fence"),
+            failure: format!("{state}:failure"),
+            channel: format!("{state}:events"),
+            state,
+        }
+    }
+}
+
+/// The connections of one floor "client": as many as a baton `Client` opens.
+pub struct Floor {
+    pool: Pool,
+    shared: MultiplexedConnection,
+    hub: Hub,
+    name: String,
+    tokens: AtomicU64,
+}
+
+struct Pool {
+    client: redis::Client,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+    permits: Arc<Semaphore>,
+}
+
+/// A pooled connection, returned on drop.
+struct Dedicated<'a> {
+    conn: Option<MultiplexedConnection>,
+    pool: &'a Pool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Dedicated<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            self.pool.idle.lock().unwrap().push(c);
+        }
+    }
+}
+
+impl Pool {
+    async fn get(&self) -> redis::RedisResult<Dedicated<'_>> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("pool open");
+        let idle = self.idle.lock().unwrap().pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => self.client.get_multiplexed_async_connection().await?,
+        };
+        Ok(Dedicated {
+            conn: Some(conn),
+            pool: self,
+            _permit: permit,
+        })
+    }
+}
+
+type Waiters = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<String>)>>>>;
+
+/// One pub/sub connection shared by every floor worker of a client, reference counted per
+/// channel like baton's hub. Unlike baton's hub, (un)subscriptions of different channels are
+/// not serialized through one task; those of one channel are ordered by a per-channel lock, so
+/// a late `UNSUBSCRIBE` can never overtake the `SUBSCRIBE` of the channel's next waiter.
+struct Hub {
+    sink: PubSubSink,
+    waiters: Waiters,
+    order: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    next: AtomicU64,
+}
+
+struct Sub {
+    rx: mpsc::UnboundedReceiver<String>,
+    id: u64,
+}
+
+impl Hub {
+    fn lock_of(&self, channel: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.order
+            .lock()
+            .unwrap()
+            .entry(channel.to_string())
+            .or_default()
+            .clone()
+    }
+
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<Sub> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let first = {
+            let mut w = self.waiters.lock().unwrap();
+            let list = w.entry(channel.to_string()).or_default();
+            list.push((id, tx));
+            list.len() == 1
+        };
+        if first {
+            let lock = self.lock_of(channel);
+            let _ordered = lock.lock().await;
+            self.sink.clone().subscribe(channel).await?;
+        }
+        Ok(Sub { rx, id })
+    }
+
+    /// Like baton's `Subscription::drop`: the worker does not wait for `UNSUBSCRIBE`.
+    fn unsubscribe(&self, channel: &str, sub: Sub) {
+        let last = {
+            let mut w = self.waiters.lock().unwrap();
+            match w.get_mut(channel) {
+                Some(list) => {
+                    list.retain(|(i, _)| *i != sub.id);
+                    if list.is_empty() {
+                        w.remove(channel);
+                        true
+                    } else {
+                        false
+                    }
+                }
+                None => false,
+            }
+        };
+        if last {
+            let mut sink = self.sink.clone();
+            let channel = channel.to_string();
+            let lock = self.lock_of(&channel);
+            let waiters = self.waiters.clone();
+            tokio::spawn(async move {
+                let _ordered = lock.lock().await;
+                // A new waiter subscribed meanwhile: the channel must stay subscribed.
+                if waiters.lock().unwrap().contains_key(&channel) {
+                    return;
+                }
+                let _ = sink.unsubscribe(channel).await;
+            });
+        }
+    }
+}
+
+/// What round trip 1 read, reduced to what the next step needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Absent,
+    Attempt(u64),
+    Done,
+    Other,
+}
+
+fn seen(v: &Value) -> Seen {
+    match v {
+        Value::Nil => Seen::Absent,
+        Value::BulkString(b) if b == b"DONE" => Seen::Done,
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(Seen::Other, Seen::Attempt),
+        _ => Seen::Other,
+    }
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        _ => -2,
+    }
+}
+
+fn fence_of(v: &Value) -> u64 {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn time_us(v: &Value) -> u64 {
+    let part = |p: &Value| match p {
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0),
+        Value::Int(n) => *n as u64,
+        _ => 0,
+    };
+    match v {
+        Value::Array(p) if p.len() == 2 => part(&p[0]) * 1_000_000 + part(&p[1]),
+        _ => 0,
+    }
+}
+
+struct Obs {
+    state: Seen,
+    /// The lease's PTTL: -2 when gone.
+    pttl: i64,
+    fence: u64,
+    now_us: u64,
+}
+
+/// How a floor holder ends its attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Done,
+    Fail,
+    /// Leave the lease to expire (a crash).
+    Abandon,
+}
+
+/// What a floor worker reports.
+#[derive(Debug)]
+pub enum RawEvent {
+    Acquired(u64),
+    Locked(u64),
+    Completed,
+    Failed,
+    Abandoned,
+}
+
+/// One job's settings.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub keys: Keys,
+    pub lease_ms: u64,
+    pub retention_ms: u64,
+}
+
+impl Floor {
+    pub async fn connect(url: &str, pool_size: usize) -> redis::RedisResult<Floor> {
+        let client = redis::Client::open(url)?;
+        let shared = client.get_multiplexed_async_connection().await?;
+        let (sink, mut stream) = client.get_async_pubsub().await?.split();
+        let waiters: Waiters = Arc::default();
+        let w = waiters.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = stream.next().await {
+                let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+                if let Some(list) = w.lock().unwrap().get_mut(msg.get_channel_name()) {
+                    list.retain(|(_, tx)| tx.send(payload.clone()).is_ok());
+                }
+            }
+        });
+        Ok(Floor {
+            pool: Pool {
+                client,
+                idle: Mutex::new(Vec::new()),
+                permits: Arc::new(Semaphore::new(pool_size)),
+            },
+            shared,
+            hub: Hub {
+                sink,
+                waiters,
+                order: Mutex::default(),
+                next: AtomicU64::new(1),
+            },
+            name: format!("bench-floor:{}", std::process::id()),
+            tokens: AtomicU64::new(1),
+        })
+    }
+
+    /// Opens `n` pool connections ahead of time, as a warmed-up baton client has them.
+    pub async fn warm(&self, n: usize) -> redis::RedisResult<()> {
+        let mut held = Vec::new();
+        for _ in 0..n {
+            held.push(self.pool.get().await?);
+        }
+        Ok(())
+    }
+
+    fn token(&self) -> String {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}{:016x}", std::process::id(), n)
+    }
+
+    async fn observe(conn: &mut MultiplexedConnection, k: &Keys) -> redis::RedisResult<Obs> {
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("WATCH")
+            .arg(&k.state)
+            .arg(&k.lease)
+            .arg(&k.fence)
+            .ignore()
+            .cmd("GET")
+            .arg(&k.state)
+            .cmd("GET")
+            .arg(&k.lease)
+            .cmd("PTTL")
+            .arg(&k.lease)
+            .cmd("GET")
+            .arg(&k.fence)
+            .cmd("TIME");
+        let v: Vec<Value> = p.query_async(conn).await?;
+        let lease_gone = matches!(v[1], Value::Nil);
+        Ok(Obs {
+            state: seen(&v[0]),
+            pttl: if lease_gone { -2 } else { int(&v[2]) },
+            fence: fence_of(&v[3]),
+            now_us: time_us(&v[4]),
+        })
+    }
+
+    async fn unwatch(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        let mut p = redis::pipe();
+        p.cmd("UNWATCH").ignore();
+        p.query_async(conn).await
+    }
+
+    /// `MULTI`, the commands, `EXEC` in one round trip; `false` when `EXEC` answered nil.
+    async fn exec(
+        conn: &mut MultiplexedConnection,
+        cmds: redis::Pipeline,
+    ) -> redis::RedisResult<bool> {
+        let mut p = redis::pipe();
+        p.ignore_errors().cmd("MULTI");
+        for c in cmds.cmd_iter() {
+            p.add_command(c.clone());
+        }
+        p.cmd("EXEC");
+        let mut v: Vec<Value> = p.query_async(conn).await?;
+        Ok(!matches!(v.pop(), Some(Value::Nil)))
+    }
+
+    /// The plain read a backup makes once its subscription is confirmed.
+    async fn quick_read(&self, k: &Keys) -> redis::RedisResult<(Seen, i64)> {
+        let mut conn = self.shared.clone();
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("GET")
+            .arg(&k.state)
+            .cmd("PTTL")
+            .arg(&k.lease);
+        let v: Vec<Value> = p.query_async(&mut conn).await?;
+        Ok((seen(&v[0]), int(&v[1])))
+    }
+
+    /// One worker of `job`, as baton runs it: observe under WATCH; grant, wait or stop. A holder
+    /// subscribes to the job's channel, then ends as `ending` says (`control` may say it later).
+    pub async fn worker(
+        &self,
+        job: &Job,
+        events: &mpsc::UnboundedSender<(RawEvent, Instant)>,
+        mut control: Option<tokio::sync::oneshot::Receiver<Ending>>,
+    ) -> redis::RedisResult<()> {
+        let k = &job.keys;
+        let mut sub: Option<Sub> = None;
+        let mut locked: Option<u64> = None;
+        let result = loop {
+            let mut d = self.pool.get().await?;
+            let conn = d.conn.as_mut().expect("a pooled connection");
+            let obs = Self::observe(conn, k).await?;
+            match obs.state {
+                Seen::Done => {
+                    Self::unwatch(conn).await?;
+                    let _ = events.send((RawEvent::Completed, Instant::now()));
+                    break Ok(());
+                }
+                Seen::Other => {
+                    Self::unwatch(conn).await?;
+                    break Ok(());
+                }
+                Seen::Attempt(n) if obs.pttl != -2 => {
+                    Self::unwatch(conn).await?;
+                    drop(d);
+                    if locked != Some(n) {
+                        locked = Some(n);
+                        let _ = events.send((RawEvent::Locked(n), Instant::now()));
+                    }
+                    let mut pttl = obs.pttl;
+                    if sub.is_none() {
+                        sub = Some(self.hub.subscribe(&k.channel).await?);
+                        match self.quick_read(k).await? {
+                            (Seen::Attempt(m), p) if m == n && p != -2 => pttl = p,
+                            _ => continue,
+                        }
+                    }
+                    let sleep = Duration::from_millis(pttl.max(1) as u64);
+                    let rx = &mut sub.as_mut().expect("subscribed").rx;
+                    tokio::select! {
+                        _ = rx.recv() => {}
+                        _ = tokio::time::sleep(sleep) => {}
+                    }
+                }
+                state => {
+                    let attempt = match state {
+                        Seen::Attempt(n) => n + 1,
+                        _ => 1,
+                    };
+                    let fence = (obs.fence + 1).max(obs.now_us);
+                    let token = self.token();
+                    let mut tx = redis::pipe();
+                    tx.cmd("SET")
+                        .arg(&k.state)
+                        .arg(attempt)
+                        .arg("PX")
+                        .arg(job.retention_ms)
+                        .cmd("SET")
+                        .arg(&k.lease)
+                        .arg(format!("{token} {}", self.name))
+                        .arg("PX")
+                        .arg(job.lease_ms)
+                        .cmd("SET")
+                        .arg(&k.fence)
+                        .arg(fence)
+                        .arg("PX")
+                        .arg(job.retention_ms)
+                        .cmd("PUBLISH")
+                        .arg(&k.channel)
+                        .arg(format!("acquired:{attempt}"));
+                    if !Self::exec(conn, tx).await? {
+                        continue;
+                    }
+                    drop(d);
+                    let _ = events.send((RawEvent::Acquired(attempt), Instant::now()));
+                    if sub.is_none() {
+                        sub = Some(self.hub.subscribe(&k.channel).await?);
+                    }
+                    let ending = match control.take() {
+                        None => Ending::Done,
+                        Some(rx) => rx.await.unwrap_or(Ending::Abandon),
+                    };
+                    if ending == Ending::Abandon {
+                        let _ = events.send((RawEvent::Abandoned, Instant::now()));
+                        break Ok(());
+                    }
+                    self.finish(job, attempt, ending).await?;
+                    let ev = match ending {
+                        Ending::Done => RawEvent::Completed,
+                        _ => RawEvent::Failed,
+                    };
+                    let _ = events.send((ev, Instant::now()));
+                    break Ok(());
+                }
+            }
+        };
+        if let Some(s) = sub {
+            self.hub.unsubscribe(&k.channel, s);
+        }
+        result
+    }
+
+    /// The holder's `done()`/`fail()` transition, retried on a nil `EXEC`.
+    async fn finish(&self, job: &Job, attempt: u64, ending: Ending) -> redis::RedisResult<()> {
+        let k = &job.keys;
+        loop {
+            let mut d = self.pool.get().await?;
+            let conn = d.conn.as_mut().expect("a pooled connection");
+            let _obs = Self::observe(conn, k).await?;
+            let mut tx = redis::pipe();
+            match ending {
+                Ending::Done => {
+                    tx.cmd("SET")
+                        .arg(&k.state)
+                        .arg("DONE")
+                        .arg("PX")
+                        .arg(job.retention_ms)
+                        .cmd("DEL")
+                        .arg(&k.lease)
+                        .cmd("PEXPIRE")
+                        .arg(&k.fence)
+                        .arg(job.retention_ms)
+                        .cmd("PUBLISH")
+                        .arg(&k.channel)
+                        .arg("done");
+                }
+                _ => {
+                    tx.cmd("PEXPIRE")
+                        .arg(&k.state)
+                        .arg(job.retention_ms)
+                        .cmd("DEL")
+                        .arg(&k.lease)
+                        .cmd("SET")
+                        .arg(&k.failure)
+                        .arg(format!("attempt {attempt} by {}: bench", self.name))
+                        .arg("PX")
+                        .arg(job.retention_ms)
+                        .cmd("PUBLISH")
+                        .arg(&k.channel)
+                        .arg("failed");
+                }
+            }
+            if Self::exec(conn, tx).await? {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! baton's benchmark: `cargo bench --features testing [-- --quick] [-- --scenario NAME]`.
+//!
+//! It starts its own private `redis-server`s (loopback, free port, killed on drop), runs each
+//! scenario several times against baton and against a *floor* (the same commands in the same
+//! round trips on as many connections, hand-written on the `redis` crate: see `floor.rs`),
+//! prints a table and writes `target/bench/latest.json`. Nothing here asserts a timing; every
+//! figure is computed in the run. See BENCHMARKS.md for what each number means.
+//!
+//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`.
+
+mod floor;
+mod redisinfo;
+mod scenarios;
+mod stats;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton::testing::RedisServer;
+use serde_json::json;
+
+/// Command-line options (cargo adds `--bench`, which is ignored).
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub quick: bool,
+    pub only: Vec<String>,
+}
+
+fn parse_args() -> Opts {
+    let mut opts = Opts {
+        quick: false,
+        only: Vec::new(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => opts.quick = true,
+            "--bench" => {}
+            "--scenario" => match args.next() {
+                Some(s) => opts.only.push(s),
+                None => {
+                    eprintln!("--scenario needs a name");
+                    std::process::exit(64);
+                }
+            },
+            "-h" | "--help" => {
+                println!(
+                    "usage: cargo bench --features testing -- [--quick] [--scenario NAME]...\n\
+                     scenarios: {}",
+                    scenarios::NAMES.join(", ")
+                );
+                std::process::exit(0);
+            }
+            other if other.starts_with('-') => eprintln!("ignoring unknown option {other}"),
+            // A positional argument (cargo's bench filter) selects scenarios by name too.
+            other => opts.only.push(other.to_string()),
+        }
+    }
+    for name in &opts.only {
+        if !scenarios::NAMES.contains(&name.as_str()) {
+            eprintln!(
+                "unknown scenario {name}; known: {}",
+                scenarios::NAMES.join(", ")
+            );
+            std::process::exit(64);
+        }
+    }
+    opts
+}
+
+/// A fresh private redis-server for one scenario (no persistence: this measures baton, not
+/// fsync).
+pub fn start_server() -> RedisServer {
+    RedisServer::start().expect("start a private redis-server (is redis-server on PATH?)")
+}
+
+/// A string that makes this run's job names unique.
+pub fn run_id() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{}-{ms}", std::process::id())
+}
+
+fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "?".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    json!({ "cpu": model, "cpus": cpus, "kernel": kernel })
+}
+
+fn out_path() -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+            manifest.join("target")
+        });
+    target.join("bench").join("latest.json")
+}
+
+#[tokio::main]
+async fn main() {
+    let opts = parse_args();
+    let started = std::time::Instant::now();
+    let mut report = scenarios::Report::default();
+    let version = {
+        let server = start_server();
+        let client = redis::Client::open(server.url()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        redisinfo::server_version(&mut conn).await
+    };
+    let mut meta = machine();
+    meta["redis_version"] = json!(version);
+    meta["quick"] = json!(opts.quick);
+    let profile = if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    };
+    meta["profile"] = json!(profile);
+    if profile == "dev" {
+        eprintln!("note: built without optimizations (dev profile): a smoke run, not figures");
+    }
+    eprintln!(
+        "baton bench ({}, {profile}): {} × {}, kernel {}, redis {version}",
+        if opts.quick { "quick" } else { "full" },
+        meta["cpus"],
+        meta["cpu"].as_str().unwrap_or("?"),
+        meta["kernel"].as_str().unwrap_or("?"),
+    );
+    for name in scenarios::NAMES {
+        if !opts.only.is_empty() && !opts.only.iter().any(|o| o == name) {
+            continue;
+        }
+        let t0 = std::time::Instant::now();
+        eprintln!("== {name}");
+        scenarios::run(name, &opts, &mut report).await;
+        eprintln!("== {name} took {:.1} s", t0.elapsed().as_secs_f64());
+    }
+    meta["seconds"] = json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0);
+    println!();
+    println!("{}", stats::table(&report.rows));
+    if !report.round_trips.is_empty() {
+        println!("{}", scenarios::round_trip_table(&report.round_trips));
+    }
+    let doc = json!({
+        "meta": meta,
+        "results": report.rows.iter().map(stats::Row::to_json).collect::<Vec<_>>(),
+        "round_trips": report.round_trips,
+        "idle": report.idle,
+    });
+    let path = out_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("create target/bench");
+    }
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&doc).expect("json") + "\n",
+    )
+    .expect("write latest.json");
+    println!(
+        "wrote {} ({:.1} s)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,1137 @@
+//! The six scenarios. Each measures baton and, where one exists, its floor in the same run,
+//! interleaving their runs so drift on a shared machine hits both alike.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton::{Client, Event, FailoverConfig};
+use redis::aio::MultiplexedConnection;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::floor::{self, Ending, Floor, RawEvent};
+use crate::redisinfo::{self, CommandStats, Monitor};
+use crate::stats::{Row, Samples};
+use crate::{run_id, start_server, Opts};
+
+pub const NAMES: &[&str] = &[
+    "roundtrips",
+    "uncontended",
+    "concurrent",
+    "handover",
+    "takeover",
+    "idle",
+];
+
+#[derive(Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub round_trips: Vec<Value>,
+    pub idle: Value,
+}
+
+pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
+    match name {
+        "roundtrips" => roundtrips(report).await,
+        "uncontended" => uncontended(opts, report).await,
+        "concurrent" => concurrent(opts, report).await,
+        "handover" => handover(opts, report).await,
+        "takeover" => takeover(opts, report).await,
+        "idle" => idle(opts, report).await,
+        _ => unreachable!("checked in parse_args"),
+    }
+}
+
+const RETENTION: Duration = Duration::from_secs(120);
+/// The pool size of baton's `Client` (its default), and so of the floor.
+const POOL: usize = 8;
+
+fn cfg(job: &str, lease: Duration) -> FailoverConfig {
+    FailoverConfig::builder(job)
+        .lock_timeout(lease)
+        .retention(RETENTION)
+        .worker_name(format!("bench-baton:{}", std::process::id()))
+        .build()
+        .expect("a valid config")
+}
+
+fn floor_job(job: &str, lease: Duration) -> floor::Job {
+    floor::Job {
+        keys: floor::Keys::new("floor:", job),
+        lease_ms: lease.as_millis() as u64,
+        retention_ms: RETENTION.as_millis() as u64,
+    }
+}
+
+async fn connect(url: &str) -> Client {
+    Client::builder(url)
+        .pool_size(POOL)
+        .connect()
+        .await
+        .expect("baton connects")
+}
+
+async fn admin(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
+/// Runs one baton worker to its terminal event, calling `done()` as soon as it acquires.
+async fn baton_worker(client: Client, cfg: FailoverConfig) -> &'static str {
+    let mut w = client.start(cfg);
+    while let Some(ev) = w.next_event().await {
+        match ev {
+            Event::Acquired(a) => a.done().await.expect("done() of an uncontended attempt"),
+            ev if ev.is_terminal() => return ev.name(),
+            _ => {}
+        }
+    }
+    "closed"
+}
+
+/// One job with `workers` baton workers started at once; the time until every one ended.
+async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Duration {
+    let t0 = Instant::now();
+    if workers == 1 {
+        let end = baton_worker(client, cfg).await;
+        assert_eq!(end, "Completed", "a lone worker completes its job");
+    } else {
+        let hs: Vec<_> = (0..workers)
+            .map(|_| tokio::spawn(baton_worker(client.clone(), cfg.clone())))
+            .collect();
+        for h in hs {
+            assert_eq!(h.await.expect("worker task"), "Completed");
+        }
+    }
+    t0.elapsed()
+}
+
+/// The same job on the floor.
+async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Duration {
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let t0 = Instant::now();
+    if workers == 1 {
+        f.worker(&job, &tx, None).await.expect("floor worker");
+    } else {
+        let hs: Vec<_> = (0..workers)
+            .map(|_| {
+                let (f, job, tx) = (f.clone(), job.clone(), tx.clone());
+                tokio::spawn(async move { f.worker(&job, &tx, None).await })
+            })
+            .collect();
+        for h in hs {
+            h.await.expect("floor task").expect("floor worker");
+        }
+    }
+    t0.elapsed()
+}
+
+/// `conc` tasks each running `per_task` jobs one after the other: samples and wall time.
+async fn closed_loop<F, Fut>(conc: usize, per_task: usize, job: F) -> (Samples, Duration)
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Duration> + Send + 'static,
+{
+    let t0 = Instant::now();
+    let hs: Vec<_> = (0..conc)
+        .map(|t| {
+            let job = job.clone();
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                for j in 0..per_task {
+                    s.push(job(t * per_task + j).await);
+                }
+                s
+            })
+        })
+        .collect();
+    let mut all = Samples::default();
+    for h in hs {
+        all.extend(h.await.expect("load task"));
+    }
+    (all, t0.elapsed())
+}
+
+/// Waits (bounded) until no channel has a subscriber: unsubscribes are sent after a worker
+/// ends, so without this they would be counted in the next run's commands.
+async fn drain_pubsub(adm: &mut MultiplexedConnection) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .query_async(adm)
+            .await
+            .expect("PUBSUB CHANNELS");
+        if channels.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Commands per operation from a commandstats delta (the `INFO` calls left out).
+fn commands(d: &CommandStats) -> u64 {
+    d.iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// What one side (baton or floor) of a throughput scenario measured.
+#[derive(Default)]
+struct Side {
+    samples: Samples,
+    wall: Duration,
+    ops: usize,
+    cmds: CommandStats,
+}
+
+impl Side {
+    fn add(&mut self, s: Samples, wall: Duration, ops: usize, cmds: &CommandStats) {
+        self.samples.extend(s);
+        self.wall += wall;
+        self.ops += ops;
+        for (k, v) in cmds {
+            *self.cmds.entry(k.clone()).or_default() += v;
+        }
+    }
+    fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64()
+    }
+    fn cmds_per_op(&self) -> f64 {
+        commands(&self.cmds) as f64 / self.ops as f64
+    }
+}
+
+fn throughput_row(scenario: String, baton: &Side, floor: &Side, runs: usize, what: &str) -> Row {
+    let (b, f) = (baton.ops_per_s(), floor.ops_per_s());
+    let (bc, fc) = (baton.cmds_per_op(), floor.cmds_per_op());
+    let same = (bc - fc).abs() < 0.05;
+    let per_op = |s: &Side| -> Value {
+        s.cmds
+            .iter()
+            .filter(|(k, _)| k.as_str() != "info")
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    json!((*v as f64 / s.ops as f64 * 100.0).round() / 100.0),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    Row {
+        scenario,
+        p50_us: baton.samples.pct(50.0),
+        p99_us: baton.samples.pct(99.0),
+        ops_per_s: Some(b),
+        floor_ops_per_s: Some(f),
+        ratio: Some(f / b),
+        samples: baton.samples.len(),
+        notes: format!(
+            "{what}; floor p50 {:.0} µs; cmds/op {bc:.2} vs floor {fc:.2}{}; {runs} runs",
+            floor.samples.pct(50.0).unwrap_or(0.0),
+            if same { "" } else { " (DIFFER)" }
+        ),
+        extra: json!({
+            "floor_p50_us": floor.samples.pct(50.0),
+            "floor_p99_us": floor.samples.pct(99.0),
+            "commands_per_op": bc,
+            "floor_commands_per_op": fc,
+            "commands_per_op_by_command": per_op(baton),
+            "floor_commands_per_op_by_command": per_op(floor),
+            "runs": runs,
+        }),
+    }
+}
+
+/// Scenarios 1 and 2: closed-loop job cycles, baton and floor interleaved run by run.
+async fn cycles(
+    tag: &str,
+    conc: usize,
+    per_task: usize,
+    workers: usize,
+    runs: usize,
+) -> (Side, Side) {
+    let server = start_server();
+    let url = server.url();
+    let client = connect(&url).await;
+    let fl = Arc::new(Floor::connect(&url, POOL).await.expect("floor connects"));
+    let mut adm = admin(&url).await;
+    let id = run_id();
+    let lease = Duration::from_secs(10);
+    let (mut baton, mut floor) = (Side::default(), Side::default());
+    // Round 0 is the warm-up (connections opened, code paths and allocator warm).
+    for round in 0..=runs {
+        let per = if round == 0 {
+            per_task.div_ceil(4).max(2)
+        } else {
+            per_task
+        };
+        let c = client.clone();
+        let name = format!("{tag}-{id}-{round}");
+        drain_pubsub(&mut adm).await;
+        let before = redisinfo::commandstats(&mut adm).await;
+        let (s, wall) = closed_loop(conc, per, move |i| {
+            baton_job(c.clone(), cfg(&format!("{name}-{i}"), lease), workers)
+        })
+        .await;
+        drain_pubsub(&mut adm).await;
+        let mid = redisinfo::commandstats(&mut adm).await;
+        let f = fl.clone();
+        let name = format!("{tag}-{id}-{round}");
+        let (fs, fwall) = closed_loop(conc, per, move |i| {
+            floor_job_run(f.clone(), floor_job(&format!("{name}-{i}"), lease), workers)
+        })
+        .await;
+        drain_pubsub(&mut adm).await;
+        let after = redisinfo::commandstats(&mut adm).await;
+        if round > 0 {
+            baton.add(s, wall, conc * per, &redisinfo::delta(&before, &mid));
+            floor.add(fs, fwall, conc * per, &redisinfo::delta(&mid, &after));
+        }
+    }
+    client.shutdown(Duration::from_secs(5)).await;
+    (baton, floor)
+}
+
+async fn uncontended(opts: &Opts, report: &mut Report) {
+    let (per, runs) = if opts.quick { (150, 2) } else { (1500, 5) };
+    let (b, f) = cycles("s1", 1, per, 1, runs).await;
+    report.rows.push(throughput_row(
+        "1 uncontended cycle".into(),
+        &b,
+        &f,
+        runs,
+        "start→Acquired→done()→Completed, one at a time",
+    ));
+}
+
+async fn concurrent(opts: &Opts, report: &mut Report) {
+    let (per, runs) = if opts.quick { (3, 2) } else { (40, 4) };
+    for workers in [1, 3] {
+        let (b, f) = cycles(&format!("s2w{workers}"), 64, per, workers, runs).await;
+        report.rows.push(throughput_row(
+            format!(
+                "2 64 jobs × {workers} worker{}",
+                if workers > 1 { "s" } else { "" }
+            ),
+            &b,
+            &f,
+            runs,
+            "64 jobs in flight on one client, ops = jobs completed",
+        ));
+    }
+}
+
+/// Waits until `PUBSUB NUMSUB channel` reaches `n` (bounded).
+async fn wait_numsub(adm: &mut MultiplexedConnection, channel: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v: (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(adm)
+            .await
+            .expect("PUBSUB NUMSUB");
+        if v.1 >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{channel}: {} of {n} subscribers",
+            v.1
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Next event that is not chatter (`Status`, `Lagged`).
+async fn next_real(w: &mut baton::Worker) -> Event {
+    loop {
+        match w.next_event().await {
+            Some(Event::Status { .. } | Event::Lagged { .. }) => {}
+            Some(ev) => return ev,
+            None => panic!("stream of {} ended early", w.key()),
+        }
+    }
+}
+
+async fn next_raw(rx: &mut mpsc::UnboundedReceiver<(RawEvent, Instant)>) -> (RawEvent, Instant) {
+    rx.recv().await.expect("floor worker event")
+}
+
+/// One baton handover: from the holder's `fail()` call to the idle backup's `Acquired`.
+async fn baton_handover(
+    a: &Client,
+    b: &Client,
+    adm: &mut MultiplexedConnection,
+    job: &str,
+) -> Duration {
+    let c = cfg(job, Duration::from_secs(10));
+    let mut holder = a.start(c.clone());
+    let Event::Acquired(att) = next_real(&mut holder).await else {
+        panic!("holder did not acquire")
+    };
+    let mut backup = b.start(c);
+    assert!(matches!(next_real(&mut backup).await, Event::Locked { .. }));
+    wait_numsub(adm, &format!("baton:{{{job}}}:events"), 2).await;
+    // Let the backup finish its post-subscription read and sleep: idle before the fail().
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let t0 = Instant::now();
+    let fail = tokio::spawn(att.fail("bench"));
+    let Event::Acquired(took) = next_real(&mut backup).await else {
+        panic!("backup did not take over")
+    };
+    let dt = t0.elapsed();
+    fail.await.expect("fail task").expect("fail()");
+    took.done().await.expect("backup done()");
+    assert!(matches!(next_real(&mut holder).await, Event::Failed { .. }));
+    assert!(matches!(
+        next_real(&mut backup).await,
+        Event::Completed { .. }
+    ));
+    dt
+}
+
+async fn floor_handover(
+    a: &Arc<Floor>,
+    b: &Arc<Floor>,
+    adm: &mut MultiplexedConnection,
+    job: &str,
+) -> Duration {
+    let j = floor_job(job, Duration::from_secs(10));
+    let (htx, mut hrx) = mpsc::unbounded_channel();
+    let (btx, mut brx) = mpsc::unbounded_channel();
+    let (hc, hctl) = oneshot::channel();
+    let (bc, bctl) = oneshot::channel();
+    let (fa, ja) = (a.clone(), j.clone());
+    let h = tokio::spawn(async move { fa.worker(&ja, &htx, Some(hctl)).await });
+    assert!(matches!(next_raw(&mut hrx).await.0, RawEvent::Acquired(1)));
+    let (fb, jb) = (b.clone(), j.clone());
+    let bk = tokio::spawn(async move { fb.worker(&jb, &btx, Some(bctl)).await });
+    assert!(matches!(next_raw(&mut brx).await.0, RawEvent::Locked(1)));
+    wait_numsub(adm, &j.keys.channel, 2).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let t0 = Instant::now();
+    let _ = hc.send(Ending::Fail);
+    let (ev, t1) = next_raw(&mut brx).await;
+    assert!(matches!(ev, RawEvent::Acquired(2)));
+    let _ = bc.send(Ending::Done);
+    h.await.expect("holder").expect("floor holder");
+    bk.await.expect("backup").expect("floor backup");
+    t1 - t0
+}
+
+async fn handover(opts: &Opts, report: &mut Report) {
+    let (n, runs) = if opts.quick { (25, 2) } else { (100, 3) };
+    let server = start_server();
+    let url = server.url();
+    // Holder and backup on separate clients, as in separate processes.
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let fa = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let fb = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let mut adm = admin(&url).await;
+    let id = run_id();
+    let (mut bs, mut fs) = (Samples::default(), Samples::default());
+    for round in 0..=runs {
+        let count = if round == 0 { 5 } else { n };
+        for i in 0..count {
+            let d = baton_handover(&a, &b, &mut adm, &format!("s3-{id}-{round}-{i}")).await;
+            let e = floor_handover(&fa, &fb, &mut adm, &format!("s3-{id}-{round}-{i}")).await;
+            if round > 0 {
+                bs.push(d);
+                fs.push(e);
+            }
+        }
+    }
+    let (bp, fp) = (bs.pct(50.0).unwrap(), fs.pct(50.0).unwrap());
+    report.rows.push(Row {
+        scenario: "3 handover after fail()".into(),
+        p50_us: Some(bp),
+        p99_us: bs.pct(99.0),
+        ops_per_s: None,
+        floor_ops_per_s: None,
+        ratio: Some(bp / fp),
+        samples: bs.len(),
+        notes: format!(
+            "fail() call → backup Acquired, backup idle; floor p50/p99 {fp:.0}/{:.0} µs; \
+             target p50 ≤ 1500 µs; {runs} runs",
+            fs.pct(99.0).unwrap()
+        ),
+        extra: json!({
+            "floor_p50_us": fp,
+            "floor_p99_us": fs.pct(99.0),
+            "ratio_of": "p50",
+            "runs": runs,
+        }),
+    });
+    a.shutdown(Duration::from_secs(5)).await;
+    b.shutdown(Duration::from_secs(5)).await;
+}
+
+fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The lease's expiry in Unix µs (`PEXPIRETIME`, ms precision, the server's own clock).
+async fn expiry_us(adm: &mut MultiplexedConnection, lease_key: &str) -> i64 {
+    let ms: i64 = redis::cmd("PEXPIRETIME")
+        .arg(lease_key)
+        .query_async(adm)
+        .await
+        .expect("PEXPIRETIME");
+    assert!(ms > 0, "{lease_key} has no expiry ({ms})");
+    ms * 1000
+}
+
+/// One baton crash takeover: µs from the lease's expiry to the backup's `Acquired`.
+async fn baton_takeover(a: Client, b: Client, url: String, job: String, lease: Duration) -> f64 {
+    let mut adm = admin(&url).await;
+    let c = cfg(&job, lease); // keepalive off: the lease runs out unless done()/fail()
+    let mut holder = a.start(c.clone());
+    let Event::Acquired(att) = next_real(&mut holder).await else {
+        panic!("holder did not acquire")
+    };
+    let expiry = expiry_us(&mut adm, &format!("baton:{{{job}}}:lease")).await;
+    let mut backup = b.start(c);
+    assert!(matches!(next_real(&mut backup).await, Event::Locked { .. }));
+    // The holder "crashes": it never calls done()/fail() and its handle stays alive (dropping
+    // it would release the attempt), so the lease is left to expire.
+    let took = loop {
+        match next_real(&mut backup).await {
+            Event::Acquired(t) => break t,
+            Event::Locked { .. }
+            | Event::Error {
+                retryable: true, ..
+            } => {}
+            other => panic!("backup ended {}", other.name()),
+        }
+    };
+    let dt = (unix_us() - expiry) as f64;
+    took.done().await.expect("backup done()");
+    drop(att);
+    drop(holder);
+    dt
+}
+
+async fn floor_takeover(
+    a: Arc<Floor>,
+    b: Arc<Floor>,
+    url: String,
+    job: String,
+    lease: Duration,
+) -> f64 {
+    let mut adm = admin(&url).await;
+    let j = floor_job(&job, lease);
+    let (htx, mut hrx) = mpsc::unbounded_channel();
+    let (btx, mut brx) = mpsc::unbounded_channel();
+    let (hc, hctl) = oneshot::channel();
+    let (bc, bctl) = oneshot::channel();
+    let ja = j.clone();
+    let h = tokio::spawn(async move { a.worker(&ja, &htx, Some(hctl)).await });
+    assert!(matches!(next_raw(&mut hrx).await.0, RawEvent::Acquired(1)));
+    let expiry = expiry_us(&mut adm, &j.keys.lease).await;
+    let jb = j.clone();
+    let bk = tokio::spawn(async move { b.worker(&jb, &btx, Some(bctl)).await });
+    let dt = loop {
+        match next_raw(&mut brx).await.0 {
+            RawEvent::Acquired(2) => break (unix_us() - expiry) as f64,
+            RawEvent::Locked(_) => {}
+            other => panic!("floor backup: {other:?}"),
+        }
+    };
+    let _ = bc.send(Ending::Done);
+    let _ = hc.send(Ending::Abandon);
+    h.await.expect("holder").expect("floor holder");
+    bk.await.expect("backup").expect("floor backup");
+    dt
+}
+
+async fn takeover(opts: &Opts, report: &mut Report) {
+    let (jobs, runs, lease) = if opts.quick {
+        (10, 1, Duration::from_millis(200))
+    } else {
+        (25, 3, Duration::from_millis(300))
+    };
+    let server = start_server();
+    let url = server.url();
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let fa = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let fb = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let id = run_id();
+    let stagger = lease / jobs as u32;
+    let (mut bs, mut fs) = (Samples::default(), Samples::default());
+    for round in 0..runs {
+        // Jobs start staggered so their leases expire one at a time, not all at once.
+        let mut hs = Vec::new();
+        for i in 0..jobs {
+            let (a, b, url) = (a.clone(), b.clone(), url.clone());
+            let job = format!("s4-{id}-{round}-{i}");
+            let delay = stagger * i as u32;
+            hs.push(tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                baton_takeover(a, b, url, job, lease).await
+            }));
+        }
+        for h in hs {
+            bs.push_us(h.await.expect("takeover task"));
+        }
+        let mut hs = Vec::new();
+        for i in 0..jobs {
+            let (a, b, url) = (fa.clone(), fb.clone(), url.clone());
+            let job = format!("s4-{id}-{round}-{i}");
+            let delay = stagger * i as u32;
+            hs.push(tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                floor_takeover(a, b, url, job, lease).await
+            }));
+        }
+        for h in hs {
+            fs.push_us(h.await.expect("takeover task"));
+        }
+    }
+    let (bp, fp) = (bs.pct(50.0).unwrap(), fs.pct(50.0).unwrap());
+    report.rows.push(Row {
+        scenario: "4 takeover after crash".into(),
+        p50_us: Some(bp),
+        p99_us: bs.pct(99.0),
+        ops_per_s: None,
+        floor_ops_per_s: None,
+        ratio: Some(bp / fp),
+        samples: bs.len(),
+        notes: format!(
+            "lease expiry → backup Acquired (lease {} ms); floor p50/p99 {fp:.0}/{:.0} µs; \
+             target ≤ 10 000 µs; {runs} runs",
+            lease.as_millis(),
+            fs.pct(99.0).unwrap()
+        ),
+        extra: json!({
+            "lease_ms": lease.as_millis() as u64,
+            "floor_p50_us": fp,
+            "floor_p99_us": fs.pct(99.0),
+            "ratio_of": "p50",
+            "runs": runs,
+        }),
+    });
+    a.shutdown(Duration::from_secs(5)).await;
+    b.shutdown(Duration::from_secs(5)).await;
+}
+
+/// This process's resident set in kB (`VmRSS`).
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time used by this process so far (user + system), from `/proc/self/stat`.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 (1-based); here 0-based after "pid (comm)".
+    let t = ticks(11) + ticks(12);
+    let hz = 100; // USER_HZ on Linux
+    Duration::from_millis(t * 1000 / hz)
+}
+
+async fn wait_count(what: &str, c: &AtomicUsize, n: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while c.load(Ordering::Relaxed) < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {n} within {limit:?}",
+            c.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Scenario 5: N holders keeping their leases alive, 3 idle backups each on one client.
+async fn idle(opts: &Opts, report: &mut Report) {
+    let (n, lease, periods) = if opts.quick {
+        (500, Duration::from_secs(1), 3)
+    } else {
+        (10_000, Duration::from_secs(3), 3)
+    };
+    let backups_per_job = 3;
+    let server = start_server();
+    let url = server.url();
+    let mut adm = admin(&url).await;
+    let rss_start = rss_kb();
+    let holders = connect(&url).await;
+    let backups = connect(&url).await;
+    let id = run_id();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let locked = Arc::new(AtomicUsize::new(0));
+    let unexpected = Arc::new(AtomicUsize::new(0));
+    let t_setup = Instant::now();
+    let mut tasks = Vec::new();
+    // One task per worker reads its events (as an application would) and keeps the holder's
+    // attempt handle alive until the end.
+    let spawn_worker = |client: &Client, job: String, keepalive: bool, ok: Arc<AtomicUsize>| {
+        let c = FailoverConfig::builder(&job)
+            .lock_timeout(lease)
+            .retention(RETENTION)
+            .keepalive(keepalive)
+            .build()
+            .expect("config");
+        let mut w = client.start(c);
+        let mut stop = stop_rx.clone();
+        let unexpected = unexpected.clone();
+        tokio::spawn(async move {
+            let mut keep = None;
+            loop {
+                tokio::select! {
+                    ev = w.next_event() => match ev {
+                        Some(Event::Acquired(a)) => { keep = Some(a); ok.fetch_add(1, Ordering::Relaxed); }
+                        Some(Event::Locked { .. }) => { ok.fetch_add(1, Ordering::Relaxed); }
+                        Some(ev) if ev.is_terminal() => { unexpected.fetch_add(1, Ordering::Relaxed); break; }
+                        Some(_) => {}
+                        None => break,
+                    },
+                    _ = stop.changed() => break,
+                }
+            }
+            // Keep the handle until the client is shut down, so nothing is released here.
+            let _ = stop.wait_for(|s| *s).await;
+            drop(keep);
+            w
+        })
+    };
+    for i in 0..n {
+        tasks.push(spawn_worker(
+            &holders,
+            format!("s5-{id}-{i}"),
+            true,
+            acquired.clone(),
+        ));
+    }
+    wait_count("holders acquired", &acquired, n, Duration::from_secs(120)).await;
+    let rss_holders = rss_kb();
+    for i in 0..n {
+        for _ in 0..backups_per_job {
+            tasks.push(spawn_worker(
+                &backups,
+                format!("s5-{id}-{i}"),
+                false,
+                locked.clone(),
+            ));
+        }
+    }
+    wait_count(
+        "backups locked",
+        &locked,
+        n * backups_per_job,
+        Duration::from_secs(120),
+    )
+    .await;
+    let setup = t_setup.elapsed();
+    // Let the initial subscriptions and post-subscription reads settle.
+    tokio::time::sleep(lease).await;
+    let rss_all = rss_kb();
+    let window = lease * periods;
+    let cs0 = redisinfo::commandstats(&mut adm).await;
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let cs1 = redisinfo::commandstats(&mut adm).await;
+    let cpu = cpu_time() - cpu0;
+    let secs = t0.elapsed().as_secs_f64();
+    let d = redisinfo::delta(&cs0, &cs1);
+    let g = |k: &str| d.get(k).copied().unwrap_or(0);
+    // Holders: one extension = WATCH, GET ×3, PTTL, TIME, then MULTI, PEXPIRE ×3, EXEC.
+    let extensions = g("exec");
+    let holder_cmds = extensions * 11;
+    let total = commands(&d);
+    let backup_cmds = total.saturating_sub(holder_cmds);
+    // Each backup observation is a WATCH (plus reads) that ends in UNWATCH.
+    let observations = g("unwatch");
+    let backups_n = (n * backups_per_job) as f64;
+    let lease_periods = secs / lease.as_secs_f64();
+    let obs_per = observations as f64 / backups_n / lease_periods;
+    let mb = |kb: u64| kb as f64 / 1024.0;
+    let idle_json = json!({
+        "jobs": n,
+        "backups_per_job": backups_per_job,
+        "lease_ms": lease.as_millis() as u64,
+        "window_s": (secs * 100.0).round() / 100.0,
+        "setup_s": (setup.as_secs_f64() * 10.0).round() / 10.0,
+        "commands_by_command": d.iter().filter(|(k, _)| k.as_str() != "info").map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "holder_extensions": extensions,
+        "holder_commands_per_s": holder_cmds as f64 / secs,
+        "backup_commands_per_s": backup_cmds as f64 / secs,
+        "backup_round_trips_per_s": observations as f64 * 2.0 / secs,
+        "backup_observations": observations,
+        "observations_per_backup_per_lease_period": obs_per,
+        "rss_mb_start": mb(rss_start),
+        "rss_mb_holders": mb(rss_holders),
+        "rss_mb_all": mb(rss_all),
+        "bench_cpu_percent": cpu.as_secs_f64() / secs * 100.0,
+        "unexpected_terminal_events": unexpected.load(Ordering::Relaxed),
+        "sanity_pexpire_is_3x_exec": g("pexpire") == 3 * extensions,
+        "grants_during_window": g("set"),
+    });
+    report.rows.push(Row {
+        scenario: format!("5 idle {n} jobs × {backups_per_job} backups"),
+        p50_us: None,
+        p99_us: None,
+        ops_per_s: Some(backup_cmds as f64 / secs),
+        floor_ops_per_s: None,
+        ratio: None,
+        samples: observations as usize,
+        notes: format!(
+            "ops = backups' commands/s; {obs_per:.2} observations/backup/lease (target ≤ 1.5); \
+             RSS {:.0} MB (holders {:.0}, start {:.0}; target < 100); holders {:.0} cmds/s; \
+             bench CPU {:.0} %; lease {} ms",
+            mb(rss_all),
+            mb(rss_holders),
+            mb(rss_start),
+            holder_cmds as f64 / secs,
+            cpu.as_secs_f64() / secs * 100.0,
+            lease.as_millis()
+        ),
+        extra: idle_json.clone(),
+    });
+    report.idle = idle_json;
+    // Backups first (they just stop), then holders (each releases its attempt).
+    backups.shutdown(Duration::from_secs(30)).await;
+    let _ = stop_tx.send(true);
+    holders.shutdown(Duration::from_secs(60)).await;
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+// ----- Scenario 6: round trips per transition, from MONITOR -------------------------------------
+
+/// What one phase sent, as the server saw it.
+struct PhaseCount {
+    /// `total_reads_processed` delta: one per round trip (a pipeline arrives in one read).
+    reads: u64,
+    commands: usize,
+    /// Per connection (in order of appearance): its pipelines and how often each was sent.
+    conns: Vec<(String, BTreeMap<String, u64>)>,
+    rts_seen: u64,
+}
+
+impl PhaseCount {
+    fn to_json(&self) -> Value {
+        json!({
+            "round_trips": self.reads,
+            "round_trips_from_monitor": self.rts_seen,
+            "commands": self.commands,
+            "connections": self.conns.iter().map(|(k, v)| json!({"connection": k, "pipelines": v})).collect::<Vec<_>>(),
+        })
+    }
+    fn multiset(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for (_, p) in &self.conns {
+            for (seq, n) in p {
+                *m.entry(seq.clone()).or_default() += n;
+            }
+        }
+        m
+    }
+}
+
+/// Splits the MONITOR lines into round trips: the commands of one read are contiguous (Redis
+/// runs a whole query buffer before it serves another client), and every pipeline baton (and
+/// the floor) sends starts with `WATCH`, `MULTI`, `UNWATCH`, `(UN)SUBSCRIBE` or is the plain
+/// `GET`+`PTTL` read, so a run of one connection's commands is split before those heads.
+/// (MONITOR's timestamps are no help: queued commands are logged when `EXEC` runs them.)
+fn analyse(lines: &[redisinfo::Seen], reads: u64) -> PhaseCount {
+    const HEADS: &[&str] = &["WATCH", "MULTI", "UNWATCH", "SUBSCRIBE", "UNSUBSCRIBE"];
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut prev: Option<&redisinfo::Seen> = None;
+    for l in lines.iter().filter(|l| l.cmd != "INFO") {
+        let new = match prev {
+            Some(p) => p.addr != l.addr || HEADS.contains(&l.cmd.as_str()),
+            None => true,
+        };
+        if new {
+            groups.push((l.addr.clone(), Vec::new()));
+        }
+        groups.last_mut().expect("a group").1.push(l.cmd.clone());
+        prev = Some(l);
+    }
+    let mut order: Vec<String> = Vec::new();
+    let mut per: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (addr, cmds) in &groups {
+        if !order.contains(addr) {
+            order.push(addr.clone());
+        }
+        *per.entry(addr.clone())
+            .or_default()
+            .entry(cmds.join(" "))
+            .or_default() += 1;
+    }
+    let mut counters: BTreeMap<&str, usize> = BTreeMap::new();
+    let conns = order
+        .iter()
+        .map(|addr| {
+            let p = per.remove(addr).unwrap_or_default();
+            let role = if p.keys().any(|s| s.contains("WATCH")) {
+                "dedicated"
+            } else if p.keys().any(|s| s.contains("SUBSCRIBE")) {
+                "pubsub"
+            } else {
+                "shared"
+            };
+            let c = counters.entry(role).or_default();
+            *c += 1;
+            (format!("{role}#{c}"), p)
+        })
+        .collect();
+    PhaseCount {
+        reads,
+        commands: lines.iter().filter(|l| l.cmd != "INFO").count(),
+        conns,
+        rts_seen: groups.len() as u64,
+    }
+}
+
+async fn phase<T, F: Future<Output = T>>(
+    adm: &mut MultiplexedConnection,
+    mon: &Monitor,
+    f: F,
+) -> (PhaseCount, T) {
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let r0 = redisinfo::stat(adm, "total_reads_processed").await;
+    mon.take();
+    let out = f.await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let r1 = redisinfo::stat(adm, "total_reads_processed").await;
+    // The second INFO's own read is counted in r1.
+    (analyse(&mon.take(), r1 - r0 - 1), out)
+}
+
+/// Scenario 6: what each transition sends, for baton and for the floor, from MONITOR and the
+/// server's read counter, on a server with nothing else going on.
+async fn roundtrips(report: &mut Report) {
+    let server = start_server();
+    let url = server.url();
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let fa = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let fb = Arc::new(Floor::connect(&url, POOL).await.expect("floor"));
+    let mut adm = admin(&url).await;
+    let id = run_id();
+    let lease = Duration::from_secs(10);
+    // Warm up: every client has opened a pooled connection.
+    for c in [&a, &b] {
+        baton_job(
+            c.clone(),
+            cfg(&format!("s6w-{id}-{}", rand_suffix()), lease),
+            1,
+        )
+        .await;
+    }
+    for f in [&fa, &fb] {
+        f.warm(1).await.expect("floor warm-up");
+    }
+    let mon = Monitor::start(server.port()).expect("MONITOR");
+    let mut phases: Vec<(String, PhaseCount, Option<PhaseCount>)> = Vec::new();
+
+    // --- baton
+    let j1 = format!("s6-{id}-1");
+    let (grant, (mut h, att)) = phase(&mut adm, &mon, async {
+        let mut h = a.start(cfg(&j1, lease));
+        match next_real(&mut h).await {
+            Event::Acquired(x) => (h, x),
+            other => panic!("{}", other.name()),
+        }
+    })
+    .await;
+    let (done, ()) = phase(&mut adm, &mon, async {
+        att.done().await.expect("done");
+        assert!(matches!(next_real(&mut h).await, Event::Completed { .. }));
+    })
+    .await;
+    let j2 = format!("s6-{id}-2");
+    let mut h = a.start(cfg(&j2, lease));
+    let Event::Acquired(att2) = next_real(&mut h).await else {
+        panic!("holder 2")
+    };
+    let (wait, mut bk) = phase(&mut adm, &mon, async {
+        let mut bk = b.start(cfg(&j2, lease));
+        assert!(matches!(next_real(&mut bk).await, Event::Locked { .. }));
+        bk
+    })
+    .await;
+    let (hand, took) = phase(&mut adm, &mon, async {
+        att2.fail("bench").await.expect("fail");
+        match next_real(&mut bk).await {
+            Event::Acquired(t) => t,
+            other => panic!("{}", other.name()),
+        }
+    })
+    .await;
+    took.done().await.expect("done");
+    drop((h, bk));
+
+    // --- floor, the same steps
+    let fj1 = floor_job(&j1, lease);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (c1, ctl1) = oneshot::channel();
+    let (fgrant, ()) = phase(&mut adm, &mon, async {
+        let (f, j, tx) = (fa.clone(), fj1.clone(), tx.clone());
+        tokio::spawn(async move { f.worker(&j, &tx, Some(ctl1)).await });
+        assert!(matches!(next_raw(&mut rx).await.0, RawEvent::Acquired(1)));
+    })
+    .await;
+    let (fdone, ()) = phase(&mut adm, &mon, async {
+        let _ = c1.send(Ending::Done);
+        assert!(matches!(next_raw(&mut rx).await.0, RawEvent::Completed));
+    })
+    .await;
+    let fj2 = floor_job(&j2, lease);
+    let (c2, ctl2) = oneshot::channel();
+    {
+        let (f, j, tx) = (fa.clone(), fj2.clone(), tx.clone());
+        tokio::spawn(async move { f.worker(&j, &tx, Some(ctl2)).await });
+        assert!(matches!(next_raw(&mut rx).await.0, RawEvent::Acquired(1)));
+    }
+    let (btx, mut brx) = mpsc::unbounded_channel();
+    let (c3, ctl3) = oneshot::channel();
+    let (fwait, ()) = phase(&mut adm, &mon, async {
+        let (f, j) = (fb.clone(), fj2.clone());
+        tokio::spawn(async move { f.worker(&j, &btx, Some(ctl3)).await });
+        assert!(matches!(next_raw(&mut brx).await.0, RawEvent::Locked(1)));
+    })
+    .await;
+    let (fhand, ()) = phase(&mut adm, &mon, async {
+        let _ = c2.send(Ending::Fail);
+        assert!(matches!(next_raw(&mut rx).await.0, RawEvent::Failed));
+        assert!(matches!(next_raw(&mut brx).await.0, RawEvent::Acquired(2)));
+    })
+    .await;
+    let _ = c3.send(Ending::Done);
+
+    // --- baton only: a keepalive holder and one waiting backup, over a window
+    let j3 = format!("s6-{id}-3");
+    let short = Duration::from_millis(300);
+    let keep = FailoverConfig::builder(&j3)
+        .lock_timeout(short)
+        .retention(RETENTION)
+        .keepalive(true)
+        .build()
+        .expect("config");
+    let mut h3 = a.start(keep);
+    let Event::Acquired(att3) = next_real(&mut h3).await else {
+        panic!("holder 3")
+    };
+    let mut b3 = b.start(cfg(&j3, short));
+    assert!(matches!(next_real(&mut b3).await, Event::Locked { .. }));
+    let (steady, ()) = phase(&mut adm, &mon, async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    })
+    .await;
+    att3.done().await.expect("done 3");
+    drop((h3, b3));
+    mon.stop();
+
+    phases.push(("grant (uncontended acquire)".into(), grant, Some(fgrant)));
+    phases.push(("done".into(), done, Some(fdone)));
+    phases.push(("backup starts, waits (Locked)".into(), wait, Some(fwait)));
+    phases.push(("fail() → backup takes over".into(), hand, Some(fhand)));
+    phases.push((
+        "1.5 s: keepalive holder (lease 300 ms) + waiting backup".into(),
+        steady,
+        None,
+    ));
+    for (name, bt, fl) in phases {
+        let same = fl
+            .as_ref()
+            .map(|f| f.reads == bt.reads && f.multiset() == bt.multiset());
+        report.round_trips.push(json!({
+            "phase": name,
+            "baton": bt.to_json(),
+            "floor": fl.as_ref().map(PhaseCount::to_json),
+            "same": same,
+        }));
+    }
+    a.shutdown(Duration::from_secs(5)).await;
+    b.shutdown(Duration::from_secs(5)).await;
+}
+
+fn rand_suffix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64)
+}
+
+/// The round-trip section printed after the main table.
+pub fn round_trip_table(rows: &[Value]) -> String {
+    let mut out = String::from(
+        "round trips per transition (server reads; MONITOR pipelines per connection)\n",
+    );
+    for r in rows {
+        let b = &r["baton"];
+        let f = &r["floor"];
+        out.push_str(&format!(
+            "- {}: baton {} round trips ({} from MONITOR) / {} commands; floor {}; {}\n",
+            r["phase"].as_str().unwrap_or("?"),
+            b["round_trips"],
+            b["round_trips_from_monitor"],
+            b["commands"],
+            if f.is_null() {
+                "-".to_string()
+            } else {
+                format!(
+                    "{} round trips ({} from MONITOR) / {} commands",
+                    f["round_trips"], f["round_trips_from_monitor"], f["commands"]
+                )
+            },
+            match r["same"].as_bool() {
+                Some(true) => "same",
+                Some(false) => "DIFFER",
+                None => "no floor",
+            }
+        ));
+        for side in ["baton", "floor"] {
+            let Some(conns) = r[side]["connections"].as_array() else {
+                continue;
+            };
+            for c in conns {
+                let pipes = c["pipelines"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("[{k}]×{v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "    {side} {}: {pipes}\n",
+                    c["connection"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    out
+}
