@@ -428,6 +428,7 @@ async fn apply_batch(
     settings: &ConnSettings,
 ) -> Result<(), ()> {
     let mut pending: Vec<(String, u64, Ack)> = Vec::new();
+    let mut left: Vec<String> = Vec::new();
     for cmd in batch {
         match cmd {
             HubCmd::Subscribe {
@@ -443,14 +444,20 @@ async fn apply_batch(
                     pending.push((channel, id, ack));
                 }
             }
-            HubCmd::Unsubscribe { channel, id } => remove_waiter(waiters, &channel, id),
+            HubCmd::Unsubscribe { channel, id } => {
+                remove_waiter(waiters, &channel, id);
+                left.push(channel);
+            }
         }
     }
     let limit = settings.response_timeout * 4;
-    let unwanted: Vec<String> = subscribed
-        .iter()
-        .filter(|c| !waiters.contains_key(*c))
-        .cloned()
+    // Only channels this batch touched can have lost their last waiter (scanning every
+    // subscribed channel per batch made the hub quadratic with thousands of jobs).
+    left.sort_unstable();
+    left.dedup();
+    let unwanted: Vec<String> = left
+        .into_iter()
+        .filter(|c| subscribed.contains(c) && !waiters.contains_key(c))
         .collect();
     for chunk in unwanted.chunks(256) {
         match tokio::time::timeout(limit, sink.unsubscribe(chunk)).await {

@@ -406,11 +406,22 @@ impl Floor {
                             _ => continue,
                         }
                     }
-                    let sleep = Duration::from_millis(pttl.max(1) as u64);
-                    let rx = &mut sub.as_mut().expect("subscribed").rx;
-                    tokio::select! {
-                        _ = rx.recv() => {}
-                        _ = tokio::time::sleep(sleep) => {}
+                    // Like baton's `wait()`: a message means "decide now"; the end of the lease's
+                    // time means one plain read, and sleeping again while the lease is alive.
+                    loop {
+                        let sleep = Duration::from_millis(pttl.max(1) as u64);
+                        let rx = &mut sub.as_mut().expect("subscribed").rx;
+                        let message = tokio::select! {
+                            _ = rx.recv() => true,
+                            _ = tokio::time::sleep(sleep) => false,
+                        };
+                        if message {
+                            break;
+                        }
+                        match self.quick_read(k).await? {
+                            (Seen::Attempt(m), p) if m == n && p > 0 => pttl = p,
+                            _ => break,
+                        }
                     }
                 }
                 state => {
@@ -444,24 +455,38 @@ impl Floor {
                     }
                     drop(d);
                     let _ = events.send((RawEvent::Acquired(attempt), Instant::now()));
-                    if sub.is_none() {
-                        sub = Some(self.hub.subscribe(&k.channel).await?);
-                    }
-                    let ending = match control.take() {
-                        None => Ending::Done,
-                        Some(rx) => rx.await.unwrap_or(Ending::Abandon),
+                    // Like baton's `hold()`: the holder subscribes alongside the work, and
+                    // `done()`/`fail()` do not wait for the subscription.
+                    let need_sub = sub.is_none();
+                    let subscribing = async {
+                        if need_sub {
+                            Some(self.hub.subscribe(&k.channel).await)
+                        } else {
+                            None
+                        }
                     };
-                    if ending == Ending::Abandon {
-                        let _ = events.send((RawEvent::Abandoned, Instant::now()));
-                        break Ok(());
-                    }
-                    self.finish(job, attempt, ending).await?;
-                    let ev = match ending {
-                        Ending::Done => RawEvent::Completed,
-                        _ => RawEvent::Failed,
+                    let work = async {
+                        let ending = match control.take() {
+                            None => Ending::Done,
+                            Some(rx) => rx.await.unwrap_or(Ending::Abandon),
+                        };
+                        if ending == Ending::Abandon {
+                            let _ = events.send((RawEvent::Abandoned, Instant::now()));
+                            return Ok(());
+                        }
+                        self.finish(job, attempt, ending).await?;
+                        let ev = match ending {
+                            Ending::Done => RawEvent::Completed,
+                            _ => RawEvent::Failed,
+                        };
+                        let _ = events.send((ev, Instant::now()));
+                        Ok(())
                     };
-                    let _ = events.send((ev, Instant::now()));
-                    break Ok(());
+                    let (subscribed, worked) = tokio::join!(subscribing, work);
+                    if let Some(s) = subscribed {
+                        sub = Some(s?);
+                    }
+                    break worked;
                 }
             }
         };

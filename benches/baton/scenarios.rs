@@ -769,8 +769,13 @@ async fn idle(opts: &Opts, report: &mut Report) {
     let holder_cmds = extensions * 11;
     let total = commands(&d);
     let backup_cmds = total.saturating_sub(holder_cmds);
-    // Each backup observation is a WATCH (plus reads) that ends in UNWATCH.
-    let observations = g("unwatch");
+    // A backup observes either with a plain read (GET state + PTTL lease: one PTTL, no WATCH)
+    // or, when something changed, with a WATCH transition (WATCH … PTTL …, then UNWATCH). Every
+    // extension and every WATCH transition has one PTTL and one WATCH, so the backups' plain
+    // reads are PTTL − WATCH, and their WATCH transitions WATCH − EXEC.
+    let plain_reads = g("pttl").saturating_sub(g("watch"));
+    let watch_checks = g("watch").saturating_sub(extensions);
+    let observations = plain_reads + watch_checks;
     let backups_n = (n * backups_per_job) as f64;
     let lease_periods = secs / lease.as_secs_f64();
     let obs_per = observations as f64 / backups_n / lease_periods;
@@ -785,8 +790,10 @@ async fn idle(opts: &Opts, report: &mut Report) {
         "holder_extensions": extensions,
         "holder_commands_per_s": holder_cmds as f64 / secs,
         "backup_commands_per_s": backup_cmds as f64 / secs,
-        "backup_round_trips_per_s": observations as f64 * 2.0 / secs,
+        "backup_round_trips_per_s": (plain_reads + 2 * watch_checks) as f64 / secs,
         "backup_observations": observations,
+        "backup_plain_reads": plain_reads,
+        "backup_watch_checks": watch_checks,
         "observations_per_backup_per_lease_period": obs_per,
         "rss_mb_start": mb(rss_start),
         "rss_mb_holders": mb(rss_holders),
