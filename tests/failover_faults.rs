@@ -190,3 +190,29 @@ async fn durability_settings_are_checked() {
     let d = client(&durable).await.durability().await.unwrap();
     assert!(d.is_safe(), "{:?}", d.problems());
 }
+
+#[tokio::test]
+async fn fail_against_an_unreachable_redis_gives_up_when_the_lease_runs_out() {
+    // Releasing only matters until the lease runs out by itself (then a backup takes over
+    // anyway), so fail() must not keep retrying for the 5 s that done() may spend.
+    let mut srv = server();
+    let client = client(&srv).await;
+    let cfg = FailoverConfig::builder("giveup")
+        .lock_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mut w = client.start(cfg);
+    let got = acquired(&mut w, WAKE).await;
+    let t0 = Instant::now();
+    srv.kill();
+    let res = got.fail("redis is gone").await;
+    let took = t0.elapsed();
+    assert!(
+        res.is_err(),
+        "a release against a dead server cannot succeed"
+    );
+    assert!(
+        took < Duration::from_millis(3500),
+        "fail() kept retrying for {took:?} past a 1 s lease"
+    );
+}

@@ -700,7 +700,11 @@ impl Task {
         }));
         if !delivered {
             let _ = self
-                .finish(&g, Ending::Release("the event receiver was dropped".into()))
+                .finish(
+                    &g,
+                    Ending::Release("the event receiver was dropped".into()),
+                    after(g.sent, lock_timeout),
+                )
                 .await;
             return Flow::End;
         }
@@ -735,7 +739,7 @@ impl Task {
             let ending = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
-                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into())).await;
+                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into()), after(last_confirmed, lock_timeout)).await;
                     self.set_ended(&ended, &g, "the worker was stopped");
                     self.events.emit(Event::Stopped);
                     return Flow::End;
@@ -746,13 +750,13 @@ impl Task {
                     None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
                 },
                 _ = self.events.closed() => {
-                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into())).await;
+                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into()), after(last_confirmed, lock_timeout)).await;
                     return Flow::End;
                 }
                 _ = tokio::time::sleep_until(max_run_at.unwrap_or(far)) => {
                     let reason = format!("max_run of {:?} reached", self.cfg.max_run.unwrap_or_default());
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
-                    let _ = self.finish(&g, Ending::Release(reason.clone())).await;
+                    let _ = self.finish(&g, Ending::Release(reason.clone()), after(last_confirmed, lock_timeout)).await;
                     return self.lost(&ended, &g, reason);
                 }
                 _ = tokio::time::sleep_until(extend_at) => {
@@ -808,7 +812,9 @@ impl Task {
                 }
             };
             let (ending, reply) = ending;
-            let result = self.finish(&g, ending.clone()).await;
+            let result = self
+                .finish(&g, ending.clone(), after(last_confirmed, lock_timeout))
+                .await;
             if let Err(e) = &result {
                 *lock(&ended) = Some(e.clone());
             }
@@ -894,11 +900,19 @@ impl Task {
     }
 
     /// Ends the attempt in Redis, retrying transient errors for a bounded time.
-    async fn finish(&mut self, g: &Grant, ending: Ending) -> Result<(), Error> {
-        let give_up_at = after(
+    ///
+    /// `done()` keeps trying for up to 2 × `lock_timeout` (at least 5 s): a late `DONE` still
+    /// counts if no backup took over. Releasing (`fail()`, stop, drop) is only worth trying
+    /// until `lease_end`, when the lease runs out by itself and a backup takes over anyway; so
+    /// a release against an unreachable Redis ends by then (after one try at least).
+    async fn finish(&mut self, g: &Grant, ending: Ending, lease_end: Instant) -> Result<(), Error> {
+        let mut give_up_at = after(
             Instant::now(),
             (self.cfg.lock_timeout * 2).max(Duration::from_secs(5)),
         );
+        if !matches!(ending, Ending::Done) {
+            give_up_at = give_up_at.min(lease_end);
+        }
         let mut pending = false;
         let mut backoff = Backoff::new(self.shared.settings.max_backoff);
         let mut nil = 0u32;
