@@ -268,7 +268,12 @@ async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_leas
     let backup_reads = delta("pttl") - delta("watch");
     let periods = (window.as_millis() / LEASE.as_millis()) as u64;
     assert!(extensions >= 3, "the holder did not extend: {extensions}");
-    assert_eq!(backup_transitions, 0, "backups re-checked under WATCH");
+    // Before the plain-read re-check this was about one per backup per lease period (18 here).
+    // Not exactly 0: an extension retried under load (a slow reply) is a WATCH without an EXEC.
+    assert!(
+        backup_transitions <= 2,
+        "{backup_transitions} WATCH observations without an EXEC: backups re-checked under WATCH"
+    );
     assert!(
         backup_reads >= BACKUPS && backup_reads <= 2 * BACKUPS * periods,
         "{backup_reads} plain reads by {BACKUPS} backups over {periods} lease periods"
