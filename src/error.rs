@@ -53,6 +53,9 @@ pub enum ErrorKind {
     LeaseLost,
     /// `done()` or `fail()` was already called on this attempt.
     AttemptEnded,
+    /// `done()` could not find out whether its `DONE` was recorded (its reply was lost and
+    /// nothing read back afterwards tells): the job may or may not be `DONE`. Not retryable.
+    OutcomeUnknown,
     /// The server refused writes (a replica, or a demoted primary).
     ReadOnly,
     /// The server is loading its data set or asked to try again later.
@@ -151,6 +154,18 @@ pub enum Error {
         /// The attempt.
         attempt: u64,
     },
+    /// `done()` sent its `DONE` but could not learn whether it was recorded: the reply was lost
+    /// and what was read back afterwards belongs to nobody's grant in particular (the job may
+    /// be `DONE` by this attempt, or not at all), or the lease deadline came first.
+    #[error("the outcome of attempt {attempt} of `{key}` is unknown (the job may or may not be DONE): {reason}")]
+    OutcomeUnknown {
+        /// The state key.
+        key: String,
+        /// The attempt.
+        attempt: u64,
+        /// Why it cannot be known.
+        reason: String,
+    },
     /// A Redis server error.
     #[error("redis error {code}: {message}")]
     Redis {
@@ -196,6 +211,7 @@ impl Error {
             Error::StateLost { .. } => ErrorKind::StateLost,
             Error::LeaseLost { .. } => ErrorKind::LeaseLost,
             Error::AttemptEnded { .. } => ErrorKind::AttemptEnded,
+            Error::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
             Error::Redis { kind, .. } => *kind,
             Error::UnexpectedReply { .. } => ErrorKind::UnexpectedReply,
             Error::Stopped => ErrorKind::Stopped,

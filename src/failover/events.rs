@@ -144,6 +144,7 @@ impl Event {
 
 /// An attempt this worker won.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Acquired {
     /// The attempt number, 1 ..= `max_attempts`.
     pub attempt: u64,
@@ -152,6 +153,14 @@ pub struct Acquired {
     /// The fencing token: pass it to the resource you write so it can reject a stale holder.
     /// Strictly greater than every token granted before on this job.
     pub fencing_token: u64,
+    /// When the lease ends at the latest, on this process's monotonic clock, as the worker
+    /// computed it from the send time of the grant's `EXEC` (`sent + lock_timeout −
+    /// max(1 %, 2 ms)`): it errs early, never late, and does not depend on when this event is
+    /// read. With keepalive, confirmed extensions move the real end further on.
+    #[serde(skip)]
+    pub lease_deadline: tokio::time::Instant,
+    /// The lease time left (ms) when the event was emitted, measured to `lease_deadline`.
+    pub lease_remaining_ms: u64,
     /// The handle that ends the attempt.
     #[serde(skip)]
     pub handle: AttemptHandle,

@@ -696,6 +696,8 @@ impl Task {
             attempt: g.attempt,
             last: g.last,
             fencing_token: g.fence,
+            lease_deadline: deadline_at,
+            lease_remaining_ms: ms(deadline_at.saturating_duration_since(Instant::now())),
             handle,
         }));
         if !delivered {
