@@ -23,6 +23,9 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "pttl",
     "pexpire",
     "time",
+    // Lease extensions: one script call (loaded on first use, or after a SCRIPT FLUSH).
+    "evalsha",
+    "script|load",
     // Waking backups.
     "publish",
     "subscribe",

@@ -351,7 +351,10 @@ impl ClientBuilder {
         let mut conn = manager.clone();
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
         let cancel = CancellationToken::new();
-        let hub = Hub::start(client.clone(), settings.clone(), cancel.clone());
+        // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
+        // connection.
+        let tracker = TaskTracker::new();
+        let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
         let pool = Pool::new(client, settings.clone());
         let client = Client {
             shared: Arc::new(Shared {
@@ -359,7 +362,7 @@ impl ClientBuilder {
                 pool,
                 hub,
                 cancel,
-                tracker: TaskTracker::new(),
+                tracker,
                 settings,
                 #[cfg(feature = "testing")]
                 before_exec: std::sync::Mutex::new(None),

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::AsyncConnectionConfig;
+use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -83,32 +84,45 @@ impl Pool {
         })
     }
 
-    /// Checks out a dedicated connection, opening one if none is idle.
+    /// Checks out a dedicated connection, opening one if none is idle; gives up at `deadline`
+    /// (a starved pool or a hanging connect must not hold a caller past its own deadline).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] at `deadline`; connection errors from opening a connection.
     ///
     /// # Cancel safety
     /// Cancel safe: a permit or connection taken is returned on drop.
-    pub(crate) async fn get(self: &Arc<Self>) -> Result<Dedicated, Error> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::Stopped)?;
-        let idle = lock(&self.idle).pop();
-        let conn = match idle {
-            Some(c) => c,
-            None => {
-                self.client
-                    .get_multiplexed_async_connection_with_config(&self.settings.async_config())
-                    .await?
-            }
+    pub(crate) async fn get(self: &Arc<Self>, deadline: Instant) -> Result<Dedicated, Error> {
+        let checkout = async {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::Stopped)?;
+            let idle = lock(&self.idle).pop();
+            let conn = match idle {
+                Some(c) => c,
+                None => {
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&self.settings.async_config())
+                        .await?
+                }
+            };
+            Ok(Dedicated {
+                conn: Some(conn),
+                clean: false,
+                deadline: None,
+                pool: self.clone(),
+                _permit: permit,
+            })
         };
-        Ok(Dedicated {
-            conn: Some(conn),
-            clean: false,
-            pool: self.clone(),
-            _permit: permit,
-        })
+        match tokio::time::timeout_at(deadline, checkout).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                during: "waiting for a dedicated connection",
+            }),
+        }
     }
 
     /// Forgets idle connections (after one failed, the others very likely point at the same dead
@@ -125,26 +139,87 @@ impl Pool {
 pub(crate) struct Dedicated {
     conn: Option<MultiplexedConnection>,
     clean: bool,
+    /// No request on this connection may outlive it (see [`Dedicated::set_deadline`]).
+    deadline: Option<Instant>,
     pool: Arc<Pool>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Dedicated {
+    /// Bounds every later request on this connection: each one times out at the earlier of
+    /// the response timeout and `deadline` (a lease holder's requests must not outlive its
+    /// lease).
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+    }
+
     /// Runs a pipeline (or transaction) on this connection. Any error leaves the connection
     /// unusable (its `WATCH` state is unknown), so it will be dropped, not pooled.
+    ///
+    /// Idle pooled connections are dropped too when this one failed with a connection error
+    /// (they very likely point at the same dead server), but not after a timeout: a slow reply
+    /// says nothing about the other connections, and reopening them all would only add load.
     pub(crate) async fn query<T: redis::FromRedisValue>(
         &mut self,
         pipe: &redis::Pipeline,
     ) -> Result<T, Error> {
         self.clean = false;
         let conn = self.conn.as_mut().ok_or(Error::Stopped)?;
-        match pipe.query_async(conn).await {
+        let fut = pipe.query_async(conn);
+        let result = match self.deadline {
+            Some(d) => match tokio::time::timeout_at(d, fut).await {
+                Ok(r) => r.map_err(Error::from),
+                Err(_) => Err(Error::Timeout {
+                    during: "waiting for a reply before the lease deadline",
+                }),
+            },
+            None => fut.await.map_err(Error::from),
+        };
+        match result {
             Ok(v) => Ok(v),
             Err(e) => {
                 self.conn = None;
-                self.pool.flush();
-                Err(e.into())
+                if e.kind() == crate::ErrorKind::Connection {
+                    self.pool.flush();
+                }
+                Err(e)
             }
+        }
+    }
+
+    /// Round trip 1 of a transition: `WATCH keys` followed by the reads of `reads`, in one
+    /// pipeline. Returns the replies of `reads` (server errors as `Value::ServerError`, so one
+    /// bad key is reported precisely).
+    ///
+    /// The `WATCH` reply is checked: a refused `WATCH` (an ACL without `+watch`, say) would leave
+    /// the following `MULTI … EXEC` unguarded, so it is an error naming the command, with the
+    /// server's classification (`NOPERM` is a non-retryable `Permission` error). On any error the
+    /// connection is not returned to the pool (no `WATCH` may linger on it).
+    pub(crate) async fn watch_read(
+        &mut self,
+        keys: &[&str],
+        reads: &redis::Pipeline,
+    ) -> Result<Vec<redis::Value>, Error> {
+        let mut p = redis::pipe();
+        p.ignore_errors().cmd("WATCH");
+        for k in keys {
+            p.arg(*k);
+        }
+        for c in reads.cmd_iter() {
+            p.add_command(c.clone());
+        }
+        let mut values: Vec<redis::Value> = self.query(&p).await?;
+        if values.is_empty() {
+            return Err(Error::UnexpectedReply {
+                context: "WATCH",
+                reply: "no reply".into(),
+            });
+        }
+        match values.remove(0) {
+            redis::Value::Okay => Ok(values),
+            redis::Value::SimpleString(s) if s == "OK" => Ok(values),
+            redis::Value::ServerError(e) => Err(crate::error::refused("WATCH", &e)),
+            other => Err(Error::unexpected("WATCH", &other)),
         }
     }
 
@@ -206,6 +281,41 @@ impl Drop for Dedicated {
     }
 }
 
+/// Checks every reply inside an `EXEC`: a command can fail inside a transaction that still
+/// applies the others, so "EXEC answered" alone proves nothing.
+pub(crate) fn check_replies(
+    context: &'static str,
+    replies: &[Value],
+    expect: &[Expect],
+) -> Result<(), Error> {
+    if replies.len() != expect.len() {
+        return Err(Error::UnexpectedReply {
+            context,
+            reply: format!("{} replies instead of {}", replies.len(), expect.len()),
+        });
+    }
+    for (v, e) in replies.iter().zip(expect) {
+        let ok = match (e, v) {
+            (_, Value::ServerError(err)) => return Err(crate::error::from_server_error(err)),
+            (Expect::Ok, Value::Okay) => true,
+            (Expect::Ok, Value::SimpleString(s)) => s == "OK",
+            (Expect::Int, Value::Int(_)) => true,
+            _ => false,
+        };
+        if !ok {
+            return Err(Error::unexpected(context, v));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) enum Expect {
+    /// `OK`.
+    Ok,
+    /// Any integer.
+    Int,
+}
+
 /// What a waiter gets from the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HubMsg {
@@ -257,9 +367,10 @@ impl Hub {
         client: redis::Client,
         settings: ConnSettings,
         cancel: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
     ) -> Hub {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(hub_task(client, settings, rx, cancel));
+        tracker.spawn(hub_task(client, settings, rx, cancel));
         Hub {
             cmds: tx,
             next_id: std::sync::atomic::AtomicU64::new(1),
@@ -330,21 +441,8 @@ async fn hub_task(
                     },
                 };
                 tracing::warn!(error = %err, "pub/sub connection failed; retrying");
-                // Requests that arrive while we are down are answered with the error, so their
-                // workers back off and retry instead of hanging.
-                let delay = backoff.next_delay();
-                let sleep = tokio::time::sleep(delay);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = &mut sleep => break,
-                        cmd = cmds.recv() => match cmd {
-                            None => return,
-                            Some(HubCmd::Subscribe { ack, .. }) => { let _ = ack.send(Err(err.clone())); }
-                            Some(HubCmd::Unsubscribe { channel, id }) => remove_waiter(&mut waiters, &channel, id),
-                        },
-                    }
+                if !back_off(&cancel, &mut cmds, &mut waiters, backoff.next_delay(), &err).await {
+                    return;
                 }
                 continue;
             }
@@ -364,7 +462,12 @@ async fn hub_task(
             }
         }
         if !ok {
-            tokio::time::sleep(backoff.next_delay()).await;
+            let err = Error::Timeout {
+                during: "re-subscribing after a reconnect",
+            };
+            if !back_off(&cancel, &mut cmds, &mut waiters, backoff.next_delay(), &err).await {
+                return;
+            }
             continue;
         }
         subscribed.extend(channels);
@@ -412,7 +515,39 @@ async fn hub_task(
                 }
             }
         }
-        tokio::time::sleep(backoff.next_delay()).await;
+        let err = Error::Connection {
+            message: "the pub/sub connection was lost; reconnecting".into(),
+        };
+        if !back_off(&cancel, &mut cmds, &mut waiters, backoff.next_delay(), &err).await {
+            return;
+        }
+    }
+}
+
+/// The hub's backoff between connection attempts. It keeps answering: a stop ends it at once
+/// (returns `false`), and requests that arrive meanwhile are answered with `err`, so their
+/// workers back off and retry instead of hanging.
+async fn back_off(
+    cancel: &CancellationToken,
+    cmds: &mut mpsc::UnboundedReceiver<HubCmd>,
+    waiters: &mut Waiters,
+    delay: Duration,
+    err: &Error,
+) -> bool {
+    let sleep = tokio::time::sleep(delay);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = &mut sleep => return true,
+            cmd = cmds.recv() => match cmd {
+                None => return false,
+                Some(HubCmd::Subscribe { ack, .. }) => {
+                    let _ = ack.send(Err(err.clone()));
+                }
+                Some(HubCmd::Unsubscribe { channel, id }) => remove_waiter(waiters, &channel, id),
+            },
+        }
     }
 }
 
@@ -515,5 +650,19 @@ fn remove_waiter(waiters: &mut Waiters, channel: &str, id: u64) {
         if list.is_empty() {
             waiters.remove(channel);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_checks() {
+        let ok = [Value::Okay, Value::Int(1)];
+        assert!(check_replies("t", &ok, &[Expect::Ok, Expect::Int]).is_ok());
+        assert!(check_replies("t", &ok, &[Expect::Ok]).is_err());
+        let bad = [Value::Int(0), Value::Int(1)];
+        assert!(check_replies("t", &bad, &[Expect::Ok, Expect::Int]).is_err());
     }
 }

@@ -308,6 +308,16 @@ pub(crate) fn from_server_error(err: &redis::ServerError) -> Error {
     }
 }
 
+/// A command the server refused, as an error whose message names the command (a refused `WATCH`
+/// reads "WATCH refused: NOPERM …"), classified like any server error.
+pub(crate) fn refused(command: &'static str, err: &redis::ServerError) -> Error {
+    Error::Redis {
+        kind: server_kind(err.kind(), Some(err.code())),
+        code: err.code().to_string(),
+        message: format!("{command} refused: {}", err.details().unwrap_or_default()),
+    }
+}
+
 fn server_kind(kind: Option<redis::ServerErrorKind>, code: Option<&str>) -> ErrorKind {
     use redis::ServerErrorKind as S;
     match kind {

@@ -576,9 +576,10 @@ async fn stop_releases_a_held_attempt_and_shutdown_ends_every_worker() {
     ));
     let x = acquired(&mut b, WAKE).await;
     assert_eq!(x.attempt, 2);
-    // Shutdown of the holder's client releases its attempt too.
+    // Shutdown of the holder's client releases its attempt too (the handle is kept: a dropped
+    // handle would fail the attempt before the shutdown, as a queued command is served first).
     let mut c = client.start(cfg);
-    drop(x);
+    let _x = x;
     let _ = c;
     assert!(other.shutdown(WAKE).await);
     assert!(matches!(

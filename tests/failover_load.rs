@@ -235,7 +235,7 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<
 
 #[tokio::test]
 async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_lease_period() {
-    // The holder extends every lease/3 (WATCH + reads, then MULTI PEXPIRE… EXEC). A backup wakes
+    // The holder extends every lease/3 (one EVALSHA). A backup wakes
     // when the lease it read would run out and finds it extended: that check must be a plain
     // GET + PTTL, not a WATCH transition, and happen about once per lease period.
     const LEASE: Duration = Duration::from_millis(600);
@@ -261,17 +261,17 @@ async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_leas
     tokio::time::sleep(window).await;
     let after = command_calls(&mut admin).await;
     let delta = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
-    // Every extension is one WATCH and one EXEC; a backup's full transition would add a WATCH
-    // without an EXEC; every WATCH'ed observation and every plain read has one PTTL.
-    let extensions = delta("exec");
-    let backup_transitions = delta("watch") - extensions;
+    // Every extension is one EVALSHA (no WATCH); a backup's full transition is a WATCH; every
+    // WATCH'ed observation and every plain read has one PTTL (the script reads PTTL only when it
+    // refuses, which it does not here).
+    let extensions = delta("evalsha");
+    let backup_transitions = delta("watch");
     let backup_reads = delta("pttl") - delta("watch");
     let periods = (window.as_millis() / LEASE.as_millis()) as u64;
     assert!(extensions >= 3, "the holder did not extend: {extensions}");
     // Before the plain-read re-check this was about one per backup per lease period (18 here).
-    // Not exactly 0: an extension retried under load (a slow reply) is a WATCH without an EXEC.
     assert!(
-        backup_transitions <= 2,
+        backup_transitions == 0,
         "{backup_transitions} WATCH observations without an EXEC: backups re-checked under WATCH"
     );
     assert!(
@@ -287,5 +287,51 @@ async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_leas
             "a backup reported something while nothing changed"
         );
     }
+    held.done().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_kept_alive_holder_sends_one_command_per_extension() {
+    // Each extension used to be 11 commands (WATCH, 5 reads, MULTI, 3 PEXPIRE, EXEC): 10 000
+    // kept-alive holders at a 3 s lease made 110 000 commands/s. Now it is one EVALSHA from the
+    // client; on the server the script's own calls (2 GET, 3 PEXPIRE) count as well.
+    const LEASE: Duration = Duration::from_millis(300);
+    let srv = server();
+    let client = client(&srv).await;
+    let cfg = baton::FailoverConfig::builder("kept")
+        .lock_timeout(LEASE)
+        .keepalive(true)
+        .build()
+        .unwrap();
+    let mut holder = client.start(cfg);
+    let held = acquired(&mut holder, WAKE).await;
+    let mut admin = raw(&srv).await;
+    // Let the first extension load the script (SCRIPT LOAD after NOSCRIPT happens once).
+    tokio::time::sleep(LEASE).await;
+    let before = command_calls(&mut admin).await;
+    tokio::time::sleep(LEASE * 5).await;
+    let after = command_calls(&mut admin).await;
+    let mut delta: HashMap<String, u64> = after
+        .iter()
+        .map(|(c, n)| (c.clone(), n - before.get(c).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    delta.remove("info");
+    let extensions = delta.get("evalsha").copied().unwrap_or(0);
+    assert!(extensions >= 10, "the holder did not extend: {delta:?}");
+    // Client side: nothing but the EVALSHAs (one command per extension).
+    let sent: u64 = delta
+        .iter()
+        .filter(|(c, _)| !matches!(c.as_str(), "get" | "pexpire"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(sent, extensions, "commands sent besides EVALSHA: {delta:?}");
+    // Server side (INFO commandstats counts a script's calls): 6 per extension.
+    assert_eq!(delta.get("get").copied(), Some(2 * extensions), "{delta:?}");
+    assert_eq!(
+        delta.get("pexpire").copied(),
+        Some(3 * extensions),
+        "{delta:?}"
+    );
     held.done().await.unwrap();
 }

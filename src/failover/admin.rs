@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
 use super::IntoJob;
 use crate::client::{Client, JobState};
-use crate::connection::{HubMsg, Subscription};
+use crate::connection::{Expect, HubMsg, Subscription};
 use crate::error::{preview, Error};
 use crate::keys::JobKeys;
 
@@ -201,14 +201,11 @@ impl Client {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
         for _ in 0..20 {
-            let mut conn = self.shared().pool.get().await?;
+            let deadline =
+                tokio::time::Instant::now() + self.shared().settings.response_timeout * 10;
+            let mut conn = self.shared().pool.get(deadline).await?;
             let mut p = redis::pipe();
-            p.ignore_errors()
-                .cmd("WATCH")
-                .arg(&keys.state)
-                .arg(&keys.lease)
-                .ignore()
-                .cmd("GET")
+            p.cmd("GET")
                 .arg(&keys.state)
                 .cmd("PTTL")
                 .arg(&keys.state)
@@ -216,7 +213,7 @@ impl Client {
                 .arg(&keys.lease)
                 .cmd("PTTL")
                 .arg(&keys.lease);
-            let values: Vec<redis::Value> = conn.query(&p).await?;
+            let values = conn.watch_read(&[&keys.state, &keys.lease], &p).await?;
             let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
                 conn.unwatch().await;
                 return Err(Error::UnexpectedReply {
@@ -266,9 +263,13 @@ impl Client {
                     continue;
                 }
                 Some(replies) => {
-                    if let Some(redis::Value::ServerError(e)) = replies.first() {
-                        return Err(crate::error::from_server_error(e));
-                    }
+                    // Every sub-reply: a command can fail inside a transaction that still
+                    // applies the others.
+                    crate::connection::check_replies(
+                        "releasing an attempt",
+                        &replies,
+                        &[Expect::Int, Expect::Ok, Expect::Int],
+                    )?;
                     return Ok(Some(attempt));
                 }
             }

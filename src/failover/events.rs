@@ -206,6 +206,8 @@ struct HandleInner {
     tx: Mutex<Option<crate::queue::Sender<HolderCmd>>>,
     /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
     ended: Arc<Mutex<Option<Error>>>,
+    /// Cancelled once the worker no longer holds the attempt for the user's code.
+    released: CancellationToken,
 }
 
 impl std::fmt::Debug for AttemptHandle {
@@ -223,6 +225,7 @@ impl AttemptHandle {
         attempt: u64,
         tx: crate::queue::Sender<HolderCmd>,
         ended: Arc<Mutex<Option<Error>>>,
+        released: CancellationToken,
     ) -> Self {
         AttemptHandle {
             inner: Arc::new(HandleInner {
@@ -230,8 +233,28 @@ impl AttemptHandle {
                 attempt,
                 tx: Mutex::new(Some(tx)),
                 ended,
+                released,
             }),
         }
+    }
+
+    /// A token cancelled as soon as this worker no longer holds the attempt: the lease was
+    /// lost (taken over, not extended in time, `max_run`), the worker was stopped, or the
+    /// attempt ended. Hand it to the work (`token.run_until_cancelled(work)`) to stop it on
+    /// loss without reading the event stream.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.inner.released.clone()
+    }
+
+    /// Resolves once this worker no longer holds the attempt (see
+    /// [`cancellation`](Self::cancellation)), with why: [`Error::LeaseLost`] when it was lost
+    /// or the worker stopped, the error that ended it otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lost(&self) -> Error {
+        self.inner.released.cancelled().await;
+        self.ended_reason()
     }
 
     /// The attempt number.
@@ -490,7 +513,13 @@ mod tests {
     #[tokio::test]
     async fn handle_is_single_use_across_clones() {
         let (tx, mut rx) = crate::queue::unbounded();
-        let h = AttemptHandle::new("k".into(), 1, tx, Arc::new(Mutex::new(None)));
+        let h = AttemptHandle::new(
+            "k".into(),
+            1,
+            tx,
+            Arc::new(Mutex::new(None)),
+            CancellationToken::new(),
+        );
         let h2 = h.clone();
         let task = tokio::spawn(async move {
             if let Some(HolderCmd::Done(reply)) = rx.recv().await {

@@ -116,8 +116,10 @@ pub(crate) enum Fault {
 pub(crate) struct BackupView {
     /// The highest attempt number this worker has seen in the state key.
     pub seen: Option<u64>,
-    /// A grant whose `EXEC` reply was lost: it may have been applied.
-    pub pending: Option<PendingGrant>,
+    /// Grants whose `EXEC` reply was lost: each may have been applied (even after a later one
+    /// was sent: a reply lost to a paused Redis can still apply once it resumes), so all are
+    /// kept, the oldest dropped beyond [`MAX_PENDING`].
+    pub pending: Vec<PendingGrant>,
     /// This worker's `max_attempts`.
     pub max_attempts: u64,
     /// Whether takeovers wait `retry_delay` first.
@@ -126,6 +128,20 @@ pub(crate) struct BackupView {
     pub delay_served_for: Option<u64>,
     /// The last fencing token this worker was granted (0 if none); tokens never go back.
     pub last_fence: u64,
+}
+
+/// How many grants of unknown outcome a worker remembers (each lost reply adds one; more than a
+/// few in a row means Redis is unreachable and the oldest are long expired).
+pub(crate) const MAX_PENDING: usize = 8;
+
+impl BackupView {
+    /// Remembers a grant whose reply was lost, keeping the earlier ones.
+    pub(crate) fn remember_pending(&mut self, grant: PendingGrant) {
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.remove(0);
+        }
+        self.pending.push(grant);
+    }
 }
 
 /// A grant that was sent but whose outcome is unknown.
@@ -145,11 +161,12 @@ pub(crate) enum Decision {
         last: bool,
         fence: u64,
     },
-    /// A grant whose reply was lost turned out to be applied: we hold `attempt`.
+    /// A grant whose reply was lost turned out to be applied: we hold `attempt` with `token`.
     Resume {
         attempt: u64,
         last: bool,
         fence: u64,
+        token: String,
     },
     /// The job is `DONE`.
     Completed,
@@ -229,13 +246,14 @@ pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
         _ => 0,
     };
     let max = view.max_attempts;
-    // An indeterminate grant that was applied: the lease carries our token.
-    if let Some(p) = &view.pending {
+    // An indeterminate grant that was applied: the lease carries its token.
+    for p in &view.pending {
         if obs.state == State::Attempt(p.attempt) && obs.lease.token() == Some(p.token.as_str()) {
             return Decision::Resume {
                 attempt: p.attempt,
                 last: p.attempt >= max,
                 fence: p.fence,
+                token: p.token.clone(),
             };
         }
     }
@@ -318,6 +336,9 @@ pub(crate) enum HolderDecision {
     AlreadyApplied,
     /// Someone else has the job now; write nothing.
     Lost(String),
+    /// An earlier `DONE` whose reply was lost may or may not have been applied, and nothing
+    /// read tells which: report it, write nothing.
+    Unknown(String),
     /// Stop and report.
     Fault(Fault),
 }
@@ -328,6 +349,7 @@ pub(crate) fn decide_holder(
     obs: &Observation,
     attempt: u64,
     token: &str,
+    fence: u64,
     op: HolderOp,
     pending: bool,
 ) -> HolderDecision {
@@ -356,7 +378,26 @@ pub(crate) fn decide_holder(
                 _ => HolderDecision::AlreadyApplied,
             }
         }
-        State::Done if pending && op == HolderOp::Done => HolderDecision::AlreadyApplied,
+        // Our `DONE` went out without a reply, and the job is DONE: but whose? Only the fence
+        // tells. Every grant writes a fence above all earlier ones, and our `DONE` keeps it, so
+        // our own fence means no later grant happened and the `DONE` is ours; a higher one
+        // means a later attempt was granted (our WATCHed `EXEC` then cannot have applied) and
+        // completed the job; without a fence there is no evidence either way.
+        State::Done if pending && op == HolderOp::Done => match obs.fence {
+            Fence::Value(f) if f == fence => HolderDecision::AlreadyApplied,
+            Fence::Value(f) if f > fence => HolderDecision::Lost(format!(
+                "the job was completed by a later attempt (fencing token {f}, ours {fence})"
+            )),
+            _ => HolderDecision::Unknown(format!(
+                "the job is DONE, but the fence key ({}) cannot tell whether by this attempt \
+                 (fencing token {fence})",
+                match &obs.fence {
+                    Fence::Value(f) => format!("{f}"),
+                    Fence::Absent => "absent".into(),
+                    Fence::Corrupt(v) | Fence::WrongType(v) => v.clone(),
+                }
+            )),
+        },
         State::Done => HolderDecision::Lost("the job was completed by another attempt".into()),
         State::Exhausted => HolderDecision::Lost("the job was marked exhausted".into()),
         State::Attempt(n) if n > attempt => {
@@ -676,7 +717,7 @@ mod tests {
     #[test]
     fn pending_grant_with_our_token_resumes() {
         let mut v = view(5);
-        v.pending = Some(PendingGrant {
+        v.remember_pending(PendingGrant {
             attempt: 2,
             token: T.into(),
             fence: 77,
@@ -686,7 +727,8 @@ mod tests {
             Decision::Resume {
                 attempt: 2,
                 last: false,
-                fence: 77
+                fence: 77,
+                token: T.into(),
             }
         );
         // Someone else's lease: just wait.
@@ -709,54 +751,103 @@ mod tests {
     fn holder_commits_only_its_own_attempt() {
         let o = obs(State::Attempt(2), held(T));
         assert_eq!(
-            decide_holder(&o, 2, T, HolderOp::Done, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Commit
         );
         // Late finish, nobody took over yet.
         let o = obs(State::Attempt(2), Lease::Absent);
         assert_eq!(
-            decide_holder(&o, 2, T, HolderOp::Done, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Commit
         );
         // ...but a keepalive that finds the lease gone has lost it.
         assert!(matches!(
-            decide_holder(&o, 2, T, HolderOp::Extend, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Extend, false),
             HolderDecision::Lost(_)
         ));
         // Taken over.
         let o = obs(State::Attempt(3), held(OTHER));
         assert!(matches!(
-            decide_holder(&o, 2, T, HolderOp::Done, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Lost(_)
         ));
         // Exhaustion was written.
         let o = obs(State::Exhausted, Lease::Absent);
         assert!(matches!(
-            decide_holder(&o, 3, T, HolderOp::Done, false),
+            decide_holder(&o, 3, T, 50, HolderOp::Done, false),
             HolderDecision::Lost(_)
         ));
         // Another token on our attempt number (foreign write).
         let o = obs(State::Attempt(2), held(OTHER));
         assert!(matches!(
-            decide_holder(&o, 2, T, HolderOp::Done, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Lost(_)
         ));
     }
 
     #[test]
-    fn holder_recognises_its_own_lost_reply() {
-        let o = obs(State::Done, Lease::Absent);
+    fn a_second_lost_grant_keeps_the_first_pending_one() {
+        // Two grants in a row lost their replies (Redis paused with both in its socket
+        // buffers); the first one applies after all. The worker must still recognise it.
+        let mut v = view(5);
+        v.remember_pending(PendingGrant {
+            attempt: 2,
+            token: T.into(),
+            fence: 77,
+        });
+        v.remember_pending(PendingGrant {
+            attempt: 2,
+            token: OTHER.into(),
+            fence: 78,
+        });
         assert_eq!(
-            decide_holder(&o, 2, T, HolderOp::Done, true),
+            decide_backup(&obs(State::Attempt(2), held(T)), &v),
+            Decision::Resume {
+                attempt: 2,
+                last: false,
+                fence: 77,
+                token: T.into(),
+            }
+        );
+        for i in 0..2 * MAX_PENDING as u64 {
+            v.remember_pending(PendingGrant {
+                attempt: 3,
+                token: format!("t{i}"),
+                fence: 100 + i,
+            });
+        }
+        assert_eq!(v.pending.len(), MAX_PENDING, "bounded");
+    }
+
+    #[test]
+    fn holder_recognises_its_own_lost_reply_by_its_fence() {
+        // DONE, and the fence is this grant's (50): no later grant happened, the DONE is ours.
+        let mut o = obs(State::Done, Lease::Absent);
+        o.fence = Fence::Value(50);
+        assert_eq!(
+            decide_holder(&o, 2, T, 50, HolderOp::Done, true),
             HolderDecision::AlreadyApplied
         );
+        // DONE with a higher fence: a later attempt was granted and completed the job.
+        o.fence = Fence::Value(51);
         assert!(matches!(
-            decide_holder(&o, 2, T, HolderOp::Done, false),
+            decide_holder(&o, 2, T, 50, HolderOp::Done, true),
+            HolderDecision::Lost(_)
+        ));
+        // DONE without a fence: no evidence either way.
+        o.fence = Fence::Absent;
+        assert!(matches!(
+            decide_holder(&o, 2, T, 50, HolderOp::Done, true),
+            HolderDecision::Unknown(_)
+        ));
+        let o = obs(State::Done, Lease::Absent);
+        assert!(matches!(
+            decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Lost(_)
         ));
         let o = obs(State::Attempt(3), held(OTHER));
         assert_eq!(
-            decide_holder(&o, 2, T, HolderOp::Release, true),
+            decide_holder(&o, 2, T, 50, HolderOp::Release, true),
             HolderDecision::AlreadyApplied
         );
     }
@@ -765,7 +856,7 @@ mod tests {
     fn holder_sees_lost_state() {
         for s in [State::Absent, State::Attempt(1)] {
             assert!(matches!(
-                decide_holder(&obs(s, Lease::Absent), 2, T, HolderOp::Extend, false),
+                decide_holder(&obs(s, Lease::Absent), 2, T, 50, HolderOp::Extend, false),
                 HolderDecision::Fault(Fault::StateLost { .. })
             ));
         }

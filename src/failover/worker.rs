@@ -21,11 +21,11 @@ use super::config::{FailoverConfig, StatusLevel};
 use super::events::{lock, Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
 use super::protocol::{
     decide_backup, decide_holder, lease_value, parse_fence, parse_lease, parse_state, parse_time,
-    Decision, Fault, HolderDecision, HolderOp, Lease, Observation, PendingGrant, State, Which,
-    DONE, EXHAUSTED,
+    Decision, Fault, Fence, HolderDecision, HolderOp, Lease, Observation, PendingGrant, State,
+    Which, DONE, EXHAUSTED,
 };
 use crate::client::Shared;
-use crate::connection::{Dedicated, HubMsg, Subscription};
+use crate::connection::{check_replies, Dedicated, Expect, HubMsg, Subscription};
 use crate::error::Error;
 use crate::keys::{self, JobKeys};
 
@@ -68,8 +68,8 @@ pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
         cfg.status_level,
         stop.clone(),
     );
-    let task = Task {
-        keys: JobKeys::new(&cfg.prefix, &cfg.key),
+    let mut task = Task {
+        keys: Arc::new(JobKeys::new(&cfg.prefix, &cfg.key)),
         name: cfg
             .worker_name
             .clone()
@@ -87,6 +87,18 @@ pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
         locked_reported: None,
         sub: None,
     };
+    // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
+    // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
+    // fast networks want short leases), but said.
+    if shared.settings.response_timeout > task.cfg.lock_timeout / 3 {
+        let message = format!(
+            "response_timeout ({:?}) is more than a third of lock_timeout ({:?}): one slow \
+             request can use up most of the lease",
+            shared.settings.response_timeout, task.cfg.lock_timeout
+        );
+        tracing::warn!(key = %task.cfg.key, "{message}");
+        task.events.status(StatusLevel::Normal, message);
+    }
     shared.tracker.spawn(task.run());
     worker
 }
@@ -135,7 +147,7 @@ enum Ending {
 struct Task {
     shared: Arc<Shared>,
     cfg: FailoverConfig,
-    keys: JobKeys,
+    keys: Arc<JobKeys>,
     name: String,
     events: EventSender,
     stop: CancellationToken,
@@ -145,19 +157,9 @@ struct Task {
     sub: Option<Subscription>,
 }
 
-/// The pipeline of round trip 1: optionally `WATCH` the three keys, then read them and `TIME`.
-fn observe_pipe(keys: &JobKeys, watch: bool) -> redis::Pipeline {
+/// The reads of round trip 1 (after `WATCH state lease fence`): the three keys and `TIME`.
+fn observe_reads(keys: &JobKeys) -> redis::Pipeline {
     let mut p = redis::pipe();
-    // Per-command errors (WRONGTYPE on a foreign list) come back as values, so one bad key is
-    // reported precisely instead of failing the whole read.
-    p.ignore_errors();
-    if watch {
-        p.cmd("WATCH")
-            .arg(&keys.state)
-            .arg(&keys.lease)
-            .arg(&keys.fence)
-            .ignore();
-    }
     p.cmd("GET")
         .arg(&keys.state)
         .cmd("GET")
@@ -183,37 +185,6 @@ fn parse_observation(values: &[Value]) -> Result<Observation, Error> {
         fence: parse_fence(fence)?,
         now_us: parse_time(time)?,
     })
-}
-
-/// Checks every reply inside an `EXEC`: a command can fail inside a transaction that still
-/// applies the others, so "EXEC answered" alone proves nothing.
-fn check_replies(context: &'static str, replies: &[Value], expect: &[Expect]) -> Result<(), Error> {
-    if replies.len() != expect.len() {
-        return Err(Error::UnexpectedReply {
-            context,
-            reply: format!("{} replies instead of {}", replies.len(), expect.len()),
-        });
-    }
-    for (v, e) in replies.iter().zip(expect) {
-        let ok = match (e, v) {
-            (_, Value::ServerError(err)) => return Err(crate::error::from_server_error(err)),
-            (Expect::Ok, Value::Okay) => true,
-            (Expect::Ok, Value::SimpleString(s)) => s == "OK",
-            (Expect::Int, Value::Int(_)) => true,
-            (Expect::One, Value::Int(1)) => true,
-            _ => false,
-        };
-        if !ok {
-            return Err(Error::unexpected(context, v));
-        }
-    }
-    Ok(())
-}
-
-enum Expect {
-    Ok,
-    Int,
-    One,
 }
 
 /// `from + d`, saturating at a far-future instant instead of panicking.
@@ -247,29 +218,6 @@ impl Task {
             if let Some(hook) = hook {
                 hook(_what).await;
             }
-        }
-    }
-
-    fn fault_error(&self, fault: Fault) -> Error {
-        let key = |w: Which| match w {
-            Which::State => self.keys.state.clone(),
-            Which::Lease => self.keys.lease.clone(),
-            Which::Fence => self.keys.fence.clone(),
-        };
-        match fault {
-            Fault::Corrupt { which, value } => Error::CorruptState {
-                key: key(which),
-                value,
-            },
-            Fault::WrongType { which, detail } => Error::WrongType {
-                key: key(which),
-                detail,
-            },
-            Fault::StateLost { seen, now } => Error::StateLost {
-                key: self.keys.state.clone(),
-                seen,
-                now,
-            },
         }
     }
 
@@ -373,8 +321,11 @@ impl Task {
         }
     }
 
-    async fn observe(&mut self, conn: &mut Dedicated) -> Result<Observation, Error> {
-        let values: Vec<Value> = conn.query(&observe_pipe(&self.keys, true)).await?;
+    async fn observe(&self, conn: &mut Dedicated) -> Result<Observation, Error> {
+        let k = &self.keys;
+        let values = conn
+            .watch_read(&[&k.state, &k.lease, &k.fence], &observe_reads(k))
+            .await?;
         match parse_observation(&values) {
             Ok(o) => Ok(o),
             Err(e) => {
@@ -386,7 +337,13 @@ impl Task {
 
     /// One backup transition: observe under WATCH, decide, act.
     async fn transition(&mut self) -> Result<Step, Error> {
-        let mut conn = self.shared.pool.get().await?;
+        // A backup loses nothing by waiting for a connection, but not forever: a starved pool
+        // (hundreds of backups rushing in after a failure) is reported and retried.
+        let wait = self
+            .cfg
+            .lock_timeout
+            .max(self.shared.settings.response_timeout * 5);
+        let mut conn = self.shared.pool.get(after(Instant::now(), wait)).await?;
         let obs = self.observe(&mut conn).await?;
         let decision = decide_backup(&obs, &self.view);
         self.events.status(
@@ -414,10 +371,10 @@ impl Task {
                 attempt,
                 last,
                 fence,
+                token,
             } => {
                 conn.unwatch().await;
-                let pending = self.view.pending.take();
-                let token = pending.map(|p| p.token).unwrap_or_default();
+                self.view.pending.clear();
                 let pttl = match obs.lease {
                     Lease::Held { pttl_ms, .. } => pttl_ms.unwrap_or(0),
                     _ => 0,
@@ -451,10 +408,14 @@ impl Task {
             }
             Decision::WriteExhausted { attempts } => {
                 let mut tx = redis::pipe();
+                // The fence lives as long as the terminal state (DESIGN.md §3).
                 tx.cmd("SET")
                     .arg(&self.keys.state)
                     .arg(EXHAUSTED)
                     .arg("PX")
+                    .arg(ms(self.cfg.retention))
+                    .cmd("PEXPIRE")
+                    .arg(&self.keys.fence)
                     .arg(ms(self.cfg.retention))
                     .cmd("PUBLISH")
                     .arg(&self.keys.channel)
@@ -463,7 +424,11 @@ impl Task {
                 match conn.exec(&tx).await? {
                     None => Ok(Step::Again),
                     Some(replies) => {
-                        check_replies("writing EXHAUSTED", &replies, &[Expect::Ok, Expect::Int])?;
+                        check_replies(
+                            "writing EXHAUSTED",
+                            &replies,
+                            &[Expect::Ok, Expect::Int, Expect::Int],
+                        )?;
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
                     }
@@ -479,7 +444,7 @@ impl Task {
             }
             Decision::Fault(f) => {
                 conn.unwatch().await;
-                Err(self.fault_error(f))
+                Err(fault_error(&self.keys, f))
             }
         }
     }
@@ -519,7 +484,7 @@ impl Task {
                 if e.is_indeterminate() {
                     // The EXEC may have been applied: remember the token, and recognise the lease
                     // as ours on the next observation.
-                    self.view.pending = Some(PendingGrant {
+                    self.view.remember_pending(PendingGrant {
                         attempt,
                         token,
                         fence,
@@ -534,7 +499,7 @@ impl Task {
                     &replies,
                     &[Expect::Ok, Expect::Ok, Expect::Ok, Expect::Int],
                 )?;
-                self.view.pending = None;
+                self.view.pending.clear();
                 self.view.last_fence = fence;
                 self.view.seen = Some(attempt);
                 tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
@@ -669,14 +634,20 @@ impl Task {
 
     /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
     /// backup after its own failure.
+    ///
+    /// Loss detection never waits on a request: with keepalive, the lease deadline (the send
+    /// time of the last confirmed extension + `lock_timeout` − max(1 %, 2 ms)) is a timer of its
+    /// own in the `select!`, armed whatever an extension in flight is doing (a hung reply, a
+    /// starved pool, a paused Redis). Extensions run as a separate future for that reason.
     async fn hold(&mut self, g: Grant) -> Flow {
         let (cmd_tx, mut cmd_rx) = crate::queue::unbounded();
         let ended = Arc::new(Mutex::new(None));
+        let released = CancellationToken::new();
+        // Whatever way this function returns, the attempt is no longer held by the user's code:
+        // the handle's `lost()`/`cancellation()` fire.
+        let _released_on_return = released.clone().drop_guard();
         let lock_timeout = self.cfg.lock_timeout;
-        // Without keepalive, warn a little before the lease can end on the server: 1 % of the
-        // lease (at least 2 ms) covers clock-rate differences between this host and Redis.
-        let early = (lock_timeout / 100).max(Duration::from_millis(2));
-        let deadline_at = after(g.sent, lock_timeout.saturating_sub(early));
+        let deadline_at = lease_deadline(g.sent, lock_timeout);
         // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
         // and this point may have outlived the lease, and a backup may hold the next attempt by
         // now: never hand out such a grant (found by the chaos harness's holder pauses).
@@ -691,7 +662,13 @@ impl Task {
                 ),
             );
         }
-        let handle = AttemptHandle::new(self.cfg.key.clone(), g.attempt, cmd_tx, ended.clone());
+        let handle = AttemptHandle::new(
+            self.cfg.key.clone(),
+            g.attempt,
+            cmd_tx,
+            ended.clone(),
+            released.clone(),
+        );
         let delivered = self.events.emit(Event::Acquired(Acquired {
             attempt: g.attempt,
             last: g.last,
@@ -705,7 +682,7 @@ impl Task {
                 .finish(
                     &g,
                     Ending::Release("the event receiver was dropped".into()),
-                    after(g.sent, lock_timeout),
+                    deadline_at,
                 )
                 .await;
             return Flow::End;
@@ -714,10 +691,12 @@ impl Task {
         let max_run_at = self.cfg.max_run.map(|m| after(g.sent, m));
         let interval = self.cfg.keepalive_interval();
         let mut next_extend = after(g.sent, interval);
-        let mut last_confirmed = g.sent;
+        // The lease deadline as this worker knows it: moved on by every confirmed extension.
+        let mut lease_end = deadline_at;
         let mut deadline_reported = false;
         let far = after(Instant::now(), FAR);
         let mut extend_backoff = Backoff::new(lock_timeout / 6);
+        let mut extending: Option<ExtensionFuture> = None;
         // The channel tells the holder at once when a backup takes over (its lease ran out, or
         // an operator released the attempt), so `LeaseLost` is reported, and the work stopped,
         // right away rather than at the next extension or at `done()`. The subscription is made
@@ -731,52 +710,58 @@ impl Task {
             None
         };
         loop {
-            let extend_at = if keepalive { next_extend } else { far };
-            let deadline = if !keepalive && !deadline_reported {
-                deadline_at
-            } else {
-                far
-            };
             let watch_sub = self.sub.as_mut();
             let ending = tokio::select! {
                 biased;
-                _ = self.stop.cancelled() => {
-                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into()), after(last_confirmed, lock_timeout)).await;
-                    self.set_ended(&ended, &g, "the worker was stopped");
-                    self.events.emit(Event::Stopped);
-                    return Flow::End;
-                }
+                // A `done()` or `fail()` already queued is served first, `stop()` included:
+                // finished work must be recorded, not released for a backup to run again.
                 cmd = cmd_rx.recv() => match cmd {
                     Some(HolderCmd::Done(reply)) => (Ending::Done, Some(reply)),
                     Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
                     None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
                 },
+                _ = self.stop.cancelled() => {
+                    drop(extending.take());
+                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into()), lease_end).await;
+                    self.set_ended(&ended, &g, "the worker was stopped");
+                    self.events.emit(Event::Stopped);
+                    return Flow::End;
+                }
                 _ = self.events.closed() => {
-                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into()), after(last_confirmed, lock_timeout)).await;
+                    drop(extending.take());
+                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into()), lease_end).await;
                     return Flow::End;
                 }
                 _ = tokio::time::sleep_until(max_run_at.unwrap_or(far)) => {
+                    drop(extending.take());
                     let reason = format!("max_run of {:?} reached", self.cfg.max_run.unwrap_or_default());
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
-                    let _ = self.finish(&g, Ending::Release(reason.clone()), after(last_confirmed, lock_timeout)).await;
+                    let _ = self.finish(&g, Ending::Release(reason.clone()), lease_end).await;
                     return self.lost(&ended, &g, reason);
                 }
-                _ = tokio::time::sleep_until(extend_at) => {
-                    match self.extend(&g).await {
+                // Whatever an extension in flight is doing, the lease may be over by now.
+                _ = tokio::time::sleep_until(lease_end), if keepalive => {
+                    return self.lost(&ended, &g, format!(
+                        "no extension was confirmed in time: the lease ({lock_timeout:?} from the \
+                         last confirmed one) may have run out"
+                    ));
+                }
+                r = poll_extension(&mut extending), if extending.is_some() => {
+                    extending = None;
+                    match r {
                         Ok(sent) => {
-                            last_confirmed = sent;
+                            lease_end = lease_deadline(sent, lock_timeout);
                             next_extend = after(sent, interval);
                             extend_backoff.reset();
+                            self.events.status(
+                                StatusLevel::Verbose,
+                                format!("extended the lease of attempt {}", g.attempt),
+                            );
                         }
                         Err(Error::LeaseLost { reason, .. }) => return self.lost(&ended, &g, reason),
                         Err(e) if e.is_retryable() => {
                             self.report(&e);
-                            if last_confirmed.elapsed() >= lock_timeout {
-                                return self.lost(&ended, &g, format!(
-                                    "no extension confirmed within lock_timeout ({lock_timeout:?}): {e}"
-                                ));
-                            }
-                            next_extend = after(Instant::now(), extend_backoff.next_delay());
+                            next_extend = after(Instant::now(), extend_backoff.next_delay()).min(lease_end);
                         }
                         Err(e) => {
                             *lock(&ended) = Some(e.clone());
@@ -786,7 +771,11 @@ impl Task {
                     }
                     continue;
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = tokio::time::sleep_until(next_extend), if keepalive && extending.is_none() => {
+                    extending = Some(Box::pin(self.extension(&g, lease_end)));
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline_at), if !keepalive && !deadline_reported => {
                     deadline_reported = true;
                     tracing::warn!(attempt = g.attempt, "deadline passed without done() or fail()");
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
@@ -813,10 +802,12 @@ impl Task {
                     continue;
                 }
             };
+            // An extension still in flight is abandoned: the ending's own transition decides.
+            drop(extending.take());
             let (ending, reply) = ending;
-            let result = self
-                .finish(&g, ending.clone(), after(last_confirmed, lock_timeout))
-                .await;
+            // A finish is bounded by the lease as last confirmed; without keepalive a late
+            // finish still gets its one try (`finish` always tries once).
+            let result = self.finish(&g, ending.clone(), lease_end).await;
             if let Err(e) = &result {
                 *lock(&ended) = Some(e.clone());
             }
@@ -901,62 +892,116 @@ impl Task {
         Flow::End
     }
 
-    /// Ends the attempt in Redis, retrying transient errors for a bounded time.
+    /// Ends the attempt in Redis, retrying transient errors until `lease_end` (the lease
+    /// deadline as last confirmed), after one try at least.
     ///
-    /// `done()` keeps trying for up to 2 × `lock_timeout` (at least 5 s): a late `DONE` still
-    /// counts if no backup took over. Releasing (`fail()`, stop, drop) is only worth trying
-    /// until `lease_end`, when the lease runs out by itself and a backup takes over anyway; so
-    /// a release against an unreachable Redis ends by then (after one try at least).
+    /// Past `lease_end` a backup may take over, so there is nothing left to wait for: a release
+    /// (`fail()`, stop, drop) gives up, and a `done()` whose `DONE` may have been applied without
+    /// a reply says so with [`Error::OutcomeUnknown`] instead of waiting on. While it runs, the
+    /// job's channel is watched: a grant of a later attempt proves the attempt lost at once (our
+    /// `WATCH`ed `EXEC` can no longer apply).
     async fn finish(&mut self, g: &Grant, ending: Ending, lease_end: Instant) -> Result<(), Error> {
-        let mut give_up_at = after(
-            Instant::now(),
-            (self.cfg.lock_timeout * 2).max(Duration::from_secs(5)),
-        );
-        if !matches!(ending, Ending::Done) {
-            give_up_at = give_up_at.min(lease_end);
-        }
         let mut pending = false;
         let mut backoff = Backoff::new(self.shared.settings.max_backoff);
         let mut nil = 0u32;
-        loop {
-            match self.finish_once(g, &ending, pending).await {
-                Ok(true) => return Ok(()),
+        let mut sub = self.sub.take();
+        let result = loop {
+            // Every request of this try ends by the lease deadline; a try that starts after it
+            // (a late finish without keepalive) gets one response timeout.
+            let try_deadline = if Instant::now() < lease_end {
+                lease_end
+            } else {
+                after(Instant::now(), self.shared.settings.response_timeout)
+            };
+            let mut exec_sent = false;
+            let outcome = {
+                let one_try = self.finish_once(g, &ending, pending, try_deadline, &mut exec_sent);
+                tokio::pin!(one_try);
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = &mut one_try => break r,
+                        // Only for `done()`: a later grant proves our WATCHed `DONE` did not and
+                        // cannot apply. A release's own `EXEC` may apply and be followed by a
+                        // backup's grant before its reply arrives, so there it proves nothing.
+                        msg = recv_sub(sub.as_mut()), if matches!(ending, Ending::Done) => match msg {
+                            Some(HubMsg::Message(m)) if later_grant(&m, g.attempt) => {
+                                break Err(Error::LeaseLost {
+                                    key: self.cfg.key.clone(),
+                                    attempt: g.attempt,
+                                    reason: format!("another worker announced `{m}`"),
+                                });
+                            }
+                            None => sub = None,
+                            _ => {}
+                        },
+                    }
+                }
+            };
+            match outcome {
+                Ok(true) => break Ok(()),
                 Ok(false) => {
                     // A watched key changed (a backup's failed race, an expiring key): look again.
                     nil += 1;
                     if nil > 100 {
-                        return Err(Error::Timeout {
+                        break Err(Error::Timeout {
                             during: "ending the attempt under constant contention",
                         });
                     }
                 }
                 Err(e) if e.is_retryable() => {
-                    pending |= e.is_indeterminate();
+                    // Only an `EXEC` whose reply was lost may have applied; a failed read or
+                    // checkout wrote nothing.
+                    pending |= exec_sent && e.is_indeterminate();
                     self.report(&e);
-                    if Instant::now() >= give_up_at {
-                        return Err(e);
+                    let now = Instant::now();
+                    if now >= lease_end {
+                        break Err(match ending {
+                            Ending::Done if pending => Error::OutcomeUnknown {
+                                key: self.cfg.key.clone(),
+                                attempt: g.attempt,
+                                reason: format!(
+                                    "the reply to DONE was lost and the lease deadline came \
+                                     before it could be read back: {e}"
+                                ),
+                            },
+                            _ => Error::LeaseLost {
+                                key: self.cfg.key.clone(),
+                                attempt: g.attempt,
+                                reason: format!(
+                                    "the lease deadline passed before the outcome could be \
+                                     recorded: {e}"
+                                ),
+                            },
+                        });
                     }
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    let delay = backoff.next_delay().min(lease_end - now);
+                    tokio::time::sleep(delay).await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => break Err(e),
             }
-        }
+        };
+        self.sub = sub;
+        result
     }
 
     /// One try of [`finish`](Self::finish); `Ok(false)` means observe again.
     async fn finish_once(
-        &mut self,
+        &self,
         g: &Grant,
         ending: &Ending,
         pending: bool,
+        deadline: Instant,
+        exec_sent: &mut bool,
     ) -> Result<bool, Error> {
         let op = match ending {
             Ending::Done => HolderOp::Done,
             _ => HolderOp::Release,
         };
-        let mut conn = self.shared.pool.get().await?;
+        let mut conn = self.shared.pool.get(deadline).await?;
+        conn.set_deadline(deadline);
         let obs = self.observe(&mut conn).await?;
-        match decide_holder(&obs, g.attempt, &g.token, op, pending) {
+        match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
             HolderDecision::Commit => {}
             HolderDecision::AlreadyApplied => {
                 conn.unwatch().await;
@@ -970,9 +1015,17 @@ impl Task {
                     reason,
                 });
             }
+            HolderDecision::Unknown(reason) => {
+                conn.unwatch().await;
+                return Err(Error::OutcomeUnknown {
+                    key: self.cfg.key.clone(),
+                    attempt: g.attempt,
+                    reason,
+                });
+            }
             HolderDecision::Fault(f) => {
                 conn.unwatch().await;
-                return Err(self.fault_error(f));
+                return Err(fault_error(&self.keys, f));
             }
         }
         let retention = ms(self.cfg.retention);
@@ -1013,8 +1066,13 @@ impl Task {
                     Ending::Fail(_) => "failed",
                     _ => "released",
                 };
+                // The fence lives as long as the state (DESIGN.md §3): the next grant's token
+                // must build on it for the whole retention.
                 tx.cmd("DEL")
                     .arg(&self.keys.lease)
+                    .cmd("PEXPIRE")
+                    .arg(&self.keys.fence)
+                    .arg(retention)
                     .cmd("SET")
                     .arg(&self.keys.failure)
                     .arg(format!(
@@ -1029,10 +1087,11 @@ impl Task {
                     .arg(&self.keys.channel)
                     .arg(message);
                 let first = if exhausted { Expect::Ok } else { Expect::Int };
-                vec![first, Expect::Int, Expect::Ok, Expect::Int]
+                vec![first, Expect::Int, Expect::Int, Expect::Ok, Expect::Int]
             }
         };
         self.before_exec("finish").await;
+        *exec_sent = true;
         match conn.exec(&tx).await? {
             None => Ok(false),
             Some(replies) => {
@@ -1042,63 +1101,147 @@ impl Task {
         }
     }
 
-    /// Extends the lease (and the state's and fence's retention) if it is still ours.
-    /// Returns the send time of the confirmed extension.
-    async fn extend(&mut self, g: &Grant) -> Result<Instant, Error> {
-        for _ in 0..3 {
-            let mut conn = self.shared.pool.get().await?;
-            let obs = self.observe(&mut conn).await?;
-            match decide_holder(&obs, g.attempt, &g.token, HolderOp::Extend, false) {
-                HolderDecision::Commit => {}
-                HolderDecision::Lost(reason) => {
-                    conn.unwatch().await;
-                    return Err(Error::LeaseLost {
-                        key: self.cfg.key.clone(),
-                        attempt: g.attempt,
-                        reason,
-                    });
-                }
-                HolderDecision::AlreadyApplied => {
-                    conn.unwatch().await;
-                    return Ok(Instant::now());
-                }
-                HolderDecision::Fault(f) => {
-                    conn.unwatch().await;
-                    return Err(self.fault_error(f));
-                }
+    /// One lease extension, as a future that owns what it needs (it runs beside the holder's
+    /// other timers, see [`hold`](Self::hold)). Resolves to the send time of the confirmed
+    /// extension.
+    ///
+    /// One round trip, one command: the extension script (`EVALSHA`, [`EXTEND_LEASE`]) checks
+    /// that the lease still holds this grant's token and the state this attempt, and only then
+    /// extends the lease and refreshes the state's and fence's retention (DESIGN.md §3). Being
+    /// atomic it needs no `WATCH`, so it runs on the shared multiplexed connection and never
+    /// waits for the dedicated pool. When the check fails, the script returns what it read and
+    /// [`decide_holder`] explains it (lost, or a fault), as for any other holder transition.
+    fn extension(&self, g: &Grant, lease_end: Instant) -> ExtensionFuture {
+        let mut conn = self.shared.manager.clone();
+        let keys = self.keys.clone();
+        let lease = lease_value(&g.token, &self.name);
+        let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
+        let lease_ms = ms(self.cfg.lock_timeout);
+        let retention = ms(self.cfg.retention);
+        let response_timeout = self.shared.settings.response_timeout;
+        let job = self.cfg.key.clone();
+        #[cfg(feature = "testing")]
+        let hook = lock(&self.shared.before_exec).clone();
+        Box::pin(async move {
+            #[cfg(feature = "testing")]
+            if let Some(hook) = hook {
+                hook("extend").await;
             }
-            let retention = ms(self.cfg.retention);
-            let mut tx = redis::pipe();
-            tx.cmd("PEXPIRE")
-                .arg(&self.keys.lease)
-                .arg(ms(self.cfg.lock_timeout))
-                .cmd("PEXPIRE")
-                .arg(&self.keys.state)
-                .arg(retention)
-                .cmd("PEXPIRE")
-                .arg(&self.keys.fence)
-                .arg(retention);
-            self.before_exec("extend").await;
             let sent = Instant::now();
-            match conn.exec(&tx).await? {
-                None => {}
-                Some(replies) => {
-                    check_replies(
-                        "the lease extension",
-                        &replies,
-                        &[Expect::One, Expect::One, Expect::Int],
-                    )?;
-                    self.events.status(
-                        StatusLevel::Verbose,
-                        format!("extended the lease of attempt {}", g.attempt),
-                    );
-                    return Ok(sent);
+            let limit = after(sent, response_timeout).min(lease_end);
+            let mut call = EXTEND_LEASE.prepare_invoke();
+            call.key(&keys.lease)
+                .key(&keys.state)
+                .key(&keys.fence)
+                .arg(&lease)
+                .arg(attempt)
+                .arg(lease_ms)
+                .arg(retention);
+            let reply: Value =
+                match tokio::time::timeout_at(limit, call.invoke_async(&mut conn)).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            during: "extending the lease",
+                        })
+                    }
+                };
+            let items = match reply {
+                Value::Array(items) => items,
+                other => return Err(Error::unexpected("the lease extension", &other)),
+            };
+            match items.as_slice() {
+                [Value::Int(1)] => Ok(sent),
+                [Value::Int(0), state, lease, pttl] => {
+                    let obs = Observation {
+                        state: parse_state(state)?,
+                        lease: parse_lease(lease, pttl)?,
+                        fence: Fence::Absent,
+                        now_us: 0,
+                    };
+                    match decide_holder(&obs, attempt, &token, fence, HolderOp::Extend, false) {
+                        HolderDecision::Lost(reason) => Err(Error::LeaseLost {
+                            key: job,
+                            attempt,
+                            reason,
+                        }),
+                        HolderDecision::Fault(f) => Err(fault_error(&keys, f)),
+                        other => Err(Error::UnexpectedReply {
+                            context: "the lease extension",
+                            reply: format!("refused, yet the state reads as {other:?}"),
+                        }),
+                    }
                 }
+                _ => Err(Error::UnexpectedReply {
+                    context: "the lease extension",
+                    reply: format!("{} items", items.len()),
+                }),
             }
-        }
-        Err(Error::Timeout {
-            during: "extending the lease under contention",
         })
+    }
+}
+
+/// An extension in flight (see [`Task::extension`]).
+type ExtensionFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Instant, Error>> + Send>>;
+
+/// Polls the extension in flight; pending forever without one (the `select!` branch is
+/// disabled then anyway).
+async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Error> {
+    match ext.as_mut() {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The lease extension: `KEYS` = lease, state, fence; `ARGV` = the lease value this grant
+/// wrote, the attempt number, the lease in ms, the retention in ms. Returns `{1}` when
+/// extended, else `{0, state, lease, lease PTTL}` as read, for [`decide_holder`] to explain.
+static EXTEND_LEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local lease = redis.call('GET', KEYS[1])
+local state = redis.call('GET', KEYS[2])
+if lease == ARGV[1] and state == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  return {1}
+end
+return {0, state, lease, redis.call('PTTL', KEYS[1])}
+",
+    )
+});
+
+/// `from + lock_timeout − max(1 %, 2 ms)`: when a lease granted or extended by a request sent
+/// at `from` can end at the earliest, as this host's monotonic clock measures it. The margin
+/// covers clock-rate differences between this host and Redis; measuring from the send time
+/// errs early, never late.
+fn lease_deadline(from: Instant, lock_timeout: Duration) -> Instant {
+    let early = (lock_timeout / 100).max(Duration::from_millis(2));
+    after(from, lock_timeout.saturating_sub(early))
+}
+
+fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
+    let key = |w: Which| match w {
+        Which::State => keys.state.clone(),
+        Which::Lease => keys.lease.clone(),
+        Which::Fence => keys.fence.clone(),
+    };
+    match fault {
+        Fault::Corrupt { which, value } => Error::CorruptState {
+            key: key(which),
+            value,
+        },
+        Fault::WrongType { which, detail } => Error::WrongType {
+            key: key(which),
+            detail,
+        },
+        Fault::StateLost { seen, now } => Error::StateLost {
+            key: keys.state.clone(),
+            seen,
+            now,
+        },
     }
 }
 
@@ -1108,6 +1251,14 @@ async fn recv_sub(sub: Option<&mut Subscription>) -> Option<HubMsg> {
         Some(s) => s.rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether a channel message announces the grant of a later attempt than ours.
+fn later_grant(message: &str, attempt: u64) -> bool {
+    message
+        .strip_prefix("acquired:")
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n > attempt)
 }
 
 /// Whether a channel message means a later attempt than ours exists (or the job ended).
@@ -1150,15 +1301,6 @@ mod tests {
         assert!(!taken_over("acquired:x", 2));
         assert!(taken_over("exhausted", 2));
         assert!(!taken_over("failed", 2));
-    }
-
-    #[test]
-    fn reply_checks() {
-        let ok = [Value::Okay, Value::Int(1)];
-        assert!(check_replies("t", &ok, &[Expect::Ok, Expect::Int]).is_ok());
-        assert!(check_replies("t", &ok, &[Expect::Ok]).is_err());
-        let bad = [Value::Int(0), Value::Int(1)];
-        assert!(check_replies("t", &bad, &[Expect::One, Expect::Int]).is_err());
     }
 
     #[test]
