@@ -4,33 +4,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::IntoConnectionInfo;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::connection::{connect_manager, ConnSettings, Hub, Pool};
 use crate::error::{ConfigError, Error};
-use crate::failover::{worker, FailoverConfig, Worker};
-
-/// State shared by the client handles and every worker task.
-pub(crate) struct Shared {
-    pub manager: ConnectionManager,
-    pub pool: Arc<Pool>,
-    pub hub: Hub,
-    pub cancel: CancellationToken,
-    pub tracker: TaskTracker,
-    pub settings: ConnSettings,
-    #[cfg(feature = "testing")]
-    pub before_exec: std::sync::Mutex<Option<crate::testing::BeforeExecHook>>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The last handle is gone: stop the pub/sub task and any worker still running.
-        self.cancel.cancel();
-    }
-}
+use crate::failover::{
+    Attempt, Failover, FailoverConfig, IntoJob, JobState, JobStatus, JobWatch, RunOutcome, Worker,
+};
+use crate::transport::url::{check_url, redact_url, Scheme};
+use crate::transport::{connect_manager, ConnSettings, Hub, Pool, Transport};
 
 /// A connection to one Redis server, shared cheaply by many jobs and workers.
 ///
@@ -45,7 +28,7 @@ impl Drop for Shared {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<Shared>,
+    shared: Arc<Transport>,
 }
 
 impl std::fmt::Debug for Client {
@@ -65,7 +48,7 @@ pub struct ClientBuilder {
     password: Option<String>,
     settings: ConnSettings,
     #[cfg(feature = "tls")]
-    tls: crate::tls::TlsSettings,
+    tls: crate::transport::tls::TlsSettings,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -142,7 +125,7 @@ impl ClientBuilder {
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_ca = Some(crate::tls::Pem::bytes(pem.into()));
+        self.tls.root_ca = Some(crate::transport::tls::Pem::bytes(pem.into()));
         self
     }
 
@@ -162,7 +145,10 @@ impl ClientBuilder {
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_root_ca_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        self.tls.root_ca = Some(crate::tls::Pem::file("tls_root_ca", path.as_ref())?);
+        self.tls.root_ca = Some(crate::transport::tls::Pem::file(
+            "tls_root_ca",
+            path.as_ref(),
+        )?);
         Ok(self)
     }
 
@@ -191,8 +177,8 @@ impl ClientBuilder {
         key: impl Into<Vec<u8>>,
     ) -> Self {
         self.tls.client = Some((
-            crate::tls::Pem::bytes(cert.into()),
-            crate::tls::Pem::bytes(key.into()),
+            crate::transport::tls::Pem::bytes(cert.into()),
+            crate::transport::tls::Pem::bytes(key.into()),
         ));
         self
     }
@@ -218,8 +204,8 @@ impl ClientBuilder {
         cert: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<Self, ConfigError> {
-        let cert = crate::tls::Pem::file("tls_client_cert", cert.as_ref())?;
-        let key = crate::tls::Pem::file("tls_client_key", key.as_ref())?;
+        let cert = crate::transport::tls::Pem::file("tls_client_cert", cert.as_ref())?;
+        let key = crate::transport::tls::Pem::file("tls_client_key", key.as_ref())?;
         self.tls.client = Some((cert, key));
         Ok(self)
     }
@@ -309,7 +295,7 @@ impl ClientBuilder {
         };
         #[cfg(feature = "tls")]
         if scheme == Scheme::Tls {
-            crate::tls::install_crypto_provider();
+            crate::transport::tls::install_crypto_provider();
             if self.tls.is_set() {
                 let certs = self.tls.certificates()?;
                 return redis::Client::build_with_tls(info, certs).map_err(rejected);
@@ -357,7 +343,7 @@ impl ClientBuilder {
         let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
         let pool = Pool::new(client, settings.clone());
         let client = Client {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Transport {
                 manager,
                 pool,
                 hub,
@@ -382,107 +368,6 @@ impl ClientBuilder {
     }
 }
 
-/// Which kind of connection a URL asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scheme {
-    /// `redis://` or `unix://`.
-    Plain,
-    /// `rediss://` (feature `tls`).
-    Tls,
-}
-
-/// The checks of catalogue row 8 that redis-rs' URL parser does not make, before any network
-/// I/O. Every message shows the URL through [`redact_url`].
-fn check_url(url: &str, tls_options: bool) -> Result<Scheme, ConfigError> {
-    let bad = |why: &str| ConfigError::invalid("url", format!("{}: {why}", redact_url(url)));
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(bad("not a URL (expected redis://host:port/)"));
-    };
-    let scheme = match scheme {
-        "redis" | "unix" => Scheme::Plain,
-        "rediss" if cfg!(feature = "tls") => Scheme::Tls,
-        "rediss" => {
-            return Err(bad(
-                "rediss:// needs baton's `tls` feature, which is not compiled in",
-            ))
-        }
-        _ => return Err(bad("the scheme must be redis://, rediss:// or unix://")),
-    };
-    if let Some((_, fragment)) = rest.split_once('#') {
-        return Err(if fragment == "insecure" {
-            bad("#insecure (skip certificate checks) is always refused")
-        } else {
-            bad("a URL fragment is not allowed")
-        });
-    }
-    let before_query = rest.split_once('?').map_or(rest, |(b, _)| b);
-    if let Some((userinfo, _)) = before_query.rsplit_once('@') {
-        if userinfo.is_empty() || userinfo == ":" {
-            return Err(bad(
-                "empty credentials (`:@`): give a password, or leave out the `@`",
-            ));
-        }
-    }
-    if tls_options && scheme != Scheme::Tls {
-        return Err(bad(
-            "TLS options were given, but the URL is not rediss://; TLS is never silently dropped",
-        ));
-    }
-    Ok(scheme)
-}
-
-/// The URL for messages and `Debug`: credentials and the query (which may carry `pass=`) are
-/// replaced by `<redacted>`; bounded and escaped.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return format!("<not a URL, {} bytes>", url.len());
-    };
-    let scheme_ok = !scheme.is_empty()
-        && scheme.len() <= 16
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    let mut out = if scheme_ok {
-        format!("{scheme}://")
-    } else {
-        "<scheme>://".to_string()
-    };
-    let (before_fragment, fragment) = match rest.split_once('#') {
-        Some((b, f)) => (b, Some(f)),
-        None => (rest, None),
-    };
-    let (before_query, query) = match before_fragment.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (before_fragment, None),
-    };
-    // The last `@`: a password with an unescaped `@` or `/` is still all redacted.
-    let host_path = match before_query.rsplit_once('@') {
-        Some((_, host_path)) => {
-            out.push_str("<redacted>@");
-            host_path
-        }
-        None => before_query,
-    };
-    out.push_str(host_path);
-    if query.is_some() {
-        out.push_str("?<redacted>");
-    }
-    match fragment {
-        Some("insecure") => out.push_str("#insecure"),
-        Some(_) => out.push_str("#<fragment>"),
-        None => {}
-    }
-    let mut bounded = String::new();
-    for (i, c) in out.chars().enumerate() {
-        if i == 200 {
-            bounded.push('…');
-            break;
-        }
-        bounded.extend(c.escape_debug());
-    }
-    bounded
-}
-
 /// One direct connection before the connection manager (which retries): a failed TLS handshake
 /// is returned at once as [`Error::Tls`]; anything else is left to the manager's usual path.
 #[cfg(feature = "tls")]
@@ -501,45 +386,6 @@ async fn tls_handshake_check(client: &redis::Client, settings: &ConnSettings) ->
         }
         Ok(Ok(_)) => Ok(()),
         Err(_) => Ok(()),
-    }
-}
-
-/// A job's state as stored in Redis; see [`Client::job_state`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "state")]
-#[non_exhaustive]
-pub enum JobState {
-    /// No state: never run, or its retention ran out.
-    Absent,
-    /// Attempt `number` was the last one started.
-    Attempt {
-        /// The attempt number.
-        number: u64,
-        /// The holder's name while its lease is alive.
-        holder: Option<String>,
-        /// The lease time left in ms (`None` when no lease is alive, or it has no TTL).
-        lease_remaining_ms: Option<u64>,
-    },
-    /// The job succeeded.
-    Done,
-    /// Every attempt failed.
-    Exhausted,
-    /// A value baton never writes.
-    Corrupt {
-        /// A printable preview of it.
-        value: String,
-    },
-}
-
-impl std::fmt::Display for JobState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            JobState::Absent => f.write_str("absent"),
-            JobState::Attempt { number, .. } => write!(f, "attempt {number}"),
-            JobState::Done => f.write_str("DONE"),
-            JobState::Exhausted => f.write_str("EXHAUSTED"),
-            JobState::Corrupt { value } => write!(f, "corrupt ({value})"),
-        }
     }
 }
 
@@ -608,7 +454,7 @@ impl Client {
             url: url.into(),
             password: None,
             #[cfg(feature = "tls")]
-            tls: crate::tls::TlsSettings::default(),
+            tls: crate::transport::tls::TlsSettings::default(),
             settings: ConnSettings {
                 connect_timeout: Duration::from_secs(1),
                 response_timeout: Duration::from_millis(500),
@@ -626,13 +472,73 @@ impl Client {
         Client::builder(url).connect().await
     }
 
-    /// Starts a worker for one job and returns its event stream.
-    ///
-    /// The worker competes for the job as described in the [crate docs](crate): it either wins an
-    /// attempt (`Acquired`), waits as a backup (`Locked`), or finds the job ended. Read the stream
-    /// to the end; dropping it stops the worker and fails an attempt it holds.
+    /// The failover coordinator on this client's connections.
+    pub fn failover(&self) -> Failover {
+        Failover::new(self.shared.clone())
+    }
+
+    /// Starts a worker for one job; see [`Failover::start`].
     pub fn start(&self, config: FailoverConfig) -> Worker {
-        worker::spawn(self.shared.clone(), config)
+        self.failover().start(config)
+    }
+
+    /// Runs `work` if this worker wins an attempt of the job; see [`Failover::run`].
+    ///
+    /// # Errors
+    /// As [`Failover::run`].
+    pub async fn run<J, F, Fut, T, E>(&self, job: J, work: F) -> Result<RunOutcome<T>, Error>
+    where
+        J: IntoJob,
+        F: FnMut(Attempt) -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.failover().run(job, work).await
+    }
+
+    /// Everything stored about a job; see [`Failover::job_status`].
+    ///
+    /// # Errors
+    /// As [`Failover::job_status`].
+    pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
+        self.failover().job_status(job).await
+    }
+
+    /// A job's state; see [`Failover::job_state`].
+    ///
+    /// # Errors
+    /// As [`Failover::job_state`].
+    pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, Error> {
+        self.failover().job_state(job).await
+    }
+
+    /// Follows a job's changes; see [`Failover::watch_job`].
+    ///
+    /// # Errors
+    /// As [`Failover::watch_job`].
+    pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
+        self.failover().watch_job(job).await
+    }
+
+    /// Releases a job's current attempt as an operator; see [`Failover::fail_attempt`].
+    ///
+    /// # Errors
+    /// As [`Failover::fail_attempt`].
+    pub async fn fail_attempt(
+        &self,
+        job: impl IntoJob,
+        reason: &str,
+    ) -> Result<Option<u64>, Error> {
+        self.failover().fail_attempt(job, reason).await
+    }
+
+    /// Forgets a job; see [`Failover::reset_job`].
+    ///
+    /// # Errors
+    /// As [`Failover::reset_job`].
+    pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
+        self.failover().reset_job(job).await
     }
 
     /// Stops every worker of this client (holders release their attempts, so backups elsewhere
@@ -647,26 +553,25 @@ impl Client {
             .is_ok()
     }
 
-    /// Installs a hook that runs between round trip 1 (`WATCH` + reads) and round trip 2
-    /// (`MULTI … EXEC`) of every transition of this client's workers, with the transition's name
-    /// (`"grant"`, `"exhaust"`, `"finish"`, `"extend"`). Tests use it to write a competing value
-    /// exactly in the window the `WATCH` protects. Only with the `testing` feature.
+    /// The hidden test seam (feature `testing`): see [`crate::__seam`].
     #[cfg(feature = "testing")]
-    pub fn set_before_exec_hook(&self, hook: Option<crate::testing::BeforeExecHook>) {
-        *crate::failover::events::lock(&self.shared.before_exec) = hook;
-    }
-
-    /// Reads a job's state (plain reads, no transaction), as an operator would with
-    /// `redis-cli GET 'baton:{msg:42}'`. [`Client::job_status`] tells more.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an invalid job name; connection errors.
-    pub async fn job_state(&self, job: impl crate::failover::IntoJob) -> Result<JobState, Error> {
-        Ok(self.job_status(job).await?.state)
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn transport(&self) -> &Arc<Transport> {
         &self.shared
+    }
+}
+
+/// The hidden test seam (feature `testing`): hooks into a client's transitions that tests use to
+/// drive an interleaving deterministically. Not part of the API.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod seam {
+    pub use crate::transport::ExecHook;
+
+    /// Installs (or removes) the hook run between round trip 1 (`WATCH` + reads) and round
+    /// trip 2 (`MULTI … EXEC`) of every transition of `client`'s workers, and before each lease
+    /// extension, with the transition's name (`"grant"`, `"exhaust"`, `"finish"`, `"extend"`).
+    pub fn set_before_exec_hook(client: &super::Client, hook: Option<ExecHook>) {
+        *crate::util::lock(&client.transport().before_exec) = hook;
     }
 }
 

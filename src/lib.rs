@@ -73,26 +73,29 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod acl;
 pub mod client;
-mod connection;
 pub mod error;
 pub mod failover;
-mod keys;
-mod queue;
+mod lease;
 #[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(feature = "tls")]
-mod tls;
+mod transport;
+mod util;
+
+pub use transport::acl;
+
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use client::seam as __seam;
 
 /// The README's code blocks, compiled as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use client::{Client, ClientBuilder, Durability, JobState};
+pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
-    Acquired, Attempt, AttemptHandle, Event, FailoverConfig, FailoverConfigBuilder, IntoJob,
-    JobChange, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
+    Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
+    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
 };

@@ -182,8 +182,8 @@ impl RedisServerBuilder {
     }
 
     /// Adds a least-privilege user: `name` with `password`, allowed only keys and channels that
-    /// start with `prefix` and only [`crate::acl::FAILOVER_COMMANDS`] (the rules of
-    /// [`crate::acl::user_rule`]). The user lives in the server's ACL file, so it survives
+    /// start with `prefix` and only [`crate::transport::acl::FAILOVER_COMMANDS`] (the rules of
+    /// [`crate::transport::acl::user_rule`]). The user lives in the server's ACL file, so it survives
     /// [`RedisServer::restart`]; [`RedisServer::url_for`] gives its URL. The default user stays
     /// the administrator (with [`requirepass`](Self::requirepass)'s password, if any).
     pub fn acl_user(mut self, name: &str, password: &str, prefix: &str) -> Self {
@@ -891,7 +891,7 @@ fn write_users_conf(path: &Path, config: &Config) -> io::Result<()> {
         }
         // `setuser_args` starts with the SETUSER word itself.
         text.push_str(&line(
-            crate::acl::setuser_args(&u.name, &u.password, &u.prefix)
+            crate::transport::acl::setuser_args(&u.name, &u.password, &u.prefix)
                 .into_iter()
                 .skip(1)
                 .collect(),
@@ -1315,14 +1315,6 @@ fn read_log_from(path: &Path, offset: u64) -> String {
         Err(err) => format!("<cannot read {}: {err}>", path.display()),
     }
 }
-
-/// A hook run between the two round trips of a transition; see
-/// [`Client::set_before_exec_hook`](crate::Client::set_before_exec_hook).
-pub type BeforeExecHook = std::sync::Arc<
-    dyn Fn(&'static str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-        + Send
-        + Sync,
->;
 
 /// The Redis to run an example against: `$REDIS_URL` when set, otherwise a private server
 /// started here (keep the returned server alive as long as the URL is used; it stops on drop).

@@ -921,20 +921,23 @@ async fn row_25_a_grant_whose_exec_timed_out_is_re_read_and_recognised_as_ours()
     let client = client(&srv).await;
     let fired = Arc::new(AtomicBool::new(false));
     let frozen = srv.clone();
-    client.set_before_exec_hook(Some(Arc::new(move |what| {
-        let (srv, fired) = (frozen.clone(), fired.clone());
-        Box::pin(async move {
-            if what != "grant" || fired.swap(true, Ordering::SeqCst) {
-                return;
-            }
-            srv.pause().unwrap();
-            std::thread::spawn(move || {
-                // Longer than the 500 ms response timeout.
-                std::thread::sleep(Duration::from_millis(1200));
-                srv.resume().unwrap();
-            });
-        })
-    })));
+    baton::__seam::set_before_exec_hook(
+        &client,
+        Some(Arc::new(move |what| {
+            let (srv, fired) = (frozen.clone(), fired.clone());
+            Box::pin(async move {
+                if what != "grant" || fired.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+                srv.pause().unwrap();
+                std::thread::spawn(move || {
+                    // Longer than the 500 ms response timeout.
+                    std::thread::sleep(Duration::from_millis(1200));
+                    srv.resume().unwrap();
+                });
+            })
+        })),
+    );
     let t0 = Instant::now();
     let mut w = client.start(job("lostreply").build().unwrap());
     let mut timeouts = 0;

@@ -67,35 +67,40 @@ async fn a_refused_watch_is_a_permission_error_and_nothing_is_written() {
 /// and the worker cannot tell) and then runs `cmds` as another worker would.
 fn lose_exec_then(client: &baton::Client, url: String, what: &'static str, cmds: Vec<Vec<String>>) {
     let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    client.set_before_exec_hook(Some(std::sync::Arc::new(move |name| {
-        let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
-        Box::pin(async move {
-            if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            let mut c = redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            // The transition's connection is the test user's one whose last command was the
-            // observation's TIME (WATCH + reads, just answered).
-            let list: String = redis::cmd("CLIENT")
-                .arg("LIST")
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            let ids: Vec<String> = list
-                .lines()
-                .filter(|l| l.contains(&format!("user={TEST_USER} ")) && l.contains(" cmd=time "))
-                .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-                .map(str::to_string)
-                .collect();
-            assert_eq!(ids.len(), 1, "one transition in flight: {list}");
-            run_cmds(&mut c, &[cmd(&["CLIENT", "KILL", "ID", &ids[0]])]).await;
-            run_cmds(&mut c, &cmds).await;
-        })
-    })));
+    baton::__seam::set_before_exec_hook(
+        client,
+        Some(std::sync::Arc::new(move |name| {
+            let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
+            Box::pin(async move {
+                if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let mut c = redis::Client::open(url)
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                // The transition's connection is the test user's one whose last command was the
+                // observation's TIME (WATCH + reads, just answered).
+                let list: String = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                let ids: Vec<String> = list
+                    .lines()
+                    .filter(|l| {
+                        l.contains(&format!("user={TEST_USER} ")) && l.contains(" cmd=time ")
+                    })
+                    .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+                    .map(str::to_string)
+                    .collect();
+                assert_eq!(ids.len(), 1, "one transition in flight: {list}");
+                run_cmds(&mut c, &[cmd(&["CLIENT", "KILL", "ID", &ids[0]])]).await;
+                run_cmds(&mut c, &cmds).await;
+            })
+        })),
+    );
 }
 
 /// Defect 2: H's `DONE` is lost; a backup B takes the next attempt and completes the job. When H
@@ -327,14 +332,17 @@ async fn a_starved_pool_does_not_stop_a_holders_keepalive() {
     let _a = acquired(&mut holder, WAKE).await;
     let release = std::sync::Arc::new(tokio::sync::Notify::new());
     let gate = release.clone();
-    client.set_before_exec_hook(Some(std::sync::Arc::new(move |name| {
-        let gate = gate.clone();
-        Box::pin(async move {
-            if name == "grant" {
-                gate.notified().await;
-            }
-        })
-    })));
+    baton::__seam::set_before_exec_hook(
+        &client,
+        Some(std::sync::Arc::new(move |name| {
+            let gate = gate.clone();
+            Box::pin(async move {
+                if name == "grant" {
+                    gate.notified().await;
+                }
+            })
+        })),
+    );
     // This worker's grant takes the only dedicated connection and hangs in the hook.
     let mut starving = client.start(job("starving").build().unwrap());
     tokio::time::sleep(lease * 3).await;

@@ -114,25 +114,28 @@ async fn s1b_a_grant_that_outlived_its_lease_before_handover_is_never_handed_out
         .unwrap();
     let pid = srv.pid().unwrap().to_string();
     let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    client.set_before_exec_hook(Some(std::sync::Arc::new(move |what| {
-        let (pid, fired) = (pid.clone(), fired.clone());
-        Box::pin(async move {
-            if what != "grant" || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            let stop = std::process::Command::new("kill")
-                .args(["-STOP", &pid])
-                .status();
-            assert!(stop.unwrap().success());
-            std::thread::spawn(move || {
-                // Three times the 300 ms lease, well inside the 5 s response timeout.
-                std::thread::sleep(Duration::from_millis(900));
-                let _ = std::process::Command::new("kill")
-                    .args(["-CONT", &pid])
+    baton::__seam::set_before_exec_hook(
+        &client,
+        Some(std::sync::Arc::new(move |what| {
+            let (pid, fired) = (pid.clone(), fired.clone());
+            Box::pin(async move {
+                if what != "grant" || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let stop = std::process::Command::new("kill")
+                    .args(["-STOP", &pid])
                     .status();
-            });
-        })
-    })));
+                assert!(stop.unwrap().success());
+                std::thread::spawn(move || {
+                    // Three times the 300 ms lease, well inside the 5 s response timeout.
+                    std::thread::sleep(Duration::from_millis(900));
+                    let _ = std::process::Command::new("kill")
+                        .args(["-CONT", &pid])
+                        .status();
+                });
+            })
+        })),
+    );
     let cfg = FailoverConfig::builder("s1b")
         .lock_timeout(Duration::from_millis(300))
         .build()

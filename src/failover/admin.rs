@@ -4,14 +4,53 @@
 
 use serde::Serialize;
 
+use super::keys::JobKeys;
 use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
+use super::Failover;
 use super::IntoJob;
-use crate::client::{Client, JobState};
-use crate::connection::{Expect, HubMsg, Subscription};
 use crate::error::{preview, Error};
-use crate::keys::JobKeys;
+use crate::transport::{Expect, HubMsg, Subscription};
 
-/// Everything stored about a job; see [`Client::job_status`].
+/// A job's state as stored in Redis; see [`Failover::job_state`](super::Failover::job_state).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state")]
+#[non_exhaustive]
+pub enum JobState {
+    /// No state: never run, or its retention ran out.
+    Absent,
+    /// Attempt `number` was the last one started.
+    Attempt {
+        /// The attempt number.
+        number: u64,
+        /// The holder's name while its lease is alive.
+        holder: Option<String>,
+        /// The lease time left in ms (`None` when no lease is alive, or it has no TTL).
+        lease_remaining_ms: Option<u64>,
+    },
+    /// The job succeeded.
+    Done,
+    /// Every attempt failed.
+    Exhausted,
+    /// A value baton never writes.
+    Corrupt {
+        /// A printable preview of it.
+        value: String,
+    },
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobState::Absent => f.write_str("absent"),
+            JobState::Attempt { number, .. } => write!(f, "attempt {number}"),
+            JobState::Done => f.write_str("DONE"),
+            JobState::Exhausted => f.write_str("EXHAUSTED"),
+            JobState::Corrupt { value } => write!(f, "corrupt ({value})"),
+        }
+    }
+}
+
+/// Everything stored about a job; see [`Failover::job_status`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct JobStatus {
@@ -45,7 +84,7 @@ impl JobStatus {
     }
 }
 
-/// One change of a followed job; see [`Client::watch_job`].
+/// One change of a followed job; see [`Failover::watch_job`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct JobChange {
@@ -58,7 +97,7 @@ pub struct JobChange {
 
 /// A followed job: call [`JobWatch::next`] until it returns `None` (the job ended).
 pub struct JobWatch {
-    client: Client,
+    failover: Failover,
     job: super::FailoverConfig,
     sub: Subscription,
     finished: bool,
@@ -90,7 +129,7 @@ impl JobWatch {
             HubMsg::Reconnected => "resync".to_string(),
         };
         Some(
-            self.client
+            self.failover
                 .job_status(self.job.clone())
                 .await
                 .map(|status| {
@@ -101,7 +140,7 @@ impl JobWatch {
     }
 }
 
-impl Client {
+impl Failover {
     /// Reads everything stored about a job (plain reads on the shared connection).
     ///
     /// # Errors
@@ -109,7 +148,7 @@ impl Client {
     pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.shared().manager.clone();
+        let mut conn = self.transport.manager.clone();
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
@@ -175,9 +214,9 @@ impl Client {
     pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let sub = self.shared().hub.subscribe(&keys.channel).await?;
+        let sub = self.transport.hub.subscribe(&keys.channel).await?;
         Ok(JobWatch {
-            client: self.clone(),
+            failover: self.clone(),
             job: config,
             sub,
             finished: false,
@@ -202,8 +241,8 @@ impl Client {
         let keys = JobKeys::new(&config.prefix, &config.key);
         for _ in 0..20 {
             let deadline =
-                tokio::time::Instant::now() + self.shared().settings.response_timeout * 10;
-            let mut conn = self.shared().pool.get(deadline).await?;
+                tokio::time::Instant::now() + self.transport.settings.response_timeout * 10;
+            let mut conn = self.transport.pool.get(deadline).await?;
             let mut p = redis::pipe();
             p.cmd("GET")
                 .arg(&keys.state)
@@ -265,7 +304,7 @@ impl Client {
                 Some(replies) => {
                     // Every sub-reply: a command can fail inside a transaction that still
                     // applies the others.
-                    crate::connection::check_replies(
+                    crate::transport::check_replies(
                         "releasing an attempt",
                         &replies,
                         &[Expect::Int, Expect::Ok, Expect::Int],
@@ -287,7 +326,7 @@ impl Client {
     pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.shared().manager.clone();
+        let mut conn = self.transport.manager.clone();
         let _: i64 = redis::cmd("DEL")
             .arg(&keys.state)
             .arg(&keys.lease)

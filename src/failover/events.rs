@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::StatusLevel;
 use crate::error::{Error, ErrorKind};
+use crate::util::lock;
 
 /// One thing a worker saw or did. Every event serializes to one JSON object tagged by `event`.
 ///
@@ -203,7 +204,7 @@ pub struct AttemptHandle {
 struct HandleInner {
     key: String,
     attempt: u64,
-    tx: Mutex<Option<crate::queue::Sender<HolderCmd>>>,
+    tx: Mutex<Option<crate::util::mailbox::Sender<HolderCmd>>>,
     /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
     ended: Arc<Mutex<Option<Error>>>,
     /// Cancelled once the worker no longer holds the attempt for the user's code.
@@ -223,7 +224,7 @@ impl AttemptHandle {
     pub(crate) fn new(
         key: String,
         attempt: u64,
-        tx: crate::queue::Sender<HolderCmd>,
+        tx: crate::util::mailbox::Sender<HolderCmd>,
         ended: Arc<Mutex<Option<Error>>>,
         released: CancellationToken,
     ) -> Self {
@@ -323,15 +324,9 @@ impl AttemptHandle {
     }
 }
 
-/// Locks a std mutex, ignoring poisoning: the data behind these mutexes (an `Option`) stays
-/// consistent even if a panic happened while it was held.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The worker task's end of the event stream.
 pub(crate) struct EventSender {
-    tx: crate::queue::Sender<Event>,
+    tx: crate::util::mailbox::Sender<Event>,
     queued: Arc<AtomicUsize>,
     capacity: usize,
     lagged: u64,
@@ -387,7 +382,7 @@ impl EventSender {
 /// Dropping it stops the worker (an attempt it holds is failed so a backup takes over).
 #[derive(Debug)]
 pub struct Worker {
-    rx: crate::queue::Receiver<Event>,
+    rx: crate::util::mailbox::Receiver<Event>,
     queued: Arc<AtomicUsize>,
     stop: CancellationToken,
     key: String,
@@ -400,7 +395,7 @@ impl Worker {
         level: StatusLevel,
         stop: CancellationToken,
     ) -> (EventSender, Worker) {
-        let (tx, rx) = crate::queue::unbounded();
+        let (tx, rx) = crate::util::mailbox::unbounded();
         let queued = Arc::new(AtomicUsize::new(0));
         (
             EventSender {
@@ -512,7 +507,7 @@ mod tests {
 
     #[tokio::test]
     async fn handle_is_single_use_across_clones() {
-        let (tx, mut rx) = crate::queue::unbounded();
+        let (tx, mut rx) = crate::util::mailbox::unbounded();
         let h = AttemptHandle::new(
             "k".into(),
             1,

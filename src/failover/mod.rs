@@ -11,11 +11,54 @@
 mod admin;
 pub mod config;
 pub mod events;
+pub(crate) mod keys;
 pub(crate) mod protocol;
 mod run;
 pub(crate) mod worker;
 
-pub use admin::{JobChange, JobStatus, JobWatch};
+use std::sync::Arc;
+
+use crate::transport::Transport;
+
+pub use admin::{JobChange, JobState, JobStatus, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use run::{Attempt, IntoJob, RunOutcome};
+
+/// The failover coordinator on one client's connections: starts workers, runs closures, and the
+/// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.
+#[derive(Clone)]
+pub struct Failover {
+    transport: Arc<Transport>,
+}
+
+impl std::fmt::Debug for Failover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failover").finish_non_exhaustive()
+    }
+}
+
+impl Failover {
+    /// The coordinator on `transport` (the client façade's only way in).
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Failover { transport }
+    }
+
+    /// Starts a worker for one job and returns its event stream.
+    ///
+    /// The worker competes for the job as described in the [crate docs](crate): it either wins an
+    /// attempt (`Acquired`), waits as a backup (`Locked`), or finds the job ended. Read the stream
+    /// to the end; dropping it stops the worker and fails an attempt it holds.
+    pub fn start(&self, config: FailoverConfig) -> Worker {
+        worker::spawn(self.transport.clone(), config)
+    }
+
+    /// Reads a job's state (plain reads, no transaction), as an operator would with
+    /// `redis-cli GET 'baton:{msg:42}'`. [`Failover::job_status`] tells more.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for an invalid job name; connection errors.
+    pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, crate::Error> {
+        Ok(self.job_status(job).await?.state)
+    }
+}

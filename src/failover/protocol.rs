@@ -20,7 +20,9 @@
 
 use redis::Value;
 
-use crate::error::{from_server_error, preview, Error};
+use crate::error::{preview, Error};
+use crate::lease::next_fence;
+use crate::transport::classify::from_server_error;
 
 /// The sentinel stored once the job succeeded.
 pub(crate) const DONE: &str = "DONE";
@@ -180,16 +182,6 @@ pub(crate) enum Decision {
     Delay { attempt: u64 },
     /// Stop and report.
     Fault(Fault),
-}
-
-/// The next fencing token: above the stored one, above any this worker was granted, and at least
-/// the server's time in µs, so it keeps growing even after the fence key is deleted or expires.
-/// It only goes back if the server's clock does.
-pub(crate) fn next_fence(stored: u64, now_us: u64, last_fence: u64) -> u64 {
-    stored
-        .saturating_add(1)
-        .max(now_us)
-        .max(last_fence.saturating_add(1))
 }
 
 fn common_faults(obs: &Observation) -> Option<Fault> {
@@ -461,7 +453,7 @@ fn raw<'a>(v: &'a Value, context: &'static str) -> Result<Raw<'a>, Error> {
         Value::ServerError(e) => Err(from_server_error(e)),
         other => string_bytes(other)
             .map(Raw::Str)
-            .ok_or_else(|| Error::unexpected(context, other)),
+            .ok_or_else(|| crate::transport::unexpected(context, other)),
     }
 }
 
@@ -493,14 +485,19 @@ pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
     };
     let pttl = match pttl {
         Value::Int(n) => *n,
-        other => return Err(Error::unexpected("PTTL lease", other)),
+        other => return Err(crate::transport::unexpected("PTTL lease", other)),
     };
     let pttl_ms = match pttl {
         // Expired between the GET and the PTTL of the same pipeline: it is gone now.
         -2 => return Ok(Lease::Absent),
         -1 => None,
         n if n >= 0 => Some(n as u64),
-        _ => return Err(Error::unexpected("PTTL lease", &Value::Int(pttl))),
+        _ => {
+            return Err(crate::transport::unexpected(
+                "PTTL lease",
+                &Value::Int(pttl),
+            ))
+        }
     };
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,
@@ -533,7 +530,7 @@ pub(crate) fn parse_fence(v: &Value) -> Result<Fence, Error> {
 pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
     let parts = match v {
         Value::Array(parts) if parts.len() == 2 => parts,
-        other => return Err(Error::unexpected("TIME", other)),
+        other => return Err(crate::transport::unexpected("TIME", other)),
     };
     let num = |p: &Value| -> Option<u64> {
         match p {
@@ -543,7 +540,7 @@ pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
     };
     match (num(&parts[0]), num(&parts[1])) {
         (Some(s), Some(us)) => Ok(s.saturating_mul(1_000_000).saturating_add(us)),
-        _ => Err(Error::unexpected("TIME", v)),
+        _ => Err(crate::transport::unexpected("TIME", v)),
     }
 }
 
@@ -736,15 +733,6 @@ mod tests {
             decide_backup(&obs(State::Attempt(2), held(OTHER)), &v),
             Decision::Wait { .. }
         ));
-    }
-
-    #[test]
-    fn fencing_tokens_never_go_back() {
-        assert_eq!(next_fence(10, 5, 0), 11);
-        assert_eq!(next_fence(0, 1_000_000, 0), 1_000_000);
-        // The fence key was deleted, and the server clock is behind our last token.
-        assert_eq!(next_fence(0, 5, 900), 901);
-        assert_eq!(next_fence(u64::MAX, 0, 0), u64::MAX);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tokio_stream::StreamExt;
 
 use super::config::FailoverConfig;
 use super::events::Event;
-use crate::client::Client;
+use super::Failover;
 use crate::error::{ConfigError, Error};
 
 /// What the closure receives: which attempt this is.
@@ -90,7 +90,7 @@ impl IntoJob for String {
     }
 }
 
-impl Client {
+impl Failover {
     /// Runs `work` if this worker wins an attempt of the job, otherwise waits as a backup and
     /// takes over when an attempt fails; returns how the job ended for this worker.
     ///

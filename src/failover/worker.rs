@@ -18,50 +18,24 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{FailoverConfig, StatusLevel};
-use super::events::{lock, Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
+use super::events::{Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
+use super::keys::JobKeys;
 use super::protocol::{
     decide_backup, decide_holder, lease_value, parse_fence, parse_lease, parse_state, parse_time,
     Decision, Fault, Fence, HolderDecision, HolderOp, Lease, Observation, PendingGrant, State,
     Which, DONE, EXHAUSTED,
 };
-use crate::client::Shared;
-use crate::connection::{check_replies, Dedicated, Expect, HubMsg, Subscription};
 use crate::error::Error;
-use crate::keys::{self, JobKeys};
-
-/// Exponential backoff with full jitter, from 50 ms up to a cap.
-pub(crate) struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_millis(50);
-
-    pub(crate) fn new(max: Duration) -> Self {
-        Backoff {
-            next: Self::BASE,
-            max: max.max(Self::BASE),
-        }
-    }
-
-    /// The next delay: uniformly in [d/2, d), where d doubles up to the cap.
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        let half = d / 2;
-        let nanos = half.as_nanos().max(1) as u64;
-        half + Duration::from_nanos(keys::random_u64() % nanos)
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.next = Self::BASE;
-    }
-}
+use crate::lease;
+use crate::transport::{check_replies, Dedicated, Expect, HubMsg, Subscription, Transport};
+use crate::util::backoff::Backoff;
+use crate::util::lock;
+use crate::util::time::{after, ms, FAR};
+use crate::util::token as keys;
 
 /// Starts a worker task for one job.
-pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
-    let stop = shared.cancel.child_token();
+pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
+    let stop = transport.cancel.child_token();
     let (events, worker) = Worker::channel(
         cfg.key.clone(),
         cfg.event_capacity,
@@ -74,13 +48,13 @@ pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
             .worker_name
             .clone()
             .unwrap_or_else(keys::default_worker_name),
-        backoff: Backoff::new(shared.settings.max_backoff),
+        backoff: Backoff::new(transport.settings.max_backoff),
         view: super::protocol::BackupView {
             max_attempts: cfg.max_attempts,
             has_retry_delay: !cfg.retry_delay.is_zero(),
             ..Default::default()
         },
-        shared: shared.clone(),
+        transport: transport.clone(),
         cfg,
         events,
         stop,
@@ -90,16 +64,16 @@ pub(crate) fn spawn(shared: Arc<Shared>, cfg: FailoverConfig) -> Worker {
     // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
     // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
     // fast networks want short leases), but said.
-    if shared.settings.response_timeout > task.cfg.lock_timeout / 3 {
+    if transport.settings.response_timeout > task.cfg.lock_timeout / 3 {
         let message = format!(
             "response_timeout ({:?}) is more than a third of lock_timeout ({:?}): one slow \
              request can use up most of the lease",
-            shared.settings.response_timeout, task.cfg.lock_timeout
+            transport.settings.response_timeout, task.cfg.lock_timeout
         );
         tracing::warn!(key = %task.cfg.key, "{message}");
         task.events.status(StatusLevel::Normal, message);
     }
-    shared.tracker.spawn(task.run());
+    transport.tracker.spawn(task.run());
     worker
 }
 
@@ -145,7 +119,7 @@ enum Ending {
 }
 
 struct Task {
-    shared: Arc<Shared>,
+    transport: Arc<Transport>,
     cfg: FailoverConfig,
     keys: Arc<JobKeys>,
     name: String,
@@ -187,38 +161,10 @@ fn parse_observation(values: &[Value]) -> Result<Observation, Error> {
     })
 }
 
-/// `from + d`, saturating at a far-future instant instead of panicking.
-///
-/// `Instant + Duration` panics when the sum is not representable (on some platforms already
-/// for a few hundred years); a deadline that far away simply means "never", so every deadline
-/// in this file goes through here.
-fn after(from: Instant, d: Duration) -> Instant {
-    // The last fallback (`from` itself, a timer that fires at once) needs a clock within a year
-    // of its end of range; should it ever happen, firing early errs on the safe side (a deadline
-    // reported, an attempt released), where panicking would take the worker down.
-    from.checked_add(d)
-        .or_else(|| from.checked_add(FAR))
-        .unwrap_or(from)
-}
-
-/// "Never", for timers that must not fire: one year is longer than any lease or backoff, and
-/// `after` falls back to it when a sum overflows.
-const FAR: Duration = Duration::from_secs(86_400 * 365);
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl Task {
     /// Runs the test hook (feature `testing`) between the two round trips of a transition.
-    async fn before_exec(&self, _what: &'static str) {
-        #[cfg(feature = "testing")]
-        {
-            let hook = lock(&self.shared.before_exec).clone();
-            if let Some(hook) = hook {
-                hook(_what).await;
-            }
-        }
+    async fn before_exec(&self, what: &'static str) {
+        self.transport.before_exec(what).await;
     }
 
     async fn run(mut self) {
@@ -342,8 +288,8 @@ impl Task {
         let wait = self
             .cfg
             .lock_timeout
-            .max(self.shared.settings.response_timeout * 5);
-        let mut conn = self.shared.pool.get(after(Instant::now(), wait)).await?;
+            .max(self.transport.settings.response_timeout * 5);
+        let mut conn = self.transport.pool.get(after(Instant::now(), wait)).await?;
         let obs = self.observe(&mut conn).await?;
         let decision = decide_backup(&obs, &self.view);
         self.events.status(
@@ -527,7 +473,7 @@ impl Task {
         }
         let mut resubscribe_in = None;
         if self.sub.is_none() {
-            match self.shared.hub.subscribe(&self.keys.channel).await {
+            match self.transport.hub.subscribe(&self.keys.channel).await {
                 Ok(sub) => {
                     self.sub = Some(sub);
                     // Observe once more now that the subscription is confirmed: a `failed` or
@@ -609,7 +555,7 @@ impl Task {
     /// A plain read on the shared multiplexed connection (no WATCH): state and lease PTTL.
     /// Returns the state and `Some(pttl)` when a lease is alive (`Some(None)`: alive without TTL).
     async fn quick_read(&mut self) -> Result<(State, Option<Option<u64>>), Error> {
-        let mut conn = self.shared.manager.clone();
+        let mut conn = self.transport.manager.clone();
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
@@ -627,7 +573,7 @@ impl Task {
             Value::Int(-2) => None,
             Value::Int(-1) => Some(None),
             Value::Int(n) if *n >= 0 => Some(Some(*n as u64)),
-            other => return Err(Error::unexpected("PTTL lease", other)),
+            other => return Err(crate::transport::unexpected("PTTL lease", other)),
         };
         Ok((parse_state(state)?, lease))
     }
@@ -640,14 +586,14 @@ impl Task {
     /// own in the `select!`, armed whatever an extension in flight is doing (a hung reply, a
     /// starved pool, a paused Redis). Extensions run as a separate future for that reason.
     async fn hold(&mut self, g: Grant) -> Flow {
-        let (cmd_tx, mut cmd_rx) = crate::queue::unbounded();
+        let (cmd_tx, mut cmd_rx) = crate::util::mailbox::unbounded();
         let ended = Arc::new(Mutex::new(None));
         let released = CancellationToken::new();
         // Whatever way this function returns, the attempt is no longer held by the user's code:
         // the handle's `lost()`/`cancellation()` fire.
         let _released_on_return = released.clone().drop_guard();
         let lock_timeout = self.cfg.lock_timeout;
-        let deadline_at = lease_deadline(g.sent, lock_timeout);
+        let deadline_at = lease::deadline(g.sent, lock_timeout);
         // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
         // and this point may have outlived the lease, and a backup may hold the next attempt by
         // now: never hand out such a grant (found by the chaos harness's holder pauses).
@@ -702,9 +648,9 @@ impl Task {
         // right away rather than at the next extension or at `done()`. The subscription is made
         // alongside the work, not before it: a short job's `done()` need not wait for it.
         let mut subscribing = if self.sub.is_none() {
-            let (shared, channel) = (self.shared.clone(), self.keys.channel.clone());
+            let (transport, channel) = (self.transport.clone(), self.keys.channel.clone());
             Some(Box::pin(
-                async move { shared.hub.subscribe(&channel).await },
+                async move { transport.hub.subscribe(&channel).await },
             ))
         } else {
             None
@@ -750,7 +696,7 @@ impl Task {
                     extending = None;
                     match r {
                         Ok(sent) => {
-                            lease_end = lease_deadline(sent, lock_timeout);
+                            lease_end = lease::deadline(sent, lock_timeout);
                             next_extend = after(sent, interval);
                             extend_backoff.reset();
                             self.events.status(
@@ -902,7 +848,7 @@ impl Task {
     /// `WATCH`ed `EXEC` can no longer apply).
     async fn finish(&mut self, g: &Grant, ending: Ending, lease_end: Instant) -> Result<(), Error> {
         let mut pending = false;
-        let mut backoff = Backoff::new(self.shared.settings.max_backoff);
+        let mut backoff = Backoff::new(self.transport.settings.max_backoff);
         let mut nil = 0u32;
         let mut sub = self.sub.take();
         let result = loop {
@@ -911,7 +857,7 @@ impl Task {
             let try_deadline = if Instant::now() < lease_end {
                 lease_end
             } else {
-                after(Instant::now(), self.shared.settings.response_timeout)
+                after(Instant::now(), self.transport.settings.response_timeout)
             };
             let mut exec_sent = false;
             let outcome = {
@@ -998,7 +944,7 @@ impl Task {
             Ending::Done => HolderOp::Done,
             _ => HolderOp::Release,
         };
-        let mut conn = self.shared.pool.get(deadline).await?;
+        let mut conn = self.transport.pool.get(deadline).await?;
         conn.set_deadline(deadline);
         let obs = self.observe(&mut conn).await?;
         match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
@@ -1112,50 +1058,37 @@ impl Task {
     /// waits for the dedicated pool. When the check fails, the script returns what it read and
     /// [`decide_holder`] explains it (lost, or a fault), as for any other holder transition.
     fn extension(&self, g: &Grant, lease_end: Instant) -> ExtensionFuture {
-        let mut conn = self.shared.manager.clone();
+        let mut conn = self.transport.manager.clone();
         let keys = self.keys.clone();
-        let lease = lease_value(&g.token, &self.name);
+        let value = lease_value(&g.token, &self.name);
         let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
-        let lease_ms = ms(self.cfg.lock_timeout);
-        let retention = ms(self.cfg.retention);
-        let response_timeout = self.shared.settings.response_timeout;
+        let (ttl, retention) = (self.cfg.lock_timeout, self.cfg.retention);
+        let response_timeout = self.transport.settings.response_timeout;
         let job = self.cfg.key.clone();
         #[cfg(feature = "testing")]
-        let hook = lock(&self.shared.before_exec).clone();
+        let hook = self.transport.exec_hook();
         Box::pin(async move {
             #[cfg(feature = "testing")]
             if let Some(hook) = hook {
                 hook("extend").await;
             }
-            let sent = Instant::now();
-            let limit = after(sent, response_timeout).min(lease_end);
-            let mut call = EXTEND_LEASE.prepare_invoke();
-            call.key(&keys.lease)
-                .key(&keys.state)
-                .key(&keys.fence)
-                .arg(&lease)
-                .arg(attempt)
-                .arg(lease_ms)
-                .arg(retention);
-            let reply: Value =
-                match tokio::time::timeout_at(limit, call.invoke_async(&mut conn)).await {
-                    Ok(r) => r?,
-                    Err(_) => {
-                        return Err(Error::Timeout {
-                            during: "extending the lease",
-                        })
-                    }
-                };
-            let items = match reply {
-                Value::Array(items) => items,
-                other => return Err(Error::unexpected("the lease extension", &other)),
+            let guard_value = attempt.to_string();
+            let req = lease::Extend {
+                lease: &keys.lease,
+                value: &value,
+                ttl,
+                guard: &keys.state,
+                guard_value: &guard_value,
+                refresh: &[&keys.state, &keys.fence],
+                retention,
             };
-            match items.as_slice() {
-                [Value::Int(1)] => Ok(sent),
-                [Value::Int(0), state, lease, pttl] => {
+            let limit = after(Instant::now(), response_timeout).min(lease_end);
+            match lease::extend(&mut conn, &req, limit).await? {
+                lease::Extension::Confirmed { sent } => Ok(sent),
+                lease::Extension::Refused { guard, lease, pttl } => {
                     let obs = Observation {
-                        state: parse_state(state)?,
-                        lease: parse_lease(lease, pttl)?,
+                        state: parse_state(&guard)?,
+                        lease: parse_lease(&lease, &pttl)?,
                         fence: Fence::Absent,
                         now_us: 0,
                     };
@@ -1172,10 +1105,6 @@ impl Task {
                         }),
                     }
                 }
-                _ => Err(Error::UnexpectedReply {
-                    context: "the lease extension",
-                    reply: format!("{} items", items.len()),
-                }),
             }
         })
     }
@@ -1192,34 +1121,6 @@ async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Er
         Some(f) => f.await,
         None => std::future::pending().await,
     }
-}
-
-/// The lease extension: `KEYS` = lease, state, fence; `ARGV` = the lease value this grant
-/// wrote, the attempt number, the lease in ms, the retention in ms. Returns `{1}` when
-/// extended, else `{0, state, lease, lease PTTL}` as read, for [`decide_holder`] to explain.
-static EXTEND_LEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"
-local lease = redis.call('GET', KEYS[1])
-local state = redis.call('GET', KEYS[2])
-if lease == ARGV[1] and state == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  return {1}
-end
-return {0, state, lease, redis.call('PTTL', KEYS[1])}
-",
-    )
-});
-
-/// `from + lock_timeout − max(1 %, 2 ms)`: when a lease granted or extended by a request sent
-/// at `from` can end at the earliest, as this host's monotonic clock measures it. The margin
-/// covers clock-rate differences between this host and Redis; measuring from the send time
-/// errs early, never late.
-fn lease_deadline(from: Instant, lock_timeout: Duration) -> Instant {
-    let early = (lock_timeout / 100).max(Duration::from_millis(2));
-    after(from, lock_timeout.saturating_sub(early))
 }
 
 fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
@@ -1285,33 +1186,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_grows_to_its_cap_with_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(400));
-        let d: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
-        assert!(d[0] >= Duration::from_millis(25) && d[0] < Duration::from_millis(50));
-        assert!(d[7] >= Duration::from_millis(200) && d[7] < Duration::from_millis(400));
-        b.reset();
-        assert!(b.next_delay() < Duration::from_millis(50));
-    }
-
-    #[test]
     fn takeover_messages() {
         assert!(taken_over("acquired:3", 2));
         assert!(!taken_over("acquired:2", 2));
         assert!(!taken_over("acquired:x", 2));
         assert!(taken_over("exhausted", 2));
         assert!(!taken_over("failed", 2));
-    }
-
-    #[test]
-    fn deadlines_saturate_instead_of_panicking() {
-        let now = Instant::now();
-        assert!(after(now, Duration::MAX) >= after(now, FAR));
-        assert_eq!(
-            after(now, Duration::from_secs(1)),
-            now + Duration::from_secs(1)
-        );
-        assert!(after(now, Duration::MAX) > now);
     }
 
     #[test]

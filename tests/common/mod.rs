@@ -163,20 +163,23 @@ pub fn inject_before_exec(
     cmds: Vec<Vec<String>>,
 ) {
     let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    client.set_before_exec_hook(Some(std::sync::Arc::new(move |name| {
-        let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
-        Box::pin(async move {
-            if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                return;
-            }
-            let mut c = redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            run_cmds(&mut c, &cmds).await;
-        })
-    })));
+    baton::__seam::set_before_exec_hook(
+        client,
+        Some(std::sync::Arc::new(move |name| {
+            let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
+            Box::pin(async move {
+                if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let mut c = redis::Client::open(url)
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                run_cmds(&mut c, &cmds).await;
+            })
+        })),
+    );
 }
 
 static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());

@@ -1,4 +1,4 @@
-//! The three kinds of connection one [`Client`](crate::Client) keeps, and why.
+//! The three kinds of connection one client keeps, and why.
 //!
 //! - **One multiplexed connection** (a `ConnectionManager`, which reconnects by itself) for plain
 //!   reads that only decide whether to keep waiting. It is never used for `WATCH`: on a
@@ -18,53 +18,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Value};
+use redis::aio::MultiplexedConnection;
+use redis::Value;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::ConnSettings;
 use crate::error::Error;
-use crate::failover::events::lock;
-
-/// Connection settings shared by all three kinds.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnSettings {
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    pub max_backoff: Duration,
-    pub pool_size: usize,
-}
-
-impl ConnSettings {
-    fn async_config(&self) -> AsyncConnectionConfig {
-        AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-    }
-}
-
-/// Opens the shared multiplexed connection.
-pub(crate) async fn connect_manager(
-    client: &redis::Client,
-    s: &ConnSettings,
-) -> Result<ConnectionManager, Error> {
-    let cfg = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(s.connect_timeout))
-        .set_response_timeout(Some(s.response_timeout))
-        .set_max_delay(s.max_backoff)
-        .set_number_of_retries(2);
-    let fut = ConnectionManager::new_with_config(client.clone(), cfg);
-    // The manager retries internally; bound the whole first connect so `Client::connect` fails
-    // fast (and typed) when Redis is down.
-    match tokio::time::timeout(s.connect_timeout * 3, fut).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(Error::Timeout {
-            during: "connecting to redis",
-        }),
-    }
-}
+use crate::util::lock;
 
 /// The pool of dedicated connections for `WATCH`/`MULTI`/`EXEC`.
 pub(crate) struct Pool {
@@ -218,8 +181,8 @@ impl Dedicated {
         match values.remove(0) {
             redis::Value::Okay => Ok(values),
             redis::Value::SimpleString(s) if s == "OK" => Ok(values),
-            redis::Value::ServerError(e) => Err(crate::error::refused("WATCH", &e)),
-            other => Err(Error::unexpected("WATCH", &other)),
+            redis::Value::ServerError(e) => Err(super::classify::refused("WATCH", &e)),
+            other => Err(super::classify::unexpected("WATCH", &other)),
         }
     }
 
@@ -251,9 +214,9 @@ impl Dedicated {
                     redis::Value::ServerError(e) => Some(e),
                     _ => None,
                 });
-                Err(crate::error::from_server_error(refused.unwrap_or(&err)))
+                Err(super::classify::from_server_error(refused.unwrap_or(&err)))
             }
-            Some(other) => Err(Error::unexpected("EXEC", &other)),
+            Some(other) => Err(super::classify::unexpected("EXEC", &other)),
             None => Err(Error::UnexpectedReply {
                 context: "EXEC",
                 reply: "no reply".into(),
@@ -296,14 +259,14 @@ pub(crate) fn check_replies(
     }
     for (v, e) in replies.iter().zip(expect) {
         let ok = match (e, v) {
-            (_, Value::ServerError(err)) => return Err(crate::error::from_server_error(err)),
+            (_, Value::ServerError(err)) => return Err(super::classify::from_server_error(err)),
             (Expect::Ok, Value::Okay) => true,
             (Expect::Ok, Value::SimpleString(s)) => s == "OK",
             (Expect::Int, Value::Int(_)) => true,
             _ => false,
         };
         if !ok {
-            return Err(Error::unexpected(context, v));
+            return Err(super::classify::unexpected(context, v));
         }
     }
     Ok(())
@@ -329,7 +292,7 @@ enum HubCmd {
     Subscribe {
         channel: String,
         id: u64,
-        tx: crate::queue::Sender<HubMsg>,
+        tx: crate::util::mailbox::Sender<HubMsg>,
         ack: oneshot::Sender<Result<(), Error>>,
     },
     Unsubscribe {
@@ -346,7 +309,7 @@ pub(crate) struct Hub {
 
 /// A confirmed subscription to one channel; unsubscribes on drop (without blocking).
 pub(crate) struct Subscription {
-    pub rx: crate::queue::Receiver<HubMsg>,
+    pub rx: crate::util::mailbox::Receiver<HubMsg>,
     channel: String,
     id: u64,
     cmds: mpsc::UnboundedSender<HubCmd>,
@@ -385,7 +348,7 @@ impl Hub {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = crate::queue::unbounded();
+        let (tx, rx) = crate::util::mailbox::unbounded();
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = Subscription {
             rx,
@@ -412,7 +375,7 @@ impl Hub {
 /// How the hub confirms a subscription (or says why it failed).
 type Ack = oneshot::Sender<Result<(), Error>>;
 
-type Waiters = HashMap<String, Vec<(u64, crate::queue::Sender<HubMsg>)>>;
+type Waiters = HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
 
 async fn hub_task(
     client: redis::Client,
@@ -423,7 +386,7 @@ async fn hub_task(
     let mut waiters: Waiters = HashMap::new();
     // The channels the server has confirmed on the current connection.
     let mut subscribed: HashSet<String> = HashSet::new();
-    let mut backoff = crate::failover::worker::Backoff::new(settings.max_backoff);
+    let mut backoff = crate::util::backoff::Backoff::new(settings.max_backoff);
     let mut connected_before = false;
     loop {
         if cancel.is_cancelled() {

@@ -1,0 +1,172 @@
+//! The lease kernel: what every lease-holding primitive shares (failover now; locks and leader
+//! election next), so each gets it right once.
+//!
+//! - **Deadlines at send time.** A lease granted or extended by a request sent at `t` cannot end
+//!   on the server before `t + ttl`; measured on this host's monotonic clock from `t`, minus a
+//!   margin of max(1 %, 2 ms) for clock-rate differences, a deadline errs early, never late
+//!   ([`deadline`]).
+//! - **Keepalive in one command.** [`extend`] is one `EVALSHA`: the script checks that the lease
+//!   still holds this holder's value (and a guard key the value the primitive expects, e.g. the
+//!   failover state its attempt number), and only then extends the lease and refreshes the TTL
+//!   of the primitive's other keys. Being atomic it needs no `WATCH`, so it runs on the shared
+//!   multiplexed connection and never waits for a dedicated one. When it refuses it returns
+//!   what it read, for the primitive's own pure decision to explain.
+//! - **Fencing tokens** that never go back ([`next_fence`], DESIGN.md §3).
+//!
+//! The loss signal itself (event, future, `CancellationToken`) is raised by the primitive's
+//! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
+//! flight is doing.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::util::time::after;
+
+/// `from + ttl − max(1 %, 2 ms)`: when a lease granted or extended by a request sent at `from`
+/// can end at the earliest, as this host's monotonic clock measures it.
+pub(crate) fn deadline(from: Instant, ttl: Duration) -> Instant {
+    let early = (ttl / 100).max(Duration::from_millis(2));
+    after(from, ttl.saturating_sub(early))
+}
+
+/// The next fencing token: above the stored one, above any this holder was granted, and at least
+/// the server's time in µs, so it keeps growing even after the fence key is deleted or expires.
+/// It only goes back if the server's clock does.
+pub(crate) fn next_fence(stored: u64, now_us: u64, last_fence: u64) -> u64 {
+    stored
+        .saturating_add(1)
+        .max(now_us)
+        .max(last_fence.saturating_add(1))
+}
+
+/// One lease extension's inputs.
+pub(crate) struct Extend<'a> {
+    /// The lease key.
+    pub lease: &'a str,
+    /// The value this holder wrote to it.
+    pub value: &'a str,
+    /// The lease's TTL.
+    pub ttl: Duration,
+    /// A key that must hold `guard_value` too (pass the lease itself when there is none).
+    pub guard: &'a str,
+    /// What `guard` must hold.
+    pub guard_value: &'a str,
+    /// Keys whose TTL is refreshed to `retention` with the extension (the guard among them if
+    /// it should be).
+    pub refresh: &'a [&'a str],
+    /// Their TTL.
+    pub retention: Duration,
+}
+
+/// What an extension found.
+#[derive(Debug)]
+pub(crate) enum Extension {
+    /// Extended; `sent` is when the request left (the new lease's deadline counts from it).
+    Confirmed { sent: Instant },
+    /// Not ours any more: what the guard, the lease and the lease's PTTL read.
+    Refused {
+        guard: Value,
+        lease: Value,
+        pttl: Value,
+    },
+}
+
+/// `KEYS` = lease, guard, keys to refresh…; `ARGV` = lease value, guard value, lease ms,
+/// retention ms. `{1}` when extended, else `{0, guard, lease, PTTL lease}` as read.
+static EXTEND_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local lease = redis.call('GET', KEYS[1])
+local guard = redis.call('GET', KEYS[2])
+if lease == ARGV[1] and guard == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  for i = 3, #KEYS do
+    redis.call('PEXPIRE', KEYS[i], ARGV[4])
+  end
+  return {1}
+end
+return {0, guard, lease, redis.call('PTTL', KEYS[1])}
+",
+    )
+});
+
+/// Extends a lease if it is still this holder's, in one round trip that gives up at `limit`.
+///
+/// # Errors
+/// [`Error::Timeout`] at `limit` (the outcome is unknown: the extension may have applied);
+/// connection and server errors (a wrong type inside the script is `WrongType`).
+///
+/// # Cancel safety
+/// Cancel safe: dropping it abandons the request; the lease is then as if it was not extended.
+pub(crate) async fn extend(
+    conn: &mut ConnectionManager,
+    req: &Extend<'_>,
+    limit: Instant,
+) -> Result<Extension, Error> {
+    let mut call = EXTEND_SCRIPT.prepare_invoke();
+    call.key(req.lease).key(req.guard);
+    // KEYS[2] is only read; whatever is refreshed comes from KEYS[3..] (the guard again, when
+    // the caller lists it).
+    for k in req.refresh {
+        call.key(*k);
+    }
+    call.arg(req.value)
+        .arg(req.guard_value)
+        .arg(crate::util::time::ms(req.ttl))
+        .arg(crate::util::time::ms(req.retention));
+    let sent = Instant::now();
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "extending the lease",
+            })
+        }
+    };
+    let Value::Array(items) = reply else {
+        return Err(crate::transport::unexpected("the lease extension", &reply));
+    };
+    let mut items = items.into_iter();
+    match (items.next(), items.next(), items.next(), items.next()) {
+        (Some(Value::Int(1)), None, None, None) => Ok(Extension::Confirmed { sent }),
+        (Some(Value::Int(0)), Some(guard), Some(lease), Some(pttl)) => {
+            Ok(Extension::Refused { guard, lease, pttl })
+        }
+        _ => Err(Error::UnexpectedReply {
+            context: "the lease extension",
+            reply: "a reply of another shape".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_err_early_by_a_margin() {
+        let t = Instant::now();
+        assert_eq!(
+            deadline(t, Duration::from_secs(10)),
+            t + Duration::from_millis(9_900)
+        );
+        assert_eq!(
+            deadline(t, Duration::from_millis(100)),
+            t + Duration::from_millis(98)
+        );
+        assert_eq!(deadline(t, Duration::ZERO), t);
+    }
+
+    #[test]
+    fn fencing_tokens_never_go_back() {
+        assert_eq!(next_fence(10, 5, 0), 11);
+        assert_eq!(next_fence(0, 1_000_000, 0), 1_000_000);
+        // The fence key was deleted, and the server clock is behind our last token.
+        assert_eq!(next_fence(0, 5, 900), 901);
+        assert_eq!(next_fence(u64::MAX, 0, 0), u64::MAX);
+    }
+}

@@ -1,0 +1,116 @@
+//! The transport: everything baton knows about talking to Redis, and nothing about any
+//! primitive. Primitives get an `Arc<Transport>` and build their commands themselves.
+//!
+//! - [`connection`]: the multiplexed connection, the pool of dedicated connections for
+//!   `WATCH … EXEC` and the pub/sub hub (why three kinds: see there).
+//! - [`classify`]: server errors and client-library errors as typed [`Error`]s, in one place.
+//! - [`url`]: URL checks made before any network I/O, and redaction for messages.
+//! - [`acl`]: the commands baton sends, for a least-privilege user.
+//! - `tls` (feature `tls`): rustls setup.
+
+pub mod acl;
+pub(crate) mod classify;
+pub(crate) mod connection;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+pub(crate) mod url;
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub(crate) use classify::unexpected;
+pub(crate) use connection::{check_replies, Dedicated, Expect, Hub, HubMsg, Pool, Subscription};
+
+use crate::error::Error;
+
+/// A hook run between round trip 1 (`WATCH` + reads) and round trip 2 (`MULTI … EXEC`) of a
+/// transition, and before a lease extension, with the transition's name (`"grant"`,
+/// `"exhaust"`, `"finish"`, `"extend"`). A hidden test seam (feature `testing`): tests write a
+/// competing value exactly in the window a `WATCH` protects, or hold a transition there.
+#[cfg(feature = "testing")]
+pub type ExecHook = std::sync::Arc<
+    dyn Fn(&'static str) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The connections of one client and the tasks that use them; shared by every primitive
+/// handle and worker task through an `Arc`.
+pub(crate) struct Transport {
+    pub manager: ConnectionManager,
+    pub pool: std::sync::Arc<Pool>,
+    pub hub: Hub,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+    pub settings: ConnSettings,
+    #[cfg(feature = "testing")]
+    pub before_exec: std::sync::Mutex<Option<ExecHook>>,
+}
+
+impl Transport {
+    /// Runs the test seam's hook, if one is installed (feature `testing`).
+    pub(crate) async fn before_exec(&self, _what: &'static str) {
+        #[cfg(feature = "testing")]
+        {
+            let hook = crate::util::lock(&self.before_exec).clone();
+            if let Some(hook) = hook {
+                hook(_what).await;
+            }
+        }
+    }
+
+    /// The hook as a value, for futures that must own what they use.
+    #[cfg(feature = "testing")]
+    pub(crate) fn exec_hook(&self) -> Option<ExecHook> {
+        crate::util::lock(&self.before_exec).clone()
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the pub/sub task and any worker still running.
+        self.cancel.cancel();
+    }
+}
+
+/// Connection settings shared by all three kinds.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnSettings {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub max_backoff: Duration,
+    pub pool_size: usize,
+}
+
+impl ConnSettings {
+    fn async_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+    }
+}
+
+/// Opens the shared multiplexed connection.
+pub(crate) async fn connect_manager(
+    client: &redis::Client,
+    s: &ConnSettings,
+) -> Result<ConnectionManager, Error> {
+    let cfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(s.connect_timeout))
+        .set_response_timeout(Some(s.response_timeout))
+        .set_max_delay(s.max_backoff)
+        .set_number_of_retries(2);
+    let fut = ConnectionManager::new_with_config(client.clone(), cfg);
+    // The manager retries internally; bound the whole first connect so `Client::connect` fails
+    // fast (and typed) when Redis is down.
+    match tokio::time::timeout(s.connect_timeout * 3, fut).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(Error::Timeout {
+            during: "connecting to redis",
+        }),
+    }
+}

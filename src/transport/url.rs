@@ -1,0 +1,105 @@
+//! URL checks made before any network I/O (catalogue row 8), and the redaction every message
+//! and `Debug` output shows a URL through.
+
+use crate::error::ConfigError;
+
+/// Which kind of connection a URL asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// `redis://` or `unix://`.
+    Plain,
+    /// `rediss://` (feature `tls`).
+    Tls,
+}
+
+/// The checks of catalogue row 8 that redis-rs' URL parser does not make, before any network
+/// I/O. Every message shows the URL through [`redact_url`].
+pub(crate) fn check_url(url: &str, tls_options: bool) -> Result<Scheme, ConfigError> {
+    let bad = |why: &str| ConfigError::invalid("url", format!("{}: {why}", redact_url(url)));
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("not a URL (expected redis://host:port/)"));
+    };
+    let scheme = match scheme {
+        "redis" | "unix" => Scheme::Plain,
+        "rediss" if cfg!(feature = "tls") => Scheme::Tls,
+        "rediss" => {
+            return Err(bad(
+                "rediss:// needs baton's `tls` feature, which is not compiled in",
+            ))
+        }
+        _ => return Err(bad("the scheme must be redis://, rediss:// or unix://")),
+    };
+    if let Some((_, fragment)) = rest.split_once('#') {
+        return Err(if fragment == "insecure" {
+            bad("#insecure (skip certificate checks) is always refused")
+        } else {
+            bad("a URL fragment is not allowed")
+        });
+    }
+    let before_query = rest.split_once('?').map_or(rest, |(b, _)| b);
+    if let Some((userinfo, _)) = before_query.rsplit_once('@') {
+        if userinfo.is_empty() || userinfo == ":" {
+            return Err(bad(
+                "empty credentials (`:@`): give a password, or leave out the `@`",
+            ));
+        }
+    }
+    if tls_options && scheme != Scheme::Tls {
+        return Err(bad(
+            "TLS options were given, but the URL is not rediss://; TLS is never silently dropped",
+        ));
+    }
+    Ok(scheme)
+}
+
+/// The URL for messages and `Debug`: credentials and the query (which may carry `pass=`) are
+/// replaced by `<redacted>`; bounded and escaped.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("<not a URL, {} bytes>", url.len());
+    };
+    let scheme_ok = !scheme.is_empty()
+        && scheme.len() <= 16
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let mut out = if scheme_ok {
+        format!("{scheme}://")
+    } else {
+        "<scheme>://".to_string()
+    };
+    let (before_fragment, fragment) = match rest.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (rest, None),
+    };
+    let (before_query, query) = match before_fragment.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (before_fragment, None),
+    };
+    // The last `@`: a password with an unescaped `@` or `/` is still all redacted.
+    let host_path = match before_query.rsplit_once('@') {
+        Some((_, host_path)) => {
+            out.push_str("<redacted>@");
+            host_path
+        }
+        None => before_query,
+    };
+    out.push_str(host_path);
+    if query.is_some() {
+        out.push_str("?<redacted>");
+    }
+    match fragment {
+        Some("insecure") => out.push_str("#insecure"),
+        Some(_) => out.push_str("#<fragment>"),
+        None => {}
+    }
+    let mut bounded = String::new();
+    for (i, c) in out.chars().enumerate() {
+        if i == 200 {
+            bounded.push('…');
+            break;
+        }
+        bounded.extend(c.escape_debug());
+    }
+    bounded
+}

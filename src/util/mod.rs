@@ -1,0 +1,13 @@
+//! Leaves shared by every layer: backoff, deadline arithmetic, tokens, and the mailbox that
+//! carries events, holder commands and wake-ups. Nothing here knows Redis or a primitive.
+
+pub(crate) mod backoff;
+pub(crate) mod mailbox;
+pub(crate) mod time;
+pub(crate) mod token;
+
+/// Locks a std mutex, ignoring poisoning: the data behind these mutexes (an `Option`) stays
+/// consistent even if a panic happened while it was held.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
