@@ -10,7 +10,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::{ConfigError, Error};
 use crate::failover::{
-    Attempt, Failover, FailoverConfig, IntoJob, JobState, JobStatus, JobWatch, RunOutcome, Worker,
+    Attempt, Failover, FailoverConfig, IntoJob, JobState, JobStatus, JobWatch, RunError,
+    RunOutcome, Worker,
 };
 use crate::transport::url::{check_url, redact_url, Scheme};
 use crate::transport::{connect_manager, ConnSettings, Hub, Pool, Transport};
@@ -486,7 +487,11 @@ impl Client {
     ///
     /// # Errors
     /// As [`Failover::run`].
-    pub async fn run<J, F, Fut, T, E>(&self, job: J, work: F) -> Result<RunOutcome<T>, Error>
+    pub async fn run<J, F, Fut, T, E>(
+        &self,
+        job: J,
+        work: F,
+    ) -> Result<RunOutcome<T, E>, RunError<T>>
     where
         J: IntoJob,
         F: FnMut(Attempt) -> Fut,

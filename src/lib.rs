@@ -97,5 +97,5 @@ pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
-    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
+    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };

@@ -1351,6 +1351,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
             attempt: 1,
             reason,
             panicked: true,
+            error: None,
         } => assert!(reason.contains("boom in the future"), "{reason}"),
         other => panic!("{other:?}"),
     }
@@ -1370,6 +1371,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
             attempt: 3,
             reason,
             panicked: true,
+            error: None,
         } => assert!(reason.contains("boom before the future"), "{reason}"),
         other => panic!("{other:?}"),
     }

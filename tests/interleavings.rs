@@ -404,3 +404,62 @@ async fn release_and_exhaustion_refresh_the_fence_ttl() {
         "writing EXHAUSTED refreshes the fence"
     );
 }
+
+/// Loss is observable without the event stream: the handle's `lost()` future and its
+/// cancellation token fire when another worker takes the attempt over.
+#[tokio::test]
+async fn the_attempt_handle_reports_loss_without_the_event_stream() {
+    let server = server();
+    let client = client(&server).await;
+    let cfg = job("handle-loss").keepalive(true).build().unwrap();
+    let mut w = client.start(cfg);
+    let a = acquired(&mut w, WAKE).await;
+    let token = a.handle.cancellation();
+    assert!(!token.is_cancelled());
+    let mut admin = raw(&server).await;
+    run_cmds(
+        &mut admin,
+        &[
+            cmd(&["SET", &state_key("handle-loss"), "2"]),
+            cmd(&[
+                "SET",
+                &lease_key("handle-loss"),
+                "ffffffffffffffffffffffffffffffff other:1",
+                "PX",
+                "10000",
+            ]),
+            cmd(&["PUBLISH", "baton:{handle-loss}:events", "acquired:2"]),
+        ],
+    )
+    .await;
+    let why = tokio::time::timeout(WAKE, a.handle.lost())
+        .await
+        .expect("lost() resolves");
+    assert_eq!(why.kind(), ErrorKind::LeaseLost, "{why}");
+    assert!(token.is_cancelled());
+    drop(w);
+}
+
+/// `JobWatch` is a `Stream` of changes that ends with the job.
+#[tokio::test]
+async fn a_job_watch_is_a_stream_that_ends_with_the_job() {
+    let server = server();
+    let client = client(&server).await;
+    let mut watch = client.watch_job("watched").await.unwrap();
+    let mut w = client.start(job("watched").build().unwrap());
+    let a = acquired(&mut w, WAKE).await;
+    a.done().await.unwrap();
+    let mut changes = Vec::new();
+    while let Some(change) = tokio::time::timeout(WAKE, StreamExt::next(&mut watch))
+        .await
+        .expect("a change or the end")
+    {
+        changes.push(change.unwrap());
+    }
+    // Each change carries the status read after its message, so the stream may end at the
+    // first message whose status already shows the job DONE.
+    assert_eq!(changes[0].message, "acquired:1", "{changes:?}");
+    let last = changes.last().unwrap();
+    assert!(last.status.is_finished(), "{changes:?}");
+    assert_eq!(last.status.state, baton::JobState::Done, "{changes:?}");
+}

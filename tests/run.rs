@@ -64,6 +64,8 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
             attempt: 1,
             reason: "disk full".into(),
             panicked: false,
+            // The work's own error value is kept, not only its text.
+            error: Some("disk full"),
         }
     );
     let second = client
@@ -80,6 +82,7 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
             attempt: 2,
             reason,
             panicked: true,
+            error: None,
         } => assert!(reason.contains("boom"), "{reason}"),
         other => panic!("{other:?}"),
     }
@@ -163,4 +166,39 @@ async fn run_rejects_an_invalid_job_name() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), baton::ErrorKind::Config);
+}
+
+#[tokio::test]
+async fn a_success_whose_done_is_refused_keeps_the_works_result() {
+    // The work succeeds, but another worker took the attempt over just before its DONE: the
+    // outcome says so and still carries the work's value.
+    let srv = server();
+    let client = client(&srv).await;
+    inject_before_exec(
+        &client,
+        srv.url(),
+        "finish",
+        vec![
+            cmd(&["SET", &state_key("taken"), "2"]),
+            cmd(&[
+                "SET",
+                &lease_key("taken"),
+                "ffffffffffffffffffffffffffffffff other:1",
+                "PX",
+                "10000",
+            ]),
+        ],
+    );
+    let out = client
+        .run(job("taken").build().unwrap(), |_| async {
+            Ok::<_, String>("the report")
+        })
+        .await
+        .unwrap();
+    match out {
+        RunOutcome::NotRecorded {
+            attempt: 1, value, ..
+        } => assert_eq!(value, "the report"),
+        other => panic!("{other:?}"),
+    }
 }

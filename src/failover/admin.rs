@@ -95,13 +95,19 @@ pub struct JobChange {
     pub status: JobStatus,
 }
 
-/// A followed job: call [`JobWatch::next`] until it returns `None` (the job ended).
+/// A followed job: a [`Stream`](tokio_stream::Stream) of [`JobChange`]s (or call
+/// [`JobWatch::next`]) that ends once the job is `DONE` or `EXHAUSTED` (or the client stops).
 pub struct JobWatch {
     failover: Failover,
     job: super::FailoverConfig,
     sub: Subscription,
     finished: bool,
+    /// The status read for the last message, in flight.
+    reading: Option<StatusRead>,
 }
+
+type StatusRead =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (String, Result<JobStatus, Error>)> + Send>>;
 
 impl std::fmt::Debug for JobWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,25 +124,50 @@ impl JobWatch {
     /// Connection errors while reading the status; the watch can go on after them.
     ///
     /// # Cancel safety
-    /// Cancel safe: a message received but not yet returned is lost only if the future is dropped
-    /// after the status read started; the next call reads the current status anyway.
+    /// Cancel safe: a change whose status read is under way is kept and returned by the next
+    /// call.
     pub async fn next(&mut self) -> Option<Result<JobChange, Error>> {
-        if self.finished {
-            return None;
-        }
-        let message = match self.sub.rx.recv().await? {
-            HubMsg::Message(m) => m,
-            HubMsg::Reconnected => "resync".to_string(),
-        };
-        Some(
-            self.failover
-                .job_status(self.job.clone())
-                .await
-                .map(|status| {
-                    self.finished = status.is_finished();
+        std::future::poll_fn(|cx| {
+            tokio_stream::Stream::poll_next(std::pin::Pin::new(&mut *self), cx)
+        })
+        .await
+    }
+}
+
+impl tokio_stream::Stream for JobWatch {
+    type Item = Result<JobChange, Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if let Some(read) = this.reading.as_mut() {
+                let Poll::Ready((message, status)) = read.as_mut().poll(cx) else {
+                    return Poll::Pending;
+                };
+                this.reading = None;
+                return Poll::Ready(Some(status.map(|status| {
+                    this.finished = status.is_finished();
                     JobChange { message, status }
-                }),
-        )
+                })));
+            }
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            let message = match this.sub.rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(Some(HubMsg::Message(m))) => m,
+                Poll::Ready(Some(HubMsg::Reconnected)) => "resync".to_string(),
+            };
+            let (failover, job) = (this.failover.clone(), this.job.clone());
+            this.reading = Some(Box::pin(async move {
+                (message, failover.job_status(job).await)
+            }));
+        }
     }
 }
 
@@ -220,6 +251,7 @@ impl Failover {
             job: config,
             sub,
             finished: false,
+            reading: None,
         })
     }
 

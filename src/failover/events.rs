@@ -381,6 +381,7 @@ impl EventSender {
 ///
 /// Dropping it stops the worker (an attempt it holds is failed so a backup takes over).
 #[derive(Debug)]
+#[must_use = "a worker stops (and fails an attempt it holds) when its event stream is dropped"]
 pub struct Worker {
     rx: crate::util::mailbox::Receiver<Event>,
     queued: Arc<AtomicUsize>,

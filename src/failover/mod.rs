@@ -23,7 +23,7 @@ use crate::transport::Transport;
 pub use admin::{JobChange, JobState, JobStatus, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
-pub use run::{Attempt, IntoJob, RunOutcome};
+pub use run::{Attempt, IntoJob, RunError, RunOutcome};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.

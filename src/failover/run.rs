@@ -27,12 +27,24 @@ pub struct Attempt {
     pub fencing_token: u64,
 }
 
-/// How [`Client::run`] ended for this worker.
+/// How [`Failover::run`] ended for this worker. `T` is what the work returns on success, `E`
+/// its error type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum RunOutcome<T> {
+pub enum RunOutcome<T, E = String> {
     /// This worker ran the job successfully and recorded `DONE`.
     Done(T),
+    /// The work succeeded, but before its `DONE` was recorded another worker took the job over
+    /// (the lease ran out, or an operator released the attempt): the job will be, or was, run
+    /// again elsewhere. The work's result is kept.
+    NotRecorded {
+        /// The attempt.
+        attempt: u64,
+        /// What the work returned.
+        value: T,
+        /// Why the `DONE` was refused.
+        reason: String,
+    },
     /// Another worker completed the job.
     CompletedElsewhere,
     /// This worker's attempt failed (error or panic); the job was left to the backups.
@@ -45,6 +57,8 @@ pub enum RunOutcome<T> {
         /// rather than returning an error. The panic is contained: the attempt counts as failed
         /// and a backup takes over, exactly as for an error.
         panicked: bool,
+        /// The error the work returned (`None` when it panicked or was cancelled).
+        error: Option<E>,
     },
     /// Every attempt failed.
     Exhausted {
@@ -62,7 +76,62 @@ pub enum RunOutcome<T> {
     Stopped,
 }
 
-/// Anything that names a job for [`Client::run`]: a job name (default settings) or a full
+/// Why [`Failover::run`] failed: the error and, when the work itself succeeded but its success
+/// could not be recorded (e.g. [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown)),
+/// the work's result, so it is never silently dropped. Converts into [`Error`] with `?`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RunError<T> {
+    /// What went wrong.
+    pub error: Error,
+    /// The work's result, when the work succeeded.
+    pub value: Option<T>,
+}
+
+impl<T> RunError<T> {
+    /// The error's classification.
+    pub fn kind(&self) -> crate::ErrorKind {
+        self.error.kind()
+    }
+}
+
+impl<T> From<Error> for RunError<T> {
+    fn from(error: Error) -> Self {
+        RunError { error, value: None }
+    }
+}
+
+impl<T> From<ConfigError> for RunError<T> {
+    fn from(error: ConfigError) -> Self {
+        RunError {
+            error: error.into(),
+            value: None,
+        }
+    }
+}
+
+impl<T> From<RunError<T>> for Error {
+    fn from(e: RunError<T>) -> Self {
+        e.error
+    }
+}
+
+impl<T> std::fmt::Display for RunError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.value {
+            Some(_) => write!(f, "{} (the work itself succeeded)", self.error),
+            None => self.error.fmt(f),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for RunError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// Anything that names a job for [`Failover::run`]: a job name (default settings) or a full
 /// [`FailoverConfig`].
 pub trait IntoJob {
     /// Converts into a validated configuration.
@@ -118,12 +187,18 @@ impl Failover {
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid job; the worker's terminal error (corrupt state, lost
-    /// state, …) when the job cannot be coordinated.
+    /// state, …) when the job cannot be coordinated; [`ErrorKind::OutcomeUnknown`](
+    /// crate::ErrorKind::OutcomeUnknown) (with the work's result in [`RunError::value`]) when
+    /// the work succeeded but whether its `DONE` was recorded cannot be known.
     ///
     /// # Cancel safety
     /// Dropping the future drops the worker, which fails an attempt it holds (the lease is
     /// released so a backup takes over) and aborts `work`.
-    pub async fn run<J, F, Fut, T, E>(&self, job: J, mut work: F) -> Result<RunOutcome<T>, Error>
+    pub async fn run<J, F, Fut, T, E>(
+        &self,
+        job: J,
+        mut work: F,
+    ) -> Result<RunOutcome<T, E>, RunError<T>>
     where
         J: IntoJob,
         F: FnMut(Attempt) -> Fut,
@@ -136,6 +211,8 @@ impl Failover {
         let mut worker = self.start(config);
         // The attempt whose work panicked, so its `Failed` is reported as a panic.
         let mut panicked_attempt = None;
+        // The error the work returned in its last attempt, kept for `Failed`.
+        let mut last_error: Option<(u64, E)> = None;
         while let Some(event) = worker.next().await {
             match event {
                 Event::Acquired(acquired) => {
@@ -174,17 +251,28 @@ impl Failover {
                         }
                     };
                     let ended = match result {
+                        // The work's result is never dropped, whatever becomes of its DONE.
                         Ok(Ok(value)) => match acquired.done().await {
                             Ok(()) => return Ok(RunOutcome::Done(value)),
                             Err(Error::LeaseLost { reason, .. }) => {
-                                return Ok(RunOutcome::LeaseLost {
+                                return Ok(RunOutcome::NotRecorded {
                                     attempt: number,
+                                    value,
                                     reason,
                                 })
                             }
-                            Err(e) => return Err(e),
+                            Err(error) => {
+                                return Err(RunError {
+                                    error,
+                                    value: Some(value),
+                                })
+                            }
                         },
-                        Ok(Err(e)) => acquired.fail(e.to_string()).await,
+                        Ok(Err(e)) => {
+                            let reason = e.to_string();
+                            last_error = Some((number, e));
+                            acquired.fail(reason).await
+                        }
                         Err(join) if join.is_panic() => {
                             panicked_attempt = Some(number);
                             acquired.fail(panic_message(join.into_panic())).await
@@ -195,7 +283,9 @@ impl Failover {
                     // The worker now reports Failed / Exhausted / LeaseLost (or rejoins).
                 }
                 Event::Completed { attempt: None } => return Ok(RunOutcome::CompletedElsewhere),
-                other if other.is_terminal() => return terminal(other, panicked_attempt),
+                other if other.is_terminal() => {
+                    return terminal(other, panicked_attempt, last_error).map_err(RunError::from)
+                }
                 _ => {}
             }
         }
@@ -213,7 +303,7 @@ async fn next_terminal(worker: &mut super::Worker) -> Option<Event> {
     None
 }
 
-fn outcome_of<T>(event: Option<Event>, attempt: u64) -> RunOutcome<T> {
+fn outcome_of<T, E>(event: Option<Event>, attempt: u64) -> RunOutcome<T, E> {
     match event {
         Some(Event::LeaseLost { attempt, reason }) => RunOutcome::LeaseLost { attempt, reason },
         Some(Event::Exhausted { attempts }) => RunOutcome::Exhausted { attempts },
@@ -233,7 +323,11 @@ fn lost_is_ok(e: Error) -> Result<(), Error> {
     }
 }
 
-fn terminal<T>(event: Event, panicked_attempt: Option<u64>) -> Result<RunOutcome<T>, Error> {
+fn terminal<T, E>(
+    event: Event,
+    panicked_attempt: Option<u64>,
+    last_error: Option<(u64, E)>,
+) -> Result<RunOutcome<T, E>, Error> {
     Ok(match event {
         Event::Completed { .. } => RunOutcome::CompletedElsewhere,
         Event::Exhausted { attempts } => RunOutcome::Exhausted { attempts },
@@ -241,6 +335,7 @@ fn terminal<T>(event: Event, panicked_attempt: Option<u64>) -> Result<RunOutcome
             attempt,
             reason,
             panicked: panicked_attempt == Some(attempt),
+            error: last_error.filter(|(n, _)| *n == attempt).map(|(_, e)| e),
         },
         Event::LeaseLost { attempt, reason } => RunOutcome::LeaseLost { attempt, reason },
         Event::Error { kind, message, .. } => return Err(Error::Reported { kind, message }),
