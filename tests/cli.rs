@@ -877,3 +877,89 @@ async fn status_reports_absent_and_reset_lets_a_done_job_run_again() {
     assert_eq!(code(&o), 0, "{}", describe(&o));
     assert_eq!(lines(&out), ["1", "1"], "the program ran again after reset");
 }
+
+#[tokio::test]
+async fn settings_are_checked_before_connecting_so_usage_errors_exit_64_without_redis() {
+    // Nobody listens there: any attempt to connect would end in 69 after retrying for seconds.
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let program = ["--", "true"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("run", vec!["--key", "ok", "--lock-timeout", "0s"]),
+        ("run", vec!["--key", "a{b}"]),
+        (
+            "run",
+            vec!["--key", "ok", "--lock-timeout", "10s", "--retention", "1s"],
+        ),
+        (
+            "run",
+            vec!["--key", "ok", "--max-run", "1s", "--lock-timeout", "10s"],
+        ),
+        ("run", vec!["--key", "ok", "--prefix", "no-colon"]),
+        ("status", vec!["--key", "a{b}"]),
+        ("watch", vec!["--key", "a{b}"]),
+        ("fail", vec!["--key", "a{b}", "--yes"]),
+        ("reset", vec!["--key", "a{b}", "--yes"]),
+    ];
+    for (sub, args) in cases {
+        let mut cmd = baton(sub, &url);
+        cmd.args(&args);
+        if sub == "run" {
+            cmd.args(program);
+        }
+        let t0 = Instant::now();
+        let o = run(&mut cmd, &format!("{sub} {args:?}")).await;
+        let took = t0.elapsed();
+        assert_eq!(code(&o), 64, "{sub} {args:?}: {}", describe(&o));
+        assert!(
+            !stderr(&o).contains("panicked") && !stderr(&o).trim().is_empty(),
+            "{sub} {args:?}: {}",
+            describe(&o)
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{sub} {args:?} took {took:?}: it tried to connect first"
+        );
+    }
+}
+
+#[tokio::test]
+async fn huge_durations_are_refused_with_64_instead_of_panicking() {
+    let srv = server();
+    let url = srv.url();
+    for flag in [
+        "--kill-grace",
+        "--lock-timeout",
+        "--retention",
+        "--max-run",
+        "--retry-delay",
+    ] {
+        // Without keepalive, a 1 s lease makes baton SIGTERM PROGRAM (and time the SIGKILL a
+        // kill-grace later) within a second, if it ever runs.
+        let mut args = vec!["--key", "huge", "--no-keepalive"];
+        if flag != "--lock-timeout" {
+            args.extend(["--lock-timeout", "1s"]);
+        }
+        // The second (~1.6e19 s) overflows Instant arithmetic.
+        for value in ["1000000000years", "500000000000years"] {
+            let o = run(
+                baton("run", &url)
+                    .args(&args)
+                    .args([flag, value, "--", "sleep", "3"]),
+                &format!("{flag} {value}"),
+            )
+            .await;
+            assert_eq!(code(&o), 64, "{flag} {value}: {}", describe(&o));
+            assert!(
+                !stderr(&o).contains("panicked"),
+                "{flag} {value}: {}",
+                describe(&o)
+            );
+        }
+    }
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("huge")).await,
+        None,
+        "nothing ran"
+    );
+}

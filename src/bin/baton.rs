@@ -6,6 +6,9 @@
 //! ```
 //!
 //! Built with the `cli` feature. See `baton --help` for every flag and exit status.
+//!
+//! Every command checks its whole configuration (job name, durations, flags) before it connects,
+//! so a usage error is reported as one (exit 64) even when Redis is unreachable.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -25,11 +28,12 @@ Exit statuses of `baton run`:
   N        PROGRAM's own status when this process ran an attempt that failed
            (128+n when signal n ended it)
   126/127  PROGRAM could not be executed / was not found (the attempt is failed)
-  64       usage or configuration error
+  64       usage or configuration error (checked before connecting to Redis)
   65       the job's stored state is corrupt (a value baton never writes)
   69       Redis cannot be reached, or kept failing for a few seconds
   74       this process lost its attempt: lease lost, deadline passed (--no-keepalive),
-           --max-run reached, or a success that could no longer be recorded
+           --max-run reached, a success that could no longer be recorded, or a success whose
+           outcome is unknown (the job may or may not be DONE: check `baton status`)
   75       the job is exhausted and this process ran no attempt
   130/143  interrupted by SIGINT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
 PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
@@ -52,6 +56,9 @@ const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
 const EX_LOST: u8 = 74;
 const EX_EXHAUSTED: u8 = 75;
+
+/// The longest `--kill-grace` accepted.
+const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Run any program under attempt-counted failover coordination through Redis.
 #[derive(Parser, Debug)]
@@ -127,13 +134,14 @@ struct RunArgs {
     /// The job name (e.g. nightly-report); every server running the job uses the same key.
     #[arg(long)]
     key: String,
-    /// The lease: how long a silent holder keeps the job before a backup may take over.
+    /// The lease: how long a silent holder keeps the job before a backup may take over
+    /// (10ms ..= 1 day).
     #[arg(long, default_value = "30s", value_parser = duration)]
     lock_timeout: Duration,
     /// The maximum number of attempts.
     #[arg(long, default_value_t = 5)]
     max_attempts: u64,
-    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run.
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years).
     #[arg(long, default_value = "24h", value_parser = duration)]
     retention: Duration,
     /// Do not extend the lease: the attempt must finish within --lock-timeout (PROGRAM is
@@ -146,9 +154,10 @@ struct RunArgs {
     /// Pause before a backup takes over a failed attempt.
     #[arg(long, default_value = "0s", value_parser = duration)]
     retry_delay: Duration,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop (never past the lease's end;
-    /// without keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day (never past the
+    /// lease's end; without keepalive SIGTERM comes this long, at most a quarter lease, before
+    /// the deadline).
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// This worker's name, shown by `baton status` (default host:pid).
     #[arg(long)]
@@ -169,6 +178,14 @@ struct RunArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
+}
+
+fn kill_grace(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d > MAX_KILL_GRACE {
+        return Err(format!("{s} is above the maximum of 1 day"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -195,6 +212,35 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(dispatch(cli)))
 }
 
+/// A command with its configuration checked, ready to run once connected.
+enum Plan<'a> {
+    Run(&'a RunArgs, FailoverConfig, Sink),
+    Status(FailoverConfig, bool),
+    Watch(FailoverConfig, bool),
+    Fail(FailoverConfig, &'a str, bool),
+    Reset(FailoverConfig, bool),
+}
+
+/// Checks everything that can be checked without Redis; `Err` is the exit status.
+fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
+    let job = |key: &str| {
+        FailoverConfig::builder(key)
+            .prefix(cli.prefix.clone())
+            .build()
+            .map_err(usage)
+    };
+    Ok(match &cli.command {
+        Command::Run(args) => {
+            let (config, sink) = run_config(args, &cli.prefix)?;
+            Plan::Run(args, config, sink)
+        }
+        Command::Status { key, json } => Plan::Status(job(key)?, *json),
+        Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
+        Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
+        Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
+    })
+}
+
 async fn dispatch(cli: Cli) -> u8 {
     if let Command::Run(args) = &cli.command {
         if args.verbose >= 2 {
@@ -204,33 +250,20 @@ async fn dispatch(cli: Cli) -> u8 {
                 .try_init();
         }
     }
+    let plan = match plan(&cli) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let client = match connect(&cli.redis_url).await {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let job = |key: &str| {
-        FailoverConfig::builder(key)
-            .prefix(cli.prefix.clone())
-            .build()
-    };
-    match &cli.command {
-        Command::Run(args) => run(&client, &cli.prefix, args).await,
-        Command::Status { key, json } => match job(key) {
-            Ok(cfg) => status(&client, cfg, &cli.prefix, *json).await,
-            Err(e) => usage(e),
-        },
-        Command::Watch { key, json } => match job(key) {
-            Ok(cfg) => watch(&client, cfg, *json).await,
-            Err(e) => usage(e),
-        },
-        Command::Fail { key, reason, yes } => match job(key) {
-            Ok(cfg) => admin_fail(&client, cfg, reason, *yes).await,
-            Err(e) => usage(e),
-        },
-        Command::Reset { key, yes } => match job(key) {
-            Ok(cfg) => reset(&client, cfg, *yes).await,
-            Err(e) => usage(e),
-        },
+    match plan {
+        Plan::Run(args, config, sink) => run(&client, args, config, sink).await,
+        Plan::Status(cfg, json) => status(&client, cfg, &cli.prefix, json).await,
+        Plan::Watch(cfg, json) => watch(&client, cfg, json).await,
+        Plan::Fail(cfg, reason, yes) => admin_fail(&client, cfg, reason, yes).await,
+        Plan::Reset(cfg, yes) => reset(&client, cfg, yes).await,
     }
 }
 
@@ -249,7 +282,7 @@ fn exit_for(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::Config => EX_USAGE,
         ErrorKind::CorruptState | ErrorKind::WrongType | ErrorKind::StateLost => EX_DATAERR,
-        ErrorKind::LeaseLost => EX_LOST,
+        ErrorKind::LeaseLost | ErrorKind::OutcomeUnknown => EX_LOST,
         _ => EX_UNAVAILABLE,
     }
 }
@@ -349,7 +382,8 @@ fn describe(event: &Event) -> String {
     }
 }
 
-async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
+/// Builds and checks `run`'s job configuration and opens its events file.
+fn run_config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
         .lock_timeout(args.lock_timeout)
@@ -362,30 +396,32 @@ async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
     }
     // Validate --max-run with the library's rules, but enforce it here: PROGRAM must be stopped
     // *before* the attempt is released, which only this process can do.
-    if let Err(e) = builder.clone().max_run(args.max_run).build() {
-        return usage(e);
-    }
-    let config = match builder.build() {
-        Ok(c) => c,
-        Err(e) => return usage(e),
-    };
+    builder
+        .clone()
+        .max_run(args.max_run)
+        .build()
+        .map_err(usage)?;
+    let config = builder.build().map_err(usage)?;
     let file = match &args.events {
-        Some(path) => match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            Ok(f) => Some(f),
-            Err(e) => return usage(format!("cannot open {}: {e}", path.display())),
-        },
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?,
+        ),
         None => None,
     };
-    let mut sink = Sink {
+    let sink = Sink {
         json: args.json,
         file,
         verbose: args.verbose,
         key: args.key.clone(),
     };
+    Ok((config, sink))
+}
+
+async fn run(client: &Client, args: &RunArgs, config: FailoverConfig, mut sink: Sink) -> u8 {
     let (mut sigint, mut sigterm) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -601,6 +637,14 @@ impl Holder<'_> {
                 Ok(()) => {
                     drain(self.worker, self.sink).await;
                     0
+                }
+                Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
+                    eprintln!(
+                        "baton: PROGRAM succeeded, but whether that was recorded is unknown: the \
+                         job may or may not be DONE (see `baton status`): {e}"
+                    );
+                    drain(self.worker, self.sink).await;
+                    EX_LOST
                 }
                 Err(e) => {
                     eprintln!(
@@ -866,5 +910,17 @@ async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
             0
         }
         Err(e) => fail_with(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_outcome_exits_74_and_the_help_says_the_job_may_or_may_not_be_done() {
+        assert_eq!(exit_for(ErrorKind::OutcomeUnknown), EX_LOST);
+        assert_eq!(exit_for(ErrorKind::LeaseLost), EX_LOST);
+        assert!(EXIT_STATUSES.contains("may or may not be DONE"));
     }
 }
