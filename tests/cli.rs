@@ -259,6 +259,28 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// Sends `sig` to a process this test started.
+fn send_signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a live process of this test.
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Whether `strace` can trace a child here (it is missing, or ptrace is forbidden, on some CI).
+fn strace_works() -> bool {
+    std::process::Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------------
@@ -710,7 +732,7 @@ async fn help_documents_every_flag_and_exit_status() {
         "--json",
         "--events",
     ];
-    let statuses = [64, 65, 69, 74, 75, 126, 127, 130, 143];
+    let statuses = [64, 65, 69, 74, 75, 126, 127, 129, 130, 131, 143];
 
     let top = run(&mut plain(&["--help"]), "--help").await;
     let run_help = run(&mut plain(&["run", "--help"]), "run --help").await;
@@ -961,5 +983,249 @@ async fn huge_durations_are_refused_with_64_instead_of_panicking() {
         get(&mut conn, &state_key("huge")).await,
         None,
         "nothing ran"
+    );
+}
+
+#[tokio::test]
+async fn sighup_and_sigquit_are_forwarded_and_end_the_attempt_like_sigint() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("hup");
+    let mut conn = raw(&srv).await;
+    for (sig, key, expected) in [(libc::SIGHUP, "hup", 129), (libc::SIGQUIT, "quit", 131)] {
+        let pidfile = dir.path(&format!("{key}-pid"));
+        let script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+        let holder = spawn(baton("run", &url).args(["--key", key, "--", "sh", "-c", &script]));
+        let program = read_pid(&pidfile, QUICK).await;
+        send_signal(holder.id().unwrap(), sig);
+        let o = finish(holder, QUICK, key).await;
+        assert_eq!(code(&o), expected, "{key}: {}", describe(&o));
+        assert!(
+            gone_within(program, Duration::from_secs(1)).await,
+            "{key}: PROGRAM (pid {program}) outlived baton"
+        );
+        assert_eq!(
+            get(&mut conn, &lease_key(key)).await,
+            None,
+            "{key}: released"
+        );
+        let (_, json) = status_json(&url, key).await;
+        let failure = json["last_failure"].as_str().unwrap_or_default().to_owned();
+        assert!(failure.contains("baton got SIG"), "{key}: {json}");
+    }
+
+    // A waiting backup ends as well, and releases nothing.
+    let pidfile = dir.path("busy-pid");
+    let script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+    let events = dir.path("backup-events");
+    let holder = spawn(baton("run", &url).args(["--key", "busy", "--", "sh", "-c", &script]));
+    read_pid(&pidfile, QUICK).await;
+    let backup = spawn(
+        baton("run", &url)
+            .args(["--key", "busy", "--events"])
+            .arg(&events)
+            .args(["--", "true"]),
+    );
+    wait_event(&events, "Locked", QUICK).await;
+    send_signal(backup.id().unwrap(), libc::SIGHUP);
+    let o = finish(backup, QUICK, "backup").await;
+    assert_eq!(code(&o), 129, "backup: {}", describe(&o));
+    assert!(get(&mut conn, &lease_key("busy")).await.is_some());
+    drop(holder);
+}
+
+#[tokio::test]
+async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("nohup");
+    let pidfile = dir.path("pid");
+    let script = format!("echo $$ > {}; sleep 1", shq(&pidfile));
+    // As `nohup baton run ...` would start it.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"trap '' HUP; exec "$@""#)
+        .arg("sh")
+        .arg(BATON)
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--key",
+            "nohup",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let holder = spawn(&mut cmd);
+    let program = read_pid(&pidfile, QUICK).await;
+    send_signal(holder.id().unwrap(), libc::SIGHUP);
+    send_signal(program, libc::SIGHUP);
+    let o = finish(holder, QUICK, "nohup").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    let (_, json) = status_json(&url, "nohup").await;
+    assert_eq!(json["state"], "done", "{json}");
+}
+
+/// The process state letter from /proc (R, S, T, Z, ...).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+}
+
+#[tokio::test]
+async fn sigtstp_to_baton_stops_the_program_too_and_sigcont_resumes_both() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("tstp");
+    let pidfile = dir.path("pid");
+    let out = dir.path("out");
+    let script = format!(
+        "echo $$ > {}; sleep 1; echo finished > {}",
+        shq(&pidfile),
+        shq(&out)
+    );
+    let holder = spawn(baton("run", &url).args(["--key", "tstp", "--", "sh", "-c", &script]));
+    let baton_pid = holder.id().unwrap();
+    let program = read_pid(&pidfile, QUICK).await;
+    send_signal(baton_pid, libc::SIGTSTP);
+    let deadline = Instant::now() + QUICK;
+    while !(proc_state(program) == Some('T') && proc_state(baton_pid) == Some('T')) {
+        assert!(
+            Instant::now() < deadline,
+            "not both stopped: PROGRAM {:?}, baton {:?}",
+            proc_state(program),
+            proc_state(baton_pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Stopped well past PROGRAM's 1 s of work: it must not have gone on meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(lines(&out).is_empty(), "PROGRAM ran on while stopped");
+    send_signal(baton_pid, libc::SIGCONT);
+    let o = finish(holder, QUICK, "continued baton").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(lines(&out), ["finished"]);
+    let (_, json) = status_json(&url, "tstp").await;
+    assert_eq!(json["state"], "done", "{json}");
+}
+
+#[tokio::test]
+async fn sigterm_reaches_a_stopped_program_at_once() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("stopped");
+    let pidfile = dir.path("pid");
+    // PROGRAM handles SIGTERM, so a stopped PROGRAM acts on it only once continued (Linux kills
+    // a stopped process at once only for a signal whose default action applies).
+    let script = format!(
+        "trap 'exit 7' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        shq(&pidfile)
+    );
+    // A 30 s grace: only a SIGCONT after the SIGTERM ends PROGRAM within the bound below.
+    let holder = spawn(baton("run", &url).args([
+        "--key",
+        "stopped",
+        "--kill-grace",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let program = read_pid(&pidfile, QUICK).await;
+    // Stop PROGRAM's whole group (not job control: baton goes on running and holding).
+    // SAFETY: kill(2) on the process group of the PROGRAM this test started.
+    assert_eq!(
+        unsafe { libc::kill(-(program as libc::pid_t), libc::SIGSTOP) },
+        0
+    );
+    let t0 = Instant::now();
+    send_signal(holder.id().unwrap(), libc::SIGTERM);
+    let o = finish(
+        holder,
+        Duration::from_secs(5),
+        "SIGTERM with a stopped PROGRAM",
+    )
+    .await;
+    assert_eq!(code(&o), 143, "{}", describe(&o));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(
+        gone_within(program, Duration::from_secs(1)).await,
+        "PROGRAM (pid {program}) outlived baton"
+    );
+}
+
+#[tokio::test]
+async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
+    if !strace_works() {
+        eprintln!("skipped: strace is missing or cannot trace here");
+        return;
+    }
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("reaped");
+    let pidfile = dir.path("pid");
+    let trace = dir.path("trace");
+    let script = format!("echo $$ > {}; exit 3", shq(&pidfile));
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=kill,wait4,waitid", "-o"])
+        .arg(&trace)
+        .args([
+            BATON,
+            "run",
+            "--redis-url",
+            &url,
+            "--key",
+            "reaped",
+            "--max-attempts",
+            "1",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let o = finish(
+        spawn(&mut cmd),
+        Duration::from_secs(20),
+        "baton under strace",
+    )
+    .await;
+    assert_eq!(code(&o), 3, "{}", describe(&o));
+    let pid = read_pid(&pidfile, QUICK).await;
+    let lines = lines(&trace);
+    // The line that reaps PROGRAM: wait4 returning its PID, or a waitid that is not WNOWAIT.
+    let reaped = lines.iter().position(|l| {
+        let waits = (l.contains("wait4(") || l.contains("wait4 resumed"))
+            && l.trim_end().ends_with(&format!("= {pid}"));
+        let waitid = (l.contains("waitid(") || l.contains("waitid resumed"))
+            && l.contains(&format!("si_pid={pid},"))
+            && (l.contains("CLD_EXITED") || l.contains("CLD_KILLED"))
+            && !l.contains("WNOWAIT");
+        waits || waitid
+    });
+    let Some(reaped) = reaped else {
+        panic!("no line reaps PROGRAM (pid {pid}):\n{}", lines.join("\n"));
+    };
+    let group = format!("kill(-{pid},");
+    let late: Vec<&String> = lines[reaped..]
+        .iter()
+        .filter(|l| l.contains(&group))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "signals to PROGRAM's group after its leader was reaped: {late:#?}\n{}",
+        lines.join("\n")
     );
 }
