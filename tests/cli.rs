@@ -271,6 +271,50 @@ fn send_signal(pid: u32, sig: libc::c_int) {
     );
 }
 
+/// A loopback TCP proxy to `upstream` that holds back everything the server sends by `delay`
+/// (in order; the client's requests pass at once). It lives as long as the test's runtime.
+async fn slow_replies_proxy(upstream: u16, delay: Duration) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut client_rd, mut client_wr) = client.into_split();
+                let (mut server_rd, mut server_wr) = server.into_split();
+                let requests = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+                });
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = server_rd.read(&mut buf).await {
+                        if n == 0
+                            || tx
+                                .send((Instant::now() + delay, buf[..n].to_vec()))
+                                .is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+                while let Some((at, bytes)) = rx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if client_wr.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+                requests.abort();
+            });
+        }
+    });
+    port
+}
+
 /// Whether `strace` can trace a child here (it is missing, or ptrace is forbidden, on some CI).
 fn strace_works() -> bool {
     std::process::Command::new("strace")
@@ -1161,6 +1205,67 @@ async fn sigterm_reaches_a_stopped_program_at_once() {
     assert!(
         gone_within(program, Duration::from_secs(1)).await,
         "PROGRAM (pid {program}) outlived baton"
+    );
+}
+
+#[tokio::test]
+async fn without_keepalive_sigterm_comes_kill_grace_before_the_leases_end_counted_from_the_grant() {
+    let srv = server();
+    // Every reply reaches baton 350 ms late, the grant's among them. Counted from when baton
+    // read the grant, SIGTERM would come 250 ms before a lease end that is 350 ms late: after
+    // the real end (when the worker's DeadlinePassed makes baton SIGKILL PROGRAM), i.e. never.
+    let proxy = slow_replies_proxy(srv.port(), Duration::from_millis(350)).await;
+    let url = format!("redis://127.0.0.1:{proxy}/");
+    let dir = TempDir::new("granttime");
+    let pidfile = dir.path("pid");
+    let termfile = dir.path("term");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        shq(&termfile),
+        shq(&pidfile)
+    );
+    let holder = spawn(baton("run", &url).args([
+        "--key",
+        "granttime",
+        "--no-keepalive",
+        "--lock-timeout",
+        "2s",
+        "--kill-grace",
+        "250ms",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let program = read_pid(&pidfile, Duration::from_secs(20)).await;
+    let mut conn = raw(&srv).await;
+    let lease = lease_key("granttime");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut lease_gone, mut program_gone) = (None, None);
+    while (lease_gone.is_none() || program_gone.is_none()) && Instant::now() < deadline {
+        let now = Instant::now();
+        if program_gone.is_none() && !alive(program) {
+            program_gone = Some(now);
+        }
+        if lease_gone.is_none() && get(&mut conn, &lease).await.is_none() {
+            lease_gone = Some(now);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (Some(lease_gone), Some(program_gone)) = (lease_gone, program_gone) else {
+        panic!("lease gone {lease_gone:?}, program gone {program_gone:?} within 10 s");
+    };
+    let o = finish(holder, QUICK, "--no-keepalive behind a slow link").await;
+    assert_eq!(code(&o), 74, "{}", describe(&o));
+    assert_eq!(
+        lines(&termfile),
+        ["term"],
+        "PROGRAM got SIGTERM (kill-grace before the lease's end), not only SIGKILL"
+    );
+    assert!(
+        program_gone <= lease_gone + Duration::from_millis(100),
+        "PROGRAM ran {:?} past its lease's end",
+        program_gone - lease_gone
     );
 }
 

@@ -186,11 +186,11 @@ struct RunArgs {
     /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years).
     #[arg(long, default_value = "24h", value_parser = duration)]
     retention: Duration,
-    /// Do not extend the lease: the attempt must finish within --lock-timeout (PROGRAM is
-    /// stopped when it does not).
+    /// Do not extend the lease: the attempt must finish within --lock-timeout of its grant
+    /// (PROGRAM is stopped when it does not).
     #[arg(long)]
     no_keepalive: bool,
-    /// Cap on one attempt's run time (must exceed --lock-timeout).
+    /// Cap on one attempt's run time, counted from its grant (must exceed --lock-timeout).
     #[arg(long, value_parser = duration)]
     max_run: Option<Duration>,
     /// Pause before a backup takes over a failed attempt.
@@ -680,10 +680,16 @@ impl Holder<'_> {
         };
         let now = Instant::now();
         let far = later(now, FAR);
-        // Without keepalive the lease ends lock_timeout after the grant: PROGRAM must be gone by
-        // then. SIGTERM comes kill_grace (at most a quarter lease) before; SIGKILL at the deadline.
-        let lease_end = args.no_keepalive.then(|| later(now, args.lock_timeout));
-        let granted = now;
+        // Without keepalive the lease ends lock_timeout after the grant's EXEC was sent: the
+        // worker computed that instant (`lease_deadline`, a little early) when the grant came
+        // back, so any time between that and this point is already counted. PROGRAM must be
+        // gone by then: SIGTERM kill_grace (at most a quarter lease) before, SIGKILL at it.
+        let lease_end = args.no_keepalive.then_some(acquired.lease_deadline);
+        // The grant's send time (as early as the deadline errs): --max-run counts from it.
+        let granted = acquired
+            .lease_deadline
+            .checked_sub(args.lock_timeout)
+            .unwrap_or(now);
         let mut term_at = match lease_end {
             Some(end) => end
                 .checked_sub(args.kill_grace.min(args.lock_timeout / 4))
