@@ -62,7 +62,8 @@ fn shq(path: &Path) -> String {
 }
 
 /// `baton SUB --redis-url URL`, with no inherited `BATON_*` connection settings, stdin closed,
-/// stdout/stderr captured, and killed if the test drops it.
+/// stdout/stderr captured, the forwarded signals at their defaults, and killed if the test drops
+/// it.
 fn baton(sub: &str, url: &str) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.arg(sub).arg("--redis-url").arg(url);
@@ -72,7 +73,24 @@ fn baton(sub: &str, url: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    default_signals(&mut cmd);
     cmd
+}
+
+/// Resets SIGHUP, SIGINT, SIGQUIT and SIGTERM to their defaults in the child, as an interactive
+/// shell would start it: a test run started in the background by a script (`cmd &`) inherits
+/// SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals ignored.
+fn default_signals(cmd: &mut Command) {
+    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
+    // async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// `baton ARGS` for commands that need no Redis (help).
@@ -1108,6 +1126,7 @@ async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    default_signals(&mut cmd);
     let holder = spawn(&mut cmd);
     let program = read_pid(&pidfile, QUICK).await;
     send_signal(holder.id().unwrap(), libc::SIGHUP);

@@ -137,9 +137,15 @@ fn baton_on(pty: &Pty, url: &str, args: &[&str]) -> Child {
         .stdout(stdio(pty))
         .stderr(stdio(pty))
         .kill_on_drop(true);
-    // SAFETY: setsid(2) and ioctl(2) are async-signal-safe and allocate nothing.
+    // SAFETY: signal(2), setsid(2) and ioctl(2) are async-signal-safe and allocate nothing.
     unsafe {
         cmd.pre_exec(|| {
+            // As an interactive shell starts a job: a test run started in the background by a
+            // script (`cmd &`) inherits SIGINT and SIGQUIT ignored, and baton and PROGRAM would
+            // keep them ignored (Ctrl-C would do nothing).
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             // A new session (and process group) with the pty as its controlling terminal; the
             // session leader's group becomes the terminal's foreground group.
             if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
