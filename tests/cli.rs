@@ -62,7 +62,8 @@ fn shq(path: &Path) -> String {
 }
 
 /// `baton SUB --redis-url URL`, with no inherited `BATON_*` connection settings, stdin closed,
-/// stdout/stderr captured, and killed if the test drops it.
+/// stdout/stderr captured, the forwarded signals at their defaults, and killed if the test drops
+/// it.
 fn baton(sub: &str, url: &str) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.arg(sub).arg("--redis-url").arg(url);
@@ -72,7 +73,24 @@ fn baton(sub: &str, url: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    default_signals(&mut cmd);
     cmd
+}
+
+/// Resets SIGHUP, SIGINT, SIGQUIT and SIGTERM to their defaults in the child, as an interactive
+/// shell would start it: a test run started in the background by a script (`cmd &`) inherits
+/// SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals ignored.
+fn default_signals(cmd: &mut Command) {
+    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
+    // async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// `baton ARGS` for commands that need no Redis (help).
@@ -257,6 +275,72 @@ fn mentions_number(text: &str, n: u32) -> bool {
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
+}
+
+/// Sends `sig` to a process this test started.
+fn send_signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a live process of this test.
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A loopback TCP proxy to `upstream` that holds back everything the server sends by `delay`
+/// (in order; the client's requests pass at once). It lives as long as the test's runtime.
+async fn slow_replies_proxy(upstream: u16, delay: Duration) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut client_rd, mut client_wr) = client.into_split();
+                let (mut server_rd, mut server_wr) = server.into_split();
+                let requests = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+                });
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = server_rd.read(&mut buf).await {
+                        if n == 0
+                            || tx
+                                .send((Instant::now() + delay, buf[..n].to_vec()))
+                                .is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+                while let Some((at, bytes)) = rx.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if client_wr.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+                requests.abort();
+            });
+        }
+    });
+    port
+}
+
+/// Whether `strace` can trace a child here (it is missing, or ptrace is forbidden, on some CI).
+fn strace_works() -> bool {
+    std::process::Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -710,7 +794,7 @@ async fn help_documents_every_flag_and_exit_status() {
         "--json",
         "--events",
     ];
-    let statuses = [64, 65, 69, 74, 75, 126, 127, 130, 143];
+    let statuses = [64, 65, 69, 74, 75, 126, 127, 129, 130, 131, 143];
 
     let top = run(&mut plain(&["--help"]), "--help").await;
     let run_help = run(&mut plain(&["run", "--help"]), "run --help").await;
@@ -876,4 +960,396 @@ async fn status_reports_absent_and_reset_lets_a_done_job_run_again() {
     .await;
     assert_eq!(code(&o), 0, "{}", describe(&o));
     assert_eq!(lines(&out), ["1", "1"], "the program ran again after reset");
+}
+
+#[tokio::test]
+async fn settings_are_checked_before_connecting_so_usage_errors_exit_64_without_redis() {
+    // Nobody listens there: any attempt to connect would end in 69 after retrying for seconds.
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let program = ["--", "true"];
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("run", vec!["--key", "ok", "--lock-timeout", "0s"]),
+        ("run", vec!["--key", "a{b}"]),
+        (
+            "run",
+            vec!["--key", "ok", "--lock-timeout", "10s", "--retention", "1s"],
+        ),
+        (
+            "run",
+            vec!["--key", "ok", "--max-run", "1s", "--lock-timeout", "10s"],
+        ),
+        ("run", vec!["--key", "ok", "--prefix", "no-colon"]),
+        ("status", vec!["--key", "a{b}"]),
+        ("watch", vec!["--key", "a{b}"]),
+        ("fail", vec!["--key", "a{b}", "--yes"]),
+        ("reset", vec!["--key", "a{b}", "--yes"]),
+    ];
+    for (sub, args) in cases {
+        let mut cmd = baton(sub, &url);
+        cmd.args(&args);
+        if sub == "run" {
+            cmd.args(program);
+        }
+        let t0 = Instant::now();
+        let o = run(&mut cmd, &format!("{sub} {args:?}")).await;
+        let took = t0.elapsed();
+        assert_eq!(code(&o), 64, "{sub} {args:?}: {}", describe(&o));
+        assert!(
+            !stderr(&o).contains("panicked") && !stderr(&o).trim().is_empty(),
+            "{sub} {args:?}: {}",
+            describe(&o)
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "{sub} {args:?} took {took:?}: it tried to connect first"
+        );
+    }
+}
+
+#[tokio::test]
+async fn huge_durations_are_refused_with_64_instead_of_panicking() {
+    let srv = server();
+    let url = srv.url();
+    for flag in [
+        "--kill-grace",
+        "--lock-timeout",
+        "--retention",
+        "--max-run",
+        "--retry-delay",
+    ] {
+        // Without keepalive, a 1 s lease makes baton SIGTERM PROGRAM (and time the SIGKILL a
+        // kill-grace later) within a second, if it ever runs.
+        let mut args = vec!["--key", "huge", "--no-keepalive"];
+        if flag != "--lock-timeout" {
+            args.extend(["--lock-timeout", "1s"]);
+        }
+        // The second (~1.6e19 s) overflows Instant arithmetic.
+        for value in ["1000000000years", "500000000000years"] {
+            let o = run(
+                baton("run", &url)
+                    .args(&args)
+                    .args([flag, value, "--", "sleep", "3"]),
+                &format!("{flag} {value}"),
+            )
+            .await;
+            assert_eq!(code(&o), 64, "{flag} {value}: {}", describe(&o));
+            assert!(
+                !stderr(&o).contains("panicked"),
+                "{flag} {value}: {}",
+                describe(&o)
+            );
+        }
+    }
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("huge")).await,
+        None,
+        "nothing ran"
+    );
+}
+
+#[tokio::test]
+async fn sighup_and_sigquit_are_forwarded_and_end_the_attempt_like_sigint() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("hup");
+    let mut conn = raw(&srv).await;
+    for (sig, key, expected) in [(libc::SIGHUP, "hup", 129), (libc::SIGQUIT, "quit", 131)] {
+        let pidfile = dir.path(&format!("{key}-pid"));
+        let script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+        let holder = spawn(baton("run", &url).args(["--key", key, "--", "sh", "-c", &script]));
+        let program = read_pid(&pidfile, QUICK).await;
+        send_signal(holder.id().unwrap(), sig);
+        let o = finish(holder, QUICK, key).await;
+        assert_eq!(code(&o), expected, "{key}: {}", describe(&o));
+        assert!(
+            gone_within(program, Duration::from_secs(1)).await,
+            "{key}: PROGRAM (pid {program}) outlived baton"
+        );
+        assert_eq!(
+            get(&mut conn, &lease_key(key)).await,
+            None,
+            "{key}: released"
+        );
+        let (_, json) = status_json(&url, key).await;
+        let failure = json["last_failure"].as_str().unwrap_or_default().to_owned();
+        assert!(failure.contains("baton got SIG"), "{key}: {json}");
+    }
+
+    // A waiting backup ends as well, and releases nothing.
+    let pidfile = dir.path("busy-pid");
+    let script = format!("echo $$ > {}; exec sleep 60", shq(&pidfile));
+    let events = dir.path("backup-events");
+    let holder = spawn(baton("run", &url).args(["--key", "busy", "--", "sh", "-c", &script]));
+    read_pid(&pidfile, QUICK).await;
+    let backup = spawn(
+        baton("run", &url)
+            .args(["--key", "busy", "--events"])
+            .arg(&events)
+            .args(["--", "true"]),
+    );
+    wait_event(&events, "Locked", QUICK).await;
+    send_signal(backup.id().unwrap(), libc::SIGHUP);
+    let o = finish(backup, QUICK, "backup").await;
+    assert_eq!(code(&o), 129, "backup: {}", describe(&o));
+    assert!(get(&mut conn, &lease_key("busy")).await.is_some());
+    drop(holder);
+}
+
+#[tokio::test]
+async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("nohup");
+    let pidfile = dir.path("pid");
+    let script = format!("echo $$ > {}; sleep 1", shq(&pidfile));
+    // As `nohup baton run ...` would start it.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"trap '' HUP; exec "$@""#)
+        .arg("sh")
+        .arg(BATON)
+        .args([
+            "run",
+            "--redis-url",
+            &url,
+            "--key",
+            "nohup",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    default_signals(&mut cmd);
+    let holder = spawn(&mut cmd);
+    let program = read_pid(&pidfile, QUICK).await;
+    send_signal(holder.id().unwrap(), libc::SIGHUP);
+    send_signal(program, libc::SIGHUP);
+    let o = finish(holder, QUICK, "nohup").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    let (_, json) = status_json(&url, "nohup").await;
+    assert_eq!(json["state"], "done", "{json}");
+}
+
+/// The process state letter from /proc (R, S, T, Z, ...).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+}
+
+#[tokio::test]
+async fn sigtstp_to_baton_stops_the_program_too_and_sigcont_resumes_both() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("tstp");
+    let pidfile = dir.path("pid");
+    let out = dir.path("out");
+    let script = format!(
+        "echo $$ > {}; sleep 1; echo finished > {}",
+        shq(&pidfile),
+        shq(&out)
+    );
+    let holder = spawn(baton("run", &url).args(["--key", "tstp", "--", "sh", "-c", &script]));
+    let baton_pid = holder.id().unwrap();
+    let program = read_pid(&pidfile, QUICK).await;
+    send_signal(baton_pid, libc::SIGTSTP);
+    let deadline = Instant::now() + QUICK;
+    while !(proc_state(program) == Some('T') && proc_state(baton_pid) == Some('T')) {
+        assert!(
+            Instant::now() < deadline,
+            "not both stopped: PROGRAM {:?}, baton {:?}",
+            proc_state(program),
+            proc_state(baton_pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Stopped well past PROGRAM's 1 s of work: it must not have gone on meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(lines(&out).is_empty(), "PROGRAM ran on while stopped");
+    send_signal(baton_pid, libc::SIGCONT);
+    let o = finish(holder, QUICK, "continued baton").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(lines(&out), ["finished"]);
+    let (_, json) = status_json(&url, "tstp").await;
+    assert_eq!(json["state"], "done", "{json}");
+}
+
+#[tokio::test]
+async fn sigterm_reaches_a_stopped_program_at_once() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("stopped");
+    let pidfile = dir.path("pid");
+    // PROGRAM handles SIGTERM, so a stopped PROGRAM acts on it only once continued (Linux kills
+    // a stopped process at once only for a signal whose default action applies).
+    let script = format!(
+        "trap 'exit 7' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        shq(&pidfile)
+    );
+    // A 30 s grace: only a SIGCONT after the SIGTERM ends PROGRAM within the bound below.
+    let holder = spawn(baton("run", &url).args([
+        "--key",
+        "stopped",
+        "--kill-grace",
+        "30s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let program = read_pid(&pidfile, QUICK).await;
+    // Stop PROGRAM's whole group (not job control: baton goes on running and holding).
+    // SAFETY: kill(2) on the process group of the PROGRAM this test started.
+    assert_eq!(
+        unsafe { libc::kill(-(program as libc::pid_t), libc::SIGSTOP) },
+        0
+    );
+    let t0 = Instant::now();
+    send_signal(holder.id().unwrap(), libc::SIGTERM);
+    let o = finish(
+        holder,
+        Duration::from_secs(5),
+        "SIGTERM with a stopped PROGRAM",
+    )
+    .await;
+    assert_eq!(code(&o), 143, "{}", describe(&o));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(
+        gone_within(program, Duration::from_secs(1)).await,
+        "PROGRAM (pid {program}) outlived baton"
+    );
+}
+
+#[tokio::test]
+async fn without_keepalive_sigterm_comes_kill_grace_before_the_leases_end_counted_from_the_grant() {
+    let srv = server();
+    // Every reply reaches baton 350 ms late, the grant's among them. Counted from when baton
+    // read the grant, SIGTERM would come 250 ms before a lease end that is 350 ms late: after
+    // the real end (when the worker's DeadlinePassed makes baton SIGKILL PROGRAM), i.e. never.
+    let proxy = slow_replies_proxy(srv.port(), Duration::from_millis(350)).await;
+    let url = format!("redis://127.0.0.1:{proxy}/");
+    let dir = TempDir::new("granttime");
+    let pidfile = dir.path("pid");
+    let termfile = dir.path("term");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        shq(&termfile),
+        shq(&pidfile)
+    );
+    let holder = spawn(baton("run", &url).args([
+        "--key",
+        "granttime",
+        "--no-keepalive",
+        "--lock-timeout",
+        "2s",
+        "--kill-grace",
+        "250ms",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let program = read_pid(&pidfile, Duration::from_secs(20)).await;
+    let mut conn = raw(&srv).await;
+    let lease = lease_key("granttime");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut lease_gone, mut program_gone) = (None, None);
+    while (lease_gone.is_none() || program_gone.is_none()) && Instant::now() < deadline {
+        let now = Instant::now();
+        if program_gone.is_none() && !alive(program) {
+            program_gone = Some(now);
+        }
+        if lease_gone.is_none() && get(&mut conn, &lease).await.is_none() {
+            lease_gone = Some(now);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (Some(lease_gone), Some(program_gone)) = (lease_gone, program_gone) else {
+        panic!("lease gone {lease_gone:?}, program gone {program_gone:?} within 10 s");
+    };
+    let o = finish(holder, QUICK, "--no-keepalive behind a slow link").await;
+    assert_eq!(code(&o), 74, "{}", describe(&o));
+    assert_eq!(
+        lines(&termfile),
+        ["term"],
+        "PROGRAM got SIGTERM (kill-grace before the lease's end), not only SIGKILL"
+    );
+    assert!(
+        program_gone <= lease_gone + Duration::from_millis(100),
+        "PROGRAM ran {:?} past its lease's end",
+        program_gone - lease_gone
+    );
+}
+
+#[tokio::test]
+async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
+    if !strace_works() {
+        eprintln!("skipped: strace is missing or cannot trace here");
+        return;
+    }
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("reaped");
+    let pidfile = dir.path("pid");
+    let trace = dir.path("trace");
+    let script = format!("echo $$ > {}; exit 3", shq(&pidfile));
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e", "trace=kill,wait4,waitid", "-o"])
+        .arg(&trace)
+        .args([
+            BATON,
+            "run",
+            "--redis-url",
+            &url,
+            "--key",
+            "reaped",
+            "--max-attempts",
+            "1",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let o = finish(
+        spawn(&mut cmd),
+        Duration::from_secs(20),
+        "baton under strace",
+    )
+    .await;
+    assert_eq!(code(&o), 3, "{}", describe(&o));
+    let pid = read_pid(&pidfile, QUICK).await;
+    let lines = lines(&trace);
+    // The line that reaps PROGRAM: wait4 returning its PID, or a waitid that is not WNOWAIT.
+    let reaped = lines.iter().position(|l| {
+        let waits = (l.contains("wait4(") || l.contains("wait4 resumed"))
+            && l.trim_end().ends_with(&format!("= {pid}"));
+        let waitid = (l.contains("waitid(") || l.contains("waitid resumed"))
+            && l.contains(&format!("si_pid={pid},"))
+            && (l.contains("CLD_EXITED") || l.contains("CLD_KILLED"))
+            && !l.contains("WNOWAIT");
+        waits || waitid
+    });
+    let Some(reaped) = reaped else {
+        panic!("no line reaps PROGRAM (pid {pid}):\n{}", lines.join("\n"));
+    };
+    let group = format!("kill(-{pid},");
+    let late: Vec<&String> = lines[reaped..]
+        .iter()
+        .filter(|l| l.contains(&group))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "signals to PROGRAM's group after its leader was reaped: {late:#?}\n{}",
+        lines.join("\n")
+    );
 }

@@ -6,11 +6,41 @@
 //! ```
 //!
 //! Built with the `cli` feature. See `baton --help` for every flag and exit status.
+//!
+//! Every command checks its whole configuration (job name, durations, flags) before it connects,
+//! so a usage error is reported as one (exit 64) even when Redis is unreachable.
+//!
+//! # PROGRAM, signals and the terminal
+//!
+//! `baton run` starts PROGRAM as the leader of its own process group and follows it with
+//! `waitid(2)`, stops included; it never uses tokio's child handling, so it knows exactly when
+//! PROGRAM's leader is reaped. Signals go to the whole group, and only while the leader is not
+//! reaped yet (a zombie at worst): a reaped leader's number can be reused by an unrelated process
+//! group. When PROGRAM exits, what is left of its group is killed before the leader is reaped.
+//!
+//! Like a shell running a job: when stdin is a terminal and baton's own process group is in its
+//! foreground, PROGRAM's group is made the terminal's foreground group (by PROGRAM itself, right
+//! before its `exec`, with SIGTTOU blocked), so it can read the terminal and Ctrl-C, Ctrl-\ and
+//! Ctrl-Z reach it; baton takes the terminal back before it exits. SIGHUP, SIGINT, SIGQUIT and
+//! SIGTERM sent to baton are forwarded to PROGRAM's group and end the attempt (exit 128 + n); a
+//! signal baton inherited as ignored (`nohup`, a script's `&`) stays ignored, for PROGRAM too.
+//! A terminating signal is always followed by SIGCONT, so a stopped PROGRAM acts on it.
+//!
+//! A SIGTSTP sent to baton itself (Ctrl-Z when stdin is not the terminal) is passed on to
+//! PROGRAM's group instead of stopping baton alone, which would let the lease lapse while
+//! PROGRAM runs. When PROGRAM is stopped by job control (SIGTSTP, SIGTTIN, SIGTTOU), baton takes
+//! the terminal back and stops itself with SIGSTOP (SIGTSTP would be discarded in an orphaned
+//! process group), so the shell sees the job stopped. Its lease is not extended while stopped. Once
+//! continued, it first checks that it still holds its attempt (no-keepalive deadline, then the
+//! job's state in Redis): if not, PROGRAM is killed and baton exits 74; otherwise PROGRAM's group
+//! gets the terminal back (if baton is in the foreground again) and SIGCONT.
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::task::Poll;
 use std::time::Duration;
 
 use baton::{Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus};
@@ -23,15 +53,18 @@ const EXIT_STATUSES: &str = "\
 Exit statuses of `baton run`:
   0        the job ended DONE (by this process or another one)
   N        PROGRAM's own status when this process ran an attempt that failed
-           (128+n when signal n ended it)
+           (128+n when signal n ended it, e.g. 130 after Ctrl-C in a terminal)
   126/127  PROGRAM could not be executed / was not found (the attempt is failed)
-  64       usage or configuration error
+  64       usage or configuration error (checked before connecting to Redis)
   65       the job's stored state is corrupt (a value baton never writes)
   69       Redis cannot be reached, or kept failing for a few seconds
-  74       this process lost its attempt: lease lost, deadline passed (--no-keepalive),
-           --max-run reached, or a success that could no longer be recorded
+  74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
+           Ctrl-Z, for longer than the lease), deadline passed (--no-keepalive), --max-run
+           reached, a success that could no longer be recorded, or a success whose outcome is
+           unknown (the job may or may not be DONE: check `baton status`)
   75       the job is exhausted and this process ran no attempt
-  130/143  interrupted by SIGINT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
 PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
 `status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
 job needs --yes), 65 on a corrupt state, 69 when Redis is unreachable; `watch` exits 75 when
@@ -39,10 +72,19 @@ the job ends EXHAUSTED.
 
 PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
 in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
-which gets SIGTERM and then SIGKILL when the attempt is lost or runs out of time, and it is killed
-when `baton` dies, even by SIGKILL (Linux parent-death signal). PROGRAM's own children can
-escape that last guard: make PROGRAM wait for what it starts. A lease cannot stop a paused or
-partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to.
+which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGKILL when the
+attempt is lost or runs out of time, and it is killed when `baton` dies, even by SIGKILL (Linux
+parent-death signal). PROGRAM's own children can escape that last guard: make PROGRAM wait for
+what it starts. A lease cannot stop a paused or partitioned holder in time: pass
+BATON_FENCING_TOKEN to what PROGRAM writes to.
+
+In a terminal, `baton run` is a well-behaved job: when stdin is a terminal and baton runs in the
+foreground, PROGRAM's process group gets the terminal (PROGRAM can read it; Ctrl-C and Ctrl-Z
+reach it) and baton takes it back before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+baton are forwarded to PROGRAM's group (unless baton started with them ignored, as under nohup).
+Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile.
+On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
+killed and baton exits 74.
 
 Crontab example (every server runs it; exactly one runs the report, a backup retries on failure):
   0 2 * * *  baton run --key nightly-report --lock-timeout 60s -- /usr/local/bin/report";
@@ -52,6 +94,13 @@ const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
 const EX_LOST: u8 = 74;
 const EX_EXHAUSTED: u8 = 75;
+
+/// The longest `--kill-grace` accepted.
+const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
+/// "Never", for timers that are not armed.
+const FAR: Duration = Duration::from_secs(86_400 * 365);
+/// How long a resumed baton waits for Redis to confirm it still holds its attempt.
+const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Run any program under attempt-counted failover coordination through Redis.
 #[derive(Parser, Debug)]
@@ -127,28 +176,30 @@ struct RunArgs {
     /// The job name (e.g. nightly-report); every server running the job uses the same key.
     #[arg(long)]
     key: String,
-    /// The lease: how long a silent holder keeps the job before a backup may take over.
+    /// The lease: how long a silent holder keeps the job before a backup may take over
+    /// (10ms ..= 1 day).
     #[arg(long, default_value = "30s", value_parser = duration)]
     lock_timeout: Duration,
     /// The maximum number of attempts.
     #[arg(long, default_value_t = 5)]
     max_attempts: u64,
-    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run.
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years).
     #[arg(long, default_value = "24h", value_parser = duration)]
     retention: Duration,
-    /// Do not extend the lease: the attempt must finish within --lock-timeout (PROGRAM is
-    /// stopped when it does not).
+    /// Do not extend the lease: the attempt must finish within --lock-timeout of its grant
+    /// (PROGRAM is stopped when it does not).
     #[arg(long)]
     no_keepalive: bool,
-    /// Cap on one attempt's run time (must exceed --lock-timeout).
+    /// Cap on one attempt's run time, counted from its grant (must exceed --lock-timeout).
     #[arg(long, value_parser = duration)]
     max_run: Option<Duration>,
     /// Pause before a backup takes over a failed attempt.
     #[arg(long, default_value = "0s", value_parser = duration)]
     retry_delay: Duration,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop (never past the lease's end;
-    /// without keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day (never past the
+    /// lease's end; without keepalive SIGTERM comes this long, at most a quarter lease, before
+    /// the deadline).
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// This worker's name, shown by `baton status` (default host:pid).
     #[arg(long)]
@@ -169,6 +220,14 @@ struct RunArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
+}
+
+fn kill_grace(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d > MAX_KILL_GRACE {
+        return Err(format!("{s} is above the maximum of 1 day"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -195,6 +254,35 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(dispatch(cli)))
 }
 
+/// A command with its configuration checked, ready to run once connected.
+enum Plan<'a> {
+    Run(&'a RunArgs, FailoverConfig, Sink),
+    Status(FailoverConfig, bool),
+    Watch(FailoverConfig, bool),
+    Fail(FailoverConfig, &'a str, bool),
+    Reset(FailoverConfig, bool),
+}
+
+/// Checks everything that can be checked without Redis; `Err` is the exit status.
+fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
+    let job = |key: &str| {
+        FailoverConfig::builder(key)
+            .prefix(cli.prefix.clone())
+            .build()
+            .map_err(usage)
+    };
+    Ok(match &cli.command {
+        Command::Run(args) => {
+            let (config, sink) = run_config(args, &cli.prefix)?;
+            Plan::Run(args, config, sink)
+        }
+        Command::Status { key, json } => Plan::Status(job(key)?, *json),
+        Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
+        Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
+        Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
+    })
+}
+
 async fn dispatch(cli: Cli) -> u8 {
     if let Command::Run(args) = &cli.command {
         if args.verbose >= 2 {
@@ -204,33 +292,20 @@ async fn dispatch(cli: Cli) -> u8 {
                 .try_init();
         }
     }
+    let plan = match plan(&cli) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let client = match connect(&cli.redis_url).await {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let job = |key: &str| {
-        FailoverConfig::builder(key)
-            .prefix(cli.prefix.clone())
-            .build()
-    };
-    match &cli.command {
-        Command::Run(args) => run(&client, &cli.prefix, args).await,
-        Command::Status { key, json } => match job(key) {
-            Ok(cfg) => status(&client, cfg, &cli.prefix, *json).await,
-            Err(e) => usage(e),
-        },
-        Command::Watch { key, json } => match job(key) {
-            Ok(cfg) => watch(&client, cfg, *json).await,
-            Err(e) => usage(e),
-        },
-        Command::Fail { key, reason, yes } => match job(key) {
-            Ok(cfg) => admin_fail(&client, cfg, reason, *yes).await,
-            Err(e) => usage(e),
-        },
-        Command::Reset { key, yes } => match job(key) {
-            Ok(cfg) => reset(&client, cfg, *yes).await,
-            Err(e) => usage(e),
-        },
+    match plan {
+        Plan::Run(args, config, sink) => run(&client, args, config, sink).await,
+        Plan::Status(cfg, json) => status(&client, cfg, &cli.prefix, json).await,
+        Plan::Watch(cfg, json) => watch(&client, cfg, json).await,
+        Plan::Fail(cfg, reason, yes) => admin_fail(&client, cfg, reason, yes).await,
+        Plan::Reset(cfg, yes) => reset(&client, cfg, yes).await,
     }
 }
 
@@ -249,7 +324,7 @@ fn exit_for(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::Config => EX_USAGE,
         ErrorKind::CorruptState | ErrorKind::WrongType | ErrorKind::StateLost => EX_DATAERR,
-        ErrorKind::LeaseLost => EX_LOST,
+        ErrorKind::LeaseLost | ErrorKind::OutcomeUnknown => EX_LOST,
         _ => EX_UNAVAILABLE,
     }
 }
@@ -305,8 +380,16 @@ impl Sink {
         }
     }
 
+    /// A remark shown with --verbose.
     fn note(&mut self, text: &str) {
         if !self.json && self.verbose >= 1 {
+            eprintln!("baton: {}: {text}", self.key);
+        }
+    }
+
+    /// Something the operator must see (not with --json, whose events tell it).
+    fn warn(&mut self, text: &str) {
+        if !self.json {
             eprintln!("baton: {}: {text}", self.key);
         }
     }
@@ -349,7 +432,8 @@ fn describe(event: &Event) -> String {
     }
 }
 
-async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
+/// Builds and checks `run`'s job configuration and opens its events file.
+fn run_config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
         .lock_timeout(args.lock_timeout)
@@ -362,46 +446,125 @@ async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
     }
     // Validate --max-run with the library's rules, but enforce it here: PROGRAM must be stopped
     // *before* the attempt is released, which only this process can do.
-    if let Err(e) = builder.clone().max_run(args.max_run).build() {
-        return usage(e);
-    }
-    let config = match builder.build() {
-        Ok(c) => c,
-        Err(e) => return usage(e),
-    };
+    builder
+        .clone()
+        .max_run(args.max_run)
+        .build()
+        .map_err(usage)?;
+    let config = builder.build().map_err(usage)?;
     let file = match &args.events {
-        Some(path) => match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            Ok(f) => Some(f),
-            Err(e) => return usage(format!("cannot open {}: {e}", path.display())),
-        },
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?,
+        ),
         None => None,
     };
-    let mut sink = Sink {
+    let sink = Sink {
         json: args.json,
         file,
         verbose: args.verbose,
         key: args.key.clone(),
     };
-    let (mut sigint, mut sigterm) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        _ => {
-            eprintln!("baton: cannot install signal handlers");
+    Ok((config, sink))
+}
+
+/// The signals baton forwards to PROGRAM's group; each ends the attempt (exit 128 + n).
+const FORWARDED: [libc::c_int; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
+
+/// The forwarded signals baton listens to.
+struct Signals(Vec<(libc::c_int, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Listens to every forwarded signal that baton did not inherit as ignored: `nohup` leaves
+    /// SIGHUP ignored, a script's `&` SIGINT and SIGQUIT. Those stay ignored, for PROGRAM too
+    /// (an ignored signal stays ignored across `exec`).
+    fn install() -> std::io::Result<Signals> {
+        let mut streams = Vec::new();
+        for sig in FORWARDED {
+            if !inherited_ignored(sig) {
+                streams.push((sig, signal(SignalKind::from_raw(sig))?));
+            }
+        }
+        Ok(Signals(streams))
+    }
+
+    /// The next forwarded signal received. Cancel safe (as `Signal::recv`).
+    async fn recv(&mut self) -> libc::c_int {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.0 {
+                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                    return Poll::Ready(*sig);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The next delivery of `sig`, or never without a stream. Cancel safe.
+async fn recv_or_pending(sig: &mut Option<tokio::signal::unix::Signal>) {
+    if let Some(s) = sig {
+        if s.recv().await.is_some() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+fn inherited_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: an all-zero `sigaction` is a valid value to write into; sigaction(2) with a null
+    // new action only reads the current disposition into it.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// 128 + n, the shell's status for signal n.
+fn signal_status(sig: libc::c_int) -> u8 {
+    u8::try_from(128 + sig).unwrap_or(255)
+}
+
+fn signal_name(sig: libc::c_int) -> String {
+    match sig {
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGTSTP => "SIGTSTP".into(),
+        libc::SIGTTIN => "SIGTTIN".into(),
+        libc::SIGTTOU => "SIGTTOU".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+async fn run(client: &Client, args: &RunArgs, config: FailoverConfig, mut sink: Sink) -> u8 {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
             return EX_UNAVAILABLE;
         }
     };
-    let mut worker = client.start(config);
+    // Listening before PROGRAM exists: none of its status changes can be missed.
+    let mut sigchld = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    let mut worker = client.start(config.clone());
     let mut failing_since: Option<Instant> = None;
     loop {
         let event = tokio::select! {
-            _ = sigint.recv() => return stop_waiting(&mut worker, &mut sink, 130).await,
-            _ = sigterm.recv() => return stop_waiting(&mut worker, &mut sink, 143).await,
+            sig = signals.recv() => {
+                return stop_waiting(&mut worker, &mut sink, signal_status(sig)).await;
+            }
             ev = worker.next() => ev,
         };
         let Some(event) = event else {
@@ -413,10 +576,12 @@ async fn run(client: &Client, prefix: &str, args: &RunArgs) -> u8 {
             Event::Acquired(acquired) => {
                 let mut holder = Holder {
                     args,
+                    client,
+                    config: &config,
                     worker: &mut worker,
                     sink: &mut sink,
-                    sigint: &mut sigint,
-                    sigterm: &mut sigterm,
+                    signals: &mut signals,
+                    sigchld: &mut sigchld,
                 };
                 return holder.hold(acquired).await;
             }
@@ -462,30 +627,43 @@ async fn drain(worker: &mut baton::Worker, sink: &mut Sink) -> Option<Event> {
     last
 }
 
+/// `at + d`, saturating far in the future instead of overflowing.
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(FAR))
+        .unwrap_or(at)
+}
+
 /// Why PROGRAM is being stopped.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stopping {
     /// The attempt is lost or out of time: exit 74.
     Lost,
-    /// SIGINT/SIGTERM: exit 130/143.
-    Signal(u8),
+    /// baton got this forwarded signal: exit 128 + n.
+    Signal(libc::c_int),
 }
 
 struct Holder<'a> {
     args: &'a RunArgs,
+    client: &'a Client,
+    config: &'a FailoverConfig,
     worker: &'a mut baton::Worker,
     sink: &'a mut Sink,
-    sigint: &'a mut tokio::signal::unix::Signal,
-    sigterm: &'a mut tokio::signal::unix::Signal,
+    signals: &'a mut Signals,
+    sigchld: &'a mut tokio::signal::unix::Signal,
 }
 
 impl Holder<'_> {
     async fn hold(&mut self, acquired: baton::Acquired) -> u8 {
-        let started = Instant::now();
         let args = self.args;
-        let mut child = match spawn(args, &acquired) {
-            Ok(c) => c,
+        let tty = in_foreground();
+        let mut program = match spawn(args, &acquired, tty) {
+            Ok(p) => p,
             Err(e) => {
+                if tty {
+                    // The child made its group the foreground one before its exec failed.
+                    set_foreground(own_group());
+                }
                 let code = if e.kind() == std::io::ErrorKind::NotFound {
                     127
                 } else {
@@ -500,20 +678,28 @@ impl Holder<'_> {
                 return code;
             }
         };
-        // The process group PROGRAM leads (it was started with process_group(0)).
-        let pgid = child.id().map(|p| p as i32);
-        let far = started + Duration::from_secs(86_400 * 365);
-        // Without keepalive the lease ends lock_timeout after the grant: PROGRAM must be gone by
-        // then. SIGTERM comes kill_grace (at most a quarter lease) before; SIGKILL at the deadline.
-        let lease_end = args.no_keepalive.then(|| started + args.lock_timeout);
+        let now = Instant::now();
+        let far = later(now, FAR);
+        // Without keepalive the lease ends lock_timeout after the grant's EXEC was sent: the
+        // worker computed that instant (`lease_deadline`, a little early) when the grant came
+        // back, so any time between that and this point is already counted. PROGRAM must be
+        // gone by then: SIGTERM kill_grace (at most a quarter lease) before, SIGKILL at it.
+        let lease_end = args.no_keepalive.then_some(acquired.lease_deadline);
+        // The grant's send time (as early as the deadline errs): --max-run counts from it.
+        let granted = acquired
+            .lease_deadline
+            .checked_sub(args.lock_timeout)
+            .unwrap_or(now);
         let mut term_at = match lease_end {
-            Some(end) => end - args.kill_grace.min(args.lock_timeout / 4),
+            Some(end) => end
+                .checked_sub(args.kill_grace.min(args.lock_timeout / 4))
+                .unwrap_or(end),
             None => far,
         };
         let mut why = Stopping::Lost;
         let mut why_text = String::from("deadline passed");
         if let Some(max_run) = args.max_run {
-            let at = started + max_run;
+            let at = later(granted, max_run);
             if at < term_at {
                 term_at = at;
                 why_text = format!("max_run of {max_run:?} reached");
@@ -522,11 +708,23 @@ impl Holder<'_> {
         let mut kill_at = far;
         let mut stopping: Option<Stopping> = None;
         // An ended stream answers `None` at once, forever: stop polling it, or this loop would
-        // spin and starve the runtime of the SIGCHLD that ends `child.wait()`.
+        // spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
         let mut events_ended = false;
-        let status = loop {
+        // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
+        // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
+        // PROGRAM's stop then stops baton too (below).
+        let mut sigtstp = if inherited_ignored(libc::SIGTSTP) {
+            None
+        } else {
+            signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
+        };
+        let status = 'watch: loop {
             tokio::select! {
-                status = child.wait() => break status,
+                _ = self.sigchld.recv() => {}
+                _ = recheck.tick() => {}
                 ev = self.worker.next(), if !events_ended => {
                     let Some(ev) = ev else {
                         events_ended = true;
@@ -537,43 +735,71 @@ impl Holder<'_> {
                         // No keepalive: the lease is about to end; PROGRAM must stop now.
                         Event::DeadlinePassed { .. } => {
                             stopping = Some(Stopping::Lost);
-                            signal_group(pgid, libc::SIGKILL);
+                            program.signal(libc::SIGKILL);
                         }
                         Event::LeaseLost { .. } | Event::Error { retryable: false, .. } => {
                             // The lease has ended (or belongs to someone else): stop at once.
                             stopping = Some(Stopping::Lost);
-                            signal_group(pgid, libc::SIGTERM);
-                            signal_group(pgid, libc::SIGKILL);
+                            program.signal(libc::SIGTERM);
+                            program.signal(libc::SIGKILL);
                         }
                         _ => {}
                     }
+                    continue;
                 }
                 _ = tokio::time::sleep_until(term_at), if stopping.is_none() => {
                     self.sink.note(&format!("stopping PROGRAM: {why_text}"));
                     stopping = Some(why);
-                    signal_group(pgid, libc::SIGTERM);
-                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                    program.signal(libc::SIGTERM);
+                    kill_at = cap(later(Instant::now(), args.kill_grace), lease_end);
+                    continue;
                 }
                 _ = tokio::time::sleep_until(kill_at) => {
-                    signal_group(pgid, libc::SIGKILL);
+                    program.signal(libc::SIGKILL);
                     kill_at = far;
+                    continue;
                 }
-                _ = self.sigint.recv() => {
-                    why = Stopping::Signal(130);
-                    stopping = Some(why);
-                    signal_group(pgid, libc::SIGINT);
-                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                _ = recv_or_pending(&mut sigtstp) => {
+                    if stopping.is_none() {
+                        program.signal(libc::SIGTSTP);
+                    }
+                    continue;
                 }
-                _ = self.sigterm.recv() => {
-                    why = Stopping::Signal(143);
+                sig = self.signals.recv() => {
+                    self.sink.note(&format!("got {}; forwarding it to PROGRAM", signal_name(sig)));
+                    why = Stopping::Signal(sig);
                     stopping = Some(why);
-                    signal_group(pgid, libc::SIGTERM);
-                    kill_at = cap(Instant::now() + args.kill_grace, lease_end);
+                    program.signal(sig);
+                    kill_at = cap(later(Instant::now(), args.kill_grace), lease_end);
+                    continue;
+                }
+            }
+            // SIGCHLD (or the safety-net tick): collect what happened to PROGRAM.
+            loop {
+                match program.poll() {
+                    Ok(None) => break,
+                    Ok(Some(Change::Exited(status))) => break 'watch Ok(status),
+                    Err(e) => break 'watch Err(e),
+                    Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
+                        if stopping.is_some() {
+                            // PROGRAM is on its way out: let it run so it can act on that.
+                            program.signal(libc::SIGCONT);
+                        } else if let Err(reason) = self
+                            .suspend(&mut program, sig, acquired.attempt, lease_end)
+                            .await
+                        {
+                            self.sink.warn(&format!("{reason}; killing PROGRAM"));
+                            why_text = reason;
+                            stopping = Some(Stopping::Lost);
+                            program.signal(libc::SIGTERM);
+                            program.signal(libc::SIGKILL);
+                        }
+                    }
+                    Ok(Some(_)) => {}
                 }
             }
         };
-        // PROGRAM is gone; make sure nothing of its group lingers past this point.
-        signal_group(pgid, libc::SIGKILL);
+        program.take_terminal_back();
         let status = match status {
             Ok(s) => s,
             Err(e) => {
@@ -592,15 +818,23 @@ impl Holder<'_> {
             }
             Some(Stopping::Signal(sig)) => {
                 let _ = acquired
-                    .fail(format!("baton was interrupted (exit {sig})"))
+                    .fail(format!("baton got {}", signal_name(sig)))
                     .await;
                 drain(self.worker, self.sink).await;
-                sig
+                signal_status(sig)
             }
             None if status.success() => match acquired.done().await {
                 Ok(()) => {
                     drain(self.worker, self.sink).await;
                     0
+                }
+                Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
+                    eprintln!(
+                        "baton: PROGRAM succeeded, but whether that was recorded is unknown: the \
+                         job may or may not be DONE (see `baton status`): {e}"
+                    );
+                    drain(self.worker, self.sink).await;
+                    EX_LOST
                 }
                 Err(e) => {
                     eprintln!(
@@ -621,6 +855,75 @@ impl Holder<'_> {
             }
         }
     }
+
+    /// PROGRAM was stopped by job control (Ctrl-Z, or it read the terminal in the background):
+    /// stop baton as well, as the shell expects of a job, and once continued resume PROGRAM only
+    /// if this process still holds its attempt. `Err` says why it does not.
+    async fn suspend(
+        &mut self,
+        program: &mut Program,
+        sig: libc::c_int,
+        attempt: u64,
+        lease_end: Option<Instant>,
+    ) -> Result<(), String> {
+        self.sink.note(&format!(
+            "PROGRAM was stopped by {}; stopping baton too (the lease is not extended meanwhile)",
+            signal_name(sig)
+        ));
+        program.take_terminal_back();
+        let stopped_at = Instant::now();
+        // SAFETY: raise(3) has no memory-safety preconditions. SIGSTOP cannot be caught, and
+        // unlike SIGTSTP it is not discarded in an orphaned process group: this process stops
+        // here until a SIGCONT, and raise returns then.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        let away = stopped_at.elapsed();
+        self.sink
+            .note(&format!("continued after {away:?}; checking the lease"));
+        self.still_held(attempt, lease_end, away).await?;
+        program.give_terminal();
+        program.signal(libc::SIGCONT);
+        Ok(())
+    }
+
+    /// Whether this process still holds `attempt` after being stopped for `away`.
+    async fn still_held(
+        &self,
+        attempt: u64,
+        lease_end: Option<Instant>,
+        away: Duration,
+    ) -> Result<(), String> {
+        let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
+        if lease_end.is_some_and(|end| Instant::now() >= end) {
+            return lost("the lease ran out".into());
+        }
+        let status = tokio::time::timeout(
+            LEASE_CHECK_TIMEOUT,
+            self.client.job_status(self.config.clone()),
+        )
+        .await;
+        match status {
+            Ok(Ok(s)) => match s.state {
+                // Attempt numbers are granted once: a live lease on ours is ours.
+                JobState::Attempt {
+                    number,
+                    holder: Some(_),
+                    ..
+                } if number == attempt => Ok(()),
+                JobState::Attempt { number, .. } if number == attempt => {
+                    lost("the lease ran out".into())
+                }
+                other => lost(format!("attempt {attempt} ended (the job is now {other})")),
+            },
+            // Redis cannot tell now. With keepalive the lease was extended at most a third of it
+            // before the stop: half a lease later it surely still runs, and the worker's next
+            // extension settles the rest.
+            _ if away < self.args.lock_timeout / 2 => Ok(()),
+            Ok(Err(e)) => lost(format!("the lease could not be confirmed ({e})")),
+            Err(_) => lost("the lease could not be confirmed (no answer from redis)".into()),
+        }
+    }
 }
 
 /// `at`, but never later than the lease's end (if the lease is not kept alive).
@@ -633,38 +936,189 @@ fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
 
 /// The shell convention: the exit code, or 128 + the signal that ended the process.
 fn exit_code(status: &std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) => u8::try_from(c).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, Some(sig)) => signal_status(sig),
         _ => 1,
     }
 }
 
-fn signal_group(pgid: Option<i32>, sig: libc::c_int) {
-    if let Some(pgid) = pgid {
-        if pgid > 1 {
-            // SAFETY: kill(2) with a negative pid signals the process group PROGRAM leads; it
-            // has no memory-safety preconditions. An error (the group is gone) is harmless.
-            unsafe {
-                libc::kill(-pgid, sig);
+fn is_job_control_stop(sig: libc::c_int) -> bool {
+    matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+}
+
+/// PROGRAM as this process started it: the leader of its own process group, watched with
+/// `waitid` (never by tokio, so this process alone decides when the leader is reaped).
+struct Program {
+    pid: libc::pid_t,
+    /// The process group PROGRAM leads, until the leader is reaped: from then on the number may
+    /// name an unrelated process group, so no signal is sent to it any more.
+    group: Option<libc::pid_t>,
+    /// Whether PROGRAM's group was made the terminal's foreground group by baton (which then
+    /// takes the terminal back).
+    has_terminal: bool,
+}
+
+/// A status change of PROGRAM.
+enum Change {
+    /// It ended and was reaped.
+    Exited(std::process::ExitStatus),
+    /// It was stopped by this signal.
+    Stopped(libc::c_int),
+    /// It was continued (or traced).
+    Other,
+}
+
+impl Program {
+    /// Sends `sig` to PROGRAM's group, followed by SIGCONT for a terminating signal (a stopped
+    /// process acts on it only once continued). Nothing once the leader was reaped.
+    fn signal(&self, sig: libc::c_int) {
+        let Some(group) = self.group.filter(|&g| g > 1) else {
+            return;
+        };
+        // SAFETY: kill(2) has no memory-safety preconditions. The group's leader is not reaped
+        // (at worst a zombie), so its number still names PROGRAM's group.
+        unsafe {
+            libc::kill(-group, sig);
+            if FORWARDED.contains(&sig) {
+                libc::kill(-group, libc::SIGCONT);
             }
+        }
+    }
+
+    /// The next status change of PROGRAM, without blocking (`None`: nothing new).
+    fn poll(&mut self) -> std::io::Result<Option<Change>> {
+        if self.group.is_none() {
+            return Ok(None);
+        }
+        // Has it ended? Look without reaping it: while the leader is a zombie its number cannot
+        // be reused, so what is left of its group can still be killed by that number.
+        if waitid(self.pid, libc::WEXITED | libc::WNOWAIT)?.is_some() {
+            self.signal(libc::SIGKILL);
+            let status = reap(self.pid)?;
+            self.group = None;
+            return Ok(Some(Change::Exited(std::process::ExitStatus::from_raw(
+                status,
+            ))));
+        }
+        Ok(
+            waitid(self.pid, libc::WSTOPPED | libc::WCONTINUED)?.map(|info| {
+                if info.si_code == libc::CLD_STOPPED {
+                    // SAFETY: for CLD_STOPPED, waitid(2) filled in si_status (the stop signal).
+                    Change::Stopped(unsafe { info.si_status() })
+                } else {
+                    Change::Other
+                }
+            }),
+        )
+    }
+
+    /// Makes PROGRAM's group the terminal's foreground group again, if baton is in the
+    /// foreground (it is not after a shell's `bg`).
+    fn give_terminal(&mut self) {
+        if let Some(group) = self.group {
+            if in_foreground() && set_foreground(group) {
+                self.has_terminal = true;
+            }
+        }
+    }
+
+    /// Makes baton's group the terminal's foreground group again, if it handed it to PROGRAM.
+    fn take_terminal_back(&mut self) {
+        if std::mem::take(&mut self.has_terminal) {
+            set_foreground(own_group());
         }
     }
 }
 
-fn spawn(args: &RunArgs, acquired: &baton::Acquired) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(&args.program[0]);
+/// waitid(2) on `pid` without blocking: the child's status, if it has one matching `flags`.
+fn waitid(pid: libc::pid_t, flags: libc::c_int) -> std::io::Result<Option<libc::siginfo_t>> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid writes one into it. With WNOHANG and no
+        // matching change it leaves si_pid zero (it was zeroed, as POSIX leaves that unspecified).
+        let (r, info) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                flags | libc::WNOHANG,
+            );
+            (r, info)
+        };
+        if r == -1 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: si_pid is valid for every SIGCHLD siginfo, and zero when nothing was reported.
+        return Ok((unsafe { info.si_pid() } == pid).then_some(info));
+    }
+}
+
+/// Reaps an ended child; returns its wait status.
+fn reap(pid: libc::pid_t) -> std::io::Result<libc::c_int> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) writes the status into a valid local.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(status);
+        }
+        let e = std::io::Error::last_os_error();
+        if r == -1 && e.kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+fn own_group() -> libc::pid_t {
+    // SAFETY: getpgrp(2) has no preconditions and cannot fail.
+    unsafe { libc::getpgrp() }
+}
+
+/// Whether baton may hand the terminal on: stdin is a terminal and baton's process group is its
+/// foreground group (baton is not a background job).
+fn in_foreground() -> bool {
+    // SAFETY: isatty(3) and tcgetpgrp(3) on fd 0 have no memory-safety preconditions.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == own_group() }
+}
+
+/// Makes `group` the foreground group of the terminal on stdin. SIGTTOU is blocked meanwhile: a
+/// background process calling tcsetpgrp would be stopped by it. Only async-signal-safe calls,
+/// so PROGRAM's child side uses it between fork and exec.
+fn set_foreground(group: libc::pid_t) -> bool {
+    // SAFETY: all-zero sigset_t values are valid and initialized by sigemptyset; the mask is
+    // restored before returning; tcsetpgrp on fd 0 has no memory-safety preconditions.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
+        let ok = libc::tcsetpgrp(0, group) == 0;
+        libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        ok
+    }
+}
+
+/// Starts PROGRAM as the leader of a new process group; with `terminal`, that group takes the
+/// terminal before PROGRAM runs (so its first read cannot meet SIGTTIN).
+fn spawn(args: &RunArgs, acquired: &baton::Acquired, terminal: bool) -> std::io::Result<Program> {
+    let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("BATON_KEY", &args.key)
         .env("BATON_ATTEMPT", acquired.attempt.to_string())
         .env("BATON_LAST_ATTEMPT", acquired.last.to_string())
         .env("BATON_FENCING_TOKEN", acquired.fencing_token.to_string())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls the
-    // async-signal-safe prctl(2) and getppid(2), allocating nothing.
+    // async-signal-safe prctl(2), getppid(2), getpid(2), sigemptyset/sigaddset/sigprocmask and
+    // tcsetpgrp(3), allocating nothing.
     unsafe {
         cmd.pre_exec(move || {
             // Die with baton, even when baton is SIGKILLed.
@@ -682,10 +1136,21 @@ fn spawn(args: &RunArgs, acquired: &baton::Acquired) -> std::io::Result<tokio::p
             if libc::getppid() != parent {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
+            if terminal {
+                // Best effort: without the terminal PROGRAM still runs (SIGTTIN if it reads).
+                set_foreground(libc::getpid());
+            }
             Ok(())
         });
     }
-    cmd.spawn()
+    // std's Child neither kills nor reaps on drop: `Program` does both.
+    let child = cmd.spawn()?;
+    let pid = child.id() as libc::pid_t;
+    Ok(Program {
+        pid,
+        group: Some(pid),
+        has_terminal: terminal,
+    })
 }
 
 fn status_json(s: &JobStatus) -> serde_json::Value {
@@ -866,5 +1331,23 @@ async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
             0
         }
         Err(e) => fail_with(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_outcome_exits_74_and_the_help_says_the_job_may_or_may_not_be_done() {
+        assert_eq!(exit_for(ErrorKind::OutcomeUnknown), EX_LOST);
+        assert_eq!(exit_for(ErrorKind::LeaseLost), EX_LOST);
+        assert!(EXIT_STATUSES.contains("may or may not be DONE"));
+    }
+
+    #[test]
+    fn forwarded_signals_exit_128_plus_n() {
+        let codes: Vec<u8> = FORWARDED.iter().map(|&s| signal_status(s)).collect();
+        assert_eq!(codes, [129, 130, 131, 143]);
     }
 }
