@@ -45,8 +45,12 @@
 //!   lose the state, it reports [`ErrorKind::StateLost`] instead of running the job again.
 //! - A job ends `DONE` at most once; `DONE`/`EXHAUSTED` are kept for `retention`, so late
 //!   duplicates of the job are not re-run.
-//! - A worker that loses its attempt learns it: `LeaseLost` as soon as it is seen, and `done()`
-//!   returns an error and writes nothing.
+//! - A worker that loses its attempt learns it: `LeaseLost` as soon as it is seen, and at the
+//!   latest by its lease deadline (send time of the last confirmed extension + `lock_timeout` −
+//!   max(1 %, 2 ms)) whatever a request in flight is doing; `done()` then returns an error and
+//!   writes nothing. A `done()` whose reply was lost is judged by the fencing token read back:
+//!   never a success that was another attempt's ([`ErrorKind::OutcomeUnknown`] when nothing
+//!   tells).
 //!
 //! What a lease cannot do: a holder that is paused (GC, SIGSTOP, a VM stall) longer than its lease
 //! cannot know that a backup took over in the meantime, and may still be writing when it wakes.
@@ -55,12 +59,19 @@
 //! the resource you write to can reject writes that carry an older token.
 //!
 //! # Layout
-//! - [`client`]: [`Client`], the connections shared by all workers of a process.
-//! - [`acl`]: the exact commands baton sends, for a least-privilege ACL user.
-//! - [`failover`]: the coordinator: configuration, protocol, worker task, events, closure form.
-//! - [`error`]: [`Error`] (with [`Error::is_retryable`]) and [`ConfigError`].
-//! - `connection`: the multiplexed connection, the dedicated-connection pool and the pub/sub hub.
-//! - `keys`: key naming and tokens.
+//! Layered, arrows pointing down only (a CI step, `tests/layering.rs`, keeps it so):
+//! - [`client`]: [`Client`] builds the transport and hands out primitive handles
+//!   ([`Client::failover`]); its `start`/`run`/`job_status`/… are one-line delegations.
+//! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
+//!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
+//!   the client.
+//! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
+//!   time, the one-command extension script, fencing tokens.
+//! - `transport`: the multiplexed connection, the dedicated-connection pool for `WATCH … EXEC`,
+//!   the pub/sub hub, TLS, URL checks, the classification of server errors, and [`acl`] (the
+//!   exact commands baton sends, for a least-privilege ACL user). It imports no primitive.
+//! - leaves: [`error`] ([`Error`] with [`Error::is_retryable`], [`ConfigError`]) and `util`
+//!   (backoff, deadlines, tokens, the mailbox).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
 //! # Features
