@@ -463,3 +463,67 @@ async fn a_job_watch_is_a_stream_that_ends_with_the_job() {
     assert!(last.status.is_finished(), "{changes:?}");
     assert_eq!(last.status.state, baton::JobState::Done, "{changes:?}");
 }
+
+async fn connections_received(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// Defect 6: a request that times out drops its own connection, but not the pool's idle ones (a
+/// slow reply says nothing about them; only a connection error does). Two grants are held in
+/// the hook together so the pool has two connections; one `done()` then times out while Redis
+/// is paused, and the other transitions reuse the idle connection instead of opening new ones.
+#[tokio::test]
+async fn a_timeout_does_not_empty_the_pool() {
+    let server = server();
+    let client = baton::Client::builder(server.url_for(TEST_USER, TEST_PASSWORD))
+        .pool_size(2)
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pid = server.pid().expect("a running server");
+    let (b, p) = (barrier.clone(), paused.clone());
+    baton::__seam::set_before_exec_hook(
+        &client,
+        Some(std::sync::Arc::new(move |name| {
+            let (b, p) = (b.clone(), p.clone());
+            Box::pin(async move {
+                if name == "grant" {
+                    b.wait().await;
+                } else if name == "finish" && !p.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    // Freeze Redis for twice the response timeout: this EXEC times out.
+                    // SAFETY: kill(2) with our own child's PID; no memory is involved.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(600)).await;
+                        // SAFETY: as above.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+                    });
+                }
+            })
+        })),
+    );
+    let mut a = client.start(job("pool-a").build().unwrap());
+    let mut b = client.start(job("pool-b").build().unwrap());
+    let (ga, gb) = (acquired(&mut a, WAKE).await, acquired(&mut b, WAKE).await);
+    let mut admin = raw(&server).await;
+    let before = connections_received(&mut admin).await;
+    let _ = ga.done().await;
+    gb.done().await.unwrap();
+    let after = connections_received(&mut admin).await;
+    assert_eq!(
+        after - before,
+        0,
+        "transitions after a timeout opened new connections: the idle ones were dropped"
+    );
+}
