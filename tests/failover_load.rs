@@ -335,3 +335,44 @@ async fn a_kept_alive_holder_sends_one_command_per_extension() {
     );
     held.done().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_decision_that_writes_nothing_sends_its_unwatch_with_the_next_observation() {
+    // A backup that finds the job held decides to wait: its WATCH is not ended by a separate
+    // UNWATCH round trip; the connection goes back to the pool and its next pipeline starts
+    // with UNWATCH.
+    let srv = server();
+    let holder_client = client(&srv).await;
+    let backup_client = client(&srv).await;
+    let mut holder = holder_client.start(job("deferred").build().unwrap());
+    let held = acquired(&mut holder, WAKE).await;
+    let mut admin = raw(&srv).await;
+    let before = command_calls(&mut admin).await;
+    let mut backup = backup_client.start(job("deferred").build().unwrap());
+    assert!(matches!(
+        next(&mut backup, WAKE).await,
+        Event::Locked { .. }
+    ));
+    let after = command_calls(&mut admin).await;
+    let delta = |c: &str, a: &HashMap<String, u64>| {
+        a.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0)
+    };
+    assert_eq!(delta("watch", &after), 1, "{after:?}");
+    assert_eq!(
+        delta("unwatch", &after),
+        0,
+        "the UNWATCH was a round trip of its own"
+    );
+    // The holder finishes; the backup observes again on the same pooled connection: the
+    // deferred UNWATCH goes first, and the decision is right.
+    held.done().await.unwrap();
+    let events = until_end(&mut backup, WAKE).await;
+    assert!(
+        matches!(events.last(), Some(Event::Completed { attempt: None })),
+        "{events:?}"
+    );
+    let end = command_calls(&mut admin).await;
+    // The backup's two observations and the holder's done().
+    assert_eq!(delta("watch", &end), 3, "{end:?}");
+    assert_eq!(delta("unwatch", &end), 1, "{end:?}");
+}

@@ -286,7 +286,7 @@ impl Failover {
                 .arg(&keys.lease);
             let values = conn.watch_read(&[&keys.state, &keys.lease], &p).await?;
             let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 return Err(Error::UnexpectedReply {
                     context: "reading a job before releasing it",
                     reply: format!("{} replies instead of 4", values.len()),
@@ -296,18 +296,18 @@ impl Failover {
             let attempt = match parsed {
                 (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) => n,
                 (Ok(State::Corrupt(value)), _) => {
-                    conn.unwatch().await;
+                    conn.defer_unwatch();
                     return Err(Error::CorruptState {
                         key: keys.state,
                         value,
                     });
                 }
                 (Err(e), _) | (_, Err(e)) => {
-                    conn.unwatch().await;
+                    conn.defer_unwatch();
                     return Err(e);
                 }
                 _ => {
-                    conn.unwatch().await;
+                    conn.defer_unwatch();
                     return Ok(None);
                 }
             };

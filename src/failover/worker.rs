@@ -275,7 +275,7 @@ impl Task {
         match parse_observation(&values) {
             Ok(o) => Ok(o),
             Err(e) => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Err(e)
             }
         }
@@ -319,7 +319,7 @@ impl Task {
                 fence,
                 token,
             } => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 self.view.pending.clear();
                 let pttl = match obs.lease {
                     Lease::Held { pttl_ms, .. } => pttl_ms.unwrap_or(0),
@@ -345,11 +345,11 @@ impl Task {
                 }))
             }
             Decision::Completed => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Ok(Step::Terminal(Event::Completed { attempt: None }))
             }
             Decision::Exhausted { attempts } => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Ok(Step::Terminal(Event::Exhausted { attempts }))
             }
             Decision::WriteExhausted { attempts } => {
@@ -381,15 +381,15 @@ impl Task {
                 }
             }
             Decision::Wait { attempt, pttl_ms } => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Ok(Step::Wait { attempt, pttl_ms })
             }
             Decision::Delay { attempt } => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Ok(Step::Delay { attempt })
             }
             Decision::Fault(f) => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 Err(fault_error(&self.keys, f))
             }
         }
@@ -950,11 +950,11 @@ impl Task {
         match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
             HolderDecision::Commit => {}
             HolderDecision::AlreadyApplied => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 return Ok(true);
             }
             HolderDecision::Lost(reason) => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 return Err(Error::LeaseLost {
                     key: self.cfg.key.clone(),
                     attempt: g.attempt,
@@ -962,7 +962,7 @@ impl Task {
                 });
             }
             HolderDecision::Unknown(reason) => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 return Err(Error::OutcomeUnknown {
                     key: self.cfg.key.clone(),
                     attempt: g.attempt,
@@ -970,7 +970,7 @@ impl Task {
                 });
             }
             HolderDecision::Fault(f) => {
-                conn.unwatch().await;
+                conn.defer_unwatch();
                 return Err(fault_error(&self.keys, f));
             }
         }

@@ -33,7 +33,9 @@ use crate::util::lock;
 pub(crate) struct Pool {
     client: redis::Client,
     settings: ConnSettings,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    /// Idle connections, each with whether a `WATCH` may still be active on it (a deferred
+    /// `UNWATCH`, sent at the start of its next pipeline).
+    idle: Mutex<Vec<(MultiplexedConnection, bool)>>,
     permits: Arc<Semaphore>,
 }
 
@@ -64,17 +66,19 @@ impl Pool {
                 .await
                 .map_err(|_| Error::Stopped)?;
             let idle = lock(&self.idle).pop();
-            let conn = match idle {
+            let (conn, unwatch_first) = match idle {
                 Some(c) => c,
-                None => {
+                None => (
                     self.client
                         .get_multiplexed_async_connection_with_config(&self.settings.async_config())
-                        .await?
-                }
+                        .await?,
+                    false,
+                ),
             };
             Ok(Dedicated {
                 conn: Some(conn),
                 clean: false,
+                unwatch_first,
                 deadline: None,
                 pool: self.clone(),
                 _permit: permit,
@@ -102,6 +106,9 @@ impl Pool {
 pub(crate) struct Dedicated {
     conn: Option<MultiplexedConnection>,
     clean: bool,
+    /// A `WATCH` may be active (its `UNWATCH` was deferred): the next pipeline starts with
+    /// `UNWATCH`, so no `EXEC` can ever run under a stale `WATCH`.
+    unwatch_first: bool,
     /// No request on this connection may outlive it (see [`Dedicated::set_deadline`]).
     deadline: Option<Instant>,
     pool: Arc<Pool>,
@@ -122,7 +129,7 @@ impl Dedicated {
     /// Idle pooled connections are dropped too when this one failed with a connection error
     /// (they very likely point at the same dead server), but not after a timeout: a slow reply
     /// says nothing about the other connections, and reopening them all would only add load.
-    pub(crate) async fn query<T: redis::FromRedisValue>(
+    async fn query<T: redis::FromRedisValue>(
         &mut self,
         pipe: &redis::Pipeline,
     ) -> Result<T, Error> {
@@ -139,7 +146,10 @@ impl Dedicated {
             None => fut.await.map_err(Error::from),
         };
         match result {
-            Ok(v) => Ok(v),
+            Ok(v) => {
+                self.unwatch_first = false;
+                Ok(v)
+            }
             Err(e) => {
                 self.conn = None;
                 if e.kind() == crate::ErrorKind::Connection {
@@ -163,8 +173,8 @@ impl Dedicated {
         keys: &[&str],
         reads: &redis::Pipeline,
     ) -> Result<Vec<redis::Value>, Error> {
-        let mut p = redis::pipe();
-        p.ignore_errors().cmd("WATCH");
+        let mut p = self.pipe();
+        p.cmd("WATCH");
         for k in keys {
             p.arg(*k);
         }
@@ -197,8 +207,8 @@ impl Dedicated {
         &mut self,
         cmds: &redis::Pipeline,
     ) -> Result<Option<Vec<redis::Value>>, Error> {
-        let mut p = redis::pipe();
-        p.ignore_errors().cmd("MULTI");
+        let mut p = self.pipe();
+        p.cmd("MULTI");
         for c in cmds.cmd_iter() {
             p.add_command(c.clone());
         }
@@ -224,13 +234,27 @@ impl Dedicated {
         }
     }
 
-    /// Ends a `WATCH` without a transaction, then marks the connection reusable.
-    pub(crate) async fn unwatch(&mut self) {
-        let mut pipe = redis::pipe();
-        pipe.cmd("UNWATCH").ignore();
-        if self.query::<()>(&pipe).await.is_ok() {
+    /// Ends a decision that writes nothing, without a round trip: the connection goes back to
+    /// the pool marked so that its next pipeline starts with `UNWATCH` (see
+    /// [`query`](Self::query)). Every `WATCH` still ends in `EXEC`, `UNWATCH` or a dropped
+    /// connection, and no `EXEC` can run under a stale one; a `WATCH` left active meanwhile only
+    /// costs the server a few bytes.
+    pub(crate) fn defer_unwatch(&mut self) {
+        if self.conn.is_some() {
+            self.unwatch_first = true;
             self.clean = true;
         }
+    }
+
+    /// A pipeline for this connection: server errors come back as values, and a deferred
+    /// `UNWATCH` (see [`defer_unwatch`](Self::defer_unwatch)) goes first, its reply dropped.
+    fn pipe(&self) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.ignore_errors();
+        if self.unwatch_first {
+            p.cmd("UNWATCH").ignore();
+        }
+        p
     }
 }
 
@@ -238,7 +262,7 @@ impl Drop for Dedicated {
     fn drop(&mut self) {
         if self.clean {
             if let Some(c) = self.conn.take() {
-                lock(&self.pool.idle).push(c);
+                lock(&self.pool.idle).push((c, self.unwatch_first));
             }
         }
     }
