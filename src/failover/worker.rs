@@ -183,11 +183,23 @@ impl Task {
             if self.events.is_closed() {
                 return;
             }
-            match Box::pin(self.transition()).await {
+            // Bound first: temporaries of a `match` scrutinee live to the end of the `match`, and
+            // the compiler then keeps room for the whole transition future (about 2.8 KB) in
+            // every sleeping worker's state across the arms' awaits.
+            let checkout = Box::pin(self.checkout());
+            let step = match checkout.await {
+                Ok(conn) => {
+                    let transition = Box::pin(self.transition(conn));
+                    transition.await
+                }
+                Err(e) => Err(e),
+            };
+            match step {
                 Ok(Step::Granted(g)) => {
                     nil_in_a_row = 0;
                     self.backoff.reset();
-                    if Box::pin(self.hold(g)).await == Flow::End {
+                    let next = Box::pin(self.hold(g));
+                    if next.await == Flow::End {
                         return;
                     }
                 }
@@ -198,7 +210,8 @@ impl Task {
                 Ok(Step::Wait { attempt, pttl_ms }) => {
                     nil_in_a_row = 0;
                     self.backoff.reset();
-                    if Box::pin(self.wait(attempt, pttl_ms)).await == Flow::End {
+                    let next = Box::pin(self.wait(attempt, pttl_ms));
+                    if next.await == Flow::End {
                         return;
                     }
                 }
@@ -210,7 +223,8 @@ impl Task {
                             self.cfg.retry_delay
                         ),
                     );
-                    if Box::pin(self.sleep(self.cfg.retry_delay)).await == Flow::End {
+                    let next = Box::pin(self.sleep(self.cfg.retry_delay));
+                    if next.await == Flow::End {
                         return;
                     }
                     self.view.delay_served_for = Some(attempt);
@@ -221,7 +235,8 @@ impl Task {
                     nil_in_a_row += 1;
                     if nil_in_a_row > 2 {
                         let jitter = Duration::from_micros(keys::random_u64() % 5_000);
-                        if Box::pin(self.sleep(jitter)).await == Flow::End {
+                        let next = Box::pin(self.sleep(jitter));
+                        if next.await == Flow::End {
                             return;
                         }
                     }
@@ -231,7 +246,8 @@ impl Task {
                         return;
                     }
                     let delay = self.backoff.next_delay();
-                    if Box::pin(self.sleep(delay)).await == Flow::End {
+                    let next = Box::pin(self.sleep(delay));
+                    if next.await == Flow::End {
                         return;
                     }
                 }
@@ -281,15 +297,21 @@ impl Task {
         }
     }
 
-    /// One backup transition: observe under WATCH, decide, act.
-    async fn transition(&mut self) -> Result<Step, Error> {
+    /// A dedicated connection for the next transition. Waiting for one is a future of its own,
+    /// kept small: when thousands of backups queue for the pool at once (all started together,
+    /// or woken by one failure), each waits with this, not with a whole transition's state.
+    async fn checkout(&self) -> Result<Dedicated, Error> {
         // A backup loses nothing by waiting for a connection, but not forever: a starved pool
-        // (hundreds of backups rushing in after a failure) is reported and retried.
+        // is reported and retried.
         let wait = self
             .cfg
             .lock_timeout
             .max(self.transport.settings.response_timeout * 5);
-        let mut conn = self.transport.pool.get(after(Instant::now(), wait)).await?;
+        self.transport.pool.get(after(Instant::now(), wait)).await
+    }
+
+    /// One backup transition: observe under WATCH, decide, act.
+    async fn transition(&mut self, mut conn: Dedicated) -> Result<Step, Error> {
         let obs = self.observe(&mut conn).await?;
         let decision = decide_backup(&obs, &self.view);
         self.events.status(
@@ -473,13 +495,18 @@ impl Task {
         }
         let mut resubscribe_in = None;
         if self.sub.is_none() {
-            match self.transport.hub.subscribe(&self.keys.channel).await {
+            // Boxed sub-futures (here and below) are allocated only while they run: a backup
+            // that sleeps keeps a small future, which matters with thousands of them.
+            let transport = self.transport.clone();
+            let channel = self.keys.channel.clone();
+            match Box::pin(async move { transport.hub.subscribe(&channel).await }).await {
                 Ok(sub) => {
                     self.sub = Some(sub);
                     // Observe once more now that the subscription is confirmed: a `failed` or
                     // `done` published between our read and the confirmation was not delivered
                     // to us and would otherwise cost a whole lease time.
-                    match self.quick_read().await {
+                    let read = Box::pin(self.quick_read());
+                    match read.await {
                         Ok((State::Attempt(n), Some(p))) if n == attempt => pttl_ms = p,
                         Ok(_) => return Flow::Continue,
                         Err(e) => {
@@ -542,7 +569,8 @@ impl Task {
             // tells, and the backup goes back to sleep for the new PTTL. Only a lease that is
             // gone, or a state that moved, needs the full WATCH transition (and a dedicated
             // connection). So a waiting backup costs one small read per lease period.
-            match self.quick_read().await {
+            let read = Box::pin(self.quick_read());
+            match read.await {
                 Ok((State::Attempt(n), Some(Some(p)))) if n == attempt && p > 0 => {
                     pttl_ms = Some(p);
                 }

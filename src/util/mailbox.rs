@@ -134,9 +134,12 @@ impl<T> Receiver<T> {
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         let mut s = self.shared.lock();
         if let Some(item) = s.items.pop_front() {
-            if s.items.is_empty() && s.items.capacity() > 16 {
-                // A burst is over: give its memory back.
-                s.items.shrink_to(4);
+            if s.items.is_empty() {
+                // Drained: give the buffer back. Most queues carry an item now and then (a
+                // waiting backup's one `Locked`), and thousands of idle workers each keeping a
+                // 4-slot buffer was a third of a waiting backup's memory; re-allocating on the
+                // next push costs little at that rate.
+                s.items = VecDeque::new();
             }
             coop.made_progress();
             return Poll::Ready(Some(item));
