@@ -191,6 +191,9 @@ struct Side {
     wall: Duration,
     ops: usize,
     cmds: CommandStats,
+    /// Floor only: waiting backups woken by their lease timer, not a message (lost wake-ups;
+    /// 0 in a healthy run, where every holder calls `done()` at once).
+    timer_wakeups: u64,
 }
 
 impl Side {
@@ -236,9 +239,17 @@ fn throughput_row(scenario: String, baton: &Side, floor: &Side, runs: usize, wha
         ratio: Some(f / b),
         samples: baton.samples.len(),
         notes: format!(
-            "{what}; floor p50 {:.0} µs; cmds/op {bc:.2} vs floor {fc:.2}{}; {runs} runs",
+            "{what}; floor p50 {:.0} µs; cmds/op {bc:.2} vs floor {fc:.2}{}; {runs} runs{}",
             floor.samples.pct(50.0).unwrap_or(0.0),
-            if same { "" } else { " (DIFFER)" }
+            if same { "" } else { " (DIFFER)" },
+            if floor.timer_wakeups > 0 {
+                format!(
+                    "; FLOOR STALLED: {} backups slept a whole lease",
+                    floor.timer_wakeups
+                )
+            } else {
+                String::new()
+            }
         ),
         extra: json!({
             "floor_p50_us": floor.samples.pct(50.0),
@@ -247,6 +258,7 @@ fn throughput_row(scenario: String, baton: &Side, floor: &Side, runs: usize, wha
             "floor_commands_per_op": fc,
             "commands_per_op_by_command": per_op(baton),
             "floor_commands_per_op_by_command": per_op(floor),
+            "floor_timer_wakeups": floor.timer_wakeups,
             "runs": runs,
         }),
     }
@@ -298,6 +310,7 @@ async fn cycles(
             floor.add(fs, fwall, conc * per, &redisinfo::delta(&mid, &after));
         }
     }
+    floor.timer_wakeups = fl.timer_wakeups();
     client.shutdown(Duration::from_secs(5)).await;
     (baton, floor)
 }
