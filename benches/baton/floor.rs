@@ -209,7 +209,7 @@ impl Hub {
 }
 
 /// What round trip 1 read, reduced to what the next step needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     Absent,
     Attempt(u64),
@@ -294,6 +294,118 @@ pub struct Job {
     pub keys: Keys,
     pub lease_ms: u64,
     pub retention_ms: u64,
+}
+
+/// Round trip 2 of a grant: the commands between `MULTI` and `EXEC`.
+fn grant_cmds(job: &Job, attempt: u64, obs: &Obs, token: &str, name: &str) -> redis::Pipeline {
+    let k = &job.keys;
+    let fence = (obs.fence + 1).max(obs.now_us);
+    let mut tx = redis::pipe();
+    tx.cmd("SET")
+        .arg(&k.state)
+        .arg(attempt)
+        .arg("PX")
+        .arg(job.retention_ms)
+        .cmd("SET")
+        .arg(&k.lease)
+        .arg(format!("{token} {name}"))
+        .arg("PX")
+        .arg(job.lease_ms)
+        .cmd("SET")
+        .arg(&k.fence)
+        .arg(fence)
+        .arg("PX")
+        .arg(job.retention_ms)
+        .cmd("PUBLISH")
+        .arg(&k.channel)
+        .arg(format!("acquired:{attempt}"));
+    tx
+}
+
+/// Round trip 2 of `done()`/`fail()`: the commands between `MULTI` and `EXEC`.
+fn finish_cmds(job: &Job, attempt: u64, ending: Ending, name: &str) -> redis::Pipeline {
+    let k = &job.keys;
+    let mut tx = redis::pipe();
+    match ending {
+        Ending::Done => {
+            tx.cmd("SET")
+                .arg(&k.state)
+                .arg("DONE")
+                .arg("PX")
+                .arg(job.retention_ms)
+                .cmd("DEL")
+                .arg(&k.lease)
+                .cmd("PEXPIRE")
+                .arg(&k.fence)
+                .arg(job.retention_ms)
+                .cmd("PUBLISH")
+                .arg(&k.channel)
+                .arg("done");
+        }
+        _ => {
+            tx.cmd("PEXPIRE")
+                .arg(&k.state)
+                .arg(job.retention_ms)
+                .cmd("DEL")
+                .arg(&k.lease)
+                .cmd("SET")
+                .arg(&k.failure)
+                .arg(format!("attempt {attempt} by {name}: bench"))
+                .arg("PX")
+                .arg(job.retention_ms)
+                .cmd("PUBLISH")
+                .arg(&k.channel)
+                .arg("failed");
+        }
+    }
+    tx
+}
+
+/// The unconstrained floor (scenario 2, one worker per job): what a careful user writes by hand
+/// for a lone worker that runs a job and completes it, on a connection of its own that no
+/// other task shares (no pool to wait for, no pub/sub: nobody else waits on the job). The same
+/// 4 round trips as a grant plus `done()`: `[WATCH GET GET PTTL GET TIME]`,
+/// `[MULTI SET SET SET PUBLISH EXEC]`, `[WATCH GET GET PTTL GET TIME]`,
+/// `[MULTI SET DEL PEXPIRE PUBLISH EXEC]`, each retried on a nil `EXEC`.
+pub struct Direct {
+    name: String,
+    tokens: AtomicU64,
+}
+
+impl Direct {
+    pub fn new() -> Direct {
+        Direct {
+            name: format!("bench-direct:{}", std::process::id()),
+            tokens: AtomicU64::new(1),
+        }
+    }
+
+    /// Grants attempt 1 (or the next) of `job` on `conn` and completes it.
+    pub async fn job(&self, conn: &mut MultiplexedConnection, job: &Job) -> redis::RedisResult<()> {
+        let attempt = loop {
+            let obs = Floor::observe(conn, &job.keys).await?;
+            let attempt = match obs.state {
+                Seen::Absent => 1,
+                Seen::Attempt(n) if obs.pttl == -2 => n + 1,
+                other => panic!(
+                    "direct floor: {:?} is held or over ({other:?})",
+                    job.keys.state
+                ),
+            };
+            let n = self.tokens.fetch_add(1, Ordering::Relaxed);
+            let token = format!("{:016x}{n:016x}", std::process::id());
+            if Floor::exec(conn, grant_cmds(job, attempt, &obs, &token, &self.name)).await? {
+                break attempt;
+            }
+        };
+        loop {
+            let _obs = Floor::observe(conn, &job.keys).await?;
+            let tx = finish_cmds(job, attempt, Ending::Done, &self.name);
+            if Floor::exec(conn, tx).await? {
+                return Ok(());
+            }
+        }
+    }
 }
 
 impl Floor {
@@ -474,27 +586,7 @@ impl Floor {
                         Seen::Attempt(n) => n + 1,
                         _ => 1,
                     };
-                    let fence = (obs.fence + 1).max(obs.now_us);
-                    let token = self.token();
-                    let mut tx = redis::pipe();
-                    tx.cmd("SET")
-                        .arg(&k.state)
-                        .arg(attempt)
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("SET")
-                        .arg(&k.lease)
-                        .arg(format!("{token} {}", self.name))
-                        .arg("PX")
-                        .arg(job.lease_ms)
-                        .cmd("SET")
-                        .arg(&k.fence)
-                        .arg(fence)
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg(format!("acquired:{attempt}"));
+                    let tx = grant_cmds(job, attempt, &obs, &self.token(), &self.name);
                     if !Self::exec(conn, tx).await? {
                         continue;
                     }
@@ -548,39 +640,7 @@ impl Floor {
             let mut d = self.pool.get().await?;
             let conn = d.conn.as_mut().expect("a pooled connection");
             let _obs = Self::observe(conn, k).await?;
-            let mut tx = redis::pipe();
-            match ending {
-                Ending::Done => {
-                    tx.cmd("SET")
-                        .arg(&k.state)
-                        .arg("DONE")
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("DEL")
-                        .arg(&k.lease)
-                        .cmd("PEXPIRE")
-                        .arg(&k.fence)
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg("done");
-                }
-                _ => {
-                    tx.cmd("PEXPIRE")
-                        .arg(&k.state)
-                        .arg(job.retention_ms)
-                        .cmd("DEL")
-                        .arg(&k.lease)
-                        .cmd("SET")
-                        .arg(&k.failure)
-                        .arg(format!("attempt {attempt} by {}: bench", self.name))
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg("failed");
-                }
-            }
+            let tx = finish_cmds(job, attempt, ending, &self.name);
             if Self::exec(conn, tx).await? {
                 return Ok(());
             }

@@ -114,17 +114,30 @@ async fn main() {
     let opts = parse_args();
     let started = std::time::Instant::now();
     let mut report = scenarios::Report::default();
-    let version = {
+    let (version, pool_size) = {
         let server = start_server();
         let client = redis::Client::open(server.url()).expect("url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
             .expect("connect");
-        redisinfo::server_version(&mut conn).await
+        // baton's default pool size, as its `Client`'s Debug output shows it.
+        let baton = baton::Client::builder(server.url())
+            .connect()
+            .await
+            .expect("baton connects");
+        let debug = format!("{baton:?}");
+        let pool_size: Option<u64> = debug
+            .split_once("pool_size: ")
+            .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok());
+        baton.shutdown(std::time::Duration::from_secs(5)).await;
+        (redisinfo::server_version(&mut conn).await, pool_size)
     };
     let mut meta = machine();
     meta["redis_version"] = json!(version);
+    meta["baton_pool_size"] = json!(pool_size);
+    meta["floor_pool_size"] = json!(scenarios::POOL);
     meta["quick"] = json!(opts.quick);
     let profile = if cfg!(debug_assertions) {
         "dev"
