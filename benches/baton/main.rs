@@ -6,9 +6,11 @@
 //! prints a table and writes `target/bench/latest.json`. Nothing here asserts a timing; every
 //! figure is computed in the run. See BENCHMARKS.md for what each number means.
 //!
-//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`.
+//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`; and
+//! `profile` (only when named: see `profile.rs`).
 
 mod floor;
+mod profile;
 mod redisinfo;
 mod scenarios;
 mod stats;
@@ -23,18 +25,38 @@ use serde_json::json;
 pub struct Opts {
     pub quick: bool,
     pub only: Vec<String>,
+    /// `profile` only: the sides to run (`baton`, `direct`, `pooled`; all when empty).
+    pub sides: Vec<String>,
+    /// `profile` only: measured seconds per side.
+    pub secs: Option<f64>,
 }
 
 fn parse_args() -> Opts {
     let mut opts = Opts {
         quick: false,
         only: Vec::new(),
+        sides: Vec::new(),
+        secs: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
             "--bench" => {}
+            "--side" => match args.next() {
+                Some(s) if profile::SIDES.contains(&s.as_str()) => opts.sides.push(s),
+                _ => {
+                    eprintln!("--side needs one of {}", profile::SIDES.join(", "));
+                    std::process::exit(64);
+                }
+            },
+            "--secs" => match args.next().and_then(|s| s.parse().ok()) {
+                Some(n) => opts.secs = Some(n),
+                None => {
+                    eprintln!("--secs needs a number");
+                    std::process::exit(64);
+                }
+            },
             "--scenario" => match args.next() {
                 Some(s) => opts.only.push(s),
                 None => {
@@ -45,7 +67,8 @@ fn parse_args() -> Opts {
             "-h" | "--help" => {
                 println!(
                     "usage: cargo bench --features testing -- [--quick] [--scenario NAME]...\n\
-                     scenarios: {}",
+                     \x20      [--side baton|direct|pooled]... [--secs N] (with --scenario profile)\n\
+                     scenarios: {}; profile (only when named)",
                     scenarios::NAMES.join(", ")
                 );
                 std::process::exit(0);
@@ -56,7 +79,7 @@ fn parse_args() -> Opts {
         }
     }
     for name in &opts.only {
-        if !scenarios::NAMES.contains(&name.as_str()) {
+        if !scenarios::NAMES.contains(&name.as_str()) && name != "profile" {
             eprintln!(
                 "unknown scenario {name}; known: {}",
                 scenarios::NAMES.join(", ")
@@ -155,8 +178,9 @@ async fn main() {
         meta["cpu"].as_str().unwrap_or("?"),
         meta["kernel"].as_str().unwrap_or("?"),
     );
-    for name in scenarios::NAMES {
-        if !opts.only.is_empty() && !opts.only.iter().any(|o| o == name) {
+    for name in scenarios::NAMES.iter().chain(&["profile"]) {
+        let named = opts.only.iter().any(|o| o == name);
+        if (!opts.only.is_empty() || *name == "profile") && !named {
             continue;
         }
         let t0 = std::time::Instant::now();
@@ -175,6 +199,7 @@ async fn main() {
         "results": report.rows.iter().map(stats::Row::to_json).collect::<Vec<_>>(),
         "round_trips": report.round_trips,
         "idle": report.idle,
+        "profile": report.profile,
     });
     let path = out_path();
     if let Some(dir) = path.parent() {

@@ -32,6 +32,7 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub round_trips: Vec<Value>,
     pub idle: Value,
+    pub profile: Value,
 }
 
 pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
@@ -42,6 +43,7 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "handover" => handover(opts, report).await,
         "takeover" => takeover(opts, report).await,
         "idle" => idle(opts, report).await,
+        "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
 }
@@ -51,7 +53,7 @@ const RETENTION: Duration = Duration::from_secs(120);
 /// benchmark runs baton with its defaults; `meta.baton_pool_size` says what they are now).
 pub const POOL: usize = 8;
 
-fn cfg(job: &str, lease: Duration) -> FailoverConfig {
+pub(crate) fn cfg(job: &str, lease: Duration) -> FailoverConfig {
     FailoverConfig::builder(job)
         .lock_timeout(lease)
         .retention(RETENTION)
@@ -60,7 +62,7 @@ fn cfg(job: &str, lease: Duration) -> FailoverConfig {
         .expect("a valid config")
 }
 
-fn floor_job(job: &str, lease: Duration) -> floor::Job {
+pub(crate) fn floor_job(job: &str, lease: Duration) -> floor::Job {
     floor::Job {
         keys: floor::Keys::new("floor:", job),
         lease_ms: lease.as_millis() as u64,
@@ -69,14 +71,14 @@ fn floor_job(job: &str, lease: Duration) -> floor::Job {
 }
 
 /// A baton client with its shipped defaults (pool size included: no bench-only settings).
-async fn connect(url: &str) -> Client {
+pub(crate) async fn connect(url: &str) -> Client {
     Client::builder(url)
         .connect()
         .await
         .expect("baton connects")
 }
 
-async fn admin(url: &str) -> MultiplexedConnection {
+pub(crate) async fn admin(url: &str) -> MultiplexedConnection {
     redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()
@@ -98,7 +100,7 @@ async fn baton_worker(client: Client, cfg: FailoverConfig) -> &'static str {
 }
 
 /// One job with `workers` baton workers started at once; the time until every one ended.
-async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Duration {
+pub(crate) async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Duration {
     let t0 = Instant::now();
     if workers == 1 {
         let end = baton_worker(client, cfg).await;
@@ -115,7 +117,7 @@ async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Durat
 }
 
 /// The same job on the floor.
-async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Duration {
+pub(crate) async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Duration {
     let (tx, _rx) = mpsc::unbounded_channel();
     let t0 = Instant::now();
     if workers == 1 {
@@ -135,7 +137,7 @@ async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Durati
 }
 
 /// `conc` tasks each running `per_task` jobs one after the other: samples and wall time.
-async fn closed_loop<F, Fut>(conc: usize, per_task: usize, job: F) -> (Samples, Duration)
+pub(crate) async fn closed_loop<F, Fut>(conc: usize, per_task: usize, job: F) -> (Samples, Duration)
 where
     F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Duration> + Send + 'static,
@@ -179,12 +181,12 @@ async fn drain_pubsub(adm: &mut MultiplexedConnection) {
 
 /// The bench's own commands (`INFO`, and `drain_pubsub`'s `PUBSUB CHANNELS`), left out of the
 /// counts.
-fn own(cmd: &str) -> bool {
+pub(crate) fn own(cmd: &str) -> bool {
     cmd == "info" || cmd == "pubsub|channels"
 }
 
 /// Commands per operation from a commandstats delta (the bench's own commands left out).
-fn commands(d: &CommandStats) -> u64 {
+pub(crate) fn commands(d: &CommandStats) -> u64 {
     d.iter().filter(|(k, _)| !own(k)).map(|(_, v)| v).sum()
 }
 
