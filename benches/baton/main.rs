@@ -9,6 +9,7 @@
 //! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`; and
 //! `profile` (only when named: see `profile.rs`).
 
+mod alloc_count;
 mod floor;
 mod profile;
 mod redisinfo;
@@ -20,6 +21,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use baton::testing::RedisServer;
 use serde_json::json;
 
+#[global_allocator]
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
+
 /// Command-line options (cargo adds `--bench`, which is ignored).
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -29,6 +33,8 @@ pub struct Opts {
     pub sides: Vec<String>,
     /// `profile` only: measured seconds per side.
     pub secs: Option<f64>,
+    /// `profile` only: the `MONITOR` round also when sides are named.
+    pub monitor: bool,
 }
 
 fn parse_args() -> Opts {
@@ -37,16 +43,29 @@ fn parse_args() -> Opts {
         only: Vec::new(),
         sides: Vec::new(),
         secs: None,
+        monitor: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
+            "--monitor" => opts.monitor = true,
             "--bench" => {}
             "--side" => match args.next() {
-                Some(s) if profile::SIDES.contains(&s.as_str()) => opts.sides.push(s),
+                Some(s)
+                    if profile::SIDES
+                        .iter()
+                        .chain(profile::EXTRA_SIDES)
+                        .any(|k| *k == s) =>
+                {
+                    opts.sides.push(s)
+                }
                 _ => {
-                    eprintln!("--side needs one of {}", profile::SIDES.join(", "));
+                    eprintln!(
+                        "--side needs one of {}, {}",
+                        profile::SIDES.join(", "),
+                        profile::EXTRA_SIDES.join(", ")
+                    );
                     std::process::exit(64);
                 }
             },
@@ -67,7 +86,7 @@ fn parse_args() -> Opts {
             "-h" | "--help" => {
                 println!(
                     "usage: cargo bench --features testing -- [--quick] [--scenario NAME]...\n\
-                     \x20      [--side baton|direct|pooled]... [--secs N] (with --scenario profile)\n\
+                     \x20      [--side NAME]... [--secs N] [--monitor] (with --scenario profile)\n\
                      scenarios: {}; profile (only when named)",
                     scenarios::NAMES.join(", ")
                 );

@@ -5,15 +5,18 @@
 //! per job (user, system; `/proc/self/stat`), its context switches per job (all threads,
 //! `/proc/self/task/*/status`), the server's CPU per job (`INFO cpu`), its reads per job (one
 //! per pipeline on loopback: round trips), commands per job (`INFO commandstats`) and
-//! connections opened (`total_connections_received`). Then one short round per side under
+//! connections opened (`total_connections_received`), and allocations per job (a counting
+//! global allocator, on only in this scenario). Then one short round per side under
 //! `MONITOR`: per dedicated connection (one that sends `WATCH`), how long a transition holds it
 //! on the server (`WATCH` → `EXEC`/`UNWATCH`, which spans one client round trip) and how long it
 //! then sits unused until its next `WATCH` (reply, client work, pool hand-off, next request).
 //! `MONITOR` slows the server: those times compare the sides, they are not the real ones.
 //!
-//! `--side baton|direct|pooled` (repeatable) runs only those sides and skips `MONITOR`, for a
-//! profiler attached to the process (`perf record -p`); `--secs N` sets each side's measured
-//! time (default 10, 2 with `--quick`).
+//! `--side baton|direct|pooled|baton-pool64` (repeatable) runs only those sides (`baton-pool64`,
+//! an experiment: baton with `pool_size(64)`, runs only when named); `--monitor` adds the
+//! `MONITOR` round to named sides (without `--side` it always runs); `--secs N` sets each side's
+//! measured time (default 10, 2 with `--quick`). For a profiler, name one side and attach it to
+//! the process (`perf record -g -- target/release/deps/baton-* --scenario profile --side baton`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::alloc_count;
 use crate::floor::{self, Floor};
 use crate::redisinfo::{self, CommandStats, Monitor};
 use crate::scenarios::{
@@ -35,6 +39,9 @@ use crate::{run_id, start_server, Opts};
 const CONC: usize = 64;
 const PER: usize = 40;
 pub const SIDES: &[&str] = &["baton", "direct", "pooled"];
+/// Sides run only when asked for with `--side`: experiments, not figures of the benchmark
+/// (which runs baton with its defaults). `baton-pool64`: baton with `pool_size(64)`.
+pub const EXTRA_SIDES: &[&str] = &["baton-pool64"];
 
 /// This process: CPU seconds (user, system) and context switches (voluntary, involuntary).
 #[derive(Clone, Copy, Default)]
@@ -112,6 +119,9 @@ struct Acc {
     cpu_sys: f64,
     vol: u64,
     invol: u64,
+    allocs: u64,
+    reallocs: u64,
+    alloc_bytes: u64,
     srv_cpu: f64,
     reads: f64,
     conns: f64,
@@ -133,6 +143,9 @@ impl Acc {
             "client_user_us_per_job": us(self.cpu_user),
             "client_sys_us_per_job": us(self.cpu_sys),
             "client_cpu_cores": ((self.cpu_user + self.cpu_sys) / self.wall * 100.0).round() / 100.0,
+            "allocations_per_job": per(self.allocs as f64),
+            "reallocations_per_job": per(self.reallocs as f64),
+            "allocated_bytes_per_job": per(self.alloc_bytes as f64).round(),
             "server_cpu_us_per_job": us(self.srv_cpu),
             "server_cpu_cores": (self.srv_cpu / self.wall * 100.0).round() / 100.0,
             "voluntary_switches_per_job": per(self.vol as f64),
@@ -149,6 +162,8 @@ impl Acc {
 
 struct Sides {
     client: baton::Client,
+    /// `baton-pool64` only.
+    client64: Option<baton::Client>,
     pooled: Arc<Floor>,
     direct: Arc<floor::Direct>,
     conns: Arc<Vec<MultiplexedConnection>>,
@@ -160,8 +175,12 @@ async fn round(s: &Sides, side: &str, tag: &str, per: usize) -> (Samples, Durati
     let lease = Duration::from_secs(10);
     let name = format!("p-{side}-{}-{tag}", s.id);
     match side {
-        "baton" => {
-            let c = s.client.clone();
+        "baton" | "baton-pool64" => {
+            let c = if side == "baton" {
+                s.client.clone()
+            } else {
+                s.client64.clone().expect("the pool-64 client")
+            };
             closed_loop(CONC, per, move |i| {
                 baton_job(c.clone(), cfg(&format!("{name}-{i}"), lease), 1)
             })
@@ -278,6 +297,7 @@ fn occupancy(lines: &[redisinfo::Seen], jobs: usize) -> Value {
 
 pub async fn profile(opts: &Opts, report: &mut Report) {
     let secs = opts.secs.unwrap_or(if opts.quick { 2.0 } else { 10.0 });
+    alloc_count::start();
     let sides: Vec<&str> = if opts.sides.is_empty() {
         SIDES.to_vec()
     } else {
@@ -292,6 +312,17 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
     }
     let s = Sides {
         client: connect(&url).await,
+        client64: if sides.contains(&"baton-pool64") {
+            Some(
+                baton::Client::builder(&url)
+                    .pool_size(64)
+                    .connect()
+                    .await
+                    .expect("baton connects"),
+            )
+        } else {
+            None
+        },
         pooled: Arc::new(Floor::connect(&url, POOL).await.expect("floor connects")),
         direct: Arc::new(floor::Direct::new()),
         conns: Arc::new(conns),
@@ -312,7 +343,9 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             }
             settle(&mut adm).await;
             let (s0, p0) = (server_now(&mut adm).await, proc_now());
+            let a0 = alloc_count::now();
             let (samples, wall) = round(&s, side, &r.to_string(), PER).await;
+            let a1 = alloc_count::now();
             let p1 = proc_now();
             settle(&mut adm).await;
             let s1 = server_now(&mut adm).await;
@@ -324,6 +357,9 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             a.cpu_sys += p1.sys - p0.sys;
             a.vol += p1.vol - p0.vol;
             a.invol += p1.invol - p0.invol;
+            a.allocs += a1.allocs - a0.allocs;
+            a.reallocs += a1.reallocs - a0.reallocs;
+            a.alloc_bytes += a1.bytes - a0.bytes;
             a.srv_cpu += s1.cpu - s0.cpu;
             a.reads += s1.reads - s0.reads;
             a.conns += s1.conns - s0.conns;
@@ -336,7 +372,7 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
     for side in &sides {
         out.insert(side.to_string(), acc[side].to_json());
     }
-    if opts.sides.is_empty() {
+    if opts.sides.is_empty() || opts.monitor {
         let mon = Monitor::start(server.port()).expect("MONITOR");
         let per = 10;
         for side in &sides {
@@ -350,12 +386,15 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
         mon.stop();
     }
     s.client.shutdown(Duration::from_secs(5)).await;
+    if let Some(c) = &s.client64 {
+        c.shutdown(Duration::from_secs(5)).await;
+    }
     for side in &sides {
         let v = &out[*side];
         eprintln!(
             "profile {side:>6}: {} jobs/s; client CPU {} µs/job ({} cores), server CPU {} µs/job \
              ({} cores); {} reads, {} commands per job; {} connections opened; \
-             switches/job {} vol {} invol",
+             switches/job {} vol {} invol; {} allocations + {} reallocations ({} bytes) per job",
             v["jobs_per_s"],
             v["client_cpu_us_per_job"],
             v["client_cpu_cores"],
@@ -366,6 +405,9 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             v["connections_opened"],
             v["voluntary_switches_per_job"],
             v["involuntary_switches_per_job"],
+            v["allocations_per_job"],
+            v["reallocations_per_job"],
+            v["allocated_bytes_per_job"],
         );
         if let Some(m) = out.get(&format!("{side}_monitor")) {
             eprintln!(
