@@ -5,7 +5,8 @@
 //! per job (user, system; `/proc/self/stat`), its context switches per job (all threads,
 //! `/proc/self/task/*/status`), the server's CPU per job (`INFO cpu`), its reads per job (one
 //! per pipeline on loopback: round trips), commands per job (`INFO commandstats`) and
-//! connections opened (`total_connections_received`), and allocations per job (a counting
+//! connections opened (`total_connections_received`), tokio's worker parks and busy time per
+//! job (`RuntimeMetrics`), and allocations per job (a counting
 //! global allocator, on only in this scenario). Then one short round per side under
 //! `MONITOR`: per dedicated connection (one that sends `WATCH`), how long a transition holds it
 //! on the server (`WATCH` → `EXEC`/`UNWATCH`, which spans one client round trip) and how long it
@@ -88,6 +89,17 @@ fn proc_now() -> Proc {
     }
 }
 
+/// tokio's worker threads: times parked (went idle), busy seconds.
+fn runtime_now() -> (u64, f64) {
+    let m = tokio::runtime::Handle::current().metrics();
+    (0..m.num_workers()).fold((0, 0.0), |(p, b), w| {
+        (
+            p + m.worker_park_count(w),
+            b + m.worker_total_busy_duration(w).as_secs_f64(),
+        )
+    })
+}
+
 /// The server: commands, connections opened, reads (round trips), CPU seconds.
 struct Server {
     cmds: CommandStats,
@@ -122,6 +134,8 @@ struct Acc {
     allocs: u64,
     reallocs: u64,
     alloc_bytes: u64,
+    parks: u64,
+    busy: f64,
     srv_cpu: f64,
     reads: f64,
     conns: f64,
@@ -143,6 +157,8 @@ impl Acc {
             "client_user_us_per_job": us(self.cpu_user),
             "client_sys_us_per_job": us(self.cpu_sys),
             "client_cpu_cores": ((self.cpu_user + self.cpu_sys) / self.wall * 100.0).round() / 100.0,
+            "worker_parks_per_job": per(self.parks as f64),
+            "worker_busy_us_per_job": us(self.busy),
             "allocations_per_job": per(self.allocs as f64),
             "reallocations_per_job": per(self.reallocs as f64),
             "allocated_bytes_per_job": per(self.alloc_bytes as f64).round(),
@@ -343,9 +359,9 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             }
             settle(&mut adm).await;
             let (s0, p0) = (server_now(&mut adm).await, proc_now());
-            let a0 = alloc_count::now();
+            let (a0, r0) = (alloc_count::now(), runtime_now());
             let (samples, wall) = round(&s, side, &r.to_string(), PER).await;
-            let a1 = alloc_count::now();
+            let (a1, r1) = (alloc_count::now(), runtime_now());
             let p1 = proc_now();
             settle(&mut adm).await;
             let s1 = server_now(&mut adm).await;
@@ -360,6 +376,8 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             a.allocs += a1.allocs - a0.allocs;
             a.reallocs += a1.reallocs - a0.reallocs;
             a.alloc_bytes += a1.bytes - a0.bytes;
+            a.parks += r1.0 - r0.0;
+            a.busy += r1.1 - r0.1;
             a.srv_cpu += s1.cpu - s0.cpu;
             a.reads += s1.reads - s0.reads;
             a.conns += s1.conns - s0.conns;
@@ -394,7 +412,8 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
         eprintln!(
             "profile {side:>6}: {} jobs/s; client CPU {} µs/job ({} cores), server CPU {} µs/job \
              ({} cores); {} reads, {} commands per job; {} connections opened; \
-             switches/job {} vol {} invol; {} allocations + {} reallocations ({} bytes) per job",
+             switches/job {} vol {} invol; tokio workers parked {} times and busy {} µs per job; \
+             {} allocations + {} reallocations ({} bytes) per job",
             v["jobs_per_s"],
             v["client_cpu_us_per_job"],
             v["client_cpu_cores"],
@@ -405,6 +424,8 @@ pub async fn profile(opts: &Opts, report: &mut Report) {
             v["connections_opened"],
             v["voluntary_switches_per_job"],
             v["involuntary_switches_per_job"],
+            v["worker_parks_per_job"],
+            v["worker_busy_us_per_job"],
             v["allocations_per_job"],
             v["reallocations_per_job"],
             v["allocated_bytes_per_job"],
