@@ -151,8 +151,23 @@ fn out_path() -> std::path::PathBuf {
     target.join("bench").join("latest.json")
 }
 
+/// Exits when the process that started this one (cargo) is gone: a SIGTERM to `cargo bench`
+/// ends cargo but not the bench it runs, which would go on for a minute with nobody to read
+/// it. Exiting is enough for cleanup: the fixture's servers die with this process.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if std::os::unix::process::parent_id() != parent {
+            eprintln!("baton bench: the process that started it (pid {parent}) is gone; exiting");
+            std::process::exit(143);
+        }
+    });
+}
+
 #[tokio::main]
 async fn main() {
+    exit_with_parent();
     let opts = parse_args();
     let started = std::time::Instant::now();
     let mut report = scenarios::Report::default();
