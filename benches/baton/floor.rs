@@ -5,6 +5,9 @@
 //! events, no tracing, no timeouts.
 //!
 //! Scenario 6 (`roundtrips`) checks the equivalence with `MONITOR`.
+//!
+//! [`Direct`] is the unconstrained floor of scenario 2's one-worker rows: the same commands and
+//! round trips per job, on a connection per job task instead of the 8-connection pool.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
