@@ -17,6 +17,13 @@
 //! from plain `#[test]`s as well as from inside a tokio runtime: its blocking
 //! waits are short (milliseconds, at most a few seconds while a server boots).
 //!
+//! A server never outlives the process that started it, however that process
+//! ends: on Linux every server is spawned by one long-lived thread of the
+//! process and asks the kernel for `SIGKILL` when that thread dies
+//! (`PR_SET_PDEATHSIG`), which happens when the process exits or is killed
+//! (`SIGKILL`, `SIGTERM`, a panic that aborts). Its data directory is left in
+//! the temp dir then.
+//!
 //! The binary is taken from `$REDIS_SERVER_BIN` if that is set, otherwise
 //! `redis-server` is looked up on `PATH` (Debian/Ubuntu: `apt-get install
 //! redis-server`). This module is Unix-only: it sends signals with `libc`.
@@ -49,7 +56,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -954,6 +961,84 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// A spawn request for the spawner thread, and where its answer goes.
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Spawns a `redis-server` that dies with this process.
+///
+/// `PR_SET_PDEATHSIG` signals the child when the *thread* that forked it exits,
+/// not the process; tests and benchmarks create servers on short-lived threads
+/// (each `#[test]` runs on its own), so forking there would kill the server
+/// when its test thread ended. Every server is therefore forked by one
+/// dedicated thread that is started on first use and never exits: it dies only
+/// with the process, and takes its servers with it.
+fn spawn_server(command: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Option<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        thread::Builder::new()
+            .name("baton-redis-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    die_with_this_process(&mut command);
+                    let _ = reply.send(command.spawn());
+                }
+                // Unreachable while `SPAWNER` holds the sender (a static: forever); should the
+                // channel ever close, this thread must still not exit.
+                loop {
+                    thread::park();
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let Some(spawner) = spawner else {
+        return Err(io::Error::other(
+            "cannot start the redis-server spawner thread",
+        ));
+    };
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .map_err(|_| io::Error::other("the redis-server spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the redis-server spawner thread did not answer"))?
+}
+
+/// Makes the child `SIGKILL`ed when the thread that forks it (the spawner) dies.
+#[cfg(target_os = "linux")]
+fn die_with_this_process(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: prctl(2) and getppid(2) are plain
+    // system calls, and the errors are built without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The process died between fork and prctl: no signal will come, so do not start.
+            if libc::getppid() as u32 != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere there is no parent-death signal: servers are only stopped on drop.
+#[cfg(not(target_os = "linux"))]
+fn die_with_this_process(_command: &mut Command) {}
+
 /// Why a start attempt failed: worth another try, or not.
 enum Failure {
     /// The server exited early (typically: port taken) — try again.
@@ -1051,7 +1136,7 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
 
-    let mut child = command.spawn().map_err(|err| {
+    let mut child = spawn_server(command).map_err(|err| {
         Failure::Fatal(io::Error::new(
             err.kind(),
             format!("cannot spawn {}: {err}", config.bin.display()),

@@ -5,6 +5,9 @@
 //! events, no tracing, no timeouts.
 //!
 //! Scenario 6 (`roundtrips`) checks the equivalence with `MONITOR`.
+//!
+//! [`Direct`] is the unconstrained floor of scenario 2's one-worker rows: the same commands and
+//! round trips per job, on a connection per job task instead of the 8-connection pool.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,6 +50,9 @@ pub struct Floor {
     hub: Hub,
     name: String,
     tokens: AtomicU64,
+    /// Waiting backups whose lease timer ran out with no message (a lost wake-up in the
+    /// throughput scenarios, where every holder finishes at once).
+    timer_wakeups: AtomicU64,
 }
 
 struct Pool {
@@ -93,14 +99,20 @@ impl Pool {
 
 type Waiters = Arc<Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<String>)>>>>;
 
+/// Per channel: a lock that orders its `SUBSCRIBE`s and `UNSUBSCRIBE`s, guarding whether the
+/// server has confirmed the channel's subscription (and no `UNSUBSCRIBE` was sent since).
+type Channels = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<bool>>>>>;
+
 /// One pub/sub connection shared by every floor worker of a client, reference counted per
-/// channel like baton's hub. Unlike baton's hub, (un)subscriptions of different channels are
-/// not serialized through one task; those of one channel are ordered by a per-channel lock, so
-/// a late `UNSUBSCRIBE` can never overtake the `SUBSCRIBE` of the channel's next waiter.
+/// channel like baton's hub, and like it, `subscribe` returns only once the server has confirmed
+/// the channel's subscription, for every subscriber, not only the one that sent `SUBSCRIBE`.
+/// Unlike baton's hub, (un)subscriptions of different channels are not serialized through one
+/// task; those of one channel are ordered by a per-channel lock, so a late `UNSUBSCRIBE` can
+/// never overtake the `SUBSCRIBE` of the channel's next waiter.
 struct Hub {
     sink: PubSubSink,
     waiters: Waiters,
-    order: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    channels: Channels,
     next: AtomicU64,
 }
 
@@ -109,69 +121,98 @@ struct Sub {
     id: u64,
 }
 
+fn lock_of(channels: &Channels, channel: &str) -> Arc<tokio::sync::Mutex<bool>> {
+    channels
+        .lock()
+        .unwrap()
+        .entry(channel.to_string())
+        .or_default()
+        .clone()
+}
+
+/// Removes waiter `id` of `channel`; `true` when it was the channel's last.
+fn remove_waiter(waiters: &Waiters, channel: &str, id: u64) -> bool {
+    let mut w = waiters.lock().unwrap();
+    match w.get_mut(channel) {
+        Some(list) => {
+            list.retain(|(i, _)| *i != id);
+            if list.is_empty() {
+                w.remove(channel);
+                true
+            } else {
+                false
+            }
+        }
+        None => false,
+    }
+}
+
 impl Hub {
-    fn lock_of(&self, channel: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.order
+    /// Registers a waiter for `channel` and returns once the server has confirmed the channel's
+    /// subscription. Every caller waits for that confirmation: a waiter that returned while
+    /// another one's `SUBSCRIBE` was still on its way could make its plain read, see the lease
+    /// alive, and sleep through a `PUBLISH` that reached the server before the `SUBSCRIBE`
+    /// (deaf for a whole lease).
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<Sub> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.waiters
             .lock()
             .unwrap()
             .entry(channel.to_string())
             .or_default()
-            .clone()
-    }
-
-    async fn subscribe(&self, channel: &str) -> redis::RedisResult<Sub> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let first = {
-            let mut w = self.waiters.lock().unwrap();
-            let list = w.entry(channel.to_string()).or_default();
-            list.push((id, tx));
-            list.len() == 1
-        };
-        if first {
-            let lock = self.lock_of(channel);
-            let _ordered = lock.lock().await;
-            self.sink.clone().subscribe(channel).await?;
+            .push((id, tx));
+        let lock = lock_of(&self.channels, channel);
+        let mut subscribed = lock.lock().await;
+        if !*subscribed {
+            if let Err(e) = self.sink.clone().subscribe(channel).await {
+                drop(subscribed);
+                if remove_waiter(&self.waiters, channel, id) {
+                    self.release(channel);
+                }
+                return Err(e);
+            }
+            *subscribed = true;
         }
         Ok(Sub { rx, id })
     }
 
     /// Like baton's `Subscription::drop`: the worker does not wait for `UNSUBSCRIBE`.
     fn unsubscribe(&self, channel: &str, sub: Sub) {
-        let last = {
-            let mut w = self.waiters.lock().unwrap();
-            match w.get_mut(channel) {
-                Some(list) => {
-                    list.retain(|(i, _)| *i != sub.id);
-                    if list.is_empty() {
-                        w.remove(channel);
-                        true
-                    } else {
-                        false
-                    }
-                }
-                None => false,
-            }
-        };
-        if last {
-            let mut sink = self.sink.clone();
-            let channel = channel.to_string();
-            let lock = self.lock_of(&channel);
-            let waiters = self.waiters.clone();
-            tokio::spawn(async move {
-                let _ordered = lock.lock().await;
-                // A new waiter subscribed meanwhile: the channel must stay subscribed.
-                if waiters.lock().unwrap().contains_key(&channel) {
-                    return;
-                }
-                let _ = sink.unsubscribe(channel).await;
-            });
+        if remove_waiter(&self.waiters, channel, sub.id) {
+            self.release(channel);
         }
+    }
+
+    /// The channel lost its last waiter: unsubscribe, unless a new waiter came meanwhile.
+    fn release(&self, channel: &str) {
+        let mut sink = self.sink.clone();
+        let channel = channel.to_string();
+        let lock = lock_of(&self.channels, &channel);
+        let waiters = self.waiters.clone();
+        let channels = self.channels.clone();
+        tokio::spawn(async move {
+            let mut subscribed = lock.lock().await;
+            // A new waiter came meanwhile: the channel must stay subscribed.
+            if waiters.lock().unwrap().contains_key(&channel) {
+                return;
+            }
+            if *subscribed {
+                let _ = sink.unsubscribe(&channel).await;
+                *subscribed = false;
+            }
+            // Forget the channel's lock unless someone else holds it (a subscriber that finds
+            // no entry creates a new one, after this UNSUBSCRIBE was confirmed).
+            let mut ch = channels.lock().unwrap();
+            if ch.get(&channel).is_some_and(|l| Arc::strong_count(l) == 2) {
+                ch.remove(&channel);
+            }
+        });
     }
 }
 
 /// What round trip 1 read, reduced to what the next step needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     Absent,
     Attempt(u64),
@@ -258,6 +299,118 @@ pub struct Job {
     pub retention_ms: u64,
 }
 
+/// Round trip 2 of a grant: the commands between `MULTI` and `EXEC`.
+fn grant_cmds(job: &Job, attempt: u64, obs: &Obs, token: &str, name: &str) -> redis::Pipeline {
+    let k = &job.keys;
+    let fence = (obs.fence + 1).max(obs.now_us);
+    let mut tx = redis::pipe();
+    tx.cmd("SET")
+        .arg(&k.state)
+        .arg(attempt)
+        .arg("PX")
+        .arg(job.retention_ms)
+        .cmd("SET")
+        .arg(&k.lease)
+        .arg(format!("{token} {name}"))
+        .arg("PX")
+        .arg(job.lease_ms)
+        .cmd("SET")
+        .arg(&k.fence)
+        .arg(fence)
+        .arg("PX")
+        .arg(job.retention_ms)
+        .cmd("PUBLISH")
+        .arg(&k.channel)
+        .arg(format!("acquired:{attempt}"));
+    tx
+}
+
+/// Round trip 2 of `done()`/`fail()`: the commands between `MULTI` and `EXEC`.
+fn finish_cmds(job: &Job, attempt: u64, ending: Ending, name: &str) -> redis::Pipeline {
+    let k = &job.keys;
+    let mut tx = redis::pipe();
+    match ending {
+        Ending::Done => {
+            tx.cmd("SET")
+                .arg(&k.state)
+                .arg("DONE")
+                .arg("PX")
+                .arg(job.retention_ms)
+                .cmd("DEL")
+                .arg(&k.lease)
+                .cmd("PEXPIRE")
+                .arg(&k.fence)
+                .arg(job.retention_ms)
+                .cmd("PUBLISH")
+                .arg(&k.channel)
+                .arg("done");
+        }
+        _ => {
+            tx.cmd("PEXPIRE")
+                .arg(&k.state)
+                .arg(job.retention_ms)
+                .cmd("DEL")
+                .arg(&k.lease)
+                .cmd("SET")
+                .arg(&k.failure)
+                .arg(format!("attempt {attempt} by {name}: bench"))
+                .arg("PX")
+                .arg(job.retention_ms)
+                .cmd("PUBLISH")
+                .arg(&k.channel)
+                .arg("failed");
+        }
+    }
+    tx
+}
+
+/// The unconstrained floor (scenario 2, one worker per job): what a careful user writes by hand
+/// for a lone worker that runs a job and completes it, on a connection of its own that no
+/// other task shares (no pool to wait for, no pub/sub: nobody else waits on the job). The same
+/// 4 round trips as a grant plus `done()`: `[WATCH GET GET PTTL GET TIME]`,
+/// `[MULTI SET SET SET PUBLISH EXEC]`, `[WATCH GET GET PTTL GET TIME]`,
+/// `[MULTI SET DEL PEXPIRE PUBLISH EXEC]`, each retried on a nil `EXEC`.
+pub struct Direct {
+    name: String,
+    tokens: AtomicU64,
+}
+
+impl Direct {
+    pub fn new() -> Direct {
+        Direct {
+            name: format!("bench-direct:{}", std::process::id()),
+            tokens: AtomicU64::new(1),
+        }
+    }
+
+    /// Grants attempt 1 (or the next) of `job` on `conn` and completes it.
+    pub async fn job(&self, conn: &mut MultiplexedConnection, job: &Job) -> redis::RedisResult<()> {
+        let attempt = loop {
+            let obs = Floor::observe(conn, &job.keys).await?;
+            let attempt = match obs.state {
+                Seen::Absent => 1,
+                Seen::Attempt(n) if obs.pttl == -2 => n + 1,
+                other => panic!(
+                    "direct floor: {:?} is held or over ({other:?})",
+                    job.keys.state
+                ),
+            };
+            let n = self.tokens.fetch_add(1, Ordering::Relaxed);
+            let token = format!("{:016x}{n:016x}", std::process::id());
+            if Floor::exec(conn, grant_cmds(job, attempt, &obs, &token, &self.name)).await? {
+                break attempt;
+            }
+        };
+        loop {
+            let _obs = Floor::observe(conn, &job.keys).await?;
+            let tx = finish_cmds(job, attempt, Ending::Done, &self.name);
+            if Floor::exec(conn, tx).await? {
+                return Ok(());
+            }
+        }
+    }
+}
+
 impl Floor {
     pub async fn connect(url: &str, pool_size: usize) -> redis::RedisResult<Floor> {
         let client = redis::Client::open(url)?;
@@ -283,11 +436,12 @@ impl Floor {
             hub: Hub {
                 sink,
                 waiters,
-                order: Mutex::default(),
+                channels: Channels::default(),
                 next: AtomicU64::new(1),
             },
             name: format!("bench-floor:{}", std::process::id()),
             tokens: AtomicU64::new(1),
+            timer_wakeups: AtomicU64::new(0),
         })
     }
 
@@ -298,6 +452,11 @@ impl Floor {
             held.push(self.pool.get().await?);
         }
         Ok(())
+    }
+
+    /// How many times a waiting backup's lease timer ran out before any message came.
+    pub fn timer_wakeups(&self) -> u64 {
+        self.timer_wakeups.load(Ordering::Relaxed)
     }
 
     fn token(&self) -> String {
@@ -418,6 +577,7 @@ impl Floor {
                         if message {
                             break;
                         }
+                        self.timer_wakeups.fetch_add(1, Ordering::Relaxed);
                         match self.quick_read(k).await? {
                             (Seen::Attempt(m), p) if m == n && p > 0 => pttl = p,
                             _ => break,
@@ -429,27 +589,7 @@ impl Floor {
                         Seen::Attempt(n) => n + 1,
                         _ => 1,
                     };
-                    let fence = (obs.fence + 1).max(obs.now_us);
-                    let token = self.token();
-                    let mut tx = redis::pipe();
-                    tx.cmd("SET")
-                        .arg(&k.state)
-                        .arg(attempt)
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("SET")
-                        .arg(&k.lease)
-                        .arg(format!("{token} {}", self.name))
-                        .arg("PX")
-                        .arg(job.lease_ms)
-                        .cmd("SET")
-                        .arg(&k.fence)
-                        .arg(fence)
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg(format!("acquired:{attempt}"));
+                    let tx = grant_cmds(job, attempt, &obs, &self.token(), &self.name);
                     if !Self::exec(conn, tx).await? {
                         continue;
                     }
@@ -503,39 +643,7 @@ impl Floor {
             let mut d = self.pool.get().await?;
             let conn = d.conn.as_mut().expect("a pooled connection");
             let _obs = Self::observe(conn, k).await?;
-            let mut tx = redis::pipe();
-            match ending {
-                Ending::Done => {
-                    tx.cmd("SET")
-                        .arg(&k.state)
-                        .arg("DONE")
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("DEL")
-                        .arg(&k.lease)
-                        .cmd("PEXPIRE")
-                        .arg(&k.fence)
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg("done");
-                }
-                _ => {
-                    tx.cmd("PEXPIRE")
-                        .arg(&k.state)
-                        .arg(job.retention_ms)
-                        .cmd("DEL")
-                        .arg(&k.lease)
-                        .cmd("SET")
-                        .arg(&k.failure)
-                        .arg(format!("attempt {attempt} by {}: bench", self.name))
-                        .arg("PX")
-                        .arg(job.retention_ms)
-                        .cmd("PUBLISH")
-                        .arg(&k.channel)
-                        .arg("failed");
-                }
-            }
+            let tx = finish_cmds(job, attempt, ending, &self.name);
             if Self::exec(conn, tx).await? {
                 return Ok(());
             }

@@ -6,9 +6,12 @@
 //! prints a table and writes `target/bench/latest.json`. Nothing here asserts a timing; every
 //! figure is computed in the run. See BENCHMARKS.md for what each number means.
 //!
-//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`.
+//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`; and
+//! `profile` (only when named: see `profile.rs`).
 
+mod alloc_count;
 mod floor;
+mod profile;
 mod redisinfo;
 mod scenarios;
 mod stats;
@@ -18,23 +21,61 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use baton::testing::RedisServer;
 use serde_json::json;
 
+#[global_allocator]
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
+
 /// Command-line options (cargo adds `--bench`, which is ignored).
 #[derive(Debug, Clone)]
 pub struct Opts {
     pub quick: bool,
     pub only: Vec<String>,
+    /// `profile` only: the sides to run (`baton`, `direct`, `pooled`; all when empty).
+    pub sides: Vec<String>,
+    /// `profile` only: measured seconds per side.
+    pub secs: Option<f64>,
+    /// `profile` only: the `MONITOR` round also when sides are named.
+    pub monitor: bool,
 }
 
 fn parse_args() -> Opts {
     let mut opts = Opts {
         quick: false,
         only: Vec::new(),
+        sides: Vec::new(),
+        secs: None,
+        monitor: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
+            "--monitor" => opts.monitor = true,
             "--bench" => {}
+            "--side" => match args.next() {
+                Some(s)
+                    if profile::SIDES
+                        .iter()
+                        .chain(profile::EXTRA_SIDES)
+                        .any(|k| *k == s) =>
+                {
+                    opts.sides.push(s)
+                }
+                _ => {
+                    eprintln!(
+                        "--side needs one of {}, {}",
+                        profile::SIDES.join(", "),
+                        profile::EXTRA_SIDES.join(", ")
+                    );
+                    std::process::exit(64);
+                }
+            },
+            "--secs" => match args.next().and_then(|s| s.parse().ok()) {
+                Some(n) => opts.secs = Some(n),
+                None => {
+                    eprintln!("--secs needs a number");
+                    std::process::exit(64);
+                }
+            },
             "--scenario" => match args.next() {
                 Some(s) => opts.only.push(s),
                 None => {
@@ -45,7 +86,8 @@ fn parse_args() -> Opts {
             "-h" | "--help" => {
                 println!(
                     "usage: cargo bench --features testing -- [--quick] [--scenario NAME]...\n\
-                     scenarios: {}",
+                     \x20      [--side NAME]... [--secs N] [--monitor] (with --scenario profile)\n\
+                     scenarios: {}; profile (only when named)",
                     scenarios::NAMES.join(", ")
                 );
                 std::process::exit(0);
@@ -56,7 +98,7 @@ fn parse_args() -> Opts {
         }
     }
     for name in &opts.only {
-        if !scenarios::NAMES.contains(&name.as_str()) {
+        if !scenarios::NAMES.contains(&name.as_str()) && name != "profile" {
             eprintln!(
                 "unknown scenario {name}; known: {}",
                 scenarios::NAMES.join(", ")
@@ -109,22 +151,50 @@ fn out_path() -> std::path::PathBuf {
     target.join("bench").join("latest.json")
 }
 
+/// Exits when the process that started this one (cargo) is gone: a SIGTERM to `cargo bench`
+/// ends cargo but not the bench it runs, which would go on for a minute with nobody to read
+/// it. Exiting is enough for cleanup: the fixture's servers die with this process.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if std::os::unix::process::parent_id() != parent {
+            eprintln!("baton bench: the process that started it (pid {parent}) is gone; exiting");
+            std::process::exit(143);
+        }
+    });
+}
+
 #[tokio::main]
 async fn main() {
+    exit_with_parent();
     let opts = parse_args();
     let started = std::time::Instant::now();
     let mut report = scenarios::Report::default();
-    let version = {
+    let (version, pool_size) = {
         let server = start_server();
         let client = redis::Client::open(server.url()).expect("url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
             .expect("connect");
-        redisinfo::server_version(&mut conn).await
+        // baton's default pool size, as its `Client`'s Debug output shows it.
+        let baton = baton::Client::builder(server.url())
+            .connect()
+            .await
+            .expect("baton connects");
+        let debug = format!("{baton:?}");
+        let pool_size: Option<u64> = debug
+            .split_once("pool_size: ")
+            .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok());
+        baton.shutdown(std::time::Duration::from_secs(5)).await;
+        (redisinfo::server_version(&mut conn).await, pool_size)
     };
     let mut meta = machine();
     meta["redis_version"] = json!(version);
+    meta["baton_pool_size"] = json!(pool_size);
+    meta["floor_pool_size"] = json!(scenarios::POOL);
     meta["quick"] = json!(opts.quick);
     let profile = if cfg!(debug_assertions) {
         "dev"
@@ -142,8 +212,9 @@ async fn main() {
         meta["cpu"].as_str().unwrap_or("?"),
         meta["kernel"].as_str().unwrap_or("?"),
     );
-    for name in scenarios::NAMES {
-        if !opts.only.is_empty() && !opts.only.iter().any(|o| o == name) {
+    for name in scenarios::NAMES.iter().chain(&["profile"]) {
+        let named = opts.only.iter().any(|o| o == name);
+        if (!opts.only.is_empty() || *name == "profile") && !named {
             continue;
         }
         let t0 = std::time::Instant::now();
@@ -162,6 +233,7 @@ async fn main() {
         "results": report.rows.iter().map(stats::Row::to_json).collect::<Vec<_>>(),
         "round_trips": report.round_trips,
         "idle": report.idle,
+        "profile": report.profile,
     });
     let path = out_path();
     if let Some(dir) = path.parent() {

@@ -58,6 +58,15 @@ pub async fn stat(conn: &mut redis::aio::MultiplexedConnection, field: &str) -> 
         .unwrap_or_else(|| panic!("INFO stats has no {field}"))
 }
 
+/// A numeric field of an `INFO` section (`used_cpu_user` in `cpu`, ...); 0 when absent.
+pub async fn field(conn: &mut redis::aio::MultiplexedConnection, section: &str, name: &str) -> f64 {
+    let text = info(conn, section).await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 pub async fn server_version(conn: &mut redis::aio::MultiplexedConnection) -> String {
     let text = info(conn, "server").await;
     text.lines()
@@ -70,6 +79,8 @@ pub async fn server_version(conn: &mut redis::aio::MultiplexedConnection) -> Str
 /// One command seen by `MONITOR`.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// When the server ran it (its clock, s since the epoch, µs resolution).
+    pub at: f64,
     /// The client's address.
     pub addr: String,
     /// The command name, upper case.
@@ -139,12 +150,13 @@ impl Monitor {
 fn parse(line: &str) -> Option<Seen> {
     // +1700000000.123456 [0 127.0.0.1:54321] "WATCH" "a"
     let line = line.strip_prefix('+').unwrap_or(line);
-    let (_time, rest) = line.split_once(' ')?;
+    let (time, rest) = line.split_once(' ')?;
     let rest = rest.strip_prefix('[')?;
     let (inside, rest) = rest.split_once(']')?;
     let addr = inside.split_once(' ')?.1.to_string();
     let cmd = rest.trim_start().strip_prefix('"')?.split('"').next()?;
     Some(Seen {
+        at: time.parse().unwrap_or(0.0),
         addr,
         cmd: cmd.to_ascii_uppercase(),
     })

@@ -32,6 +32,7 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub round_trips: Vec<Value>,
     pub idle: Value,
+    pub profile: Value,
 }
 
 pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
@@ -42,15 +43,17 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "handover" => handover(opts, report).await,
         "takeover" => takeover(opts, report).await,
         "idle" => idle(opts, report).await,
+        "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
 }
 
 const RETENTION: Duration = Duration::from_secs(120);
-/// The pool size of baton's `Client` (its default), and so of the floor.
-const POOL: usize = 8;
+/// The pooled floor's pool size: baton's default `pool_size` when the floor was written (the
+/// benchmark runs baton with its defaults; `meta.baton_pool_size` says what they are now).
+pub const POOL: usize = 8;
 
-fn cfg(job: &str, lease: Duration) -> FailoverConfig {
+pub(crate) fn cfg(job: &str, lease: Duration) -> FailoverConfig {
     FailoverConfig::builder(job)
         .lock_timeout(lease)
         .retention(RETENTION)
@@ -59,7 +62,7 @@ fn cfg(job: &str, lease: Duration) -> FailoverConfig {
         .expect("a valid config")
 }
 
-fn floor_job(job: &str, lease: Duration) -> floor::Job {
+pub(crate) fn floor_job(job: &str, lease: Duration) -> floor::Job {
     floor::Job {
         keys: floor::Keys::new("floor:", job),
         lease_ms: lease.as_millis() as u64,
@@ -67,15 +70,15 @@ fn floor_job(job: &str, lease: Duration) -> floor::Job {
     }
 }
 
-async fn connect(url: &str) -> Client {
+/// A baton client with its shipped defaults (pool size included: no bench-only settings).
+pub(crate) async fn connect(url: &str) -> Client {
     Client::builder(url)
-        .pool_size(POOL)
         .connect()
         .await
         .expect("baton connects")
 }
 
-async fn admin(url: &str) -> MultiplexedConnection {
+pub(crate) async fn admin(url: &str) -> MultiplexedConnection {
     redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()
@@ -97,7 +100,7 @@ async fn baton_worker(client: Client, cfg: FailoverConfig) -> &'static str {
 }
 
 /// One job with `workers` baton workers started at once; the time until every one ended.
-async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Duration {
+pub(crate) async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Duration {
     let t0 = Instant::now();
     if workers == 1 {
         let end = baton_worker(client, cfg).await;
@@ -114,7 +117,7 @@ async fn baton_job(client: Client, cfg: FailoverConfig, workers: usize) -> Durat
 }
 
 /// The same job on the floor.
-async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Duration {
+pub(crate) async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Duration {
     let (tx, _rx) = mpsc::unbounded_channel();
     let t0 = Instant::now();
     if workers == 1 {
@@ -134,7 +137,7 @@ async fn floor_job_run(f: Arc<Floor>, job: floor::Job, workers: usize) -> Durati
 }
 
 /// `conc` tasks each running `per_task` jobs one after the other: samples and wall time.
-async fn closed_loop<F, Fut>(conc: usize, per_task: usize, job: F) -> (Samples, Duration)
+pub(crate) async fn closed_loop<F, Fut>(conc: usize, per_task: usize, job: F) -> (Samples, Duration)
 where
     F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Duration> + Send + 'static,
@@ -176,12 +179,15 @@ async fn drain_pubsub(adm: &mut MultiplexedConnection) {
     }
 }
 
-/// Commands per operation from a commandstats delta (the `INFO` calls left out).
-fn commands(d: &CommandStats) -> u64 {
-    d.iter()
-        .filter(|(k, _)| k.as_str() != "info")
-        .map(|(_, v)| v)
-        .sum()
+/// The bench's own commands (`INFO`, and `drain_pubsub`'s `PUBSUB CHANNELS`), left out of the
+/// counts.
+pub(crate) fn own(cmd: &str) -> bool {
+    cmd == "info" || cmd == "pubsub|channels"
+}
+
+/// Commands per operation from a commandstats delta (the bench's own commands left out).
+pub(crate) fn commands(d: &CommandStats) -> u64 {
+    d.iter().filter(|(k, _)| !own(k)).map(|(_, v)| v).sum()
 }
 
 /// What one side (baton or floor) of a throughput scenario measured.
@@ -191,6 +197,9 @@ struct Side {
     wall: Duration,
     ops: usize,
     cmds: CommandStats,
+    /// Floor only: waiting backups woken by their lease timer, not a message (lost wake-ups;
+    /// 0 in a healthy run, where every holder calls `done()` at once).
+    timer_wakeups: u64,
 }
 
 impl Side {
@@ -210,14 +219,21 @@ impl Side {
     }
 }
 
-fn throughput_row(scenario: String, baton: &Side, floor: &Side, runs: usize, what: &str) -> Row {
+fn throughput_row(
+    scenario: String,
+    baton: &Side,
+    floor: &Side,
+    kind: FloorKind,
+    runs: usize,
+    what: &str,
+) -> Row {
     let (b, f) = (baton.ops_per_s(), floor.ops_per_s());
     let (bc, fc) = (baton.cmds_per_op(), floor.cmds_per_op());
     let same = (bc - fc).abs() < 0.05;
     let per_op = |s: &Side| -> Value {
         s.cmds
             .iter()
-            .filter(|(k, _)| k.as_str() != "info")
+            .filter(|(k, _)| !own(k))
             .map(|(k, v)| {
                 (
                     k.clone(),
@@ -236,38 +252,95 @@ fn throughput_row(scenario: String, baton: &Side, floor: &Side, runs: usize, wha
         ratio: Some(f / b),
         samples: baton.samples.len(),
         notes: format!(
-            "{what}; floor p50 {:.0} µs; cmds/op {bc:.2} vs floor {fc:.2}{}; {runs} runs",
+            "{what}; vs {}; floor p50 {:.0} µs; cmds/op {bc:.2} vs floor {fc:.2}{}; {runs} runs{}",
+            kind.describe(),
             floor.samples.pct(50.0).unwrap_or(0.0),
-            if same { "" } else { " (DIFFER)" }
+            if same { "" } else { " (DIFFER)" },
+            if floor.timer_wakeups > 0 {
+                format!(
+                    "; FLOOR STALLED: {} backups slept a whole lease",
+                    floor.timer_wakeups
+                )
+            } else {
+                String::new()
+            }
         ),
         extra: json!({
+            "floor": kind.key(),
             "floor_p50_us": floor.samples.pct(50.0),
             "floor_p99_us": floor.samples.pct(99.0),
             "commands_per_op": bc,
             "floor_commands_per_op": fc,
             "commands_per_op_by_command": per_op(baton),
             "floor_commands_per_op_by_command": per_op(floor),
+            "floor_timer_wakeups": floor.timer_wakeups,
             "runs": runs,
         }),
     }
 }
 
-/// Scenarios 1 and 2: closed-loop job cycles, baton and floor interleaved run by run.
+/// The floors a throughput scenario measures baton against.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FloorKind {
+    /// `Floor`: a pool of `POOL` dedicated connections, one multiplexed, one pub/sub.
+    Pooled,
+    /// `Direct`: one connection per closed-loop task, kept for the task's life; one worker per
+    /// job only (no pub/sub, no waiting).
+    Direct,
+}
+
+impl FloorKind {
+    fn describe(self) -> &'static str {
+        match self {
+            FloorKind::Pooled => "8-connection floor: pool of 8 dedicated + 1 multiplexed + 1 pub/sub",
+            FloorKind::Direct => {
+                "unconstrained floor: 1 connection per job task, 4 round trips per job, no pool, no pub/sub"
+            }
+        }
+    }
+    fn key(self) -> &'static str {
+        match self {
+            FloorKind::Pooled => "pooled8",
+            FloorKind::Direct => "unconstrained",
+        }
+    }
+}
+
+/// Scenarios 1 and 2: closed-loop job cycles, baton and its floors interleaved run by run.
+/// Returns baton's side and the floors' sides: the pooled floor always, the unconstrained floor
+/// when `direct` (one worker per job only).
 async fn cycles(
     tag: &str,
     conc: usize,
     per_task: usize,
     workers: usize,
     runs: usize,
-) -> (Side, Side) {
+    direct: bool,
+) -> (Side, Side, Option<Side>) {
+    assert!(
+        !direct || workers == 1,
+        "the unconstrained floor runs lone workers"
+    );
     let server = start_server();
     let url = server.url();
     let client = connect(&url).await;
     let fl = Arc::new(Floor::connect(&url, POOL).await.expect("floor connects"));
+    // The unconstrained floor's connections: one per closed-loop task, opened up front (as
+    // baton's pool and the pooled floor's are opened by the warm-up round).
+    let direct_conns: Arc<Vec<MultiplexedConnection>> = Arc::new(if direct {
+        let mut v = Vec::with_capacity(conc);
+        for _ in 0..conc {
+            v.push(admin(&url).await);
+        }
+        v
+    } else {
+        Vec::new()
+    });
+    let dfl = Arc::new(floor::Direct::new());
     let mut adm = admin(&url).await;
     let id = run_id();
     let lease = Duration::from_secs(10);
-    let (mut baton, mut floor) = (Side::default(), Side::default());
+    let (mut baton, mut floor, mut dside) = (Side::default(), Side::default(), Side::default());
     // Round 0 is the warm-up (connections opened, code paths and allocator warm).
     for round in 0..=runs {
         let per = if round == 0 {
@@ -297,18 +370,41 @@ async fn cycles(
             baton.add(s, wall, conc * per, &redisinfo::delta(&before, &mid));
             floor.add(fs, fwall, conc * per, &redisinfo::delta(&mid, &after));
         }
+        if direct {
+            let (d, conns) = (dfl.clone(), direct_conns.clone());
+            let name = format!("{tag}d-{id}-{round}");
+            let (ds, dwall) = closed_loop(conc, per, move |i| {
+                // Task t runs jobs t*per .. (t+1)*per on connection t.
+                let (d, mut conn) = (d.clone(), conns[i / per].clone());
+                let job = floor_job(&format!("{name}-{i}"), lease);
+                async move {
+                    let t0 = Instant::now();
+                    d.job(&mut conn, &job)
+                        .await
+                        .expect("unconstrained floor job");
+                    t0.elapsed()
+                }
+            })
+            .await;
+            let end = redisinfo::commandstats(&mut adm).await;
+            if round > 0 {
+                dside.add(ds, dwall, conc * per, &redisinfo::delta(&after, &end));
+            }
+        }
     }
+    floor.timer_wakeups = fl.timer_wakeups();
     client.shutdown(Duration::from_secs(5)).await;
-    (baton, floor)
+    (baton, floor, direct.then_some(dside))
 }
 
 async fn uncontended(opts: &Opts, report: &mut Report) {
     let (per, runs) = if opts.quick { (150, 2) } else { (1500, 5) };
-    let (b, f) = cycles("s1", 1, per, 1, runs).await;
+    let (b, f, _) = cycles("s1", 1, per, 1, runs, false).await;
     report.rows.push(throughput_row(
         "1 uncontended cycle".into(),
         &b,
         &f,
+        FloorKind::Pooled,
         runs,
         "start→Acquired→done()→Completed, one at a time",
     ));
@@ -316,19 +412,37 @@ async fn uncontended(opts: &Opts, report: &mut Report) {
 
 async fn concurrent(opts: &Opts, report: &mut Report) {
     let (per, runs) = if opts.quick { (3, 2) } else { (40, 4) };
-    for workers in [1, 3] {
-        let (b, f) = cycles(&format!("s2w{workers}"), 64, per, workers, runs).await;
-        report.rows.push(throughput_row(
-            format!(
-                "2 64 jobs × {workers} worker{}",
-                if workers > 1 { "s" } else { "" }
-            ),
-            &b,
-            &f,
-            runs,
-            "64 jobs in flight on one client, ops = jobs completed",
-        ));
-    }
+    let what = "64 jobs in flight on one client, ops = jobs completed";
+    // One worker per job: against the unconstrained floor (what the same job costs by hand with
+    // a connection per task), and against the 8-connection floor (the same connections as a
+    // default baton client).
+    let (b, f, d) = cycles("s2w1", 64, per, 1, runs, true).await;
+    let d = d.expect("the unconstrained floor ran");
+    report.rows.push(throughput_row(
+        "2 64 jobs × 1 worker".into(),
+        &b,
+        &d,
+        FloorKind::Direct,
+        runs,
+        what,
+    ));
+    report.rows.push(throughput_row(
+        "2 64 × 1, 8-conn floor".into(),
+        &b,
+        &f,
+        FloorKind::Pooled,
+        runs,
+        what,
+    ));
+    let (b, f, _) = cycles("s2w3", 64, per, 3, runs, false).await;
+    report.rows.push(throughput_row(
+        "2 64 jobs × 3 workers".into(),
+        &b,
+        &f,
+        FloorKind::Pooled,
+        runs,
+        what,
+    ));
 }
 
 /// Waits until `PUBSUB NUMSUB channel` reaches `n` (bounded).
