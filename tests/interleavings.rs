@@ -527,3 +527,49 @@ async fn a_timeout_does_not_empty_the_pool() {
         "transitions after a timeout opened new connections: the idle ones were dropped"
     );
 }
+
+/// A holder without keepalive whose pub/sub link dropped while another worker took its attempt
+/// over (the announcement was lost with the link) learns it when the link comes back, not only
+/// at its `done()`. (Found as a flaky catalogue row 32: the takeover raced the resubscription.)
+#[tokio::test]
+async fn a_holder_rechecks_its_attempt_after_the_pubsub_link_comes_back() {
+    let server = server();
+    let client = client(&server).await;
+    let mut w = client.start(job("relink").build().unwrap());
+    let _a = acquired(&mut w, WAKE).await;
+    let mut admin = raw(&server).await;
+    // Wait until the holder's subscription is live on the server.
+    let channel = "baton:{relink}:events";
+    let deadline = tokio::time::Instant::now() + WAKE;
+    loop {
+        let v: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if v.get(1) == Some(&redis::Value::Int(1)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no subscription");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Another worker's grant of attempt 2, whose announcement is lost; then the link dies.
+    run_cmds(
+        &mut admin,
+        &[
+            cmd(&["SET", &state_key("relink"), "2"]),
+            cmd(&[
+                "SET",
+                &lease_key("relink"),
+                "ffffffffffffffffffffffffffffffff other:1",
+                "PX",
+                "10000",
+            ]),
+            cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]),
+        ],
+    )
+    .await;
+    let ev = next(&mut w, WAKE).await;
+    assert!(matches!(ev, Event::LeaseLost { attempt: 1, .. }), "{ev:?}");
+}

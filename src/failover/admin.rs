@@ -275,16 +275,17 @@ impl Failover {
             let deadline =
                 tokio::time::Instant::now() + self.transport.settings.response_timeout * 10;
             let mut conn = self.transport.pool.get(deadline).await?;
-            let mut p = redis::pipe();
-            p.cmd("GET")
-                .arg(&keys.state)
-                .cmd("PTTL")
-                .arg(&keys.state)
-                .cmd("GET")
-                .arg(&keys.lease)
-                .cmd("PTTL")
-                .arg(&keys.lease);
-            let values = conn.watch_read(&[&keys.state, &keys.lease], &p).await?;
+            let reads = |p: &mut redis::Pipeline| {
+                p.cmd("GET")
+                    .arg(&keys.state)
+                    .cmd("PTTL")
+                    .arg(&keys.state)
+                    .cmd("GET")
+                    .arg(&keys.lease)
+                    .cmd("PTTL")
+                    .arg(&keys.lease);
+            };
+            let values = conn.watch_read(&[&keys.state, &keys.lease], reads).await?;
             let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
                 conn.defer_unwatch();
                 return Err(Error::UnexpectedReply {
@@ -316,7 +317,7 @@ impl Failover {
                 redis::Value::Int(n) if *n > 0 => *n as u64,
                 _ => config.retention.as_millis() as u64,
             };
-            let mut tx = redis::pipe();
+            let mut tx = conn.transaction();
             tx.cmd("DEL")
                 .arg(&keys.lease)
                 .cmd("SET")
@@ -329,7 +330,7 @@ impl Failover {
                 .cmd("PUBLISH")
                 .arg(&keys.channel)
                 .arg("failed");
-            match conn.exec(&tx).await? {
+            match conn.exec(tx).await? {
                 None => {
                     continue;
                 }

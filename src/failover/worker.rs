@@ -132,8 +132,7 @@ struct Task {
 }
 
 /// The reads of round trip 1 (after `WATCH state lease fence`): the three keys and `TIME`.
-fn observe_reads(keys: &JobKeys) -> redis::Pipeline {
-    let mut p = redis::pipe();
+fn observe_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
     p.cmd("GET")
         .arg(&keys.state)
         .cmd("GET")
@@ -143,7 +142,6 @@ fn observe_reads(keys: &JobKeys) -> redis::Pipeline {
         .cmd("GET")
         .arg(&keys.fence)
         .cmd("TIME");
-    p
 }
 
 fn parse_observation(values: &[Value]) -> Result<Observation, Error> {
@@ -286,7 +284,7 @@ impl Task {
     async fn observe(&self, conn: &mut Dedicated) -> Result<Observation, Error> {
         let k = &self.keys;
         let values = conn
-            .watch_read(&[&k.state, &k.lease, &k.fence], &observe_reads(k))
+            .watch_read(&[&k.state, &k.lease, &k.fence], |p| observe_reads(p, k))
             .await?;
         match parse_observation(&values) {
             Ok(o) => Ok(o),
@@ -375,7 +373,7 @@ impl Task {
                 Ok(Step::Terminal(Event::Exhausted { attempts }))
             }
             Decision::WriteExhausted { attempts } => {
-                let mut tx = redis::pipe();
+                let mut tx = conn.transaction();
                 // The fence lives as long as the terminal state (DESIGN.md §3).
                 tx.cmd("SET")
                     .arg(&self.keys.state)
@@ -389,7 +387,7 @@ impl Task {
                     .arg(&self.keys.channel)
                     .arg("exhausted");
                 self.before_exec("exhaust").await;
-                match conn.exec(&tx).await? {
+                match conn.exec(tx).await? {
                     None => Ok(Step::Again),
                     Some(replies) => {
                         check_replies(
@@ -426,7 +424,7 @@ impl Task {
     ) -> Result<Step, Error> {
         let token = keys::new_token();
         let retention = ms(self.cfg.retention);
-        let mut tx = redis::pipe();
+        let mut tx = conn.transaction();
         tx.cmd("SET")
             .arg(&self.keys.state)
             .arg(attempt)
@@ -447,7 +445,7 @@ impl Task {
             .arg(format!("acquired:{attempt}"));
         self.before_exec("grant").await;
         let sent = Instant::now();
-        match conn.exec(&tx).await {
+        match conn.exec(tx).await {
             Err(e) => {
                 if e.is_indeterminate() {
                     // The EXEC may have been applied: remember the token, and recognise the lease
@@ -770,6 +768,16 @@ impl Task {
                         Some(HubMsg::Message(m)) if keepalive && (m == "failed" || m == "released") => {
                             next_extend = Instant::now();
                         }
+                        // The pub/sub link was re-established: a takeover announced while it was
+                        // down was missed, so look now. With keepalive the extension tells;
+                        // without, one plain read does.
+                        Some(HubMsg::Reconnected) if keepalive => next_extend = Instant::now(),
+                        Some(HubMsg::Reconnected) => {
+                            let check = Box::pin(self.still_ours(&g));
+                            if let Err(reason) = check.await {
+                                return self.lost(&ended, &g, reason);
+                            }
+                        }
                         None => self.sub = None,
                         _ => {}
                     }
@@ -837,6 +845,43 @@ impl Task {
                     Flow::End
                 }
             };
+        }
+    }
+
+    /// Whether another worker has taken the attempt over, by one plain read (no keepalive:
+    /// a lease that ran out with nobody else holding the job is still ours to finish).
+    /// `Err(reason)` when it was taken over; a failed read proves nothing (`Ok`).
+    async fn still_ours(&self, g: &Grant) -> Result<(), String> {
+        let mut conn = self.transport.manager.clone();
+        let mut p = redis::pipe();
+        p.ignore_errors()
+            .cmd("GET")
+            .arg(&self.keys.state)
+            .cmd("GET")
+            .arg(&self.keys.lease)
+            .cmd("PTTL")
+            .arg(&self.keys.lease);
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let Ok(Ok(values)) =
+            tokio::time::timeout_at(limit, p.query_async::<Vec<Value>>(&mut conn)).await
+        else {
+            return Ok(());
+        };
+        let [state, lease, pttl] = values.as_slice() else {
+            return Ok(());
+        };
+        let (Ok(state), Ok(lease)) = (parse_state(state), parse_lease(lease, pttl)) else {
+            return Ok(());
+        };
+        let obs = Observation {
+            state,
+            lease,
+            fence: Fence::Absent,
+            now_us: 0,
+        };
+        match decide_holder(&obs, g.attempt, &g.token, g.fence, HolderOp::Done, false) {
+            HolderDecision::Lost(reason) => Err(reason),
+            _ => Ok(()),
         }
     }
 
@@ -1003,7 +1048,7 @@ impl Task {
             }
         }
         let retention = ms(self.cfg.retention);
-        let mut tx = redis::pipe();
+        let mut tx = conn.transaction();
         let expect: Vec<Expect> = match ending {
             Ending::Done => {
                 tx.cmd("SET")
@@ -1066,7 +1111,7 @@ impl Task {
         };
         self.before_exec("finish").await;
         *exec_sent = true;
-        match conn.exec(&tx).await? {
+        match conn.exec(tx).await? {
             None => Ok(false),
             Some(replies) => {
                 check_replies("ending the attempt", &replies, &expect)?;

@@ -171,16 +171,14 @@ impl Dedicated {
     pub(crate) async fn watch_read(
         &mut self,
         keys: &[&str],
-        reads: &redis::Pipeline,
+        reads: impl FnOnce(&mut redis::Pipeline),
     ) -> Result<Vec<redis::Value>, Error> {
         let mut p = self.pipe();
         p.cmd("WATCH");
         for k in keys {
             p.arg(*k);
         }
-        for c in reads.cmd_iter() {
-            p.add_command(c.clone());
-        }
+        reads(&mut p);
         let mut values: Vec<redis::Value> = self.query(&p).await?;
         if values.is_empty() {
             return Err(Error::UnexpectedReply {
@@ -196,7 +194,15 @@ impl Dedicated {
         }
     }
 
-    /// Runs the commands of `cmds` as one `MULTI … EXEC` in a single round trip.
+    /// A transaction to fill for [`exec`](Self::exec): the pipeline already holds `MULTI`.
+    pub(crate) fn transaction(&self) -> redis::Pipeline {
+        let mut p = self.pipe();
+        p.cmd("MULTI");
+        p
+    }
+
+    /// Sends `tx` (from [`transaction`](Self::transaction), with the transaction's commands
+    /// added) with `EXEC`, in a single round trip.
     ///
     /// Returns `None` when `EXEC` answered nil (a watched key changed). redis-rs' own transaction
     /// mode drops the `QUEUED` replies, so a command refused at queue time (`READONLY`, `OOM`,
@@ -205,13 +211,8 @@ impl Dedicated {
     /// ended the `WATCH`, so the connection is reusable.
     pub(crate) async fn exec(
         &mut self,
-        cmds: &redis::Pipeline,
+        mut p: redis::Pipeline,
     ) -> Result<Option<Vec<redis::Value>>, Error> {
-        let mut p = self.pipe();
-        p.cmd("MULTI");
-        for c in cmds.cmd_iter() {
-            p.add_command(c.clone());
-        }
         p.cmd("EXEC");
         let mut replies: Vec<redis::Value> = self.query(&p).await?;
         let exec = replies.pop();
