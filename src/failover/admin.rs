@@ -183,17 +183,17 @@ impl Failover {
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
-            .arg(&keys.state)
+            .arg(keys.state())
             .cmd("PTTL")
-            .arg(&keys.state)
+            .arg(keys.state())
             .cmd("GET")
-            .arg(&keys.lease)
+            .arg(keys.lease())
             .cmd("PTTL")
-            .arg(&keys.lease)
+            .arg(keys.lease())
             .cmd("GET")
-            .arg(&keys.fence)
+            .arg(keys.fence())
             .cmd("GET")
-            .arg(&keys.failure);
+            .arg(keys.failure());
         let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
         let [state, state_ttl, lease, lease_ttl, fence, failure] = values.as_slice() else {
             return Err(Error::UnexpectedReply {
@@ -245,7 +245,7 @@ impl Failover {
     pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let sub = self.transport.hub.subscribe(&keys.channel).await?;
+        let sub = self.transport.hub.subscribe(keys.channel()).await?;
         Ok(JobWatch {
             failover: self.clone(),
             job: config,
@@ -277,15 +277,17 @@ impl Failover {
             let mut conn = self.transport.pool.get(deadline).await?;
             let reads = |p: &mut redis::Pipeline| {
                 p.cmd("GET")
-                    .arg(&keys.state)
+                    .arg(keys.state())
                     .cmd("PTTL")
-                    .arg(&keys.state)
+                    .arg(keys.state())
                     .cmd("GET")
-                    .arg(&keys.lease)
+                    .arg(keys.lease())
                     .cmd("PTTL")
-                    .arg(&keys.lease);
+                    .arg(keys.lease());
             };
-            let values = conn.watch_read(&[&keys.state, &keys.lease], reads).await?;
+            let values = conn
+                .watch_read(&[keys.state(), keys.lease()], reads)
+                .await?;
             let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
                 conn.defer_unwatch();
                 return Err(Error::UnexpectedReply {
@@ -299,7 +301,7 @@ impl Failover {
                 (Ok(State::Corrupt(value)), _) => {
                     conn.defer_unwatch();
                     return Err(Error::CorruptState {
-                        key: keys.state,
+                        key: keys.state().to_string(),
                         value,
                     });
                 }
@@ -319,16 +321,16 @@ impl Failover {
             };
             let mut tx = conn.transaction();
             tx.cmd("DEL")
-                .arg(&keys.lease)
+                .arg(keys.lease())
                 .cmd("SET")
-                .arg(&keys.failure)
+                .arg(keys.failure())
                 .arg(format!(
                     "attempt {attempt} released by an operator: {reason}"
                 ))
                 .arg("PX")
                 .arg(ttl)
                 .cmd("PUBLISH")
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg("failed");
             match conn.exec(tx).await? {
                 None => {
@@ -361,10 +363,10 @@ impl Failover {
         let keys = JobKeys::new(&config.prefix, &config.key);
         let mut conn = self.transport.manager.clone();
         let _: i64 = redis::cmd("DEL")
-            .arg(&keys.state)
-            .arg(&keys.lease)
-            .arg(&keys.fence)
-            .arg(&keys.failure)
+            .arg(keys.state())
+            .arg(keys.lease())
+            .arg(keys.fence())
+            .arg(keys.failure())
             .query_async(&mut conn)
             .await?;
         Ok(())

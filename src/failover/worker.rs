@@ -46,8 +46,8 @@ pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
         keys: Arc::new(JobKeys::new(&cfg.prefix, &cfg.key)),
         name: cfg
             .worker_name
-            .clone()
-            .unwrap_or_else(keys::default_worker_name),
+            .as_deref()
+            .map_or_else(keys::default_worker_name, Into::into),
         backoff: Backoff::new(transport.settings.max_backoff),
         view: super::protocol::BackupView {
             max_attempts: cfg.max_attempts,
@@ -122,7 +122,7 @@ struct Task {
     transport: Arc<Transport>,
     cfg: FailoverConfig,
     keys: Arc<JobKeys>,
-    name: String,
+    name: std::sync::Arc<str>,
     events: EventSender,
     stop: CancellationToken,
     view: super::protocol::BackupView,
@@ -134,13 +134,13 @@ struct Task {
 /// The reads of round trip 1 (after `WATCH state lease fence`): the three keys and `TIME`.
 fn observe_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
     p.cmd("GET")
-        .arg(&keys.state)
+        .arg(keys.state())
         .cmd("GET")
-        .arg(&keys.lease)
+        .arg(keys.lease())
         .cmd("PTTL")
-        .arg(&keys.lease)
+        .arg(keys.lease())
         .cmd("GET")
-        .arg(&keys.fence)
+        .arg(keys.fence())
         .cmd("TIME");
 }
 
@@ -284,7 +284,7 @@ impl Task {
     async fn observe(&self, conn: &mut Dedicated) -> Result<Observation, Error> {
         let k = &self.keys;
         let values = conn
-            .watch_read(&[&k.state, &k.lease, &k.fence], |p| observe_reads(p, k))
+            .watch_read(&[k.state(), k.lease(), k.fence()], |p| observe_reads(p, k))
             .await?;
         match parse_observation(&values) {
             Ok(o) => Ok(o),
@@ -376,15 +376,15 @@ impl Task {
                 let mut tx = conn.transaction();
                 // The fence lives as long as the terminal state (DESIGN.md §3).
                 tx.cmd("SET")
-                    .arg(&self.keys.state)
+                    .arg(self.keys.state())
                     .arg(EXHAUSTED)
                     .arg("PX")
                     .arg(ms(self.cfg.retention))
                     .cmd("PEXPIRE")
-                    .arg(&self.keys.fence)
+                    .arg(self.keys.fence())
                     .arg(ms(self.cfg.retention))
                     .cmd("PUBLISH")
-                    .arg(&self.keys.channel)
+                    .arg(self.keys.channel())
                     .arg("exhausted");
                 self.before_exec("exhaust").await;
                 match conn.exec(tx).await? {
@@ -426,22 +426,22 @@ impl Task {
         let retention = ms(self.cfg.retention);
         let mut tx = conn.transaction();
         tx.cmd("SET")
-            .arg(&self.keys.state)
+            .arg(self.keys.state())
             .arg(attempt)
             .arg("PX")
             .arg(retention)
             .cmd("SET")
-            .arg(&self.keys.lease)
+            .arg(self.keys.lease())
             .arg(lease_value(&token, &self.name))
             .arg("PX")
             .arg(ms(self.cfg.lock_timeout))
             .cmd("SET")
-            .arg(&self.keys.fence)
+            .arg(self.keys.fence())
             .arg(fence)
             .arg("PX")
             .arg(retention)
             .cmd("PUBLISH")
-            .arg(&self.keys.channel)
+            .arg(self.keys.channel())
             .arg(format!("acquired:{attempt}"));
         self.before_exec("grant").await;
         let sent = Instant::now();
@@ -496,7 +496,7 @@ impl Task {
             // Boxed sub-futures (here and below) are allocated only while they run: a backup
             // that sleeps keeps a small future, which matters with thousands of them.
             let transport = self.transport.clone();
-            let channel = self.keys.channel.clone();
+            let channel = self.keys.channel().to_string();
             match Box::pin(async move { transport.hub.subscribe(&channel).await }).await {
                 Ok(sub) => {
                     self.sub = Some(sub);
@@ -531,7 +531,7 @@ impl Task {
                 Some(p) => Duration::from_millis(p.max(1)),
                 None => {
                     let e = Error::NoExpiry {
-                        key: self.keys.lease.clone(),
+                        key: self.keys.lease().to_string(),
                     };
                     self.report(&e);
                     self.cfg.lock_timeout
@@ -585,9 +585,9 @@ impl Task {
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
-            .arg(&self.keys.state)
+            .arg(self.keys.state())
             .cmd("PTTL")
-            .arg(&self.keys.lease);
+            .arg(self.keys.lease());
         let values: Vec<Value> = p.query_async(&mut conn).await?;
         let [state, pttl] = values.as_slice() else {
             return Err(Error::UnexpectedReply {
@@ -674,7 +674,7 @@ impl Task {
         // right away rather than at the next extension or at `done()`. The subscription is made
         // alongside the work, not before it: a short job's `done()` need not wait for it.
         let mut subscribing = if self.sub.is_none() {
-            let (transport, channel) = (self.transport.clone(), self.keys.channel.clone());
+            let (transport, channel) = (self.transport.clone(), self.keys.channel().to_string());
             Some(Box::pin(
                 async move { transport.hub.subscribe(&channel).await },
             ))
@@ -856,11 +856,11 @@ impl Task {
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
-            .arg(&self.keys.state)
+            .arg(self.keys.state())
             .cmd("GET")
-            .arg(&self.keys.lease)
+            .arg(self.keys.lease())
             .cmd("PTTL")
-            .arg(&self.keys.lease);
+            .arg(self.keys.lease());
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let Ok(Ok(values)) =
             tokio::time::timeout_at(limit, p.query_async::<Vec<Value>>(&mut conn)).await
@@ -1052,17 +1052,17 @@ impl Task {
         let expect: Vec<Expect> = match ending {
             Ending::Done => {
                 tx.cmd("SET")
-                    .arg(&self.keys.state)
+                    .arg(self.keys.state())
                     .arg(DONE)
                     .arg("PX")
                     .arg(retention)
                     .cmd("DEL")
-                    .arg(&self.keys.lease)
+                    .arg(self.keys.lease())
                     .cmd("PEXPIRE")
-                    .arg(&self.keys.fence)
+                    .arg(self.keys.fence())
                     .arg(retention)
                     .cmd("PUBLISH")
-                    .arg(&self.keys.channel)
+                    .arg(self.keys.channel())
                     .arg("done");
                 vec![Expect::Ok, Expect::Int, Expect::Int, Expect::Int]
             }
@@ -1073,12 +1073,12 @@ impl Task {
                     // The last attempt failed: record it now, so the job is reported exhausted
                     // even when no backup is left to notice.
                     tx.cmd("SET")
-                        .arg(&self.keys.state)
+                        .arg(self.keys.state())
                         .arg(EXHAUSTED)
                         .arg("PX")
                         .arg(retention);
                 } else {
-                    tx.cmd("PEXPIRE").arg(&self.keys.state).arg(retention);
+                    tx.cmd("PEXPIRE").arg(self.keys.state()).arg(retention);
                 }
                 let message = match ending {
                     _ if exhausted => "exhausted",
@@ -1088,12 +1088,12 @@ impl Task {
                 // The fence lives as long as the state (DESIGN.md §3): the next grant's token
                 // must build on it for the whole retention.
                 tx.cmd("DEL")
-                    .arg(&self.keys.lease)
+                    .arg(self.keys.lease())
                     .cmd("PEXPIRE")
-                    .arg(&self.keys.fence)
+                    .arg(self.keys.fence())
                     .arg(retention)
                     .cmd("SET")
-                    .arg(&self.keys.failure)
+                    .arg(self.keys.failure())
                     .arg(format!(
                         "attempt {} by {}: {}",
                         g.attempt,
@@ -1103,7 +1103,7 @@ impl Task {
                     .arg("PX")
                     .arg(retention)
                     .cmd("PUBLISH")
-                    .arg(&self.keys.channel)
+                    .arg(self.keys.channel())
                     .arg(message);
                 let first = if exhausted { Expect::Ok } else { Expect::Int };
                 vec![first, Expect::Int, Expect::Int, Expect::Ok, Expect::Int]
@@ -1147,12 +1147,12 @@ impl Task {
             }
             let guard_value = attempt.to_string();
             let req = lease::Extend {
-                lease: &keys.lease,
+                lease: keys.lease(),
                 value: &value,
                 ttl,
-                guard: &keys.state,
+                guard: keys.state(),
                 guard_value: &guard_value,
-                refresh: &[&keys.state, &keys.fence],
+                refresh: &[keys.state(), keys.fence()],
                 retention,
             };
             let limit = after(Instant::now(), response_timeout).min(lease_end);
@@ -1198,9 +1198,9 @@ async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Er
 
 fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
     let key = |w: Which| match w {
-        Which::State => keys.state.clone(),
-        Which::Lease => keys.lease.clone(),
-        Which::Fence => keys.fence.clone(),
+        Which::State => keys.state().to_string(),
+        Which::Lease => keys.lease().to_string(),
+        Which::Fence => keys.fence().to_string(),
     };
     match fault {
         Fault::Corrupt { which, value } => Error::CorruptState {
@@ -1212,7 +1212,7 @@ fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
             detail,
         },
         Fault::StateLost { seen, now } => Error::StateLost {
-            key: keys.state.clone(),
+            key: keys.state().to_string(),
             seen,
             now,
         },

@@ -37,8 +37,14 @@ pub(crate) fn random_u64() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-/// The default worker name: `host:pid`.
-pub(crate) fn default_worker_name() -> String {
+/// The default worker name: `host:pid`, read once per process and shared (every worker of
+/// a process has it, and there may be tens of thousands of them).
+pub(crate) fn default_worker_name() -> std::sync::Arc<str> {
+    static NAME: std::sync::OnceLock<std::sync::Arc<str>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| read_worker_name().into()).clone()
+}
+
+fn read_worker_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())
