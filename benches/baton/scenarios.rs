@@ -954,10 +954,18 @@ async fn idle(opts: &Opts, report: &mut Report) {
 struct PhaseCount {
     /// `total_reads_processed` delta: one per round trip (a pipeline arrives in one read).
     reads: u64,
+    /// Commands the clients sent (`MONITOR`, without the script's inner calls).
     commands: usize,
+    /// Commands run by scripts (`MONITOR`'s `[0 lua]` lines): not sent by any client.
+    script_inner: usize,
+    /// `INFO commandstats` delta (the bench's own commands left out): the clients' commands and
+    /// the scripts' inner calls.
+    server: CommandStats,
     /// Per connection (in order of appearance): its pipelines and how often each was sent.
     conns: Vec<(String, BTreeMap<String, u64>)>,
     rts_seen: u64,
+    /// The keepalive phase only: what one lease extension costs.
+    per_extension: Option<Value>,
 }
 
 impl PhaseCount {
@@ -966,7 +974,50 @@ impl PhaseCount {
             "round_trips": self.reads,
             "round_trips_from_monitor": self.rts_seen,
             "commands": self.commands,
+            "script_inner_commands": self.script_inner,
+            "server_commands": commands(&self.server),
+            "server_commands_by_command": self.server,
             "connections": self.conns.iter().map(|(k, v)| json!({"connection": k, "pipelines": v})).collect::<Vec<_>>(),
+            "per_extension": self.per_extension,
+        })
+    }
+
+    /// Commands sent on the connections whose pipelines `pred` picks.
+    fn sent_on(&self, pred: impl Fn(&str) -> bool) -> (u64, u64) {
+        let (mut cmds, mut rts) = (0, 0);
+        for (_, p) in &self.conns {
+            if p.keys().any(|s| pred(s)) {
+                for (seq, n) in p {
+                    cmds += seq.split(' ').count() as u64 * n;
+                    rts += n;
+                }
+            }
+        }
+        (cmds, rts)
+    }
+
+    /// What one lease extension cost, from a phase where a keepalive holder extended: the
+    /// holder's connection is the one that sends `EVALSHA`; `INFO commandstats` counts the
+    /// script's inner calls too, so the server-side commands per extension are the phase's
+    /// server-side commands less what the other connections sent.
+    fn extension_costs(&self) -> Value {
+        let extensions = self.server.get("evalsha").copied().unwrap_or(0);
+        let (holder_cmds, holder_rts) = self.sent_on(|s| s.contains("EVALSHA"));
+        let others = self.commands as u64 - holder_cmds;
+        let server_side = commands(&self.server).saturating_sub(others);
+        let per = |n: u64| {
+            if extensions == 0 {
+                Value::Null
+            } else {
+                json!((n as f64 / extensions as f64 * 100.0).round() / 100.0)
+            }
+        };
+        json!({
+            "extensions": extensions,
+            "round_trips": per(holder_rts),
+            "client_sent_commands": per(holder_cmds),
+            "server_side_commands": per(server_side),
+            "script_inner_commands_from_monitor": per(self.script_inner as u64),
         })
     }
     fn multiset(&self) -> BTreeMap<String, u64> {
@@ -982,16 +1033,31 @@ impl PhaseCount {
 
 /// Splits the MONITOR lines into round trips: the commands of one read are contiguous (Redis
 /// runs a whole query buffer before it serves another client), and every pipeline baton (and
-/// the floor) sends starts with `WATCH`, `MULTI`, `UNWATCH`, `(UN)SUBSCRIBE` or is the plain
-/// `GET`+`PTTL` read, so a run of one connection's commands is split before those heads.
-/// (MONITOR's timestamps are no help: queued commands are logged when `EXEC` runs them.)
-fn analyse(lines: &[redisinfo::Seen], reads: u64) -> PhaseCount {
-    const HEADS: &[&str] = &["WATCH", "MULTI", "UNWATCH", "SUBSCRIBE", "UNSUBSCRIBE"];
+/// the floor) sends starts with `WATCH`, `MULTI`, `UNWATCH` (a deferred one, followed by the
+/// `WATCH` or `MULTI` of the same pipeline), `(UN)SUBSCRIBE`, `EVALSHA` (a lease extension),
+/// `SCRIPT` (redis-rs loading the script after `NOSCRIPT`) or is the plain `GET`+`PTTL` read, so
+/// a run of one connection's commands is split before those heads. A script's inner calls
+/// (`[0 lua]`) are counted apart: no client sent them. (MONITOR's timestamps are no help: queued
+/// commands are logged when `EXEC` runs them.)
+fn analyse(lines: &[redisinfo::Seen], reads: u64, server: CommandStats) -> PhaseCount {
+    const HEADS: &[&str] = &[
+        "WATCH",
+        "MULTI",
+        "UNWATCH",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "EVALSHA",
+        "SCRIPT",
+    ];
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     let mut prev: Option<&redisinfo::Seen> = None;
-    for l in lines.iter().filter(|l| l.cmd != "INFO") {
+    let sent = lines.iter().filter(|l| l.cmd != "INFO" && l.addr != "lua");
+    for l in sent {
         let new = match prev {
-            Some(p) => p.addr != l.addr || HEADS.contains(&l.cmd.as_str()),
+            Some(p) if p.addr != l.addr => true,
+            // A deferred UNWATCH heads the pipeline it was sent with.
+            Some(p) if p.cmd == "UNWATCH" && matches!(l.cmd.as_str(), "WATCH" | "MULTI") => false,
+            Some(_) => HEADS.contains(&l.cmd.as_str()),
             None => true,
         };
         if new {
@@ -1030,9 +1096,15 @@ fn analyse(lines: &[redisinfo::Seen], reads: u64) -> PhaseCount {
         .collect();
     PhaseCount {
         reads,
-        commands: lines.iter().filter(|l| l.cmd != "INFO").count(),
+        commands: lines
+            .iter()
+            .filter(|l| l.cmd != "INFO" && l.addr != "lua")
+            .count(),
+        script_inner: lines.iter().filter(|l| l.addr == "lua").count(),
+        server,
         conns,
         rts_seen: groups.len() as u64,
+        per_extension: None,
     }
 }
 
@@ -1042,13 +1114,19 @@ async fn phase<T, F: Future<Output = T>>(
     f: F,
 ) -> (PhaseCount, T) {
     tokio::time::sleep(Duration::from_millis(60)).await;
+    let cs0 = redisinfo::commandstats(adm).await;
     let r0 = redisinfo::stat(adm, "total_reads_processed").await;
     mon.take();
     let out = f.await;
     tokio::time::sleep(Duration::from_millis(60)).await;
     let r1 = redisinfo::stat(adm, "total_reads_processed").await;
+    let cs1 = redisinfo::commandstats(adm).await;
+    let server = redisinfo::delta(&cs0, &cs1)
+        .into_iter()
+        .filter(|(k, _)| !own(k))
+        .collect();
     // The second INFO's own read is counted in r1.
-    (analyse(&mon.take(), r1 - r0 - 1), out)
+    (analyse(&mon.take(), r1 - r0 - 1, server), out)
 }
 
 /// Scenario 6: what each transition sends, for baton and for the floor, from MONITOR and the
@@ -1167,10 +1245,15 @@ async fn roundtrips(report: &mut Report) {
     };
     let mut b3 = b.start(cfg(&j3, short));
     assert!(matches!(next_real(&mut b3).await, Event::Locked { .. }));
-    let (steady, ()) = phase(&mut adm, &mon, async {
+    // Steady state: the holder's first extension (redis-rs' `EVALSHA`, `NOSCRIPT`, `SCRIPT
+    // LOAD`, `EVALSHA` on a server that never saw the script) and the backup's first re-check
+    // are behind us.
+    tokio::time::sleep(short).await;
+    let (mut steady, ()) = phase(&mut adm, &mon, async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     })
     .await;
+    steady.per_extension = Some(steady.extension_costs());
     att3.done().await.expect("done 3");
     drop((h3, b3));
     mon.stop();
@@ -1180,14 +1263,15 @@ async fn roundtrips(report: &mut Report) {
     phases.push(("backup starts, waits (Locked)".into(), wait, Some(fwait)));
     phases.push(("fail() → backup takes over".into(), hand, Some(fhand)));
     phases.push((
-        "1.5 s: keepalive holder (lease 300 ms) + waiting backup".into(),
+        "1.5 s: keepalive holder (lease 300 ms, one EVALSHA per extension) + waiting backup".into(),
         steady,
         None,
     ));
     for (name, bt, fl) in phases {
+        // Same round trips, the same pipelines, and the same commands run on the server.
         let same = fl
             .as_ref()
-            .map(|f| f.reads == bt.reads && f.multiset() == bt.multiset());
+            .map(|f| f.reads == bt.reads && f.multiset() == bt.multiset() && f.server == bt.server);
         report.round_trips.push(json!({
             "phase": name,
             "baton": bt.to_json(),
@@ -1208,24 +1292,34 @@ fn rand_suffix() -> u64 {
 /// The round-trip section printed after the main table.
 pub fn round_trip_table(rows: &[Value]) -> String {
     let mut out = String::from(
-        "round trips per transition (server reads; MONITOR pipelines per connection)\n",
+        "round trips per transition (server reads; MONITOR pipelines per connection; commands \
+         sent, and run on the server when scripts add inner calls)\n",
     );
+    let side = |s: &Value| {
+        let inner = s["script_inner_commands"].as_u64().unwrap_or(0);
+        format!(
+            "{} round trips ({} from MONITOR) / {} commands{}",
+            s["round_trips"],
+            s["round_trips_from_monitor"],
+            s["commands"],
+            if inner > 0 {
+                format!(" sent, {} run on the server", s["server_commands"])
+            } else {
+                String::new()
+            }
+        )
+    };
     for r in rows {
         let b = &r["baton"];
         let f = &r["floor"];
         out.push_str(&format!(
-            "- {}: baton {} round trips ({} from MONITOR) / {} commands; floor {}; {}\n",
+            "- {}: baton {}; floor {}; {}\n",
             r["phase"].as_str().unwrap_or("?"),
-            b["round_trips"],
-            b["round_trips_from_monitor"],
-            b["commands"],
+            side(b),
             if f.is_null() {
                 "-".to_string()
             } else {
-                format!(
-                    "{} round trips ({} from MONITOR) / {} commands",
-                    f["round_trips"], f["round_trips_from_monitor"], f["commands"]
-                )
+                side(f)
             },
             match r["same"].as_bool() {
                 Some(true) => "same",
@@ -1233,6 +1327,19 @@ pub fn round_trip_table(rows: &[Value]) -> String {
                 None => "no floor",
             }
         ));
+        let e = &b["per_extension"];
+        if !e.is_null() {
+            out.push_str(&format!(
+                "    baton per lease extension ({} in the window): {} round trip, {} command sent \
+                 (EVALSHA), {} run on the server (INFO commandstats: EVALSHA and the script's \
+                 inner calls; MONITOR saw {} inner calls per extension)\n",
+                e["extensions"],
+                e["round_trips"],
+                e["client_sent_commands"],
+                e["server_side_commands"],
+                e["script_inner_commands_from_monitor"],
+            ));
+        }
         for side in ["baton", "floor"] {
             let Some(conns) = r[side]["connections"].as_array() else {
                 continue;
