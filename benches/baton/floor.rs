@@ -2,7 +2,9 @@
 //! commands baton sends, in the same round trips, on the same kinds of connections (a pool of
 //! dedicated connections for `WATCH … EXEC`, one multiplexed connection for plain reads, one
 //! pub/sub connection), and nothing else: no validation beyond what the next step needs, no
-//! events, no tracing, no timeouts.
+//! events, no tracing, no timeouts. Like baton, a decision that writes nothing (the job is held,
+//! done, ...) sends no `UNWATCH` of its own: the connection goes back to the pool marked, and its
+//! next pipeline starts with `UNWATCH`.
 //!
 //! Scenario 6 (`roundtrips`) checks the equivalence with `MONITOR`.
 //!
@@ -57,13 +59,18 @@ pub struct Floor {
 
 struct Pool {
     client: redis::Client,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    /// Idle connections, each with whether a `WATCH` may still be active on it (its `UNWATCH`
+    /// was deferred to its next pipeline, as baton does).
+    idle: Mutex<Vec<(MultiplexedConnection, bool)>>,
     permits: Arc<Semaphore>,
 }
 
 /// A pooled connection, returned on drop.
 struct Dedicated<'a> {
     conn: Option<MultiplexedConnection>,
+    /// Like baton's `Dedicated`: a decision that writes nothing does not send `UNWATCH`; the
+    /// connection's next pipeline starts with it.
+    unwatch_first: bool,
     pool: &'a Pool,
     _permit: OwnedSemaphorePermit,
 }
@@ -71,8 +78,31 @@ struct Dedicated<'a> {
 impl Drop for Dedicated<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.conn.take() {
-            self.pool.idle.lock().unwrap().push(c);
+            self.pool.idle.lock().unwrap().push((c, self.unwatch_first));
         }
+    }
+}
+
+impl Dedicated<'_> {
+    fn conn(&mut self) -> &mut MultiplexedConnection {
+        self.conn.as_mut().expect("a pooled connection")
+    }
+
+    /// Round trip 1 of a transition, after the deferred `UNWATCH` if there is one.
+    async fn observe(&mut self, k: &Keys) -> redis::RedisResult<Obs> {
+        let first = std::mem::take(&mut self.unwatch_first);
+        Floor::observe(self.conn(), first, k).await
+    }
+
+    /// Round trip 2 of a transition (`MULTI … EXEC`).
+    async fn exec(&mut self, cmds: redis::Pipeline) -> redis::RedisResult<bool> {
+        let first = std::mem::take(&mut self.unwatch_first);
+        Floor::exec(self.conn(), first, cmds).await
+    }
+
+    /// A decision that writes nothing: no round trip, the next pipeline starts with `UNWATCH`.
+    fn defer_unwatch(&mut self) {
+        self.unwatch_first = true;
     }
 }
 
@@ -85,12 +115,13 @@ impl Pool {
             .await
             .expect("pool open");
         let idle = self.idle.lock().unwrap().pop();
-        let conn = match idle {
+        let (conn, unwatch_first) = match idle {
             Some(c) => c,
-            None => self.client.get_multiplexed_async_connection().await?,
+            None => (self.client.get_multiplexed_async_connection().await?, false),
         };
         Ok(Dedicated {
             conn: Some(conn),
+            unwatch_first,
             pool: self,
             _permit: permit,
         })
@@ -232,6 +263,17 @@ fn seen(v: &Value) -> Seen {
     }
 }
 
+/// A pipeline whose server errors come back as values, starting with a deferred `UNWATCH` (its
+/// reply dropped) when `unwatch_first`, as baton's `Dedicated::pipe`.
+fn pipe(unwatch_first: bool) -> redis::Pipeline {
+    let mut p = redis::pipe();
+    p.ignore_errors();
+    if unwatch_first {
+        p.cmd("UNWATCH").ignore();
+    }
+    p
+}
+
 fn int(v: &Value) -> i64 {
     match v {
         Value::Int(n) => *n,
@@ -346,11 +388,15 @@ fn finish_cmds(job: &Job, attempt: u64, ending: Ending, name: &str) -> redis::Pi
                 .arg("done");
         }
         _ => {
+            // The fence lives as long as the state (baton's `finish_once`).
             tx.cmd("PEXPIRE")
                 .arg(&k.state)
                 .arg(job.retention_ms)
                 .cmd("DEL")
                 .arg(&k.lease)
+                .cmd("PEXPIRE")
+                .arg(&k.fence)
+                .arg(job.retention_ms)
                 .cmd("SET")
                 .arg(&k.failure)
                 .arg(format!("attempt {attempt} by {name}: bench"))
@@ -386,7 +432,7 @@ impl Direct {
     /// Grants attempt 1 (or the next) of `job` on `conn` and completes it.
     pub async fn job(&self, conn: &mut MultiplexedConnection, job: &Job) -> redis::RedisResult<()> {
         let attempt = loop {
-            let obs = Floor::observe(conn, &job.keys).await?;
+            let obs = Floor::observe(conn, false, &job.keys).await?;
             let attempt = match obs.state {
                 Seen::Absent => 1,
                 Seen::Attempt(n) if obs.pttl == -2 => n + 1,
@@ -397,14 +443,15 @@ impl Direct {
             };
             let n = self.tokens.fetch_add(1, Ordering::Relaxed);
             let token = format!("{:016x}{n:016x}", std::process::id());
-            if Floor::exec(conn, grant_cmds(job, attempt, &obs, &token, &self.name)).await? {
+            let tx = grant_cmds(job, attempt, &obs, &token, &self.name);
+            if Floor::exec(conn, false, tx).await? {
                 break attempt;
             }
         };
         loop {
-            let _obs = Floor::observe(conn, &job.keys).await?;
+            let _obs = Floor::observe(conn, false, &job.keys).await?;
             let tx = finish_cmds(job, attempt, Ending::Done, &self.name);
-            if Floor::exec(conn, tx).await? {
+            if Floor::exec(conn, false, tx).await? {
                 return Ok(());
             }
         }
@@ -464,10 +511,14 @@ impl Floor {
         format!("{:016x}{:016x}", std::process::id(), n)
     }
 
-    async fn observe(conn: &mut MultiplexedConnection, k: &Keys) -> redis::RedisResult<Obs> {
-        let mut p = redis::pipe();
-        p.ignore_errors()
-            .cmd("WATCH")
+    /// `[WATCH GET GET PTTL GET TIME]`, after `UNWATCH` when `unwatch_first` (a deferred one).
+    async fn observe(
+        conn: &mut MultiplexedConnection,
+        unwatch_first: bool,
+        k: &Keys,
+    ) -> redis::RedisResult<Obs> {
+        let mut p = pipe(unwatch_first);
+        p.cmd("WATCH")
             .arg(&k.state)
             .arg(&k.lease)
             .arg(&k.fence)
@@ -491,19 +542,15 @@ impl Floor {
         })
     }
 
-    async fn unwatch(conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
-        let mut p = redis::pipe();
-        p.cmd("UNWATCH").ignore();
-        p.query_async(conn).await
-    }
-
-    /// `MULTI`, the commands, `EXEC` in one round trip; `false` when `EXEC` answered nil.
+    /// `MULTI`, the commands, `EXEC` in one round trip (after `UNWATCH` when `unwatch_first`);
+    /// `false` when `EXEC` answered nil.
     async fn exec(
         conn: &mut MultiplexedConnection,
+        unwatch_first: bool,
         cmds: redis::Pipeline,
     ) -> redis::RedisResult<bool> {
-        let mut p = redis::pipe();
-        p.ignore_errors().cmd("MULTI");
+        let mut p = pipe(unwatch_first);
+        p.cmd("MULTI");
         for c in cmds.cmd_iter() {
             p.add_command(c.clone());
         }
@@ -538,20 +585,19 @@ impl Floor {
         let mut locked: Option<u64> = None;
         let result = loop {
             let mut d = self.pool.get().await?;
-            let conn = d.conn.as_mut().expect("a pooled connection");
-            let obs = Self::observe(conn, k).await?;
+            let obs = d.observe(k).await?;
             match obs.state {
                 Seen::Done => {
-                    Self::unwatch(conn).await?;
+                    d.defer_unwatch();
                     let _ = events.send((RawEvent::Completed, Instant::now()));
                     break Ok(());
                 }
                 Seen::Other => {
-                    Self::unwatch(conn).await?;
+                    d.defer_unwatch();
                     break Ok(());
                 }
                 Seen::Attempt(n) if obs.pttl != -2 => {
-                    Self::unwatch(conn).await?;
+                    d.defer_unwatch();
                     drop(d);
                     if locked != Some(n) {
                         locked = Some(n);
@@ -590,7 +636,7 @@ impl Floor {
                         _ => 1,
                     };
                     let tx = grant_cmds(job, attempt, &obs, &self.token(), &self.name);
-                    if !Self::exec(conn, tx).await? {
+                    if !d.exec(tx).await? {
                         continue;
                     }
                     drop(d);
@@ -641,10 +687,9 @@ impl Floor {
         let k = &job.keys;
         loop {
             let mut d = self.pool.get().await?;
-            let conn = d.conn.as_mut().expect("a pooled connection");
-            let _obs = Self::observe(conn, k).await?;
+            let _obs = d.observe(k).await?;
             let tx = finish_cmds(job, attempt, ending, &self.name);
-            if Self::exec(conn, tx).await? {
+            if d.exec(tx).await? {
                 return Ok(());
             }
         }

@@ -11,6 +11,7 @@
 
 mod alloc_count;
 mod floor;
+mod holders;
 mod profile;
 mod redisinfo;
 mod scenarios;
@@ -168,6 +169,11 @@ fn exit_with_parent() {
 #[tokio::main]
 async fn main() {
     exit_with_parent();
+    // Scenario 5's holders run in a process of their own: this binary, re-executed.
+    if let Some(args) = holders::child_args() {
+        holders::child(args).await;
+        return;
+    }
     let opts = parse_args();
     let started = std::time::Instant::now();
     let mut report = scenarios::Report::default();

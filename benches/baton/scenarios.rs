@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::floor::{self, Ending, Floor, RawEvent};
+use crate::holders::Holders;
 use crate::redisinfo::{self, CommandStats, Monitor};
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
@@ -741,9 +742,9 @@ async fn takeover(opts: &Opts, report: &mut Report) {
     b.shutdown(Duration::from_secs(5)).await;
 }
 
-/// This process's resident set in kB (`VmRSS`).
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// The resident set in kB (`VmRSS`) of `/proc/{proc}` (`"self"` or a PID).
+fn rss_kb(proc: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{proc}/status"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -751,9 +752,9 @@ fn rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time used by this process so far (user + system), from `/proc/self/stat`.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// CPU time used so far (user + system) by `/proc/{proc}` (`"self"` or a PID), from its `stat`.
+fn cpu_time(proc: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{proc}/stat")).unwrap_or_default();
     // Fields after the command name (which may contain spaces) start after the last ')'.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -772,7 +773,7 @@ fn cpu_time() -> Duration {
     Duration::from_millis(t * 1000 / hz)
 }
 
-async fn wait_count(what: &str, c: &AtomicUsize, n: usize, limit: Duration) {
+pub(crate) async fn wait_count(what: &str, c: &AtomicUsize, n: usize, limit: Duration) {
     let deadline = Instant::now() + limit;
     while c.load(Ordering::Relaxed) < n {
         assert!(
@@ -784,7 +785,50 @@ async fn wait_count(what: &str, c: &AtomicUsize, n: usize, limit: Duration) {
     }
 }
 
-/// Scenario 5: N holders keeping their leases alive, 3 idle backups each on one client.
+/// One worker of scenario 5 (a keepalive holder or a waiting backup) with a task that reads its
+/// events, as an application would: `ok` counts its `Acquired` or `Locked`, `unexpected` a stream
+/// that ended. The task keeps the holder's attempt handle until `stop` turns true, and returns
+/// the worker (dropped by whoever awaits it, after the client's shutdown).
+pub(crate) fn spawn_idle_worker(
+    client: &Client,
+    job: &str,
+    lease: Duration,
+    keepalive: bool,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    ok: Arc<AtomicUsize>,
+    unexpected: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<baton::Worker> {
+    let c = FailoverConfig::builder(job)
+        .lock_timeout(lease)
+        .retention(RETENTION)
+        .keepalive(keepalive)
+        .build()
+        .expect("config");
+    let mut w = client.start(c);
+    let mut stop = stop.clone();
+    tokio::spawn(async move {
+        let mut keep = None;
+        loop {
+            tokio::select! {
+                ev = w.next_event() => match ev {
+                    Some(Event::Acquired(a)) => { keep = Some(a); ok.fetch_add(1, Ordering::Relaxed); }
+                    Some(Event::Locked { .. }) => { ok.fetch_add(1, Ordering::Relaxed); }
+                    Some(ev) if ev.is_terminal() => { unexpected.fetch_add(1, Ordering::Relaxed); break; }
+                    Some(_) => {}
+                    None => break,
+                },
+                _ = stop.changed() => break,
+            }
+        }
+        // Keep the handle until the client is shut down, so nothing is released here.
+        let _ = stop.wait_for(|s| *s).await;
+        drop(keep);
+        w
+    })
+}
+
+/// Scenario 5: N holders keeping their leases alive in another process (see `holders.rs`), and
+/// 3 idle backups per job on one client in this one, whose RSS is then the backups'.
 async fn idle(opts: &Opts, report: &mut Report) {
     let (n, lease, periods) = if opts.quick {
         (500, Duration::from_secs(1), 3)
@@ -795,126 +839,121 @@ async fn idle(opts: &Opts, report: &mut Report) {
     let server = start_server();
     let url = server.url();
     let mut adm = admin(&url).await;
-    let rss_start = rss_kb();
-    let holders = connect(&url).await;
-    let backups = connect(&url).await;
+    let rss_start = rss_kb("self");
     let id = run_id();
+    let prefix = format!("s5-{id}");
+    let t_setup = Instant::now();
+    let holders = Holders::start(&url, &prefix, n, lease, Duration::from_secs(150)).await;
+    let hpid = holders.pid().to_string();
+    let backups = connect(&url).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let acquired = Arc::new(AtomicUsize::new(0));
     let locked = Arc::new(AtomicUsize::new(0));
     let unexpected = Arc::new(AtomicUsize::new(0));
-    let t_setup = Instant::now();
+    // This process before its first backup (the backups' client connected, nothing started).
+    let rss_before = rss_kb("self");
     let mut tasks = Vec::new();
-    // One task per worker reads its events (as an application would) and keeps the holder's
-    // attempt handle alive until the end.
-    let spawn_worker = |client: &Client, job: String, keepalive: bool, ok: Arc<AtomicUsize>| {
-        let c = FailoverConfig::builder(&job)
-            .lock_timeout(lease)
-            .retention(RETENTION)
-            .keepalive(keepalive)
-            .build()
-            .expect("config");
-        let mut w = client.start(c);
-        let mut stop = stop_rx.clone();
-        let unexpected = unexpected.clone();
-        tokio::spawn(async move {
-            let mut keep = None;
-            loop {
-                tokio::select! {
-                    ev = w.next_event() => match ev {
-                        Some(Event::Acquired(a)) => { keep = Some(a); ok.fetch_add(1, Ordering::Relaxed); }
-                        Some(Event::Locked { .. }) => { ok.fetch_add(1, Ordering::Relaxed); }
-                        Some(ev) if ev.is_terminal() => { unexpected.fetch_add(1, Ordering::Relaxed); break; }
-                        Some(_) => {}
-                        None => break,
-                    },
-                    _ = stop.changed() => break,
-                }
-            }
-            // Keep the handle until the client is shut down, so nothing is released here.
-            let _ = stop.wait_for(|s| *s).await;
-            drop(keep);
-            w
-        })
-    };
-    for i in 0..n {
-        tasks.push(spawn_worker(
-            &holders,
-            format!("s5-{id}-{i}"),
-            true,
-            acquired.clone(),
-        ));
-    }
-    wait_count("holders acquired", &acquired, n, Duration::from_secs(120)).await;
-    let rss_holders = rss_kb();
     for i in 0..n {
         for _ in 0..backups_per_job {
-            tasks.push(spawn_worker(
+            tasks.push(spawn_idle_worker(
                 &backups,
-                format!("s5-{id}-{i}"),
+                &format!("{prefix}-{i}"),
+                lease,
                 false,
+                &stop_rx,
                 locked.clone(),
+                unexpected.clone(),
             ));
         }
     }
+    let backups_n = n * backups_per_job;
     wait_count(
         "backups locked",
         &locked,
-        n * backups_per_job,
+        backups_n,
         Duration::from_secs(120),
     )
     .await;
     let setup = t_setup.elapsed();
     // Let the initial subscriptions and post-subscription reads settle.
     tokio::time::sleep(lease).await;
-    let rss_all = rss_kb();
+    let rss_all = rss_kb("self");
     let window = lease * periods;
     let cs0 = redisinfo::commandstats(&mut adm).await;
-    let cpu0 = cpu_time();
+    let (cpu0, hcpu0) = (cpu_time("self"), cpu_time(&hpid));
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let cs1 = redisinfo::commandstats(&mut adm).await;
-    let cpu = cpu_time() - cpu0;
+    let (cpu, hcpu) = (cpu_time("self") - cpu0, cpu_time(&hpid) - hcpu0);
     let secs = t0.elapsed().as_secs_f64();
+    let rss_holders = rss_kb(&hpid);
     let d = redisinfo::delta(&cs0, &cs1);
     let g = |k: &str| d.get(k).copied().unwrap_or(0);
-    // Holders: one extension = WATCH, GET ×3, PTTL, TIME, then MULTI, PEXPIRE ×3, EXEC.
-    let extensions = g("exec");
-    let holder_cmds = extensions * 11;
+    // Holders: one extension is one EVALSHA on the shared connection, and on the server the
+    // script's GET lease, GET state and PEXPIRE ×3 (lease, state, fence): 6 commands in
+    // `INFO commandstats`. Checked below: PEXPIRE = 3 × EVALSHA, no SET in the window.
+    let extensions = g("evalsha");
+    let holder_server_cmds = extensions * 6;
     let total = commands(&d);
-    let backup_cmds = total.saturating_sub(holder_cmds);
-    // A backup observes either with a plain read (GET state + PTTL lease: one PTTL, no WATCH)
-    // or, when something changed, with a WATCH transition (WATCH … PTTL …, then UNWATCH). Every
-    // extension and every WATCH transition has one PTTL and one WATCH, so the backups' plain
-    // reads are PTTL − WATCH, and their WATCH transitions WATCH − EXEC.
+    let backup_cmds = total.saturating_sub(holder_server_cmds);
+    // A backup observes either with a plain read (GET state + PTTL lease on the shared
+    // connection) or, when something changed, with a WATCH transition (WATCH, GET ×3, PTTL,
+    // TIME; its UNWATCH rides in the connection's next pipeline). A confirmed extension has no
+    // PTTL and no WATCH, so the plain reads are PTTL − WATCH and the WATCH transitions WATCH.
     let plain_reads = g("pttl").saturating_sub(g("watch"));
-    let watch_checks = g("watch").saturating_sub(extensions);
+    let watch_checks = g("watch");
     let observations = plain_reads + watch_checks;
-    let backups_n = (n * backups_per_job) as f64;
     let lease_periods = secs / lease.as_secs_f64();
-    let obs_per = observations as f64 / backups_n / lease_periods;
+    let obs_per = observations as f64 / backups_n as f64 / lease_periods;
     let mb = |kb: u64| kb as f64 / 1024.0;
+    let kb_per_backup = rss_all.saturating_sub(rss_before) as f64 / backups_n as f64;
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    let r2 = |x: f64| (x * 100.0).round() / 100.0;
+    // Backups' round trips: plain reads, WATCH transitions (1 each: the UNWATCH is deferred),
+    // and their grants' EXECs (none in a healthy window).
+    let backup_rts = plain_reads + watch_checks + g("exec");
+    // Every GET is the script's (2 per extension) or a backup's (1 per plain read, 3 per WATCH
+    // transition).
+    let gets_add_up = g("get") == 2 * extensions + plain_reads + 3 * watch_checks;
+    // Streams that ended before the stop (a shut-down client ends every stream).
+    let unexpected = unexpected.load(Ordering::Relaxed);
+    // Backups first (they just stop), then holders (each releases its attempt).
+    backups.shutdown(Duration::from_secs(30)).await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let holders_ended = holders.stop(Duration::from_secs(90)).await;
+    if holders_ended.is_none() {
+        eprintln!("idle: the holders' process did not report its stop");
+    }
     let idle_json = json!({
         "jobs": n,
         "backups_per_job": backups_per_job,
         "lease_ms": lease.as_millis() as u64,
-        "window_s": (secs * 100.0).round() / 100.0,
-        "setup_s": (setup.as_secs_f64() * 10.0).round() / 10.0,
-        "commands_by_command": d.iter().filter(|(k, _)| k.as_str() != "info").map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "window_s": r2(secs),
+        "setup_s": r1(setup.as_secs_f64()),
+        "holders_process": "a separate process (the bench binary re-executed with --idle-holders)",
+        "commands_by_command": d.iter().filter(|(k, _)| !own(k)).map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "holder_extensions": extensions,
-        "holder_commands_per_s": holder_cmds as f64 / secs,
+        "holder_commands_per_s": extensions as f64 / secs,
+        "holder_server_commands_per_s": holder_server_cmds as f64 / secs,
         "backup_commands_per_s": backup_cmds as f64 / secs,
-        "backup_round_trips_per_s": (plain_reads + 2 * watch_checks) as f64 / secs,
+        "backup_round_trips_per_s": backup_rts as f64 / secs,
         "backup_observations": observations,
         "backup_plain_reads": plain_reads,
         "backup_watch_checks": watch_checks,
         "observations_per_backup_per_lease_period": obs_per,
         "rss_mb_start": mb(rss_start),
-        "rss_mb_holders": mb(rss_holders),
+        "rss_mb_before_backups": mb(rss_before),
         "rss_mb_all": mb(rss_all),
+        "rss_kb_per_backup": r2(kb_per_backup),
+        "holders_process_rss_mb": mb(rss_holders),
         "bench_cpu_percent": cpu.as_secs_f64() / secs * 100.0,
-        "unexpected_terminal_events": unexpected.load(Ordering::Relaxed),
-        "sanity_pexpire_is_3x_exec": g("pexpire") == 3 * extensions,
+        "holders_process_cpu_percent": hcpu.as_secs_f64() / secs * 100.0,
+        "unexpected_terminal_events": unexpected,
+        "holders_ended_early": holders_ended,
+        "sanity_pexpire_is_3x_evalsha": g("pexpire") == 3 * extensions,
+        "sanity_gets_add_up": gets_add_up,
         "grants_during_window": g("set"),
     });
     report.rows.push(Row {
@@ -927,25 +966,22 @@ async fn idle(opts: &Opts, report: &mut Report) {
         samples: observations as usize,
         notes: format!(
             "ops = backups' commands/s; {obs_per:.2} observations/backup/lease (target ≤ 1.5); \
-             RSS {:.0} MB (holders {:.0}, start {:.0}; target < 100); holders {:.0} cmds/s; \
-             bench CPU {:.0} %; lease {} ms",
+             RSS of the backups' process {:.0} MB ({:.0} before the backups, {kb_per_backup:.1} \
+             KB per backup; target < 100 MB), holders in another process ({:.0} MB); holders \
+             {:.0} EVALSHA/s ({:.0} commands/s on the server); CPU {:.0} % here, {:.0} % \
+             holders; lease {} ms",
             mb(rss_all),
+            mb(rss_before),
             mb(rss_holders),
-            mb(rss_start),
-            holder_cmds as f64 / secs,
+            extensions as f64 / secs,
+            holder_server_cmds as f64 / secs,
             cpu.as_secs_f64() / secs * 100.0,
+            hcpu.as_secs_f64() / secs * 100.0,
             lease.as_millis()
         ),
         extra: idle_json.clone(),
     });
     report.idle = idle_json;
-    // Backups first (they just stop), then holders (each releases its attempt).
-    backups.shutdown(Duration::from_secs(30)).await;
-    let _ = stop_tx.send(true);
-    holders.shutdown(Duration::from_secs(60)).await;
-    for t in tasks {
-        let _ = t.await;
-    }
 }
 
 // ----- Scenario 6: round trips per transition, from MONITOR -------------------------------------
@@ -954,10 +990,18 @@ async fn idle(opts: &Opts, report: &mut Report) {
 struct PhaseCount {
     /// `total_reads_processed` delta: one per round trip (a pipeline arrives in one read).
     reads: u64,
+    /// Commands the clients sent (`MONITOR`, without the script's inner calls).
     commands: usize,
+    /// Commands run by scripts (`MONITOR`'s `[0 lua]` lines): not sent by any client.
+    script_inner: usize,
+    /// `INFO commandstats` delta (the bench's own commands left out): the clients' commands and
+    /// the scripts' inner calls.
+    server: CommandStats,
     /// Per connection (in order of appearance): its pipelines and how often each was sent.
     conns: Vec<(String, BTreeMap<String, u64>)>,
     rts_seen: u64,
+    /// The keepalive phase only: what one lease extension costs.
+    per_extension: Option<Value>,
 }
 
 impl PhaseCount {
@@ -966,7 +1010,50 @@ impl PhaseCount {
             "round_trips": self.reads,
             "round_trips_from_monitor": self.rts_seen,
             "commands": self.commands,
+            "script_inner_commands": self.script_inner,
+            "server_commands": commands(&self.server),
+            "server_commands_by_command": self.server,
             "connections": self.conns.iter().map(|(k, v)| json!({"connection": k, "pipelines": v})).collect::<Vec<_>>(),
+            "per_extension": self.per_extension,
+        })
+    }
+
+    /// Commands sent on the connections whose pipelines `pred` picks.
+    fn sent_on(&self, pred: impl Fn(&str) -> bool) -> (u64, u64) {
+        let (mut cmds, mut rts) = (0, 0);
+        for (_, p) in &self.conns {
+            if p.keys().any(|s| pred(s)) {
+                for (seq, n) in p {
+                    cmds += seq.split(' ').count() as u64 * n;
+                    rts += n;
+                }
+            }
+        }
+        (cmds, rts)
+    }
+
+    /// What one lease extension cost, from a phase where a keepalive holder extended: the
+    /// holder's connection is the one that sends `EVALSHA`; `INFO commandstats` counts the
+    /// script's inner calls too, so the server-side commands per extension are the phase's
+    /// server-side commands less what the other connections sent.
+    fn extension_costs(&self) -> Value {
+        let extensions = self.server.get("evalsha").copied().unwrap_or(0);
+        let (holder_cmds, holder_rts) = self.sent_on(|s| s.contains("EVALSHA"));
+        let others = self.commands as u64 - holder_cmds;
+        let server_side = commands(&self.server).saturating_sub(others);
+        let per = |n: u64| {
+            if extensions == 0 {
+                Value::Null
+            } else {
+                json!((n as f64 / extensions as f64 * 100.0).round() / 100.0)
+            }
+        };
+        json!({
+            "extensions": extensions,
+            "round_trips": per(holder_rts),
+            "client_sent_commands": per(holder_cmds),
+            "server_side_commands": per(server_side),
+            "script_inner_commands_from_monitor": per(self.script_inner as u64),
         })
     }
     fn multiset(&self) -> BTreeMap<String, u64> {
@@ -982,16 +1069,31 @@ impl PhaseCount {
 
 /// Splits the MONITOR lines into round trips: the commands of one read are contiguous (Redis
 /// runs a whole query buffer before it serves another client), and every pipeline baton (and
-/// the floor) sends starts with `WATCH`, `MULTI`, `UNWATCH`, `(UN)SUBSCRIBE` or is the plain
-/// `GET`+`PTTL` read, so a run of one connection's commands is split before those heads.
-/// (MONITOR's timestamps are no help: queued commands are logged when `EXEC` runs them.)
-fn analyse(lines: &[redisinfo::Seen], reads: u64) -> PhaseCount {
-    const HEADS: &[&str] = &["WATCH", "MULTI", "UNWATCH", "SUBSCRIBE", "UNSUBSCRIBE"];
+/// the floor) sends starts with `WATCH`, `MULTI`, `UNWATCH` (a deferred one, followed by the
+/// `WATCH` or `MULTI` of the same pipeline), `(UN)SUBSCRIBE`, `EVALSHA` (a lease extension),
+/// `SCRIPT` (redis-rs loading the script after `NOSCRIPT`) or is the plain `GET`+`PTTL` read, so
+/// a run of one connection's commands is split before those heads. A script's inner calls
+/// (`[0 lua]`) are counted apart: no client sent them. (MONITOR's timestamps are no help: queued
+/// commands are logged when `EXEC` runs them.)
+fn analyse(lines: &[redisinfo::Seen], reads: u64, server: CommandStats) -> PhaseCount {
+    const HEADS: &[&str] = &[
+        "WATCH",
+        "MULTI",
+        "UNWATCH",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "EVALSHA",
+        "SCRIPT",
+    ];
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     let mut prev: Option<&redisinfo::Seen> = None;
-    for l in lines.iter().filter(|l| l.cmd != "INFO") {
+    let sent = lines.iter().filter(|l| l.cmd != "INFO" && l.addr != "lua");
+    for l in sent {
         let new = match prev {
-            Some(p) => p.addr != l.addr || HEADS.contains(&l.cmd.as_str()),
+            Some(p) if p.addr != l.addr => true,
+            // A deferred UNWATCH heads the pipeline it was sent with.
+            Some(p) if p.cmd == "UNWATCH" && matches!(l.cmd.as_str(), "WATCH" | "MULTI") => false,
+            Some(_) => HEADS.contains(&l.cmd.as_str()),
             None => true,
         };
         if new {
@@ -1030,9 +1132,15 @@ fn analyse(lines: &[redisinfo::Seen], reads: u64) -> PhaseCount {
         .collect();
     PhaseCount {
         reads,
-        commands: lines.iter().filter(|l| l.cmd != "INFO").count(),
+        commands: lines
+            .iter()
+            .filter(|l| l.cmd != "INFO" && l.addr != "lua")
+            .count(),
+        script_inner: lines.iter().filter(|l| l.addr == "lua").count(),
+        server,
         conns,
         rts_seen: groups.len() as u64,
+        per_extension: None,
     }
 }
 
@@ -1042,13 +1150,19 @@ async fn phase<T, F: Future<Output = T>>(
     f: F,
 ) -> (PhaseCount, T) {
     tokio::time::sleep(Duration::from_millis(60)).await;
+    let cs0 = redisinfo::commandstats(adm).await;
     let r0 = redisinfo::stat(adm, "total_reads_processed").await;
     mon.take();
     let out = f.await;
     tokio::time::sleep(Duration::from_millis(60)).await;
     let r1 = redisinfo::stat(adm, "total_reads_processed").await;
+    let cs1 = redisinfo::commandstats(adm).await;
+    let server = redisinfo::delta(&cs0, &cs1)
+        .into_iter()
+        .filter(|(k, _)| !own(k))
+        .collect();
     // The second INFO's own read is counted in r1.
-    (analyse(&mon.take(), r1 - r0 - 1), out)
+    (analyse(&mon.take(), r1 - r0 - 1, server), out)
 }
 
 /// Scenario 6: what each transition sends, for baton and for the floor, from MONITOR and the
@@ -1167,10 +1281,15 @@ async fn roundtrips(report: &mut Report) {
     };
     let mut b3 = b.start(cfg(&j3, short));
     assert!(matches!(next_real(&mut b3).await, Event::Locked { .. }));
-    let (steady, ()) = phase(&mut adm, &mon, async {
+    // Steady state: the holder's first extension (redis-rs' `EVALSHA`, `NOSCRIPT`, `SCRIPT
+    // LOAD`, `EVALSHA` on a server that never saw the script) and the backup's first re-check
+    // are behind us.
+    tokio::time::sleep(short).await;
+    let (mut steady, ()) = phase(&mut adm, &mon, async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     })
     .await;
+    steady.per_extension = Some(steady.extension_costs());
     att3.done().await.expect("done 3");
     drop((h3, b3));
     mon.stop();
@@ -1180,14 +1299,15 @@ async fn roundtrips(report: &mut Report) {
     phases.push(("backup starts, waits (Locked)".into(), wait, Some(fwait)));
     phases.push(("fail() → backup takes over".into(), hand, Some(fhand)));
     phases.push((
-        "1.5 s: keepalive holder (lease 300 ms) + waiting backup".into(),
+        "1.5 s: keepalive holder (lease 300 ms, one EVALSHA per extension) + waiting backup".into(),
         steady,
         None,
     ));
     for (name, bt, fl) in phases {
+        // Same round trips, the same pipelines, and the same commands run on the server.
         let same = fl
             .as_ref()
-            .map(|f| f.reads == bt.reads && f.multiset() == bt.multiset());
+            .map(|f| f.reads == bt.reads && f.multiset() == bt.multiset() && f.server == bt.server);
         report.round_trips.push(json!({
             "phase": name,
             "baton": bt.to_json(),
@@ -1208,24 +1328,34 @@ fn rand_suffix() -> u64 {
 /// The round-trip section printed after the main table.
 pub fn round_trip_table(rows: &[Value]) -> String {
     let mut out = String::from(
-        "round trips per transition (server reads; MONITOR pipelines per connection)\n",
+        "round trips per transition (server reads; MONITOR pipelines per connection; commands \
+         sent, and run on the server when scripts add inner calls)\n",
     );
+    let side = |s: &Value| {
+        let inner = s["script_inner_commands"].as_u64().unwrap_or(0);
+        format!(
+            "{} round trips ({} from MONITOR) / {} commands{}",
+            s["round_trips"],
+            s["round_trips_from_monitor"],
+            s["commands"],
+            if inner > 0 {
+                format!(" sent, {} run on the server", s["server_commands"])
+            } else {
+                String::new()
+            }
+        )
+    };
     for r in rows {
         let b = &r["baton"];
         let f = &r["floor"];
         out.push_str(&format!(
-            "- {}: baton {} round trips ({} from MONITOR) / {} commands; floor {}; {}\n",
+            "- {}: baton {}; floor {}; {}\n",
             r["phase"].as_str().unwrap_or("?"),
-            b["round_trips"],
-            b["round_trips_from_monitor"],
-            b["commands"],
+            side(b),
             if f.is_null() {
                 "-".to_string()
             } else {
-                format!(
-                    "{} round trips ({} from MONITOR) / {} commands",
-                    f["round_trips"], f["round_trips_from_monitor"], f["commands"]
-                )
+                side(f)
             },
             match r["same"].as_bool() {
                 Some(true) => "same",
@@ -1233,6 +1363,19 @@ pub fn round_trip_table(rows: &[Value]) -> String {
                 None => "no floor",
             }
         ));
+        let e = &b["per_extension"];
+        if !e.is_null() {
+            out.push_str(&format!(
+                "    baton per lease extension ({} in the window): {} round trip, {} command sent \
+                 (EVALSHA), {} run on the server (INFO commandstats: EVALSHA and the script's \
+                 inner calls; MONITOR saw {} inner calls per extension)\n",
+                e["extensions"],
+                e["round_trips"],
+                e["client_sent_commands"],
+                e["server_side_commands"],
+                e["script_inner_commands_from_monitor"],
+            ));
+        }
         for side in ["baton", "floor"] {
             let Some(conns) = r[side]["connections"].as_array() else {
                 continue;
