@@ -31,6 +31,11 @@ impl ConfigError {
     }
 }
 
+/// The error an [`Error`] was made from (the client library's), kept so that
+/// [`std::error::Error::source`] walks the whole chain. Its concrete type is not part of
+/// baton's API.
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
 /// The stable, serializable classification of an [`Error`]; this is what `Error` events carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -87,6 +92,8 @@ pub enum Error {
     Connection {
         /// What the client library reported.
         message: String,
+        /// The client library's error, for the source chain.
+        source: Option<Cause>,
     },
     /// The TLS handshake failed: the server's certificate is not signed by a trusted CA or does
     /// not name the host, or the server wants a client certificate. Never retried, and never
@@ -95,6 +102,8 @@ pub enum Error {
     Tls {
         /// What rustls reported (e.g. `invalid peer certificate: UnknownIssuer`).
         message: String,
+        /// The client library's error, for the source chain.
+        source: Option<Cause>,
     },
     /// Redis did not answer within the response timeout.
     #[error("redis did not answer in time while {during}")]
@@ -175,6 +184,8 @@ pub enum Error {
         code: String,
         /// The server's message.
         message: String,
+        /// The client library's error, when there was one, for the source chain.
+        source: Option<Cause>,
     },
     /// Redis returned a reply baton did not expect.
     #[error("unexpected reply to {context}: {reply}")]
@@ -264,7 +275,8 @@ mod tests {
     #[test]
     fn retryable_classification() {
         assert!(Error::Connection {
-            message: "x".into()
+            message: "x".into(),
+            source: None,
         }
         .is_retryable());
         assert!(!Error::CorruptState {
@@ -279,6 +291,7 @@ mod tests {
     fn tls_is_its_own_kind_and_not_retryable() {
         let e = Error::Tls {
             message: "invalid peer certificate: UnknownIssuer".into(),
+            source: None,
         };
         assert_eq!(e.kind(), ErrorKind::Tls);
         assert!(!e.is_retryable());

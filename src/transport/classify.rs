@@ -18,7 +18,10 @@ impl From<redis::RedisError> for Error {
         // transient connection problem (that would be retried).
         #[cfg(feature = "tls")]
         if let Some(message) = super::tls::failure(&err) {
-            return Error::Tls { message };
+            return Error::Tls {
+                message,
+                source: Some(std::sync::Arc::new(err)),
+            };
         }
         if err.is_timeout() {
             return Error::Timeout {
@@ -28,6 +31,7 @@ impl From<redis::RedisError> for Error {
         if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             return Error::Connection {
                 message: err.to_string(),
+                source: Some(std::sync::Arc::new(err)),
             };
         }
         match err.kind() {
@@ -35,6 +39,7 @@ impl From<redis::RedisError> for Error {
                 kind: server_kind(Some(server), err.code()),
                 code: err.code().unwrap_or("ERR").to_string(),
                 message: err.detail().unwrap_or_default().to_string(),
+                source: Some(std::sync::Arc::new(err)),
             },
             // Server errors whose code redis-rs does not know (NOAUTH, WRONGPASS, WRONGTYPE,
             // OOM, BUSY, ...) come as `Extension`; they are server replies, not connection
@@ -43,11 +48,13 @@ impl From<redis::RedisError> for Error {
                 kind: server_kind(None, err.code()),
                 code: err.code().unwrap_or("ERR").to_string(),
                 message: err.detail().unwrap_or_default().to_string(),
+                source: Some(std::sync::Arc::new(err)),
             },
             redis::ErrorKind::AuthenticationFailed => Error::Redis {
                 kind: ErrorKind::Permission,
                 code: "AUTH".into(),
                 message: err.to_string(),
+                source: Some(std::sync::Arc::new(err)),
             },
             redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
                 Error::UnexpectedReply {
@@ -57,6 +64,7 @@ impl From<redis::RedisError> for Error {
             }
             _ => Error::Connection {
                 message: err.to_string(),
+                source: Some(std::sync::Arc::new(err)),
             },
         }
     }
@@ -68,6 +76,7 @@ pub(crate) fn from_server_error(err: &redis::ServerError) -> Error {
         kind: server_kind(err.kind(), Some(err.code())),
         code: err.code().to_string(),
         message: err.details().unwrap_or_default().to_string(),
+        source: None,
     }
 }
 
@@ -78,6 +87,7 @@ pub(crate) fn refused(command: &'static str, err: &redis::ServerError) -> Error 
         kind: server_kind(err.kind(), Some(err.code())),
         code: err.code().to_string(),
         message: format!("{command} refused: {}", err.details().unwrap_or_default()),
+        source: None,
     }
 }
 
@@ -138,5 +148,19 @@ mod tests {
             assert_eq!(e.kind(), kind, "{code}: {e:?}");
             assert!(!e.is_indeterminate(), "{code}: a reply, not a lost one");
         }
+    }
+
+    #[test]
+    fn errors_keep_the_client_librarys_error_as_their_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused here");
+        let e = Error::from(redis::RedisError::from(io));
+        assert_eq!(e.kind(), ErrorKind::Connection);
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(source.to_string().contains("refused here"), "{source}");
+        let e = Error::from(redis::make_extension_error(
+            "WRONGTYPE".into(),
+            Some("detail".into()),
+        ));
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

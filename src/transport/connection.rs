@@ -505,6 +505,7 @@ async fn hub_task(
         }
         let err = Error::Connection {
             message: "the pub/sub connection was lost; reconnecting".into(),
+            source: None,
         };
         if !back_off(&cancel, &mut cmds, &mut waiters, backoff.next_delay(), &err).await {
             return;
