@@ -66,41 +66,28 @@ async fn a_refused_watch_is_a_permission_error_and_nothing_is_written() {
 /// dedicated connection it is about to send its `EXEC` on (so the request is lost, unapplied,
 /// and the worker cannot tell) and then runs `cmds` as another worker would.
 fn lose_exec_then(client: &baton::Client, url: String, what: &'static str, cmds: Vec<Vec<String>>) {
-    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    baton::__seam::set_before_exec_hook(
-        client,
-        Some(std::sync::Arc::new(move |name| {
-            let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
-            Box::pin(async move {
-                if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let mut c = redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                // The transition's connection is the test user's one whose last command was the
-                // observation's TIME (WATCH + reads, just answered).
-                let list: String = redis::cmd("CLIENT")
-                    .arg("LIST")
-                    .query_async(&mut c)
-                    .await
-                    .unwrap();
-                let ids: Vec<String> = list
-                    .lines()
-                    .filter(|l| {
-                        l.contains(&format!("user={TEST_USER} ")) && l.contains(" cmd=time ")
-                    })
-                    .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-                    .map(str::to_string)
-                    .collect();
-                assert_eq!(ids.len(), 1, "one transition in flight: {list}");
-                run_cmds(&mut c, &[cmd(&["CLIENT", "KILL", "ID", &ids[0]])]).await;
-                run_cmds(&mut c, &cmds).await;
-            })
-        })),
-    );
+    once_before_exec(client, what, move || {
+        let (url, cmds) = (url.clone(), cmds.clone());
+        async move {
+            let mut c = raw_at(&url).await;
+            // The transition's connection is the test user's one whose last command was the
+            // observation's TIME (WATCH + reads, just answered).
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let ids: Vec<String> = list
+                .lines()
+                .filter(|l| l.contains(&format!("user={TEST_USER} ")) && l.contains(" cmd=time "))
+                .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+                .map(str::to_string)
+                .collect();
+            assert_eq!(ids.len(), 1, "one transition in flight: {list}");
+            run_cmds(&mut c, &[cmd(&["CLIENT", "KILL", "ID", &ids[0]])]).await;
+            run_cmds(&mut c, &cmds).await;
+        }
+    });
 }
 
 /// Defect 2: H's `DONE` is lost; a backup B takes the next attempt and completes the job. When H
@@ -234,6 +221,31 @@ async fn right_after_an_extension(admin: &mut redis::aio::MultiplexedConnection,
     }
 }
 
+/// A keepalive holder (3 s lease) on a client whose response timeout (2.5 s) outlasts the
+/// lease's remainder; Redis is frozen (SIGSTOP) right after one of its extensions. Returns the
+/// client, the worker, its attempt and the lease's `PEXPIRETIME` read just before the freeze.
+async fn frozen_right_after_an_extension(
+    server: &baton::testing::RedisServer,
+    key: &str,
+) -> (baton::Client, baton::Worker, baton::Acquired, i64) {
+    let client = baton::Client::builder(server.url_for(TEST_USER, TEST_PASSWORD))
+        .response_timeout(Duration::from_millis(2500))
+        .connect()
+        .await
+        .unwrap();
+    let cfg = job(key)
+        .lock_timeout(Duration::from_secs(3))
+        .keepalive(true)
+        .build()
+        .unwrap();
+    let mut w = client.start(cfg);
+    let a = acquired(&mut w, WAKE).await;
+    let mut admin = raw(server).await;
+    let expires = right_after_an_extension(&mut admin, key).await;
+    server.pause().unwrap();
+    (client, w, a, expires)
+}
+
 fn unix_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -248,21 +260,7 @@ fn unix_ms() -> i64 {
 #[tokio::test]
 async fn lease_lost_comes_by_the_lease_deadline_while_redis_is_frozen() {
     let server = server();
-    let client = baton::Client::builder(server.url_for(TEST_USER, TEST_PASSWORD))
-        .response_timeout(Duration::from_millis(2500))
-        .connect()
-        .await
-        .unwrap();
-    let cfg = job("frozen")
-        .lock_timeout(Duration::from_secs(3))
-        .keepalive(true)
-        .build()
-        .unwrap();
-    let mut w = client.start(cfg);
-    let _a = acquired(&mut w, WAKE).await;
-    let mut admin = raw(&server).await;
-    let expires = right_after_an_extension(&mut admin, "frozen").await;
-    server.pause().unwrap();
+    let (_client, mut w, _a, expires) = frozen_right_after_an_extension(&server, "frozen").await;
     let ev = next(&mut w, Duration::from_secs(10)).await;
     let at = unix_ms();
     server.resume().unwrap();
@@ -279,21 +277,7 @@ async fn lease_lost_comes_by_the_lease_deadline_while_redis_is_frozen() {
 #[tokio::test]
 async fn a_done_in_flight_returns_by_the_lease_deadline_while_redis_is_frozen() {
     let server = server();
-    let client = baton::Client::builder(server.url_for(TEST_USER, TEST_PASSWORD))
-        .response_timeout(Duration::from_millis(2500))
-        .connect()
-        .await
-        .unwrap();
-    let cfg = job("frozen-done")
-        .lock_timeout(Duration::from_secs(3))
-        .keepalive(true)
-        .build()
-        .unwrap();
-    let mut w = client.start(cfg);
-    let a = acquired(&mut w, WAKE).await;
-    let mut admin = raw(&server).await;
-    let expires = right_after_an_extension(&mut admin, "frozen-done").await;
-    server.pause().unwrap();
+    let (_client, _w, a, expires) = frozen_right_after_an_extension(&server, "frozen-done").await;
     let r = tokio::time::timeout(Duration::from_secs(10), a.done()).await;
     let at = unix_ms();
     server.resume().unwrap();
@@ -465,15 +449,7 @@ async fn a_job_watch_is_a_stream_that_ends_with_the_job() {
 }
 
 async fn connections_received(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(admin)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("total_connections_received")
+    info_field(admin, "stats", "total_connections_received").await
 }
 
 /// Defect 6: a request that times out drops its own connection, but not the pool's idle ones (a

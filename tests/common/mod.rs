@@ -44,7 +44,12 @@ pub async fn client(server: &RedisServer) -> Client {
 }
 
 pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    redis::Client::open(server.url())
+    raw_at(&server.url()).await
+}
+
+/// A plain connection to `url` (the default user: an administrator).
+pub async fn raw_at(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -162,24 +167,12 @@ pub fn inject_before_exec(
     what: &'static str,
     cmds: Vec<Vec<String>>,
 ) {
-    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    baton::__seam::set_before_exec_hook(
-        client,
-        Some(std::sync::Arc::new(move |name| {
-            let (url, cmds, fired) = (url.clone(), cmds.clone(), fired.clone());
-            Box::pin(async move {
-                if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let mut c = redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                run_cmds(&mut c, &cmds).await;
-            })
-        })),
-    );
+    once_before_exec(client, what, move || {
+        let (url, cmds) = (url.clone(), cmds.clone());
+        async move {
+            run_cmds(&mut raw_at(&url).await, &cmds).await;
+        }
+    });
 }
 
 static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -203,4 +196,40 @@ pub fn record_panics() {
 /// The panic messages recorded since [`record_panics`].
 pub fn recorded_panics() -> Vec<String> {
     PANICS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// One numeric field of `INFO section`.
+pub async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
+/// Installs a before-EXEC hook that runs `f` the first time the transition `what` reaches its
+/// `EXEC` (`"grant"`, `"finish"`, ...), and does nothing the other times.
+pub fn once_before_exec<F, Fut>(client: &Client, what: &'static str, f: F)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = std::sync::Arc::new(f);
+    baton::__seam::set_before_exec_hook(
+        client,
+        Some(std::sync::Arc::new(move |name| {
+            let (fired, f) = (fired.clone(), f.clone());
+            Box::pin(async move {
+                if name != what || fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                f().await;
+            })
+        })),
+    );
 }
