@@ -8,12 +8,11 @@
 mod common;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{get, lease_key, raw, server, state_key};
+use common::{get, lease_key, raw, server, shq, state_key, TempDir};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -25,36 +24,6 @@ const QUICK: Duration = Duration::from_secs(10);
 /// Ctrl-C and Ctrl-Z as the terminal's default settings (VINTR, VSUSP) know them.
 const CTRL_C: u8 = 0x03;
 const CTRL_Z: u8 = 0x1a;
-
-/// A private directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "baton-tty-{tag}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn shq(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
-}
 
 /// A pseudo-terminal: the master end (non-blocking) and what was read from it so far.
 struct Pty {
