@@ -165,10 +165,15 @@ impl Task {
         self.transport.before_exec(what).await;
     }
 
-    async fn run(mut self) {
-        let key = self.cfg.key.clone();
-        let span = tracing::info_span!("baton_worker", key = %key);
-        let _ = tracing::Instrument::instrument(self.main_loop(), span).await;
+    /// The task's future, inside its tracing span. A plain function around an `async fn` that
+    /// owns the task: an `async fn run` that builds the span and awaits the loop kept room for
+    /// the span's temporaries and a second copy of the loop's state, twice the size per worker.
+    fn run(self) -> tracing::instrument::Instrumented<impl std::future::Future<Output = ()>> {
+        let span = tracing::info_span!("baton_worker", key = %self.cfg.key);
+        // An async block that captures the task, not an `async fn` taking it: the latter keeps
+        // the argument and its binding as two copies in the future's state.
+        let mut task = self;
+        tracing::Instrument::instrument(async move { task.main_loop().await }, span)
     }
 
     async fn main_loop(&mut self) {

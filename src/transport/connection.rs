@@ -58,38 +58,39 @@ impl Pool {
     /// # Cancel safety
     /// Cancel safe: a permit or connection taken is returned on drop.
     pub(crate) async fn get(self: &Arc<Self>, deadline: Instant) -> Result<Dedicated, Error> {
-        let checkout = async {
-            let permit = self
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| Error::Stopped)?;
-            let idle = lock(&self.idle).pop();
-            let (conn, unwatch_first) = match idle {
-                Some(c) => c,
-                None => (
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&self.settings.async_config())
-                        .await?,
-                    false,
-                ),
-            };
-            Ok(Dedicated {
-                conn: Some(conn),
-                clean: false,
-                unwatch_first,
-                deadline: None,
-                pool: self.clone(),
-                _permit: permit,
-            })
+        let timeout = || Error::Timeout {
+            during: "waiting for a dedicated connection",
         };
-        match tokio::time::timeout_at(deadline, checkout).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::Timeout {
-                during: "waiting for a dedicated connection",
-            }),
-        }
+        // Waiting for a permit is what thousands of workers do at once (all started together,
+        // or woken by one failure), so that wait is kept small: opening a connection is a big
+        // future, boxed and allocated only by the few that get a permit and find no idle one.
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| timeout())?
+            .map_err(|_| Error::Stopped)?;
+        let idle = lock(&self.idle).pop();
+        let (conn, unwatch_first) = match idle {
+            Some(c) => c,
+            None => {
+                let config = self.settings.async_config();
+                let open = Box::pin(
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&config),
+                );
+                let conn = tokio::time::timeout_at(deadline, open)
+                    .await
+                    .map_err(|_| timeout())??;
+                (conn, false)
+            }
+        };
+        Ok(Dedicated {
+            conn: Some(conn),
+            clean: false,
+            unwatch_first,
+            deadline: None,
+            pool: self.clone(),
+            _permit: permit,
+        })
     }
 
     /// Forgets idle connections (after one failed, the others very likely point at the same dead
