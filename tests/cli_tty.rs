@@ -225,19 +225,47 @@ impl Run {
     }
 }
 
+/// baton on a fresh terminal running `sh -c 'echo $$ > PIDFILE; read x; AFTER'` for job `key`
+/// (with `--lock-timeout LEASE` when given), once PROGRAM has written its PID.
+struct Session {
+    srv: baton::testing::RedisServer,
+    _dir: TempDir,
+    pty: Pty,
+    run: Run,
+    program: u32,
+}
+
+async fn session(key: &str, lease: Option<&str>, after_read: &str) -> Session {
+    let srv = server();
+    let dir = TempDir::new(key);
+    let pidfile = dir.path("pid");
+    let script = format!("echo $$ > {}; read x; {after_read}", shq(&pidfile));
+    let mut pty = Pty::open();
+    let mut args = vec!["--key", key];
+    if let Some(lease) = lease {
+        args.extend(["--lock-timeout", lease]);
+    }
+    args.extend(["--", "sh", "-c", &script]);
+    let mut run = Run::start(&pty, &srv.url(), &args);
+    let program = run.program_started(&mut pty, &pidfile).await;
+    Session {
+        srv,
+        _dir: dir,
+        pty,
+        run,
+        program,
+    }
+}
+
 #[tokio::test]
 async fn a_line_typed_on_the_terminal_reaches_the_program_and_the_job_is_done() {
-    let srv = server();
-    let dir = TempDir::new("read");
-    let pidfile = dir.path("pid");
-    let script = format!("echo $$ > {}; read x; echo \"got:$x\"", shq(&pidfile));
-    let mut pty = Pty::open();
-    let mut run = Run::start(
-        &pty,
-        &srv.url(),
-        &["--key", "tty-read", "--", "sh", "-c", &script],
-    );
-    run.program_started(&mut pty, &pidfile).await;
+    let Session {
+        srv,
+        _dir,
+        mut pty,
+        mut run,
+        program: _,
+    } = session("tty-read", None, "echo \"got:$x\"").await;
     pty.type_bytes(b"hello\n");
     let status = run.exit(&mut pty, QUICK, "baton exits").await;
     let text = pty.text();
@@ -252,17 +280,13 @@ async fn a_line_typed_on_the_terminal_reaches_the_program_and_the_job_is_done() 
 
 #[tokio::test]
 async fn ctrl_c_ends_the_program_and_baton() {
-    let srv = server();
-    let dir = TempDir::new("intr");
-    let pidfile = dir.path("pid");
-    let script = format!("echo $$ > {}; read x; echo after-read", shq(&pidfile));
-    let mut pty = Pty::open();
-    let mut run = Run::start(
-        &pty,
-        &srv.url(),
-        &["--key", "tty-intr", "--", "sh", "-c", &script],
-    );
-    let program = run.program_started(&mut pty, &pidfile).await;
+    let Session {
+        srv,
+        _dir,
+        mut pty,
+        mut run,
+        program,
+    } = session("tty-intr", None, "echo after-read").await;
     // PROGRAM is blocked in `read` on the terminal (sleeping, not stopped).
     run.until(&mut pty, QUICK, "PROGRAM waits in read", |_, _| {
         state(program) == Some('S')
@@ -286,26 +310,13 @@ async fn ctrl_c_ends_the_program_and_baton() {
 
 #[tokio::test]
 async fn ctrl_z_stops_both_and_a_continue_after_the_lease_ran_out_exits_74() {
-    let srv = server();
-    let dir = TempDir::new("tstp");
-    let pidfile = dir.path("pid");
-    let script = format!("echo $$ > {}; read x; echo after-read", shq(&pidfile));
-    let mut pty = Pty::open();
-    let mut run = Run::start(
-        &pty,
-        &srv.url(),
-        &[
-            "--key",
-            "tty-tstp",
-            "--lock-timeout",
-            "1s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    let program = run.program_started(&mut pty, &pidfile).await;
+    let Session {
+        srv: _srv,
+        _dir,
+        mut pty,
+        mut run,
+        program,
+    } = session("tty-tstp", Some("1s"), "echo after-read").await;
     pty.type_bytes(&[CTRL_Z]);
     let baton = run.baton_pid;
     run.until(&mut pty, QUICK, "PROGRAM and baton both stopped", |_, _| {
@@ -337,26 +348,13 @@ async fn ctrl_z_stops_both_and_a_continue_after_the_lease_ran_out_exits_74() {
 
 #[tokio::test]
 async fn ctrl_z_then_a_continue_within_the_lease_resumes_the_program_with_the_terminal() {
-    let srv = server();
-    let dir = TempDir::new("cont");
-    let pidfile = dir.path("pid");
-    let script = format!("echo $$ > {}; read x; echo \"got:$x\"", shq(&pidfile));
-    let mut pty = Pty::open();
-    let mut run = Run::start(
-        &pty,
-        &srv.url(),
-        &[
-            "--key",
-            "tty-cont",
-            "--lock-timeout",
-            "10s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    let program = run.program_started(&mut pty, &pidfile).await;
+    let Session {
+        srv,
+        _dir,
+        mut pty,
+        mut run,
+        program,
+    } = session("tty-cont", Some("10s"), "echo \"got:$x\"").await;
     pty.type_bytes(&[CTRL_Z]);
     let baton = run.baton_pid;
     run.until(&mut pty, QUICK, "PROGRAM and baton both stopped", |_, _| {

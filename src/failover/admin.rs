@@ -171,6 +171,19 @@ impl tokio_stream::Stream for JobWatch {
     }
 }
 
+/// `GET` and `PTTL` of the state, then of the lease: what `job_status` and `fail_attempt` read
+/// first.
+fn state_and_lease_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
+    p.cmd("GET")
+        .arg(keys.state())
+        .cmd("PTTL")
+        .arg(keys.state())
+        .cmd("GET")
+        .arg(keys.lease())
+        .cmd("PTTL")
+        .arg(keys.lease());
+}
+
 impl Failover {
     /// Reads everything stored about a job (plain reads on the shared connection).
     ///
@@ -181,16 +194,9 @@ impl Failover {
         let keys = JobKeys::new(&config.prefix, &config.key);
         let mut conn = self.transport.manager.clone();
         let mut p = redis::pipe();
-        p.ignore_errors()
-            .cmd("GET")
-            .arg(keys.state())
-            .cmd("PTTL")
-            .arg(keys.state())
-            .cmd("GET")
-            .arg(keys.lease())
-            .cmd("PTTL")
-            .arg(keys.lease())
-            .cmd("GET")
+        p.ignore_errors();
+        state_and_lease_reads(&mut p, &keys);
+        p.cmd("GET")
             .arg(keys.fence())
             .cmd("GET")
             .arg(keys.failure());
@@ -275,18 +281,10 @@ impl Failover {
             let deadline =
                 tokio::time::Instant::now() + self.transport.settings.response_timeout * 10;
             let mut conn = self.transport.pool.get(deadline).await?;
-            let reads = |p: &mut redis::Pipeline| {
-                p.cmd("GET")
-                    .arg(keys.state())
-                    .cmd("PTTL")
-                    .arg(keys.state())
-                    .cmd("GET")
-                    .arg(keys.lease())
-                    .cmd("PTTL")
-                    .arg(keys.lease());
-            };
             let values = conn
-                .watch_read(&[keys.state(), keys.lease()], reads)
+                .watch_read(&[keys.state(), keys.lease()], |p| {
+                    state_and_lease_reads(p, &keys)
+                })
                 .await?;
             let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
                 conn.defer_unwatch();

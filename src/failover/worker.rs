@@ -875,14 +875,8 @@ impl Task {
         let [state, lease, pttl] = values.as_slice() else {
             return Ok(());
         };
-        let (Ok(state), Ok(lease)) = (parse_state(state), parse_lease(lease, pttl)) else {
+        let Ok(obs) = holder_reads(state, lease, pttl) else {
             return Ok(());
-        };
-        let obs = Observation {
-            state,
-            lease,
-            fence: Fence::Absent,
-            now_us: 0,
         };
         match decide_holder(&obs, g.attempt, &g.token, g.fence, HolderOp::Done, false) {
             HolderDecision::Lost(reason) => Err(reason),
@@ -1164,12 +1158,7 @@ impl Task {
             match lease::extend(&mut conn, &req, limit).await? {
                 lease::Extension::Confirmed { sent } => Ok(sent),
                 lease::Extension::Refused { guard, lease, pttl } => {
-                    let obs = Observation {
-                        state: parse_state(&guard)?,
-                        lease: parse_lease(&lease, &pttl)?,
-                        fence: Fence::Absent,
-                        now_us: 0,
-                    };
+                    let obs = holder_reads(&guard, &lease, &pttl)?;
                     match decide_holder(&obs, attempt, &token, fence, HolderOp::Extend, false) {
                         HolderDecision::Lost(reason) => Err(Error::LeaseLost {
                             key: job,
@@ -1199,6 +1188,18 @@ async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Er
         Some(f) => f.await,
         None => std::future::pending().await,
     }
+}
+
+/// What a holder's plain read or a refused extension saw (state, lease, lease PTTL), as an
+/// observation for [`decide_holder`]; neither reads the fence or the server's time, which only
+/// a pending `DONE` (never judged here) needs.
+fn holder_reads(state: &Value, lease: &Value, pttl: &Value) -> Result<Observation, Error> {
+    Ok(Observation {
+        state: parse_state(state)?,
+        lease: parse_lease(lease, pttl)?,
+        fence: Fence::Absent,
+        now_us: 0,
+    })
 }
 
 fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
@@ -1242,10 +1243,7 @@ fn later_grant(message: &str, attempt: u64) -> bool {
 
 /// Whether a channel message means a later attempt than ours exists (or the job ended).
 fn taken_over(message: &str, attempt: u64) -> bool {
-    match message.strip_prefix("acquired:") {
-        Some(n) => n.parse::<u64>().is_ok_and(|n| n > attempt),
-        None => message == "exhausted",
-    }
+    later_grant(message, attempt) || message == "exhausted"
 }
 
 fn truncate(s: &str, max: usize) -> &str {
