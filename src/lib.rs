@@ -88,6 +88,9 @@ pub mod client;
 pub mod error;
 pub mod failover;
 mod lease;
+#[cfg(any(test, feature = "model"))]
+#[doc(hidden)]
+pub mod model;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transport;

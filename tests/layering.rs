@@ -12,6 +12,9 @@
 //! leaves       error, util
 //! testing      fixtures behind a feature (may import transports and leaves: the fixture
 //!              builds its least-privilege user from the transport's ACL rules)
+//! model        the model checker (tests and a hidden feature): may import the primitives'
+//!              and the lease kernel's pure decisions and the leaves, never the I/O layers
+//!              (client, backend, transports), so what it checks is the decisions alone
 //! lib.rs       the crate root: may reference anything (re-exports)
 //! ```
 //!
@@ -45,6 +48,7 @@ enum Layer {
     Transport,
     Leaf,
     Testing,
+    Model,
     /// A top-level module the table does not know.
     Unknown,
 }
@@ -57,6 +61,7 @@ impl Layer {
             "backend" => Layer::Backend,
             "error" | "util" => Layer::Leaf,
             "testing" => Layer::Testing,
+            "model" => Layer::Model,
             _ if PRIMITIVES.contains(&top) => Layer::Primitive,
             _ if TRANSPORTS.contains(&top) => Layer::Transport,
             _ => Layer::Unknown,
@@ -72,6 +77,7 @@ impl Layer {
             Layer::Transport => "transport",
             Layer::Leaf => "leaf",
             Layer::Testing => "testing",
+            Layer::Model => "model",
             Layer::Unknown => "unknown",
         }
     }
@@ -97,6 +103,7 @@ fn may_import(from: &str, to: &str) -> bool {
         Transport => target == Leaf,
         Leaf => from == "util" && to == "error",
         Testing => matches!(target, Transport | Leaf),
+        Model => matches!(target, Primitive | Lease | Leaf),
         // Wherever an unplaced module ends up, importing the leaves will still be legal, so that
         // much is allowed; anything more already tells where it cannot go.
         Unknown => target == Leaf,
@@ -114,6 +121,7 @@ fn allowed_for(from: &str) -> &'static str {
         Layer::Leaf if from == "error" => "error is the bottom layer and imports no other module",
         Layer::Leaf => "util may import error only",
         Layer::Testing => "testing may import transports and leaves (error, util) only",
+        Layer::Model => "the model checker may import the primitives, lease and leaves (error, util) only: it checks pure decisions, never I/O",
         Layer::Unknown => "this module is in no layer yet (reported separately); until it is placed it may import leaves (error, util) only",
     }
 }

@@ -60,6 +60,16 @@ impl JobKeys {
         self.part(3)
     }
 
+    /// The key of `which`.
+    pub(crate) fn of(&self, which: super::protocol::Which) -> &str {
+        use super::protocol::Which;
+        match which {
+            Which::State => self.state(),
+            Which::Lease => self.lease(),
+            Which::Fence => self.fence(),
+        }
+    }
+
     /// `P{J}:events`: the pub/sub channel that wakes backups.
     pub(crate) fn channel(&self) -> &str {
         self.part(4)

@@ -30,7 +30,7 @@ pub(crate) const DONE: &str = "DONE";
 pub(crate) const EXHAUSTED: &str = "EXHAUSTED";
 
 /// What the state key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum State {
     Absent,
     Attempt(u64),
@@ -56,7 +56,7 @@ impl State {
 }
 
 /// What the lease key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Lease {
     Absent,
     Held {
@@ -79,7 +79,7 @@ impl Lease {
 }
 
 /// What the fence key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Fence {
     Absent,
     Value(u64),
@@ -88,7 +88,7 @@ pub(crate) enum Fence {
 }
 
 /// Everything round trip 1 read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Observation {
     pub state: State,
     pub lease: Lease,
@@ -98,7 +98,7 @@ pub(crate) struct Observation {
 }
 
 /// Which key a fault concerns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Which {
     State,
     Lease,
@@ -106,7 +106,7 @@ pub(crate) enum Which {
 }
 
 /// A condition that stops the protocol: reported, never written over.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Fault {
     Corrupt { which: Which, value: String },
     WrongType { which: Which, detail: String },
@@ -114,7 +114,7 @@ pub(crate) enum Fault {
 }
 
 /// What a backup (a worker not holding an attempt) remembers between observations.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct BackupView {
     /// The highest attempt number this worker has seen in the state key.
     pub seen: Option<u64>,
@@ -147,7 +147,7 @@ impl BackupView {
 }
 
 /// A grant that was sent but whose outcome is unknown.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PendingGrant {
     pub attempt: u64,
     pub token: String,
@@ -155,7 +155,7 @@ pub(crate) struct PendingGrant {
 }
 
 /// What a backup does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Decision {
     /// Write `s = attempt`, a new lease and `fence`.
     Grant {
@@ -308,6 +308,210 @@ pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
     }
 }
 
+/// The keys every transition `WATCH`es, in order. The state alone would decide; the lease and
+/// the fence are watched too, so that a grant, a keepalive or a finish in between also aborts
+/// the `EXEC` (every transition writes or refreshes the fence, see [`grant_writes`]).
+pub(crate) const WATCHED: [Which; 3] = [Which::State, Which::Lease, Which::Fence];
+
+/// A message on the job's channel (`P{J}:events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Message {
+    /// `acquired:<n>`: attempt `n` was granted.
+    Acquired(u64),
+    /// `done`: the job succeeded.
+    Done,
+    /// `failed`: the holder gave its attempt up; backups take over at once.
+    Failed,
+    /// `released`: the holder was stopped (or dropped its handle, or ran past `max_run`).
+    Released,
+    /// `exhausted`: the last attempt failed.
+    Exhausted,
+}
+
+impl Message {
+    /// The text published.
+    pub(crate) fn text(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Message::Acquired(n) => format!("acquired:{n}").into(),
+            Message::Done => "done".into(),
+            Message::Failed => "failed".into(),
+            Message::Released => "released".into(),
+            Message::Exhausted => "exhausted".into(),
+        }
+    }
+}
+
+/// Whether a channel message announces the grant of a later attempt than ours (which proves
+/// that our `WATCH`ed `DONE` did not apply and no longer can).
+pub(crate) fn later_grant(message: &str, attempt: u64) -> bool {
+    message
+        .strip_prefix("acquired:")
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n > attempt)
+}
+
+/// Whether a channel message tells a holder of `attempt` that the job moved past it.
+pub(crate) fn taken_over(message: &str, attempt: u64) -> bool {
+    later_grant(message, attempt) || message == "exhausted"
+}
+
+/// What a transition stores in the state key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum StateValue {
+    Attempt(u64),
+    Done,
+    Exhausted,
+}
+
+/// One command of a transition's `MULTI … EXEC`, in the order it is sent. The worker turns each
+/// into a Redis command; the model checker (`src/model/`) applies the same list to its store,
+/// so both carry out one plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Write {
+    /// `SET state <value> PX retention`.
+    SetState(StateValue),
+    /// `PEXPIRE state retention`.
+    KeepState,
+    /// `SET lease "<token> <holder>" PX lock_timeout`.
+    SetLease,
+    /// `DEL lease`.
+    DelLease,
+    /// `SET fence <token> PX retention`.
+    SetFence(u64),
+    /// `PEXPIRE fence retention`: the fence lives as long as the state (DESIGN.md §3).
+    KeepFence,
+    /// `SET failure <reason> PX retention`.
+    SetFailure,
+    /// `PUBLISH events <message>`.
+    Publish(Message),
+}
+
+/// A backup's grant of `attempt` with fencing token `fence`.
+pub(crate) fn grant_writes(attempt: u64, fence: u64) -> [Write; 4] {
+    [
+        Write::SetState(StateValue::Attempt(attempt)),
+        Write::SetLease,
+        Write::SetFence(fence),
+        Write::Publish(Message::Acquired(attempt)),
+    ]
+}
+
+/// A backup's record that the last attempt failed.
+pub(crate) fn exhaust_writes() -> [Write; 3] {
+    [
+        Write::SetState(StateValue::Exhausted),
+        Write::KeepFence,
+        Write::Publish(Message::Exhausted),
+    ]
+}
+
+/// How a holder ends its attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Ending {
+    /// `done()`.
+    Done,
+    /// `fail(reason)` (or a dropped handle).
+    Fail,
+    /// Stopped, a dropped receiver, `max_run`: like a failure, but announced as `released` and
+    /// never written as `EXHAUSTED` by the holder itself.
+    Release,
+}
+
+impl Ending {
+    /// The holder operation whose rules apply.
+    pub(crate) fn op(self) -> HolderOp {
+        match self {
+            Ending::Done => HolderOp::Done,
+            Ending::Fail | Ending::Release => HolderOp::Release,
+        }
+    }
+}
+
+/// The holder's writes for `ending` of `attempt`. A failed last attempt is recorded as
+/// `EXHAUSTED` at once, so the job reads exhausted even when no backup is left to notice.
+pub(crate) fn finish_writes(ending: Ending, attempt: u64, max_attempts: u64) -> Vec<Write> {
+    match ending {
+        Ending::Done => vec![
+            Write::SetState(StateValue::Done),
+            Write::DelLease,
+            Write::KeepFence,
+            Write::Publish(Message::Done),
+        ],
+        Ending::Fail | Ending::Release => {
+            let exhausted = ending == Ending::Fail && attempt >= max_attempts;
+            let (state, message) = match ending {
+                _ if exhausted => (Write::SetState(StateValue::Exhausted), Message::Exhausted),
+                Ending::Fail => (Write::KeepState, Message::Failed),
+                _ => (Write::KeepState, Message::Released),
+            };
+            vec![
+                state,
+                Write::DelLease,
+                Write::KeepFence,
+                Write::SetFailure,
+                Write::Publish(message),
+            ]
+        }
+    }
+}
+
+/// How a holder's finish that ran out of lease time ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum GaveUp {
+    /// A `DONE` may have been applied without a reply: say so (`OutcomeUnknown`).
+    OutcomeUnknown,
+    /// Nothing of ours can have been applied, or it does not matter: `LeaseLost`.
+    LeaseLost,
+}
+
+/// What a finish that reached the lease deadline reports; `pending` says an `EXEC` of it was
+/// sent and its reply lost.
+pub(crate) fn finish_gave_up(ending: Ending, pending: bool) -> GaveUp {
+    if ending == Ending::Done && pending {
+        GaveUp::OutcomeUnknown
+    } else {
+        GaveUp::LeaseLost
+    }
+}
+
+/// A waiting backup's check when the lease's time ran out on its clock (a plain `GET state` and
+/// `PTTL lease`, `lease` being `None` when it is gone and `Some(None)` when it has no TTL):
+/// `Some(pttl)` to sleep again while the same attempt's lease lives on (a kept-alive holder
+/// extended it); `None` when something changed and the full transition must decide.
+pub(crate) fn keep_waiting(state: &State, lease: Option<Option<u64>>, attempt: u64) -> Option<u64> {
+    match (state, lease) {
+        (State::Attempt(n), Some(Some(p))) if *n == attempt && p > 0 => Some(p),
+        _ => None,
+    }
+}
+
+impl BackupView {
+    /// Records what an observation showed (the highest attempt seen), unless it was a fault.
+    pub(crate) fn observed(&mut self, obs: &Observation, decision: &Decision) {
+        if let (State::Attempt(n), false) = (&obs.state, matches!(decision, Decision::Fault(_))) {
+            self.seen = Some(self.seen.map_or(*n, |s| s.max(*n)));
+        }
+    }
+
+    /// Records a confirmed grant.
+    pub(crate) fn granted(&mut self, attempt: u64, fence: u64) {
+        self.pending.clear();
+        self.last_fence = fence;
+        self.seen = Some(attempt);
+    }
+
+    /// Records that a grant whose reply was lost did apply ([`Decision::Resume`]).
+    pub(crate) fn resumed(&mut self, fence: u64) {
+        self.pending.clear();
+        self.last_fence = self.last_fence.max(fence);
+    }
+
+    /// Records that `retry_delay` was waited for after `attempt` failed.
+    pub(crate) fn delay_served(&mut self, attempt: u64) {
+        self.delay_served_for = Some(attempt);
+    }
+}
+
 /// What the holder wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HolderOp {
@@ -320,7 +524,7 @@ pub(crate) enum HolderOp {
 }
 
 /// What the holder's transition does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum HolderDecision {
     /// Write the outcome (or the extension).
     Commit,
@@ -848,6 +1052,39 @@ mod tests {
                 HolderDecision::Fault(Fault::StateLost { .. })
             ));
         }
+    }
+
+    #[test]
+    fn takeover_messages() {
+        assert!(taken_over("acquired:3", 2));
+        assert!(!taken_over("acquired:2", 2));
+        assert!(!taken_over("acquired:x", 2));
+        assert!(taken_over("exhausted", 2));
+        assert!(!taken_over("failed", 2));
+        for m in [Message::Acquired(3), Message::Exhausted] {
+            assert!(taken_over(&m.text(), 2), "{m:?}");
+        }
+        for m in [
+            Message::Acquired(2),
+            Message::Done,
+            Message::Failed,
+            Message::Released,
+        ] {
+            assert!(!taken_over(&m.text(), 2), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn finish_writes_by_ending() {
+        let w = finish_writes(Ending::Fail, 3, 3);
+        assert_eq!(w[0], Write::SetState(StateValue::Exhausted));
+        assert_eq!(w[4], Write::Publish(Message::Exhausted));
+        let w = finish_writes(Ending::Release, 3, 3);
+        assert_eq!(w[0], Write::KeepState, "a release never writes EXHAUSTED");
+        assert_eq!(w[4], Write::Publish(Message::Released));
+        let w = finish_writes(Ending::Fail, 2, 3);
+        assert_eq!(w[4], Write::Publish(Message::Failed));
+        assert!(finish_writes(Ending::Done, 2, 3).contains(&Write::KeepFence));
     }
 
     #[test]

@@ -21,9 +21,10 @@ use super::config::{FailoverConfig, StatusLevel};
 use super::events::{Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
 use super::keys::JobKeys;
 use super::protocol::{
-    decide_backup, decide_holder, lease_value, parse_fence, parse_lease, parse_state, parse_time,
-    Decision, Fault, Fence, HolderDecision, HolderOp, Lease, Observation, PendingGrant, State,
-    Which, DONE, EXHAUSTED,
+    decide_backup, decide_holder, exhaust_writes, finish_gave_up, finish_writes, grant_writes,
+    keep_waiting, later_grant, lease_value, parse_fence, parse_lease, parse_state, parse_time,
+    taken_over, Decision, Fault, Fence, GaveUp, HolderDecision, HolderOp, Lease, Observation,
+    PendingGrant, State, StateValue, Which, Write, DONE, EXHAUSTED, WATCHED,
 };
 use crate::error::Error;
 use crate::lease;
@@ -108,7 +109,7 @@ enum Flow {
     End,
 }
 
-/// How a holder ends its attempt.
+/// How a holder ends its attempt, with the reason kept for `status`.
 #[derive(Clone)]
 enum Ending {
     Done,
@@ -116,6 +117,24 @@ enum Ending {
     /// Stopped, dropped handle, dropped receiver, `max_run`: like a failure, but announced as
     /// `released` and never written as `EXHAUSTED` by the holder itself.
     Release(String),
+}
+
+impl Ending {
+    fn kind(&self) -> super::protocol::Ending {
+        use super::protocol::Ending as E;
+        match self {
+            Ending::Done => E::Done,
+            Ending::Fail(_) => E::Fail,
+            Ending::Release(_) => E::Release,
+        }
+    }
+
+    fn reason(&self) -> &str {
+        match self {
+            Ending::Done => "",
+            Ending::Fail(r) | Ending::Release(r) => r,
+        }
+    }
 }
 
 struct Task {
@@ -163,6 +182,69 @@ impl Task {
     /// Runs the test hook (feature `testing`) between the two round trips of a transition.
     async fn before_exec(&self, what: &'static str) {
         self.transport.before_exec(what).await;
+    }
+
+    /// Adds a transition's writes to its `MULTI`; returns the reply each must give. `token` is
+    /// the lease's token (for [`Write::SetLease`]), `failure` the text for [`Write::SetFailure`].
+    fn render(
+        &self,
+        tx: &mut redis::Pipeline,
+        writes: &[Write],
+        token: &str,
+        failure: &str,
+    ) -> Vec<Expect> {
+        let (k, retention) = (&self.keys, ms(self.cfg.retention));
+        writes
+            .iter()
+            .map(|w| match *w {
+                Write::SetState(v) => {
+                    tx.cmd("SET").arg(k.state());
+                    match v {
+                        StateValue::Attempt(n) => tx.arg(n),
+                        StateValue::Done => tx.arg(DONE),
+                        StateValue::Exhausted => tx.arg(EXHAUSTED),
+                    };
+                    tx.arg("PX").arg(retention);
+                    Expect::Ok
+                }
+                Write::KeepState => {
+                    tx.cmd("PEXPIRE").arg(k.state()).arg(retention);
+                    Expect::Int
+                }
+                Write::SetLease => {
+                    tx.cmd("SET")
+                        .arg(k.lease())
+                        .arg(lease_value(token, &self.name))
+                        .arg("PX")
+                        .arg(ms(self.cfg.lock_timeout));
+                    Expect::Ok
+                }
+                Write::DelLease => {
+                    tx.cmd("DEL").arg(k.lease());
+                    Expect::Int
+                }
+                Write::SetFence(f) => {
+                    tx.cmd("SET").arg(k.fence()).arg(f).arg("PX").arg(retention);
+                    Expect::Ok
+                }
+                Write::KeepFence => {
+                    tx.cmd("PEXPIRE").arg(k.fence()).arg(retention);
+                    Expect::Int
+                }
+                Write::SetFailure => {
+                    tx.cmd("SET")
+                        .arg(k.failure())
+                        .arg(failure)
+                        .arg("PX")
+                        .arg(retention);
+                    Expect::Ok
+                }
+                Write::Publish(m) => {
+                    tx.cmd("PUBLISH").arg(k.channel()).arg(m.text().as_ref());
+                    Expect::Int
+                }
+            })
+            .collect()
     }
 
     /// The task's future, inside its tracing span. A plain function around an `async fn` that
@@ -230,7 +312,7 @@ impl Task {
                     if next.await == Flow::End {
                         return;
                     }
-                    self.view.delay_served_for = Some(attempt);
+                    self.view.delay_served(attempt);
                 }
                 Ok(Step::Again) => {
                     // Contention is normal (K backups racing for one attempt); if it persists,
@@ -289,7 +371,7 @@ impl Task {
     async fn observe(&self, conn: &mut Dedicated) -> Result<Observation, Error> {
         let k = &self.keys;
         let values = conn
-            .watch_read(&[k.state(), k.lease(), k.fence()], |p| observe_reads(p, k))
+            .watch_read(&WATCHED.map(|w| k.of(w)), |p| observe_reads(p, k))
             .await?;
         match parse_observation(&values) {
             Ok(o) => Ok(o),
@@ -329,9 +411,7 @@ impl Task {
                 }
             ),
         );
-        if let (State::Attempt(n), false) = (&obs.state, matches!(decision, Decision::Fault(_))) {
-            self.view.seen = Some(self.view.seen.map_or(*n, |s| s.max(*n)));
-        }
+        self.view.observed(&obs, &decision);
         match decision {
             Decision::Grant {
                 attempt,
@@ -345,7 +425,7 @@ impl Task {
                 token,
             } => {
                 conn.defer_unwatch();
-                self.view.pending.clear();
+                self.view.resumed(fence);
                 let pttl = match obs.lease {
                     Lease::Held { pttl_ms, .. } => pttl_ms.unwrap_or(0),
                     _ => 0,
@@ -356,7 +436,6 @@ impl Task {
                 let sent = Instant::now()
                     .checked_sub(self.cfg.lock_timeout - remaining)
                     .unwrap_or_else(Instant::now);
-                self.view.last_fence = self.view.last_fence.max(fence);
                 self.events.status(
                     StatusLevel::Normal,
                     format!("the grant of attempt {attempt} whose reply was lost did apply"),
@@ -379,27 +458,12 @@ impl Task {
             }
             Decision::WriteExhausted { attempts } => {
                 let mut tx = conn.transaction();
-                // The fence lives as long as the terminal state (DESIGN.md §3).
-                tx.cmd("SET")
-                    .arg(self.keys.state())
-                    .arg(EXHAUSTED)
-                    .arg("PX")
-                    .arg(ms(self.cfg.retention))
-                    .cmd("PEXPIRE")
-                    .arg(self.keys.fence())
-                    .arg(ms(self.cfg.retention))
-                    .cmd("PUBLISH")
-                    .arg(self.keys.channel())
-                    .arg("exhausted");
+                let expect = self.render(&mut tx, &exhaust_writes(), "", "");
                 self.before_exec("exhaust").await;
                 match conn.exec(tx).await? {
                     None => Ok(Step::Again),
                     Some(replies) => {
-                        check_replies(
-                            "writing EXHAUSTED",
-                            &replies,
-                            &[Expect::Ok, Expect::Int, Expect::Int],
-                        )?;
+                        check_replies("writing EXHAUSTED", &replies, &expect)?;
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
                     }
@@ -428,26 +492,8 @@ impl Task {
         fence: u64,
     ) -> Result<Step, Error> {
         let token = keys::new_token();
-        let retention = ms(self.cfg.retention);
         let mut tx = conn.transaction();
-        tx.cmd("SET")
-            .arg(self.keys.state())
-            .arg(attempt)
-            .arg("PX")
-            .arg(retention)
-            .cmd("SET")
-            .arg(self.keys.lease())
-            .arg(lease_value(&token, &self.name))
-            .arg("PX")
-            .arg(ms(self.cfg.lock_timeout))
-            .cmd("SET")
-            .arg(self.keys.fence())
-            .arg(fence)
-            .arg("PX")
-            .arg(retention)
-            .cmd("PUBLISH")
-            .arg(self.keys.channel())
-            .arg(format!("acquired:{attempt}"));
+        let expect = self.render(&mut tx, &grant_writes(attempt, fence), &token, "");
         self.before_exec("grant").await;
         let sent = Instant::now();
         match conn.exec(tx).await {
@@ -465,14 +511,8 @@ impl Task {
             }
             Ok(None) => Ok(Step::Again),
             Ok(Some(replies)) => {
-                check_replies(
-                    "the grant",
-                    &replies,
-                    &[Expect::Ok, Expect::Ok, Expect::Ok, Expect::Int],
-                )?;
-                self.view.pending.clear();
-                self.view.last_fence = fence;
-                self.view.seen = Some(attempt);
+                check_replies("the grant", &replies, &expect)?;
+                self.view.granted(attempt, fence);
                 tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
                 Ok(Step::Granted(Grant {
                     attempt,
@@ -573,10 +613,11 @@ impl Task {
             // gone, or a state that moved, needs the full WATCH transition (and a dedicated
             // connection). So a waiting backup costs one small read per lease period.
             let read = Box::pin(self.quick_read());
-            match read.await {
-                Ok((State::Attempt(n), Some(Some(p)))) if n == attempt && p > 0 => {
-                    pttl_ms = Some(p);
-                }
+            match read
+                .await
+                .map(|(state, lease)| keep_waiting(&state, lease, attempt))
+            {
+                Ok(Some(p)) => pttl_ms = Some(p),
                 // Changed, gone, or unreadable: the transition decides and reports.
                 _ => return Flow::Continue,
             }
@@ -829,7 +870,7 @@ impl Task {
                         let head_start = (self.cfg.lock_timeout / 10)
                             .clamp(Duration::from_millis(10), Duration::from_millis(500))
                             .max(self.cfg.retry_delay);
-                        self.view.delay_served_for = Some(g.attempt);
+                        self.view.delay_served(g.attempt);
                         Box::pin(self.sleep(head_start)).await
                     } else {
                         self.events.emit(Event::Failed {
@@ -974,8 +1015,8 @@ impl Task {
                     self.report(&e);
                     let now = Instant::now();
                     if now >= lease_end {
-                        break Err(match ending {
-                            Ending::Done if pending => Error::OutcomeUnknown {
+                        break Err(match finish_gave_up(ending.kind(), pending) {
+                            GaveUp::OutcomeUnknown => Error::OutcomeUnknown {
                                 key: self.cfg.key.clone(),
                                 attempt: g.attempt,
                                 reason: format!(
@@ -983,7 +1024,7 @@ impl Task {
                                      before it could be read back: {e}"
                                 ),
                             },
-                            _ => Error::LeaseLost {
+                            GaveUp::LeaseLost => Error::LeaseLost {
                                 key: self.cfg.key.clone(),
                                 attempt: g.attempt,
                                 reason: format!(
@@ -1012,10 +1053,7 @@ impl Task {
         deadline: Instant,
         exec_sent: &mut bool,
     ) -> Result<bool, Error> {
-        let op = match ending {
-            Ending::Done => HolderOp::Done,
-            _ => HolderOp::Release,
-        };
+        let op = ending.kind().op();
         let mut conn = self.transport.pool.get(deadline).await?;
         conn.set_deadline(deadline);
         let obs = self.observe(&mut conn).await?;
@@ -1046,68 +1084,15 @@ impl Task {
                 return Err(fault_error(&self.keys, f));
             }
         }
-        let retention = ms(self.cfg.retention);
+        let failure = format!(
+            "attempt {} by {}: {}",
+            g.attempt,
+            self.name,
+            truncate(ending.reason(), 1024)
+        );
+        let writes = finish_writes(ending.kind(), g.attempt, self.cfg.max_attempts);
         let mut tx = conn.transaction();
-        let expect: Vec<Expect> = match ending {
-            Ending::Done => {
-                tx.cmd("SET")
-                    .arg(self.keys.state())
-                    .arg(DONE)
-                    .arg("PX")
-                    .arg(retention)
-                    .cmd("DEL")
-                    .arg(self.keys.lease())
-                    .cmd("PEXPIRE")
-                    .arg(self.keys.fence())
-                    .arg(retention)
-                    .cmd("PUBLISH")
-                    .arg(self.keys.channel())
-                    .arg("done");
-                vec![Expect::Ok, Expect::Int, Expect::Int, Expect::Int]
-            }
-            Ending::Fail(reason) | Ending::Release(reason) => {
-                let exhausted =
-                    matches!(ending, Ending::Fail(_)) && g.attempt >= self.cfg.max_attempts;
-                if exhausted {
-                    // The last attempt failed: record it now, so the job is reported exhausted
-                    // even when no backup is left to notice.
-                    tx.cmd("SET")
-                        .arg(self.keys.state())
-                        .arg(EXHAUSTED)
-                        .arg("PX")
-                        .arg(retention);
-                } else {
-                    tx.cmd("PEXPIRE").arg(self.keys.state()).arg(retention);
-                }
-                let message = match ending {
-                    _ if exhausted => "exhausted",
-                    Ending::Fail(_) => "failed",
-                    _ => "released",
-                };
-                // The fence lives as long as the state (DESIGN.md §3): the next grant's token
-                // must build on it for the whole retention.
-                tx.cmd("DEL")
-                    .arg(self.keys.lease())
-                    .cmd("PEXPIRE")
-                    .arg(self.keys.fence())
-                    .arg(retention)
-                    .cmd("SET")
-                    .arg(self.keys.failure())
-                    .arg(format!(
-                        "attempt {} by {}: {}",
-                        g.attempt,
-                        self.name,
-                        truncate(reason, 1024)
-                    ))
-                    .arg("PX")
-                    .arg(retention)
-                    .cmd("PUBLISH")
-                    .arg(self.keys.channel())
-                    .arg(message);
-                let first = if exhausted { Expect::Ok } else { Expect::Int };
-                vec![first, Expect::Int, Expect::Int, Expect::Ok, Expect::Int]
-            }
-        };
+        let expect = self.render(&mut tx, &writes, &g.token, &failure);
         self.before_exec("finish").await;
         *exec_sent = true;
         match conn.exec(tx).await? {
@@ -1233,19 +1218,6 @@ async fn recv_sub(sub: Option<&mut Subscription>) -> Option<HubMsg> {
     }
 }
 
-/// Whether a channel message announces the grant of a later attempt than ours.
-fn later_grant(message: &str, attempt: u64) -> bool {
-    message
-        .strip_prefix("acquired:")
-        .and_then(|n| n.parse::<u64>().ok())
-        .is_some_and(|n| n > attempt)
-}
-
-/// Whether a channel message means a later attempt than ours exists (or the job ended).
-fn taken_over(message: &str, attempt: u64) -> bool {
-    later_grant(message, attempt) || message == "exhausted"
-}
-
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -1260,15 +1232,6 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn takeover_messages() {
-        assert!(taken_over("acquired:3", 2));
-        assert!(!taken_over("acquired:2", 2));
-        assert!(!taken_over("acquired:x", 2));
-        assert!(taken_over("exhausted", 2));
-        assert!(!taken_over("failed", 2));
-    }
 
     #[test]
     fn truncation_respects_char_boundaries() {

@@ -1,0 +1,303 @@
+//! Model checking of baton's protocols: every interleaving of small fleets, run on the
+//! library's own decisions.
+//!
+//! - [`check`]: an explicit-state checker (exhaustive breadth-first search with shortest
+//!   counterexamples, an explicit liveness pass over the state graph, seeded random walks).
+//! - [`store`]: Redis as the models see it (a linearizable key space with `WATCH`).
+//! - [`failover`]: the failover protocol. Later primitives add their model beside it (a
+//!   `Model` impl on the same store) and a line to [`cases`].
+//!
+//! Not part of the API: compiled for the crate's tests and behind the hidden feature `model`,
+//! which `examples/model.rs` (the CI step and the on-demand random walks) uses.
+
+use std::time::Duration;
+
+pub(crate) mod check;
+pub(crate) mod failover;
+pub(crate) mod store;
+
+use check::{check_exhaustive, random_walks, Limits, Model, Outcome, WalkOutcome};
+use failover::{Failover, Faults};
+
+/// How many fault-free steps may separate any reachable state from one where every worker has
+/// ended (the liveness bound).
+const LIVENESS_STEPS: u32 = 64;
+
+/// One exhaustive check of the suite.
+struct Case {
+    name: String,
+    model: Failover,
+    /// Part of CI's run; the others run with `check --all` (minutes each).
+    ci: bool,
+}
+
+fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
+    let mut parts = Vec::new();
+    let mut part = |n: u8, what: &str| {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    };
+    part(faults.lost_replies, "lost EXEC replies");
+    part(faults.lost_messages, "lost messages");
+    part(faults.pauses, "holder pauses");
+    part(faults.crashes, "holder crashes");
+    part(faults.stops, "stops");
+    part(faults.refusals, "refused WATCHes");
+    part(faults.restarts, "restarts with AOF");
+    part(faults.wipes, "restarts losing every key");
+    let name = format!(
+        "failover 3 workers x 3 attempts, keepalive {}, {}",
+        if keepalive { "on" } else { "off" },
+        if parts.is_empty() {
+            "no faults".into()
+        } else {
+            parts.join(", ")
+        }
+    );
+    Case {
+        name,
+        model: Failover::new(3, 3, keepalive, faults),
+        ci,
+    }
+}
+
+/// The suite: 3 workers × 3 attempts, exhaustively, with the fault budgets split over several
+/// searches so each one finishes (the state space grows about tenfold with every fault added
+/// to one budget). Keepalive off is the library's default; with it off a lease may end at any
+/// moment, so its searches are the larger ones.
+fn cases() -> Vec<Case> {
+    let none = Faults::default();
+    let mut cases = vec![
+        case(
+            true,
+            Faults {
+                lost_messages: 1,
+                pauses: 1,
+                crashes: 1,
+                stops: 1,
+                ..none
+            },
+            true,
+        ),
+        case(
+            true,
+            Faults {
+                lost_replies: 1,
+                pauses: 1,
+                ..none
+            },
+            true,
+        ),
+        case(
+            true,
+            Faults {
+                refusals: 1,
+                restarts: 1,
+                ..none
+            },
+            true,
+        ),
+        case(
+            true,
+            Faults {
+                wipes: 1,
+                pauses: 1,
+                crashes: 1,
+                ..none
+            },
+            true,
+        ),
+        case(
+            false,
+            Faults {
+                lost_replies: 1,
+                ..none
+            },
+            true,
+        ),
+        case(
+            false,
+            Faults {
+                lost_messages: 1,
+                crashes: 1,
+                stops: 1,
+                refusals: 1,
+                ..none
+            },
+            true,
+        ),
+        case(false, Faults { wipes: 1, ..none }, true),
+        case(
+            true,
+            Faults {
+                lost_replies: 2,
+                ..none
+            },
+            false,
+        ),
+        case(
+            false,
+            Faults {
+                restarts: 1,
+                ..none
+            },
+            false,
+        ),
+        case(
+            true,
+            Faults {
+                wipes: 1,
+                lost_replies: 1,
+                ..none
+            },
+            false,
+        ),
+    ];
+    // A worker that failed waits as a backup again (after its head start, modelled as the
+    // `retry_delay` served): more attempts per worker, a larger space.
+    for (faults, ci) in [
+        (Faults { crashes: 1, ..none }, true),
+        (
+            Faults {
+                lost_replies: 1,
+                ..none
+            },
+            false,
+        ),
+    ] {
+        let mut rejoin = case(true, faults, ci);
+        rejoin.name = format!("{} (retry_delay, rejoin_after_fail)", rejoin.name);
+        rejoin.model.retry_delay = true;
+        rejoin.model.rejoin_after_fail = true;
+        cases.push(rejoin);
+    }
+    cases
+}
+
+/// Runs the exhaustive suite (CI's cases, or `all` of them; those whose name contains
+/// `filter`), printing one line per search with the states explored. Returns `false` if any
+/// search found a counterexample or ended on a bound (state limit or timeout) instead of
+/// exhausting the space.
+pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration) -> bool {
+    let limits = Limits {
+        max_states,
+        timeout,
+        liveness_steps: Some(LIVENESS_STEPS),
+    };
+    let mut ok = true;
+    for case in cases()
+        .into_iter()
+        .filter(|c| (all || c.ci) && c.name.contains(filter))
+    {
+        ok &= report(&case.name, &case.model, &limits);
+    }
+    ok
+}
+
+fn report<M: Model>(name: &str, model: &M, limits: &Limits) -> bool {
+    let r = check_exhaustive(model, limits);
+    let figures = format!(
+        "{} states, {} transitions, depth {}, longest fault-free way to the end {} steps, {:.1} s",
+        r.states,
+        r.edges,
+        r.max_depth,
+        r.max_distance_to_terminal
+            .map_or_else(|| "-".into(), |d| d.to_string()),
+        r.elapsed.as_secs_f64()
+    );
+    match &r.outcome {
+        Outcome::Exhausted => {
+            println!("model {name}: exhausted, {figures}");
+            true
+        }
+        Outcome::Violation(cx) => {
+            println!("model {name}: SAFETY VIOLATION after {figures}\n{cx}");
+            false
+        }
+        Outcome::LivenessViolation(cx) => {
+            println!("model {name}: LIVENESS VIOLATION after {figures}\n{cx}");
+            false
+        }
+        Outcome::Incomplete { reason } => {
+            println!("model {name}: INCOMPLETE ({reason}) after {figures}");
+            false
+        }
+    }
+}
+
+/// Seeded random walks over a fleet too large to exhaust: `workers` workers, `attempts`
+/// attempts, every fault budget at 2. Returns `false` on a violation (printed with its trace).
+pub fn walk(workers: u8, attempts: u64, seed: u64, walks: u32, steps: u32, time: Duration) -> bool {
+    let faults = Faults {
+        lost_replies: 2,
+        lost_messages: 2,
+        pauses: 2,
+        crashes: 2,
+        stops: 2,
+        refusals: 1,
+        restarts: 1,
+        wipes: 0,
+    };
+    let mut ok = true;
+    for keepalive in [true, false] {
+        let model = Failover::new(workers.min(8), attempts.clamp(1, 10), keepalive, faults);
+        let r = random_walks(&model, seed, walks, steps, time);
+        let figures = format!(
+            "{} walks, {} steps, {} distinct states, {:.1} s",
+            r.walks,
+            r.steps,
+            r.distinct_states_seen,
+            r.elapsed.as_secs_f64()
+        );
+        match &r.outcome {
+            WalkOutcome::Ok => println!(
+                "walk failover {workers}x{attempts} keepalive={keepalive} seed {seed}: ok, {figures}"
+            ),
+            WalkOutcome::Violation(cx) => {
+                println!(
+                    "walk failover {workers}x{attempts} keepalive={keepalive} seed {seed}: VIOLATION after {figures}\n{cx}"
+                );
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+/// Checks one failover configuration (for sizing the suite by hand).
+#[doc(hidden)]
+pub fn check_one(
+    workers: u8,
+    attempts: u64,
+    keepalive: bool,
+    budget: [u8; 8],
+    timeout: Duration,
+) -> bool {
+    let [lost_replies, lost_messages, pauses, crashes, stops, refusals, wipes, restarts] = budget;
+    let model = Failover::new(
+        workers,
+        attempts,
+        keepalive,
+        Faults {
+            lost_replies,
+            lost_messages,
+            pauses,
+            crashes,
+            stops,
+            refusals,
+            wipes,
+            restarts,
+        },
+    );
+    let limits = Limits {
+        max_states: 100_000_000,
+        timeout,
+        liveness_steps: Some(LIVENESS_STEPS),
+    };
+    report(
+        &format!("{workers}x{attempts} keepalive={keepalive} {budget:?}"),
+        &model,
+        &limits,
+    )
+}
