@@ -227,7 +227,8 @@ fn report<M: Model>(name: &str, model: &M, limits: &Limits) -> bool {
 }
 
 /// Seeded random walks over a fleet too large to exhaust: `workers` workers, `attempts`
-/// attempts, every fault budget at 2. Returns `false` on a violation (printed with its trace).
+/// attempts, every fault budget at 2 (1 for refused `WATCH`es and each kind of restart).
+/// Returns `false` on a violation (printed with its trace).
 pub fn walk(workers: u8, attempts: u64, seed: u64, walks: u32, steps: u32, time: Duration) -> bool {
     let faults = Faults {
         lost_replies: 2,
@@ -237,7 +238,7 @@ pub fn walk(workers: u8, attempts: u64, seed: u64, walks: u32, steps: u32, time:
         stops: 2,
         refusals: 1,
         restarts: 1,
-        wipes: 0,
+        wipes: 1,
     };
     let mut ok = true;
     for keepalive in [true, false] {
