@@ -308,9 +308,13 @@ pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
     }
 }
 
-/// The keys every transition `WATCH`es, in order. The state alone would decide; the lease and
-/// the fence are watched too, so that a grant, a keepalive or a finish in between also aborts
-/// the `EXEC` (every transition writes or refreshes the fence, see [`grant_writes`]).
+/// The keys every transition `WATCH`es, in order: the three keys its decision read. Every
+/// transition also writes or refreshes the fence (see [`grant_writes`], [`finish_writes`]), so
+/// while the fence key exists its `WATCH` alone aborts every `EXEC` that a change of the state
+/// should abort; the model checker shows that dropping only the state's `WATCH` breaks nothing
+/// it can reach, and that dropping the state's and the fence's lets a late `done()` and a
+/// takeover both commit (`src/model/failover.rs`). The state stays watched: defence in depth
+/// that costs nothing in the same `WATCH` command.
 pub(crate) const WATCHED: [Which; 3] = [Which::State, Which::Lease, Which::Fence];
 
 /// A message on the job's channel (`P{J}:events`).

@@ -1,11 +1,11 @@
 //! Model checking of baton's protocols: every interleaving of small fleets, run on the
 //! library's own decisions.
 //!
-//! - [`check`]: an explicit-state checker (exhaustive breadth-first search with shortest
+//! - `check`: an explicit-state checker (exhaustive breadth-first search with shortest
 //!   counterexamples, an explicit liveness pass over the state graph, seeded random walks).
-//! - [`store`]: Redis as the models see it (a linearizable key space with `WATCH`).
-//! - [`failover`]: the failover protocol. Later primitives add their model beside it (a
-//!   `Model` impl on the same store) and a line to [`cases`].
+//! - `store`: Redis as the models see it (a linearizable key space with `WATCH`).
+//! - `failover`: the failover protocol. Later primitives add their model beside it (a
+//!   `Model` impl on the same store) and a line to `cases`.
 //!
 //! Not part of the API: compiled for the crate's tests and behind the hidden feature `model`,
 //! which `examples/model.rs` (the CI step and the on-demand random walks) uses.
