@@ -91,6 +91,7 @@ mod lease;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+pub mod mutex;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transport;
@@ -113,3 +114,4 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
+pub use mutex::{AcquireOptions, AcquireOptionsBuilder, LockGuard, Locks};
