@@ -13,6 +13,7 @@ use crate::failover::{
     Attempt, Failover, FailoverConfig, IntoJob, JobState, JobStatus, JobWatch, RunError,
     RunOutcome, Worker,
 };
+use crate::mutex::Locks;
 use crate::transport::url::{check_url, redact_url};
 use crate::transport::{connect_manager, ConnSettings, Hub, Pool, Transport};
 
@@ -479,6 +480,11 @@ impl Client {
     /// The failover coordinator on this client's connections.
     pub fn failover(&self) -> Failover {
         Failover::new(self.shared.clone())
+    }
+
+    /// The fenced mutex on this client's connections.
+    pub fn locks(&self) -> Locks {
+        Locks::new(self.shared.clone())
     }
 
     /// Starts a worker for one job; see [`Failover::start`].

@@ -78,6 +78,9 @@ pub enum ErrorKind {
     Server,
     /// The worker or client was stopped.
     Stopped,
+    /// A lock was not acquired within the caller's bound (a number of tries or a wait): it was
+    /// held by someone else all along. Not a connection problem.
+    NotAcquired,
 }
 
 /// Everything that can go wrong at run time.
@@ -198,6 +201,27 @@ pub enum Error {
     /// The worker or client was stopped before the request completed.
     #[error("stopped")]
     Stopped,
+    /// A lock stayed held by someone else until the caller's bound (tries or wait) ran out.
+    #[error("lock `{key}` was not acquired in time ({tries} tries in {waited:?})")]
+    NotAcquired {
+        /// The lock key.
+        key: String,
+        /// How many acquisition scripts were sent.
+        tries: u32,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+    /// A lock this process held is no longer (or may no longer be) held: an extension found
+    /// another token, or no extension was confirmed before the lease could end.
+    #[error("lock `{key}` (fencing token {fencing_token}) is no longer held: {reason}")]
+    LockLost {
+        /// The lock key.
+        key: String,
+        /// The fencing token of the lost grant.
+        fencing_token: u64,
+        /// Why.
+        reason: String,
+    },
     /// A terminal error the worker reported as an `Error` event (used by the closure form).
     #[error("{message}")]
     Reported {
@@ -226,6 +250,8 @@ impl Error {
             Error::Redis { kind, .. } => *kind,
             Error::UnexpectedReply { .. } => ErrorKind::UnexpectedReply,
             Error::Stopped => ErrorKind::Stopped,
+            Error::NotAcquired { .. } => ErrorKind::NotAcquired,
+            Error::LockLost { .. } => ErrorKind::LeaseLost,
             Error::Reported { kind, .. } => *kind,
         }
     }

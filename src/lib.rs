@@ -65,8 +65,9 @@
 //! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
+//! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
-//!   time, the one-command extension script, fencing tokens.
+//!   time, the one-command extension script, fencing tokens, the lock scripts and the watchdog.
 //! - `transport`: the multiplexed connection, the dedicated-connection pool for `WATCH … EXEC`,
 //!   the pub/sub hub, TLS, URL checks, the classification of server errors, and [`acl`] (the
 //!   exact commands baton sends, for a least-privilege ACL user). It imports no primitive.
@@ -91,6 +92,7 @@ mod lease;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
 pub mod model;
+pub mod mutex;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transport;
@@ -113,3 +115,4 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
+pub use mutex::{AcquireOptions, AcquireOptionsBuilder, LockGuard, Locks};

@@ -17,6 +17,9 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod lock;
+pub(crate) mod watchdog;
+
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;

@@ -1,0 +1,255 @@
+//! Lock scripts shared by every lock-shaped primitive (the mutex now; the fair lock and
+//! run-or-enqueue next): a fenced acquisition in one `EVALSHA`, and a token-checked release that
+//! wakes waiters. Extension is the kernel's [`extend`](super::extend) with the lock as its own
+//! guard.
+//!
+//! Why scripts and not `WATCH`: each operation is a compare-and-set on one key (plus the fence
+//! beside it in the same hash slot). A script is atomic on the server, needs one round trip, and
+//! runs on the shared multiplexed connection, where a `WATCH` could be cancelled by another
+//! user's `EXEC`. `redis::Script` sends `EVALSHA` and reloads the body on `NOSCRIPT` (after a
+//! restart or `SCRIPT FLUSH`), so the scripts survive a server that forgot them.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::error::{preview, Error};
+use crate::util::time::ms;
+
+/// `KEYS` = lock, fence; `ARGV` = token, lock ms, fence ms.
+///
+/// The fence is read and validated *before* anything is written, so a corrupt fence is reported
+/// (`{2, value}`) and left untouched, and no lock is taken that could not be fenced. Then
+/// `SET NX PX`; only if it set, the fence becomes `max(old + 1, server TIME in µs)` (DESIGN.md
+/// §3: monotonic even when the fence key was lost, as long as the server clock does not go
+/// back) with a long TTL, and `{1, fence}` is returned, the fence as a string (Lua numbers are
+/// doubles: exact up to 2^53, which server time in µs stays below until the 23rd century;
+/// larger stored fences are refused as corrupt rather than rounded). On contention: `{0, PTTL}`.
+static ACQUIRE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local old = redis.call('GET', KEYS[2])
+local n = 0
+if old then
+  if #old > 16 or not string.match(old, '^[1-9][0-9]*$') then
+    return {2, old}
+  end
+  n = tonumber(old)
+  if n > 9007199254740991 then
+    return {2, old}
+  end
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local f = n + 1
+if now > f then f = now end
+local s = string.format('%.0f', f)
+redis.call('SET', KEYS[2], s, 'PX', ARGV[3])
+return {1, s}
+",
+    )
+});
+
+/// `KEYS` = lock; `ARGV` = token, channel. Deletes the lock only if it holds `token`, then
+/// publishes `released` on the channel so waiters try at once instead of sleeping out a backoff.
+/// `1` if it was ours, `0` otherwise (nothing written).
+static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// One acquisition's inputs.
+pub(crate) struct Acquire<'a> {
+    /// The lock key.
+    pub lock: &'a str,
+    /// Its fence key (same hash slot).
+    pub fence: &'a str,
+    /// This holder's random token.
+    pub token: &'a str,
+    /// The lock's TTL.
+    pub ttl: Duration,
+}
+
+/// How long the fence outlives a lock: long enough that a holder's successor normally finds
+/// it (so tokens step by one), at least two leases. When it does expire, server time takes
+/// over and the next token is still larger.
+pub(crate) fn fence_ttl(ttl: Duration) -> Duration {
+    (ttl.saturating_mul(2)).max(Duration::from_secs(24 * 3600))
+}
+
+/// What an acquisition found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Ours, with this fencing token; `sent` is when the request left (the lease's deadline
+    /// counts from it).
+    Granted { fence: u64, sent: Instant },
+    /// Held by someone else; the lock's PTTL (`None` if it has no TTL or vanished meanwhile).
+    Held { pttl: Option<Duration> },
+}
+
+/// Tries once to take the lock, in one round trip that gives up at `limit`.
+///
+/// # Errors
+/// [`Error::CorruptState`] when the fence holds something baton never writes (nothing was
+/// written); [`Error::Timeout`] at `limit` (the outcome is unknown: the lock may be ours, so the
+/// caller releases by token); connection and server errors.
+///
+/// # Cancel safety
+/// Dropping it after the request left leaves the outcome unknown, like a timeout: the caller
+/// must then release by token.
+pub(crate) async fn acquire(
+    conn: &mut ConnectionManager,
+    req: &Acquire<'_>,
+    limit: Instant,
+) -> Result<Grant, Error> {
+    let mut call = ACQUIRE_SCRIPT.prepare_invoke();
+    call.key(req.lock)
+        .key(req.fence)
+        .arg(req.token)
+        .arg(ms(req.ttl))
+        .arg(ms(fence_ttl(req.ttl)));
+    let sent = Instant::now();
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "acquiring the lock",
+            })
+        }
+    };
+    parse_acquire(req.fence, reply, sent)
+}
+
+fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
+    let Value::Array(items) = &reply else {
+        return Err(crate::transport::unexpected("the lock acquisition", &reply));
+    };
+    match items.as_slice() {
+        [Value::Int(1), v] => {
+            let fence = string_of(v)
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| crate::transport::unexpected("the lock acquisition", &reply))?;
+            Ok(Grant::Granted { fence, sent })
+        }
+        [Value::Int(0), Value::Int(p)] => Ok(Grant::Held {
+            pttl: u64::try_from(*p).ok().map(Duration::from_millis),
+        }),
+        [Value::Int(2), v] => Err(Error::CorruptState {
+            key: fence_key.to_string(),
+            value: preview(&string_of(v).unwrap_or_default()),
+        }),
+        _ => Err(crate::transport::unexpected("the lock acquisition", &reply)),
+    }
+}
+
+fn string_of(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Deletes the lock if it still holds `token` and wakes waiters on `channel`, in one round trip
+/// that gives up at `limit`. `Ok(false)`: it was no longer ours, nothing was written.
+///
+/// # Errors
+/// [`Error::Timeout`] at `limit` (the release may have applied); connection and server errors.
+pub(crate) async fn release(
+    conn: &mut ConnectionManager,
+    lock: &str,
+    channel: &str,
+    token: &str,
+    limit: Instant,
+) -> Result<bool, Error> {
+    let mut call = RELEASE_SCRIPT.prepare_invoke();
+    call.key(lock).arg(token).arg(channel);
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "releasing the lock",
+            })
+        }
+    };
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(crate::transport::unexpected("the lock release", &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquisition_replies_are_parsed_without_panicking() {
+        let t = Instant::now();
+        assert_eq!(
+            parse_acquire(
+                "f",
+                Value::Array(vec![Value::Int(1), bulk("1700000000000000")]),
+                t
+            )
+            .unwrap(),
+            Grant::Granted {
+                fence: 1_700_000_000_000_000,
+                sent: t
+            }
+        );
+        assert_eq!(
+            parse_acquire("f", Value::Array(vec![Value::Int(0), Value::Int(250)]), t).unwrap(),
+            Grant::Held {
+                pttl: Some(Duration::from_millis(250))
+            }
+        );
+        assert_eq!(
+            parse_acquire("f", Value::Array(vec![Value::Int(0), Value::Int(-1)]), t).unwrap(),
+            Grant::Held { pttl: None }
+        );
+        let corrupt =
+            parse_acquire("f", Value::Array(vec![Value::Int(2), bulk("oops")]), t).unwrap_err();
+        assert_eq!(corrupt.kind(), crate::error::ErrorKind::CorruptState);
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1), bulk("-3")]),
+            Value::Array(vec![Value::Int(7), Value::Int(1)]),
+        ] {
+            assert_eq!(
+                parse_acquire("f", bad, t).unwrap_err().kind(),
+                crate::error::ErrorKind::UnexpectedReply
+            );
+        }
+    }
+
+    #[test]
+    fn the_fence_outlives_the_lock() {
+        assert_eq!(
+            fence_ttl(Duration::from_secs(1)),
+            Duration::from_secs(86_400)
+        );
+        assert_eq!(
+            fence_ttl(Duration::from_secs(86_400)),
+            Duration::from_secs(172_800)
+        );
+    }
+}

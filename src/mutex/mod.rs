@@ -1,0 +1,562 @@
+//! A fenced Redis mutex: one holder at a time per lock name, a fencing token that only grows,
+//! and a watchdog that says when the lock may have been lost.
+//!
+//! - [`keys`]: the key layout (`baton:lock:{K}`, `…:fence`, `…:released`).
+//! - [`options`]: [`AcquireOptions`] (validated, serde).
+//! - [`Locks`]: the handle ([`Client::locks`](crate::Client::locks)): [`Locks::try_acquire`],
+//!   [`Locks::acquire`], [`Locks::with_lock`].
+//! - [`LockGuard`]: the held lock: token, fencing token, lease deadline, `release`, `extend`,
+//!   the watchdog and its loss signal.
+//!
+//! The scripts themselves (acquire with fencing, token-checked release and extension) live in
+//! the lease kernel, where the later lock-shaped primitives share them.
+//!
+//! # Guarantees
+//! - Acquisition is one atomic script: `SET NX PX` with a random 128-bit token, and only if it
+//!   set, the fence advances to `max(old + 1, server time in µs)` in the same step. Fencing
+//!   tokens therefore strictly increase per lock name, also after the fence key was lost
+//!   (restart without persistence), unless the server's clock goes back. Pass the token to the
+//!   resource you write to, and let it reject smaller ones: a lease alone cannot stop a paused
+//!   holder from writing late.
+//! - Release and extension compare the token: `false` means it was no longer ours and nothing
+//!   was written. A failed extension never deletes anything.
+//! - [`LockGuard::lease_deadline`] errs early: send time of the granting (or last confirmed
+//!   extending) request + ttl − max(1 %, 2 ms), on this host's monotonic clock.
+
+pub mod keys;
+pub mod options;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ConfigError, Error};
+use crate::lease::lock::{self as kernel, Grant};
+use crate::lease::watchdog::{self, LeaseState, Watch};
+use crate::lease::{deadline, extend, Extend, Extension};
+use crate::transport::{HubMsg, Subscription, Transport};
+use crate::util::backoff::Backoff;
+use crate::util::time::after;
+use crate::util::token::{new_token, short};
+
+use keys::LockKeys;
+pub use keys::DEFAULT_PREFIX;
+pub use options::{AcquireOptions, AcquireOptionsBuilder, MAX_TTL, MIN_TTL};
+
+/// The mutex on one client's connections. Get it from [`Client::locks`](crate::Client::locks);
+/// cheap to clone.
+#[derive(Clone)]
+pub struct Locks {
+    transport: Arc<Transport>,
+    prefix: Arc<str>,
+}
+
+impl std::fmt::Debug for Locks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locks")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locks {
+    /// The mutex on `transport` (the client façade's only way in).
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Locks {
+            transport,
+            prefix: Arc::from(DEFAULT_PREFIX),
+        }
+    }
+
+    /// The same handle with keys under another prefix (`{prefix}lock:{K}`).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
+    /// and free of `{` and `}`.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Locks, ConfigError> {
+        keys::validate_prefix(prefix)?;
+        Ok(Locks {
+            transport: self.transport.clone(),
+            prefix: Arc::from(prefix),
+        })
+    }
+
+    /// The key prefix in use. Defaults to `baton:`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<LockKeys>, Error> {
+        keys::validate_name(key)?;
+        options::validate_ttl(ttl)?;
+        Ok(Arc::new(LockKeys::new(&self.prefix, key)))
+    }
+
+    /// Tries once to take lock `key` for `ttl`, in one round trip. Contention is `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
+    /// [`Error::CorruptState`] if the fence key holds something baton never writes (nothing is
+    /// written then); connection errors and timeouts (the lock is then released by token in the
+    /// background, in case the script did run).
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the script was sent releases by token through a task of the
+    /// client, so an abandoned acquisition never leaves a lock behind for its full ttl (if the
+    /// client is gone too, the ttl is the backstop).
+    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<LockGuard>, Error> {
+        let keys = self.keys(key, ttl)?;
+        match self.try_once(&keys, key, ttl).await? {
+            Ok(guard) => Ok(Some(guard)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// One try: the guard, or the holder's PTTL.
+    async fn try_once(
+        &self,
+        keys: &Arc<LockKeys>,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
+        let token = new_token();
+        // Armed before the request leaves: whatever happens to this future from here on (an
+        // error, a timeout, being dropped), the lock is released by token unless we disarm.
+        let mut pending = Pending {
+            transport: Some(self.transport.clone()),
+            keys: keys.clone(),
+            token: token.clone(),
+        };
+        let mut conn = self.transport.manager.clone();
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let req = kernel::Acquire {
+            lock: &keys.lock,
+            fence: &keys.fence,
+            token: &token,
+            ttl,
+        };
+        let grant = kernel::acquire(&mut conn, &req, limit).await;
+        match grant {
+            Ok(Grant::Granted { fence, sent }) => {
+                pending.disarm();
+                tracing::info!(key, token = short(&token), fence, "lock acquired");
+                Ok(Ok(LockGuard {
+                    held: Some(Held {
+                        transport: self.transport.clone(),
+                        keys: keys.clone(),
+                        key: key.to_string(),
+                        token,
+                        fence,
+                        ttl,
+                        state: LeaseState::new(deadline(sent, ttl)),
+                        sent,
+                        watchdog: None,
+                    }),
+                }))
+            }
+            Ok(Grant::Held { pttl }) => {
+                pending.disarm();
+                Ok(Err(pttl))
+            }
+            // CorruptState and other refusals wrote nothing; an indeterminate error may have
+            // taken the lock, and `pending` releases it on the way out.
+            Err(e) => {
+                if !e.is_indeterminate() {
+                    pending.disarm();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes lock `key` for `ttl`, waiting while someone else holds it.
+    ///
+    /// Tries, and while the lock is held sleeps an exponential backoff with full jitter (capped
+    /// by [`AcquireOptions::max_backoff`] and by the holder's remaining PTTL), woken at once by
+    /// a release published on the lock's channel (subscribed before the second try, so a release
+    /// between the first try and the subscription is not missed). Gives up after
+    /// [`AcquireOptions::max_tries`] tries or [`AcquireOptions::wait`].
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the bound ran out with the lock held elsewhere (never a
+    /// connection error in disguise); as [`Locks::try_acquire`] otherwise.
+    ///
+    /// # Cancel safety
+    /// As [`Locks::try_acquire`]: a dropped future never leaves its lock behind.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &AcquireOptions,
+    ) -> Result<LockGuard, Error> {
+        let keys = self.keys(key, ttl)?;
+        let start = Instant::now();
+        let give_up = opts.wait.map(|w| after(start, w));
+        let mut backoff = Backoff::new(opts.max_backoff);
+        let mut sub: Option<Subscription> = None;
+        let mut tries: u32 = 0;
+        loop {
+            // Messages that arrived before this try say nothing the try will not see.
+            if let Some(s) = sub.as_mut() {
+                while s.rx.try_recv().is_some() {}
+            }
+            tries = tries.saturating_add(1);
+            let pttl = match self.try_once(&keys, key, ttl).await? {
+                Ok(mut guard) => {
+                    if opts.watchdog {
+                        guard.start_watchdog(opts.max_hold);
+                    }
+                    return Ok(guard);
+                }
+                Err(pttl) => pttl,
+            };
+            let now = Instant::now();
+            if opts.max_tries.is_some_and(|m| tries >= m) || give_up.is_some_and(|g| now >= g) {
+                return Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    tries,
+                    waited: now.saturating_duration_since(start),
+                });
+            }
+            if sub.is_none() {
+                // Best effort: without pub/sub we still poll with backoff and the PTTL.
+                let limit = self.transport.settings.connect_timeout;
+                if let Ok(Ok(s)) =
+                    tokio::time::timeout(limit, self.transport.hub.subscribe(&keys.channel)).await
+                {
+                    sub = Some(s);
+                    // A release between the try above and the subscription would be missed:
+                    // try again at once now that we listen.
+                    continue;
+                }
+            }
+            // Sleep the backoff, but not past the holder's lease (a crashed holder publishes
+            // nothing) nor past our own bound.
+            let mut nap = backoff.next_delay();
+            if let Some(p) = pttl {
+                nap = nap.min(p.max(Duration::from_millis(1)));
+            }
+            let mut wake = after(now, nap);
+            if let Some(g) = give_up {
+                wake = wake.min(g);
+            }
+            match sub.as_mut() {
+                Some(s) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake) => {}
+                        msg = s.rx.recv() => match msg {
+                            Some(HubMsg::Message(_) | HubMsg::Reconnected) => {}
+                            // The hub is gone (client shutting down): fall back to sleeping.
+                            None => sub = None,
+                        },
+                    }
+                }
+                None => tokio::time::sleep_until(wake).await,
+            }
+        }
+    }
+
+    /// Runs `work` holding lock `key`: acquires as [`Locks::acquire`] does (with `opts`, the
+    /// watchdog always on), passes the fencing token to `work`, cancels `work` if the lock is
+    /// lost, and always releases.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire`]; [`Error::LockLost`] when the watchdog fired during `work` (which
+    /// was dropped at that point) or when the release found the lock held by another token
+    /// (mutual exclusion may then have been broken, so `work`'s output is not returned). A
+    /// release that fails on the network is only logged: `work` finished in time and the lock
+    /// expires by its ttl.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and the guard, which releases in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &AcquireOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let opts = opts.clone().with_watchdog();
+        let guard = self.acquire(key, ttl, &opts).await?;
+        let lost = guard.lost_token();
+        let out = tokio::select! {
+            biased;
+            _ = lost.cancelled() => None,
+            out = work(guard.fencing_token()) => Some(out),
+        };
+        let fence = guard.fencing_token();
+        let reason = guard.loss_reason();
+        let released = guard.release().await;
+        match (out, released) {
+            (Some(out), Ok(true)) => Ok(out),
+            (Some(out), Err(e)) => {
+                tracing::warn!(key, error = %e, "release after the work failed; the lock expires by its ttl");
+                Ok(out)
+            }
+            (Some(_), Ok(false)) => Err(Error::LockLost {
+                key: key.to_string(),
+                fencing_token: fence,
+                reason: "the release found the lock held by another token".into(),
+            }),
+            (None, _) => Err(Error::LockLost {
+                key: key.to_string(),
+                fencing_token: fence,
+                reason: reason.unwrap_or_else(|| "lost".into()),
+            }),
+        }
+    }
+}
+
+/// Releases by token, through a task of the client, when an acquisition's outcome is unknown
+/// (dropped future, lost reply); disarmed once the reply is known.
+struct Pending {
+    transport: Option<Arc<Transport>>,
+    keys: Arc<LockKeys>,
+    token: String,
+}
+
+impl Pending {
+    fn disarm(&mut self) {
+        self.transport = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(t) = self.transport.take() {
+            release_in_background(&t, &self.keys, std::mem::take(&mut self.token));
+        }
+    }
+}
+
+/// Spawns a token-checked release on the client's tracker; never blocks. Without a runtime (a
+/// guard dropped after it ended) or a client that shut down, the lock's ttl is the backstop.
+fn release_in_background(transport: &Arc<Transport>, keys: &Arc<LockKeys>, token: String) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if transport.cancel.is_cancelled() {
+        return;
+    }
+    let mut conn = transport.manager.clone();
+    let keys = keys.clone();
+    let limit = transport.settings.response_timeout;
+    transport.tracker.spawn_on(
+        async move {
+            let at = after(Instant::now(), limit);
+            match kernel::release(&mut conn, &keys.lock, &keys.channel, &token, at).await {
+                Ok(ours) => {
+                    tracing::debug!(key = %keys.lock, token = short(&token), ours, "released in the background")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %keys.lock, error = %e, "background release failed; the lock expires by its ttl")
+                }
+            }
+        },
+        &handle,
+    );
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
+///
+/// The fencing token ([`LockGuard::fencing_token`]) is what the protected resource should
+/// check: a lease alone cannot stop a paused holder from writing after its lease ended.
+pub struct LockGuard {
+    held: Option<Held>,
+}
+
+struct Held {
+    transport: Arc<Transport>,
+    keys: Arc<LockKeys>,
+    key: String,
+    token: String,
+    fence: u64,
+    ttl: Duration,
+    state: Arc<LeaseState>,
+    sent: Instant,
+    /// Stops the watchdog, when one runs.
+    watchdog: Option<CancellationToken>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the full token: it is what a holder proves itself with.
+        let mut d = f.debug_struct("LockGuard");
+        if let Some(h) = &self.held {
+            d.field("key", &h.key)
+                .field("token", &short(&h.token))
+                .field("fencing_token", &h.fence);
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    // `held` is `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
+    fn held(&self) -> Option<&Held> {
+        self.held.as_ref()
+    }
+
+    /// The lock's name, as given to acquire.
+    pub fn key(&self) -> &str {
+        self.held().map(|h| h.key.as_str()).unwrap_or_default()
+    }
+
+    /// This holder's random 128-bit token (hex), as stored in the lock key.
+    pub fn token(&self) -> &str {
+        self.held().map(|h| h.token.as_str()).unwrap_or_default()
+    }
+
+    /// The fencing token of this grant: larger than any earlier grant's on the same lock name.
+    pub fn fencing_token(&self) -> u64 {
+        self.held().map(|h| h.fence).unwrap_or_default()
+    }
+
+    /// When the lease can end at the earliest, on this host's monotonic clock: send time of the
+    /// granting (or last confirmed extending) request + ttl − max(1 %, 2 ms).
+    pub fn lease_deadline(&self) -> Instant {
+        self.held()
+            .map(|h| h.state.deadline())
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// The loss signal as a token: cancelled when an extension (the watchdog's or
+    /// [`LockGuard::extend`]'s) found another token, or when the watchdog could not confirm an
+    /// extension before [`LockGuard::lease_deadline`], or at the watchdog's hold cap. Without
+    /// the watchdog it only fires on a refused extension: watch the deadline yourself.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.held()
+            .map(|h| h.state.lost().clone())
+            .unwrap_or_default()
+    }
+
+    /// Resolves when the loss signal fires (see [`LockGuard::lost_token`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        if let Some(h) = self.held() {
+            h.state.lost().cancelled().await;
+        }
+    }
+
+    /// Why the loss signal fired, once it did.
+    pub fn loss_reason(&self) -> Option<String> {
+        self.held().and_then(|h| h.state.reason())
+    }
+
+    /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
+    /// on the shared multiplexed connection and fires the loss signal as
+    /// [`LockGuard::lost_token`] describes. With `max_hold`, it stops extending once the lock
+    /// was held that long (counted from the grant) and fires the loss signal then.
+    pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
+        let Some(h) = self.held.as_mut() else {
+            return;
+        };
+        if h.watchdog.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        watchdog::spawn(
+            &h.transport,
+            Watch {
+                lease: h.keys.lock.clone(),
+                value: h.token.clone(),
+                ttl: h.ttl,
+                sent: h.sent,
+                refresh: vec![h.keys.fence.clone()],
+                retention: kernel::fence_ttl(h.ttl),
+                hold_until: max_hold.map(|m| after(h.sent, m)),
+            },
+            h.state.clone(),
+            stop.clone(),
+        );
+        h.watchdog = Some(stop);
+    }
+
+    /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
+    /// compare, then `PEXPIRE`). `Ok(false)`: it was no longer ours; nothing was written (a
+    /// failed extension never deletes anything), and the loss signal fires. On success the
+    /// lease deadline moves (counted from this request's send time).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
+    /// may or may not have applied; the deadline does not move) and connection errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped extension leaves the deadline where it was.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
+        options::validate_ttl(ttl)?;
+        let Some(h) = self.held.as_mut() else {
+            return Ok(false);
+        };
+        let refresh = [h.keys.fence.as_str()];
+        let req = Extend {
+            lease: &h.keys.lock,
+            value: &h.token,
+            ttl,
+            guard: &h.keys.lock,
+            guard_value: &h.token,
+            refresh: &refresh,
+            retention: kernel::fence_ttl(ttl.max(h.ttl)),
+        };
+        let mut conn = h.transport.manager.clone();
+        let limit = after(Instant::now(), h.transport.settings.response_timeout);
+        match extend(&mut conn, &req, limit).await? {
+            Extension::Confirmed { sent } => {
+                h.state.confirmed(deadline(sent, ttl));
+                Ok(true)
+            }
+            Extension::Refused { .. } => {
+                tracing::warn!(key = %h.key, token = short(&h.token), "extension refused: the lock is held by another token or gone");
+                h.state
+                    .lose("an extension found the lock held by another token (or gone)");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Releases the lock if it still holds this guard's token (compare-and-delete, then a
+    /// `released` message wakes waiters). `Ok(false)`: it was no longer ours; nothing was
+    /// deleted.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] and connection errors: the release may or may not have applied; the
+    /// lock's ttl is the backstop.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
+    /// the backstop.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        let Some(h) = self.held.take() else {
+            return Ok(false);
+        };
+        if let Some(stop) = &h.watchdog {
+            stop.cancel();
+        }
+        let mut conn = h.transport.manager.clone();
+        let limit = after(Instant::now(), h.transport.settings.response_timeout);
+        let ours =
+            kernel::release(&mut conn, &h.keys.lock, &h.keys.channel, &h.token, limit).await?;
+        tracing::info!(key = %h.key, token = short(&h.token), ours, "lock released");
+        Ok(ours)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.held.take() {
+            if let Some(stop) = &h.watchdog {
+                stop.cancel();
+            }
+            release_in_background(&h.transport, &h.keys, h.token);
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! [`AcquireOptions`]: how [`Locks::acquire`](super::Locks::acquire) waits, and whether the
+//! guard gets a watchdog. Validated by [`AcquireOptionsBuilder::build`] and by deserialization
+//! alike, never coerced.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// The shortest and longest lock TTL.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lock TTL (one day, as for a failover lease).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The default cap of the backoff between tries.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Ten years: far beyond any sane wait or hold, and small enough that `now + d` stays
+/// representable as a monotonic instant.
+const MAX_SPAN: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Checks a lock TTL: 10 ms ..= 1 day.
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), ConfigError> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(ConfigError::invalid(
+            "ttl",
+            format!("{ttl:?} is outside 10ms ..= 1 day"),
+        ));
+    }
+    Ok(())
+}
+
+/// How [`Locks::acquire`](super::Locks::acquire) waits for a held lock, and what the guard does
+/// while held.
+///
+/// Build it with [`AcquireOptions::builder`] or deserialize it (durations in milliseconds, e.g.
+/// `{"wait_ms":10000,"watchdog":true}`); both run the same validation. The default waits
+/// forever, with no watchdog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawOptions", into = "RawOptions")]
+pub struct AcquireOptions {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) max_tries: Option<u32>,
+    pub(crate) max_backoff: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            wait: None,
+            max_tries: None,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            watchdog: false,
+            max_hold: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Starts from the defaults.
+    pub fn builder() -> AcquireOptionsBuilder {
+        AcquireOptionsBuilder {
+            raw: RawOptions::from(AcquireOptions::default()),
+        }
+    }
+
+    /// How long to wait for the lock at most (`None`: forever).
+    pub fn wait(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// How many tries at most (`None`: no limit).
+    pub fn max_tries(&self) -> Option<u32> {
+        self.max_tries
+    }
+
+    /// The cap of the exponential backoff between tries.
+    pub fn max_backoff(&self) -> Duration {
+        self.max_backoff
+    }
+
+    /// Whether the guard starts with a watchdog.
+    pub fn watchdog(&self) -> bool {
+        self.watchdog
+    }
+
+    /// The cap on the total hold time with the watchdog (`None`: no cap).
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    pub(crate) fn with_watchdog(mut self) -> Self {
+        self.watchdog = true;
+        self
+    }
+}
+
+/// The serialized shape of [`AcquireOptions`]: plain fields with defaults, durations in ms.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawOptions {
+    wait_ms: Option<u64>,
+    max_tries: Option<u32>,
+    max_backoff_ms: u64,
+    watchdog: bool,
+    max_hold_ms: Option<u64>,
+}
+
+impl Default for RawOptions {
+    fn default() -> Self {
+        RawOptions::from(AcquireOptions::default())
+    }
+}
+
+impl From<AcquireOptions> for RawOptions {
+    fn from(o: AcquireOptions) -> Self {
+        RawOptions {
+            wait_ms: o.wait.map(crate::util::time::ms),
+            max_tries: o.max_tries,
+            max_backoff_ms: crate::util::time::ms(o.max_backoff),
+            watchdog: o.watchdog,
+            max_hold_ms: o.max_hold.map(crate::util::time::ms),
+        }
+    }
+}
+
+impl TryFrom<RawOptions> for AcquireOptions {
+    type Error = ConfigError;
+    fn try_from(raw: RawOptions) -> Result<Self, ConfigError> {
+        AcquireOptionsBuilder { raw }.build()
+    }
+}
+
+/// Builder of [`AcquireOptions`].
+#[derive(Debug, Clone)]
+pub struct AcquireOptionsBuilder {
+    raw: RawOptions,
+}
+
+impl AcquireOptionsBuilder {
+    /// Gives up with [`Error::NotAcquired`](crate::Error::NotAcquired) after waiting this long
+    /// (`Duration::ZERO`: one try). Defaults to waiting forever.
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.raw.wait_ms = Some(crate::util::time::ms(d));
+        self
+    }
+
+    /// Gives up with [`Error::NotAcquired`](crate::Error::NotAcquired) after this many tries
+    /// (1 ..= 2^32−1). Defaults to no limit.
+    pub fn max_tries(mut self, n: u32) -> Self {
+        self.raw.max_tries = Some(n);
+        self
+    }
+
+    /// The cap of the exponential backoff (with full jitter) between tries, 1 ms ..= 1 min; a
+    /// release or the holder's lease running out wakes a waiter earlier. Defaults to 1 s.
+    pub fn max_backoff(mut self, d: Duration) -> Self {
+        self.raw.max_backoff_ms = crate::util::time::ms(d);
+        self
+    }
+
+    /// Starts the guard's watchdog (see [`LockGuard::start_watchdog`](super::LockGuard::start_watchdog)).
+    /// Defaults to off; [`Locks::with_lock`](super::Locks::with_lock) always turns it on.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.raw.watchdog = on;
+        self
+    }
+
+    /// With the watchdog, stops extending once the lock was held this long and fires the loss
+    /// signal then. Must exceed 0. Defaults to no cap.
+    pub fn max_hold(mut self, d: Duration) -> Self {
+        self.raw.max_hold_ms = Some(crate::util::time::ms(d));
+        self
+    }
+
+    /// Validates the options.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the field out of range.
+    pub fn build(self) -> Result<AcquireOptions, ConfigError> {
+        let r = self.raw;
+        let wait = r.wait_ms.map(Duration::from_millis);
+        if wait.is_some_and(|w| w > MAX_SPAN) {
+            return Err(ConfigError::invalid("wait", "is above 10 years"));
+        }
+        if r.max_tries == Some(0) {
+            return Err(ConfigError::invalid("max_tries", "must be at least 1"));
+        }
+        let max_backoff = Duration::from_millis(r.max_backoff_ms);
+        if max_backoff < Duration::from_millis(1) || max_backoff > Duration::from_secs(60) {
+            return Err(ConfigError::invalid(
+                "max_backoff",
+                format!("{max_backoff:?} is outside 1ms ..= 1 min"),
+            ));
+        }
+        let max_hold = r.max_hold_ms.map(Duration::from_millis);
+        if let Some(h) = max_hold {
+            if h.is_zero() || h > MAX_SPAN {
+                return Err(ConfigError::invalid(
+                    "max_hold",
+                    format!("{h:?} is outside 1ms ..= 10 years"),
+                ));
+            }
+        }
+        Ok(AcquireOptions {
+            wait,
+            max_tries: r.max_tries,
+            max_backoff,
+            watchdog: r.watchdog,
+            max_hold,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<AcquireOptions, ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            Ok(o) => panic!("accepted: {o:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_wait_forever_without_a_watchdog() {
+        let o = AcquireOptions::builder().build().unwrap();
+        assert_eq!(o, AcquireOptions::default());
+        assert_eq!(o.wait(), None);
+        assert_eq!(o.max_tries(), None);
+        assert_eq!(o.max_backoff(), DEFAULT_MAX_BACKOFF);
+        assert!(!o.watchdog());
+        assert_eq!(o.max_hold(), None);
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        let b = AcquireOptions::builder;
+        assert_eq!(field(b().max_tries(0).build()), "max_tries");
+        assert_eq!(
+            field(b().max_backoff(Duration::ZERO).build()),
+            "max_backoff"
+        );
+        assert_eq!(
+            field(b().max_backoff(Duration::from_secs(61)).build()),
+            "max_backoff"
+        );
+        assert_eq!(field(b().max_hold(Duration::ZERO).build()), "max_hold");
+        assert_eq!(field(b().wait(Duration::MAX).build()), "wait");
+        assert!(b().wait(Duration::ZERO).max_tries(1).build().is_ok());
+    }
+
+    #[test]
+    fn ttls_are_checked() {
+        assert!(validate_ttl(Duration::from_millis(10)).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(Duration::from_millis(9)).is_err());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn deserialization_validates_too() {
+        let o: AcquireOptions =
+            serde_json::from_str(r#"{"wait_ms":10000,"watchdog":true}"#).unwrap();
+        assert_eq!(o.wait(), Some(Duration::from_secs(10)));
+        assert!(o.watchdog());
+        assert!(serde_json::from_str::<AcquireOptions>(r#"{"max_tries":0}"#).is_err());
+        assert!(serde_json::from_str::<AcquireOptions>(r#"{"wait":5}"#).is_err());
+        let back: AcquireOptions =
+            serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
+        assert_eq!(back, o);
+    }
+}

@@ -1,0 +1,296 @@
+//! The fenced mutex against real redis-servers (one per test, from the fixture).
+
+mod common;
+
+use std::time::Duration;
+
+use baton::{AcquireOptions, ErrorKind};
+use common::{client, get, pttl, raw, server};
+use tokio::time::Instant;
+
+fn lock_key(name: &str) -> String {
+    format!("baton:lock:{{{name}}}")
+}
+
+fn fence_key(name: &str) -> String {
+    format!("baton:lock:{{{name}}}:fence")
+}
+
+/// A tiny xorshift, for sleeps of 0–1 ms without a rand dependency.
+fn next_rand(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_increment_a_plain_counter_exactly() {
+    let server = server();
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        // Four clients with four tasks each: contention inside one client and across clients.
+        let c = client(&server).await;
+        let mut plain = raw(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let locks = c.locks();
+            let opts = AcquireOptions::default();
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+            for _ in 0..200 {
+                let guard = locks
+                    .acquire("counter", Duration::from_secs(5), &opts)
+                    .await
+                    .expect("acquire");
+                let v: Option<i64> = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut plain)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_micros(next_rand(&mut rng) % 1000)).await;
+                let _: () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut plain)
+                    .await
+                    .unwrap();
+                assert!(
+                    guard.release().await.expect("release"),
+                    "released our own lock"
+                );
+            }
+            c
+        }));
+    }
+    let mut clients = Vec::new();
+    for t in tasks {
+        clients.push(t.await.unwrap());
+    }
+    let mut conn = raw(&server).await;
+    assert_eq!(get(&mut conn, "counter").await.as_deref(), Some("3200"));
+    eprintln!("3200 increments under the mutex in {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_clients_and_a_restart_without_data() {
+    let mut server = server();
+    let clients = [
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    ];
+    let mut last = 0u64;
+    for i in 0..1000 {
+        let locks = clients[i % clients.len()].locks();
+        let g = locks
+            .try_acquire("fenced", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("free lock");
+        assert!(
+            g.fencing_token() > last,
+            "{} after {last}",
+            g.fencing_token()
+        );
+        last = g.fencing_token();
+        assert!(g.release().await.unwrap());
+    }
+    server.restart().expect("restart without persistence");
+    let mut conn = raw(&server).await;
+    assert_eq!(
+        get(&mut conn, &fence_key("fenced")).await,
+        None,
+        "data lost"
+    );
+    // The clients reconnect on their own; retry while they do.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let g = loop {
+        match clients[0]
+            .locks()
+            .try_acquire("fenced", Duration::from_secs(5))
+            .await
+        {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("nobody holds the lock after the restart"),
+            Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        g.fencing_token() > last,
+        "{} after {last}",
+        g.fencing_token()
+    );
+}
+
+#[tokio::test]
+async fn foreign_token_release_and_extend_say_not_held_and_leave_the_lock() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let mut stale = a
+        .locks()
+        .try_acquire("stolen", Duration::from_millis(100))
+        .await
+        .unwrap()
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let holder = b
+        .locks()
+        .try_acquire("stolen", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("expired, so free");
+    assert!(holder.fencing_token() > stale.fencing_token());
+    assert!(!stale.extend(Duration::from_secs(30)).await.unwrap());
+    assert!(
+        stale.lost_token().is_cancelled(),
+        "a refused extension signals loss"
+    );
+    assert!(!stale.release().await.unwrap());
+    let mut conn = raw(&server).await;
+    assert_eq!(
+        get(&mut conn, &lock_key("stolen")).await.as_deref(),
+        Some(holder.token())
+    );
+    let left = pttl(&mut conn, &lock_key("stolen")).await;
+    assert!(left > 9_000 && left <= 10_000, "PTTL {left}");
+    assert!(holder.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn try_acquire_on_a_held_lock_is_none() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let g = a
+        .locks()
+        .try_acquire("busy", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(b
+        .locks()
+        .try_acquire("busy", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .is_none());
+    let bounded = AcquireOptions::builder().max_tries(3).build().unwrap();
+    let err = b
+        .locks()
+        .acquire("busy", Duration::from_secs(5), &bounded)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
+    assert!(!err.is_retryable());
+    assert!(g.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_corrupt_fence_is_reported_and_left_untouched() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("SET")
+        .arg(fence_key("odd"))
+        .arg("12abc")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = c
+        .locks()
+        .try_acquire("odd", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CorruptState);
+    assert_eq!(
+        get(&mut conn, &fence_key("odd")).await.as_deref(),
+        Some("12abc")
+    );
+    assert_eq!(
+        get(&mut conn, &lock_key("odd")).await,
+        None,
+        "no lock taken"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_guard_is_released_in_the_background() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let g = a
+        .locks()
+        .try_acquire("dropped", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free");
+    let t = Instant::now();
+    drop(g);
+    let opts = AcquireOptions::builder()
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let g2 = b
+        .locks()
+        .acquire("dropped", Duration::from_secs(10), &opts)
+        .await
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(g2.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_long_holder_and_reports_loss_on_a_paused_server() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let ttl = Duration::from_millis(300);
+    let opts = AcquireOptions::builder().watchdog(true).build().unwrap();
+    let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
+    // Work 5 × ttl; nobody else gets the lock meanwhile.
+    let until = Instant::now() + ttl * 5;
+    while Instant::now() < until {
+        assert!(b.locks().try_acquire("dog", ttl).await.unwrap().is_none());
+        assert!(!g.lost_token().is_cancelled(), "{:?}", g.loss_reason());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert!(g.lease_deadline() > Instant::now());
+    assert!(g.release().await.unwrap());
+
+    let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
+    server.pause().unwrap();
+    let paused_at = Instant::now();
+    let fired = tokio::time::timeout(Duration::from_secs(3), g.lost()).await;
+    let fired_at = Instant::now();
+    server.resume().unwrap();
+    assert!(fired.is_ok(), "no loss signal within 3 s of the pause");
+    let deadline = g.lease_deadline();
+    assert!(
+        fired_at <= deadline + Duration::from_millis(50),
+        "fired {:?} after the deadline",
+        fired_at.saturating_duration_since(deadline)
+    );
+    assert!(fired_at.duration_since(paused_at) <= ttl + Duration::from_millis(50));
+    assert!(g.loss_reason().is_some());
+}
+
+#[tokio::test]
+async fn with_lock_runs_with_the_fencing_token_and_releases() {
+    let server = server();
+    let c = client(&server).await;
+    let locks = c.locks();
+    let fence = locks
+        .with_lock(
+            "closure",
+            Duration::from_millis(300),
+            &AcquireOptions::default(),
+            |f| async move {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                f
+            },
+        )
+        .await
+        .unwrap();
+    assert!(fence > 0);
+    let mut conn = raw(&server).await;
+    assert_eq!(get(&mut conn, &lock_key("closure")).await, None, "released");
+}
