@@ -294,3 +294,131 @@ async fn with_lock_runs_with_the_fencing_token_and_releases() {
     let mut conn = raw(&server).await;
     assert_eq!(get(&mut conn, &lock_key("closure")).await, None, "released");
 }
+
+#[tokio::test]
+async fn a_stale_holders_fenced_write_is_rejected() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let ttl = Duration::from_millis(200);
+    // A holds the lock, then stalls past its lease (no watchdog: nothing extends it).
+    let stale = a
+        .locks()
+        .try_acquire("doc", ttl)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        a.locks()
+            .write_fenced("baton:resource:doc", stale.fencing_token(), "from A")
+            .await
+            .unwrap(),
+        baton::FencedWrite::Written
+    );
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let fresh = b
+        .locks()
+        .try_acquire("doc", ttl)
+        .await
+        .unwrap()
+        .expect("expired");
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert_eq!(
+        b.locks()
+            .write_fenced("baton:resource:doc", fresh.fencing_token(), "from B")
+            .await
+            .unwrap(),
+        baton::FencedWrite::Written
+    );
+    // A wakes up and writes with its old token: refused, nothing changes.
+    assert_eq!(
+        a.locks()
+            .write_fenced("baton:resource:doc", stale.fencing_token(), "late from A")
+            .await
+            .unwrap(),
+        baton::FencedWrite::Rejected {
+            highest: fresh.fencing_token()
+        }
+    );
+    let mut c = raw(&server).await;
+    let stored: Option<String> = redis::cmd("HGET")
+        .arg("baton:resource:doc")
+        .arg("value")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(stored.as_deref(), Some("from B"));
+    assert!(!stale.release().await.unwrap(), "A's lock was taken over");
+    assert!(fresh.release().await.unwrap());
+    // A stored token baton never writes is reported, never overwritten.
+    let _: () = redis::cmd("HSET")
+        .arg("baton:resource:odd")
+        .arg("fencing_token")
+        .arg("007")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = b
+        .locks()
+        .write_fenced("baton:resource:odd", 9, "x")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CorruptState);
+}
+
+#[tokio::test]
+async fn an_acquire_dropped_after_its_script_was_sent_releases_the_lock() {
+    let server = server();
+    let c = client(&server).await;
+    let key = lock_key("abandoned");
+    // Load the script first (one acquisition), so the abandoned one is a single EVALSHA that
+    // runs when the server resumes, not a NOSCRIPT answered after the future is gone.
+    let locks = c.locks();
+    let warm = locks
+        .try_acquire("abandoned", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("free");
+    let first_fence = warm.fencing_token();
+    assert!(warm.release().await.unwrap());
+    // A paused server receives the script but cannot answer: the future is dropped with the
+    // outcome unknown, and the lock is taken once the server resumes.
+    server.pause().unwrap();
+    let attempt = tokio::time::timeout(
+        Duration::from_millis(150),
+        locks.try_acquire("abandoned", Duration::from_secs(30)),
+    )
+    .await;
+    assert!(attempt.is_err(), "no reply from a paused server");
+    server.resume().unwrap();
+    // The client's background task releases by token, behind the acquisition on the same
+    // connection: the lock does not stay for its 30 s ttl.
+    let mut r = raw(&server).await;
+    let start = Instant::now();
+    loop {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        if exists == 0 && start.elapsed() > Duration::from_millis(100) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the abandoned acquisition's lock is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And the fence shows the script did run: the lock was taken, then given back.
+    let fence: u64 = get(&mut r, &fence_key("abandoned"))
+        .await
+        .and_then(|f| f.parse().ok())
+        .expect("a fence");
+    assert!(fence > first_fence, "the abandoned acquisition ran");
+    assert!(c
+        .locks()
+        .try_acquire("abandoned", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .is_some());
+}

@@ -71,6 +71,91 @@ return 0
     )
 });
 
+/// `KEYS` = the resource (a hash); `ARGV` = fencing token (canonical decimal), value.
+///
+/// The resource-side half of fencing: the hash keeps the value (`value`) and the highest token
+/// that wrote it (`fencing_token`); a write with a smaller token is refused and changes nothing
+/// (`{0, highest}`), an equal or larger one writes both (`{1}`). Tokens are compared as decimal
+/// strings (length, then digits), never as Lua doubles, so tokens above 2^53 compare exactly. A
+/// stored token baton could not have written is reported (`{2, value}`), never overwritten. One
+/// key, so it works unchanged in a Redis Cluster slot of its own.
+static FENCED_WRITE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local seen = redis.call('HGET', KEYS[1], 'fencing_token')
+if seen then
+  if not string.match(seen, '^[1-9][0-9]*$') then
+    return {2, seen}
+  end
+  local t = ARGV[1]
+  if #t < #seen or (#t == #seen and t < seen) then
+    return {0, seen}
+  end
+end
+redis.call('HSET', KEYS[1], 'value', ARGV[2], 'fencing_token', ARGV[1])
+return {1}
+",
+    )
+});
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// Written: the token was at least the highest the resource had seen.
+    Written,
+    /// Refused, nothing changed: the resource had seen `highest`, above the writer's token (a
+    /// stale holder: someone acquired the lock after it).
+    Rejected {
+        /// The highest fencing token the resource has accepted.
+        highest: u64,
+    },
+}
+
+/// Writes `value` to the resource hash `resource` only if `fencing_token` is at least the
+/// highest token it has accepted, recording the token; one round trip, atomic.
+///
+/// # Errors
+/// [`Error::CorruptState`] when the stored token is not one baton writes; [`Error::Timeout`] at
+/// `limit` (the write may have applied); connection and server errors (`WRONGTYPE` when the key
+/// is not a hash).
+pub(crate) async fn fenced_write(
+    conn: &mut ConnectionManager,
+    resource: &str,
+    fencing_token: u64,
+    value: &[u8],
+    limit: Instant,
+) -> Result<FencedWrite, Error> {
+    let mut call = FENCED_WRITE_SCRIPT.prepare_invoke();
+    call.key(resource).arg(fencing_token.to_string()).arg(value);
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "a fenced write",
+            })
+        }
+    };
+    parse_fenced_write(resource, &reply)
+}
+
+fn parse_fenced_write(resource: &str, reply: &Value) -> Result<FencedWrite, Error> {
+    let Value::Array(items) = reply else {
+        return Err(crate::transport::unexpected("the fenced write", reply));
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Ok(FencedWrite::Written),
+        [Value::Int(0), v] => string_of(v)
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(|highest| FencedWrite::Rejected { highest })
+            .ok_or_else(|| crate::transport::unexpected("the fenced write", reply)),
+        [Value::Int(2), v] => Err(Error::CorruptState {
+            key: resource.to_string(),
+            value: preview(&string_of(v).unwrap_or_default()),
+        }),
+        _ => Err(crate::transport::unexpected("the fenced write", reply)),
+    }
+}
+
 /// One acquisition's inputs.
 pub(crate) struct Acquire<'a> {
     /// The lock key.
@@ -236,6 +321,35 @@ mod tests {
         ] {
             assert_eq!(
                 parse_acquire("f", bad, t).unwrap_err().kind(),
+                crate::error::ErrorKind::UnexpectedReply
+            );
+        }
+    }
+
+    #[test]
+    fn fenced_write_replies_are_parsed_without_panicking() {
+        let arr = Value::Array;
+        assert_eq!(
+            parse_fenced_write("r", &arr(vec![Value::Int(1)])).unwrap(),
+            FencedWrite::Written
+        );
+        assert_eq!(
+            parse_fenced_write("r", &arr(vec![Value::Int(0), bulk("17")])).unwrap(),
+            FencedWrite::Rejected { highest: 17 }
+        );
+        assert_eq!(
+            parse_fenced_write("r", &arr(vec![Value::Int(2), bulk("x")]))
+                .unwrap_err()
+                .kind(),
+            crate::error::ErrorKind::CorruptState
+        );
+        for bad in [
+            Value::Nil,
+            arr(vec![]),
+            arr(vec![Value::Int(0), bulk("-1")]),
+        ] {
+            assert_eq!(
+                parse_fenced_write("r", &bad).unwrap_err().kind(),
                 crate::error::ErrorKind::UnexpectedReply
             );
         }

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::lease::{deadline, extend, Extend, Extension};
@@ -87,6 +88,30 @@ impl Locks {
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The resource side of fencing, for a resource kept in Redis: writes `value` to the hash
+    /// `resource` (fields `value` and `fencing_token`) only if `fencing_token` is at least the
+    /// highest token that resource has accepted, and records it; atomically, in one round trip.
+    /// A holder that paused past its lease and writes after its successor gets
+    /// [`FencedWrite::Rejected`], and nothing changes. `resource` is any key of yours (not
+    /// prefixed); read it with `HGET resource value`.
+    ///
+    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks").
+    ///
+    /// # Errors
+    /// [`Error::CorruptState`] when the stored token is not a canonical number (nothing is
+    /// written); `WrongType` when `resource` is not a hash; [`Error::Timeout`] after the response
+    /// timeout (the write may have applied); connection errors.
+    pub async fn write_fenced(
+        &self,
+        resource: &str,
+        fencing_token: u64,
+        value: impl AsRef<[u8]>,
+    ) -> Result<FencedWrite, Error> {
+        let mut conn = self.transport.manager.clone();
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
     }
 
     fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<LockKeys>, Error> {

@@ -9,9 +9,10 @@
 
 /// Every command the failover coordinator, the mutex and the operator tools send.
 ///
-/// The mutex needs no command of its own: its scripts (`EVALSHA`, `SCRIPT LOAD`) call `GET`,
-/// `SET`, `DEL`, `PTTL`, `PEXPIRE`, `TIME` and `PUBLISH`, and waiters `SUBSCRIBE`, all listed
-/// here (ACL rules apply to commands inside scripts too).
+/// The mutex's scripts (`EVALSHA`, `SCRIPT LOAD`) call `GET`, `SET`, `DEL`, `PTTL`, `PEXPIRE`,
+/// `TIME` and `PUBLISH`, and waiters `SUBSCRIBE`, all listed here (ACL rules apply to commands
+/// inside scripts too); the resource-side fenced write (`Locks::write_fenced`) adds `HGET` and
+/// `HSET`, on the resource's key, which must then match the user's key pattern too.
 ///
 /// `CONFIG` (`CONFIG|GET` only) is optional: without it `Client::connect` just skips its
 /// durability warning.
@@ -30,6 +31,9 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     // Lease extensions: one script call (loaded on first use, or after a SCRIPT FLUSH).
     "evalsha",
     "script|load",
+    // Fenced writes to a resource hash (inside their script).
+    "hget",
+    "hset",
     // Waking backups.
     "publish",
     "subscribe",
