@@ -422,3 +422,40 @@ async fn an_acquire_dropped_after_its_script_was_sent_releases_the_lock() {
         .unwrap()
         .is_some());
 }
+
+#[tokio::test]
+async fn acquire_rides_out_a_server_restart_within_its_bound() {
+    let mut server = server();
+    let c = client(&server).await;
+    server.kill();
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        server.restart().expect("restart");
+        server
+    });
+    let opts = AcquireOptions::builder()
+        .wait(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let guard = c
+        .locks()
+        .acquire("through-restart", Duration::from_secs(5), &opts)
+        .await
+        .expect("acquired once the server was back");
+    assert!(guard.release().await.unwrap());
+    let _server = restarter.join().unwrap();
+    // With a bound shorter than the outage, the error is the connection's, not NotAcquired.
+    let mut server = _server;
+    server.kill();
+    let short = AcquireOptions::builder()
+        .wait(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = c
+        .locks()
+        .acquire("through-restart", Duration::from_secs(5), &short)
+        .await
+        .unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(err.is_retryable(), "{err}");
+}

@@ -205,9 +205,12 @@ impl Locks {
     /// between the first try and the subscription is not missed). Gives up after
     /// [`AcquireOptions::max_tries`] tries or [`AcquireOptions::wait`].
     ///
+    /// Transient errors (see [`Error::is_retryable`]) are retried within the same bounds.
+    ///
     /// # Errors
     /// [`Error::NotAcquired`] when the bound ran out with the lock held elsewhere (never a
-    /// connection error in disguise); as [`Locks::try_acquire`] otherwise.
+    /// connection error in disguise); the last transient error when the bound ran out on one;
+    /// non-retryable errors at once (as [`Locks::try_acquire`]).
     ///
     /// # Cancel safety
     /// As [`Locks::try_acquire`]: a dropped future never leaves its lock behind.
@@ -229,14 +232,34 @@ impl Locks {
                 while s.rx.try_recv().is_some() {}
             }
             tries = tries.saturating_add(1);
-            let pttl = match self.try_once(&keys, key, ttl).await? {
-                Ok(mut guard) => {
+            let pttl = match self.try_once(&keys, key, ttl).await {
+                Ok(Ok(mut guard)) => {
                     if opts.watchdog {
                         guard.start_watchdog(opts.max_hold);
                     }
                     return Ok(guard);
                 }
-                Err(pttl) => pttl,
+                Ok(Err(pttl)) => pttl,
+                // A transient failure (a reconnect, a restarting or loading server, a lost
+                // reply, whose lock `try_once` gives back) is retried like contention, within
+                // the same bounds; when they run out the error itself is returned, never
+                // `NotAcquired`, which means the lock was held.
+                Err(e) if e.is_retryable() => {
+                    let now = Instant::now();
+                    if opts.max_tries.is_some_and(|m| tries >= m)
+                        || give_up.is_some_and(|g| now >= g)
+                    {
+                        return Err(e);
+                    }
+                    tracing::debug!(key, error = %e, "acquire failed; retrying");
+                    let mut wake = after(now, backoff.next_delay());
+                    if let Some(g) = give_up {
+                        wake = wake.min(g);
+                    }
+                    tokio::time::sleep_until(wake).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             if opts.max_tries.is_some_and(|m| tries >= m) || give_up.is_some_and(|g| now >= g) {
