@@ -185,6 +185,14 @@ pub(crate) enum Grant {
     Held { pttl: Option<Duration> },
 }
 
+/// Whether an acquisition's outcome may have left a lock nobody knows it holds, so it must be
+/// released by token: only a reply lost in a way that may have applied (a timeout, a broken
+/// connection). A grant is the guard's to release; contention and refusals wrote nothing.
+/// Shared by the mutex and the model checker.
+pub(crate) fn orphaned(outcome: &Result<Grant, Error>) -> bool {
+    matches!(outcome, Err(e) if e.is_indeterminate())
+}
+
 /// Tries once to take the lock, in one round trip that gives up at `limit`.
 ///
 /// # Errors

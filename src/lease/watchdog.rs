@@ -182,28 +182,48 @@ async fn run(
             }
             r = extend(&mut conn, &req, limit) => r,
         };
-        match outcome {
-            Ok(Extension::Confirmed { sent }) => {
+        match after_extension(&outcome) {
+            WatchStep::Extended { sent } => {
                 state.confirmed(deadline(sent, ttl));
                 backoff.reset();
                 due = crate::util::time::after(sent, interval);
                 tracing::debug!(key = %watch.lease, "lease extended");
             }
-            Ok(Extension::Refused { .. }) => {
-                tracing::warn!(key = %watch.lease, "lease lost: another holder's token found");
-                state.lose("an extension found the lock held by another token (or gone)");
-                return;
-            }
-            Err(e) if e.is_retryable() => {
-                tracing::debug!(key = %watch.lease, error = %e, "extension failed; retrying");
+            WatchStep::Retry => {
+                if let Err(e) = &outcome {
+                    tracing::debug!(key = %watch.lease, error = %e, "extension failed; retrying");
+                }
                 due = crate::util::time::after(Instant::now(), backoff.next_delay());
             }
-            Err(e) => {
-                tracing::warn!(key = %watch.lease, error = %e, "lease lost: extension refused");
-                state.lose(format!("an extension failed: {e}"));
+            WatchStep::Lost(reason) => {
+                tracing::warn!(key = %watch.lease, %reason, "lease lost");
+                state.lose(reason);
                 return;
             }
         }
+    }
+}
+
+/// What the watchdog does after an extension (its own timer at the lease deadline aside).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum WatchStep {
+    /// Extended: the new deadline counts from `sent`.
+    Extended { sent: Instant },
+    /// A transient failure: try again after a backoff, until the deadline.
+    Retry,
+    /// The lease cannot be kept: fire the loss signal.
+    Lost(String),
+}
+
+/// The watchdog's decision on one extension's outcome (shared with the model checker).
+pub(crate) fn after_extension(outcome: &Result<Extension, crate::error::Error>) -> WatchStep {
+    match outcome {
+        Ok(Extension::Confirmed { sent }) => WatchStep::Extended { sent: *sent },
+        Ok(Extension::Refused { .. }) => {
+            WatchStep::Lost("an extension found the lock held by another token (or gone)".into())
+        }
+        Err(e) if e.is_retryable() => WatchStep::Retry,
+        Err(e) => WatchStep::Lost(format!("an extension failed: {e}")),
     }
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub(crate) mod check;
 pub(crate) mod failover;
+pub(crate) mod mutex;
 pub(crate) mod store;
 
 use check::{check_exhaustive, random_walks, Limits, Model, Outcome, WalkOutcome};
@@ -26,9 +27,15 @@ const LIVENESS_STEPS: u32 = 64;
 /// One exhaustive check of the suite.
 struct Case {
     name: String,
-    model: Failover,
+    model: Subject,
     /// Part of CI's run; the others run with `check --all` (minutes each).
     ci: bool,
+}
+
+/// The model a case checks.
+enum Subject {
+    Failover(Failover),
+    Mutex(mutex::MutexModel),
 }
 
 fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
@@ -57,8 +64,23 @@ fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
     );
     Case {
         name,
-        model: Failover::new(3, 3, keepalive, faults),
+        model: Subject::Failover(Failover::new(3, 3, keepalive, faults)),
         ci,
+    }
+}
+
+fn mutex_case(watchdog: bool, faults: mutex::Faults) -> Case {
+    Case {
+        name: format!(
+            "mutex 3 clients x 3 rounds, watchdog {}, {} lost replies, {} pauses, {} crashes, {} restarts losing every key",
+            if watchdog { "on" } else { "off" },
+            faults.lost_replies,
+            faults.pauses,
+            faults.crashes,
+            faults.wipes
+        ),
+        model: Subject::Mutex(mutex::MutexModel::new(3, 3, watchdog, faults)),
+        ci: true,
     }
 }
 
@@ -168,9 +190,26 @@ fn cases() -> Vec<Case> {
     ] {
         let mut rejoin = case(true, faults, ci);
         rejoin.name = format!("{} (retry_delay, rejoin_after_fail)", rejoin.name);
-        rejoin.model.retry_delay = true;
-        rejoin.model.rejoin_after_fail = true;
+        if let Subject::Failover(m) = &mut rejoin.model {
+            m.retry_delay = true;
+            m.rejoin_after_fail = true;
+        }
         cases.push(rejoin);
+    }
+    let faults = mutex::Faults {
+        lost_replies: 2,
+        pauses: 1,
+        crashes: 1,
+        wipes: 0,
+    };
+    let wipe = mutex::Faults {
+        wipes: 1,
+        lost_replies: 1,
+        ..mutex::Faults::default()
+    };
+    for watchdog in [true, false] {
+        cases.push(mutex_case(watchdog, faults));
+        cases.push(mutex_case(watchdog, wipe));
     }
     cases
 }
@@ -190,7 +229,10 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
         .into_iter()
         .filter(|c| (all || c.ci) && c.name.contains(filter))
     {
-        ok &= report(&case.name, &case.model, &limits);
+        ok &= match &case.model {
+            Subject::Failover(m) => report(&case.name, m, &limits),
+            Subject::Mutex(m) => report(&case.name, m, &limits),
+        };
     }
     ok
 }

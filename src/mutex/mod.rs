@@ -164,9 +164,11 @@ impl Locks {
             ttl,
         };
         let grant = kernel::acquire(&mut conn, &req, limit).await;
+        if !kernel::orphaned(&grant) {
+            pending.disarm();
+        }
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
-                pending.disarm();
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard {
                     held: Some(Held {
@@ -182,18 +184,10 @@ impl Locks {
                     }),
                 }))
             }
-            Ok(Grant::Held { pttl }) => {
-                pending.disarm();
-                Ok(Err(pttl))
-            }
-            // CorruptState and other refusals wrote nothing; an indeterminate error may have
-            // taken the lock, and `pending` releases it on the way out.
-            Err(e) => {
-                if !e.is_indeterminate() {
-                    pending.disarm();
-                }
-                Err(e)
-            }
+            Ok(Grant::Held { pttl }) => Ok(Err(pttl)),
+            // An indeterminate error may have taken the lock: `pending` (still armed) releases
+            // it by token on the way out.
+            Err(e) => Err(e),
         }
     }
 
