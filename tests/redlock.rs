@@ -269,7 +269,7 @@ async fn a_dropped_guard_releases_on_every_master_in_the_background() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catalogue_row_09_bad_fleets_are_rejected_at_config_time() {
+async fn row_09_redlock_fleets_under_3_even_or_with_a_duplicate_endpoint_are_config_errors() {
     let fleet = Fleet::start(3).await;
     let field = |r: Result<Redlock, ConfigError>| match r {
         Err(ConfigError::Invalid { field, reason }) => (field, reason),
@@ -329,4 +329,55 @@ async fn a_redlock_and_a_mutex_with_the_same_name_do_not_collide() {
         .expect("the mutex has its own keys");
     assert!(m.release().await.unwrap());
     assert_eq!(g.release().await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_masters_cost_one_per_master_timeout_which_the_validity_pays() {
+    let fleet = Fleet::start(5).await;
+    let rl = fleet.redlock();
+    fleet.servers[0].pause().unwrap();
+    fleet.servers[1].pause().unwrap();
+    let start = Instant::now();
+    let guard = rl.try_acquire("g", TTL).await.unwrap().expect("3 of 5");
+    let elapsed = start.elapsed();
+    // Per-master timeout: min(response_timeout 500 ms, ttl / 10): the round waits for it once,
+    // not once per master, and far below the ttl.
+    assert!(
+        elapsed >= Duration::from_millis(450) && elapsed < Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+    // validity = ttl − elapsed − drift, counted from before the first request.
+    let validity = guard.validity_deadline().saturating_duration_since(start);
+    assert!(validity <= TTL - Duration::from_millis(450) - Duration::from_millis(102));
+    assert!(validity >= TTL - elapsed - Duration::from_millis(103));
+    fleet.servers[0].resume().unwrap();
+    fleet.servers[1].resume().unwrap();
+    assert!(guard.release().await.unwrap() >= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquisition_releases_on_every_master_in_the_background() {
+    let fleet = Fleet::start(5).await;
+    let rl = fleet.redlock();
+    let mut raws = fleet.raws().await;
+    fleet.servers[0].pause().unwrap();
+    // The round waits for the paused master; drop it while the others already said yes.
+    let dropped = tokio::time::timeout(Duration::from_millis(150), rl.try_acquire("h", TTL)).await;
+    assert!(dropped.is_err(), "the round was still waiting");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for c in raws.iter_mut().skip(1) {
+        while exists(c, &lock_key("h")).await {
+            assert!(Instant::now() < deadline, "not released in the background");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // The paused master gets the SET and then the release, in order, once resumed.
+    fleet.servers[0].resume().unwrap();
+    while exists(&mut raws[0], &lock_key("h")).await {
+        assert!(
+            Instant::now() < deadline,
+            "not released on the resumed master"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -237,7 +237,8 @@ impl Redlock {
     ///
     /// # Cancel safety
     /// Dropping the future after the requests left releases by token on every master through
-    /// a task of the first master's client (if that client is gone, the ttl is the backstop).
+    /// a task of the first live master's client (if every client is gone, the ttl is the
+    /// backstop).
     pub async fn try_acquire(
         &self,
         key: &str,
@@ -460,7 +461,7 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     out.into_iter().flatten().collect()
 }
 
-/// Releases by token on every master, through a task of the first master's client, when an
+/// Releases by token on every master, through a task of the first live master's client, when an
 /// acquisition's outcome is unknown (dropped future, a release that failed); disarmed once
 /// settled.
 struct Pending {
@@ -483,19 +484,17 @@ impl Drop for Pending {
     }
 }
 
-/// Spawns a token-checked release on every master on the first master's tracker; never
-/// blocks. Without a runtime or with that client shut down, the ttl is the backstop.
+/// Spawns a token-checked release on every master on the tracker of the first master whose
+/// client is not shut down (so `shutdown` waits for it); never blocks. Without a runtime or a
+/// live client, the ttl is the backstop.
 fn release_in_background(masters: Masters, keys: Arc<RedlockKeys>, token: String) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let Some(first) = masters.first().cloned() else {
+    let Some(host) = masters.iter().find(|t| !t.cancel.is_cancelled()).cloned() else {
         return;
     };
-    if first.cancel.is_cancelled() {
-        return;
-    }
-    first.tracker.spawn_on(
+    host.tracker.spawn_on(
         async move {
             let replies = release_all(&masters, &keys, &token, |t| t.settings.response_timeout).await;
             let held = replies.iter().filter(|r| matches!(r, Ok(true))).count();
