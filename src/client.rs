@@ -14,6 +14,7 @@ use crate::failover::{
     RunOutcome, Worker,
 };
 use crate::mutex::Locks;
+use crate::redlock::Redlock;
 use crate::transport::url::{check_url, redact_url};
 use crate::transport::{connect_manager, ConnSettings, Hub, Pool, Transport};
 
@@ -346,6 +347,7 @@ impl ClientBuilder {
         // connection.
         let tracker = TaskTracker::new();
         let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
+        let endpoint = endpoint_of(&client);
         let pool = Pool::new(client, settings.clone());
         let client = Client {
             shared: Arc::new(Transport {
@@ -355,6 +357,7 @@ impl ClientBuilder {
                 cancel,
                 tracker,
                 settings,
+                endpoint,
                 #[cfg(feature = "testing")]
                 before_exec: std::sync::Mutex::new(None),
             }),
@@ -371,6 +374,17 @@ impl ClientBuilder {
         }
         Ok(client)
     }
+}
+
+/// `host:port/db` (host lowercased) or `path/db`: what identifies a server as configured, without
+/// credentials.
+fn endpoint_of(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    format!(
+        "{}/{}",
+        info.addr().to_string().to_ascii_lowercase(),
+        info.redis_settings().db()
+    )
 }
 
 /// One direct connection before the connection manager (which retries): a failed TLS handshake
@@ -485,6 +499,28 @@ impl Client {
     /// The fenced mutex on this client's connections.
     pub fn locks(&self) -> Locks {
         Locks::new(self.shared.clone())
+    }
+
+    /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
+    /// one another), one client each. The quorum is `masters.len() / 2 + 1`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut masters = Vec::new();
+    /// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
+    ///     masters.push(baton::Client::connect(url).await?);
+    /// }
+    /// let redlock = baton::Client::redlock(&masters)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `masters` for fewer than 3 masters, an even count (it adds a
+    /// master without tolerating one more failure), or the same `host:port/db` twice (one
+    /// server counted twice would fake a quorum). Two spellings of one server (`localhost` and
+    /// `127.0.0.1`, a DNS alias) are not detected: give each master once.
+    pub fn redlock(masters: &[Client]) -> Result<Redlock, ConfigError> {
+        Redlock::new(masters.iter().map(|c| c.shared.clone()).collect())
     }
 
     /// Starts a worker for one job; see [`Failover::start`].

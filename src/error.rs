@@ -81,6 +81,9 @@ pub enum ErrorKind {
     /// A lock was not acquired within the caller's bound (a number of tries or a wait): it was
     /// held by someone else all along. Not a connection problem.
     NotAcquired,
+    /// A Redlock could not reach its quorum because too many masters were down or erroring
+    /// (not because the lock was held elsewhere). Retryable.
+    QuorumUnavailable,
 }
 
 /// Everything that can go wrong at run time.
@@ -211,6 +214,23 @@ pub enum Error {
         /// How long the caller waited.
         waited: std::time::Duration,
     },
+    /// Too many Redlock masters were down or erroring to ever reach the quorum: the lock was
+    /// not acquired (and was released on every master in case a lost reply had set it).
+    /// Contention is never this error (it is `Ok(None)` or [`Error::NotAcquired`]).
+    #[error("Redlock `{key}`: quorum unavailable, {reachable} of {masters} masters answered and {needed} are needed: {errors}")]
+    QuorumUnavailable {
+        /// The lock key.
+        key: String,
+        /// The quorum: `masters / 2 + 1`.
+        needed: usize,
+        /// How many masters answered (whatever they answered).
+        reachable: usize,
+        /// How many masters the Redlock has.
+        masters: usize,
+        /// What went wrong on the others, one `master i (host:port/db): error` per failed
+        /// master (never credentials).
+        errors: String,
+    },
     /// A lock this process held is no longer (or may no longer be) held: an extension found
     /// another token, or no extension was confirmed before the lease could end.
     #[error("lock `{key}` (fencing token {fencing_token}) is no longer held: {reason}")]
@@ -251,6 +271,7 @@ impl Error {
             Error::UnexpectedReply { .. } => ErrorKind::UnexpectedReply,
             Error::Stopped => ErrorKind::Stopped,
             Error::NotAcquired { .. } => ErrorKind::NotAcquired,
+            Error::QuorumUnavailable { .. } => ErrorKind::QuorumUnavailable,
             Error::LockLost { .. } => ErrorKind::LeaseLost,
             Error::Reported { kind, .. } => *kind,
         }
@@ -270,6 +291,7 @@ impl Error {
                 | ErrorKind::Busy
                 | ErrorKind::Oom
                 | ErrorKind::NoExpiry
+                | ErrorKind::QuorumUnavailable
         )
     }
 

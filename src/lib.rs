@@ -66,6 +66,8 @@
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
+//! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
+//!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
 //!   time, the one-command extension script, fencing tokens, the lock scripts and the watchdog.
 //! - `transport`: the multiplexed connection, the dedicated-connection pool for `WATCH … EXEC`,
@@ -93,6 +95,7 @@ mod lease;
 #[doc(hidden)]
 pub mod model;
 pub mod mutex;
+pub mod redlock;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transport;
@@ -116,3 +119,4 @@ pub use failover::{
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
 pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
+pub use redlock::{Redlock, RedlockGuard, RedlockOptions};

@@ -3,8 +3,9 @@
 //! with a stable `ErrorKind`, no panic, nothing foreign overwritten, nothing assumed written when
 //! the outcome is unknown), plus the least-privilege ACL user of §d.1.
 //!
-//! Not here: rows 8 and 33 (URL and TLS) live with the TLS work; row 9 (Redlock) and row 34
-//! (PostgreSQL) have no code yet.
+//! Not here: rows 8 and 33 (URL and TLS) live with the TLS work; row 9 (Redlock fleets) in
+//! `tests/redlock.rs` (`row_09_…`, it needs several servers); row 34
+//! (PostgreSQL) has no code yet.
 #![cfg(feature = "testing")]
 
 mod common;

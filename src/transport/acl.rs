@@ -7,12 +7,14 @@
 //! [`setuser_args`] builds that command. The integration tests run the coordinator as such a user
 //! and compare this list with what `ACL GETUSER` reports, so the list cannot drift from the code.
 
-/// Every command the failover coordinator, the mutex and the operator tools send.
+/// Every command the failover coordinator, the mutex, Redlock and the operator tools send.
 ///
 /// The mutex's scripts (`EVALSHA`, `SCRIPT LOAD`) call `GET`, `SET`, `DEL`, `PTTL`, `PEXPIRE`,
 /// `TIME` and `PUBLISH`, and waiters `SUBSCRIBE`, all listed here (ACL rules apply to commands
 /// inside scripts too); the resource-side fenced write (`Locks::write_fenced`) adds `HGET` and
-/// `HSET`, on the resource's key, which must then match the user's key pattern too.
+/// `HSET`, on the resource's key, which must then match the user's key pattern too. Redlock
+/// needs nothing more (on each master: a plain `SET … NX PX`, and the same release and
+/// extension scripts).
 ///
 /// `CONFIG` (`CONFIG|GET` only) is optional: without it `Client::connect` just skips its
 /// durability warning.

@@ -47,6 +47,10 @@ pub(crate) struct Transport {
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
     pub settings: ConnSettings,
+    /// Where this transport connects, as `host:port/db` (or `path/db` for a Unix socket):
+    /// never credentials. Lets a primitive over several servers (Redlock) reject one server
+    /// counted twice.
+    pub endpoint: String,
     #[cfg(feature = "testing")]
     pub before_exec: std::sync::Mutex<Option<ExecHook>>,
 }

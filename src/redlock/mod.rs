@@ -1,0 +1,727 @@
+//! Redlock: the mutex over several independent Redis masters, held by a quorum.
+//!
+//! - [`keys`]: the key layout (`baton:redlock:{K}` on every master).
+//! - [`Redlock`]: the handle ([`Client::redlock`](crate::Client::redlock)):
+//!   [`Redlock::try_acquire`], [`Redlock::acquire`].
+//! - [`RedlockGuard`]: the held lock: token, validity deadline, `release`, `extend`.
+//!
+//! # How it works
+//! An acquisition picks a random 128-bit token and sends `SET key token NX PX ttl` to every
+//! master at once, each bounded by a per-master timeout far below the TTL
+//! (`min(response_timeout, ttl / 10)`, at least 5 ms), so a master that is down cannot eat the
+//! lock's validity. The lock is held iff a quorum (`masters / 2 + 1`) said yes and some
+//! validity is left: `ttl − elapsed − drift`, with `elapsed` measured on this host's monotonic
+//! clock from before the first request left and `drift = ttl / 100 + 2 ms`. When the quorum
+//! fails, the lock is released (compare-and-delete by token) on **every** master, also those
+//! whose reply was lost, since a lost reply may have set it.
+//!
+//! Failures tell their cause: `Ok(None)` (or [`Error::NotAcquired`] from
+//! [`Redlock::acquire`]) when enough masters answered but the lock was held elsewhere;
+//! [`Error::QuorumUnavailable`] (retryable) when too many masters were down or erroring for a
+//! quorum to be possible, naming the quorum, how many answered and what the others said.
+//!
+//! Extension ([`RedlockGuard::extend`]) is a compare-and-`PEXPIRE` on every master, held iff a
+//! quorum confirmed within the new validity, computed the same way; a failed extension never
+//! deletes anything. Release compares the token on every master.
+//!
+//! # What Redlock gives, and what it does not
+//! - **Mutual exclusion only under timing assumptions**: the masters' clocks must advance at
+//!   about the same rate (the drift allowance is 1 % + 2 ms), and the holder must stop using the
+//!   lock before [`RedlockGuard::validity_deadline`]. A process paused (GC, swap, `SIGSTOP`) or a
+//!   network delay longer than the remaining validity lets a second holder in while the first
+//!   still believes it holds the lock. Nothing in Redlock can detect that afterwards.
+//! - **No fencing token.** There is no counter that grows across grants on a majority of
+//!   masters: a master restarted without persistence forgets the locks it held, so a quorum can
+//!   form again for a second holder while the first one's validity has not ended, and no token
+//!   could be made monotonic across that. The resource you protect cannot reject a stale
+//!   holder's late write. This is why `baton lock --redlock` does not set
+//!   `BATON_FENCING_TOKEN`. Run the masters with `appendonly yes` and `appendfsync always`, or
+//!   keep a restarted master out for at least one TTL ("delayed restart"), to keep the
+//!   forgetting window closed.
+//! - **Availability**: acquisitions go on while a quorum of masters is up (2 of 3, 3 of 5).
+//!
+//! Prefer the single-node fenced mutex ([`Client::locks`](crate::Client::locks)) when
+//! correctness matters: its fencing token lets the resource reject late writes, whatever the
+//! timing. Use Redlock when you need the lock to survive the loss of a minority of servers and
+//! a rare double grant is acceptable (efficiency locks: avoiding duplicate work, not protecting
+//! data).
+//!
+//! Give an odd number of masters, 3 or 5: [`Client::redlock`](crate::Client::redlock) rejects
+//! fewer than 3, an even count and one server given twice (bad-input catalogue, row 9).
+
+pub mod keys;
+mod quorum;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::error::{ConfigError, Error};
+use crate::lease::lock as kernel;
+use crate::lease::{extend, Extend, Extension};
+use crate::transport::Transport;
+use crate::util::backoff::Backoff;
+use crate::util::time::{after, ms};
+use crate::util::token::{new_token, short};
+
+use keys::RedlockKeys;
+pub use keys::DEFAULT_PREFIX;
+use quorum::{decide, node_timeout, Decision};
+
+/// The shortest lock TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lock TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The fewest masters a Redlock accepts.
+pub const MIN_MASTERS: usize = 3;
+
+fn validate_ttl(ttl: Duration) -> Result<(), ConfigError> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(ConfigError::invalid(
+            "ttl",
+            format!("must be 10ms..=1day, got {ttl:?}"),
+        ));
+    }
+    Ok(())
+}
+
+type Masters = Arc<[Arc<Transport>]>;
+
+/// The mutex over several independent masters (see the [module docs](self) for what it does
+/// and does not guarantee). Get it from [`Client::redlock`](crate::Client::redlock); cheap to
+/// clone.
+#[derive(Clone)]
+pub struct Redlock {
+    masters: Masters,
+    prefix: Arc<str>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("masters", &self.masters.len())
+            .field("quorum", &self.quorum())
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How [`Redlock::acquire`] retries: exponential backoff with full jitter (from 50 ms up to
+/// `max_backoff`, default 1 s), bounded by a number of tries and/or a wait. Without either
+/// bound (the default) it tries until it gets the lock or an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedlockOptions {
+    max_tries: Option<u32>,
+    wait: Option<Duration>,
+    max_backoff: Duration,
+}
+
+impl Default for RedlockOptions {
+    fn default() -> Self {
+        RedlockOptions {
+            max_tries: None,
+            wait: None,
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RedlockOptions {
+    /// Gives up after `n` tries (at least 1).
+    #[must_use]
+    pub fn max_tries(mut self, n: u32) -> Self {
+        self.max_tries = Some(n);
+        self
+    }
+
+    /// Gives up once `wait` has passed since the first try.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The longest sleep between two tries.
+    #[must_use]
+    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+}
+
+impl Redlock {
+    /// A Redlock over `masters` (the client façade's only way in).
+    pub(crate) fn new(masters: Vec<Arc<Transport>>) -> Result<Self, ConfigError> {
+        let n = masters.len();
+        if n < MIN_MASTERS {
+            return Err(ConfigError::invalid(
+                "masters",
+                format!("need at least {MIN_MASTERS} independent masters, got {n}"),
+            ));
+        }
+        if n % 2 == 0 {
+            return Err(ConfigError::invalid(
+                "masters",
+                format!(
+                    "must be an odd number (3, 5, …), got {n}: one more master raises the quorum \
+                     without tolerating one more failure"
+                ),
+            ));
+        }
+        for (i, a) in masters.iter().enumerate() {
+            if masters[..i].iter().any(|b| b.endpoint == a.endpoint) {
+                return Err(ConfigError::invalid(
+                    "masters",
+                    format!(
+                        "`{}` is given twice: one server counted twice would fake a quorum",
+                        a.endpoint
+                    ),
+                ));
+            }
+        }
+        Ok(Redlock {
+            masters: masters.into(),
+            prefix: Arc::from(DEFAULT_PREFIX),
+        })
+    }
+
+    /// The same handle with keys under another prefix (`{prefix}redlock:{K}`).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
+    /// and free of `{` and `}`.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Redlock, ConfigError> {
+        keys::validate_prefix(prefix)?;
+        Ok(Redlock {
+            masters: self.masters.clone(),
+            prefix: Arc::from(prefix),
+        })
+    }
+
+    /// The key prefix in use. Defaults to `baton:`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How many masters this Redlock has.
+    pub fn masters(&self) -> usize {
+        self.masters.len()
+    }
+
+    /// How many masters must agree: `masters / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.masters.len())
+    }
+
+    fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<RedlockKeys>, Error> {
+        keys::validate_name(key)?;
+        validate_ttl(ttl)?;
+        Ok(Arc::new(RedlockKeys::new(&self.prefix, key)))
+    }
+
+    /// Tries once to take lock `key` for `ttl` on a quorum of the masters (one round, every
+    /// master at once). Contention is `Ok(None)`; the lock is then released on every master.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
+    /// [`Error::QuorumUnavailable`] when too many masters failed (down, timed out, erroring)
+    /// for a quorum to be possible; [`Error::Timeout`] when a quorum said yes but the round
+    /// took longer than the ttl allows (no validity left). In every error case the lock was
+    /// released on every master that could be reached.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the requests left releases by token on every master through
+    /// a task of the first live master's client (if every client is gone, the ttl is the
+    /// backstop).
+    pub async fn try_acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<Option<RedlockGuard>, Error> {
+        let keys = self.keys(key, ttl)?;
+        self.try_once(&keys, key, ttl).await
+    }
+
+    async fn try_once(
+        &self,
+        keys: &Arc<RedlockKeys>,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<Option<RedlockGuard>, Error> {
+        let token = new_token();
+        // Armed before any request leaves: an early return or a dropped future releases by
+        // token on every master unless disarmed.
+        let mut pending = Pending {
+            masters: Some(self.masters.clone()),
+            keys: keys.clone(),
+            token: token.clone(),
+        };
+        let start = Instant::now();
+        let replies = join_all(
+            self.masters
+                .iter()
+                .map(|t| {
+                    let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
+                    set_nx(t.manager.clone(), &keys.lock, &token, ttl, limit)
+                })
+                .collect(),
+        )
+        .await;
+        let elapsed = start.elapsed();
+        let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        let failed = replies.iter().filter(|r| r.is_err()).count();
+        let decision = decide(self.masters.len(), yes, failed, ttl, elapsed);
+        if let Decision::Held { validity } = decision {
+            pending.disarm();
+            tracing::info!(
+                key,
+                token = short(&token),
+                yes,
+                masters = self.masters.len(),
+                ?validity,
+                "redlock acquired"
+            );
+            return Ok(Some(RedlockGuard {
+                held: Some(Held {
+                    masters: self.masters.clone(),
+                    keys: keys.clone(),
+                    key: key.to_string(),
+                    token,
+                    ttl,
+                    validity_deadline: after(start, validity),
+                }),
+            }));
+        }
+        // No quorum: undo on every master, the failed ones included (a lost reply may have
+        // set the key there).
+        let released = release_all(&self.masters, keys, &token, |t| {
+            node_timeout(t.settings.response_timeout, ttl)
+        })
+        .await;
+        if released.iter().all(Result::is_ok) {
+            pending.disarm();
+        }
+        tracing::debug!(key, yes, failed, ?decision, "redlock not acquired");
+        match decision {
+            Decision::Unavailable { needed, reachable } => Err(Error::QuorumUnavailable {
+                key: key.to_string(),
+                needed,
+                reachable,
+                masters: self.masters.len(),
+                errors: summary(&self.masters, &replies),
+            }),
+            Decision::Expired => Err(Error::Timeout {
+                during: "acquiring the Redlock quorum within the lock's validity",
+            }),
+            Decision::Contended | Decision::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Takes lock `key` for `ttl`, retrying while it is held elsewhere: exponential backoff
+    /// with full jitter, bounded as `opts` says.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the bound ran out with the lock held elsewhere (never a
+    /// master failure in disguise); [`Error::Config`] for `max_tries(0)`; otherwise as
+    /// [`Redlock::try_acquire`], returned at once.
+    ///
+    /// # Cancel safety
+    /// As [`Redlock::try_acquire`].
+    pub async fn acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &RedlockOptions,
+    ) -> Result<RedlockGuard, Error> {
+        let keys = self.keys(key, ttl)?;
+        if opts.max_tries == Some(0) {
+            return Err(ConfigError::invalid("max_tries", "must be at least 1").into());
+        }
+        let start = Instant::now();
+        let give_up = opts.wait.map(|w| after(start, w));
+        let mut backoff = Backoff::new(opts.max_backoff);
+        let mut tries: u32 = 0;
+        loop {
+            tries = tries.saturating_add(1);
+            if let Some(guard) = self.try_once(&keys, key, ttl).await? {
+                return Ok(guard);
+            }
+            let now = Instant::now();
+            if opts.max_tries.is_some_and(|m| tries >= m) || give_up.is_some_and(|g| now >= g) {
+                return Err(Error::NotAcquired {
+                    key: key.to_string(),
+                    tries,
+                    waited: now.saturating_duration_since(start),
+                });
+            }
+            let mut wake = after(now, backoff.next_delay());
+            if let Some(g) = give_up {
+                wake = wake.min(g);
+            }
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+/// `SET lock token NX PX ttl` on one master, giving up at `limit`: `true` if it set.
+async fn set_nx(
+    mut conn: ConnectionManager,
+    lock: &str,
+    token: &str,
+    ttl: Duration,
+    limit: Instant,
+) -> Result<bool, Error> {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(lock).arg(token).arg("NX").arg("PX").arg(ms(ttl));
+    let reply: Value = match tokio::time::timeout_at(limit, cmd.query_async(&mut conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "setting the Redlock on one master",
+            })
+        }
+    };
+    parse_set(reply)
+}
+
+fn parse_set(reply: Value) -> Result<bool, Error> {
+    match reply {
+        Value::Okay => Ok(true),
+        Value::SimpleString(s) if s == "OK" => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(crate::transport::unexpected("the Redlock SET NX", &other)),
+    }
+}
+
+/// Compare-and-delete by token on every master at once, each bounded by `timeout(master)`:
+/// per master, whether it still held the token.
+async fn release_all(
+    masters: &[Arc<Transport>],
+    keys: &RedlockKeys,
+    token: &str,
+    timeout: impl Fn(&Transport) -> Duration,
+) -> Vec<Result<bool, Error>> {
+    let start = Instant::now();
+    join_all(
+        masters
+            .iter()
+            .map(|t| {
+                let limit = after(start, timeout(t));
+                let mut conn = t.manager.clone();
+                async move { kernel::release(&mut conn, &keys.lock, &keys.channel, token, limit).await }
+            })
+            .collect(),
+    )
+    .await
+}
+
+/// `master i (host:port/db): error; …` for the masters whose reply is an error.
+fn summary<T>(masters: &[Arc<Transport>], replies: &[Result<T, Error>]) -> String {
+    let parts: Vec<String> = masters
+        .iter()
+        .zip(replies)
+        .enumerate()
+        .filter_map(|(i, (t, r))| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("master {i} ({}): {e}", t.endpoint))
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// Polls every future until all are done; the outputs in the order given. (A `join_all`
+/// without a dependency: a handful of futures, each re-polled on any wake-up.)
+async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+/// Releases by token on every master, through a task of the first live master's client, when an
+/// acquisition's outcome is unknown (dropped future, a release that failed); disarmed once
+/// settled.
+struct Pending {
+    masters: Option<Masters>,
+    keys: Arc<RedlockKeys>,
+    token: String,
+}
+
+impl Pending {
+    fn disarm(&mut self) {
+        self.masters = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(m) = self.masters.take() {
+            release_in_background(m, self.keys.clone(), std::mem::take(&mut self.token));
+        }
+    }
+}
+
+/// Spawns a token-checked release on every master on the tracker of the first master whose
+/// client is not shut down (so `shutdown` waits for it); never blocks. Without a runtime or a
+/// live client, the ttl is the backstop.
+fn release_in_background(masters: Masters, keys: Arc<RedlockKeys>, token: String) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(host) = masters.iter().find(|t| !t.cancel.is_cancelled()).cloned() else {
+        return;
+    };
+    host.tracker.spawn_on(
+        async move {
+            let replies = release_all(&masters, &keys, &token, |t| t.settings.response_timeout).await;
+            let held = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+            let failed = replies.iter().filter(|r| r.is_err()).count();
+            if failed > 0 {
+                tracing::warn!(key = %keys.lock, held, failed, errors = %summary(&masters, &replies), "background Redlock release failed on some masters; the lock expires there by its ttl");
+            } else {
+                tracing::debug!(key = %keys.lock, token = short(&token), held, "Redlock released in the background");
+            }
+        },
+        &handle,
+    );
+}
+
+/// A held Redlock. Release it with [`RedlockGuard::release`]; dropping it releases on every
+/// master in the background.
+///
+/// There is no fencing token (see the [module docs](self)): stop using the lock before
+/// [`RedlockGuard::validity_deadline`].
+pub struct RedlockGuard {
+    held: Option<Held>,
+}
+
+struct Held {
+    masters: Masters,
+    keys: Arc<RedlockKeys>,
+    key: String,
+    token: String,
+    ttl: Duration,
+    validity_deadline: Instant,
+}
+
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the full token: it is what a holder proves itself with.
+        let mut d = f.debug_struct("RedlockGuard");
+        if let Some(h) = &self.held {
+            d.field("key", &h.key)
+                .field("token", &short(&h.token))
+                .field("masters", &h.masters.len());
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+impl RedlockGuard {
+    // `held` is `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
+    fn held(&self) -> Option<&Held> {
+        self.held.as_ref()
+    }
+
+    /// The lock's name, as given to acquire.
+    pub fn key(&self) -> &str {
+        self.held().map(|h| h.key.as_str()).unwrap_or_default()
+    }
+
+    /// This holder's random 128-bit token (hex), as stored on the masters. Not a fencing token:
+    /// it does not grow from one grant to the next.
+    pub fn token(&self) -> &str {
+        self.held().map(|h| h.token.as_str()).unwrap_or_default()
+    }
+
+    /// Until when the lock is valid, on this host's monotonic clock: start of the granting (or
+    /// last successful extending) round + ttl − elapsed − drift. Always before `start + ttl`.
+    pub fn validity_deadline(&self) -> Instant {
+        self.held()
+            .map(|h| h.validity_deadline)
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// Extends the lock to `ttl` on every master that still holds this guard's token
+    /// (compare-and-`PEXPIRE`, every master at once, each bounded far below `ttl`). `Ok(true)`
+    /// iff a quorum confirmed with validity left; the validity deadline then moves, computed as
+    /// for an acquisition. `Ok(false)`: no quorum still held it (or the round took too long);
+    /// nothing was deleted anywhere and the deadline stays.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::QuorumUnavailable`] when
+    /// too many masters failed to tell (the deadline stays).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped extension leaves the deadline where it was.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
+        validate_ttl(ttl)?;
+        let Some(h) = self.held.as_mut() else {
+            return Ok(false);
+        };
+        let start = Instant::now();
+        let replies = join_all(
+            h.masters
+                .iter()
+                .map(|t| {
+                    let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
+                    let mut conn = t.manager.clone();
+                    let (lock, token) = (&h.keys.lock, &h.token);
+                    async move {
+                        let req = Extend {
+                            lease: lock,
+                            value: token,
+                            ttl,
+                            guard: lock,
+                            guard_value: token,
+                            refresh: &[],
+                            retention: ttl,
+                        };
+                        extend(&mut conn, &req, limit).await
+                    }
+                })
+                .collect(),
+        )
+        .await;
+        let elapsed = start.elapsed();
+        let yes = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Extension::Confirmed { .. })))
+            .count();
+        let failed = replies.iter().filter(|r| r.is_err()).count();
+        match decide(h.masters.len(), yes, failed, ttl, elapsed) {
+            Decision::Held { validity } => {
+                h.ttl = ttl;
+                h.validity_deadline = after(start, validity);
+                Ok(true)
+            }
+            Decision::Unavailable { needed, reachable } => Err(Error::QuorumUnavailable {
+                key: h.key.clone(),
+                needed,
+                reachable,
+                masters: h.masters.len(),
+                errors: summary(&h.masters, &replies),
+            }),
+            Decision::Contended | Decision::Expired => {
+                tracing::warn!(key = %h.key, token = short(&h.token), yes, failed, "Redlock extension without a quorum");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Releases the lock on every master (compare-and-delete by token, every master at once,
+    /// each bounded by its client's response timeout). Returns on how many masters it was
+    /// still held by this guard's token; failures on a minority are logged (the lock expires
+    /// there by its ttl).
+    ///
+    /// # Errors
+    /// [`Error::QuorumUnavailable`] when fewer than a quorum of masters answered: the lock may
+    /// still be held on a quorum until its ttl.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
+    /// the backstop.
+    pub async fn release(mut self) -> Result<usize, Error> {
+        let Some(h) = self.held.take() else {
+            return Ok(0);
+        };
+        let replies = release_all(&h.masters, &h.keys, &h.token, |t| {
+            t.settings.response_timeout
+        })
+        .await;
+        let held = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        let failed = replies.iter().filter(|r| r.is_err()).count();
+        let needed = quorum::quorum(h.masters.len());
+        let reachable = h.masters.len().saturating_sub(failed);
+        if reachable < needed {
+            return Err(Error::QuorumUnavailable {
+                key: h.key.clone(),
+                needed,
+                reachable,
+                masters: h.masters.len(),
+                errors: summary(&h.masters, &replies),
+            });
+        }
+        if failed > 0 {
+            tracing::warn!(key = %h.key, held, failed, errors = %summary(&h.masters, &replies), "Redlock release failed on some masters; the lock expires there by its ttl");
+        }
+        tracing::info!(key = %h.key, token = short(&h.token), held, "redlock released");
+        Ok(held)
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.held.take() {
+            release_in_background(h.masters, h.keys, h.token);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_replies_are_parsed_without_panicking() {
+        assert!(parse_set(Value::Okay).unwrap());
+        assert!(parse_set(Value::SimpleString("OK".into())).unwrap());
+        assert!(!parse_set(Value::Nil).unwrap());
+        for bad in [
+            Value::Int(1),
+            Value::SimpleString("QUEUED".into()),
+            Value::Array(vec![]),
+        ] {
+            assert_eq!(
+                parse_set(bad).unwrap_err().kind(),
+                crate::error::ErrorKind::UnexpectedReply
+            );
+        }
+    }
+
+    #[test]
+    fn ttls_are_bounded() {
+        assert!(validate_ttl(MIN_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(Duration::from_millis(9)).is_err());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+    }
+
+    #[tokio::test]
+    async fn join_all_keeps_the_order() {
+        let out = join_all(
+            [30u64, 0, 10]
+                .into_iter()
+                .map(|d| async move {
+                    tokio::time::sleep(Duration::from_millis(d)).await;
+                    d
+                })
+                .collect(),
+        )
+        .await;
+        assert_eq!(out, vec![30, 0, 10]);
+    }
+}
