@@ -118,6 +118,16 @@ fn send_signal(pid: u32, sig: libc::c_int) {
     assert_eq!(r, 0, "kill({pid}, {sig})");
 }
 
+/// Whether process `pid` has a handler for `sig` (its `SigCgt` mask in /proc).
+fn catches(pid: u32, sig: libc::c_int) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
 fn lock_key(name: &str) -> String {
     format!("baton:lock:{{{name}}}")
 }
@@ -262,6 +272,22 @@ async fn wait_running_out_while_another_holds_the_lock_exits_75() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(o.stdout.is_empty(), "PROGRAM did not run: {}", describe(&o));
     assert!(!o.stderr.is_empty(), "a message says why");
+    // Without --wait a waiter waits as long as it takes; a signal ends the wait, PROGRAM unrun.
+    let waiter = spawn(&mut lock(
+        &url,
+        &["--key", "w", "--", "sh", "-c", "echo ran"],
+    ));
+    let pid = waiter.id().unwrap();
+    // Once baton catches SIGINT it is past its setup (signals are installed before waiting).
+    let deadline = Instant::now() + QUICK;
+    while !catches(pid, libc::SIGINT) {
+        assert!(Instant::now() < deadline, "baton never caught SIGINT");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    send_signal(pid, libc::SIGINT);
+    let o = finish_by(waiter, Instant::now() + QUICK, "SIGINT while waiting").await;
+    assert_eq!(code(&o), 130, "{}", describe(&o));
+    assert!(o.stdout.is_empty(), "PROGRAM did not run: {}", describe(&o));
     drop(holder);
 }
 
@@ -381,13 +407,26 @@ async fn help_lists_every_exit_status_and_says_the_default_wait_is_forever() {
 }
 
 #[tokio::test]
-async fn bad_durations_exit_64_without_redis() {
-    // Nothing listens on port 1: the durations are refused before connecting.
-    for args in [["--ttl", "1ms"], ["--ttl", "2days"], ["--wait", "soon"]] {
-        let mut all = vec!["--key", "k"];
+async fn bad_settings_exit_64_without_redis() {
+    // Nothing listens on port 1: the settings are refused before connecting.
+    for args in [
+        ["--ttl", "1ms"],
+        ["--ttl", "2days"],
+        ["--wait", "soon"],
+        ["--kill-grace", "2days"],
+        ["--key", "a{b}"],
+        ["--prefix", "no-colon"],
+    ] {
+        let mut all = if args[0] == "--key" {
+            vec![]
+        } else {
+            vec!["--key", "k"]
+        };
         all.extend(args);
         all.extend(["--", "true"]);
         let o = run(&mut lock("redis://127.0.0.1:1/", &all), "usage").await;
         assert_eq!(code(&o), 64, "{args:?}: {}", describe(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("redis"), "refused before connecting: {err}");
     }
 }

@@ -347,6 +347,10 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             Plan::Run(args, config, sink)
         }
         Command::Lock(args) => {
+            // Lock names and prefixes follow the rules of job names (1..=1024 bytes, not blank,
+            // no `{`/`}`; a prefix ends with `:`): checked here, before connecting, so a bad one
+            // is a usage error even when Redis is unreachable.
+            job(&args.key)?;
             let (opts, sink) = lock_config(args)?;
             Plan::Lock(args, opts, sink)
         }
@@ -1220,18 +1224,24 @@ async fn lock(
         }
     };
     sink.note("waiting for the lock");
-    let guard = tokio::select! {
-        // Dropping the acquisition releases a lock it may just have taken (by token, in the
-        // background); the ttl is the backstop if baton exits first.
-        sig = signals.recv() => return signal_status(sig),
-        got = locks.acquire(&args.key, args.ttl, &opts) => match got {
-            Ok(guard) => guard,
-            Err(e) if e.kind() == ErrorKind::NotAcquired => {
-                eprintln!("baton: {}: not acquired: {e}", args.key);
-                return EX_TEMPFAIL;
-            }
-            Err(e) => return fail_with(&e),
-        },
+    let got = tokio::select! {
+        sig = signals.recv() => Err(sig),
+        got = locks.acquire(&args.key, args.ttl, &opts) => Ok(got),
+    };
+    let guard = match got {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+            eprintln!("baton: {}: not acquired: {e}", args.key);
+            return EX_TEMPFAIL;
+        }
+        Ok(Err(e)) => return fail_with(&e),
+        Err(sig) => {
+            // The dropped acquisition releases a lock its script may just have taken, by token,
+            // in a task of the client: let it finish (bounded) rather than leave the lock
+            // blocking everyone for its ttl.
+            client.shutdown(LEASE_CHECK_TIMEOUT).await;
+            return signal_status(sig);
+        }
     };
     let fence = guard.fencing_token();
     sink.note(&format!("acquired (fencing token {fence})"));
