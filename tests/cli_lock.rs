@@ -190,6 +190,30 @@ async fn eight_processes_increment_a_plain_counter_exactly_under_the_lock() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     // Released: nothing left behind.
     assert_eq!(get(&mut conn, &lock_key("counter")).await, None);
+
+    // Negative control: the same eight scripts without the lock lose increments, so the exact
+    // count above is the lock's doing.
+    let _: () = redis::cmd("DEL")
+        .arg("counter")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let unlocked: Vec<Child> = (0..8)
+        .map(|_| {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &script])
+                .env("BATON_FENCING_TOKEN", "0")
+                .stdout(Stdio::null())
+                .kill_on_drop(true);
+            cmd.spawn().expect("spawn sh")
+        })
+        .collect();
+    for mut child in unlocked {
+        let ok = tokio::time::timeout(QUICK, child.wait()).await;
+        assert!(ok.is_ok_and(|s| s.is_ok_and(|s| s.success())));
+    }
+    let racy: u64 = get(&mut conn, "counter").await.unwrap().parse().unwrap();
+    assert!(racy < 200, "without the lock increments are lost ({racy})");
 }
 
 #[tokio::test]
