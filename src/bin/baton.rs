@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! baton run --key nightly-report -- /usr/local/bin/report --since yesterday
+//! baton lock --key backups --wait 5m -- /usr/local/bin/backup
 //! baton status --key nightly-report
 //! ```
 //!
@@ -12,7 +13,8 @@
 //!
 //! # PROGRAM, signals and the terminal
 //!
-//! `baton run` starts PROGRAM as the leader of its own process group and follows it with
+//! `baton run` and `baton lock` run PROGRAM the same way (one [`Supervisor`] over either
+//! lease: a failover attempt or a fenced mutex). `baton run` starts PROGRAM as the leader of its own process group and follows it with
 //! `waitid(2)`, stops included; it never uses tokio's child handling, so it knows exactly when
 //! PROGRAM's leader is reaped. Signals go to the whole group, and only while the leader is not
 //! reaped yet (a zombie at worst): a reaped leader's number can be reused by an unrelated process
@@ -43,7 +45,9 @@ use std::process::ExitCode;
 use std::task::Poll;
 use std::time::Duration;
 
-use baton::{Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus};
+use baton::{
+    AcquireOptions, Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus, LockGuard,
+};
 use clap::{Args, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
@@ -89,11 +93,46 @@ killed and baton exits 74.
 Crontab example (every server runs it; exactly one runs the report, a backup retries on failure):
   0 2 * * *  baton run --key nightly-report --lock-timeout 60s -- /usr/local/bin/report";
 
+const LOCK_EXIT_STATUSES: &str = "\
+Exit statuses of `baton lock`:
+  N        PROGRAM's own status (0 on success; 128+n when signal n ended it, e.g. 130 after
+           Ctrl-C in a terminal); the lock is released when PROGRAM exits
+  126/127  PROGRAM could not be executed / was not found (the lock is released)
+  64       usage or configuration error (durations are checked before connecting to Redis)
+  65       the lock's fence key holds a value baton never writes
+  69       Redis cannot be reached, or failed while the lock was being acquired
+  74       the lock was lost while PROGRAM ran: an extension found another token (or none),
+           or no extension was confirmed before the lease's end (also when baton was stopped,
+           e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
+           latest when the lease could pass on. Also when PROGRAM ended but the release found
+           the lock held by another token (mutual exclusion may have been broken)
+  75       --wait ran out while the lock was held elsewhere (nothing was run)
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the lock is released
+           once PROGRAM exits; while still waiting for the lock, nothing was run)
+PROGRAM's own statuses can collide with these.
+
+Without --wait, `baton lock` waits for the lock as long as it takes.
+
+While PROGRAM runs, a watchdog extends the lock every --ttl/3. PROGRAM gets BATON_LOCK_KEY and
+BATON_FENCING_TOKEN (a number larger than any earlier holder's of the same key) in its
+environment; its stdin, stdout and stderr pass through. A lease cannot stop a paused or
+partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to, and let it
+refuse smaller tokens. Terminal, job control and signals work as for `baton run`: PROGRAM runs
+in its own process group (which gets the terminal when baton is in the foreground), SIGHUP,
+SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
+meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), and PROGRAM dies with baton.
+
+Example (one backup at a time, whichever host gets there first):
+  baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup";
+
 const EX_USAGE: u8 = 64;
 const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
 const EX_LOST: u8 = 74;
 const EX_EXHAUSTED: u8 = 75;
+/// `baton lock`: --wait ran out (EX_TEMPFAIL: try again later).
+const EX_TEMPFAIL: u8 = 75;
 
 /// The longest `--kill-grace` accepted.
 const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
@@ -130,6 +169,10 @@ enum Command {
     /// take over when an attempt fails.
     #[command(after_long_help = EXIT_STATUSES)]
     Run(RunArgs),
+    /// Run PROGRAM holding a fenced mutex: one holder at a time per key, kept alive by a
+    /// watchdog; PROGRAM is stopped if the lock is lost.
+    #[command(after_long_help = LOCK_EXIT_STATUSES)]
+    Lock(LockArgs),
     /// Show a job's state: attempt, holder, last failure, TTLs, fencing token.
     Status {
         /// The job name.
@@ -218,6 +261,32 @@ struct RunArgs {
     program: Vec<OsString>,
 }
 
+// `--redlock URL,URL,URL` (several independent masters, no BATON_FENCING_TOKEN since Redlock
+// has no monotonic token) is not part of this command yet: it comes with the Redlock primitive.
+#[derive(Args, Debug)]
+struct LockArgs {
+    /// The lock's name; every process that must not run at the same time uses the same key.
+    #[arg(long)]
+    key: String,
+    /// The lease: how long the lock outlives a holder that went silent (10ms ..= 1 day). The
+    /// watchdog extends it every ttl/3 while PROGRAM runs.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    ttl: Duration,
+    /// How long to wait for the lock at most, then exit 75 [default: wait forever].
+    #[arg(long, value_parser = duration)]
+    wait: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day; when the lock is
+    /// lost, never past the lease's end.
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
+    kill_grace: Duration,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    program: Vec<OsString>,
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
 }
@@ -257,6 +326,7 @@ fn main() -> ExitCode {
 /// A command with its configuration checked, ready to run once connected.
 enum Plan<'a> {
     Run(&'a RunArgs, FailoverConfig, Sink),
+    Lock(&'a LockArgs, AcquireOptions, Sink),
     Status(FailoverConfig, bool),
     Watch(FailoverConfig, bool),
     Fail(FailoverConfig, &'a str, bool),
@@ -276,6 +346,14 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             let (config, sink) = run_config(args, &cli.prefix)?;
             Plan::Run(args, config, sink)
         }
+        Command::Lock(args) => {
+            // Lock names and prefixes follow the rules of job names (1..=1024 bytes, not blank,
+            // no `{`/`}`; a prefix ends with `:`): checked here, before connecting, so a bad one
+            // is a usage error even when Redis is unreachable.
+            job(&args.key)?;
+            let (opts, sink) = lock_config(args)?;
+            Plan::Lock(args, opts, sink)
+        }
         Command::Status { key, json } => Plan::Status(job(key)?, *json),
         Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
         Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
@@ -284,13 +362,16 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
 }
 
 async fn dispatch(cli: Cli) -> u8 {
-    if let Command::Run(args) = &cli.command {
-        if args.verbose >= 2 {
-            let _ = tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_env_filter("baton=debug")
-                .try_init();
-        }
+    let verbose = match &cli.command {
+        Command::Run(args) => args.verbose,
+        Command::Lock(args) => args.verbose,
+        _ => 0,
+    };
+    if verbose >= 2 {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter("baton=debug")
+            .try_init();
     }
     let plan = match plan(&cli) {
         Ok(p) => p,
@@ -302,6 +383,7 @@ async fn dispatch(cli: Cli) -> u8 {
     };
     match plan {
         Plan::Run(args, config, sink) => run(&client, args, config, sink).await,
+        Plan::Lock(args, opts, sink) => lock(&client, args, opts, sink, &cli.prefix).await,
         Plan::Status(cfg, json) => status(&client, cfg, &cli.prefix, json).await,
         Plan::Watch(cfg, json) => watch(&client, cfg, json).await,
         Plan::Fail(cfg, reason, yes) => admin_fail(&client, cfg, reason, yes).await,
@@ -643,6 +725,269 @@ enum Stopping {
     Signal(libc::c_int),
 }
 
+/// How the lease PROGRAM runs under was lost.
+struct Loss {
+    /// Send SIGTERM first (PROGRAM may still clean up until `kill_at`).
+    term: bool,
+    /// When PROGRAM must be dead: SIGKILL then (at once when already past).
+    kill_at: Instant,
+}
+
+/// The lease PROGRAM runs under, as [`Supervisor::supervise`] watches it: a failover attempt
+/// (`baton run`) or a fenced mutex (`baton lock`). Whatever the lease, PROGRAM is handled the
+/// same way (process group, terminal, signals, job control); only what "lost" means differs.
+trait Lease {
+    /// The next loss of the lease; pending forever once nothing more can come. Cancel safe.
+    async fn lost(&mut self, sink: &mut Sink) -> Loss;
+
+    /// Whether this process still holds the lease after being stopped (job control) for
+    /// `away`; `Err` says why not.
+    async fn still_held(&mut self, away: Duration) -> Result<(), String>;
+}
+
+/// How PROGRAM's supervision ended.
+struct Supervised {
+    /// PROGRAM's wait status (`Err`: baton lost track of it).
+    status: std::io::Result<std::process::ExitStatus>,
+    /// Why baton stopped PROGRAM, if it did.
+    stopping: Option<Stopping>,
+    /// What to record as the reason of a [`Stopping::Lost`].
+    why: String,
+}
+
+/// Runs PROGRAM to its end: forwards signals, follows job control, stops PROGRAM when the lease
+/// is lost or a time limit passes. Shared by `baton run` and `baton lock`.
+struct Supervisor<'a> {
+    sink: &'a mut Sink,
+    signals: &'a mut Signals,
+    sigchld: &'a mut tokio::signal::unix::Signal,
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM (signal or time limit).
+    kill_grace: Duration,
+    /// When the lease ends for sure (no keepalive): PROGRAM is dead by then, whatever the grace.
+    lease_end: Option<Instant>,
+}
+
+impl Supervisor<'_> {
+    /// Watches `program` until it is reaped. `term_at` (SIGTERM, then SIGKILL `kill_grace`
+    /// later, never past `lease_end`) stops it for `why`, e.g. a deadline or --max-run.
+    async fn supervise<L: Lease>(
+        &mut self,
+        program: &mut Program,
+        lease: &mut L,
+        term_at: Instant,
+        why: String,
+    ) -> Supervised {
+        let far = later(Instant::now(), FAR);
+        let lease_end = self.lease_end;
+        let mut why_text = why;
+        let mut reason = Stopping::Lost;
+        let mut kill_at = far;
+        let mut stopping: Option<Stopping> = None;
+        // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
+        // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
+        // PROGRAM's stop then stops baton too (below).
+        let mut sigtstp = if inherited_ignored(libc::SIGTSTP) {
+            None
+        } else {
+            signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
+        };
+        let status = 'watch: loop {
+            tokio::select! {
+                _ = self.sigchld.recv() => {}
+                _ = recheck.tick() => {}
+                loss = lease.lost(self.sink) => {
+                    // The lease has ended or is about to: PROGRAM must be gone before it could
+                    // pass on. Whatever stopped PROGRAM before, this is now a lost lease.
+                    stopping = Some(Stopping::Lost);
+                    if loss.term {
+                        program.signal(libc::SIGTERM);
+                    }
+                    if loss.kill_at <= Instant::now() {
+                        program.signal(libc::SIGKILL);
+                        kill_at = far;
+                    } else {
+                        kill_at = kill_at.min(loss.kill_at);
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(term_at), if stopping.is_none() => {
+                    self.sink.note(&format!("stopping PROGRAM: {why_text}"));
+                    stopping = Some(reason);
+                    program.signal(libc::SIGTERM);
+                    kill_at = cap(later(Instant::now(), self.kill_grace), lease_end);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(kill_at) => {
+                    program.signal(libc::SIGKILL);
+                    kill_at = far;
+                    continue;
+                }
+                _ = recv_or_pending(&mut sigtstp) => {
+                    if stopping.is_none() {
+                        program.signal(libc::SIGTSTP);
+                    }
+                    continue;
+                }
+                sig = self.signals.recv() => {
+                    self.sink.note(&format!("got {}; forwarding it to PROGRAM", signal_name(sig)));
+                    reason = Stopping::Signal(sig);
+                    // A lost lease stays the reason: PROGRAM is already being killed for it.
+                    if stopping != Some(Stopping::Lost) {
+                        stopping = Some(reason);
+                    }
+                    program.signal(sig);
+                    kill_at = kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                    continue;
+                }
+            }
+            // SIGCHLD (or the safety-net tick): collect what happened to PROGRAM.
+            loop {
+                match program.poll() {
+                    Ok(None) => break,
+                    Ok(Some(Change::Exited(status))) => break 'watch Ok(status),
+                    Err(e) => break 'watch Err(e),
+                    Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
+                        if stopping.is_some() {
+                            // PROGRAM is on its way out: let it run so it can act on that.
+                            program.signal(libc::SIGCONT);
+                        } else if let Err(why) = self.suspend(program, sig, lease).await {
+                            self.sink.warn(&format!("{why}; killing PROGRAM"));
+                            why_text = why;
+                            stopping = Some(Stopping::Lost);
+                            program.signal(libc::SIGTERM);
+                            program.signal(libc::SIGKILL);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                }
+            }
+        };
+        program.take_terminal_back();
+        Supervised {
+            status,
+            stopping,
+            why: why_text,
+        }
+    }
+
+    /// PROGRAM was stopped by job control (Ctrl-Z, or it read the terminal in the background):
+    /// stop baton as well, as the shell expects of a job, and once continued resume PROGRAM only
+    /// if this process still holds its lease. `Err` says why it does not.
+    async fn suspend<L: Lease>(
+        &mut self,
+        program: &mut Program,
+        sig: libc::c_int,
+        lease: &mut L,
+    ) -> Result<(), String> {
+        self.sink.note(&format!(
+            "PROGRAM was stopped by {}; stopping baton too (the lease is not extended meanwhile)",
+            signal_name(sig)
+        ));
+        program.take_terminal_back();
+        let stopped_at = Instant::now();
+        // SAFETY: raise(3) has no memory-safety preconditions. SIGSTOP cannot be caught, and
+        // unlike SIGTSTP it is not discarded in an orphaned process group: this process stops
+        // here until a SIGCONT, and raise returns then.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        let away = stopped_at.elapsed();
+        self.sink
+            .note(&format!("continued after {away:?}; checking the lease"));
+        if self.lease_end.is_some_and(|end| Instant::now() >= end) {
+            return Err(format!(
+                "the lease ran out while baton was stopped ({away:?})"
+            ));
+        }
+        lease.still_held(away).await?;
+        program.give_terminal();
+        program.signal(libc::SIGCONT);
+        Ok(())
+    }
+}
+
+/// `baton run`'s lease: a failover attempt, reported by the worker's events.
+struct RunLease<'a> {
+    args: &'a RunArgs,
+    client: &'a Client,
+    config: &'a FailoverConfig,
+    worker: &'a mut baton::Worker,
+    attempt: u64,
+    /// An ended stream answers `None` at once, forever: stop polling it, or the supervision
+    /// loop would spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
+    events_ended: bool,
+}
+
+impl Lease for RunLease<'_> {
+    async fn lost(&mut self, sink: &mut Sink) -> Loss {
+        loop {
+            if self.events_ended {
+                return std::future::pending().await;
+            }
+            // Cancel safe: `Worker::next` is, and nothing else awaits here.
+            let Some(ev) = self.worker.next().await else {
+                self.events_ended = true;
+                continue;
+            };
+            sink.emit(&ev);
+            let now = Instant::now();
+            match ev {
+                // No keepalive: the lease is about to end; PROGRAM must stop now.
+                Event::DeadlinePassed { .. } => {
+                    return Loss {
+                        term: false,
+                        kill_at: now,
+                    }
+                }
+                // The lease has ended (or belongs to someone else): stop at once.
+                Event::LeaseLost { .. }
+                | Event::Error {
+                    retryable: false, ..
+                } => {
+                    return Loss {
+                        term: true,
+                        kill_at: now,
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn still_held(&mut self, away: Duration) -> Result<(), String> {
+        let attempt = self.attempt;
+        let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
+        let status = tokio::time::timeout(
+            LEASE_CHECK_TIMEOUT,
+            self.client.job_status(self.config.clone()),
+        )
+        .await;
+        match status {
+            Ok(Ok(s)) => match s.state {
+                // Attempt numbers are granted once: a live lease on ours is ours.
+                JobState::Attempt {
+                    number,
+                    holder: Some(_),
+                    ..
+                } if number == attempt => Ok(()),
+                JobState::Attempt { number, .. } if number == attempt => {
+                    lost("the lease ran out".into())
+                }
+                other => lost(format!("attempt {attempt} ended (the job is now {other})")),
+            },
+            // Redis cannot tell now. With keepalive the lease was extended at most a third of it
+            // before the stop: half a lease later it surely still runs, and the worker's next
+            // extension settles the rest.
+            _ if away < self.args.lock_timeout / 2 => Ok(()),
+            Ok(Err(e)) => lost(format!("the lease could not be confirmed ({e})")),
+            Err(_) => lost("the lease could not be confirmed (no answer from redis)".into()),
+        }
+    }
+}
+
 struct Holder<'a> {
     args: &'a RunArgs,
     client: &'a Client,
@@ -657,22 +1002,16 @@ impl Holder<'_> {
     async fn hold(&mut self, acquired: baton::Acquired) -> u8 {
         let args = self.args;
         let tty = in_foreground();
-        let mut program = match spawn(args, &acquired, tty) {
+        let env = [
+            ("BATON_KEY", args.key.clone()),
+            ("BATON_ATTEMPT", acquired.attempt.to_string()),
+            ("BATON_LAST_ATTEMPT", acquired.last.to_string()),
+            ("BATON_FENCING_TOKEN", acquired.fencing_token.to_string()),
+        ];
+        let mut program = match spawn(&args.program, &env, tty) {
             Ok(p) => p,
             Err(e) => {
-                if tty {
-                    // The child made its group the foreground one before its exec failed.
-                    set_foreground(own_group());
-                }
-                let code = if e.kind() == std::io::ErrorKind::NotFound {
-                    127
-                } else {
-                    126
-                };
-                eprintln!(
-                    "baton: cannot execute {}: {e}",
-                    args.program[0].to_string_lossy()
-                );
+                let code = spawn_failed(&args.program, &e, tty);
                 let _ = acquired.fail(format!("cannot execute PROGRAM: {e}")).await;
                 drain(self.worker, self.sink).await;
                 return code;
@@ -696,7 +1035,6 @@ impl Holder<'_> {
                 .unwrap_or(end),
             None => far,
         };
-        let mut why = Stopping::Lost;
         let mut why_text = String::from("deadline passed");
         if let Some(max_run) = args.max_run {
             let at = later(granted, max_run);
@@ -705,101 +1043,28 @@ impl Holder<'_> {
                 why_text = format!("max_run of {max_run:?} reached");
             }
         }
-        let mut kill_at = far;
-        let mut stopping: Option<Stopping> = None;
-        // An ended stream answers `None` at once, forever: stop polling it, or this loop would
-        // spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
-        let mut events_ended = false;
-        // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
-        let mut recheck = tokio::time::interval(Duration::from_secs(1));
-        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
-        // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
-        // PROGRAM's stop then stops baton too (below).
-        let mut sigtstp = if inherited_ignored(libc::SIGTSTP) {
-            None
-        } else {
-            signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
+        let mut lease = RunLease {
+            args,
+            client: self.client,
+            config: self.config,
+            worker: self.worker,
+            attempt: acquired.attempt,
+            events_ended: false,
         };
-        let status = 'watch: loop {
-            tokio::select! {
-                _ = self.sigchld.recv() => {}
-                _ = recheck.tick() => {}
-                ev = self.worker.next(), if !events_ended => {
-                    let Some(ev) = ev else {
-                        events_ended = true;
-                        continue;
-                    };
-                    self.sink.emit(&ev);
-                    match ev {
-                        // No keepalive: the lease is about to end; PROGRAM must stop now.
-                        Event::DeadlinePassed { .. } => {
-                            stopping = Some(Stopping::Lost);
-                            program.signal(libc::SIGKILL);
-                        }
-                        Event::LeaseLost { .. } | Event::Error { retryable: false, .. } => {
-                            // The lease has ended (or belongs to someone else): stop at once.
-                            stopping = Some(Stopping::Lost);
-                            program.signal(libc::SIGTERM);
-                            program.signal(libc::SIGKILL);
-                        }
-                        _ => {}
-                    }
-                    continue;
-                }
-                _ = tokio::time::sleep_until(term_at), if stopping.is_none() => {
-                    self.sink.note(&format!("stopping PROGRAM: {why_text}"));
-                    stopping = Some(why);
-                    program.signal(libc::SIGTERM);
-                    kill_at = cap(later(Instant::now(), args.kill_grace), lease_end);
-                    continue;
-                }
-                _ = tokio::time::sleep_until(kill_at) => {
-                    program.signal(libc::SIGKILL);
-                    kill_at = far;
-                    continue;
-                }
-                _ = recv_or_pending(&mut sigtstp) => {
-                    if stopping.is_none() {
-                        program.signal(libc::SIGTSTP);
-                    }
-                    continue;
-                }
-                sig = self.signals.recv() => {
-                    self.sink.note(&format!("got {}; forwarding it to PROGRAM", signal_name(sig)));
-                    why = Stopping::Signal(sig);
-                    stopping = Some(why);
-                    program.signal(sig);
-                    kill_at = cap(later(Instant::now(), args.kill_grace), lease_end);
-                    continue;
-                }
-            }
-            // SIGCHLD (or the safety-net tick): collect what happened to PROGRAM.
-            loop {
-                match program.poll() {
-                    Ok(None) => break,
-                    Ok(Some(Change::Exited(status))) => break 'watch Ok(status),
-                    Err(e) => break 'watch Err(e),
-                    Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
-                        if stopping.is_some() {
-                            // PROGRAM is on its way out: let it run so it can act on that.
-                            program.signal(libc::SIGCONT);
-                        } else if let Err(reason) = self
-                            .suspend(&mut program, sig, acquired.attempt, lease_end)
-                            .await
-                        {
-                            self.sink.warn(&format!("{reason}; killing PROGRAM"));
-                            why_text = reason;
-                            stopping = Some(Stopping::Lost);
-                            program.signal(libc::SIGTERM);
-                            program.signal(libc::SIGKILL);
-                        }
-                    }
-                    Ok(Some(_)) => {}
-                }
-            }
+        let mut supervisor = Supervisor {
+            sink: self.sink,
+            signals: self.signals,
+            sigchld: self.sigchld,
+            kill_grace: args.kill_grace,
+            lease_end,
         };
-        program.take_terminal_back();
+        let Supervised {
+            status,
+            stopping,
+            why: why_text,
+        } = supervisor
+            .supervise(&mut program, &mut lease, term_at, why_text)
+            .await;
         let status = match status {
             Ok(s) => s,
             Err(e) => {
@@ -855,74 +1120,210 @@ impl Holder<'_> {
             }
         }
     }
+}
 
-    /// PROGRAM was stopped by job control (Ctrl-Z, or it read the terminal in the background):
-    /// stop baton as well, as the shell expects of a job, and once continued resume PROGRAM only
-    /// if this process still holds its attempt. `Err` says why it does not.
-    async fn suspend(
-        &mut self,
-        program: &mut Program,
-        sig: libc::c_int,
-        attempt: u64,
-        lease_end: Option<Instant>,
-    ) -> Result<(), String> {
-        self.sink.note(&format!(
-            "PROGRAM was stopped by {}; stopping baton too (the lease is not extended meanwhile)",
-            signal_name(sig)
-        ));
-        program.take_terminal_back();
-        let stopped_at = Instant::now();
-        // SAFETY: raise(3) has no memory-safety preconditions. SIGSTOP cannot be caught, and
-        // unlike SIGTSTP it is not discarded in an orphaned process group: this process stops
-        // here until a SIGCONT, and raise returns then.
-        unsafe {
-            libc::raise(libc::SIGSTOP);
+/// Checks `lock`'s durations (before connecting) and sets up its output.
+fn lock_config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
+    if args.ttl < baton::mutex::MIN_TTL || args.ttl > baton::mutex::MAX_TTL {
+        return Err(usage(format!(
+            "--ttl {:?} is outside 10ms ..= 1 day",
+            args.ttl
+        )));
+    }
+    // The watchdog is started here, not by `acquire`: it must run from the grant on, and the
+    // loss it reports is what stops PROGRAM.
+    let mut opts = AcquireOptions::builder().watchdog(true);
+    if let Some(wait) = args.wait {
+        opts = opts.wait(wait);
+    }
+    let opts = opts.build().map_err(usage)?;
+    let sink = Sink {
+        json: false,
+        file: None,
+        verbose: args.verbose,
+        key: args.key.clone(),
+    };
+    Ok((opts, sink))
+}
+
+/// `baton lock`'s lease: the fenced mutex, its watchdog's loss signal.
+struct LockLease<'a> {
+    guard: &'a LockGuard,
+    kill_grace: Duration,
+    /// The loss signal fires once and stays fired: report it once.
+    reported: bool,
+}
+
+impl Lease for LockLease<'_> {
+    async fn lost(&mut self, sink: &mut Sink) -> Loss {
+        if self.reported {
+            return std::future::pending().await;
         }
-        let away = stopped_at.elapsed();
-        self.sink
-            .note(&format!("continued after {away:?}; checking the lease"));
-        self.still_held(attempt, lease_end, away).await?;
-        program.give_terminal();
-        program.signal(libc::SIGCONT);
-        Ok(())
+        // Cancel safe: a cancellation token's `cancelled()` is.
+        self.guard.lost().await;
+        self.reported = true;
+        let reason = self
+            .guard
+            .loss_reason()
+            .unwrap_or_else(|| "the lock was lost".into());
+        sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
+        // The lease deadline errs early (send time of the last confirmed extension + ttl −
+        // margin): killed by then, PROGRAM is gone before the key can expire and the lock pass
+        // on. When the loss is the deadline itself, that is now: SIGKILL at once. A refused
+        // extension (the key is gone or foreign) can come earlier; PROGRAM then gets the time
+        // left, at most --kill-grace, to stop cleanly: another holder may already run, which
+        // only the fencing token guards against.
+        let kill_at = self
+            .guard
+            .lease_deadline()
+            .min(later(Instant::now(), self.kill_grace));
+        Loss {
+            term: true,
+            kill_at,
+        }
     }
 
-    /// Whether this process still holds `attempt` after being stopped for `away`.
-    async fn still_held(
-        &self,
-        attempt: u64,
-        lease_end: Option<Instant>,
-        away: Duration,
-    ) -> Result<(), String> {
+    async fn still_held(&mut self, away: Duration) -> Result<(), String> {
         let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
-        if lease_end.is_some_and(|end| Instant::now() >= end) {
+        if let Some(reason) = self.guard.loss_reason() {
+            return lost(format!("the lock was lost ({reason})"));
+        }
+        // Nothing was extended while stopped: past the deadline the key may have expired and
+        // passed on. Before it, the watchdog's next extension settles the rest.
+        if Instant::now() >= self.guard.lease_deadline() {
             return lost("the lease ran out".into());
         }
-        let status = tokio::time::timeout(
-            LEASE_CHECK_TIMEOUT,
-            self.client.job_status(self.config.clone()),
-        )
-        .await;
-        match status {
-            Ok(Ok(s)) => match s.state {
-                // Attempt numbers are granted once: a live lease on ours is ours.
-                JobState::Attempt {
-                    number,
-                    holder: Some(_),
-                    ..
-                } if number == attempt => Ok(()),
-                JobState::Attempt { number, .. } if number == attempt => {
-                    lost("the lease ran out".into())
-                }
-                other => lost(format!("attempt {attempt} ended (the job is now {other})")),
-            },
-            // Redis cannot tell now. With keepalive the lease was extended at most a third of it
-            // before the stop: half a lease later it surely still runs, and the worker's next
-            // extension settles the rest.
-            _ if away < self.args.lock_timeout / 2 => Ok(()),
-            Ok(Err(e)) => lost(format!("the lease could not be confirmed ({e})")),
-            Err(_) => lost("the lease could not be confirmed (no answer from redis)".into()),
+        Ok(())
+    }
+}
+
+async fn lock(
+    client: &Client,
+    args: &LockArgs,
+    opts: AcquireOptions,
+    mut sink: Sink,
+    prefix: &str,
+) -> u8 {
+    let locks = match client.locks().with_prefix(prefix) {
+        Ok(l) => l,
+        Err(e) => return usage(e),
+    };
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
         }
+    };
+    // Listening before PROGRAM exists: none of its status changes can be missed.
+    let mut sigchld = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    sink.note("waiting for the lock");
+    let got = tokio::select! {
+        sig = signals.recv() => Err(sig),
+        got = locks.acquire(&args.key, args.ttl, &opts) => Ok(got),
+    };
+    let guard = match got {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+            eprintln!("baton: {}: not acquired: {e}", args.key);
+            return EX_TEMPFAIL;
+        }
+        Ok(Err(e)) => return fail_with(&e),
+        Err(sig) => {
+            // The dropped acquisition releases a lock its script may just have taken, by token,
+            // in a task of the client: let it finish (bounded) rather than leave the lock
+            // blocking everyone for its ttl.
+            client.shutdown(LEASE_CHECK_TIMEOUT).await;
+            return signal_status(sig);
+        }
+    };
+    let fence = guard.fencing_token();
+    sink.note(&format!("acquired (fencing token {fence})"));
+    let tty = in_foreground();
+    let env = [
+        ("BATON_LOCK_KEY", args.key.clone()),
+        ("BATON_FENCING_TOKEN", fence.to_string()),
+    ];
+    let mut program = match spawn(&args.program, &env, tty) {
+        Ok(p) => p,
+        Err(e) => {
+            let code = spawn_failed(&args.program, &e, tty);
+            let _ = guard.release().await;
+            return code;
+        }
+    };
+    let mut lease = LockLease {
+        guard: &guard,
+        kill_grace: args.kill_grace,
+        reported: false,
+    };
+    let mut supervisor = Supervisor {
+        sink: &mut sink,
+        signals: &mut signals,
+        sigchld: &mut sigchld,
+        kill_grace: args.kill_grace,
+        // The watchdog keeps the lease: its loss signal, not a fixed end, bounds PROGRAM.
+        lease_end: None,
+    };
+    let far = later(Instant::now(), FAR);
+    let done = supervisor
+        .supervise(&mut program, &mut lease, far, String::new())
+        .await;
+    // Released in every case: after a loss the token check makes this a no-op on a lock that
+    // passed on, and it frees at once a lock whose loss was only a missed deadline.
+    let released = guard.release().await;
+    let status = match done.status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: lost track of PROGRAM: {e}");
+            return EX_LOST;
+        }
+    };
+    match done.stopping {
+        Some(Stopping::Lost) => EX_LOST,
+        Some(Stopping::Signal(sig)) => signal_status(sig),
+        None => match released {
+            Ok(true) => exit_code(&status),
+            Ok(false) => {
+                eprintln!(
+                    "baton: {}: PROGRAM ended, but the lock was held by another token by then \
+                     (mutual exclusion may have been broken)",
+                    args.key
+                );
+                EX_LOST
+            }
+            Err(e) => {
+                // PROGRAM finished while the lock was ours; it expires by its ttl.
+                eprintln!(
+                    "baton: {}: the release failed (the lock expires by its ttl): {e}",
+                    args.key
+                );
+                exit_code(&status)
+            }
+        },
+    }
+}
+
+/// PROGRAM could not be started: gives the terminal back (the child made its group the
+/// foreground one before its exec failed), says why, and returns 127 (not found) or 126.
+fn spawn_failed(program: &[OsString], e: &std::io::Error, tty: bool) -> u8 {
+    if tty {
+        set_foreground(own_group());
+    }
+    eprintln!(
+        "baton: cannot execute {}: {e}",
+        program[0].to_string_lossy()
+    );
+    if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
     }
 }
 
@@ -1107,13 +1508,11 @@ fn set_foreground(group: libc::pid_t) -> bool {
 
 /// Starts PROGRAM as the leader of a new process group; with `terminal`, that group takes the
 /// terminal before PROGRAM runs (so its first read cannot meet SIGTTIN).
-fn spawn(args: &RunArgs, acquired: &baton::Acquired, terminal: bool) -> std::io::Result<Program> {
-    let mut cmd = std::process::Command::new(&args.program[0]);
-    cmd.args(&args.program[1..])
-        .env("BATON_KEY", &args.key)
-        .env("BATON_ATTEMPT", acquired.attempt.to_string())
-        .env("BATON_LAST_ATTEMPT", acquired.last.to_string())
-        .env("BATON_FENCING_TOKEN", acquired.fencing_token.to_string())
+/// `program` is PROGRAM and its arguments (at least one element); `env` is added to baton's.
+fn spawn(program: &[OsString], env: &[(&str, String)], terminal: bool) -> std::io::Result<Program> {
+    let mut cmd = std::process::Command::new(&program[0]);
+    cmd.args(&program[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .process_group(0);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls the
