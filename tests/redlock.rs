@@ -381,3 +381,83 @@ async fn a_dropped_acquisition_releases_on_every_master_in_the_background() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_lock_across_five_ttls_and_a_contender_never_gets_it() {
+    let ttl = Duration::from_millis(300);
+    let fleet = Fleet::start(3).await;
+    let rl = fleet.redlock();
+    let mut guard = rl.try_acquire("w", ttl).await.unwrap().expect("acquired");
+    guard.start_watchdog();
+    assert!(guard.has_watchdog());
+    let first = guard.validity_deadline();
+    let mut others = Vec::new();
+    for s in &fleet.servers {
+        others.push(client(s).await);
+    }
+    let rl2 = Client::redlock(&others).unwrap();
+    let until = Instant::now() + 5 * ttl;
+    while Instant::now() < until {
+        assert!(
+            rl2.try_acquire("w", ttl).await.unwrap().is_none(),
+            "a contender got the lock while the watchdog held it"
+        );
+        assert!(
+            !guard.lost_token().is_cancelled(),
+            "{:?}",
+            guard.loss_reason()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(guard.validity_deadline() > first, "the deadline moved");
+    assert!(guard.validity_deadline() > Instant::now());
+    assert!(guard.loss_reason().is_none());
+    let mut raws = fleet.raws().await;
+    assert_eq!(holding(&mut raws, &lock_key("w"), guard.token()).await, 3);
+    assert_eq!(guard.release().await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_quorum_fires_the_loss_signal_within_a_ttl() {
+    let ttl = Duration::from_millis(300);
+    let fleet = Fleet::start(3).await;
+    let rl = fleet.redlock();
+    let mut guard = rl.try_acquire("q", ttl).await.unwrap().expect("acquired");
+    guard.start_watchdog();
+    let lost = guard.lost_token();
+    tokio::time::sleep(ttl).await;
+    assert!(!lost.is_cancelled(), "{:?}", guard.loss_reason());
+    let mut raws = fleet.raws().await;
+    for c in raws.iter_mut().take(2) {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key("q"))
+            .arg("foreign")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+    let overwritten = Instant::now();
+    tokio::time::timeout(ttl + Duration::from_millis(50), guard.lost())
+        .await
+        .expect("the loss signal fired within a ttl");
+    let after = overwritten.elapsed();
+    let reason = guard.loss_reason().expect("a reason");
+    assert!(reason.contains("no quorum"), "{reason}");
+    eprintln!("loss signal {after:?} after the overwrite: {reason}");
+    // The foreign values are untouched: a lost lock deletes nothing.
+    assert_eq!(
+        get(&mut raws[0], &lock_key("q")).await.as_deref(),
+        Some("foreign")
+    );
+    assert_eq!(
+        get(&mut raws[1], &lock_key("q")).await.as_deref(),
+        Some("foreign")
+    );
+    assert_eq!(guard.release().await.unwrap(), 1);
+    assert_eq!(
+        get(&mut raws[0], &lock_key("q")).await.as_deref(),
+        Some("foreign")
+    );
+}

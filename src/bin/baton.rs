@@ -47,8 +47,9 @@ use std::time::Duration;
 
 use baton::{
     AcquireOptions, Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus, LockGuard,
+    RedlockGuard, RedlockOptions,
 };
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
@@ -100,12 +101,16 @@ Exit statuses of `baton lock`:
   126/127  PROGRAM could not be executed / was not found (the lock is released)
   64       usage or configuration error (durations are checked before connecting to Redis)
   65       the lock's fence key holds a value baton never writes
-  69       Redis cannot be reached, or failed while the lock was being acquired
+  69       Redis cannot be reached, or failed while the lock was being acquired; with
+           --redlock: a master cannot be reached at start, or too many masters failed for a
+           quorum (masters/2+1) to be possible (the message names the quorum)
   74       the lock was lost while PROGRAM ran: an extension found another token (or none),
            or no extension was confirmed before the lease's end (also when baton was stopped,
            e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
            latest when the lease could pass on. Also when PROGRAM ended but the release found
-           the lock held by another token (mutual exclusion may have been broken)
+           the lock held by another token (mutual exclusion may have been broken). With
+           --redlock: an extension round found no quorum still holding the lock, or no quorum
+           extension was confirmed before the validity deadline (SIGKILL by then)
   75       --wait ran out while the lock was held elsewhere (nothing was run)
   129/130/131/143
            baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the lock is released
@@ -123,8 +128,20 @@ in its own process group (which gets the terminal when baton is in the foregroun
 SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
 meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), and PROGRAM dies with baton.
 
+--redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
+number, all distinct; instead of --redis-url) so that it survives the loss of a minority of
+them. PROGRAM then gets BATON_LOCK_KEY but no BATON_FENCING_TOKEN: Redlock has no monotonic
+token. No counter grows across grants on a majority of masters: a master restarted without
+persistence forgets the lock, a quorum can form again for a second holder while the first
+still runs, and no token could be made to increase across that. Mutual exclusion then rests
+on timing alone (clock rates, pauses): use it to avoid duplicate work, and the single-server
+lock (with its fencing token) to protect data. The watchdog extends by quorum every --ttl/3;
+the lock is lost when a round finds no quorum still holding it, or when no quorum extension is
+confirmed before the validity (ttl − elapsed − drift) runs out.
+
 Example (one backup at a time, whichever host gets there first):
-  baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup";
+  baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup
+  baton lock --redlock redis://a:6379/,redis://b:6379/,redis://c:6379/ --key dedupe -- job";
 
 const EX_USAGE: u8 = 64;
 const EX_DATAERR: u8 = 65;
@@ -159,6 +176,9 @@ struct Cli {
     /// Key prefix of the job's Redis keys.
     #[arg(long, global = true, default_value = "baton:")]
     prefix: String,
+    /// Whether --redis-url was given on the command line (not by default or environment).
+    #[arg(skip)]
+    redis_url_given: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -261,13 +281,17 @@ struct RunArgs {
     program: Vec<OsString>,
 }
 
-// `--redlock URL,URL,URL` (several independent masters, no BATON_FENCING_TOKEN since Redlock
-// has no monotonic token) is not part of this command yet: it comes with the Redlock primitive.
 #[derive(Args, Debug)]
 struct LockArgs {
     /// The lock's name; every process that must not run at the same time uses the same key.
     #[arg(long)]
     key: String,
+    /// Use Redlock over these independent masters (comma-separated, at least 3, an odd number,
+    /// all distinct) instead of --redis-url. BATON_FENCING_TOKEN is then not set: Redlock has
+    /// no monotonic token (see below).
+    /// (Conflicts with --redis-url on the command line; BATON_REDIS_URL is ignored with it.)
+    #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',')]
+    redlock: Vec<String>,
     /// The lease: how long the lock outlives a holder that went silent (10ms ..= 1 day). The
     /// watchdog extends it every ttl/3 while PROGRAM runs.
     #[arg(long, default_value = "30s", value_parser = duration)]
@@ -300,8 +324,18 @@ fn kill_grace(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let cli = match parsed {
+        Ok((mut cli, m)) => {
+            // --redis-url is global: its source is recorded on the subcommand's matches.
+            let given = |m: &clap::ArgMatches| {
+                m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)
+            };
+            cli.redis_url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
+            cli
+        }
         Err(e) => {
             let code = if e.use_stderr() { EX_USAGE } else { 0 };
             let _ = e.print();
@@ -327,6 +361,7 @@ fn main() -> ExitCode {
 enum Plan<'a> {
     Run(&'a RunArgs, FailoverConfig, Sink),
     Lock(&'a LockArgs, AcquireOptions, Sink),
+    Redlock(&'a LockArgs, RedlockOptions, Sink),
     Status(FailoverConfig, bool),
     Watch(FailoverConfig, bool),
     Fail(FailoverConfig, &'a str, bool),
@@ -352,7 +387,22 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             // is a usage error even when Redis is unreachable.
             job(&args.key)?;
             let (opts, sink) = lock_config(args)?;
-            Plan::Lock(args, opts, sink)
+            if args.redlock.is_empty() {
+                Plan::Lock(args, opts, sink)
+            } else {
+                if cli.redis_url_given {
+                    return Err(usage(
+                        "--redlock and --redis-url cannot be used together: --redlock names \
+                         every master",
+                    ));
+                }
+                redlock_urls(&args.redlock)?;
+                let mut ropts = RedlockOptions::default();
+                if let Some(wait) = args.wait {
+                    ropts = ropts.wait(wait);
+                }
+                Plan::Redlock(args, ropts, sink)
+            }
         }
         Command::Status { key, json } => Plan::Status(job(key)?, *json),
         Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
@@ -377,6 +427,13 @@ async fn dispatch(cli: Cli) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    // Redlock connects to its own masters, never to --redis-url.
+    let plan = match plan {
+        Plan::Redlock(args, opts, sink) => {
+            return redlock(args, opts, sink, &cli.prefix).await;
+        }
+        other => other,
+    };
     let client = match connect(&cli.redis_url).await {
         Ok(c) => c,
         Err(code) => return code,
@@ -384,6 +441,8 @@ async fn dispatch(cli: Cli) -> u8 {
     match plan {
         Plan::Run(args, config, sink) => run(&client, args, config, sink).await,
         Plan::Lock(args, opts, sink) => lock(&client, args, opts, sink, &cli.prefix).await,
+        // Returned above.
+        Plan::Redlock(..) => EX_USAGE,
         Plan::Status(cfg, json) => status(&client, cfg, &cli.prefix, json).await,
         Plan::Watch(cfg, json) => watch(&client, cfg, json).await,
         Plan::Fail(cfg, reason, yes) => admin_fail(&client, cfg, reason, yes).await,
@@ -1300,6 +1359,259 @@ async fn lock(
             }
             Err(e) => {
                 // PROGRAM finished while the lock was ours; it expires by its ttl.
+                eprintln!(
+                    "baton: {}: the release failed (the lock expires by its ttl): {e}",
+                    args.key
+                );
+                exit_code(&status)
+            }
+        },
+    }
+}
+
+/// `--redlock`'s URLs: at least 3, an odd number, all distinct (checked before connecting).
+fn redlock_urls(urls: &[String]) -> Result<(), u8> {
+    let n = urls.len();
+    if n < 3 {
+        return Err(usage(format!(
+            "--redlock needs at least 3 independent masters, got {n}"
+        )));
+    }
+    if n % 2 == 0 {
+        return Err(usage(format!(
+            "--redlock needs an odd number of masters (3, 5, …), got {n}: one more master \
+             raises the quorum without tolerating one more failure"
+        )));
+    }
+    for (i, u) in urls.iter().enumerate() {
+        if u.trim().is_empty() {
+            return Err(usage("--redlock: an empty URL"));
+        }
+        if urls[..i].contains(u) {
+            return Err(usage(
+                "--redlock: a master is given twice (one server counted twice would fake a quorum)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `baton lock --redlock`'s lease: the Redlock, its watchdog's loss signal.
+struct RedlockLease<'a> {
+    guard: &'a RedlockGuard,
+    kill_grace: Duration,
+    /// The loss signal fires once and stays fired: report it once.
+    reported: bool,
+}
+
+impl Lease for RedlockLease<'_> {
+    async fn lost(&mut self, sink: &mut Sink) -> Loss {
+        if self.reported {
+            return std::future::pending().await;
+        }
+        self.guard.lost().await;
+        self.reported = true;
+        let reason = self
+            .guard
+            .loss_reason()
+            .unwrap_or_else(|| "the lock was lost".into());
+        sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
+        // The validity deadline errs early (round start + ttl − elapsed − drift): killed by
+        // then, PROGRAM is gone before a quorum can expire and the lock pass on.
+        let kill_at = self
+            .guard
+            .validity_deadline()
+            .min(later(Instant::now(), self.kill_grace));
+        Loss {
+            term: true,
+            kill_at,
+        }
+    }
+
+    async fn still_held(&mut self, away: Duration) -> Result<(), String> {
+        let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
+        if let Some(reason) = self.guard.loss_reason() {
+            return lost(format!("the lock was lost ({reason})"));
+        }
+        if Instant::now() >= self.guard.validity_deadline() {
+            return lost("the lock's validity ran out".into());
+        }
+        Ok(())
+    }
+}
+
+/// Marks a configuration error among the connection errors (exit 64, not 69).
+const CONFIG_MARK: &str = "\u{0}config: ";
+
+/// Connects to every `--redlock` master at once; `Err` is the exit status (69 naming the
+/// quorum when a master cannot be reached).
+async fn connect_masters(urls: &[String], key: &str) -> Result<Vec<Client>, u8> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, u) in urls.iter().enumerate() {
+        let u = u.clone();
+        set.spawn(async move {
+            let mut builder = Client::builder(u);
+            if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
+                builder = match builder.password_file(path) {
+                    Ok(b) => b,
+                    Err(e) => return (i, Err(e.to_string())),
+                };
+            }
+            match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
+                Ok(Ok(c)) => (i, Ok(c)),
+                Ok(Err(e)) if e.kind() == ErrorKind::Config => {
+                    (i, Err(format!("{CONFIG_MARK}{e}")))
+                }
+                Ok(Err(e)) => (i, Err(e.to_string())),
+                Err(_) => (i, Err("did not answer within 8 s".into())),
+            }
+        });
+    }
+    let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
+    let mut errors = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((i, Ok(c))) => clients[i] = Some(c),
+            Ok((i, Err(e))) => errors.push(format!("master {i}: {e}")),
+            Err(e) => errors.push(format!("a connection task failed: {e}")),
+        }
+    }
+    if errors.is_empty() {
+        return Ok(clients.into_iter().flatten().collect());
+    }
+    if let Some(bad) = errors.iter().find(|e| e.contains(CONFIG_MARK)) {
+        for c in clients.into_iter().flatten() {
+            c.shutdown(Duration::from_secs(1)).await;
+        }
+        return Err(usage(format!("--redlock {}", bad.replace(CONFIG_MARK, ""))));
+    }
+    let n = urls.len();
+    let needed = n / 2 + 1;
+    let reachable = clients.iter().flatten().count();
+    errors.sort();
+    eprintln!(
+        "baton: {key}: the Redlock needs a quorum of {needed} of {n} masters; {reachable} \
+         could be reached at start, and every master must be to begin: {}",
+        errors.join("; ")
+    );
+    for c in clients.into_iter().flatten() {
+        c.shutdown(Duration::from_secs(1)).await;
+    }
+    Err(EX_UNAVAILABLE)
+}
+
+async fn redlock(args: &LockArgs, opts: RedlockOptions, mut sink: Sink, prefix: &str) -> u8 {
+    let clients = match connect_masters(&args.redlock, &args.key).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let code = redlock_with(&clients, args, opts, &mut sink, prefix).await;
+    for c in &clients {
+        c.shutdown(LEASE_CHECK_TIMEOUT).await;
+    }
+    code
+}
+
+async fn redlock_with(
+    clients: &[Client],
+    args: &LockArgs,
+    opts: RedlockOptions,
+    sink: &mut Sink,
+    prefix: &str,
+) -> u8 {
+    let rl = match Client::redlock(clients).and_then(|r| r.with_prefix(prefix)) {
+        Ok(r) => r,
+        Err(e) => return usage(e),
+    };
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    let mut sigchld = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    sink.note("waiting for the Redlock");
+    let got = tokio::select! {
+        sig = signals.recv() => Err(sig),
+        got = rl.acquire(&args.key, args.ttl, &opts) => Ok(got),
+    };
+    let mut guard = match got {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+            eprintln!("baton: {}: not acquired: {e}", args.key);
+            return EX_TEMPFAIL;
+        }
+        Ok(Err(e)) if e.kind() == ErrorKind::QuorumUnavailable => {
+            eprintln!("baton: {}: {e}", args.key);
+            return EX_UNAVAILABLE;
+        }
+        Ok(Err(e)) => return fail_with(&e),
+        // The dropped acquisition releases on every master in a client task; the caller's
+        // shutdown lets it finish.
+        Err(sig) => return signal_status(sig),
+    };
+    guard.start_watchdog();
+    sink.note(&format!(
+        "acquired on a quorum of {} of {} masters (no fencing token: Redlock has none)",
+        rl.quorum(),
+        rl.masters()
+    ));
+    let tty = in_foreground();
+    let env = [("BATON_LOCK_KEY", args.key.clone())];
+    let mut program = match spawn(&args.program, &env, tty) {
+        Ok(p) => p,
+        Err(e) => {
+            let code = spawn_failed(&args.program, &e, tty);
+            let _ = guard.release().await;
+            return code;
+        }
+    };
+    let mut lease = RedlockLease {
+        guard: &guard,
+        kill_grace: args.kill_grace,
+        reported: false,
+    };
+    let mut supervisor = Supervisor {
+        sink,
+        signals: &mut signals,
+        sigchld: &mut sigchld,
+        kill_grace: args.kill_grace,
+        lease_end: None,
+    };
+    let far = later(Instant::now(), FAR);
+    let done = supervisor
+        .supervise(&mut program, &mut lease, far, String::new())
+        .await;
+    let quorum = rl.quorum();
+    let released = guard.release().await;
+    let status = match done.status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: lost track of PROGRAM: {e}");
+            return EX_LOST;
+        }
+    };
+    match done.stopping {
+        Some(Stopping::Lost) => EX_LOST,
+        Some(Stopping::Signal(sig)) => signal_status(sig),
+        None => match released {
+            Ok(held) if held >= quorum => exit_code(&status),
+            Ok(held) => {
+                eprintln!(
+                    "baton: {}: PROGRAM ended, but only {held} masters still held the lock \
+                     (a quorum is {quorum}; mutual exclusion may have been broken)",
+                    args.key
+                );
+                EX_LOST
+            }
+            Err(e) => {
                 eprintln!(
                     "baton: {}: the release failed (the lock expires by its ttl): {e}",
                     args.key

@@ -24,6 +24,13 @@
 //! quorum confirmed within the new validity, computed the same way; a failed extension never
 //! deletes anything. Release compares the token on every master.
 //!
+//! The watchdog ([`RedlockGuard::start_watchdog`]) extends by quorum every `ttl / 3` from the
+//! start of the last confirmed round and moves the validity deadline; its loss signal
+//! ([`RedlockGuard::lost_token`], [`RedlockGuard::lost`], [`RedlockGuard::loss_reason`]) fires
+//! when a round finds no quorum still holding the token, when no quorum extension was confirmed
+//! by the validity deadline (its own timer), or when non-retryable errors make a quorum
+//! impossible; other failures are retried until the deadline.
+//!
 //! # What Redlock gives, and what it does not
 //! - **Mutual exclusion only under timing assumptions**: the masters' clocks must advance at
 //!   about the same rate (the drift allowance is 1 % + 2 ms), and the holder must stop using the
@@ -51,6 +58,7 @@
 
 pub mod keys;
 mod quorum;
+mod watchdog;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -61,9 +69,11 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
 use crate::lease::lock as kernel;
+use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
 use crate::transport::Transport;
 use crate::util::backoff::Backoff;
@@ -294,7 +304,9 @@ impl Redlock {
                     key: key.to_string(),
                     token,
                     ttl,
-                    validity_deadline: after(start, validity),
+                    round_start: start,
+                    state: LeaseState::new(after(start, validity)),
+                    watchdog: None,
                 }),
             }));
         }
@@ -397,6 +409,42 @@ fn parse_set(reply: Value) -> Result<bool, Error> {
         Value::Nil => Ok(false),
         other => Err(crate::transport::unexpected("the Redlock SET NX", &other)),
     }
+}
+
+/// One extension round: compare-and-`PEXPIRE` to `ttl` on every master at once, each bounded
+/// far below `ttl`. Returns when the round started (before any request left) and the replies in
+/// the masters' order.
+async fn extend_round(
+    masters: &[Arc<Transport>],
+    keys: &RedlockKeys,
+    token: &str,
+    ttl: Duration,
+) -> (Instant, Vec<Result<Extension, Error>>) {
+    let start = Instant::now();
+    let replies = join_all(
+        masters
+            .iter()
+            .map(|t| {
+                let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
+                let mut conn = t.manager.clone();
+                let lock = &keys.lock;
+                async move {
+                    let req = Extend {
+                        lease: lock,
+                        value: token,
+                        ttl,
+                        guard: lock,
+                        guard_value: token,
+                        refresh: &[],
+                        retention: ttl,
+                    };
+                    extend(&mut conn, &req, limit).await
+                }
+            })
+            .collect(),
+    )
+    .await;
+    (start, replies)
 }
 
 /// Compare-and-delete by token on every master at once, each bounded by `timeout(master)`:
@@ -524,7 +572,12 @@ struct Held {
     key: String,
     token: String,
     ttl: Duration,
-    validity_deadline: Instant,
+    /// When the granting (or last confirmed extending) round started.
+    round_start: Instant,
+    /// The validity deadline and the loss signal, shared with the watchdog.
+    state: Arc<LeaseState>,
+    /// Stops the watchdog, when one runs.
+    watchdog: Option<CancellationToken>,
 }
 
 impl std::fmt::Debug for RedlockGuard {
@@ -561,8 +614,72 @@ impl RedlockGuard {
     /// last successful extending) round + ttl − elapsed − drift. Always before `start + ttl`.
     pub fn validity_deadline(&self) -> Instant {
         self.held()
-            .map(|h| h.validity_deadline)
+            .map(|h| h.state.deadline())
             .unwrap_or_else(Instant::now)
+    }
+
+    /// The loss signal as a token: cancelled when an extension round (the watchdog's or
+    /// [`RedlockGuard::extend`]'s) found no quorum still holding this guard's token, when the
+    /// watchdog could not confirm a quorum extension before
+    /// [`RedlockGuard::validity_deadline`] (its own timer: a hung master never delays it), or
+    /// when non-retryable errors (ACL, wrong type) made a quorum impossible. Without the
+    /// watchdog it only fires on a refused extension: watch the deadline yourself.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.held()
+            .map(|h| h.state.lost().clone())
+            .unwrap_or_default()
+    }
+
+    /// Resolves when the loss signal fires (see [`RedlockGuard::lost_token`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        if let Some(h) = self.held() {
+            h.state.lost().cancelled().await;
+        }
+    }
+
+    /// Why the loss signal fired, once it did.
+    pub fn loss_reason(&self) -> Option<String> {
+        self.held().and_then(|h| h.state.reason())
+    }
+
+    /// Starts the watchdog (once; later calls do nothing). It extends the lock by quorum every
+    /// `ttl / 3`, counted from the start of the last confirmed round, moves
+    /// [`RedlockGuard::validity_deadline`] with each confirmed quorum extension, retries
+    /// transient failures (masters down, timeouts, a round too slow to leave validity) with
+    /// backoff until the validity deadline, and fires the loss signal as
+    /// [`RedlockGuard::lost_token`] describes. It runs on the task tracker of the first
+    /// master's client that is not shut down, stops on `release` or drop, and fires the loss
+    /// signal if that client shuts down. Without a live client or a runtime it fires the loss
+    /// signal at once: nobody would extend.
+    pub fn start_watchdog(&mut self) {
+        let Some(h) = self.held.as_mut() else {
+            return;
+        };
+        if h.watchdog.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        watchdog::spawn(
+            watchdog::Watch {
+                masters: h.masters.clone(),
+                keys: h.keys.clone(),
+                key: h.key.clone(),
+                token: h.token.clone(),
+                ttl: h.ttl,
+                round_start: h.round_start,
+            },
+            h.state.clone(),
+            stop.clone(),
+        );
+        h.watchdog = Some(stop);
+    }
+
+    /// Whether the watchdog runs.
+    pub fn has_watchdog(&self) -> bool {
+        self.held().is_some_and(|h| h.watchdog.is_some())
     }
 
     /// Extends the lock to `ttl` on every master that still holds this guard's token
@@ -582,30 +699,7 @@ impl RedlockGuard {
         let Some(h) = self.held.as_mut() else {
             return Ok(false);
         };
-        let start = Instant::now();
-        let replies = join_all(
-            h.masters
-                .iter()
-                .map(|t| {
-                    let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
-                    let mut conn = t.manager.clone();
-                    let (lock, token) = (&h.keys.lock, &h.token);
-                    async move {
-                        let req = Extend {
-                            lease: lock,
-                            value: token,
-                            ttl,
-                            guard: lock,
-                            guard_value: token,
-                            refresh: &[],
-                            retention: ttl,
-                        };
-                        extend(&mut conn, &req, limit).await
-                    }
-                })
-                .collect(),
-        )
-        .await;
+        let (start, replies) = extend_round(&h.masters, &h.keys, &h.token, ttl).await;
         let elapsed = start.elapsed();
         let yes = replies
             .iter()
@@ -615,7 +709,8 @@ impl RedlockGuard {
         match decide(h.masters.len(), yes, failed, ttl, elapsed) {
             Decision::Held { validity } => {
                 h.ttl = ttl;
-                h.validity_deadline = after(start, validity);
+                h.round_start = start;
+                h.state.confirmed(after(start, validity));
                 Ok(true)
             }
             Decision::Unavailable { needed, reachable } => Err(Error::QuorumUnavailable {
@@ -625,8 +720,17 @@ impl RedlockGuard {
                 masters: h.masters.len(),
                 errors: summary(&h.masters, &replies),
             }),
-            Decision::Contended | Decision::Expired => {
+            Decision::Contended => {
                 tracing::warn!(key = %h.key, token = short(&h.token), yes, failed, "Redlock extension without a quorum");
+                h.state.lose(format!(
+                    "an extension round found no quorum still holding the lock ({yes} of {} masters did, {} needed)",
+                    h.masters.len(),
+                    quorum::quorum(h.masters.len())
+                ));
+                Ok(false)
+            }
+            Decision::Expired => {
+                tracing::warn!(key = %h.key, token = short(&h.token), yes, failed, "Redlock extension round too slow to leave any validity");
                 Ok(false)
             }
         }
@@ -648,6 +752,9 @@ impl RedlockGuard {
         let Some(h) = self.held.take() else {
             return Ok(0);
         };
+        if let Some(stop) = &h.watchdog {
+            stop.cancel();
+        }
         let replies = release_all(&h.masters, &h.keys, &h.token, |t| {
             t.settings.response_timeout
         })
@@ -676,6 +783,9 @@ impl RedlockGuard {
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
+            if let Some(stop) = &h.watchdog {
+                stop.cancel();
+            }
             release_in_background(h.masters, h.keys, h.token);
         }
     }

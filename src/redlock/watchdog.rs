@@ -1,0 +1,194 @@
+//! The Redlock watchdog: extends the lock by quorum while its holder works, and fires the loss
+//! signal (the lease kernel's [`LeaseState`]) when it can no longer vouch for it.
+//!
+//! Timing follows the mutex's watchdog (`lease::watchdog`): a round every `ttl / 3` counted
+//! from the start of the last confirmed round; the signal fires on its own timer at the
+//! validity deadline of the last confirmed round, never by waiting on a request; a round that
+//! finds no quorum still holding the token fires it at once; transient failures are retried
+//! with backoff until the deadline; non-retryable errors fire it once they alone make a quorum
+//! impossible.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::keys::RedlockKeys;
+use super::quorum::{decide, quorum, Decision};
+use super::{extend_round, summary, Masters};
+use crate::lease::watchdog::LeaseState;
+use crate::lease::Extension;
+use crate::util::backoff::Backoff;
+use crate::util::time::after;
+use crate::util::token::short;
+
+/// What the watchdog keeps alive.
+pub(super) struct Watch {
+    pub masters: Masters,
+    pub keys: Arc<RedlockKeys>,
+    pub key: String,
+    pub token: String,
+    pub ttl: Duration,
+    /// When the granting (or last confirmed extending) round started.
+    pub round_start: Instant,
+}
+
+/// Starts the watchdog on the tracker of the first master whose client is not shut down; it
+/// ends when `stop` fires, when that client shuts down (the loss signal fires), or once it
+/// fired the loss signal.
+pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToken) {
+    let Some(host) = watch
+        .masters
+        .iter()
+        .find(|t| !t.cancel.is_cancelled())
+        .cloned()
+    else {
+        state.lose("every master's client is shut down; the lock is not extended");
+        return;
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        state.lose("no async runtime to run the watchdog; the lock is not extended");
+        return;
+    }
+    let client_gone = host.cancel.clone();
+    host.tracker.spawn(async move {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => {}
+            _ = client_gone.cancelled() => state.lose("the client shut down; the lock is no longer extended"),
+            _ = run(watch, state.clone()) => {}
+        }
+    });
+}
+
+async fn run(watch: Watch, state: Arc<LeaseState>) {
+    let interval = (watch.ttl / 3).max(Duration::from_millis(1));
+    let mut backoff = Backoff::new(interval);
+    let mut due = after(watch.round_start, interval);
+    let lost_deadline = "no quorum extension was confirmed before the lock's validity ended";
+    loop {
+        let end = state.deadline();
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(end) => {
+                state.lose(lost_deadline);
+                return;
+            }
+            _ = tokio::time::sleep_until(due) => {}
+        }
+        let (start, replies) = tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(end) => {
+                state.lose(lost_deadline);
+                return;
+            }
+            r = extend_round(&watch.masters, &watch.keys, &watch.token, watch.ttl) => r,
+        };
+        let yes = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Extension::Confirmed { .. })))
+            .count();
+        let failed = replies.iter().filter(|r| r.is_err()).count();
+        let fatal = replies
+            .iter()
+            .filter(|r| matches!(r, Err(e) if !e.is_retryable()))
+            .count();
+        let step = after_round(
+            watch.masters.len(),
+            yes,
+            failed,
+            fatal,
+            watch.ttl,
+            start.elapsed(),
+        );
+        match step {
+            Step::Extended { validity } => {
+                state.confirmed(after(start, validity));
+                backoff.reset();
+                due = after(start, interval);
+                tracing::debug!(key = %watch.key, yes, "Redlock extended by quorum");
+            }
+            Step::Retry => {
+                tracing::debug!(key = %watch.key, yes, failed, errors = %summary(&watch.masters, &replies), "Redlock extension round without a quorum; retrying");
+                due = after(Instant::now(), backoff.next_delay());
+            }
+            Step::Lost(reason) => {
+                tracing::warn!(key = %watch.key, token = short(&watch.token), %reason, errors = %summary(&watch.masters, &replies), "Redlock lost");
+                state.lose(reason);
+                return;
+            }
+        }
+    }
+}
+
+/// What the watchdog does after one extension round.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// A quorum confirmed: valid for `validity` from the round's start.
+    Extended { validity: Duration },
+    /// Transient: too many masters failed to tell, or the round was too slow. Retry until the
+    /// validity deadline.
+    Retry,
+    /// The lock cannot be kept.
+    Lost(String),
+}
+
+/// The watchdog's decision on a round over `masters` where `yes` confirmed, `failed` gave an
+/// error (`fatal` of them a non-retryable one) and that took `elapsed` of `ttl`.
+pub(super) fn after_round(
+    masters: usize,
+    yes: usize,
+    failed: usize,
+    fatal: usize,
+    ttl: Duration,
+    elapsed: Duration,
+) -> Step {
+    let needed = quorum(masters);
+    match decide(masters, yes, failed, ttl, elapsed) {
+        Decision::Held { validity } => Step::Extended { validity },
+        Decision::Contended => Step::Lost(format!(
+            "an extension round found no quorum still holding the lock ({yes} of {masters} \
+             masters did, {needed} needed): it is held by another token or gone"
+        )),
+        Decision::Unavailable { .. } if masters.saturating_sub(fatal) < needed => {
+            Step::Lost(format!(
+                "{fatal} of {masters} masters failed with non-retryable errors: a quorum of \
+                 {needed} cannot be kept"
+            ))
+        }
+        Decision::Unavailable { .. } | Decision::Expired => Step::Retry,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn rounds_extend_retry_or_lose() {
+        let ttl = Duration::from_millis(300);
+        assert!(matches!(
+            after_round(3, 2, 1, 0, ttl, 5 * MS),
+            Step::Extended { .. }
+        ));
+        // Everyone answered, one still ours: held elsewhere or gone.
+        assert!(matches!(
+            after_round(3, 1, 0, 0, ttl, 5 * MS),
+            Step::Lost(_)
+        ));
+        // Two masters down: cannot tell, retry until the deadline.
+        assert_eq!(after_round(3, 1, 2, 0, ttl, 5 * MS), Step::Retry);
+        // A quorum, but too slow: retry.
+        assert_eq!(after_round(3, 3, 0, 0, ttl, ttl), Step::Retry);
+        // Two masters refuse the script for good (ACL): the lock cannot be kept.
+        assert!(matches!(
+            after_round(3, 1, 2, 2, ttl, 5 * MS),
+            Step::Lost(_)
+        ));
+        // One fatal, one transient: a quorum may come back.
+        assert_eq!(after_round(3, 1, 2, 1, ttl, 5 * MS), Step::Retry);
+    }
+}
