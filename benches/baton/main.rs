@@ -6,12 +6,15 @@
 //! prints a table and writes `target/bench/latest.json`. Nothing here asserts a timing; every
 //! figure is computed in the run. See BENCHMARKS.md for what each number means.
 //!
-//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`; and
+//! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`;
+//! the locks' `lock-uncontended`, `lock-distinct`, `lock-contended`, `redlock` (baton's mutex
+//! and Redlock against a hand-written floor and the `rslock` crate: see `locks.rs`); and
 //! `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod floor;
 mod holders;
+mod locks;
 mod profile;
 mod redisinfo;
 mod scenarios;

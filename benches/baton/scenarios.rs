@@ -26,6 +26,10 @@ pub const NAMES: &[&str] = &[
     "handover",
     "takeover",
     "idle",
+    "lock-uncontended",
+    "lock-distinct",
+    "lock-contended",
+    "redlock",
 ];
 
 #[derive(Default)]
@@ -44,6 +48,10 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "handover" => handover(opts, report).await,
         "takeover" => takeover(opts, report).await,
         "idle" => idle(opts, report).await,
+        "lock-uncontended" => crate::locks::uncontended(opts, report).await,
+        "lock-distinct" => crate::locks::distinct(opts, report).await,
+        "lock-contended" => crate::locks::contended(opts, report).await,
+        "redlock" => crate::locks::redlock(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
