@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::util::names::{check_name, check_prefix};
 
 /// How chatty `Status` events are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
@@ -104,7 +105,7 @@ impl From<FailoverConfig> for RawConfig {
 }
 
 /// The default key prefix.
-pub const DEFAULT_PREFIX: &str = "baton:";
+pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 /// The default lease time (the original's `lockTimeout`).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default number of attempts (the original's `maxAttempts`).
@@ -114,7 +115,6 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How many droppable events queue up unread before `Status`/`Locked` are dropped.
 pub const DEFAULT_EVENT_CAPACITY: usize = 64;
 
-const MAX_KEY_BYTES: usize = 1024;
 const MIN_LOCK_TIMEOUT: Duration = Duration::from_millis(10);
 const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 const MAX_MAX_ATTEMPTS: u64 = 1_000_000;
@@ -278,18 +278,8 @@ impl FailoverConfigBuilder {
     /// [`ConfigError::Invalid`] naming the first field out of range.
     pub fn build(self) -> Result<FailoverConfig, ConfigError> {
         let r = self.raw;
-        validate_name("key", &r.key, MAX_KEY_BYTES)?;
-        if r.prefix.is_empty() || !r.prefix.ends_with(':') {
-            return Err(ConfigError::invalid("prefix", "must end with `:`"));
-        }
-        // `ends_with(':')` was checked above, so slicing off the last byte stays on a char boundary.
-        if r.prefix[..r.prefix.len() - 1].trim().is_empty() {
-            return Err(ConfigError::invalid(
-                "prefix",
-                "must not be blank before the `:`",
-            ));
-        }
-        validate_name("prefix", &r.prefix, MAX_KEY_BYTES)?;
+        check_name("key", &r.key)?;
+        check_prefix(&r.prefix)?;
         let lock_timeout = Duration::from_millis(r.lock_timeout_ms);
         if lock_timeout < MIN_LOCK_TIMEOUT || lock_timeout > MAX_LOCK_TIMEOUT {
             return Err(ConfigError::invalid(
@@ -377,25 +367,6 @@ impl FailoverConfigBuilder {
 /// range instead of wrapping.
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn validate_name(field: &'static str, value: &str, max: usize) -> Result<(), ConfigError> {
-    if value.is_empty() || value.len() > max {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must be 1..={max} bytes, got {}", value.len()),
-        ));
-    }
-    if value.trim().is_empty() {
-        return Err(ConfigError::invalid(field, "must not be blank"));
-    }
-    if value.contains('{') || value.contains('}') {
-        return Err(ConfigError::invalid(
-            field,
-            "must not contain `{` or `}` (they would change the Redis Cluster hash tag)",
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

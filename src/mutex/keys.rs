@@ -10,13 +10,11 @@
 //! `{K}` is a Redis Cluster hash tag: the lock and its fence share a slot, so one script can
 //! touch both. That is why `{` and `}` are rejected in names and prefixes.
 
-use crate::error::ConfigError;
-
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
-pub const DEFAULT_PREFIX: &str = "baton:";
+pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 
 /// The longest lock name, in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub const MAX_KEY_BYTES: usize = crate::util::names::MAX_NAME_BYTES;
 
 /// The keys and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,43 +36,6 @@ impl LockKeys {
     }
 }
 
-/// Checks a lock name: 1..=1024 bytes, not blank, no `{` or `}`.
-pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
-    validate("key", name)
-}
-
-/// Checks a prefix: ends with `:`, not blank before it, no `{` or `}`.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
-    validate("prefix", prefix)?;
-    match prefix.strip_suffix(':') {
-        None => Err(ConfigError::invalid("prefix", "must end with `:`")),
-        Some(head) if head.trim().is_empty() => Err(ConfigError::invalid(
-            "prefix",
-            "must not be blank before the `:`",
-        )),
-        Some(_) => Ok(()),
-    }
-}
-
-fn validate(field: &'static str, value: &str) -> Result<(), ConfigError> {
-    if value.is_empty() || value.len() > MAX_KEY_BYTES {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must be 1..={MAX_KEY_BYTES} bytes, got {}", value.len()),
-        ));
-    }
-    if value.trim().is_empty() {
-        return Err(ConfigError::invalid(field, "must not be blank"));
-    }
-    if value.contains('{') || value.contains('}') {
-        return Err(ConfigError::invalid(
-            field,
-            "must not contain `{` or `}` (they would change the Redis Cluster hash tag)",
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,30 +48,5 @@ mod tests {
         assert_eq!(k.channel, "baton:lock:{msg:42}:released");
         // A failover job of the same name uses `baton:{msg:42}`: no collision.
         assert_ne!(k.lock, "baton:{msg:42}");
-    }
-
-    #[test]
-    fn names_are_checked() {
-        assert!(validate_name("msg:42").is_ok());
-        assert!(validate_name("ジョブ 🔒").is_ok());
-        assert!(validate_name(&"x".repeat(1024)).is_ok());
-        for bad in ["", "   ", "a{b", "}a", &"x".repeat(1025)] {
-            let Err(ConfigError::Invalid { field, .. }) = validate_name(bad) else {
-                panic!("{bad:?} accepted");
-            };
-            assert_eq!(field, "key");
-        }
-    }
-
-    #[test]
-    fn prefixes_are_checked() {
-        assert!(validate_prefix("baton:").is_ok());
-        assert!(validate_prefix("app:baton:").is_ok());
-        for bad in ["", "baton", " :", "{b}:", ":"] {
-            let Err(ConfigError::Invalid { field, .. }) = validate_prefix(bad) else {
-                panic!("{bad:?} accepted");
-            };
-            assert_eq!(field, "prefix");
-        }
     }
 }

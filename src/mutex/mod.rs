@@ -78,7 +78,7 @@ impl Locks {
     /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
     /// and free of `{` and `}`.
     pub fn with_prefix(&self, prefix: &str) -> Result<Locks, ConfigError> {
-        keys::validate_prefix(prefix)?;
+        crate::util::names::check_prefix(prefix)?;
         Ok(Locks {
             transport: self.transport.clone(),
             prefix: Arc::from(prefix),
@@ -115,7 +115,7 @@ impl Locks {
     }
 
     fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<LockKeys>, Error> {
-        keys::validate_name(key)?;
+        crate::util::names::check_name("key", key)?;
         options::validate_ttl(ttl)?;
         Ok(Arc::new(LockKeys::new(&self.prefix, key)))
     }

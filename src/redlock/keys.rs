@@ -10,13 +10,11 @@
 //! Cluster hash tag, which is why `{` and `}` are rejected in names and prefixes; the prefix
 //! defaults to `baton:`.
 
-use crate::error::ConfigError;
-
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
-pub const DEFAULT_PREFIX: &str = "baton:";
+pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 
 /// The longest lock name, in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub const MAX_KEY_BYTES: usize = crate::util::names::MAX_NAME_BYTES;
 
 /// The key and channel of one Redlock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,43 +34,6 @@ impl RedlockKeys {
     }
 }
 
-/// Checks a lock name: 1..=1024 bytes, not blank, no `{` or `}`.
-pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
-    validate("key", name)
-}
-
-/// Checks a prefix: 1..=1024 bytes, ends with `:`, not blank before it, no `{` or `}`.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
-    validate("prefix", prefix)?;
-    match prefix.strip_suffix(':') {
-        None => Err(ConfigError::invalid("prefix", "must end with `:`")),
-        Some(head) if head.trim().is_empty() => Err(ConfigError::invalid(
-            "prefix",
-            "must not be blank before the `:`",
-        )),
-        Some(_) => Ok(()),
-    }
-}
-
-fn validate(field: &'static str, value: &str) -> Result<(), ConfigError> {
-    if value.is_empty() || value.len() > MAX_KEY_BYTES {
-        return Err(ConfigError::invalid(
-            field,
-            format!("must be 1..={MAX_KEY_BYTES} bytes, got {}", value.len()),
-        ));
-    }
-    if value.trim().is_empty() {
-        return Err(ConfigError::invalid(field, "must not be blank"));
-    }
-    if value.contains('{') || value.contains('}') {
-        return Err(ConfigError::invalid(
-            field,
-            "must not contain `{` or `}` (they would change the Redis Cluster hash tag)",
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,15 +47,18 @@ mod tests {
 
     #[test]
     fn names_and_prefixes_are_validated() {
-        assert!(validate_name("a").is_ok());
-        assert!(validate_name(&"a".repeat(MAX_KEY_BYTES)).is_ok());
+        assert!(crate::util::names::check_name("key", "a").is_ok());
+        assert!(crate::util::names::check_name("key", &"a".repeat(MAX_KEY_BYTES)).is_ok());
         for bad in ["", " ", "a{b", "a}b"] {
-            assert!(validate_name(bad).is_err(), "{bad:?}");
+            assert!(
+                crate::util::names::check_name("key", bad).is_err(),
+                "{bad:?}"
+            );
         }
-        assert!(validate_name(&"a".repeat(MAX_KEY_BYTES + 1)).is_err());
-        assert!(validate_prefix("app:").is_ok());
+        assert!(crate::util::names::check_name("key", &"a".repeat(MAX_KEY_BYTES + 1)).is_err());
+        assert!(crate::util::names::check_prefix("app:").is_ok());
         for bad in ["", "app", " :", "{a}:"] {
-            assert!(validate_prefix(bad).is_err(), "{bad:?}");
+            assert!(crate::util::names::check_prefix(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -207,7 +207,7 @@ impl Redlock {
     /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
     /// and free of `{` and `}`.
     pub fn with_prefix(&self, prefix: &str) -> Result<Redlock, ConfigError> {
-        keys::validate_prefix(prefix)?;
+        crate::util::names::check_prefix(prefix)?;
         Ok(Redlock {
             masters: self.masters.clone(),
             prefix: Arc::from(prefix),
@@ -230,7 +230,7 @@ impl Redlock {
     }
 
     fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<RedlockKeys>, Error> {
-        keys::validate_name(key)?;
+        crate::util::names::check_name("key", key)?;
         validate_ttl(ttl)?;
         Ok(Arc::new(RedlockKeys::new(&self.prefix, key)))
     }

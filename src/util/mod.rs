@@ -3,6 +3,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod mailbox;
+pub(crate) mod names;
 pub(crate) mod time;
 pub(crate) mod token;
 
