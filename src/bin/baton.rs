@@ -1205,15 +1205,49 @@ fn lock_config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
     Ok((opts, sink))
 }
 
-/// `baton lock`'s lease: the fenced mutex, its watchdog's loss signal.
-struct LockLease<'a> {
-    guard: &'a LockGuard,
+/// What `baton lock` needs of a held lock (the fenced mutex or a Redlock): its watchdog's loss
+/// signal and the deadline before which the lock cannot pass on.
+trait HeldLock {
+    async fn lost(&self);
+    fn loss_reason(&self) -> Option<String>;
+    /// Errs early: the mutex's lease deadline (send time of the last confirmed extension + ttl
+    /// − margin), a Redlock's validity (round start + ttl − elapsed − drift).
+    fn deadline(&self) -> Instant;
+}
+
+impl HeldLock for LockGuard {
+    async fn lost(&self) {
+        LockGuard::lost(self).await;
+    }
+    fn loss_reason(&self) -> Option<String> {
+        LockGuard::loss_reason(self)
+    }
+    fn deadline(&self) -> Instant {
+        self.lease_deadline()
+    }
+}
+
+impl HeldLock for RedlockGuard {
+    async fn lost(&self) {
+        RedlockGuard::lost(self).await;
+    }
+    fn loss_reason(&self) -> Option<String> {
+        RedlockGuard::loss_reason(self)
+    }
+    fn deadline(&self) -> Instant {
+        self.validity_deadline()
+    }
+}
+
+/// `baton lock`'s lease: a held lock and its watchdog's loss signal.
+struct LockLease<'a, G> {
+    guard: &'a G,
     kill_grace: Duration,
     /// The loss signal fires once and stays fired: report it once.
     reported: bool,
 }
 
-impl Lease for LockLease<'_> {
+impl<G: HeldLock> Lease for LockLease<'_, G> {
     async fn lost(&mut self, sink: &mut Sink) -> Loss {
         if self.reported {
             return std::future::pending().await;
@@ -1226,15 +1260,14 @@ impl Lease for LockLease<'_> {
             .loss_reason()
             .unwrap_or_else(|| "the lock was lost".into());
         sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
-        // The lease deadline errs early (send time of the last confirmed extension + ttl −
-        // margin): killed by then, PROGRAM is gone before the key can expire and the lock pass
-        // on. When the loss is the deadline itself, that is now: SIGKILL at once. A refused
-        // extension (the key is gone or foreign) can come earlier; PROGRAM then gets the time
-        // left, at most --kill-grace, to stop cleanly: another holder may already run, which
-        // only the fencing token guards against.
+        // The deadline errs early: killed by then, PROGRAM is gone before the lock can expire
+        // and pass on. When the loss is the deadline itself, that is now: SIGKILL at once. A
+        // refused extension (the key is gone or foreign) can come earlier; PROGRAM then gets
+        // the time left, at most --kill-grace, to stop cleanly: another holder may already
+        // run, which only the fencing token guards against.
         let kill_at = self
             .guard
-            .lease_deadline()
+            .deadline()
             .min(later(Instant::now(), self.kill_grace));
         Loss {
             term: true,
@@ -1249,7 +1282,7 @@ impl Lease for LockLease<'_> {
         }
         // Nothing was extended while stopped: past the deadline the key may have expired and
         // passed on. Before it, the watchdog's next extension settles the rest.
-        if Instant::now() >= self.guard.lease_deadline() {
+        if Instant::now() >= self.guard.deadline() {
             return lost("the lease ran out".into());
         }
         Ok(())
@@ -1396,50 +1429,6 @@ fn redlock_urls(urls: &[String]) -> Result<(), u8> {
     Ok(())
 }
 
-/// `baton lock --redlock`'s lease: the Redlock, its watchdog's loss signal.
-struct RedlockLease<'a> {
-    guard: &'a RedlockGuard,
-    kill_grace: Duration,
-    /// The loss signal fires once and stays fired: report it once.
-    reported: bool,
-}
-
-impl Lease for RedlockLease<'_> {
-    async fn lost(&mut self, sink: &mut Sink) -> Loss {
-        if self.reported {
-            return std::future::pending().await;
-        }
-        self.guard.lost().await;
-        self.reported = true;
-        let reason = self
-            .guard
-            .loss_reason()
-            .unwrap_or_else(|| "the lock was lost".into());
-        sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
-        // The validity deadline errs early (round start + ttl − elapsed − drift): killed by
-        // then, PROGRAM is gone before a quorum can expire and the lock pass on.
-        let kill_at = self
-            .guard
-            .validity_deadline()
-            .min(later(Instant::now(), self.kill_grace));
-        Loss {
-            term: true,
-            kill_at,
-        }
-    }
-
-    async fn still_held(&mut self, away: Duration) -> Result<(), String> {
-        let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
-        if let Some(reason) = self.guard.loss_reason() {
-            return lost(format!("the lock was lost ({reason})"));
-        }
-        if Instant::now() >= self.guard.validity_deadline() {
-            return lost("the lock's validity ran out".into());
-        }
-        Ok(())
-    }
-}
-
 /// Marks a configuration error among the connection errors (exit 64, not 69).
 const CONFIG_MARK: &str = "\u{0}config: ";
 
@@ -1573,7 +1562,7 @@ async fn redlock_with(
             return code;
         }
     };
-    let mut lease = RedlockLease {
+    let mut lease = LockLease {
         guard: &guard,
         kill_grace: args.kill_grace,
         reported: false,
