@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::process::*;
 use common::{get, lease_key, raw, server, shq, state_key, TempDir};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -71,19 +72,6 @@ fn plain(args: &[&str]) -> Command {
     cmd
 }
 
-fn spawn(cmd: &mut Command) -> Child {
-    cmd.spawn().expect("spawn baton")
-}
-
-/// Waits for `child` to exit by `deadline` and returns its output; kills it and panics if not.
-async fn finish_by(child: Child, deadline: Instant, what: &str) -> Output {
-    match tokio::time::timeout_at(deadline, child.wait_with_output()).await {
-        Ok(out) => out.expect("wait for baton"),
-        // Dropping the future drops the child, which kills it (kill_on_drop).
-        Err(_) => panic!("{what}: baton did not exit in time"),
-    }
-}
-
 async fn finish(child: Child, within: Duration, what: &str) -> Output {
     finish_by(child, Instant::now() + within, what).await
 }
@@ -93,88 +81,12 @@ async fn run(cmd: &mut Command, what: &str) -> Output {
     finish(spawn(cmd), QUICK, what).await
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The exit code; panics (with the output) if a signal ended the process.
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("baton was ended by a signal: {}", describe(out)))
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Whether process `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": the state follows the last ')'.
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
-}
-
-/// Whether `pid` is gone by `within`.
-async fn gone_within(pid: u32, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if !alive(pid) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Polls until `pred` holds for the file's contents (a missing file reads as empty), or `None`
-/// after `within`.
-async fn wait_file(path: &Path, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
-    let deadline = Instant::now() + within;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if pred(&text) {
-            return Some(text);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits for a PID file written by `echo $$ > FILE`.
-async fn read_pid(path: &Path, within: Duration) -> u32 {
-    let text = wait_file(path, within, |t| {
-        t.ends_with('\n') && t.trim().parse::<u32>().is_ok()
-    })
-    .await
-    .unwrap_or_else(|| panic!("{} was not written within {within:?}", path.display()));
-    text.trim().parse().unwrap()
 }
 
 /// The JSON lines of an events file (complete lines only).
@@ -240,18 +152,6 @@ fn mentions_number(text: &str, n: u32) -> bool {
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
-}
-
-/// Sends `sig` to a process this test started.
-fn send_signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a live process of this test.
-    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    assert_eq!(
-        r,
-        0,
-        "kill({pid}, {sig}): {}",
-        std::io::Error::last_os_error()
-    );
 }
 
 /// A loopback TCP proxy to `upstream` that holds back everything the server sends by `delay`

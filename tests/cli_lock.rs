@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::process::*;
 use common::{get, raw, server, shq, TempDir};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -49,73 +49,8 @@ fn lock(url: &str, args: &[&str]) -> Command {
     cmd
 }
 
-fn spawn(cmd: &mut Command) -> Child {
-    cmd.spawn().expect("spawn baton")
-}
-
-async fn finish_by(child: Child, deadline: Instant, what: &str) -> Output {
-    match tokio::time::timeout_at(deadline, child.wait_with_output()).await {
-        Ok(out) => out.expect("wait for baton"),
-        // Dropping the future drops the child, which kills it (kill_on_drop).
-        Err(_) => panic!("{what}: baton did not exit in time"),
-    }
-}
-
 async fn run(cmd: &mut Command, what: &str) -> Output {
     finish_by(spawn(cmd), Instant::now() + QUICK, what).await
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The exit code; panics (with the output) if a signal ended the process.
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("baton was ended by a signal: {}", describe(out)))
-}
-
-/// Whether process `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": the state follows the last ')'.
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
-}
-
-/// Waits for a PID file written by `echo $$ > FILE`.
-async fn read_pid(path: &Path, within: Duration) -> u32 {
-    let deadline = Instant::now() + within;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.ends_with('\n') {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} was not written within {within:?}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn send_signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a live process of this test.
-    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    assert_eq!(r, 0, "kill({pid}, {sig})");
 }
 
 /// Whether process `pid` has a handler for `sig` (its `SigCgt` mask in /proc).

@@ -6,13 +6,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use baton::testing::RedisServer;
+use common::process::*;
 use common::{get, raw, server, shq, TempDir};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::time::Instant;
 
 const BATON: &str = env!("CARGO_BIN_EXE_baton");
@@ -47,54 +47,9 @@ fn fleet() -> (Vec<RedisServer>, String) {
     (servers, urls)
 }
 
-async fn finish_by(child: Child, deadline: Instant, what: &str) -> Output {
-    match tokio::time::timeout_at(deadline, child.wait_with_output()).await {
-        Ok(out) => out.expect("wait for baton"),
-        Err(_) => panic!("{what}: baton did not exit in time"),
-    }
-}
-
 async fn run(cmd: &mut Command, what: &str) -> Output {
     let child = cmd.spawn().expect("spawn baton");
     finish_by(child, Instant::now() + QUICK, what).await
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("baton was ended by a signal: {}", describe(out)))
-}
-
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].trim_start().chars().next());
-    !matches!(state, Some('Z' | 'X') | None)
-}
-
-async fn read_pid(path: &Path, within: Duration) -> u32 {
-    let deadline = Instant::now() + within;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.ends_with('\n') {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(Instant::now() < deadline, "{} not written", path.display());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

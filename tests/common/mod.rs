@@ -2,6 +2,8 @@
 //! and event readers with generous deadlines (they prove wake-up paths, never speed).
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::time::Duration;
 
 use baton::testing::{Persistence, RedisServer};
