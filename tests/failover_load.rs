@@ -212,27 +212,6 @@ fn the_capture_check_catches_a_foreign_key_inside_a_transaction() {
     check_transactions(&lines.map(String::from));
 }
 
-/// `INFO commandstats` call counts, by command name.
-async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_lease_period() {
     // The holder extends every lease/3 (one EVALSHA). A backup wakes

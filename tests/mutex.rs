@@ -16,6 +16,15 @@ fn fence_key(name: &str) -> String {
     format!("baton:lock:{{{name}}}:fence")
 }
 
+async fn set(conn: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 /// A tiny xorshift, for sleeps of 0–1 ms without a rand dependency.
 fn next_rand(state: &mut u64) -> u64 {
     *state ^= *state << 13;
@@ -191,27 +200,25 @@ async fn a_corrupt_fence_is_reported_and_left_untouched() {
     let server = server();
     let c = client(&server).await;
     let mut conn = raw(&server).await;
-    let _: () = redis::cmd("SET")
-        .arg(fence_key("odd"))
-        .arg("12abc")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let err = c
-        .locks()
-        .try_acquire("odd", Duration::from_secs(5))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::CorruptState);
-    assert_eq!(
-        get(&mut conn, &fence_key("odd")).await.as_deref(),
-        Some("12abc")
-    );
-    assert_eq!(
-        get(&mut conn, &lock_key("odd")).await,
-        None,
-        "no lock taken"
-    );
+    // Not decimal, not canonical, or 19 digits (more than a fence baton writes).
+    for odd in ["12abc", "007", "0", "-5", "1000000000000000000"] {
+        set(&mut conn, &fence_key("odd"), odd).await;
+        let err = c
+            .locks()
+            .try_acquire("odd", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptState, "{odd}");
+        assert_eq!(
+            get(&mut conn, &fence_key("odd")).await.as_deref(),
+            Some(odd)
+        );
+        assert_eq!(
+            get(&mut conn, &lock_key("odd")).await,
+            None,
+            "no lock taken"
+        );
+    }
 }
 
 #[tokio::test]
@@ -458,4 +465,83 @@ async fn acquire_rides_out_a_server_restart_within_its_bound() {
         .unwrap_err();
     assert_ne!(err.kind(), ErrorKind::NotAcquired, "{err}");
     assert!(err.is_retryable(), "{err}");
+}
+
+/// EVALSHA calls so far.
+async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    common::command_calls(conn)
+        .await
+        .get("evalsha")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_local_waiter_not_every_one() {
+    let server = server();
+    let c = client(&server).await;
+    let mut r = raw(&server).await;
+    let locks = c.locks();
+    let ttl = Duration::from_secs(30);
+    let holder = locks.try_acquire("herd", ttl).await.unwrap().expect("free");
+    // Long backoffs, so the waiters' own timers stay quiet around the release.
+    let opts = AcquireOptions::builder()
+        .max_backoff(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let (won_tx, mut won_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for _ in 0..24 {
+        let (locks, opts, won) = (locks.clone(), opts.clone(), won_tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = locks.acquire("herd", ttl, &opts).await.expect("acquire");
+            let _ = won.send(());
+            // Hold it: the others stay parked.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(g);
+        }));
+    }
+    // Every waiter has tried, joined the channel and backed off past a few short naps.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = evalsha_calls(&mut r).await;
+    assert!(holder.release().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), won_rx.recv())
+        .await
+        .expect("a waiter took the lock within 5 s of the release")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The release itself, then the tries it prompted (and any waiter's own timer that fired
+    // in the window: a few at most).
+    let tries = evalsha_calls(&mut r).await - before - 1;
+    assert!(
+        (1..=6).contains(&tries),
+        "one release was followed by {tries} tries of 24 local waiters (24: the herd)"
+    );
+    for w in waiters {
+        w.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_fence_ahead_of_the_server_clock_steps_by_one() {
+    let server = server();
+    let c = client(&server).await;
+    let mut r = raw(&server).await;
+    // A fence far ahead of server time in µs (a clock that went back, say): the next grant is
+    // old + 1, exactly, past what a Lua double holds (2^53).
+    set(&mut r, &fence_key("ahead"), "999999999999999990").await;
+    for expected in [999_999_999_999_999_991, 999_999_999_999_999_992] {
+        let g = c
+            .locks()
+            .try_acquire("ahead", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("free");
+        assert_eq!(g.fencing_token(), expected);
+        assert!(
+            pttl(&mut r, &fence_key("ahead")).await > 86_000_000,
+            "the stepped fence keeps its retention"
+        );
+        assert!(g.release().await.unwrap());
+    }
 }

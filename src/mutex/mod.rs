@@ -38,7 +38,8 @@ pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::lease::{deadline, extend, Extend, Extension};
-use crate::transport::{HubMsg, Subscription, Transport};
+use crate::transport::wake::{WakeOne, Woken};
+use crate::transport::Transport;
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -194,10 +195,13 @@ impl Locks {
     /// Takes lock `key` for `ttl`, waiting while someone else holds it.
     ///
     /// Tries, and while the lock is held sleeps an exponential backoff with full jitter (capped
-    /// by [`AcquireOptions::max_backoff`] and by the holder's remaining PTTL), woken at once by
-    /// a release published on the lock's channel (subscribed before the second try, so a release
-    /// between the first try and the subscription is not missed). Gives up after
-    /// [`AcquireOptions::max_tries`] tries or [`AcquireOptions::wait`].
+    /// by [`AcquireOptions::max_backoff`] and by the holder's remaining PTTL), woken early by a
+    /// release published on the lock's channel (subscribed before the second try, so a release
+    /// between the first try and the subscription is not missed). A release wakes **one**
+    /// waiter of this client (the longest waiting), not all of them: with many local waiters a
+    /// handoff then costs one try instead of one per waiter (a thundering herd that kept the
+    /// server busy refusing). Waiters of other clients and processes are woken one per client.
+    /// Gives up after [`AcquireOptions::max_tries`] tries or [`AcquireOptions::wait`].
     ///
     /// Transient errors (see [`Error::is_retryable`]) are retried within the same bounds.
     ///
@@ -218,15 +222,26 @@ impl Locks {
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
         let mut backoff = Backoff::new(opts.max_backoff);
-        let mut sub: Option<Subscription> = None;
+        // This client's waiters on the lock: one shared subscription, one waiter woken per
+        // release (see `transport::wake`).
+        let mut group: Option<WakeOne> = None;
+        // The wake that prompted the coming try, passed on if this future is dropped first.
+        let mut woken: Option<Woken> = None;
         let mut tries: u32 = 0;
         loop {
-            // Messages that arrived before this try say nothing the try will not see.
-            if let Some(s) = sub.as_mut() {
-                while s.rx.try_recv().is_some() {}
+            // A release that arrived while nobody waited says nothing this try will not see.
+            if let Some(stored) = group.as_ref().and_then(WakeOne::take_stored) {
+                match woken {
+                    None => woken = Some(stored),
+                    Some(_) => stored.used(),
+                }
             }
             tries = tries.saturating_add(1);
-            let pttl = match self.try_once(&keys, key, ttl).await {
+            let outcome = self.try_once(&keys, key, ttl).await;
+            if let Some(w) = woken.take() {
+                w.used();
+            }
+            let pttl = match outcome {
                 Ok(Ok(mut guard)) => {
                     if opts.watchdog {
                         guard.start_watchdog(opts.max_hold);
@@ -263,13 +278,13 @@ impl Locks {
                     waited: now.saturating_duration_since(start),
                 });
             }
-            if sub.is_none() {
+            if group.is_none() {
                 // Best effort: without pub/sub we still poll with backoff and the PTTL.
                 let limit = self.transport.settings.connect_timeout;
-                if let Ok(Ok(s)) =
-                    tokio::time::timeout(limit, self.transport.hub.subscribe(&keys.channel)).await
+                if let Ok(Ok(g)) =
+                    tokio::time::timeout(limit, self.transport.hub.wake_one(&keys.channel)).await
                 {
-                    sub = Some(s);
+                    group = Some(g);
                     // A release between the try above and the subscription would be missed:
                     // try again at once now that we listen.
                     continue;
@@ -281,22 +296,17 @@ impl Locks {
             if let Some(p) = pttl {
                 nap = nap.min(p.max(Duration::from_millis(1)));
             }
-            let mut wake = after(now, nap);
             if let Some(g) = give_up {
-                wake = wake.min(g);
+                nap = nap.min(g.saturating_duration_since(now));
             }
-            match sub.as_mut() {
-                Some(s) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(wake) => {}
-                        msg = s.rx.recv() => match msg {
-                            Some(HubMsg::Message(_) | HubMsg::Reconnected) => {}
-                            // The hub is gone (client shutting down): fall back to sleeping.
-                            None => sub = None,
-                        },
-                    }
+            match &group {
+                // The hub is gone (client shutting down): fall back to sleeping.
+                Some(g) if g.closed() => {
+                    group = None;
+                    tokio::time::sleep(nap).await;
                 }
-                None => tokio::time::sleep_until(wake).await,
+                Some(g) => woken = g.wait(nap).await,
+                None => tokio::time::sleep(nap).await,
             }
         }
     }

@@ -10,7 +10,7 @@
 /// Every command the failover coordinator, the mutex, Redlock and the operator tools send.
 ///
 /// The mutex's scripts (`EVALSHA`, `SCRIPT LOAD`) call `GET`, `SET`, `DEL`, `PTTL`, `PEXPIRE`,
-/// `TIME` and `PUBLISH`, and waiters `SUBSCRIBE`, all listed here (ACL rules apply to commands
+/// `TIME`, `INCR` and `PUBLISH`, and waiters `SUBSCRIBE`, all listed here (ACL rules apply to commands
 /// inside scripts too); the resource-side fenced write (`Locks::write_fenced`) adds `HGET` and
 /// `HSET`, on the resource's key, which must then match the user's key pattern too. Redlock
 /// needs nothing more (on each master: a plain `SET … NX PX`, and the same release and
@@ -30,6 +30,8 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "pttl",
     "pexpire",
     "time",
+    // The lock's fence, stepped by one when it is ahead of server time (inside its script).
+    "incr",
     // Lease extensions: one script call (loaded on first use, or after a SCRIPT FLUSH).
     "evalsha",
     "script|load",

@@ -331,6 +331,10 @@ enum HubCmd {
 pub(crate) struct Hub {
     cmds: mpsc::UnboundedSender<HubCmd>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Wake-one groups by channel ([`super::wake`]).
+    pub(super) groups: super::wake::Groups,
+    pub(super) tracker: tokio_util::task::TaskTracker,
+    pub(super) cancel: CancellationToken,
 }
 
 /// A confirmed subscription to one channel; unsubscribes on drop (without blocking).
@@ -359,10 +363,13 @@ impl Hub {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Hub {
         let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(hub_task(client, settings, rx, cancel));
+        tracker.spawn(hub_task(client, settings, rx, cancel.clone()));
         Hub {
             cmds: tx,
             next_id: std::sync::atomic::AtomicU64::new(1),
+            groups: Default::default(),
+            tracker: tracker.clone(),
+            cancel,
         }
     }
 

@@ -5,6 +5,7 @@
 //!   `WATCH … EXEC` and the pub/sub hub (why three kinds: see there).
 //! - [`classify`]: server errors and client-library errors as typed [`Error`]s, in one place.
 //! - [`url`]: URL checks made before any network I/O, and redaction for messages.
+//! - [`wake`]: local waiters sharing one subscription, woken one per message.
 //! - [`acl`]: the commands baton sends, for a least-privilege user.
 //! - `tls` (feature `tls`): rustls setup.
 
@@ -14,6 +15,7 @@ pub(crate) mod connection;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 pub(crate) mod url;
+pub(crate) mod wake;
 
 use std::time::Duration;
 

@@ -269,3 +269,26 @@ impl Drop for TempDir {
 pub fn shq(path: &std::path::Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
+
+/// `INFO commandstats` call counts, by command name.
+pub async fn command_calls(
+    conn: &mut MultiplexedConnection,
+) -> std::collections::HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
