@@ -25,6 +25,7 @@ use baton::{AcquireOptions, Client, LockGuard, Locks, Redlock, RedlockGuard, Red
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
+use crate::redisinfo;
 use crate::scenarios::Report;
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
@@ -234,6 +235,9 @@ struct Tally {
     wall: Duration,
     /// Acquisitions per task (contended only), summed over the runs.
     per_task: Vec<u64>,
+    /// CPU seconds spent meanwhile by the server(s) and by this process (the side measured).
+    server_cpu: f64,
+    client_cpu: f64,
 }
 
 impl Tally {
@@ -242,6 +246,35 @@ impl Tally {
     }
     fn p50(&self) -> f64 {
         self.samples.pct(50.0).unwrap_or(f64::NAN)
+    }
+    /// CPU µs per operation: (server, client).
+    fn cpu_per_op(&self) -> (f64, f64) {
+        let per = |s: f64| s * 1e6 / self.ops.max(1) as f64;
+        (per(self.server_cpu), per(self.client_cpu))
+    }
+}
+
+/// CPU seconds so far: the servers' (`INFO cpu`, user + sys, summed) and this process's.
+struct Cpu(Vec<MultiplexedConnection>);
+
+impl Cpu {
+    async fn connect(urls: &[String]) -> Cpu {
+        let mut conns = Vec::new();
+        for u in urls {
+            let c = redis::Client::open(u.as_str()).expect("url");
+            conns.push(c.get_multiplexed_async_connection().await.expect("admin"));
+        }
+        Cpu(conns)
+    }
+
+    async fn now(&mut self) -> (f64, f64) {
+        let mut server = 0.0;
+        for c in &mut self.0 {
+            server += redisinfo::field(c, "cpu", "used_cpu_user").await
+                + redisinfo::field(c, "cpu", "used_cpu_sys").await;
+        }
+        let p = crate::profile::proc_now();
+        (server, p.user + p.sys)
     }
 }
 
@@ -352,12 +385,14 @@ async fn redlock_sides(urls: &[String]) -> (Sides, Vec<Client>) {
 /// Cycles on every side, interleaved: round 0 warms up, the order rotates every round.
 async fn cycles(
     sides: &Sides,
+    urls: &[String],
     tag: &str,
     tasks: usize,
     per: usize,
     runs: usize,
 ) -> Vec<(&'static str, Tally)> {
     let id = run_id();
+    let mut cpu = Cpu::connect(urls).await;
     let mut out: Vec<(&'static str, Tally)> =
         sides.iter().map(|(n, _)| (*n, Tally::default())).collect();
     for round in 0..=runs {
@@ -369,15 +404,19 @@ async fn cycles(
         for k in 0..sides.len() {
             let j = (k + round) % sides.len();
             let (name, locker) = &sides[j];
+            let c0 = cpu.now().await;
             let (s, ops, wall) = cycle_round(locker, tasks, n, |i| {
                 format!("{tag}-{name}-{id}-{round}-{i}")
             })
             .await;
+            let c1 = cpu.now().await;
             if round > 0 {
                 let t = &mut out[j].1;
                 t.samples.extend(s);
                 t.ops += ops;
                 t.wall += wall;
+                t.server_cpu += c1.0 - c0.0;
+                t.client_cpu += c1.1 - c0.1;
             }
         }
     }
@@ -410,8 +449,9 @@ fn rows(
             let tput = t.ops_per_s() / floor.ops_per_s();
             let vs_rslock = t.ops_per_s() / rs.ops_per_s();
             let p50_vs_rslock = t.p50() / rs.p50();
+            let (srv, cli) = t.cpu_per_op();
             let mut notes = format!(
-                "{what}; p50 {:.2} × floor, ops/s {tput:.2} × floor",
+                "{what}; p50 {:.2} × floor, ops/s {tput:.2} × floor; CPU/op: server {srv:.1} µs, client {cli:.1} µs",
                 t.p50() / floor.p50()
             );
             if *name == "baton" {
@@ -435,6 +475,8 @@ fn rows(
                 "p50_vs_floor": t.p50() / floor.p50(),
                 "ops_vs_rslock": vs_rslock,
                 "p50_vs_rslock": p50_vs_rslock,
+                "server_cpu_us_per_op": srv,
+                "client_cpu_us_per_op": cli,
                 "runs": runs,
             });
             if *name == "rslock" {
@@ -480,7 +522,7 @@ pub async fn uncontended(opts: &Opts, report: &mut Report) {
     let (per, runs) = if opts.quick { (150, 2) } else { (2000, 5) };
     let server = start_server();
     let (sides, client) = single_sides(&server.url()).await;
-    let res = cycles(&sides, "lu", 1, per, runs).await;
+    let res = cycles(&sides, &[server.url()], "lu", 1, per, runs).await;
     report.rows.extend(rows(
         "lock-uncontended",
         &res,
@@ -496,7 +538,7 @@ pub async fn distinct(opts: &Opts, report: &mut Report) {
     let (per, runs) = if opts.quick { (4, 2) } else { (60, 4) };
     let server = start_server();
     let (sides, client) = single_sides(&server.url()).await;
-    let res = cycles(&sides, "ld", 64, per, runs).await;
+    let res = cycles(&sides, &[server.url()], "ld", 64, per, runs).await;
     report.rows.extend(rows(
         "lock-distinct",
         &res,
@@ -517,6 +559,7 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
     let server = start_server();
     let (sides, client) = single_sides(&server.url()).await;
     let id = run_id();
+    let mut cpu = Cpu::connect(&[server.url()]).await;
     let mut res: Vec<(&'static str, Tally)> =
         sides.iter().map(|(n, _)| (*n, Tally::default())).collect();
     for round in 0..=runs {
@@ -525,9 +568,13 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
             let j = (k + round) % sides.len();
             let (name, locker) = &sides[j];
             let key = format!("lc-{name}-{id}-{round}");
+            let c0 = cpu.now().await;
             let (s, counts, wall) = contended_round(locker, 64, d, &key).await;
+            let c1 = cpu.now().await;
             if round > 0 {
                 let t = &mut res[j].1;
+                t.server_cpu += c1.0 - c0.0;
+                t.client_cpu += c1.1 - c0.1;
                 t.samples.extend(s);
                 t.ops += counts.iter().sum::<u64>() as usize;
                 t.wall += wall;
@@ -561,7 +608,7 @@ pub async fn redlock(opts: &Opts, report: &mut Report) {
     let servers = [start_server(), start_server(), start_server()];
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let (sides, clients) = redlock_sides(&urls).await;
-    let res = cycles(&sides, "ru", 1, per1, runs).await;
+    let res = cycles(&sides, &urls, "ru", 1, per1, runs).await;
     report.rows.extend(rows(
         "redlock-uncontended",
         &res,
@@ -570,7 +617,7 @@ pub async fn redlock(opts: &Opts, report: &mut Report) {
         runs,
         "",
     ));
-    let res = cycles(&sides, "rd", 64, per64, runs).await;
+    let res = cycles(&sides, &urls, "rd", 64, per64, runs).await;
     report.rows.extend(rows(
         "redlock-distinct",
         &res,

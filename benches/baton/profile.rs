@@ -46,14 +46,14 @@ pub const EXTRA_SIDES: &[&str] = &["baton-pool64"];
 
 /// This process: CPU seconds (user, system) and context switches (voluntary, involuntary).
 #[derive(Clone, Copy, Default)]
-struct Proc {
-    user: f64,
-    sys: f64,
+pub(crate) struct Proc {
+    pub user: f64,
+    pub sys: f64,
     vol: u64,
     invol: u64,
 }
 
-fn proc_now() -> Proc {
+pub(crate) fn proc_now() -> Proc {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
