@@ -16,7 +16,8 @@ use crate::failover::{
 use crate::mutex::Locks;
 use crate::redlock::Redlock;
 use crate::transport::url::{check_url, redact_url};
-use crate::transport::{connect_manager, ConnSettings, Hub, Pool, Transport};
+use crate::transport::{connect_manager, lazy_manager, ConnSettings, Hub, Pool, Transport};
+use redis::aio::ConnectionManager;
 
 /// A connection to one Redis server, shared cheaply by many jobs and workers.
 ///
@@ -342,26 +343,7 @@ impl ClientBuilder {
         // (NOAUTH). One PING makes that a Permission error here.
         let mut conn = manager.clone();
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        let cancel = CancellationToken::new();
-        // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
-        // connection.
-        let tracker = TaskTracker::new();
-        let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
-        let endpoint = endpoint_of(&client);
-        let pool = Pool::new(client, settings.clone());
-        let client = Client {
-            shared: Arc::new(Transport {
-                manager,
-                pool,
-                hub,
-                cancel,
-                tracker,
-                settings,
-                endpoint,
-                #[cfg(feature = "testing")]
-                before_exec: std::sync::Mutex::new(None),
-            }),
-        };
+        let client = assemble(client, manager, settings);
         // Best effort: managed Redis services often forbid CONFIG, which is fine.
         match client.durability().await {
             Ok(d) if !d.is_safe() => tracing::warn!(
@@ -373,6 +355,55 @@ impl ClientBuilder {
             Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
         }
         Ok(client)
+    }
+
+    /// A client that connects on first use instead of now: checks the settings and URL as
+    /// [`ClientBuilder::connect`] does, but sends nothing, so it succeeds while the server is
+    /// down. Its connections are opened (and reopened) by the requests that need them; until the
+    /// server answers, each request fails like one on a connection that was lost.
+    ///
+    /// For a [Redlock](crate::redlock): a master that is down when the process starts is then
+    /// one failed vote among the others, not a reason not to start, and it rejoins the quorum
+    /// once it is back. Elsewhere prefer [`ClientBuilder::connect`], which reports an
+    /// unreachable server, bad credentials and a failed TLS handshake at once.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for invalid settings or URL, or when called outside a Tokio runtime.
+    pub fn build_lazy(self) -> Result<Client, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Config(ConfigError::invalid(
+                "runtime",
+                "build_lazy must be called within a Tokio runtime",
+            )));
+        }
+        let client = self.validate()?;
+        let settings = self.settings;
+        let manager = lazy_manager(&client, &settings)?;
+        Ok(assemble(client, manager, settings))
+    }
+}
+
+/// A client on `manager`, with its pub/sub task started.
+fn assemble(client: redis::Client, manager: ConnectionManager, settings: ConnSettings) -> Client {
+    let cancel = CancellationToken::new();
+    // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
+    // connection.
+    let tracker = TaskTracker::new();
+    let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
+    let endpoint = endpoint_of(&client);
+    let pool = Pool::new(client, settings.clone());
+    Client {
+        shared: Arc::new(Transport {
+            manager,
+            pool,
+            hub,
+            cancel,
+            tracker,
+            settings,
+            endpoint,
+            #[cfg(feature = "testing")]
+            before_exec: std::sync::Mutex::new(None),
+        }),
     }
 }
 
@@ -508,7 +539,8 @@ impl Client {
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let mut masters = Vec::new();
     /// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
-    ///     masters.push(baton::Client::connect(url).await?);
+    ///     // A master that is down now is one failed vote (see `ClientBuilder::build_lazy`).
+    ///     masters.push(baton::Client::builder(url).build_lazy()?);
     /// }
     /// let redlock = baton::Client::redlock(&masters)?;
     /// # Ok(()) }

@@ -183,6 +183,26 @@ async fn redlock_usage_errors_exit_64_without_redis() {
     assert_eq!(code(&o), 64, "{}", describe(&o));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_down_at_start_does_not_stop_the_run() {
+    let (mut servers, urls) = fleet();
+    servers[2].kill();
+    let dir = TempDir::new("redlock-one-down");
+    let f = dir.path("f");
+    let script = format!("echo ran >> {}", shq(&f));
+    let o = run(
+        &mut redlock(&urls, &["--key", "one-down", "--", "sh", "-c", &script]),
+        "one master down",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "ran\n");
+    // Released on the two that hold it.
+    for s in &servers[..2] {
+        assert_eq!(get(&mut raw(s).await, &lock_key("one-down")).await, None);
+    }
+}
+
 #[tokio::test]
 async fn unreachable_masters_exit_69_naming_the_quorum() {
     let o = run(

@@ -461,3 +461,42 @@ async fn losing_the_quorum_fires_the_loss_signal_within_a_ttl() {
         Some("foreign")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_down_at_start_is_one_failed_vote_and_rejoins_once_back() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+    servers[0].kill();
+    let url = |s: &RedisServer| s.url_for(common::TEST_USER, common::TEST_PASSWORD);
+    // `connect` reports the down master at once; `build_lazy` does not need it.
+    let err = Client::connect(url(&servers[0])).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    let clients: Vec<Client> = servers
+        .iter()
+        .map(|s| Client::builder(url(s)).build_lazy().expect("no I/O"))
+        .collect();
+    let rl = Client::redlock(&clients).expect("3 masters");
+    let guard = rl.try_acquire("late", TTL).await.unwrap().expect("2 of 3");
+    assert_eq!(guard.release().await.unwrap(), 2);
+    // Back on the same port: it votes again.
+    servers[0].restart().unwrap();
+    let start = Instant::now();
+    loop {
+        let guard = rl.try_acquire("late", TTL).await.unwrap().expect("free");
+        if guard.release().await.unwrap() == 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the restarted master never rejoined"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn build_lazy_outside_a_runtime_is_a_config_error() {
+    let err = Client::builder("redis://127.0.0.1:1/")
+        .build_lazy()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}

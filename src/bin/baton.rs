@@ -102,8 +102,8 @@ Exit statuses of `baton lock`:
   64       usage or configuration error (durations are checked before connecting to Redis)
   65       the lock's fence key holds a value baton never writes
   69       Redis cannot be reached, or failed while the lock was being acquired; with
-           --redlock: a master cannot be reached at start, or too many masters failed for a
-           quorum (masters/2+1) to be possible (the message names the quorum)
+           --redlock: too many masters failed for a quorum (masters/2+1) to be possible (the
+           message names the quorum); a master that is down at start is one failed vote
   74       the lock was lost while PROGRAM ran: an extension found another token (or none),
            or no extension was confirmed before the lease's end (also when baton was stopped,
            e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
@@ -1429,68 +1429,29 @@ fn redlock_urls(urls: &[String]) -> Result<(), u8> {
     Ok(())
 }
 
-/// Marks a configuration error among the connection errors (exit 64, not 69).
-const CONFIG_MARK: &str = "\u{0}config: ";
-
-/// Connects to every `--redlock` master at once; `Err` is the exit status (69 naming the
-/// quorum when a master cannot be reached).
-async fn connect_masters(urls: &[String], key: &str) -> Result<Vec<Client>, u8> {
-    let mut set = tokio::task::JoinSet::new();
+/// A client per `--redlock` master, built without connecting: a master that is down at start
+/// is one failed vote, not a reason not to start (the acquisition says when too many are down,
+/// exit 69 naming the quorum). `Err` is the exit status (64 for a bad URL or password file).
+fn masters(urls: &[String]) -> Result<Vec<Client>, u8> {
+    let mut clients = Vec::with_capacity(urls.len());
     for (i, u) in urls.iter().enumerate() {
-        let u = u.clone();
-        set.spawn(async move {
-            let mut builder = Client::builder(u);
-            if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
-                builder = match builder.password_file(path) {
-                    Ok(b) => b,
-                    Err(e) => return (i, Err(e.to_string())),
-                };
-            }
-            match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
-                Ok(Ok(c)) => (i, Ok(c)),
-                Ok(Err(e)) if e.kind() == ErrorKind::Config => {
-                    (i, Err(format!("{CONFIG_MARK}{e}")))
-                }
-                Ok(Err(e)) => (i, Err(e.to_string())),
-                Err(_) => (i, Err("did not answer within 8 s".into())),
-            }
-        });
-    }
-    let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
-    let mut errors = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, Ok(c))) => clients[i] = Some(c),
-            Ok((i, Err(e))) => errors.push(format!("master {i}: {e}")),
-            Err(e) => errors.push(format!("a connection task failed: {e}")),
+        let mut builder = Client::builder(u.clone());
+        if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
+            builder = builder
+                .password_file(path)
+                .map_err(|e| usage(format!("--redlock master {i}: {e}")))?;
         }
+        clients.push(
+            builder
+                .build_lazy()
+                .map_err(|e| usage(format!("--redlock master {i}: {e}")))?,
+        );
     }
-    if errors.is_empty() {
-        return Ok(clients.into_iter().flatten().collect());
-    }
-    if let Some(bad) = errors.iter().find(|e| e.contains(CONFIG_MARK)) {
-        for c in clients.into_iter().flatten() {
-            c.shutdown(Duration::from_secs(1)).await;
-        }
-        return Err(usage(format!("--redlock {}", bad.replace(CONFIG_MARK, ""))));
-    }
-    let n = urls.len();
-    let needed = n / 2 + 1;
-    let reachable = clients.iter().flatten().count();
-    errors.sort();
-    eprintln!(
-        "baton: {key}: the Redlock needs a quorum of {needed} of {n} masters; {reachable} \
-         could be reached at start, and every master must be to begin: {}",
-        errors.join("; ")
-    );
-    for c in clients.into_iter().flatten() {
-        c.shutdown(Duration::from_secs(1)).await;
-    }
-    Err(EX_UNAVAILABLE)
+    Ok(clients)
 }
 
 async fn redlock(args: &LockArgs, opts: RedlockOptions, mut sink: Sink, prefix: &str) -> u8 {
-    let clients = match connect_masters(&args.redlock, &args.key).await {
+    let clients = match masters(&args.redlock) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -1538,7 +1499,12 @@ async fn redlock_with(
             return EX_TEMPFAIL;
         }
         Ok(Err(e)) if e.kind() == ErrorKind::QuorumUnavailable => {
-            eprintln!("baton: {}: {e}", args.key);
+            eprintln!(
+                "baton: {}: the Redlock needs a quorum of {} of {} masters: {e}",
+                args.key,
+                rl.quorum(),
+                rl.masters()
+            );
             return EX_UNAVAILABLE;
         }
         Ok(Err(e)) => return fail_with(&e),

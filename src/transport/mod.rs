@@ -100,17 +100,32 @@ impl ConnSettings {
     }
 }
 
+fn manager_config(s: &ConnSettings) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(s.connect_timeout))
+        .set_response_timeout(Some(s.response_timeout))
+        .set_max_delay(s.max_backoff)
+        .set_number_of_retries(2)
+}
+
+/// The shared multiplexed connection, opened by its first request (and reopened after an I/O
+/// error by the next one). Needs a Tokio runtime.
+pub(crate) fn lazy_manager(
+    client: &redis::Client,
+    s: &ConnSettings,
+) -> Result<ConnectionManager, Error> {
+    Ok(ConnectionManager::new_lazy_with_config(
+        client.clone(),
+        manager_config(s),
+    )?)
+}
+
 /// Opens the shared multiplexed connection.
 pub(crate) async fn connect_manager(
     client: &redis::Client,
     s: &ConnSettings,
 ) -> Result<ConnectionManager, Error> {
-    let cfg = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(s.connect_timeout))
-        .set_response_timeout(Some(s.response_timeout))
-        .set_max_delay(s.max_backoff)
-        .set_number_of_retries(2);
-    let fut = ConnectionManager::new_with_config(client.clone(), cfg);
+    let fut = ConnectionManager::new_with_config(client.clone(), manager_config(s));
     // The manager retries internally; bound the whole first connect so `Client::connect` fails
     // fast (and typed) when Redis is down.
     match tokio::time::timeout(s.connect_timeout * 3, fut).await {
