@@ -1,13 +1,15 @@
 //! The checker: pure passes over one phase's JSONL logs and final Redis state.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::control::PhaseResult;
+use crate::fleet::ExitRec;
 use crate::util::read_jsonl;
-use crate::worker::{LEASE, MAX_ATTEMPTS};
+use crate::worker::{Workload, LEASE, MAX_ATTEMPTS};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Inv {
@@ -72,8 +74,16 @@ fn pct(sorted: &[u64], p: f64) -> Option<u64> {
     sorted.get(i).copied()
 }
 
-pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
-    let dir = &r.dir;
+/// One phase's logs: the files of its directory, the workers' lines (ordered by time), the
+/// resource's and the nemesis's.
+struct Logs {
+    files: Vec<PathBuf>,
+    wl: Vec<Value>,
+    res: Vec<Value>,
+    nem: Vec<Value>,
+}
+
+fn load(dir: &Path) -> Logs {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
@@ -88,14 +98,22 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
     wl.sort_by_key(|v| u(v, "t"));
     let res = read_jsonl(&dir.join("resource.jsonl"));
     let nem = read_jsonl(&dir.join("nemesis.jsonl"));
-    let events = |name: &'static str| wl.iter().filter(move |v| v["ev"] == name);
+    Logs {
+        files,
+        wl,
+        res,
+        nem,
+    }
+}
 
-    // ---- C1: mutual exclusion at the resource; C1s stale writes.
+/// C1 (mutual exclusion at the resource, from its decision log) and C1s (stale writes rejected;
+/// fails on none when `require_stale`). Also returns the rejected and accepted stale counts.
+fn check_c1(res: &[Value], require_stale: bool) -> (Inv, Inv, u64, u64) {
     let mut c1 = Inv::new("C1", "mutual exclusion at the fenced resource");
     let mut stale_rejected = 0u64;
     let mut stale_accepted = 0u64;
     let mut by_key: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
-    for v in &res {
+    for v in res {
         if v["accepted"] == true {
             if v["stale"] == true {
                 stale_accepted += 1;
@@ -139,18 +157,131 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
             for w in &ws[i + 1..i + 1 + j] {
                 if s(w, "holder") != h || u(w, "token") != tok {
                     c1.flag(format!("{key}: {} {} (token {}) interleaved inside {h}'s attempt {att} (token {tok})",
-                        s(w, "holder"), s(w, "op"), u(w, "token")));
+                    s(w, "holder"), s(w, "op"), u(w, "token")));
                 }
             }
         }
     }
     let mut c1s = Inv::new("C1s", "stale writes rejected (> 0 expected under F1/F5/F9)");
     c1s.note = format!("{stale_rejected} rejected, {stale_accepted} accepted");
-    if stale_rejected == 0 && r.cfg.fenced {
+    if stale_rejected == 0 && require_stale {
         c1s.pass = false;
         c1s.note
             .push_str(": the faults produced no stale write this run");
     }
+    (c1, c1s, stale_rejected, stale_accepted)
+}
+
+/// C5: no panic in any stderr; every exit 0 unless the harness SIGKILLed it. Also the panics.
+fn check_c5(exits: &[ExitRec], files: &[PathBuf]) -> (Inv, u64) {
+    let mut c5 = Inv::new("C5", "no panic, workers exit 0 unless SIGKILLed");
+    for e in exits {
+        let ok = e.code == Some(0) || (e.killed && e.signal == Some(libc::SIGKILL));
+        if !ok {
+            c5.flag(format!(
+                "w{}.{} exited code {:?} signal {:?}",
+                e.worker, e.inc, e.code, e.signal
+            ));
+        }
+    }
+    let mut panics = 0u64;
+    for f in files {
+        if f.extension().is_some_and(|x| x == "stderr") {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let n = text.matches("panicked at").count() as u64;
+            if n > 0 {
+                panics += n;
+                c5.flag(format!("{}: {n} panic(s)", f.display()));
+            }
+        }
+    }
+    (c5, panics)
+}
+
+/// One fault from the nemesis log, start to stop.
+struct Window {
+    kind: String,
+    start: u64,
+    stop: u64,
+    targets: Vec<String>,
+    secs: f64,
+}
+
+/// The fault windows, the faults by kind, and their total.
+fn fault_windows(nem: &[Value]) -> (Vec<Window>, BTreeMap<String, u64>, u64) {
+    let mut starts: HashMap<u64, &Value> = HashMap::new();
+    let mut windows = Vec::new();
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    for v in nem {
+        match v["type"].as_str() {
+            Some("start") => {
+                starts.insert(u(v, "id"), v);
+                *faults.entry(s(v, "kind")).or_default() += 1;
+            }
+            Some("stop") => {
+                if let Some(st) = starts.get(&u(v, "id")) {
+                    let d = &st["detail"];
+                    let secs = d["secs"]
+                        .as_f64()
+                        .or(d["down_secs"].as_f64())
+                        .unwrap_or(0.0);
+                    windows.push(Window {
+                        kind: s(st, "kind"),
+                        start: u(st, "t"),
+                        stop: u(v, "t"),
+                        targets: st["targets"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|x| x.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        secs,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let total_faults: u64 = faults.values().sum();
+    (windows, faults, total_faults)
+}
+
+/// C8: the canary password in no log.
+fn check_c8(files: &[PathBuf], canary: &str) -> Inv {
+    let mut c8 = Inv::new("C8", "no secret in logs");
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "jsonl" || x == "stderr"))
+    {
+        let bytes = std::fs::read(f).unwrap_or_default();
+        let n = String::from_utf8_lossy(&bytes).matches(canary).count();
+        if n > 0 {
+            c8.flag(format!("{}: {n} canary match(es)", f.display()));
+        }
+    }
+    c8
+}
+
+pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
+    match r.cfg.workload {
+        Workload::Failover => check_failover(r, canary),
+        Workload::Mutex => check_mutex(r, canary),
+    }
+}
+
+fn check_failover(r: &PhaseResult, canary: &str) -> Analysis {
+    let Logs {
+        files,
+        wl,
+        res,
+        nem,
+    } = load(&r.dir);
+    let events = |name: &'static str| wl.iter().filter(move |v| v["ev"] == name);
+
+    // ---- C1: mutual exclusion at the resource; C1s stale writes.
+    let (c1, c1s, stale_rejected, stale_accepted) = check_c1(&res, r.cfg.fenced);
 
     // ---- C3: attempts bound.
     let mut c3 = Inv::new("C3", "attempts bound and unique grants");
@@ -315,72 +446,10 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
     }
 
     // ---- C5: no panic.
-    let mut c5 = Inv::new("C5", "no panic, workers exit 0 unless SIGKILLed");
-    for e in &r.exits {
-        let ok = e.code == Some(0) || (e.killed && e.signal == Some(libc::SIGKILL));
-        if !ok {
-            c5.flag(format!(
-                "w{}.{} exited code {:?} signal {:?}",
-                e.worker, e.inc, e.code, e.signal
-            ));
-        }
-    }
-    let mut panics = 0u64;
-    for f in &files {
-        if f.extension().is_some_and(|x| x == "stderr") {
-            let text = std::fs::read_to_string(f).unwrap_or_default();
-            let n = text.matches("panicked at").count() as u64;
-            if n > 0 {
-                panics += n;
-                c5.flag(format!("{}: {n} panic(s)", f.display()));
-            }
-        }
-    }
+    let (c5, panics) = check_c5(&r.exits, &files);
 
     // ---- Fault windows (from the nemesis log).
-    struct Window {
-        kind: String,
-        start: u64,
-        stop: u64,
-        targets: Vec<String>,
-        secs: f64,
-    }
-    let mut starts: HashMap<u64, &Value> = HashMap::new();
-    let mut windows = Vec::new();
-    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
-    for v in &nem {
-        match v["type"].as_str() {
-            Some("start") => {
-                starts.insert(u(v, "id"), v);
-                *faults.entry(s(v, "kind")).or_default() += 1;
-            }
-            Some("stop") => {
-                if let Some(st) = starts.get(&u(v, "id")) {
-                    let d = &st["detail"];
-                    let secs = d["secs"]
-                        .as_f64()
-                        .or(d["down_secs"].as_f64())
-                        .unwrap_or(0.0);
-                    windows.push(Window {
-                        kind: s(st, "kind"),
-                        start: u(st, "t"),
-                        stop: u(v, "t"),
-                        targets: st["targets"]
-                            .as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|x| x.as_str().map(String::from))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        secs,
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    let total_faults: u64 = faults.values().sum();
+    let (windows, faults, total_faults) = fault_windows(&nem);
     // Incarnations the nemesis SIGKILLed ("w1.2"), with the kill time.
     let killed_incs: Vec<(String, u64)> = nem
         .iter()
@@ -534,17 +603,7 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
     );
 
     // ---- C8: secrets.
-    let mut c8 = Inv::new("C8", "no secret in logs");
-    for f in files
-        .iter()
-        .filter(|f| f.extension().is_some_and(|x| x == "jsonl" || x == "stderr"))
-    {
-        let bytes = std::fs::read(f).unwrap_or_default();
-        let n = String::from_utf8_lossy(&bytes).matches(canary).count();
-        if n > 0 {
-            c8.flag(format!("{}: {n} canary match(es)", f.display()));
-        }
-    }
+    let c8 = check_c8(&files, canary);
 
     // ---- Stats.
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
@@ -591,5 +650,153 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         invs: vec![c1, c1s, c3, c4, c5, c6, c7, c8],
         stats,
         state_lost_events,
+    }
+}
+
+/// The mutex workload's checks: C1/C1s at the resource (key = lock name, BEGIN-n/COMMIT-n pairs
+/// per holder and token), M2 unique fencing tokens per lock, M3 tokens above every earlier one
+/// across a volatile restart, C5, M7 liveness after the final heal, C8. The failover-only checks
+/// (C3, C4, C6) do not apply.
+fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
+    let Logs {
+        files,
+        wl,
+        res,
+        nem,
+    } = load(&r.dir);
+    let grants: Vec<&Value> = wl.iter().filter(|v| v["f"] == "grant").collect();
+
+    // ---- C1, C1s: stale writes are expected wherever holders are paused past their lease.
+    let pauses_holders = r
+        .cfg
+        .lanes
+        .iter()
+        .any(|l| l.contains(&crate::nemesis::Kind::PauseWorker));
+    let (c1, c1s, stale_rejected, stale_accepted) = check_c1(&res, r.cfg.fenced && pauses_holders);
+
+    // ---- M2: no two grants of one lock share a fencing token.
+    let mut m2 = Inv::new(
+        "M2",
+        "fencing tokens unique per lock name across all grants",
+    );
+    let mut by_token: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    for g in &grants {
+        by_token
+            .entry((s(g, "lock"), u(g, "token")))
+            .or_default()
+            .push(format!("{}#{}", who(g), u(g, "n")));
+    }
+    for ((lock, token), hs) in &by_token {
+        if hs.len() > 1 {
+            m2.flag(format!(
+                "{lock}: token {token} granted {} times: {hs:?}",
+                hs.len()
+            ));
+        }
+    }
+    m2.note = format!(
+        "{} grants, {} distinct (lock, token)",
+        grants.len(),
+        by_token.len()
+    );
+
+    // ---- M3: after a restart that lost all data, every grant's token is above every token
+    // granted before it (on the same lock).
+    let mut m3 = Inv::new(
+        "M3",
+        "fencing tokens above all earlier ones across a volatile restart",
+    );
+    if let Some(vt) = r.volatile_t {
+        let mut before: HashMap<String, u64> = HashMap::new();
+        let mut after = 0u64;
+        for g in &grants {
+            let (lock, token) = (s(g, "lock"), u(g, "token"));
+            if u(g, "t") < vt {
+                let m = before.entry(lock).or_default();
+                *m = (*m).max(token);
+            } else {
+                after += 1;
+                if let Some(m) = before.get(&lock).filter(|m| token <= **m) {
+                    m3.flag(format!(
+                        "{lock}: {} granted token {token} after the restart, not above {m}",
+                        who(g)
+                    ));
+                }
+            }
+        }
+        m3.note = format!("{after} grants after the restart checked");
+        if after == 0 {
+            m3.flag("no grant after the volatile restart".into());
+        }
+    } else {
+        m3.note = "no volatile restart in this phase".into();
+    }
+
+    // ---- C5, fault windows, C8.
+    let (c5, panics) = check_c5(&r.exits, &files);
+    let (_, faults, total_faults) = fault_windows(&nem);
+    let c8 = check_c8(&files, canary);
+
+    // ---- M7: liveness after the final heal: some grant within the lease + 5 s.
+    let mut m7 = Inv::new("M7", "liveness: a grant soon after the final heal");
+    let bound_ns = (LEASE.as_millis() as u64 + 5_000) * 1_000_000;
+    let first = grants.iter().map(|g| u(g, "t")).find(|t| *t >= r.heal_t);
+    let recovery_ms = first.map(|t| (t - r.heal_t) / 1_000_000);
+    match first {
+        Some(t) if t - r.heal_t <= bound_ns => {}
+        Some(t) => m7.flag(format!(
+            "first grant {} ms after the heal",
+            (t - r.heal_t) / 1_000_000
+        )),
+        None => m7.flag("no grant after the heal".into()),
+    }
+    for w in &r.stuck {
+        m7.flag(format!("w{w} still running at the quiescence bound"));
+    }
+    m7.note = format!(
+        "first grant {recovery_ms:?} ms after the heal (bound {} ms)",
+        bound_ns / 1_000_000
+    );
+
+    // ---- Stats.
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for v in wl.iter().filter(|v| v["api_err"] == true) {
+        *by_kind.entry(s(v, "kind")).or_default() += 1;
+    }
+    let count = |f: &dyn Fn(&Value) -> bool| wl.iter().filter(|v| f(v)).count() as u64;
+    let mut faults_json = json!(faults);
+    faults_json["total"] = json!(total_faults);
+    let stats = json!({
+        "duration_s": (r.end_t - r.start_t) as f64 / 1e9,
+        "ops": {
+            "lock_invoked": count(&|v| v["type"] == "invoke" && v["f"] == "lock"),
+            "grants": grants.len(),
+            "done": count(&|v| v["type"] == "ok" && v["f"] == "lock" && v["outcome"] == "done"),
+            "fail_resource": count(&|v| v["type"] == "ok" && v["f"] == "lock" && v["outcome"] == "fail-resource"),
+            "api_err": count(&|v| v["api_err"] == true),
+            "api_indeterminate": count(&|v| v["api_err"] == true && v["type"] == "info"),
+            "resource_writes": res.len(),
+            "resource_accepted": res.iter().filter(|v| v["accepted"] == true).count(),
+            "resource_indeterminate": count(&|v| v["type"] == "info" && v["f"] == "write"),
+            "worker_incarnations": r.exits.len(),
+        },
+        "errors_by_kind": by_kind,
+        "faults": faults_json,
+        "fencing": {"stale_rejected": stale_rejected, "stale_accepted": stale_accepted},
+        "liveness": {"recovery_ms": recovery_ms, "bound_ms": bound_ns / 1_000_000},
+        "panics": panics,
+        "stuck_workers": r.stuck,
+        "volatile_restart_at_ns": r.volatile_t,
+        "exits": r.exits,
+    });
+    let mut invs = vec![c1, c1s, m2];
+    if r.volatile_t.is_some() {
+        invs.push(m3);
+    }
+    invs.extend([c5, m7, c8]);
+    Analysis {
+        invs,
+        stats,
+        state_lost_events: 0,
     }
 }

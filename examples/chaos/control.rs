@@ -14,7 +14,7 @@ use crate::nemesis::{self, Kind};
 use crate::proxy::Link;
 use crate::resource::Resource;
 use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
-use crate::worker::{WorkerArgs, WORKERS};
+use crate::worker::{WorkerArgs, Workload, LEASE, STOP_FILE, WORKERS};
 
 /// The ACL user the workers connect as: only baton's keys, channels and commands.
 pub const WORKER_USER: &str = "baton-chaos";
@@ -29,10 +29,11 @@ pub struct PhaseCfg {
     /// The nemesis lanes, each running its kinds one after another, concurrently with the others.
     pub lanes: Vec<Vec<Kind>>,
     /// Seconds into the chaos window at which Redis is crashed and restarted *volatile*, after
-    /// which worker 0 is killed and restarted (negative control b).
+    /// which worker 0 is killed and restarted (negative control b; failover workload only).
     pub volatile_restart_at: Option<f64>,
     pub seed: u64,
     pub quiesce_bound_s: f64,
+    pub workload: Workload,
 }
 
 pub struct PhaseResult {
@@ -64,7 +65,7 @@ pub async fn run_phase(
     let log = Arc::new(Jsonl::open(&dir.join("nemesis.jsonl"))?);
     log.write(
         json!({"p":"control","type":"info","f":"phase","name":cfg.name,"jobs":cfg.jobs,
-        "fenced":cfg.fenced,"seed":cfg.seed}),
+        "fenced":cfg.fenced,"seed":cfg.seed,"workload":cfg.workload.name()}),
     );
 
     // The default user (the nemesis's admin connection) and the workers' least-privilege user
@@ -100,6 +101,8 @@ pub async fn run_phase(
     let total_ms = ((cfg.warmup_s + cfg.chaos_s) * 1000.0) as u64;
     let spacing_ms = (total_ms / cfg.jobs.max(1) as u64).max(1);
     let t0 = mono_ns() + 700_000_000;
+    let chaos_start = t0 + (cfg.warmup_s * 1e9) as u64;
+    let deadline = chaos_start + (cfg.chaos_s * 1e9) as u64;
     let base = WorkerArgs {
         id: 0,
         inc: 0,
@@ -109,6 +112,13 @@ pub async fn run_phase(
         t0,
         spacing_ms,
         seed: cfg.seed,
+        workload: cfg.workload,
+        // Mutex workers stop at the stop file, written once progress after the final heal was
+        // seen; this deadline only caps a run whose control process went away.
+        deadline: match cfg.workload {
+            Workload::Failover => 0,
+            Workload::Mutex => deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000,
+        },
     };
     let fleet = Fleet::new(
         base,
@@ -130,10 +140,8 @@ pub async fn run_phase(
     });
 
     // Warm-up, then chaos.
-    let chaos_start = t0 + (cfg.warmup_s * 1e9) as u64;
     tokio::time::sleep(Duration::from_nanos(chaos_start.saturating_sub(mono_ns()))).await;
     log.write(json!({"p":"control","type":"info","f":"chaos_start"}));
-    let deadline = chaos_start + (cfg.chaos_s * 1e9) as u64;
     let lanes: Vec<_> = cfg
         .lanes
         .iter()
@@ -151,7 +159,7 @@ pub async fn run_phase(
     if let Some(at) = cfg.volatile_restart_at {
         let when = chaos_start + (at * 1e9) as u64;
         tokio::time::sleep(Duration::from_nanos(when.saturating_sub(mono_ns()))).await;
-        volatile_t = Some(volatile_restart(&ctx).await);
+        volatile_t = Some(volatile_restart(&ctx, cfg.workload == Workload::Failover).await);
     }
     for lane in lanes {
         let _ = lane.await;
@@ -161,6 +169,25 @@ pub async fn run_phase(
     // Heal, then wait for quiescence.
     ctx.heal_all().await;
     let heal_t = mono_ns();
+    if cfg.workload == Workload::Mutex {
+        // Let the mutex workers show progress after the heal (a write accepted at the resource,
+        // then one more second of work), bounded, then tell them to stop.
+        let until = heal_t + LEASE.as_nanos() as u64 + 7_000_000_000;
+        let mut seen = None;
+        while mono_ns() < until {
+            if seen.is_none() && resource.last_accepted() > heal_t {
+                seen = Some(mono_ns());
+            }
+            if seen.is_some_and(|t| mono_ns() > t + 1_000_000_000) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Err(e) = std::fs::write(dir.join(STOP_FILE), b"stop") {
+            log.write(json!({"p":"control","type":"info","f":"stop_file","err":e.to_string()}));
+        }
+        log.write(json!({"p":"control","type":"info","f":"stop_workers"}));
+    }
     let bound = heal_t + (cfg.quiesce_bound_s * 1e9) as u64;
     while !fleet.all_exited() && mono_ns() < bound {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -177,7 +204,11 @@ pub async fn run_phase(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let (final_state, final_state_err) = match read_final_state(&admin_url, cfg.jobs).await {
+    let jobs = match cfg.workload {
+        Workload::Failover => cfg.jobs,
+        Workload::Mutex => 0,
+    };
+    let (final_state, final_state_err) = match read_final_state(&admin_url, jobs).await {
         Ok(s) => (s, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
@@ -203,9 +234,10 @@ pub async fn run_phase(
     })
 }
 
-/// Negative control (b): Redis loses everything (restart without persistence), then a worker is
-/// killed and restarted, so a new incarnation meets jobs whose DONE was lost.
-async fn volatile_restart(ctx: &nemesis::Ctx) -> u64 {
+/// Negative control (b): Redis loses everything (restart without persistence), then (with
+/// `restart_w0`) a worker is killed and restarted, so a new incarnation meets jobs whose DONE was
+/// lost.
+async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
     let redis = ctx.redis.clone();
     let r = tokio::task::spawn_blocking(move || {
         let mut r = lock(&redis);
@@ -222,6 +254,9 @@ async fn volatile_restart(ctx: &nemesis::Ctx) -> u64 {
     );
     ctx.log
         .write(json!({"p":"nemesis","type":"stop","id":0,"kind":"volatile_restart","detail":{}}));
+    if !restart_w0 {
+        return t;
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     ctx.fleet.kill(0);
     for _ in 0..100 {

@@ -7,9 +7,11 @@
 //! The control process starts a durable, password-protected `redis-server`, a fault proxy per
 //! worker, a fenced resource server and 4 worker processes (this example re-executed with
 //! `--worker i`), then runs a seeded nemesis, heals, waits for quiescence and checks the logs.
-//! Profile `quick` runs the main phase and both negative controls; `controls` only the
-//! controls. Logs and `report.json` go to `target/chaos/<seed>/`. The seed also comes from
-//! `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
+//! Profile `quick` runs the main phase and both negative controls, then the mutex workload
+//! (`mutex`: holders paused past the lease, Redis paused and restarted, links cut; its negative
+//! control `control-mutex-fencing-off`; `mutex-volatile`: Redis restarted without persistence);
+//! `controls` only the controls, `mutex` only the mutex phases. Logs and `report.json` go to
+//! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
 mod checker;
@@ -29,6 +31,7 @@ use serde_json::{json, Value};
 use control::PhaseCfg;
 use nemesis::Kind;
 use util::{mix, BoxError};
+use worker::Workload;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -117,9 +120,10 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             volatile_restart_at: None,
             seed,
             quiesce_bound_s: 30.0,
+            workload: Workload::Failover,
         });
-    } else if profile != "controls" {
-        return Err(format!("unknown profile {profile} (quick, controls)").into());
+    } else if profile != "controls" && profile != "mutex" {
+        return Err(format!("unknown profile {profile} (quick, controls, mutex)").into());
     }
     phases.push(PhaseCfg {
         name: "control-fencing-off".into(),
@@ -131,6 +135,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         volatile_restart_at: None,
         seed: mix(&[seed, 0xA]),
         quiesce_bound_s: 20.0,
+        workload: Workload::Failover,
     });
     phases.push(PhaseCfg {
         name: "control-volatile".into(),
@@ -142,8 +147,68 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         volatile_restart_at: Some(7.0),
         seed: mix(&[seed, 0xB]),
         quiesce_bound_s: 20.0,
+        workload: Workload::Failover,
     });
+    let mutex_phases = profile == "quick" || profile == "mutex";
+    if mutex_phases {
+        // The mutex workload: holders paused past the lease, Redis paused and crash-restarted,
+        // links cut. ttl_shrink only touches failover leases, so the server lane goes without.
+        phases.push(PhaseCfg {
+            name: "mutex".into(),
+            jobs: 0,
+            warmup_s: 2.0,
+            chaos_s: 22.0,
+            fenced: true,
+            // Two lanes only pause holders: a holder paused past its lease whose work went on
+            // in a spawned task commits late, and that COMMIT must be rejected as stale (C1s).
+            lanes: vec![
+                Kind::WORKER_LANE.to_vec(),
+                Kind::SERVER_LANE
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::TtlShrink)
+                    .collect(),
+                vec![Kind::PauseWorker],
+                vec![Kind::PauseWorker],
+            ],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0xD]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Mutex,
+        });
+    }
+    phases.push(PhaseCfg {
+        name: "control-mutex-fencing-off".into(),
+        jobs: 0,
+        warmup_s: 1.0,
+        chaos_s: 12.0,
+        fenced: false,
+        lanes: vec![vec![Kind::PauseWorker]],
+        volatile_restart_at: None,
+        seed: mix(&[seed, 0xE]),
+        quiesce_bound_s: 20.0,
+        workload: Workload::Mutex,
+    });
+    if mutex_phases {
+        // Redis restarted without persistence mid-phase: the fence is gone, yet every later
+        // token must be above every earlier one (server time), so nothing stale is accepted.
+        phases.push(PhaseCfg {
+            name: "mutex-volatile".into(),
+            jobs: 0,
+            warmup_s: 1.0,
+            chaos_s: 6.0,
+            fenced: true,
+            lanes: vec![],
+            volatile_restart_at: Some(3.0),
+            seed: mix(&[seed, 0xF]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Mutex,
+        });
+    }
 
+    if profile == "mutex" {
+        phases.retain(|p| p.workload == Workload::Mutex);
+    }
     let t_start = std::time::Instant::now();
     let mut lines: Vec<(String, bool, String)> = Vec::new();
     let mut report = json!({"seed": seed, "profile": profile, "workers": worker::WORKERS,
@@ -151,6 +216,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     for cfg in phases {
         let name = cfg.name.clone();
         let chaos_s = cfg.chaos_s;
+        let workload = cfg.workload;
         println!(
             "chaos: phase {name}: {} jobs, {}s chaos",
             cfg.jobs, cfg.chaos_s
@@ -218,6 +284,24 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 report[k] = an.stats[k].clone();
             }
             report["duration_s"] = an.stats["duration_s"].clone();
+        } else if workload == Workload::Mutex && !name.starts_with("control-") {
+            let st = &an.stats;
+            println!(
+                "chaos: {name}: faults {} grants {} stale_rejected {} stale_accepted {} liveness {}",
+                st["faults"], st["ops"]["grants"], st["fencing"]["stale_rejected"],
+                st["fencing"]["stale_accepted"], st["liveness"]
+            );
+            for inv in &an.invs {
+                report["violations"][format!("{name}/{}", inv.id)] = json!(inv.violations);
+                lines.push((
+                    format!("{name} {} {}", inv.id, inv.name),
+                    inv.pass,
+                    format!("{} violation(s); {}", inv.violations, inv.note),
+                ));
+                for ex in &inv.examples {
+                    println!("    {name} {} example: {ex}", inv.id);
+                }
+            }
         } else {
             let (pass, note) = control_verdict(&name, &an);
             report["controls"][&name] = json!({"pass": pass, "note": note});
@@ -251,7 +335,7 @@ fn phase_json(an: &checker::Analysis) -> Value {
 /// A negative control passes when the checker flags what the control broke.
 fn control_verdict(name: &str, an: &checker::Analysis) -> (bool, String) {
     let n = |id: &str| an.get(id).map_or(0, |i| i.violations);
-    if name == "control-fencing-off" {
+    if name == "control-fencing-off" || name == "control-mutex-fencing-off" {
         let c1 = n("C1");
         let accepted = an.stats["fencing"]["stale_accepted"].as_u64().unwrap_or(0);
         let pauses = an.stats["faults"]["pause_worker"].as_u64().unwrap_or(0);

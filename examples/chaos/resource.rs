@@ -19,6 +19,8 @@ struct State {
     highest: HashMap<String, u64>,
     /// Accepted BEGINs not followed by the same holder's accepted COMMIT: key → (holder, t).
     open: HashMap<String, (String, u64)>,
+    /// When the last write was accepted (monotonic ns).
+    last_accepted: u64,
 }
 
 pub struct Resource {
@@ -64,6 +66,11 @@ impl Resource {
             .collect()
     }
 
+    /// Monotonic ns of the last accepted write (0: none yet).
+    pub fn last_accepted(&self) -> u64 {
+        self.state().last_accepted
+    }
+
     /// Decides one write and logs it under the state lock, so the log order is the decision
     /// order.
     fn write(&self, key: &str, token: u64, holder: &str, op: &str) -> String {
@@ -73,6 +80,7 @@ impl Resource {
         let accepted = !stale || !self.fenced;
         let reply = if accepted {
             s.highest.insert(key.to_string(), highest.max(token));
+            s.last_accepted = mono_ns();
             if op.starts_with("BEGIN") {
                 s.open
                     .insert(key.to_string(), (holder.to_string(), mono_ns()));

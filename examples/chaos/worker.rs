@@ -16,6 +16,42 @@ pub const URL_ENV: &str = "BATON_CHAOS_REDIS_URL";
 pub const WORKERS: usize = 4;
 pub const LEASE: Duration = Duration::from_secs(1);
 pub const MAX_ATTEMPTS: u64 = 3;
+/// The mutex workload: tasks per worker process, lock names, the wait bound of one acquisition.
+pub const MUTEX_TASKS: usize = 3;
+pub const MUTEX_LOCKS: usize = 3;
+pub const MUTEX_WAIT: Duration = Duration::from_secs(3);
+/// The file (in the run directory) whose existence tells mutex workers to stop early, once the
+/// control process saw progress after the final heal.
+pub const STOP_FILE: &str = "stop";
+
+/// What the workers exercise: the failover coordinator (W1) or the fenced mutex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Failover,
+    Mutex,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Failover => "failover",
+            Workload::Mutex => "mutex",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Workload, BoxError> {
+        match s {
+            "failover" => Ok(Workload::Failover),
+            "mutex" => Ok(Workload::Mutex),
+            _ => Err(format!("unknown workload {s} (failover, mutex)").into()),
+        }
+    }
+}
+
+/// `m-1`.
+pub fn lock_name(i: usize) -> String {
+    format!("m-{i}")
+}
 
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
@@ -28,11 +64,14 @@ pub struct WorkerArgs {
     pub t0: u64,
     pub spacing_ms: u64,
     pub seed: u64,
+    pub workload: Workload,
+    /// Mutex workload: monotonic ns at which the tasks stop taking locks (0: failover).
+    pub deadline: u64,
 }
 
 impl WorkerArgs {
     pub fn to_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--worker".into(),
             self.id.to_string(),
             "--inc".into(),
@@ -49,7 +88,17 @@ impl WorkerArgs {
             self.spacing_ms.to_string(),
             "--seed".into(),
             self.seed.to_string(),
-        ]
+        ];
+        // Only the mutex workload adds arguments: failover workers run as before.
+        if self.workload != Workload::Failover {
+            args.extend([
+                "--workload".into(),
+                self.workload.name().into(),
+                "--deadline".into(),
+                self.deadline.to_string(),
+            ]);
+        }
+        args
     }
 
     pub fn parse(args: &[String]) -> Result<WorkerArgs, BoxError> {
@@ -63,6 +112,15 @@ impl WorkerArgs {
                 .ok_or_else(|| format!("missing value of {name}"))?
                 .clone())
         };
+        let opt = |name: &str| args.iter().position(|a| a == name).map(|_| get(name));
+        let workload = match opt("--workload") {
+            Some(w) => Workload::parse(&w?)?,
+            None => Workload::Failover,
+        };
+        let deadline = match opt("--deadline") {
+            Some(d) => d?.parse()?,
+            None => 0,
+        };
         Ok(WorkerArgs {
             id: get("--worker")?.parse()?,
             inc: get("--inc")?.parse()?,
@@ -72,6 +130,8 @@ impl WorkerArgs {
             t0: get("--t0")?.parse()?,
             spacing_ms: get("--spacing-ms")?.parse()?,
             seed: get("--seed")?.parse()?,
+            workload,
+            deadline,
         })
     }
 }
@@ -120,6 +180,9 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         }
     };
     ctx.write(json!({"type":"info","f":"connected"}));
+    if ctx.args.workload == Workload::Mutex {
+        return run_mutex(ctx, client).await;
+    }
 
     let now = mono_ns();
     let mut late = 0u64;
@@ -267,4 +330,110 @@ async fn resource_write(ctx: &Ctx, job: &str, token: u64, op: &str) -> Option<St
             None
         }
     }
+}
+
+/// The mutex workload: `MUTEX_TASKS` tasks, each taking a seeded one of `MUTEX_LOCKS` locks with
+/// `with_lock` until the deadline (or the stop file), writing BEGIN/COMMIT to the resource with
+/// the fencing token inside.
+async fn run_mutex(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let opts = Arc::new(baton::AcquireOptions::builder().wait(MUTEX_WAIT).build()?);
+    let mut tasks = Vec::new();
+    for task in 0..MUTEX_TASKS {
+        let (ctx, client, counter, opts) =
+            (ctx.clone(), client.clone(), counter.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            mutex_task(&ctx, &client, &counter, &opts, task).await
+        }));
+    }
+    let mut failures = 0;
+    for t in tasks {
+        let err = match t.await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        failures += 1;
+        ctx.write(json!({"type":"harness_err","err":err}));
+    }
+    ctx.write(json!({"type":"exit","harness_failures":failures}));
+    if failures > 0 {
+        return Err(format!("{failures} mutex tasks failed").into());
+    }
+    Ok(())
+}
+
+async fn mutex_task(
+    ctx: &Arc<Ctx>,
+    client: &Client,
+    counter: &std::sync::atomic::AtomicU64,
+    opts: &baton::AcquireOptions,
+    task: usize,
+) -> Result<(), BoxError> {
+    let mut rng = Rng::new(mix(&[
+        ctx.args.seed,
+        ctx.args.id as u64,
+        ctx.args.inc as u64,
+        task as u64,
+        0x4D,
+    ]));
+    let locks = client.locks();
+    let stop = ctx.args.run_dir.join(STOP_FILE);
+    // Spread the tasks' first tries a little.
+    tokio::time::sleep(Duration::from_millis(rng.range(0.0, 100.0) as u64)).await;
+    while mono_ns() < ctx.args.deadline && !stop.exists() {
+        let name = lock_name(rng.below(MUTEX_LOCKS));
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let hold_ms = rng.range(20.0, 150.0) as u64;
+        // Three in four holders hand the work and its COMMIT to a spawned task, as work given to
+        // another task or thread is: `with_lock`'s cancellation on a lost lock does not reach
+        // it, so a holder paused past its lease there commits late, and only the fencing token
+        // keeps the resource safe. The others do it in the closure (and are cancelled).
+        let detached = rng.unit() < 0.75;
+        ctx.write(json!({"type":"invoke","f":"lock","lock":name,"n":n}));
+        let work = |fence: u64| {
+            let (ctx, name) = (ctx.clone(), name.clone());
+            async move {
+                ctx.write(
+                    json!({"type":"info","f":"grant","lock":name,"n":n,"token":fence,
+                    "detached":detached}),
+                );
+                let begin = resource_write(&ctx, &name, fence, &format!("BEGIN-{n}")).await;
+                if begin.as_deref() != Some("OK") {
+                    return "fail-resource";
+                }
+                let commit = async move {
+                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                    resource_write(&ctx, &name, fence, &format!("COMMIT-{n}")).await
+                };
+                let commit = if detached {
+                    tokio::spawn(commit).await.ok().flatten()
+                } else {
+                    commit.await
+                };
+                if commit.as_deref() != Some("OK") {
+                    return "fail-resource";
+                }
+                "done"
+            }
+        };
+        match locks.with_lock(&name, LEASE, opts, work).await {
+            Ok(outcome) => {
+                ctx.write(json!({"type":"ok","f":"lock","lock":name,"n":n,"outcome":outcome}))
+            }
+            Err(e) => {
+                let token = match &e {
+                    baton::Error::LockLost { fencing_token, .. } => Some(*fencing_token),
+                    _ => None,
+                };
+                ctx.write(
+                    json!({"type":op_type(&e),"api_err":true,"f":"lock","lock":name,
+                    "n":n,"kind":e.kind(),"token":token,"err":e.to_string()}),
+                );
+                tokio::time::sleep(Duration::from_millis(rng.range(20.0, 100.0) as u64)).await;
+            }
+        }
+    }
+    ctx.write(json!({"type":"end","task":task}));
+    Ok(())
 }
