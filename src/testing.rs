@@ -1,4 +1,5 @@
-//! A private `redis-server` for tests, examples, benchmarks and fault injection.
+//! A private `redis-server` for tests, examples, benchmarks and fault injection, and a private
+//! PostgreSQL server ([`PgServer`]) for tests of the SQL side of fencing.
 //!
 //! [`RedisServer`] starts a real `redis-server` child process on a free
 //! loopback port with its own data directory, waits until it answers `PING`,
@@ -23,6 +24,9 @@
 //! (`PR_SET_PDEATHSIG`), which happens when the process exits or is killed
 //! (`SIGKILL`, `SIGTERM`, a panic that aborts). Its data directory is left in
 //! the temp dir then.
+//!
+//! [`PgServer`] is built the same way (`initdb` into a temporary directory, `postgres` on a free
+//! loopback port, the same spawner thread); see its documentation.
 //!
 //! The binary is taken from `$REDIS_SERVER_BIN` if that is set, otherwise
 //! `redis-server` is looked up on `PATH` (Debian/Ubuntu: `apt-get install
@@ -844,7 +848,6 @@ fn openssl(dir: &Path, a: &[&str], b: &[&str], c: &[&str]) -> io::Result<()> {
     }
 }
 
-/// Creates a fresh, uniquely named directory under the system temp dir.
 /// The config file in the data directory with the `user` directives: the default user (with
 /// the password, if any) and the least-privilege users. Read again at every restart.
 const USERS_CONF: &str = "users.conf";
@@ -913,12 +916,19 @@ fn write_users_conf(path: &Path, config: &Config) -> io::Result<()> {
     f.write_all(text.as_bytes())
 }
 
+/// Creates a fresh, uniquely named redis data directory under the system temp dir.
 fn create_data_dir() -> io::Result<PathBuf> {
+    create_temp_dir("baton-redis", "redis data directory")
+}
+
+/// Creates a fresh, uniquely named directory `<prefix>-<pid>-<n>-<nanos>` under the system temp
+/// dir (absolute even if `TMPDIR` is relative); `what` names it in the error message.
+fn create_temp_dir(prefix: &str, what: &str) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut base = std::env::temp_dir();
     if base.is_relative() {
-        // redis chdirs into `--dir`, so a relative log path would resolve
-        // against the wrong directory.
+        // redis chdirs into `--dir` (and postgres into its data directory), so a relative path
+        // would resolve against the wrong directory.
         base = std::env::current_dir()?.join(base);
     }
     let pid = std::process::id();
@@ -928,7 +938,7 @@ fn create_data_dir() -> io::Result<PathBuf> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let dir = base.join(format!("baton-redis-{pid}-{n}-{nanos}"));
+        let dir = base.join(format!("{prefix}-{pid}-{n}-{nanos}"));
         // `create_dir` (not `create_dir_all`) fails if the name is taken, for
         // example by a leftover from an earlier process with the same PID.
         match fs::create_dir(&dir) {
@@ -937,10 +947,7 @@ fn create_data_dir() -> io::Result<PathBuf> {
             Err(err) => {
                 return Err(io::Error::new(
                     err.kind(),
-                    format!(
-                        "cannot create redis data directory {}: {err}",
-                        dir.display()
-                    ),
+                    format!("cannot create {what} {}: {err}", dir.display()),
                 ))
             }
         }
@@ -961,10 +968,17 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// A spawn request for the spawner thread, and where its answer goes.
-type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+/// A spawn request for the spawner thread (the command and the signal the child gets when this
+/// process dies), and where its answer goes.
+type SpawnRequest = (Command, libc::c_int, mpsc::Sender<io::Result<Child>>);
 
-/// Spawns a `redis-server` that dies with this process.
+/// Spawns a `redis-server` that dies with this process (`SIGKILL`).
+fn spawn_server(command: Command) -> io::Result<Child> {
+    spawn_dying_with_process(command, libc::SIGKILL)
+}
+
+/// Spawns a server process (`redis-server`, `initdb`, `postgres`) that gets `death_signal` when
+/// this process dies.
 ///
 /// `PR_SET_PDEATHSIG` signals the child when the *thread* that forked it exits,
 /// not the process; tests and benchmarks create servers on short-lived threads
@@ -972,15 +986,15 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 /// when its test thread ended. Every server is therefore forked by one
 /// dedicated thread that is started on first use and never exits: it dies only
 /// with the process, and takes its servers with it.
-fn spawn_server(command: Command) -> io::Result<Child> {
+fn spawn_dying_with_process(command: Command, death_signal: libc::c_int) -> io::Result<Child> {
     static SPAWNER: OnceLock<Option<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
         thread::Builder::new()
-            .name("baton-redis-spawner".into())
+            .name("baton-fixture-spawner".into())
             .spawn(move || {
-                for (mut command, reply) in rx {
-                    die_with_this_process(&mut command);
+                for (mut command, death_signal, reply) in rx {
+                    die_with_this_process(&mut command, death_signal);
                     let _ = reply.send(command.spawn());
                 }
                 // Unreachable while `SPAWNER` holds the sender (a static: forever); should the
@@ -994,21 +1008,24 @@ fn spawn_server(command: Command) -> io::Result<Child> {
     });
     let Some(spawner) = spawner else {
         return Err(io::Error::other(
-            "cannot start the redis-server spawner thread",
+            "cannot start the test-server spawner thread",
         ));
     };
     let (reply, answer) = mpsc::channel();
     spawner
-        .send((command, reply))
-        .map_err(|_| io::Error::other("the redis-server spawner thread is gone"))?;
+        .send((command, death_signal, reply))
+        .map_err(|_| io::Error::other("the test-server spawner thread is gone"))?;
     answer
         .recv()
-        .map_err(|_| io::Error::other("the redis-server spawner thread did not answer"))?
+        .map_err(|_| io::Error::other("the test-server spawner thread did not answer"))?
 }
 
-/// Makes the child `SIGKILL`ed when the thread that forks it (the spawner) dies.
+/// Makes the child get `signal` when the thread that forks it (the spawner) dies.
+///
+/// The `pre_exec` closure runs after std has switched to the child's `uid`/`gid` (if set):
+/// changing credentials clears the parent-death signal, so it must be set afterwards.
 #[cfg(target_os = "linux")]
-fn die_with_this_process(command: &mut Command) {
+fn die_with_this_process(command: &mut Command, signal: libc::c_int) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id();
     // SAFETY: the closure runs in the child between fork and exec, where only
@@ -1016,14 +1033,7 @@ fn die_with_this_process(command: &mut Command) {
     // system calls, and the errors are built without allocating.
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             // The process died between fork and prctl: no signal will come, so do not start.
@@ -1037,7 +1047,7 @@ fn die_with_this_process(command: &mut Command) {
 
 /// Elsewhere there is no parent-death signal: servers are only stopped on drop.
 #[cfg(not(target_os = "linux"))]
-fn die_with_this_process(_command: &mut Command) {}
+fn die_with_this_process(_command: &mut Command, _signal: libc::c_int) {}
 
 /// Why a start attempt failed: worth another try, or not.
 enum Failure {
@@ -1415,5 +1425,554 @@ pub fn url_from_env_or_start() -> io::Result<(String, Option<RedisServer>)> {
             eprintln!("REDIS_URL not set: started a private redis-server at {url}");
             Ok((url, Some(server)))
         }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// PostgreSQL
+
+/// Environment variable naming the directory of PostgreSQL's binaries (`initdb`, `postgres`,
+/// `psql`), for when they are not where Debian puts them.
+const PG_BIN_DIR_ENV: &str = "PG_BIN_DIR";
+/// Where Debian's `postgresql-<major>` packages put the server binaries, off `PATH`:
+/// `/usr/lib/postgresql/<major>/bin`.
+const PG_DEBIAN_LIB: &str = "/usr/lib/postgresql";
+/// The database superuser `initdb` creates, which [`PgServer::url`] and [`PgServer::psql`] use.
+const PG_USER: &str = "postgres";
+/// The database [`PgServer::url`] and [`PgServer::psql`] connect to (made by `initdb`).
+const PG_DATABASE: &str = "postgres";
+/// The system user that runs `initdb` and `postgres` when this process is root (both refuse to
+/// run as root). Debian's `postgresql-common` package creates it.
+const PG_OS_USER: &str = "postgres";
+/// The cluster's data directory, inside the fixture's directory.
+const PG_DATA: &str = "data";
+/// The server's log (its stderr), inside the fixture's directory.
+const PG_LOG: &str = "postgres.log";
+/// `initdb`'s output, inside the fixture's directory.
+const PG_INITDB_LOG: &str = "initdb.log";
+/// `initdb` takes about a second; this bound only catches a hung one.
+const PG_INITDB_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the postmaster has for an immediate shutdown (`SIGQUIT`) before it is `SIGKILL`ed.
+const PG_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A private PostgreSQL server for tests: a fresh cluster made by `initdb` in a temporary
+/// directory, and a `postgres` child process listening on a free port of 127.0.0.1, with its unix
+/// socket in that directory.
+///
+/// * **Authentication**: `trust` for TCP on loopback and for the socket (`initdb -A trust`), so
+///   no password: [`url`](Self::url) is `postgres://postgres@127.0.0.1:<port>/postgres` (the
+///   superuser `postgres`, the database `postgres`). Any local user can connect as the superuser
+///   while the server runs; that is what a throwaway test server is for, never for real data.
+/// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
+///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data, a
+///   crash of the server process does not (the WAL is still written). Starting takes about 1.5 s,
+///   almost all of it `initdb`.
+/// * **Binaries**: from `$PG_BIN_DIR` if set, else the newest `/usr/lib/postgresql/<major>/bin`
+///   with an `initdb` (Debian: `apt-get install postgresql`), else the directory of an `initdb`
+///   on `PATH`. [`psql`](Self::psql) uses that directory's `psql`, else the one on `PATH`.
+/// * **Root**: `initdb` and `postgres` refuse to run as root, so a root process runs them as the
+///   system user `postgres` (the directory is chowned to it); anyone else runs them as itself.
+/// * **Lifetime**: dropping the value shuts the server down (immediate shutdown, `SIGQUIT`, then
+///   `SIGKILL` after 5 s) and removes the directory. Like [`RedisServer`], `initdb` and the
+///   postmaster are spawned by the module's long-lived spawner thread with a parent-death
+///   signal, so they never outlive this process however it ends: the postmaster gets `SIGQUIT`
+///   (an immediate shutdown that stops its backends and frees its shared memory) and `initdb`
+///   `SIGKILL`. The directory is left in the temp dir then.
+///
+/// ```no_run
+/// # fn main() -> std::io::Result<()> {
+/// let pg = baton::testing::PgServer::start()?;
+/// pg.psql("CREATE TABLE t (id int primary key)")?;
+/// assert_eq!(pg.psql("INSERT INTO t VALUES (1)")?, "INSERT 0 1\n");
+/// println!("connect to {}", pg.url());
+/// # Ok(()) }
+/// ```
+pub struct PgServer {
+    /// The postmaster; `None` only while dropping.
+    child: Option<Child>,
+    pid: u32,
+    port: u16,
+    dir: PathBuf,
+    bin_dir: PathBuf,
+}
+
+impl PgServer {
+    /// Makes a cluster with `initdb` in a fresh temporary directory and starts `postgres` on a
+    /// free loopback port, waiting until it accepts connections (its `postmaster.pid` says
+    /// `ready`). A port lost to another process before the server binds it is retried with
+    /// another (up to 10 times).
+    ///
+    /// # Errors
+    ///
+    /// Fails if the binaries cannot be found (the message says how to install them or set
+    /// `PG_BIN_DIR`), if this process is root and there is no `postgres` system user, if
+    /// `initdb` fails or takes more than 60 s, or if the server exits during startup or is not
+    /// ready within 10 s; the error then quotes the relevant log. Nothing is left behind.
+    pub fn start() -> io::Result<PgServer> {
+        let bin_dir = pg_bin_dir()?;
+        let run_as = pg_run_as()?;
+        let dir = create_temp_dir("baton-pg", "PostgreSQL directory")?;
+        match pg_init_and_start(&bin_dir, run_as, &dir) {
+            Ok((child, port)) => Ok(PgServer {
+                pid: child.id(),
+                child: Some(child),
+                port,
+                dir,
+                bin_dir,
+            }),
+            Err(err) => {
+                // The child, if any, has been reaped; best effort only, the error matters.
+                let _ = fs::remove_dir_all(&dir);
+                Err(err)
+            }
+        }
+    }
+
+    /// The TCP port the server listens on, on 127.0.0.1 only.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory of the server's unix socket (`.s.PGSQL.<port>`, owner-only): the fixture's
+    /// temporary directory, which also holds the cluster (`data/`) and the logs. Removed on drop.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The connection URL, `postgres://postgres@127.0.0.1:<port>/postgres`: the superuser
+    /// `postgres` over TCP, no password (the server trusts loopback connections).
+    pub fn url(&self) -> String {
+        format!("postgres://{PG_USER}@127.0.0.1:{}/{PG_DATABASE}", self.port)
+    }
+
+    /// The PID of the postmaster this fixture started (its backends are its children).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The server's log (its stderr since it started), for test failure messages. Returns a note
+    /// instead if it cannot be read.
+    pub fn log(&self) -> String {
+        read_log_from(&self.dir.join(PG_LOG), 0)
+    }
+
+    /// Runs `sql` through the `psql` client (the PostgreSQL client binary, no Rust driver)
+    /// connected to [`url`](Self::url) and returns its standard output.
+    ///
+    /// `sql` is fed on standard input (`-f -`), so it may hold several statements separated by
+    /// `;` and psql's own meta-commands; psql runs them one by one and stops at the first error
+    /// (`ON_ERROR_STOP=1`), ignoring any `~/.psqlrc` (`-X`) and `PG*` environment variables.
+    /// The output is unaligned and without headers (`--no-align --tuples-only`): a row is its
+    /// fields joined by `|`, one line per row, and every statement that returns no rows prints its
+    /// command tag (`CREATE TABLE`, `INSERT 0 1`, `UPDATE 0`, ...). Notices go to psql's stderr
+    /// and are dropped. There is no timeout: a statement that waits for a lock waits.
+    ///
+    /// # Errors
+    ///
+    /// Fails if `psql` cannot be run, or exits unsuccessfully (an SQL error, a failed connection);
+    /// the message quotes its stderr.
+    pub fn psql(&self, sql: &str) -> io::Result<String> {
+        let bin = {
+            let in_dir = self.bin_dir.join("psql");
+            if is_executable(&in_dir) {
+                in_dir
+            } else {
+                PathBuf::from("psql")
+            }
+        };
+        let mut command = Command::new(&bin);
+        pg_clear_env(&mut command);
+        command
+            .env("PGCONNECT_TIMEOUT", "10")
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "--no-align", "--tuples-only"])
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(["-U", PG_USER, "-d", PG_DATABASE, "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "cannot run {} ({err}); install PostgreSQL's client (e.g. `apt-get install \
+                     postgresql-client`) or set {PG_BIN_DIR_ENV}",
+                    bin.display()
+                ),
+            )
+        })?;
+        // Fed from another thread: psql writes its output while it reads, so writing all of a
+        // long script before reading could fill both pipes and deadlock.
+        let stdin = child.stdin.take();
+        let output = thread::scope(|scope| {
+            let writer = scope.spawn(move || match stdin {
+                Some(mut stdin) => stdin.write_all(sql.as_bytes()),
+                None => Ok(()),
+            });
+            let output = child.wait_with_output();
+            // A write error (psql stopped reading at an error) shows in its exit status.
+            let _ = writer.join();
+            output
+        })?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(io::Error::other(format!(
+                "psql on port {} failed ({}): {}",
+                self.port,
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
+    }
+}
+
+impl fmt::Debug for PgServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgServer")
+            .field("pid", &self.pid())
+            .field("port", &self.port)
+            .field("dir", &self.dir)
+            .field("bin_dir", &self.bin_dir)
+            .finish()
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            pg_stop(child);
+        }
+        // Best effort: a leftover directory in the temp dir is harmless and Drop must not panic.
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Stops a postmaster: an immediate shutdown (`SIGQUIT`: it stops its backends and frees its
+/// shared memory), `SIGKILL` if that takes longer than [`PG_STOP_TIMEOUT`], and reaps it.
+fn pg_stop(mut child: Child) {
+    if matches!(child.try_wait(), Ok(None)) {
+        // Not reaped yet (try_wait just said so), so the PID is still our child's.
+        if send_signal(child.id(), libc::SIGQUIT).is_ok() {
+            let _ = wait_bounded(&mut child, PG_STOP_TIMEOUT);
+        }
+    }
+    reap(child);
+}
+
+/// Waits up to `timeout` for the child to exit: `Ok(None)` if it is still running then.
+fn wait_bounded(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The directory of PostgreSQL's binaries (see [`PgServer`]).
+fn pg_bin_dir() -> io::Result<PathBuf> {
+    const HINT: &str = "install PostgreSQL (e.g. `apt-get install postgresql`) or set \
+                        PG_BIN_DIR to the directory of its initdb and postgres";
+    if let Some(dir) = std::env::var_os(PG_BIN_DIR_ENV).filter(|value| !value.is_empty()) {
+        let dir = PathBuf::from(dir);
+        return if is_executable(&dir.join("initdb")) && is_executable(&dir.join("postgres")) {
+            Ok(dir)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{PG_BIN_DIR_ENV}={} has no executable initdb and postgres; {HINT}",
+                    dir.display()
+                ),
+            ))
+        };
+    }
+    // Debian: /usr/lib/postgresql/<major>/bin, newest major first (numerically: 9.6 < 10 < 15).
+    let mut versioned: Vec<(Vec<u64>, PathBuf)> = fs::read_dir(PG_DEBIAN_LIB)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let version = name
+                .split('.')
+                .map(|part| part.parse::<u64>().ok())
+                .collect::<Option<Vec<u64>>>()?;
+            let bin = entry.path().join("bin");
+            (is_executable(&bin.join("initdb")) && is_executable(&bin.join("postgres")))
+                .then_some((version, bin))
+        })
+        .collect();
+    versioned.sort();
+    if let Some((_, bin)) = versioned.pop() {
+        return Ok(bin);
+    }
+    // Elsewhere the server binaries are often on PATH.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .find(|dir| is_executable(&dir.join("initdb")) && is_executable(&dir.join("postgres")))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "PostgreSQL not found: no initdb and postgres in {PG_DEBIAN_LIB}/*/bin or \
+                     on PATH; {HINT}"
+                ),
+            )
+        })
+}
+
+/// The uid and gid to run `initdb` and `postgres` as: the `postgres` system user's when this
+/// process is root (they refuse to run as root), `None` (this process's own) otherwise.
+fn pg_run_as() -> io::Result<Option<(u32, u32)>> {
+    // SAFETY: geteuid(2) cannot fail and has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let name = std::ffi::CString::new(PG_OS_USER)
+        .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: `passwd` is plain old data; all-zero is a valid value for it.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call: the NUL-terminated name, `pwd`, `buf` with
+    // its true length, and `result`. getpwnam_r (unlike getpwnam) is thread-safe.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::new(
+            io::Error::from_raw_os_error(rc).kind(),
+            format!(
+                "cannot look up the system user `{PG_OS_USER}`: {}",
+                io::Error::from_raw_os_error(rc)
+            ),
+        ));
+    }
+    if result.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "running as root, but there is no system user `{PG_OS_USER}` to run initdb and \
+                 postgres as (they refuse to run as root); Debian's postgresql package creates it"
+            ),
+        ));
+    }
+    Ok(Some((pwd.pw_uid, pwd.pw_gid)))
+}
+
+/// Removes every `PG*` variable (`PGDATA`, `PGPORT`, `PGPASSWORD`, `PGOPTIONS`, ...) from the
+/// child's environment, so that nothing from the caller's changes what the fixture runs.
+fn pg_clear_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PG") {
+            command.env_remove(name);
+        }
+    }
+}
+
+/// Prepares a PostgreSQL command: the binary from `bin_dir`, run in `dir` as `run_as`, with a
+/// clean `PG*` environment, stdin closed and stdout/stderr appended to `log`.
+fn pg_command(
+    bin_dir: &Path,
+    name: &str,
+    run_as: Option<(u32, u32)>,
+    dir: &Path,
+    log: &Path,
+) -> io::Result<Command> {
+    use std::os::unix::process::CommandExt;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("cannot open log file {}: {err}", log.display()),
+            )
+        })?;
+    let mut command = Command::new(bin_dir.join(name));
+    pg_clear_env(&mut command);
+    command
+        // Its own directory: the postgres user may not be allowed into the caller's.
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(file.try_clone()?))
+        .stderr(Stdio::from(file));
+    if let Some((uid, gid)) = run_as {
+        // std drops the supplementary groups too when a root process sets the uid.
+        command.uid(uid).gid(gid);
+    }
+    Ok(command)
+}
+
+/// `initdb`, then the server on a free port (retried on a lost port race).
+fn pg_init_and_start(
+    bin_dir: &Path,
+    run_as: Option<(u32, u32)>,
+    dir: &Path,
+) -> io::Result<(Child, u16)> {
+    use std::os::unix::fs::PermissionsExt;
+    // Owner-only: it holds the trust-everyone socket.
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    if let Some((uid, gid)) = run_as {
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("cannot chown {} to {PG_OS_USER}: {err}", dir.display()),
+            )
+        })?;
+    }
+    let data = dir.join(PG_DATA);
+    let initdb_log = dir.join(PG_INITDB_LOG);
+    let mut initdb = pg_command(bin_dir, "initdb", run_as, dir, &initdb_log)?;
+    initdb
+        .arg("-D")
+        .arg(&data)
+        .args(["-U", PG_USER, "-A", "trust", "-E", "UTF8", "--locale=C"])
+        .args(["--no-sync", "--no-instructions"]);
+    let mut child = spawn_dying_with_process(initdb, libc::SIGKILL).map_err(|err| {
+        io::Error::new(
+            err.kind(),
+            format!("cannot spawn {}/initdb: {err}", bin_dir.display()),
+        )
+    })?;
+    match wait_bounded(&mut child, PG_INITDB_TIMEOUT) {
+        Ok(Some(status)) if status.success() => {}
+        outcome => {
+            reap(child);
+            let why = match outcome {
+                Ok(Some(status)) => format!("failed ({status})"),
+                Ok(None) => format!("did not finish within {} s", PG_INITDB_TIMEOUT.as_secs()),
+                Err(err) => format!("could not be waited for ({err})"),
+            };
+            return Err(io::Error::other(format!(
+                "initdb {why}; its output:\n{}",
+                read_log_from(&initdb_log, 0)
+            )));
+        }
+    }
+
+    let mut last_err = None;
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port()?;
+        match pg_launch(bin_dir, run_as, dir, port) {
+            Ok(child) => return Ok((child, port)),
+            Err(Failure::Retry(err)) => last_err = Some(err),
+            Err(Failure::Fatal(err)) => return Err(err),
+        }
+    }
+    let err = last_err.unwrap_or_else(|| io::Error::other("postgres did not start"));
+    Err(io::Error::new(
+        err.kind(),
+        format!("postgres did not start after {START_ATTEMPTS} attempts; last error: {err}"),
+    ))
+}
+
+/// Starts the postmaster on `port` and waits until it is ready; on failure it is stopped.
+fn pg_launch(
+    bin_dir: &Path,
+    run_as: Option<(u32, u32)>,
+    dir: &Path,
+    port: u16,
+) -> Result<Child, Failure> {
+    let log = dir.join(PG_LOG);
+    let log_start = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let mut command = pg_command(bin_dir, "postgres", run_as, dir, &log).map_err(Failure::Fatal)?;
+    command
+        .arg("-D")
+        .arg(dir.join(PG_DATA))
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["-c", "listen_addresses=127.0.0.1", "-c"])
+        .arg(format!("unix_socket_directories={}", dir.display()))
+        .args(["-c", "unix_socket_permissions=0700"])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off", "-c", "logging_collector=off"]);
+    let mut child = spawn_dying_with_process(command, libc::SIGQUIT).map_err(|err| {
+        Failure::Fatal(io::Error::new(
+            err.kind(),
+            format!("cannot spawn {}/postgres: {err}", bin_dir.display()),
+        ))
+    })?;
+    let pid_file = dir.join(PG_DATA).join("postmaster.pid");
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let outcome = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break WaitFailure::Exited(status),
+            Ok(None) => {}
+            Err(err) => break WaitFailure::Io(err),
+        }
+        let last = match pg_ready(&pid_file, child.id(), port) {
+            Ok(()) => return Ok(child),
+            Err(reason) => reason,
+        };
+        if Instant::now() >= deadline {
+            break WaitFailure::TimedOut(last);
+        }
+        thread::sleep(POLL_INTERVAL);
+    };
+    pg_stop(child);
+    let text = read_log_from(&log, log_start);
+    let kind = match outcome {
+        WaitFailure::TimedOut(_) => io::ErrorKind::TimedOut,
+        WaitFailure::Exited(_) | WaitFailure::Io(_) => io::ErrorKind::Other,
+    };
+    let reason = match &outcome {
+        WaitFailure::TimedOut(last) => format!(
+            "was not ready within {} s ({last})",
+            READY_TIMEOUT.as_secs()
+        ),
+        other => other.reason(),
+    };
+    let err = io::Error::new(
+        kind,
+        format!("postgres on port {port} {reason}; its log:\n{text}"),
+    );
+    // Only a lost port race is worth another port; anything else fails the same way again.
+    let retry = matches!(outcome, WaitFailure::Exited(_))
+        && (text.contains("could not bind") || text.contains("could not create any TCP/IP"));
+    Err(if retry {
+        Failure::Retry(err)
+    } else {
+        Failure::Fatal(err)
+    })
+}
+
+/// Whether the postmaster `pid` is ready: its `postmaster.pid` (the file `pg_ctl` and
+/// `pg_isready`'s server side go by) names that PID and `port` and says `ready`, which it does
+/// once the server accepts connections. Returns why not otherwise.
+fn pg_ready(pid_file: &Path, pid: u32, port: u16) -> Result<(), String> {
+    let text =
+        fs::read_to_string(pid_file).map_err(|err| format!("{}: {err}", pid_file.display()))?;
+    // Lines: PID, data directory, start time, port, socket directory, listen address, shared
+    // memory key, status.
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    if lines.first() != Some(&pid.to_string().as_str()) {
+        return Err(format!(
+            "postmaster.pid names another PID ({:?})",
+            lines.first()
+        ));
+    }
+    if lines.get(3) != Some(&port.to_string().as_str()) {
+        return Err(format!(
+            "postmaster.pid names another port ({:?})",
+            lines.get(3)
+        ));
+    }
+    match lines.get(7) {
+        Some(&"ready") => Ok(()),
+        status => Err(format!("status {status:?}")),
     }
 }
