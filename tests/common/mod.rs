@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod process;
+#[macro_use]
+pub mod topology;
 
 use std::time::Duration;
 
@@ -20,22 +22,25 @@ pub const WAKE: Duration = Duration::from_secs(5);
 pub const TEST_USER: &str = "baton-test";
 pub const TEST_PASSWORD: &str = "test-pw-4d1f";
 
-/// A server builder with [`TEST_USER`] already added (for servers with extra settings).
+/// A server builder with [`TEST_USER`] already added (for servers with extra settings), of the
+/// variant the running scenario is on ([`topology`]; Redis outside a scenario).
 pub fn builder() -> baton::testing::RedisServerBuilder {
-    RedisServer::builder().acl_user(TEST_USER, TEST_PASSWORD, "baton:")
+    RedisServer::builder()
+        .flavor(topology::current())
+        .acl_user(TEST_USER, TEST_PASSWORD, "baton:")
 }
 
 pub fn server() -> RedisServer {
     builder()
         .start()
-        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", topology::current().name()))
 }
 
 pub fn durable_server() -> RedisServer {
     builder()
         .persistence(Persistence::Durable)
         .start()
-        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", topology::current().name()))
 }
 
 /// A client logged in as [`TEST_USER`].
