@@ -25,6 +25,9 @@
 //! (`SIGKILL`, `SIGTERM`, a panic that aborts). Its data directory is left in
 //! the temp dir then.
 //!
+//! [`RedisSentinel`] runs a primary, two replicas and three Sentinels, all of them
+//! [`RedisServer`]s; see the [`sentinel`] module.
+//!
 //! [`PgServer`] is built the same way (`initdb` into a temporary directory, `postgres` on a free
 //! loopback port, the same spawner thread); see its documentation.
 //!
@@ -63,6 +66,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub mod sentinel;
+pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 
 /// Environment variable that overrides which `redis-server` binary is run.
 const BIN_ENV: &str = "REDIS_SERVER_BIN";
@@ -142,6 +148,8 @@ pub struct RedisServerBuilder {
     password: Option<String>,
     tls: bool,
     users: Vec<AclUser>,
+    /// Set for a Sentinel ([`RedisServerBuilder::sentinel`]): the config file's body.
+    sentinel: Option<String>,
 }
 
 /// A least-privilege user the server is started with (see [`RedisServerBuilder::acl_user`]).
@@ -287,6 +295,18 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs the binary as a Sentinel (`redis-server <conf> --sentinel`), for
+    /// [`sentinel::RedisSentinel`]. `body` is the config file's Sentinel part (`sentinel monitor
+    /// ...`); the file is written as `port <port>`, `bind 127.0.0.1`, then `body`, into the data
+    /// directory on the first launch only, and is writable: a Sentinel rewrites it with what it
+    /// learns, and a [`RedisServer::restart`] starts from that rewritten file. No password or
+    /// ACL users (they would need a second config file on the command line); TLS is not
+    /// supported either.
+    pub(crate) fn sentinel(mut self, body: String) -> Self {
+        self.sentinel = Some(body);
+        self
+    }
+
     /// Starts the server and waits until it answers `PING`.
     ///
     /// The server gets a fresh data directory and a free port on 127.0.0.1.
@@ -309,6 +329,14 @@ impl RedisServerBuilder {
                  tests on Redis",
             ));
         }
+        if self.sentinel.is_some()
+            && (self.tls || self.password.is_some() || !self.users.is_empty())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a Sentinel fixture process supports neither TLS nor passwords nor ACL users",
+            ));
+        }
         let dir = create_data_dir()?;
         let tls = if self.tls {
             match make_tls_files(&dir) {
@@ -328,6 +356,7 @@ impl RedisServerBuilder {
             password: self.password,
             tls,
             users: self.users,
+            sentinel: self.sentinel,
         };
         match first_start(&config, &dir) {
             Ok((child, port)) => Ok(RedisServer {
@@ -355,6 +384,7 @@ impl fmt::Debug for RedisServerBuilder {
             .field("args", &self.args)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
+            .field("sentinel", &self.sentinel.is_some())
             .field(
                 "users",
                 &self
@@ -376,6 +406,8 @@ struct Config {
     /// Set for a TLS-only server ([`RedisServerBuilder::tls`]).
     tls: Option<TlsFiles>,
     users: Vec<AclUser>,
+    /// Set for a Sentinel ([`RedisServerBuilder::sentinel`]).
+    sentinel: Option<String>,
 }
 
 /// The PEM files of a TLS server started with [`RedisServerBuilder::tls`], all inside its data
@@ -941,6 +973,8 @@ fn openssl(dir: &Path, a: &[&str], b: &[&str], c: &[&str]) -> io::Result<()> {
 /// The config file in the data directory with the `user` directives: the default user (with
 /// the password, if any) and the least-privilege users. Read again at every restart.
 const USERS_CONF: &str = "users.conf";
+/// The (writable) config file of a Sentinel, in its data directory.
+const SENTINEL_CONF: &str = "sentinel.conf";
 
 fn write_users_conf(path: &Path, config: &Config) -> io::Result<()> {
     use std::io::Write;
@@ -1188,7 +1222,21 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
     let log_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
 
     let mut command = Command::new(&config.bin);
-    if config.password.is_some() || !config.users.is_empty() {
+    if let Some(body) = &config.sentinel {
+        // The config file must be the first argument. Written once: a Sentinel rewrites it, and
+        // a restart resumes from what it wrote. `--port` below wins should this attempt's port
+        // differ from the one in the file (a retry after a lost port race).
+        let conf = dir.join(SENTINEL_CONF);
+        if !conf.exists() {
+            fs::write(&conf, format!("port {port}\nbind 127.0.0.1\n{body}")).map_err(|err| {
+                Failure::Fatal(io::Error::new(
+                    err.kind(),
+                    format!("cannot write {}: {err}", conf.display()),
+                ))
+            })?;
+        }
+        command.arg(&conf).arg("--sentinel");
+    } else if config.password.is_some() || !config.users.is_empty() {
         // Passwords go in an owner-only config file (it must be the first argument), never on
         // the command line, which every local user can read in /proc.
         let conf = dir.join(USERS_CONF);
