@@ -25,6 +25,9 @@
 //! (`SIGKILL`, `SIGTERM`, a panic that aborts). Its data directory is left in
 //! the temp dir then.
 //!
+//! [`RedisCluster`] (module [`cluster`]) joins six of them into a Redis Cluster of three
+//! primaries with one replica each.
+//!
 //! [`PgServer`] is built the same way (`initdb` into a temporary directory, `postgres` on a free
 //! loopback port, the same spawner thread); see its documentation.
 //!
@@ -63,6 +66,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub mod cluster;
+pub use cluster::{RedisCluster, RedisClusterBuilder};
 
 /// Environment variable that overrides which `redis-server` binary is run.
 const BIN_ENV: &str = "REDIS_SERVER_BIN";
@@ -142,6 +148,20 @@ pub struct RedisServerBuilder {
     password: Option<String>,
     tls: bool,
     users: Vec<AclUser>,
+    /// How the first start picks its port (the kernel's choice unless a cluster node needs its
+    /// bus port free too; see [`PortChoice`]).
+    ports: PortChoice,
+}
+
+/// How [`first_start`] picks a port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum PortChoice {
+    /// Whatever free port the kernel hands out (the default).
+    #[default]
+    Any,
+    /// A free port below 55536 whose cluster bus port (port + 10000) is free as well, for a node
+    /// of a [`cluster::RedisCluster`].
+    ClusterBus,
 }
 
 /// A least-privilege user the server is started with (see [`RedisServerBuilder::acl_user`]).
@@ -321,6 +341,7 @@ impl RedisServerBuilder {
         } else {
             None
         };
+        let ports = self.ports;
         let config = Config {
             bin,
             persistence: self.persistence,
@@ -329,7 +350,7 @@ impl RedisServerBuilder {
             tls,
             users: self.users,
         };
-        match first_start(&config, &dir) {
+        match first_start(&config, &dir, ports) {
             Ok((child, port)) => Ok(RedisServer {
                 child: Mutex::new(Some(child)),
                 paused: AtomicBool::new(false),
@@ -1149,10 +1170,13 @@ enum Failure {
 
 /// Starts the server on a fresh port, retrying with new ports if the port
 /// turns out to be taken.
-fn first_start(config: &Config, dir: &Path) -> io::Result<(Child, u16)> {
+fn first_start(config: &Config, dir: &Path, ports: PortChoice) -> io::Result<(Child, u16)> {
     let mut last_err = None;
     for _ in 0..START_ATTEMPTS {
-        let port = free_port()?;
+        let port = match ports {
+            PortChoice::Any => free_port()?,
+            PortChoice::ClusterBus => cluster::free_port_with_bus()?,
+        };
         match launch(config, dir, port) {
             Ok(child) => return Ok((child, port)),
             Err(Failure::Retry(err)) => last_err = Some(err),
