@@ -28,6 +28,9 @@
 //! [`RedisSentinel`] runs a primary, two replicas and three Sentinels, all of them
 //! [`RedisServer`]s; see the [`sentinel`] module.
 //!
+//! [`RedisCluster`] (module [`cluster`]) joins six of them into a Redis Cluster of three
+//! primaries with one replica each.
+//!
 //! [`PgServer`] is built the same way (`initdb` into a temporary directory, `postgres` on a free
 //! loopback port, the same spawner thread); see its documentation.
 //!
@@ -69,6 +72,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod sentinel;
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
+pub mod cluster;
+pub use cluster::{RedisCluster, RedisClusterBuilder};
 
 /// Environment variable that overrides which `redis-server` binary is run.
 const BIN_ENV: &str = "REDIS_SERVER_BIN";
@@ -150,6 +155,20 @@ pub struct RedisServerBuilder {
     users: Vec<AclUser>,
     /// Set for a Sentinel ([`RedisServerBuilder::sentinel`]): the config file's body.
     sentinel: Option<String>,
+    /// How the first start picks its port (the kernel's choice unless a cluster node needs its
+    /// bus port free too; see [`PortChoice`]).
+    ports: PortChoice,
+}
+
+/// How [`first_start`] picks a port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum PortChoice {
+    /// Whatever free port the kernel hands out (the default).
+    #[default]
+    Any,
+    /// A free port below 55536 whose cluster bus port (port + 10000) is free as well, for a node
+    /// of a [`cluster::RedisCluster`].
+    ClusterBus,
 }
 
 /// A least-privilege user the server is started with (see [`RedisServerBuilder::acl_user`]).
@@ -349,6 +368,7 @@ impl RedisServerBuilder {
         } else {
             None
         };
+        let ports = self.ports;
         let config = Config {
             bin,
             persistence: self.persistence,
@@ -358,7 +378,7 @@ impl RedisServerBuilder {
             users: self.users,
             sentinel: self.sentinel,
         };
-        match first_start(&config, &dir) {
+        match first_start(&config, &dir, ports) {
             Ok((child, port)) => Ok(RedisServer {
                 child: Mutex::new(Some(child)),
                 paused: AtomicBool::new(false),
@@ -1183,10 +1203,13 @@ enum Failure {
 
 /// Starts the server on a fresh port, retrying with new ports if the port
 /// turns out to be taken.
-fn first_start(config: &Config, dir: &Path) -> io::Result<(Child, u16)> {
+fn first_start(config: &Config, dir: &Path, ports: PortChoice) -> io::Result<(Child, u16)> {
     let mut last_err = None;
     for _ in 0..START_ATTEMPTS {
-        let port = free_port()?;
+        let port = match ports {
+            PortChoice::Any => free_port()?,
+            PortChoice::ClusterBus => cluster::free_port_with_bus()?,
+        };
         match launch(config, dir, port) {
             Ok(child) => return Ok((child, port)),
             Err(Failure::Retry(err)) => last_err = Some(err),
