@@ -144,6 +144,9 @@ impl RedisClusterBuilder {
         let started = Instant::now();
         create(&cli, &cluster.nodes)?;
         cluster.wait_healthy(HEALTHY_TIMEOUT)?;
+        // `cluster_state:ok` on every node does not mean every node has heard (by gossip) of
+        // every replica yet: wait until all six views agree, so tests start from one layout.
+        cluster.wait_views_agree(HEALTHY_TIMEOUT)?;
         cluster.refresh_roles()?;
         cluster.check_initial_layout()?;
         tracing::debug!(
@@ -386,6 +389,38 @@ impl RedisCluster {
         None
     }
 
+    /// Waits until every node's `CLUSTER NODES` shows the same layout: three primaries with
+    /// slots, each with exactly one replica, every link connected and no node flagged failing.
+    fn wait_views_agree(&self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut why = None;
+            for node in &self.nodes {
+                let port = node.port();
+                match query(port, &["CLUSTER", "NODES"]) {
+                    Ok(text) => {
+                        if let Some(w) = layout_problem(&text) {
+                            why = Some(format!("node on port {port}: {w}"));
+                            break;
+                        }
+                    }
+                    Err(err) => {
+                        why = Some(format!("node on port {port}: {err}"));
+                        break;
+                    }
+                }
+            }
+            let Some(why) = why else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the cluster's views did not agree in time: {why}"),
+                ));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
     /// Right after creation: three primaries covering all slots, each with one replica.
     fn check_initial_layout(&self) -> io::Result<()> {
         let primaries = self.primaries();
@@ -557,6 +592,38 @@ fn create(cli: &Path, nodes: &[RedisServer]) -> io::Result<()> {
 
 /// Sends one command to the node on `port` (as the default user) and returns its bulk-string
 /// reply.
+/// What keeps one node's `CLUSTER NODES` from showing the full initial layout (three
+/// primaries with slots, one replica each, all links connected, nothing failing), or `None`.
+fn layout_problem(text: &str) -> Option<String> {
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| f.len() >= 8)
+        .collect();
+    if lines.len() != NODES {
+        return Some(format!("knows {} nodes", lines.len()));
+    }
+    for f in &lines {
+        if f[2].contains("fail") || f[2].contains("handshake") || f[7] != "connected" {
+            return Some(format!("node {} is {} / {}", f[0], f[2], f[7]));
+        }
+    }
+    let primaries: Vec<&Vec<&str>> = lines
+        .iter()
+        .filter(|f| f[2].contains("master") && f.len() > 8)
+        .collect();
+    if primaries.len() != PRIMARIES {
+        return Some(format!("sees {} primaries with slots", primaries.len()));
+    }
+    for p in primaries {
+        let replicas = lines.iter().filter(|f| f[3] == p[0]).count();
+        if replicas != 1 {
+            return Some(format!("sees {replicas} replicas of {}", p[0]));
+        }
+    }
+    None
+}
+
 fn query(port: u16, args: &[&str]) -> io::Result<String> {
     let to_io = |err: redis::RedisError| io::Error::other(err.to_string());
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(to_io)?;
