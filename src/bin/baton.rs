@@ -1659,26 +1659,24 @@ impl Program {
         if self.group.is_none() {
             return Ok(None);
         }
-        // Has it ended? Look without reaping it: while the leader is a zombie its number cannot
-        // be reused, so what is left of its group can still be killed by that number.
-        if waitid(self.pid, libc::WEXITED | libc::WNOWAIT)?.is_some() {
-            self.signal(libc::SIGKILL);
-            let status = reap(self.pid)?;
-            self.group = None;
-            return Ok(Some(Change::Exited(std::process::ExitStatus::from_raw(
-                status,
-            ))));
+        loop {
+            // Has it ended? Look without reaping it: while the leader is a zombie its number
+            // cannot be reused, so what is left of its group can still be killed by that number.
+            if waitid(self.pid, libc::WEXITED | libc::WNOWAIT)?.is_some() {
+                self.signal(libc::SIGKILL);
+                let status = reap(self.pid)?;
+                self.group = None;
+                return Ok(Some(Change::Exited(std::process::ExitStatus::from_raw(
+                    status,
+                ))));
+            }
+            match stop_change(self.pid)? {
+                StopChange::Ended => continue,
+                StopChange::None => return Ok(None),
+                StopChange::Stopped(sig) => return Ok(Some(Change::Stopped(sig))),
+                StopChange::Other => return Ok(Some(Change::Other)),
+            }
         }
-        Ok(
-            waitid(self.pid, libc::WSTOPPED | libc::WCONTINUED)?.map(|info| {
-                if info.si_code == libc::CLD_STOPPED {
-                    // SAFETY: for CLD_STOPPED, waitid(2) filled in si_status (the stop signal).
-                    Change::Stopped(unsafe { info.si_status() })
-                } else {
-                    Change::Other
-                }
-            }),
-        )
     }
 
     /// Makes PROGRAM's group the terminal's foreground group again, if baton is in the
@@ -1696,6 +1694,37 @@ impl Program {
         if std::mem::take(&mut self.has_terminal) {
             set_foreground(own_group());
         }
+    }
+}
+
+/// What [`stop_change`] saw.
+#[derive(Debug, PartialEq)]
+enum StopChange {
+    /// No stop or continue to report.
+    None,
+    /// Stopped by this signal.
+    Stopped(libc::c_int),
+    /// Continued (or traced).
+    Other,
+    /// The child has ended (it is a zombie): look for its exit status.
+    Ended,
+}
+
+/// A stop or continue of the child `pid`, without blocking and without reaping it.
+///
+/// Linux answers `ECHILD` when the only matching child is a zombie and `WEXITED` was not asked
+/// for: a child that ends between the exit check and this call is reported as
+/// [`StopChange::Ended`], never as an error. `ECHILD` from a later exit check is then real.
+fn stop_change(pid: libc::pid_t) -> std::io::Result<StopChange> {
+    match waitid(pid, libc::WSTOPPED | libc::WCONTINUED) {
+        Ok(None) => Ok(StopChange::None),
+        // SAFETY: for CLD_STOPPED, waitid(2) filled in si_status (the stop signal).
+        Ok(Some(info)) if info.si_code == libc::CLD_STOPPED => {
+            Ok(StopChange::Stopped(unsafe { info.si_status() }))
+        }
+        Ok(Some(_)) => Ok(StopChange::Other),
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => Ok(StopChange::Ended),
+        Err(e) => Err(e),
     }
 }
 
@@ -2009,6 +2038,45 @@ mod tests {
         assert_eq!(exit_for(ErrorKind::OutcomeUnknown), EX_LOST);
         assert_eq!(exit_for(ErrorKind::LeaseLost), EX_LOST);
         assert!(EXIT_STATUSES.contains("may or may not be DONE"));
+    }
+
+    /// A child that ends between `poll`'s exit check and its stop check: Linux answers that
+    /// stop check with ECHILD, which once made `baton lock` exit 74 ("lost track of PROGRAM").
+    #[test]
+    // The child is reaped by `Program::poll`, which is what this test checks.
+    #[allow(clippy::zombie_processes)]
+    fn a_child_ending_between_the_exit_and_stop_checks_is_reaped_not_lost() {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exit 3"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while waitid(pid, libc::WEXITED | libc::WNOWAIT)
+            .unwrap()
+            .is_none()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ended"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The ground the fix stands on: the zombie is invisible to a stop-only waitid.
+        let raw = waitid(pid, libc::WSTOPPED | libc::WCONTINUED).unwrap_err();
+        assert_eq!(raw.raw_os_error(), Some(libc::ECHILD));
+        assert_eq!(stop_change(pid).unwrap(), StopChange::Ended);
+        let mut program = Program {
+            pid,
+            group: Some(pid),
+            has_terminal: false,
+        };
+        match program.poll().unwrap() {
+            Some(Change::Exited(status)) => assert_eq!(status.code(), Some(3)),
+            _ => panic!("the ended child was not reported as exited"),
+        }
+        assert!(program.group.is_none());
     }
 
     #[test]
