@@ -224,17 +224,32 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
         timeout,
         liveness_steps: Some(LIVENESS_STEPS),
     };
-    let mut ok = true;
-    for case in cases()
+    let chosen: Vec<_> = cases()
         .into_iter()
         .filter(|c| (all || c.ci) && c.name.contains(filter))
-    {
-        ok &= match &case.model {
-            Subject::Failover(m) => report(&case.name, m, &limits),
-            Subject::Mutex(m) => report(&case.name, m, &limits),
-        };
-    }
-    ok
+        .collect();
+    // The searches are independent: one per core at a time, each printing its line as it ends.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(chosen.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(case) = chosen.get(i) else { break };
+                let ok = match &case.model {
+                    Subject::Failover(m) => report(&case.name, m, &limits),
+                    Subject::Mutex(m) => report(&case.name, m, &limits),
+                };
+                if !ok {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    !failed.into_inner()
 }
 
 fn report<M: Model>(name: &str, model: &M, limits: &Limits) -> bool {
