@@ -15,8 +15,11 @@ use crate::failover::{
 };
 use crate::mutex::Locks;
 use crate::redlock::Redlock;
+use crate::transport::topology_url::{self, Target};
 use crate::transport::url::{check_url, redact_url};
-use crate::transport::{connect_manager, lazy_manager, ConnSettings, Hub, Pool, Transport};
+use crate::transport::{
+    connect_manager, lazy_manager, ConnSettings, Hub, HubSource, Router, Transport,
+};
 use redis::aio::ConnectionManager;
 
 /// A connection to one Redis server, shared cheaply by many jobs and workers.
@@ -230,6 +233,12 @@ impl ClientBuilder {
     }
 
     fn validate(&self) -> Result<redis::Client, ConfigError> {
+        self.check_settings()?;
+        self.client_for(&self.url)
+    }
+
+    /// The connection settings' ranges.
+    fn check_settings(&self) -> Result<(), ConfigError> {
         let s = &self.settings;
         let range = |field: &'static str, d: Duration, lo: Duration, hi: Duration| {
             if d < lo || d > hi {
@@ -265,8 +274,14 @@ impl ClientBuilder {
                 format!("{} is outside 1 ..= 1024", s.pool_size),
             ));
         }
-        let scheme = check_url(&self.url, self.tls_options_set())?;
-        let info = self.url.as_str().into_connection_info().map_err(|e| {
+        Ok(())
+    }
+
+    /// A checked client for one server's URL, with this builder's password and TLS material.
+    /// Messages name the URL the user typed (`self.url`), redacted.
+    fn client_for(&self, url: &str) -> Result<redis::Client, ConfigError> {
+        let scheme = check_url(url, self.tls_options_set())?;
+        let info = url.into_connection_info().map_err(|e| {
             ConfigError::invalid(
                 "url",
                 format!(
@@ -331,6 +346,14 @@ impl ClientBuilder {
     /// [`Error::Tls`] at once (no retries, never a plain-TCP fallback) when the TLS handshake
     /// fails.
     pub async fn connect(self) -> Result<Client, Error> {
+        match topology_url::parse(&self.url)? {
+            Target::Single(_) => {}
+            #[cfg(feature = "cluster")]
+            Target::Cluster { seeds } => return self.connect_cluster(&seeds).await,
+            #[cfg(not(feature = "cluster"))]
+            Target::Cluster { .. } => return Err(missing_feature(&self.url, "cluster")),
+            Target::Sentinel { .. } => return Err(missing_feature(&self.url, "sentinel")),
+        }
         let client = self.validate()?;
         let settings = self.settings;
         #[cfg(feature = "tls")]
@@ -370,6 +393,16 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::Config`] for invalid settings or URL, or when called outside a Tokio runtime.
     pub fn build_lazy(self) -> Result<Client, Error> {
+        if !matches!(topology_url::parse(&self.url)?, Target::Single(_)) {
+            return Err(Error::Config(ConfigError::invalid(
+                "url",
+                format!(
+                    "{}: build_lazy takes a single server's URL (a cluster or Sentinel client \
+                     must first ask the nodes where the data lives: use connect)",
+                    redact_url(&self.url)
+                ),
+            )));
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::Config(ConfigError::invalid(
                 "runtime",
@@ -385,17 +418,27 @@ impl ClientBuilder {
 
 /// A client on `manager`, with its pub/sub task started.
 fn assemble(client: redis::Client, manager: ConnectionManager, settings: ConnSettings) -> Client {
+    let endpoint = endpoint_of(&client);
+    let hub = HubSource::Plain(Box::new(client.clone()));
+    let router = Router::single(client, manager, &settings, endpoint.clone());
+    assemble_with(router, hub, settings, endpoint)
+}
+
+/// A client over `router`, with its pub/sub task started on `hub`.
+fn assemble_with(
+    router: Router,
+    hub: HubSource,
+    settings: ConnSettings,
+    endpoint: String,
+) -> Client {
     let cancel = CancellationToken::new();
     // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
     // connection.
     let tracker = TaskTracker::new();
-    let hub = Hub::start(client.clone(), settings.clone(), cancel.clone(), &tracker);
-    let endpoint = endpoint_of(&client);
-    let pool = Pool::new(client, settings.clone());
+    let hub = Hub::start(hub, settings.clone(), cancel.clone(), &tracker);
     Client {
         shared: Arc::new(Transport {
-            manager,
-            pool,
+            router,
             hub,
             cancel,
             tracker,
@@ -404,6 +447,43 @@ fn assemble(client: redis::Client, manager: ConnectionManager, settings: ConnSet
             #[cfg(feature = "testing")]
             before_exec: std::sync::Mutex::new(None),
         }),
+    }
+}
+
+/// A configuration error for a URL form whose cargo feature is not compiled in.
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::Config(ConfigError::invalid(
+        "url",
+        format!(
+            "{}: this URL needs baton's `{feature}` feature, which is not compiled in",
+            redact_url(url)
+        ),
+    ))
+}
+
+#[cfg(feature = "cluster")]
+impl ClientBuilder {
+    /// Connects to a Redis Cluster through `seeds` (plain URLs from a `redis+cluster://` URL):
+    /// reads the slot map from the first seed that answers and starts the sharded pub/sub task.
+    async fn connect_cluster(self, seeds: &[String]) -> Result<Client, Error> {
+        self.check_settings()?;
+        let clients = seeds
+            .iter()
+            .map(|u| self.client_for(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let infos = clients
+            .iter()
+            .map(|c| c.get_connection_info().clone())
+            .collect();
+        let endpoint = format!("cluster:{}", endpoint_of(&clients[0]));
+        let cluster =
+            crate::transport::cluster::Cluster::connect(clients, self.settings.clone()).await?;
+        Ok(assemble_with(
+            Router::Cluster(cluster),
+            HubSource::Sharded(infos),
+            self.settings,
+            endpoint,
+        ))
     }
 }
 
@@ -483,7 +563,7 @@ impl Client {
     /// # Errors
     /// A permission error where `CONFIG` is not allowed; connection errors.
     pub async fn durability(&self) -> Result<Durability, Error> {
-        let mut conn = self.shared.manager.clone();
+        let mut conn = self.shared.router.any().await?.conn();
         let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("appendonly")

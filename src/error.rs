@@ -63,8 +63,13 @@ pub enum ErrorKind {
     OutcomeUnknown,
     /// The server refused writes (a replica, or a demoted primary).
     ReadOnly,
-    /// The server is loading its data set or asked to try again later.
+    /// The server is loading its data set or asked to try again later (`LOADING`, `BUSY`,
+    /// `TRYAGAIN` during a slot migration, `CLUSTERDOWN`, `MASTERDOWN`). Nothing was written.
     Busy,
+    /// A cluster node answered that the key's slot is served by another node (`MOVED`) or is
+    /// being migrated to one (`ASK`): baton refreshes its slot map and looks again. Nothing was
+    /// written on the node that refused.
+    Moved,
     /// The server is out of memory (`maxmemory` with `noeviction`); nothing was written.
     Oom,
     /// The server denied the command (ACL) or the credentials.
@@ -289,6 +294,7 @@ impl Error {
                 | ErrorKind::Timeout
                 | ErrorKind::ReadOnly
                 | ErrorKind::Busy
+                | ErrorKind::Moved
                 | ErrorKind::Oom
                 | ErrorKind::NoExpiry
                 | ErrorKind::QuorumUnavailable

@@ -524,8 +524,10 @@ scenario! {
                 drop(g);
             }));
         }
-        // Every waiter has tried, joined the channel and backed off past a few short naps.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Every waiter has tried, joined the channel and backed off past its short naps: after
+        // 8 s each sleeps for seconds, so few of their own timers can fire in the window below
+        // even on a loaded machine (after 2 s, a CI run once saw more than 6).
+        tokio::time::sleep(Duration::from_secs(8)).await;
         let before = evalsha_calls(&mut r).await;
         assert!(holder.release().await.unwrap());
         tokio::time::timeout(Duration::from_secs(5), won_rx.recv())

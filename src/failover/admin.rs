@@ -192,7 +192,7 @@ impl Failover {
     pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport.manager.clone();
+        let mut conn = self.transport.node(keys.state()).await?.conn();
         let mut p = redis::pipe();
         p.ignore_errors();
         state_and_lease_reads(&mut p, &keys);
@@ -280,7 +280,8 @@ impl Failover {
         for _ in 0..20 {
             let deadline =
                 tokio::time::Instant::now() + self.transport.settings.response_timeout * 10;
-            let mut conn = self.transport.pool.get(deadline).await?;
+            let node = self.transport.node(keys.state()).await?;
+            let mut conn = node.pool.get(deadline).await?;
             let values = conn
                 .watch_read(&[keys.state(), keys.lease()], |p| {
                     state_and_lease_reads(p, &keys)
@@ -327,7 +328,7 @@ impl Failover {
                 ))
                 .arg("PX")
                 .arg(ttl)
-                .cmd("PUBLISH")
+                .cmd(node.publish)
                 .arg(keys.channel())
                 .arg("failed");
             match conn.exec(tx).await? {
@@ -359,7 +360,7 @@ impl Failover {
     pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport.manager.clone();
+        let mut conn = self.transport.node(keys.state()).await?.conn();
         let _: i64 = redis::cmd("DEL")
             .arg(keys.state())
             .arg(keys.lease())

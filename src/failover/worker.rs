@@ -185,13 +185,15 @@ impl Task {
     }
 
     /// Adds a transition's writes to its `MULTI`; returns the reply each must give. `token` is
-    /// the lease's token (for [`Write::SetLease`]), `failure` the text for [`Write::SetFailure`].
+    /// the lease's token (for [`Write::SetLease`]), `failure` the text for [`Write::SetFailure`],
+    /// `publish` the node's publish command (for [`Write::Publish`]).
     fn render(
         &self,
         tx: &mut redis::Pipeline,
         writes: &[Write],
         token: &str,
         failure: &str,
+        publish: &str,
     ) -> Vec<Expect> {
         let (k, retention) = (&self.keys, ms(self.cfg.retention));
         writes
@@ -240,7 +242,7 @@ impl Task {
                     Expect::Ok
                 }
                 Write::Publish(m) => {
-                    tx.cmd("PUBLISH").arg(k.channel()).arg(m.text().as_ref());
+                    tx.cmd(publish).arg(k.channel()).arg(m.text().as_ref());
                     Expect::Int
                 }
             })
@@ -392,7 +394,8 @@ impl Task {
             .cfg
             .lock_timeout
             .max(self.transport.settings.response_timeout * 5);
-        self.transport.pool.get(after(Instant::now(), wait)).await
+        let node = self.transport.node(self.keys.state()).await?;
+        node.pool.get(after(Instant::now(), wait)).await
     }
 
     /// One backup transition: observe under WATCH, decide, act.
@@ -458,7 +461,7 @@ impl Task {
             }
             Decision::WriteExhausted { attempts } => {
                 let mut tx = conn.transaction();
-                let expect = self.render(&mut tx, &exhaust_writes(), "", "");
+                let expect = self.render(&mut tx, &exhaust_writes(), "", "", conn.publish());
                 self.before_exec("exhaust").await;
                 match conn.exec(tx).await? {
                     None => Ok(Step::Again),
@@ -493,7 +496,13 @@ impl Task {
     ) -> Result<Step, Error> {
         let token = keys::new_token();
         let mut tx = conn.transaction();
-        let expect = self.render(&mut tx, &grant_writes(attempt, fence), &token, "");
+        let expect = self.render(
+            &mut tx,
+            &grant_writes(attempt, fence),
+            &token,
+            "",
+            conn.publish(),
+        );
         self.before_exec("grant").await;
         let sent = Instant::now();
         match conn.exec(tx).await {
@@ -627,7 +636,7 @@ impl Task {
     /// A plain read on the shared multiplexed connection (no WATCH): state and lease PTTL.
     /// Returns the state and `Some(pttl)` when a lease is alive (`Some(None)`: alive without TTL).
     async fn quick_read(&mut self) -> Result<(State, Option<Option<u64>>), Error> {
-        let mut conn = self.transport.manager.clone();
+        let mut conn = self.transport.node(self.keys.state()).await?.conn();
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
@@ -898,7 +907,10 @@ impl Task {
     /// a lease that ran out with nobody else holding the job is still ours to finish).
     /// `Err(reason)` when it was taken over; a failed read proves nothing (`Ok`).
     async fn still_ours(&self, g: &Grant) -> Result<(), String> {
-        let mut conn = self.transport.manager.clone();
+        let Ok(node) = self.transport.node(self.keys.state()).await else {
+            return Ok(());
+        };
+        let mut conn = node.conn();
         let mut p = redis::pipe();
         p.ignore_errors()
             .cmd("GET")
@@ -1054,7 +1066,8 @@ impl Task {
         exec_sent: &mut bool,
     ) -> Result<bool, Error> {
         let op = ending.kind().op();
-        let mut conn = self.transport.pool.get(deadline).await?;
+        let node = self.transport.node(self.keys.state()).await?;
+        let mut conn = node.pool.get(deadline).await?;
         conn.set_deadline(deadline);
         let obs = self.observe(&mut conn).await?;
         match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
@@ -1092,7 +1105,7 @@ impl Task {
         );
         let writes = finish_writes(ending.kind(), g.attempt, self.cfg.max_attempts);
         let mut tx = conn.transaction();
-        let expect = self.render(&mut tx, &writes, &g.token, &failure);
+        let expect = self.render(&mut tx, &writes, &g.token, &failure, conn.publish());
         self.before_exec("finish").await;
         *exec_sent = true;
         match conn.exec(tx).await? {
@@ -1115,7 +1128,8 @@ impl Task {
     /// waits for the dedicated pool. When the check fails, the script returns what it read and
     /// [`decide_holder`] explains it (lost, or a fault), as for any other holder transition.
     fn extension(&self, g: &Grant, lease_end: Instant) -> ExtensionFuture {
-        let mut conn = self.transport.manager.clone();
+        // The router, not the transport: an extension in flight must not keep the client alive.
+        let router = self.transport.router.clone();
         let keys = self.keys.clone();
         let value = lease_value(&g.token, &self.name);
         let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
@@ -1140,6 +1154,7 @@ impl Task {
                 retention,
             };
             let limit = after(Instant::now(), response_timeout).min(lease_end);
+            let mut conn = router.node(keys.state()).await?.conn();
             match lease::extend(&mut conn, &req, limit).await? {
                 lease::Extension::Confirmed { sent } => Ok(sent),
                 lease::Extension::Refused { guard, lease, pttl } => {

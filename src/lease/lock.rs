@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::{preview, Error};
+use crate::transport::Conn;
 use crate::util::time::ms;
 
 /// `KEYS` = lock, fence; `ARGV` = token, lock ms, fence ms.
@@ -61,15 +61,16 @@ return {1, now}
     )
 });
 
-/// `KEYS` = lock; `ARGV` = token, channel. Deletes the lock only if it holds `token`, then
-/// publishes `released` on the channel so waiters try at once instead of sleeping out a backoff.
+/// `KEYS` = lock; `ARGV` = token, channel, publish command (`PUBLISH`, or `SPUBLISH` on a
+/// cluster). Deletes the lock only if it holds `token`, then publishes `released` on the channel
+/// so waiters try at once instead of sleeping out a backoff.
 /// `1` if it was ours, `0` otherwise (nothing written).
 static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(ARGV[3], ARGV[2], 'released')
   return 1
 end
 return 0
@@ -125,7 +126,7 @@ pub enum FencedWrite {
 /// `limit` (the write may have applied); connection and server errors (`WRONGTYPE` when the key
 /// is not a hash).
 pub(crate) async fn fenced_write(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     resource: &str,
     fencing_token: u64,
     value: &[u8],
@@ -210,7 +211,7 @@ pub(crate) fn orphaned(outcome: &Result<Grant, Error>) -> bool {
 /// Dropping it after the request left leaves the outcome unknown, like a timeout: the caller
 /// must then release by token.
 pub(crate) async fn acquire(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     req: &Acquire<'_>,
     limit: Instant,
 ) -> Result<Grant, Error> {
@@ -269,14 +270,14 @@ fn string_of(v: &Value) -> Option<String> {
 /// # Errors
 /// [`Error::Timeout`] at `limit` (the release may have applied); connection and server errors.
 pub(crate) async fn release(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     lock: &str,
     channel: &str,
     token: &str,
     limit: Instant,
 ) -> Result<bool, Error> {
     let mut call = RELEASE_SCRIPT.prepare_invoke();
-    call.key(lock).arg(token).arg(channel);
+    call.key(lock).arg(token).arg(channel).arg(conn.publish());
     let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
         Ok(r) => r?,
         Err(_) => {

@@ -22,11 +22,11 @@ pub(crate) mod watchdog;
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::transport::Conn;
 use crate::util::time::after;
 
 /// `from + ttl − max(1 %, 2 ms)`: when a lease granted or extended by a request sent at `from`
@@ -106,7 +106,7 @@ return {0, guard, lease, redis.call('PTTL', KEYS[1])}
 /// # Cancel safety
 /// Cancel safe: dropping it abandons the request; the lease is then as if it was not extended.
 pub(crate) async fn extend(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     req: &Extend<'_>,
     limit: Instant,
 ) -> Result<Extension, Error> {

@@ -109,7 +109,8 @@ pub(crate) fn spawn(
     state: Arc<LeaseState>,
     stop: CancellationToken,
 ) {
-    let conn = transport.manager.clone();
+    // The router, not the transport: the watchdog must not keep the client alive.
+    let router = transport.router.clone();
     let client_gone = transport.cancel.clone();
     let response = transport.settings.response_timeout;
     transport.tracker.spawn(async move {
@@ -117,13 +118,13 @@ pub(crate) fn spawn(
             biased;
             _ = stop.cancelled() => {}
             _ = client_gone.cancelled() => state.lose("the client shut down; the lease is no longer extended"),
-            _ = run(conn, watch, state.clone(), response) => {}
+            _ = run(router, watch, state.clone(), response) => {}
         }
     });
 }
 
 async fn run(
-    mut conn: redis::aio::ConnectionManager,
+    router: crate::transport::Router,
     watch: Watch,
     state: Arc<LeaseState>,
     response: Duration,
@@ -180,7 +181,10 @@ async fn run(
                 state.lose("no extension was confirmed before the lease could end");
                 return;
             }
-            r = extend(&mut conn, &req, limit) => r,
+            r = async {
+                let mut conn = router.node(&watch.lease).await?.conn();
+                extend(&mut conn, &req, limit).await
+            } => r,
         };
         match after_extension(&outcome) {
             WatchStep::Extended { sent } => {

@@ -110,7 +110,7 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let mut conn = self.transport.manager.clone();
+        let mut conn = self.transport.node(resource).await?.conn();
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
     }
@@ -156,7 +156,7 @@ impl Locks {
             keys: keys.clone(),
             token: token.clone(),
         };
-        let mut conn = self.transport.manager.clone();
+        let mut conn = self.transport.node(&keys.lock).await?.conn();
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let req = kernel::Acquire {
             lock: &keys.lock,
@@ -397,13 +397,20 @@ fn release_in_background(transport: &Arc<Transport>, keys: &Arc<LockKeys>, token
     if transport.cancel.is_cancelled() {
         return;
     }
-    let mut conn = transport.manager.clone();
+    // The router, not the transport: the release must not keep the client alive.
+    let router = transport.router.clone();
     let keys = keys.clone();
     let limit = transport.settings.response_timeout;
     transport.tracker.spawn_on(
         async move {
             let at = after(Instant::now(), limit);
-            match kernel::release(&mut conn, &keys.lock, &keys.channel, &token, at).await {
+            let released = match router.node(&keys.lock).await {
+                Ok(node) => {
+                    kernel::release(&mut node.conn(), &keys.lock, &keys.channel, &token, at).await
+                }
+                Err(e) => Err(e),
+            };
+            match released {
                 Ok(ours) => {
                     tracing::debug!(key = %keys.lock, token = short(&token), ours, "released in the background")
                 }
@@ -559,7 +566,7 @@ impl LockGuard {
             refresh: &refresh,
             retention: kernel::fence_ttl(ttl.max(h.ttl)),
         };
-        let mut conn = h.transport.manager.clone();
+        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
         let limit = after(Instant::now(), h.transport.settings.response_timeout);
         match extend(&mut conn, &req, limit).await? {
             Extension::Confirmed { sent } => {
@@ -593,7 +600,7 @@ impl LockGuard {
         if let Some(stop) = &h.watchdog {
             stop.cancel();
         }
-        let mut conn = h.transport.manager.clone();
+        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
         let limit = after(Instant::now(), h.transport.settings.response_timeout);
         let ours =
             kernel::release(&mut conn, &h.keys.lock, &h.keys.channel, &h.token, limit).await?;

@@ -66,7 +66,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -278,7 +277,7 @@ impl Redlock {
                 .iter()
                 .map(|t| {
                     let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
-                    set_nx(t.manager.clone(), &keys.lock, &token, ttl, limit)
+                    set_nx(t, &keys.lock, &token, ttl, limit)
                 })
                 .collect(),
         )
@@ -383,7 +382,7 @@ impl Redlock {
 
 /// `SET lock token NX PX ttl` on one master, giving up at `limit`: `true` if it set.
 async fn set_nx(
-    mut conn: ConnectionManager,
+    master: &Transport,
     lock: &str,
     token: &str,
     ttl: Duration,
@@ -391,7 +390,11 @@ async fn set_nx(
 ) -> Result<bool, Error> {
     let mut cmd = redis::cmd("SET");
     cmd.arg(lock).arg(token).arg("NX").arg("PX").arg(ms(ttl));
-    let reply: Value = match tokio::time::timeout_at(limit, cmd.query_async(&mut conn)).await {
+    let query = async {
+        let mut conn = master.node(lock).await?.conn();
+        Ok::<Value, Error>(cmd.query_async(&mut conn).await?)
+    };
+    let reply: Value = match tokio::time::timeout_at(limit, query).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
@@ -426,9 +429,9 @@ async fn extend_round(
             .iter()
             .map(|t| {
                 let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
-                let mut conn = t.manager.clone();
                 let lock = &keys.lock;
                 async move {
+                    let mut conn = t.node(lock).await?.conn();
                     let req = Extend {
                         lease: lock,
                         value: token,
@@ -461,8 +464,10 @@ async fn release_all(
             .iter()
             .map(|t| {
                 let limit = after(start, timeout(t));
-                let mut conn = t.manager.clone();
-                async move { kernel::release(&mut conn, &keys.lock, &keys.channel, token, limit).await }
+                async move {
+                    let mut conn = t.node(&keys.lock).await?.conn();
+                    kernel::release(&mut conn, &keys.lock, &keys.channel, token, limit).await
+                }
             })
             .collect(),
     )

@@ -38,10 +38,15 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     // Fenced writes to a resource hash (inside their script).
     "hget",
     "hset",
-    // Waking backups.
+    // Waking backups (the sharded forms on a Redis Cluster).
     "publish",
     "subscribe",
     "unsubscribe",
+    "spublish",
+    "ssubscribe",
+    "sunsubscribe",
+    // Reading a Redis Cluster's slot map.
+    "cluster|slots",
     // Connection health checks of the client library.
     "ping",
     // The durability check (read-only).

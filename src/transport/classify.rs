@@ -99,6 +99,7 @@ fn server_kind(kind: Option<redis::ServerErrorKind>, code: Option<&str>) -> Erro
             ErrorKind::Busy
         }
         Some(S::NoPerm) => ErrorKind::Permission,
+        Some(S::Moved) | Some(S::Ask) => ErrorKind::Moved,
         _ => match code {
             Some("WRONGTYPE") => ErrorKind::WrongType,
             Some("NOAUTH") | Some("WRONGPASS") => ErrorKind::Permission,

@@ -37,15 +37,26 @@ pub(crate) struct Pool {
     /// `UNWATCH`, sent at the start of its next pipeline).
     idle: Mutex<Vec<(MultiplexedConnection, bool)>>,
     permits: Arc<Semaphore>,
+    /// Marked when a reply says the key may be served elsewhere now ([`super::route`]).
+    stale: Arc<super::route::Stale>,
+    /// The node's publish command ([`super::route::Node::publish`]).
+    publish: &'static str,
 }
 
 impl Pool {
-    pub(crate) fn new(client: redis::Client, settings: ConnSettings) -> Arc<Pool> {
+    pub(crate) fn new(
+        client: redis::Client,
+        settings: ConnSettings,
+        stale: Arc<super::route::Stale>,
+        publish: &'static str,
+    ) -> Arc<Pool> {
         Arc::new(Pool {
             permits: Arc::new(Semaphore::new(settings.pool_size)),
             client,
             settings,
             idle: Mutex::new(Vec::new()),
+            stale,
+            publish,
         })
     }
 
@@ -77,9 +88,15 @@ impl Pool {
                     self.client
                         .get_multiplexed_async_connection_with_config(&config),
                 );
-                let conn = tokio::time::timeout_at(deadline, open)
-                    .await
-                    .map_err(|_| timeout())??;
+                let conn = match tokio::time::timeout_at(deadline, open).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => {
+                        let e = Error::from(e);
+                        self.stale.note(&e);
+                        return Err(e);
+                    }
+                    Err(_) => return Err(timeout()),
+                };
                 (conn, false)
             }
         };
@@ -156,6 +173,7 @@ impl Dedicated {
                 if e.kind() == crate::ErrorKind::Connection {
                     self.pool.flush();
                 }
+                self.pool.stale.note(&e);
                 Err(e)
             }
         }
@@ -190,9 +208,19 @@ impl Dedicated {
         match values.remove(0) {
             redis::Value::Okay => Ok(values),
             redis::Value::SimpleString(s) if s == "OK" => Ok(values),
-            redis::Value::ServerError(e) => Err(super::classify::refused("WATCH", &e)),
+            redis::Value::ServerError(e) => {
+                let e = super::classify::refused("WATCH", &e);
+                self.pool.stale.note(&e);
+                Err(e)
+            }
             other => Err(super::classify::unexpected("WATCH", &other)),
         }
+    }
+
+    /// The command that wakes subscribers on this connection's node: `PUBLISH`, or `SPUBLISH`
+    /// on a cluster.
+    pub(crate) fn publish(&self) -> &'static str {
+        self.pool.publish
     }
 
     /// A transaction to fill for [`exec`](Self::exec): the pipeline already holds `MULTI`.
@@ -226,7 +254,9 @@ impl Dedicated {
                     redis::Value::ServerError(e) => Some(e),
                     _ => None,
                 });
-                Err(super::classify::from_server_error(refused.unwrap_or(&err)))
+                let e = super::classify::from_server_error(refused.unwrap_or(&err));
+                self.pool.stale.note(&e);
+                Err(e)
             }
             Some(other) => Err(super::classify::unexpected("EXEC", &other)),
             None => Err(Error::UnexpectedReply {
@@ -354,16 +384,143 @@ impl Drop for Subscription {
     }
 }
 
+/// Where the hub subscribes.
+#[derive(Clone)]
+pub(crate) enum HubSource {
+    /// One server: `SUBSCRIBE` on a RESP2 pub/sub connection (messages come from `PUBLISH`).
+    Plain(Box<redis::Client>),
+    /// A cluster (feature `cluster`): `SSUBSCRIBE` through redis' cluster client over RESP3,
+    /// which sends each channel to the node that owns its slot (messages come from
+    /// `SPUBLISH`); built from the seed nodes' connection settings.
+    #[cfg(feature = "cluster")]
+    Sharded(Vec<redis::ConnectionInfo>),
+}
+
+/// What a hub link delivers.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+enum Incoming {
+    /// A message on a channel.
+    Message { channel: String, payload: String },
+    /// The server ended a subscription by itself (sharded pub/sub: the channel's slot moved to
+    /// another node). Messages may have been missed; the channel is subscribed again.
+    Dropped(String),
+    /// A node's connection dropped and is being re-established by the cluster client, which
+    /// subscribes again by itself: messages may have been missed.
+    Interrupted,
+    /// Nothing for the hub (a subscription confirmation, say).
+    Nothing,
+}
+
+/// The hub's live connection.
+enum Link {
+    Plain {
+        sink: redis::aio::PubSubSink,
+        stream: redis::aio::PubSubStream,
+    },
+    #[cfg(feature = "cluster")]
+    Sharded {
+        conn: redis::cluster_async::ClusterConnection,
+        pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    },
+}
+
+impl Link {
+    async fn open(source: &HubSource, settings: &ConnSettings) -> Result<Link, Error> {
+        match source {
+            HubSource::Plain(client) => {
+                let _ = settings;
+                let (sink, stream) = client.get_async_pubsub().await?.split();
+                Ok(Link::Plain { sink, stream })
+            }
+            #[cfg(feature = "cluster")]
+            HubSource::Sharded(seeds) => {
+                let (tx, pushes) = mpsc::unbounded_channel();
+                let conn = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .connection_timeout(settings.connect_timeout)
+                    .response_timeout(settings.response_timeout)
+                    .push_sender(tx)
+                    .build()?
+                    .get_async_connection()
+                    .await?;
+                Ok(Link::Sharded { conn, pushes })
+            }
+        }
+    }
+
+    /// Subscribes to every channel of `chunk`; returns once the server confirmed.
+    async fn subscribe(&mut self, chunk: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Link::Plain { sink, .. } => sink.subscribe(chunk).await,
+            // One SSUBSCRIBE per channel: a multi-channel one must stay within one slot.
+            #[cfg(feature = "cluster")]
+            Link::Sharded { conn, .. } => {
+                for c in chunk {
+                    conn.ssubscribe(c).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, chunk: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Link::Plain { sink, .. } => sink.unsubscribe(chunk).await,
+            #[cfg(feature = "cluster")]
+            Link::Sharded { conn, .. } => {
+                for c in chunk {
+                    conn.sunsubscribe(c).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The next thing the server pushed; `None` when the link is gone.
+    async fn next(&mut self) -> Option<Incoming> {
+        match self {
+            Link::Plain { stream, .. } => stream.next().await.map(|msg| Incoming::Message {
+                channel: msg.get_channel_name().to_string(),
+                payload: String::from_utf8_lossy(msg.get_payload_bytes()).into_owned(),
+            }),
+            #[cfg(feature = "cluster")]
+            Link::Sharded { pushes, .. } => pushes.recv().await.map(sharded_push),
+        }
+    }
+}
+
+/// What a RESP3 push of sharded pub/sub means to the hub.
+#[cfg(feature = "cluster")]
+fn sharded_push(push: redis::PushInfo) -> Incoming {
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match push.kind {
+        redis::PushKind::SMessage => match (text(push.data.first()), text(push.data.get(1))) {
+            (Some(channel), Some(payload)) => Incoming::Message { channel, payload },
+            _ => Incoming::Nothing,
+        },
+        redis::PushKind::SUnsubscribe => match text(push.data.first()) {
+            Some(channel) => Incoming::Dropped(channel),
+            None => Incoming::Nothing,
+        },
+        redis::PushKind::Disconnection => Incoming::Interrupted,
+        _ => Incoming::Nothing,
+    }
+}
+
 impl Hub {
     /// Starts the hub task; it ends when `cancel` fires or the last `Hub` handle drops.
     pub(crate) fn start(
-        client: redis::Client,
+        source: HubSource,
         settings: ConnSettings,
         cancel: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
     ) -> Hub {
         let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(hub_task(client, settings, rx, cancel.clone()));
+        tracker.spawn(hub_task(source, settings, rx, cancel.clone()));
         Hub {
             cmds: tx,
             next_id: std::sync::atomic::AtomicU64::new(1),
@@ -411,7 +568,7 @@ type Ack = oneshot::Sender<Result<(), Error>>;
 type Waiters = HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
 
 async fn hub_task(
-    client: redis::Client,
+    source: HubSource,
     settings: ConnSettings,
     mut cmds: mpsc::UnboundedReceiver<HubCmd>,
     cancel: CancellationToken,
@@ -426,12 +583,12 @@ async fn hub_task(
             return;
         }
         let opened =
-            tokio::time::timeout(settings.connect_timeout, client.get_async_pubsub()).await;
-        let pubsub = match opened {
-            Ok(Ok(p)) => p,
+            tokio::time::timeout(settings.connect_timeout, Link::open(&source, &settings)).await;
+        let mut link = match opened {
+            Ok(Ok(l)) => l,
             failed => {
                 let err = match failed {
-                    Ok(Err(e)) => Error::from(e),
+                    Ok(Err(e)) => e,
                     _ => Error::Timeout {
                         during: "opening the pub/sub connection",
                     },
@@ -443,7 +600,6 @@ async fn hub_task(
                 continue;
             }
         };
-        let (mut sink, mut stream) = pubsub.split();
         // Re-subscribe what waiters still want; then tell them to look again, since anything
         // published while we were disconnected is lost.
         let channels: Vec<String> = waiters.keys().cloned().collect();
@@ -451,7 +607,7 @@ async fn hub_task(
         let mut ok = true;
         for chunk in channels.chunks(256) {
             let r =
-                tokio::time::timeout(settings.response_timeout * 4, sink.subscribe(chunk)).await;
+                tokio::time::timeout(settings.response_timeout * 4, link.subscribe(chunk)).await;
             if !matches!(r, Ok(Ok(()))) {
                 ok = false;
                 break;
@@ -469,27 +625,39 @@ async fn hub_task(
         subscribed.extend(channels);
         backoff.reset();
         if connected_before {
-            for list in waiters.values() {
-                for (_, tx) in list {
-                    let _ = tx.send(HubMsg::Reconnected);
-                }
-            }
+            notify(&waiters, None);
         }
         connected_before = true;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                msg = stream.next() => match msg {
+                msg = link.next() => match msg {
                     None => {
                         tracing::warn!("pub/sub connection lost; reconnecting");
                         break;
                     }
-                    Some(msg) => {
-                        let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
-                        if let Some(list) = waiters.get_mut(msg.get_channel_name()) {
+                    Some(Incoming::Message { channel, payload }) => {
+                        if let Some(list) = waiters.get_mut(&channel) {
                             list.retain(|(_, tx)| tx.send(HubMsg::Message(payload.clone())).is_ok());
                         }
                     }
+                    Some(Incoming::Dropped(channel)) => {
+                        if !waiters.contains_key(&channel) {
+                            // Our own unsubscribe, or nobody cares any more.
+                            subscribed.remove(&channel);
+                            continue;
+                        }
+                        tracing::debug!(%channel, "the server ended a subscription (slot moved); subscribing again");
+                        notify(&waiters, Some(&channel));
+                        let again = std::slice::from_ref(&channel);
+                        let limit = settings.response_timeout * 4;
+                        if !matches!(tokio::time::timeout(limit, link.subscribe(again)).await, Ok(Ok(()))) {
+                            subscribed.remove(&channel);
+                            break;
+                        }
+                    }
+                    Some(Incoming::Interrupted) => notify(&waiters, None),
+                    Some(Incoming::Nothing) => {}
                 },
                 cmd = cmds.recv() => {
                     let Some(first) = cmd else { return };
@@ -502,7 +670,7 @@ async fn hub_task(
                             Err(_) => break,
                         }
                     }
-                    if apply_batch(&mut sink, &mut waiters, &mut subscribed, batch, &settings)
+                    if apply_batch(&mut link, &mut waiters, &mut subscribed, batch, &settings)
                         .await
                         .is_err()
                     {
@@ -553,7 +721,7 @@ async fn back_off(
 /// Subscribers are acknowledged once the server confirmed their channel. `Err` means the
 /// connection failed (the caller reconnects and re-subscribes).
 async fn apply_batch(
-    sink: &mut redis::aio::PubSubSink,
+    sink: &mut Link,
     waiters: &mut Waiters,
     subscribed: &mut HashSet<String>,
     batch: Vec<HubCmd>,
@@ -638,6 +806,20 @@ async fn apply_batch(
     match failure {
         Some(_) => Err(()),
         None => Ok(()),
+    }
+}
+
+/// Tells the waiters of `channel` (of every channel with `None`) that messages may have been
+/// missed: they look at the state again.
+fn notify(waiters: &Waiters, channel: Option<&str>) {
+    let lists: Box<dyn Iterator<Item = &Vec<_>>> = match channel {
+        Some(c) => Box::new(waiters.get(c).into_iter()),
+        None => Box::new(waiters.values()),
+    };
+    for list in lists {
+        for (_, tx) in list {
+            let _ = tx.send(HubMsg::Reconnected);
+        }
     }
 }
 

@@ -11,9 +11,13 @@
 
 pub mod acl;
 pub(crate) mod classify;
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod connection;
+pub(crate) mod route;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+pub(crate) mod topology_url;
 pub(crate) mod url;
 pub(crate) mod wake;
 
@@ -25,7 +29,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use classify::unexpected;
-pub(crate) use connection::{check_replies, Dedicated, Expect, Hub, HubMsg, Pool, Subscription};
+pub(crate) use connection::{
+    check_replies, Dedicated, Expect, Hub, HubMsg, HubSource, Subscription,
+};
+pub(crate) use route::{Node, NodeConn as Conn, Router};
 
 use crate::error::Error;
 
@@ -43,8 +50,8 @@ pub type ExecHook = std::sync::Arc<
 /// The connections of one client and the tasks that use them; shared by every primitive
 /// handle and worker task through an `Arc`.
 pub(crate) struct Transport {
-    pub manager: ConnectionManager,
-    pub pool: std::sync::Arc<Pool>,
+    /// Which server serves a key ([`route`]).
+    pub router: Router,
     pub hub: Hub,
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
@@ -58,6 +65,14 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// The node that serves `key` (any key of the operation: they share a hash tag).
+    ///
+    /// # Errors
+    /// On a cluster, when no node answers with a slot map.
+    pub(crate) async fn node(&self, key: &str) -> Result<std::sync::Arc<Node>, Error> {
+        self.router.node(key).await
+    }
+
     /// Runs the test seam's hook, if one is installed (feature `testing`).
     pub(crate) async fn before_exec(&self, _what: &'static str) {
         #[cfg(feature = "testing")]

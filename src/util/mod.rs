@@ -1,9 +1,11 @@
 //! Leaves shared by every layer: backoff, deadline arithmetic, tokens, and the mailbox that
-//! carries events, holder commands and wake-ups. Nothing here knows Redis or a primitive.
+//! carries events, holder commands and wake-ups, and Redis Cluster's slot function. Nothing here
+//! talks to Redis or knows a primitive.
 
 pub(crate) mod backoff;
 pub(crate) mod mailbox;
 pub(crate) mod names;
+pub(crate) mod slot;
 pub(crate) mod time;
 pub(crate) mod token;
 

@@ -1,0 +1,54 @@
+//! Cluster routing smoke test.
+#![cfg(all(feature = "testing", feature = "cluster"))]
+
+use std::time::Duration;
+
+use baton::testing::RedisCluster;
+use baton::{Client, Event, FailoverConfig};
+use tokio_stream::StreamExt;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_and_locks_run_on_a_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start().expect("cluster"))
+        .await
+        .unwrap();
+    let url = cluster.cluster_url();
+    eprintln!("{url}");
+    let client = Client::connect(url).await.expect("connect");
+    for i in 0..6 {
+        let key = format!("job-{i}");
+        let mut w = client.start(
+            FailoverConfig::builder(&key)
+                .lock_timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        );
+        let mut acquired = None;
+        while let Some(ev) = w.next().await {
+            eprintln!("{key}: {ev:?}");
+            if let Event::Acquired(a) = ev {
+                acquired = Some(a);
+                break;
+            }
+        }
+        acquired.expect("acquired").done().await.expect("done");
+    }
+    let locks = client.locks();
+    let g = locks
+        .acquire("L", Duration::from_secs(5), &Default::default())
+        .await
+        .expect("lock");
+    let l2 = locks.clone();
+    let waiter = tokio::spawn(async move {
+        l2.acquire("L", Duration::from_secs(5), &Default::default())
+            .await
+            .map(|g| g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t1 = g.fencing_token();
+    let started = std::time::Instant::now();
+    assert!(g.release().await.unwrap());
+    let t2 = waiter.await.unwrap().expect("second acquire");
+    eprintln!("woken after {:?}", started.elapsed());
+    assert!(t2 > t1);
+}
