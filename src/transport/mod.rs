@@ -14,6 +14,8 @@ pub(crate) mod classify;
 pub(crate) mod connection;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+#[allow(dead_code)] // wired up by the cluster/sentinel routing
+pub(crate) mod topology_url;
 pub(crate) mod url;
 pub(crate) mod wake;
 
