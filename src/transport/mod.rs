@@ -12,6 +12,8 @@
 pub mod acl;
 pub(crate) mod classify;
 pub(crate) mod connection;
+#[allow(dead_code)] // wired up by the cluster/sentinel routing
+pub(crate) mod sentinel;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 #[allow(dead_code)] // wired up by the cluster/sentinel routing
