@@ -71,6 +71,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod sentinel;
+#[cfg(test)]
+mod sentinel_resolve_tests;
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub mod cluster;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
