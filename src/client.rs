@@ -352,6 +352,13 @@ impl ClientBuilder {
             Target::Cluster { seeds } => return self.connect_cluster(&seeds).await,
             #[cfg(not(feature = "cluster"))]
             Target::Cluster { .. } => return Err(missing_feature(&self.url, "cluster")),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel {
+                sentinels,
+                service,
+                data,
+            } => return self.connect_sentinel(sentinels, service, &data).await,
+            #[cfg(not(feature = "sentinel"))]
             Target::Sentinel { .. } => return Err(missing_feature(&self.url, "sentinel")),
         }
         let client = self.validate()?;
@@ -367,16 +374,49 @@ impl ClientBuilder {
         let mut conn = manager.clone();
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
         let client = assemble(client, manager, settings);
-        // Best effort: managed Redis services often forbid CONFIG, which is fine.
-        match client.durability().await {
-            Ok(d) if !d.is_safe() => tracing::warn!(
-                problems = ?d.problems(),
-                "redis may lose acknowledged writes; baton's guarantees need appendonly yes, \
-                 appendfsync always and maxmemory-policy noeviction"
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
-        }
+        client.warn_if_unsafe().await;
+        Ok(client)
+    }
+
+    /// Connects to the primary a Sentinel set names for `service` and follows it across
+    /// failovers ([`crate::transport::follow`]).
+    #[cfg(feature = "sentinel")]
+    async fn connect_sentinel(
+        self,
+        sentinels: Vec<String>,
+        service: String,
+        data: &crate::transport::topology_url::DataTemplate,
+    ) -> Result<Client, Error> {
+        self.check_settings()?;
+        let settings = self.settings.clone();
+        let (host, port) = crate::transport::sentinel::resolve_primary(
+            &sentinels,
+            &service,
+            settings.connect_timeout,
+        )
+        .await?;
+        let client = self.client_for(&data.primary_url(&host, port))?;
+        let manager = connect_manager(&client, &settings).await?;
+        let mut conn = manager.clone();
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        let endpoint = format!("sentinel:{service}@{}", endpoint_of(&client));
+        let cancel = CancellationToken::new();
+        let followed = crate::transport::follow::Followed::start(
+            client,
+            manager,
+            sentinels,
+            service,
+            settings.clone(),
+            cancel.clone(),
+        );
+        let client = assemble_with(
+            Router::Followed(followed.clone()),
+            HubSource::Followed(followed),
+            settings,
+            endpoint,
+            cancel,
+        );
+        client.warn_if_unsafe().await;
         Ok(client)
     }
 
@@ -421,7 +461,7 @@ fn assemble(client: redis::Client, manager: ConnectionManager, settings: ConnSet
     let endpoint = endpoint_of(&client);
     let hub = HubSource::Plain(Box::new(client.clone()));
     let router = Router::single(client, manager, &settings, endpoint.clone());
-    assemble_with(router, hub, settings, endpoint)
+    assemble_with(router, hub, settings, endpoint, CancellationToken::new())
 }
 
 /// A client over `router`, with its pub/sub task started on `hub`.
@@ -430,8 +470,8 @@ fn assemble_with(
     hub: HubSource,
     settings: ConnSettings,
     endpoint: String,
+    cancel: CancellationToken,
 ) -> Client {
-    let cancel = CancellationToken::new();
     // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
     // connection.
     let tracker = TaskTracker::new();
@@ -451,6 +491,7 @@ fn assemble_with(
 }
 
 /// A configuration error for a URL form whose cargo feature is not compiled in.
+#[cfg(not(all(feature = "cluster", feature = "sentinel")))]
 fn missing_feature(url: &str, feature: &str) -> Error {
     Error::Config(ConfigError::invalid(
         "url",
@@ -478,12 +519,15 @@ impl ClientBuilder {
         let endpoint = format!("cluster:{}", endpoint_of(&clients[0]));
         let cluster =
             crate::transport::cluster::Cluster::connect(clients, self.settings.clone()).await?;
-        Ok(assemble_with(
+        let client = assemble_with(
             Router::Cluster(cluster),
             HubSource::Sharded(infos),
             self.settings,
             endpoint,
-        ))
+            CancellationToken::new(),
+        );
+        client.warn_if_unsafe().await;
+        Ok(client)
     }
 }
 
@@ -556,6 +600,20 @@ impl Durability {
 }
 
 impl Client {
+    /// Logs a warning (via `tracing`) when the server's durability settings are unsafe; best
+    /// effort: managed Redis services often forbid `CONFIG`, which is fine.
+    async fn warn_if_unsafe(&self) {
+        match self.durability().await {
+            Ok(d) if !d.is_safe() => tracing::warn!(
+                problems = ?d.problems(),
+                "redis may lose acknowledged writes; baton's guarantees need appendonly yes, \
+                 appendfsync always and maxmemory-policy noeviction"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
+        }
+    }
+
     /// Reads the server's durability settings with `CONFIG GET`.
     ///
     /// `Client::connect` already logs a warning (via `tracing`) when they are unsafe.

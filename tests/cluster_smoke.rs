@@ -52,3 +52,49 @@ async fn jobs_and_locks_run_on_a_cluster() {
     eprintln!("woken after {:?}", started.elapsed());
     assert!(t2 > t1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_survives_a_sentinel_failover() {
+    let mut set =
+        tokio::task::spawn_blocking(|| baton::testing::RedisSentinel::start().expect("sentinel"))
+            .await
+            .unwrap();
+    let client = Client::connect(set.url()).await.expect("connect");
+    let cfg = |k: &str| {
+        FailoverConfig::builder(k)
+            .lock_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    let mut w = client.start(cfg("before"));
+    loop {
+        if let Some(Event::Acquired(a)) = w.next().await {
+            a.done().await.expect("done");
+            break;
+        }
+    }
+    let primary = set.primary_index().unwrap();
+    let old = set.primary_addr().unwrap();
+    set.nodes_mut()[primary].kill();
+    let started = std::time::Instant::now();
+    let mut w = client.start(cfg("after"));
+    let mut n = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), w.next()).await {
+            Ok(Some(Event::Acquired(a))) => {
+                a.done().await.expect("done after failover");
+                break;
+            }
+            Ok(Some(ev)) => {
+                n += 1;
+                eprintln!("{:?} {ev:?}", started.elapsed());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    eprintln!(
+        "done after failover in {:?} ({n} events), old {old}, new {:?}",
+        started.elapsed(),
+        set.primary_addr()
+    );
+}

@@ -71,6 +71,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod sentinel;
+#[cfg(test)]
+#[cfg(feature = "sentinel")]
+mod sentinel_resolve_tests;
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub mod cluster;
 pub use cluster::{RedisCluster, RedisClusterBuilder};

@@ -224,7 +224,8 @@ impl RedisSentinel {
     }
 
     /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/<service>`: the set as one URL
-    /// string (a form baton may accept in the future; the `redis` crate does not parse it).
+    /// string, as `Client::connect` takes it (feature `sentinel`; the `redis` crate does not
+    /// parse it).
     pub fn url(&self) -> String {
         format!(
             "redis+sentinel://{}/{}",

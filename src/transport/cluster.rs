@@ -248,21 +248,7 @@ impl Cluster {
 
     /// A client for `host:port` with the template's credentials, TLS and protocol.
     fn client_for(&self, host: &str, port: u16) -> Result<redis::Client, Error> {
-        let info = self.template.get_connection_info().clone();
-        let addr = match info.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host: host.to_string(),
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host.to_string(), port),
-        };
-        Ok(redis::Client::open(info.set_addr(addr))?)
+        super::route::client_at(&self.template, host, port)
     }
 
     fn client_for_addr(&self, addr: &str) -> Option<redis::Client> {

@@ -60,6 +60,12 @@ impl Pool {
         })
     }
 
+    /// The client the pool's connections are opened with.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// Checks out a dedicated connection, opening one if none is idle; gives up at `deadline`
     /// (a starved pool or a hanging connect must not hold a caller past its own deadline).
     ///
@@ -394,6 +400,10 @@ pub(crate) enum HubSource {
     /// `SPUBLISH`); built from the seed nodes' connection settings.
     #[cfg(feature = "cluster")]
     Sharded(Vec<redis::ConnectionInfo>),
+    /// A Sentinel-monitored primary (feature `sentinel`): `SUBSCRIBE` on whichever server is
+    /// the primary, moving there when it changes.
+    #[cfg(feature = "sentinel")]
+    Followed(std::sync::Arc<super::follow::Followed>),
 }
 
 /// What a hub link delivers.
@@ -416,6 +426,9 @@ enum Link {
     Plain {
         sink: redis::aio::PubSubSink,
         stream: redis::aio::PubSubStream,
+        /// For a followed primary: changes when the primary does (the link is then dropped
+        /// and opened again on the new one).
+        switched: Option<tokio::sync::watch::Receiver<u64>>,
     },
     #[cfg(feature = "cluster")]
     Sharded {
@@ -430,7 +443,22 @@ impl Link {
             HubSource::Plain(client) => {
                 let _ = settings;
                 let (sink, stream) = client.get_async_pubsub().await?.split();
-                Ok(Link::Plain { sink, stream })
+                Ok(Link::Plain {
+                    sink,
+                    stream,
+                    switched: None,
+                })
+            }
+            #[cfg(feature = "sentinel")]
+            HubSource::Followed(followed) => {
+                let mut switched = followed.switched();
+                switched.mark_unchanged();
+                let (sink, stream) = followed.client().get_async_pubsub().await?.split();
+                Ok(Link::Plain {
+                    sink,
+                    stream,
+                    switched: Some(switched),
+                })
             }
             #[cfg(feature = "cluster")]
             HubSource::Sharded(seeds) => {
@@ -479,10 +507,22 @@ impl Link {
     /// The next thing the server pushed; `None` when the link is gone.
     async fn next(&mut self) -> Option<Incoming> {
         match self {
-            Link::Plain { stream, .. } => stream.next().await.map(|msg| Incoming::Message {
-                channel: msg.get_channel_name().to_string(),
-                payload: String::from_utf8_lossy(msg.get_payload_bytes()).into_owned(),
-            }),
+            Link::Plain {
+                stream, switched, ..
+            } => {
+                let msg = match switched {
+                    Some(sw) => tokio::select! {
+                        msg = stream.next() => msg,
+                        // A new primary: this link is done, the hub opens one there.
+                        _ = sw.changed() => None,
+                    },
+                    None => stream.next().await,
+                };
+                msg.map(|msg| Incoming::Message {
+                    channel: msg.get_channel_name().to_string(),
+                    payload: String::from_utf8_lossy(msg.get_payload_bytes()).into_owned(),
+                })
+            }
             #[cfg(feature = "cluster")]
             Link::Sharded { pushes, .. } => pushes.recv().await.map(sharded_push),
         }

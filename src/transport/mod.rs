@@ -14,7 +14,11 @@ pub(crate) mod classify;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod connection;
+#[cfg(feature = "sentinel")]
+pub(crate) mod follow;
 pub(crate) mod route;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 pub(crate) mod topology_url;

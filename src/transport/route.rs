@@ -155,6 +155,9 @@ pub(crate) enum Router {
     /// A Redis Cluster: the primary that owns the key's slot.
     #[cfg(feature = "cluster")]
     Cluster(Arc<super::cluster::Cluster>),
+    /// A Sentinel-monitored primary, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    Followed(Arc<super::follow::Followed>),
 }
 
 impl Router {
@@ -183,6 +186,8 @@ impl Router {
             }
             #[cfg(feature = "cluster")]
             Router::Cluster(c) => c.node(key).await,
+            #[cfg(feature = "sentinel")]
+            Router::Followed(f) => Ok(f.node()),
         }
     }
 
@@ -193,4 +198,29 @@ impl Router {
     pub(crate) async fn any(&self) -> Result<Arc<Node>, Error> {
         self.node("").await
     }
+}
+
+/// A client for `host:port` with `template`'s credentials, TLS material and protocol (a cluster
+/// node or a promoted primary is reached as the configured server was).
+pub(crate) fn client_at(
+    template: &redis::Client,
+    host: &str,
+    port: u16,
+) -> Result<redis::Client, Error> {
+    use redis::ConnectionAddr;
+    let info = template.get_connection_info().clone();
+    let addr = match info.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_string(), port),
+    };
+    Ok(redis::Client::open(info.set_addr(addr))?)
 }

@@ -102,7 +102,6 @@ impl fmt::Debug for DataTemplate {
     }
 }
 
-#[allow(dead_code)] // used by the Sentinel routing (in progress)
 impl DataTemplate {
     /// The primary's URL, `redis[s]://[user:pass@]host:port/DB[?query]`, once a Sentinel named
     /// `host` and `port`. A bare IPv6 address (`::1`, as Sentinels report it) is bracketed.
@@ -125,6 +124,7 @@ impl DataTemplate {
     }
 
     /// The database number the URL names (0 when it names none).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn db(&self) -> u32 {
         self.db
     }
