@@ -89,6 +89,10 @@ pub enum ErrorKind {
     /// A Redlock could not reach its quorum because too many masters were down or erroring
     /// (not because the lock was held elsewhere). Retryable.
     QuorumUnavailable,
+    /// A write that asked for replica acknowledgement (`WAIT`) was confirmed by fewer replicas
+    /// than required in time: it is on the primary, but a failover now could lose it.
+    /// Retryable (replicas catch up); see each primitive for what it did with the write.
+    NotReplicated,
 }
 
 /// Everything that can go wrong at run time.
@@ -236,6 +240,23 @@ pub enum Error {
         /// master (never credentials).
         errors: String,
     },
+    /// Fewer replicas than required acknowledged a write within the `WAIT` timeout.
+    #[error(
+        "{what} of {key}: only {acked} of {wanted} replicas acknowledged it within {timeout:?} \
+         (it is on the primary, but a failover now could lose it)"
+    )]
+    NotReplicated {
+        /// What was written: `"the grant of attempt 3"`, `"DONE"`, `"the lock"`.
+        what: String,
+        /// The job or lock key.
+        key: String,
+        /// How many replicas acknowledged it.
+        acked: u64,
+        /// How many were required.
+        wanted: u32,
+        /// The `WAIT` timeout.
+        timeout: std::time::Duration,
+    },
     /// A lock this process held is no longer (or may no longer be) held: an extension found
     /// another token, or no extension was confirmed before the lease could end.
     #[error("lock `{key}` (fencing token {fencing_token}) is no longer held: {reason}")]
@@ -277,6 +298,7 @@ impl Error {
             Error::Stopped => ErrorKind::Stopped,
             Error::NotAcquired { .. } => ErrorKind::NotAcquired,
             Error::QuorumUnavailable { .. } => ErrorKind::QuorumUnavailable,
+            Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::LockLost { .. } => ErrorKind::LeaseLost,
             Error::Reported { kind, .. } => *kind,
         }
@@ -298,6 +320,7 @@ impl Error {
                 | ErrorKind::Oom
                 | ErrorKind::NoExpiry
                 | ErrorKind::QuorumUnavailable
+                | ErrorKind::NotReplicated
         )
     }
 

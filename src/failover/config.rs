@@ -3,6 +3,7 @@
 //! Invalid values are rejected with a [`ConfigError`] naming the field, never coerced: a lease of
 //! 0 ms or a retention shorter than the lease would silently break the guarantees.
 
+use crate::transport::ReplicaWait;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,7 @@ pub struct FailoverConfig {
     pub(crate) status_level: StatusLevel,
     pub(crate) worker_name: Option<String>,
     pub(crate) event_capacity: usize,
+    pub(crate) replica_ack: Option<ReplicaWait>,
 }
 
 /// The serialized shape of [`FailoverConfig`]: plain fields with defaults, durations in ms.
@@ -57,6 +59,9 @@ struct RawConfig {
     status_level: StatusLevel,
     worker_name: Option<String>,
     event_capacity: usize,
+    /// 0: no replica acknowledgement.
+    replica_ack: u32,
+    replica_ack_timeout_ms: u64,
 }
 
 impl Default for RawConfig {
@@ -74,6 +79,8 @@ impl Default for RawConfig {
             status_level: StatusLevel::Normal,
             worker_name: None,
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            replica_ack: 0,
+            replica_ack_timeout_ms: 1000,
         }
     }
 }
@@ -100,6 +107,8 @@ impl From<FailoverConfig> for RawConfig {
             status_level: c.status_level,
             worker_name: c.worker_name,
             event_capacity: c.event_capacity,
+            replica_ack: c.replica_ack.map_or(0, |w| w.replicas),
+            replica_ack_timeout_ms: c.replica_ack.map_or(1000, |w| w.timeout.as_millis() as u64),
         }
     }
 }
@@ -187,6 +196,10 @@ impl FailoverConfig {
     pub fn worker_name(&self) -> Option<&str> {
         self.worker_name.as_deref()
     }
+    /// The replica acknowledgement each grant and `DONE` waits for: `(replicas, timeout)`.
+    pub fn replica_ack(&self) -> Option<(u32, Duration)> {
+        self.replica_ack.map(|w| (w.replicas, w.timeout))
+    }
     /// Returns a copy with keepalive switched on or off (used by the closure form).
     pub(crate) fn with_keepalive(mut self, on: bool) -> Self {
         self.keepalive = on;
@@ -272,6 +285,29 @@ impl FailoverConfigBuilder {
         self
     }
 
+    /// Replica acknowledgement: after each grant and each `DONE`, `WAIT replicas timeout` is
+    /// pipelined right after the `EXEC`, on the connection that wrote. `replicas` 0 switches
+    /// it off (the default); 1 ..= 100 replicas, timeout 1 ms ..= `lock_timeout / 2` (and at
+    /// most three quarters of the client's response timeout, applied when sent).
+    ///
+    /// A grant fewer replicas confirmed is never handed to the caller: the worker reports an
+    /// [`Error`](crate::Event::Error) event ([`ErrorKind::NotReplicated`](crate::ErrorKind)),
+    /// releases the attempt (which counts as used: the next grant is the next attempt, so
+    /// `max_attempts` bounds the retries and a job whose replicas stay away ends `EXHAUSTED`,
+    /// never silently), and waits as a backup again. A `DONE` fewer replicas confirmed is on the
+    /// primary, so the worker still ends with `Completed`, but `done()` returns
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) and an `Error` event says so: a
+    /// failover now could lose the `DONE`, and the job could run again.
+    ///
+    /// `WAIT` narrows the window in which an acknowledged write can be lost to a failover; it
+    /// does not close it (Redis replication stays asynchronous: no rollback, and Sentinel or the
+    /// cluster may promote a replica that had not received the write).
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.raw.replica_ack = replicas;
+        self.raw.replica_ack_timeout_ms = duration_ms(timeout);
+        self
+    }
+
     /// Validates every setting.
     ///
     /// # Errors
@@ -345,6 +381,7 @@ impl FailoverConfigBuilder {
                 format!("{} is outside 1 ..= 65536", r.event_capacity),
             ));
         }
+        let replica_ack = replica_wait(r.replica_ack, r.replica_ack_timeout_ms, lock_timeout)?;
         Ok(FailoverConfig {
             key: r.key,
             prefix: r.prefix,
@@ -358,8 +395,39 @@ impl FailoverConfigBuilder {
             status_level: r.status_level,
             worker_name: r.worker_name,
             event_capacity: r.event_capacity,
+            replica_ack,
         })
     }
+}
+
+/// Checks a replica acknowledgement setting against the lease it guards (shared with no one:
+/// the mutex checks its own against its ttl when it acquires).
+fn replica_wait(
+    replicas: u32,
+    timeout_ms: u64,
+    lock_timeout: Duration,
+) -> Result<Option<ReplicaWait>, ConfigError> {
+    if replicas == 0 {
+        return Ok(None);
+    }
+    if replicas > 100 {
+        return Err(ConfigError::invalid(
+            "replica_ack",
+            format!("{replicas} replicas is outside 0 ..= 100"),
+        ));
+    }
+    let timeout = Duration::from_millis(timeout_ms);
+    if timeout.is_zero() || timeout > lock_timeout / 2 {
+        return Err(ConfigError::invalid(
+            "replica_ack",
+            format!(
+                "a timeout of {timeout:?} is outside 1ms ..= lock_timeout / 2 ({:?}): the wait \
+                 must end well inside the lease it guards",
+                lock_timeout / 2
+            ),
+        ));
+    }
+    Ok(Some(ReplicaWait { replicas, timeout }))
 }
 
 /// Durations are stored in whole milliseconds (what Redis takes). Sub-millisecond parts round

@@ -28,7 +28,9 @@ use super::protocol::{
 };
 use crate::error::Error;
 use crate::lease;
-use crate::transport::{check_replies, Dedicated, Expect, HubMsg, Subscription, Transport};
+use crate::transport::{
+    check_replies, Dedicated, Expect, HubMsg, ReplicaWait, Subscription, Transport,
+};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::{after, ms, FAR};
@@ -87,6 +89,9 @@ struct Grant {
     /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
     /// the server, so measuring from the send time on our clock errs early, never late.
     sent: Instant,
+    /// Set when fewer replicas than [`FailoverConfig::replica_ack`] asks for acknowledged the
+    /// grant: it is released, never handed out.
+    unconfirmed: Option<Error>,
 }
 
 enum Step {
@@ -449,6 +454,15 @@ impl Task {
                     fence,
                     token,
                     sent,
+                    // A grant found applied after a lost reply had no acknowledgement; with
+                    // acknowledgement required, it is released like an unconfirmed one.
+                    unconfirmed: self.cfg.replica_ack.map(|w| Error::NotReplicated {
+                        what: format!("the grant of attempt {attempt} (its reply was lost)"),
+                        key: self.cfg.key.clone(),
+                        acked: 0,
+                        wanted: w.replicas,
+                        timeout: w.timeout,
+                    }),
                 }))
             }
             Decision::Completed => {
@@ -505,7 +519,8 @@ impl Task {
         );
         self.before_exec("grant").await;
         let sent = Instant::now();
-        match conn.exec(tx).await {
+        let wait = self.cfg.replica_ack;
+        match conn.exec_then_wait(tx, wait).await {
             Err(e) => {
                 if e.is_indeterminate() {
                     // The EXEC may have been applied: remember the token, and recognise the lease
@@ -518,8 +533,8 @@ impl Task {
                 }
                 Err(e)
             }
-            Ok(None) => Ok(Step::Again),
-            Ok(Some(replies)) => {
+            Ok((None, _)) => Ok(Step::Again),
+            Ok((Some(replies), acked)) => {
                 check_replies("the grant", &replies, &expect)?;
                 self.view.granted(attempt, fence);
                 tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
@@ -529,9 +544,31 @@ impl Task {
                     fence,
                     token,
                     sent,
+                    unconfirmed: self.short_of_replicas(wait, acked, || {
+                        format!("the grant of attempt {attempt}")
+                    }),
                 }))
             }
         }
+    }
+
+    /// The error for a write fewer replicas than `wait` asks for acknowledged (`None` when
+    /// enough did, or none were asked for).
+    fn short_of_replicas(
+        &self,
+        wait: Option<ReplicaWait>,
+        acked: Option<u64>,
+        what: impl FnOnce() -> String,
+    ) -> Option<Error> {
+        let w = wait?;
+        let acked = acked.unwrap_or(0);
+        (acked < u64::from(w.replicas)).then(|| Error::NotReplicated {
+            what: what(),
+            key: self.cfg.key.clone(),
+            acked,
+            wanted: w.replicas,
+            timeout: w.timeout,
+        })
     }
 
     /// Waits as a backup until the lease can have ended or a message says something changed.
@@ -688,6 +725,9 @@ impl Task {
                      its EXEC was sent, lock_timeout {lock_timeout:?})"
                 ),
             );
+        }
+        if let Some(e) = g.unconfirmed.clone() {
+            return self.give_back(&g, e, deadline_at).await;
         }
         let handle = AttemptHandle::new(
             self.cfg.key.clone(),
@@ -889,6 +929,15 @@ impl Task {
                         Flow::End
                     }
                 }
+                (Err(e @ Error::NotReplicated { .. }), Ending::Done) => {
+                    // `DONE` is on the primary: the job is done here, but not safely so.
+                    self.report(&e);
+                    tracing::warn!(attempt = g.attempt, error = %e, "done, not replicated");
+                    self.events.emit(Event::Completed {
+                        attempt: Some(g.attempt),
+                    });
+                    Flow::End
+                }
                 (Err(Error::LeaseLost { reason, .. }), _) => self.lost(&ended, &g, reason),
                 (Err(e), _) if e.is_retryable() => self.lost(
                     &ended,
@@ -1020,6 +1069,8 @@ impl Task {
                         });
                     }
                 }
+                // `DONE` applied; retrying cannot make it better replicated.
+                Err(e @ Error::NotReplicated { .. }) => break Err(e),
                 Err(e) if e.is_retryable() => {
                     // Only an `EXEC` whose reply was lost may have applied; a failed read or
                     // checkout wrote nothing.
@@ -1054,6 +1105,30 @@ impl Task {
         };
         self.sub = sub;
         result
+    }
+
+    /// Releases a grant too few replicas acknowledged, without handing it out: reports why,
+    /// then waits as a backup again (the attempt counts as used), or reports `Exhausted` when
+    /// it was the last one.
+    async fn give_back(&mut self, g: &Grant, why: Error, lease_end: Instant) -> Flow {
+        self.report(&why);
+        let reason = format!("released unused: {why}");
+        if let Err(e) = self.finish(g, Ending::Release(reason), lease_end).await {
+            // Not released: the lease runs out by itself, and a backup takes over then.
+            self.report(&e);
+        }
+        if g.attempt >= self.cfg.max_attempts {
+            self.events.emit(Event::Exhausted {
+                attempts: g.attempt,
+            });
+            return Flow::End;
+        }
+        // As after a failed attempt with rejoin: the other backups get a head start.
+        let head_start = (self.cfg.lock_timeout / 10)
+            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+            .max(self.cfg.retry_delay);
+        self.view.delay_served(g.attempt);
+        Box::pin(self.sleep(head_start)).await
     }
 
     /// One try of [`finish`](Self::finish); `Ok(false)` means observe again.
@@ -1108,11 +1183,20 @@ impl Task {
         let expect = self.render(&mut tx, &writes, &g.token, &failure, conn.publish());
         self.before_exec("finish").await;
         *exec_sent = true;
-        match conn.exec(tx).await? {
-            None => Ok(false),
-            Some(replies) => {
+        // Only `DONE` waits for replicas: a failure or release lost to a failover only makes a
+        // backup wait out the lease.
+        let wait = match ending {
+            Ending::Done => self.cfg.replica_ack,
+            _ => None,
+        };
+        match conn.exec_then_wait(tx, wait).await? {
+            (None, _) => Ok(false),
+            (Some(replies), acked) => {
                 check_replies("ending the attempt", &replies, &expect)?;
-                Ok(true)
+                match self.short_of_replicas(wait, acked, || "DONE".to_string()) {
+                    Some(e) => Err(e),
+                    None => Ok(true),
+                }
             }
         }
     }

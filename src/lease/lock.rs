@@ -15,7 +15,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::{preview, Error};
-use crate::transport::Conn;
+use crate::transport::{Conn, Dedicated, ReplicaWait};
 use crate::util::time::ms;
 
 /// `KEYS` = lock, fence; `ARGV` = token, lock ms, fence ms.
@@ -35,9 +35,7 @@ use crate::util::time::ms;
 /// one µs) does `INCR` step it, exactly, as a 64-bit integer, and the new value is read back as
 /// a string (the integer `INCR` returns would become a Lua double in the script). No Lua double
 /// is involved, so there is no 2^53 limit.
-static ACQUIRE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"
+const ACQUIRE_SOURCE: &str = r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
@@ -57,9 +55,10 @@ if old then
 end
 redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
 return {1, now}
-",
-    )
-});
+";
+
+static ACQUIRE_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(ACQUIRE_SOURCE));
 
 /// `KEYS` = lock; `ARGV` = token, channel, publish command (`PUBLISH`, or `SPUBLISH` on a
 /// cluster). Deletes the lock only if it holds `token`, then publishes `released` on the channel
@@ -231,6 +230,36 @@ pub(crate) async fn acquire(
         }
     };
     parse_acquire(req.fence, reply, sent)
+}
+
+/// [`acquire`] on a dedicated connection, with `WAIT` pipelined right after the script (see
+/// [`Dedicated::script_then_wait`]): the grant and how many replicas acknowledged it.
+///
+/// # Errors
+/// As [`acquire`].
+pub(crate) async fn acquire_then_wait(
+    conn: &mut Dedicated,
+    req: &Acquire<'_>,
+    wait: ReplicaWait,
+    limit: Instant,
+) -> Result<(Grant, u64), Error> {
+    let keys = [req.lock, req.fence];
+    let args = [
+        req.token.to_string(),
+        ms(req.ttl).to_string(),
+        ms(fence_ttl(req.ttl)).to_string(),
+    ];
+    let sent = Instant::now();
+    let call = conn.script_then_wait(&ACQUIRE_SCRIPT, ACQUIRE_SOURCE, &keys, &args, wait);
+    let (reply, acked) = match tokio::time::timeout_at(limit, call).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "acquiring the lock",
+            })
+        }
+    };
+    Ok((parse_acquire(req.fence, reply, sent)?, acked))
 }
 
 fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {

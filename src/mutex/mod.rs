@@ -39,7 +39,7 @@ use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::lease::{deadline, extend, Extend, Extension};
 use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::Transport;
+use crate::transport::{ReplicaWait, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -135,18 +135,20 @@ impl Locks {
     /// client is gone too, the ttl is the backstop).
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<LockGuard>, Error> {
         let keys = self.keys(key, ttl)?;
-        match self.try_once(&keys, key, ttl).await? {
+        match self.try_once(&keys, key, ttl, None).await? {
             Ok(guard) => Ok(Some(guard)),
             Err(_) => Ok(None),
         }
     }
 
-    /// One try: the guard, or the holder's PTTL.
+    /// One try: the guard, or the holder's PTTL. With `wait`, the grant must be acknowledged
+    /// by that many replicas (see [`AcquireOptionsBuilder::replica_ack`]).
     async fn try_once(
         &self,
         keys: &Arc<LockKeys>,
         key: &str,
         ttl: Duration,
+        wait: Option<ReplicaWait>,
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
         // Armed before the request leaves: whatever happens to this future from here on (an
@@ -156,7 +158,7 @@ impl Locks {
             keys: keys.clone(),
             token: token.clone(),
         };
-        let mut conn = self.transport.node(&keys.lock).await?.conn();
+        let node = self.transport.node(&keys.lock).await?;
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let req = kernel::Acquire {
             lock: &keys.lock,
@@ -164,7 +166,28 @@ impl Locks {
             token: &token,
             ttl,
         };
-        let grant = kernel::acquire(&mut conn, &req, limit).await;
+        let grant = match wait {
+            None => kernel::acquire(&mut node.conn(), &req, limit).await,
+            Some(w) => match node.pool.get(limit).await {
+                Ok(mut conn) => match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
+                    Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
+                        // Never handed out: `pending`, still armed, releases it by token.
+                        return Err(Error::NotReplicated {
+                            what: "the lock".into(),
+                            key: key.to_string(),
+                            acked,
+                            wanted: w.replicas,
+                            timeout: w.timeout,
+                        });
+                    }
+                    other => other.map(|(g, _)| g),
+                },
+                Err(e) => {
+                    pending.disarm();
+                    return Err(e);
+                }
+            },
+        };
         if !kernel::orphaned(&grant) {
             pending.disarm();
         }
@@ -219,6 +242,19 @@ impl Locks {
         opts: &AcquireOptions,
     ) -> Result<LockGuard, Error> {
         let keys = self.keys(key, ttl)?;
+        if let Some(w) = opts.replica_ack {
+            if w.timeout > ttl / 2 {
+                return Err(Error::Config(ConfigError::invalid(
+                    "replica_ack",
+                    format!(
+                        "a timeout of {:?} is above half the ttl ({:?}): the wait must end \
+                         well inside the lease it guards",
+                        w.timeout,
+                        ttl / 2
+                    ),
+                )));
+            }
+        }
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
         let mut backoff = Backoff::new(opts.max_backoff);
@@ -237,7 +273,7 @@ impl Locks {
                 }
             }
             tries = tries.saturating_add(1);
-            let outcome = self.try_once(&keys, key, ttl).await;
+            let outcome = self.try_once(&keys, key, ttl, opts.replica_ack).await;
             if let Some(w) = woken.take() {
                 w.used();
             }

@@ -2,6 +2,7 @@
 //! guard gets a watchdog. Validated by [`AcquireOptionsBuilder::build`] and by deserialization
 //! alike, never coerced.
 
+use crate::transport::ReplicaWait;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,7 @@ pub struct AcquireOptions {
     pub(crate) max_backoff: Duration,
     pub(crate) watchdog: bool,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) replica_ack: Option<ReplicaWait>,
 }
 
 impl Default for AcquireOptions {
@@ -53,6 +55,7 @@ impl Default for AcquireOptions {
             max_backoff: DEFAULT_MAX_BACKOFF,
             watchdog: false,
             max_hold: None,
+            replica_ack: None,
         }
     }
 }
@@ -90,6 +93,11 @@ impl AcquireOptions {
         self.max_hold
     }
 
+    /// The replica acknowledgement each grant waits for: `(replicas, timeout)`.
+    pub fn replica_ack(&self) -> Option<(u32, Duration)> {
+        self.replica_ack.map(|w| (w.replicas, w.timeout))
+    }
+
     pub(crate) fn with_watchdog(mut self) -> Self {
         self.watchdog = true;
         self
@@ -105,6 +113,9 @@ struct RawOptions {
     max_backoff_ms: u64,
     watchdog: bool,
     max_hold_ms: Option<u64>,
+    /// 0: no replica acknowledgement.
+    replica_ack: u32,
+    replica_ack_timeout_ms: u64,
 }
 
 impl Default for RawOptions {
@@ -121,6 +132,10 @@ impl From<AcquireOptions> for RawOptions {
             max_backoff_ms: crate::util::time::ms(o.max_backoff),
             watchdog: o.watchdog,
             max_hold_ms: o.max_hold.map(crate::util::time::ms),
+            replica_ack: o.replica_ack.map_or(0, |w| w.replicas),
+            replica_ack_timeout_ms: o
+                .replica_ack
+                .map_or(1000, |w| crate::util::time::ms(w.timeout)),
         }
     }
 }
@@ -174,6 +189,22 @@ impl AcquireOptionsBuilder {
         self
     }
 
+    /// Replica acknowledgement: each acquisition's script is followed, on the same dedicated
+    /// connection and in the same round trip, by `WAIT replicas timeout`. `replicas` 0 switches
+    /// it off (the default); 1 ..= 100 replicas, timeout 1 ms ..= 1 min, and at most half the
+    /// lock's ttl (checked when acquiring) and three quarters of the client's response timeout
+    /// (applied when sent).
+    ///
+    /// A grant fewer replicas acknowledged is never returned: the lock is released by token
+    /// and the acquisition fails with [`Error::NotReplicated`](crate::Error::NotReplicated)
+    /// (not retried). `WAIT` narrows the window in which a granted lock can be lost to a
+    /// failover; it does not close it (replication stays asynchronous).
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.raw.replica_ack = replicas;
+        self.raw.replica_ack_timeout_ms = crate::util::time::ms(timeout);
+        self
+    }
+
     /// Validates the options.
     ///
     /// # Errors
@@ -203,12 +234,32 @@ impl AcquireOptionsBuilder {
                 ));
             }
         }
+        let replica_ack = match r.replica_ack {
+            0 => None,
+            n if n > 100 => {
+                return Err(ConfigError::invalid(
+                    "replica_ack",
+                    format!("{n} replicas is outside 0 ..= 100"),
+                ))
+            }
+            replicas => {
+                let timeout = Duration::from_millis(r.replica_ack_timeout_ms);
+                if timeout.is_zero() || timeout > Duration::from_secs(60) {
+                    return Err(ConfigError::invalid(
+                        "replica_ack",
+                        format!("a timeout of {timeout:?} is outside 1ms ..= 1 min"),
+                    ));
+                }
+                Some(ReplicaWait { replicas, timeout })
+            }
+        };
         Ok(AcquireOptions {
             wait,
             max_tries: r.max_tries,
             max_backoff,
             watchdog: r.watchdog,
             max_hold,
+            replica_ack,
         })
     }
 }

@@ -47,6 +47,8 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "sunsubscribe",
     // Reading a Redis Cluster's slot map.
     "cluster|slots",
+    // Replica acknowledgement (optional: only with `replica_ack`).
+    "wait",
     // Connection health checks of the client library.
     "ping",
     // The durability check (read-only).

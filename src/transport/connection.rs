@@ -223,6 +223,64 @@ impl Dedicated {
         }
     }
 
+    /// Runs `script` (whose source is `code`) with `keys` and `args` (`EVALSHA`, loading the
+    /// script on `NOSCRIPT`) and
+    /// pipelines `WAIT wait.replicas timeout` right after it on this connection (a script may
+    /// not call `WAIT`). Returns the script's reply (a server error as `Value::ServerError`)
+    /// and how many replicas acknowledged. The `WAIT` timeout is capped as in
+    /// [`exec_then_wait`](Self::exec_then_wait).
+    pub(crate) async fn script_then_wait(
+        &mut self,
+        script: &redis::Script,
+        code: &str,
+        keys: &[&str],
+        args: &[String],
+        wait: ReplicaWait,
+    ) -> Result<(redis::Value, u64), Error> {
+        let cap = self.pool.settings.response_timeout * 3 / 4;
+        let build = |p: &mut redis::Pipeline| {
+            p.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args)
+                .cmd("WAIT")
+                .arg(wait.replicas)
+                .arg(crate::util::time::ms(wait.timeout.min(cap)).max(1));
+        };
+        let mut p = self.pipe();
+        build(&mut p);
+        let mut replies: Vec<redis::Value> = self.query(&p).await?;
+        if matches!(replies.first(), Some(redis::Value::ServerError(e)) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+        {
+            // Loaded once per server (after a restart or SCRIPT FLUSH); the WAIT that ran
+            // after the refusal counted nothing of ours.
+            let mut load = self.pipe();
+            load.cmd("SCRIPT").arg("LOAD").arg(code);
+            let _: Vec<redis::Value> = self.query(&load).await?;
+            let mut p = self.pipe();
+            build(&mut p);
+            replies = self.query(&p).await?;
+        }
+        self.clean = true;
+        let mut it = replies.into_iter();
+        let (Some(reply), Some(acked)) = (it.next(), it.next()) else {
+            return Err(Error::UnexpectedReply {
+                context: "a script and WAIT",
+                reply: "fewer than 2 replies".into(),
+            });
+        };
+        let acked = match acked {
+            redis::Value::Int(n) if n >= 0 => n as u64,
+            redis::Value::ServerError(e) => return Err(super::classify::refused("WAIT", &e)),
+            other => return Err(super::classify::unexpected("WAIT", &other)),
+        };
+        if let redis::Value::ServerError(e) = &reply {
+            return Err(super::classify::from_server_error(e));
+        }
+        Ok((reply, acked))
+    }
+
     /// The command that wakes subscribers on this connection's node: `PUBLISH`, or `SPUBLISH`
     /// on a cluster.
     pub(crate) fn publish(&self) -> &'static str {
@@ -246,10 +304,55 @@ impl Dedicated {
     /// ended the `WATCH`, so the connection is reusable.
     pub(crate) async fn exec(
         &mut self,
-        mut p: redis::Pipeline,
+        p: redis::Pipeline,
     ) -> Result<Option<Vec<redis::Value>>, Error> {
+        Ok(self.exec_then_wait(p, None).await?.0)
+    }
+
+    /// [`exec`](Self::exec), with `WAIT replicas timeout` pipelined right after the `EXEC` when
+    /// `wait` is set (inside `MULTI` a `WAIT` would return at once). Returns the `EXEC` outcome
+    /// and, with `wait`, how many replicas acknowledged every write of this connection so far.
+    ///
+    /// The `WAIT` timeout is capped at three quarters of the response timeout, so a slow
+    /// acknowledgement is never mistaken for a lost reply (which would make the `EXEC`'s outcome
+    /// unknown).
+    pub(crate) async fn exec_then_wait(
+        &mut self,
+        mut p: redis::Pipeline,
+        wait: Option<ReplicaWait>,
+    ) -> Result<(Option<Vec<redis::Value>>, Option<u64>), Error> {
         p.cmd("EXEC");
+        if let Some(w) = wait {
+            let cap = self.pool.settings.response_timeout * 3 / 4;
+            p.cmd("WAIT")
+                .arg(w.replicas)
+                .arg(crate::util::time::ms(w.timeout.min(cap)).max(1));
+        }
         let mut replies: Vec<redis::Value> = self.query(&p).await?;
+        let acked = match wait {
+            None => None,
+            Some(_) => match replies.pop() {
+                Some(redis::Value::Int(n)) if n >= 0 => Some(n as u64),
+                Some(redis::Value::ServerError(e)) => {
+                    return Err(super::classify::refused("WAIT", &e))
+                }
+                Some(other) => return Err(super::classify::unexpected("WAIT", &other)),
+                None => {
+                    return Err(Error::UnexpectedReply {
+                        context: "WAIT",
+                        reply: "no reply".into(),
+                    })
+                }
+            },
+        };
+        Ok((self.exec_outcome(replies)?, acked))
+    }
+
+    /// The outcome of a pipeline that ended with `EXEC` (see [`exec`](Self::exec)).
+    fn exec_outcome(
+        &mut self,
+        mut replies: Vec<redis::Value>,
+    ) -> Result<Option<Vec<redis::Value>>, Error> {
         let exec = replies.pop();
         self.clean = true;
         match exec {
@@ -339,6 +442,14 @@ pub(crate) enum Expect {
     Ok,
     /// Any integer.
     Int,
+}
+
+/// `WAIT replicas timeout` after a write: how many replicas must acknowledge it, and how long
+/// to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
 /// What a waiter gets from the hub.

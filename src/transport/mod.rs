@@ -34,7 +34,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) use classify::unexpected;
 pub(crate) use connection::{
-    check_replies, Dedicated, Expect, Hub, HubMsg, HubSource, Subscription,
+    check_replies, Dedicated, Expect, Hub, HubMsg, HubSource, ReplicaWait, Subscription,
 };
 pub(crate) use route::{Node, NodeConn as Conn, Router};
 
