@@ -693,6 +693,8 @@ pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
     };
     let pttl = match pttl {
         Value::Int(n) => *n,
+        // MOVED/ASK/TRYAGAIN when the key migrated between the GET and the PTTL: retryable.
+        Value::ServerError(e) => return Err(from_server_error(e)),
         other => return Err(crate::transport::unexpected("PTTL lease", other)),
     };
     let pttl_ms = match pttl {
@@ -1075,6 +1077,23 @@ mod tests {
             Message::Released,
         ] {
             assert!(!taken_over(&m.text(), 2), "{m:?}");
+        }
+    }
+
+    /// A key that migrated to another cluster node between a pipeline's `GET` and `PTTL`
+    /// (found by tests/cluster_reshard.rs): the `PTTL`'s `ASK`/`MOVED`/`TRYAGAIN` is a
+    /// retryable error, never an "unexpected reply" that ends the worker.
+    #[test]
+    fn a_redirect_in_the_lease_reads_is_retryable() {
+        let held = Value::BulkString(format!("{} host:1", "a".repeat(32)).into_bytes());
+        for raw in [
+            &b"-ASK 14604 127.0.0.1:20790\r\n"[..],
+            b"-MOVED 14604 127.0.0.1:20790\r\n",
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+        ] {
+            let pttl = redis::parse_redis_value(raw).unwrap();
+            let err = parse_lease(&held, &pttl).unwrap_err();
+            assert!(err.is_retryable(), "{err}");
         }
     }
 

@@ -691,6 +691,7 @@ impl Task {
             Value::Int(-2) => None,
             Value::Int(-1) => Some(None),
             Value::Int(n) if *n >= 0 => Some(Some(*n as u64)),
+            Value::ServerError(e) => return Err(crate::transport::classify::from_server_error(e)),
             other => return Err(crate::transport::unexpected("PTTL lease", other)),
         };
         Ok((parse_state(state)?, lease))

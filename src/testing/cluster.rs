@@ -217,6 +217,112 @@ impl RedisCluster {
         &mut self.nodes[index]
     }
 
+    /// Starts moving hash `slot` from the primary that serves it to primary `to`, the way
+    /// `redis-cli --cluster reshard` does: `CLUSTER SETSLOT slot IMPORTING` on `to`, then
+    /// `MIGRATING` on the owner. From now on the owner answers `ASK` for keys of the slot it no
+    /// longer holds. Returns the owner's index. Uses the roles of the last
+    /// [`refresh_roles`](Self::refresh_roles).
+    ///
+    /// # Errors
+    ///
+    /// If `to` is not a primary, or already serves the slot, or a node refuses.
+    pub fn begin_slot_migration(&self, slot: u16, to: usize) -> io::Result<usize> {
+        let from = self
+            .indices(|info| info.primary && info.slots.iter().any(|r| r.contains(&slot)))
+            .first()
+            .copied()
+            .ok_or_else(|| io::Error::other(format!("no primary serves slot {slot}")))?;
+        if from == to || !self.primaries().contains(&to) {
+            return Err(io::Error::other(format!(
+                "node {to} is not another primary than the slot's owner {from}"
+            )));
+        }
+        let id = |i: usize| {
+            self.node_id(i)
+                .map(str::to_string)
+                .ok_or_else(|| io::Error::other(format!("node {i} has no known id")))
+        };
+        let slot_arg = slot.to_string();
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let port = |i: usize| self.nodes[i].port();
+        query(
+            port(to),
+            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id],
+        )?;
+        query(
+            port(from),
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id],
+        )?;
+        Ok(from)
+    }
+
+    /// Moves every key of `slot` from node `from` to node `to` with `MIGRATE` (a migration
+    /// begun with [`begin_slot_migration`](Self::begin_slot_migration)). Returns how many
+    /// keys moved.
+    ///
+    /// # Errors
+    ///
+    /// If a node refuses.
+    pub fn migrate_slot_keys(&self, slot: u16, from: usize, to: usize) -> io::Result<usize> {
+        let to_io = |err: redis::RedisError| io::Error::other(err.to_string());
+        let client = redis::Client::open(self.nodes[from].url()).map_err(to_io)?;
+        let mut conn = client
+            .get_connection_with_timeout(QUERY_TIMEOUT)
+            .map_err(to_io)?;
+        conn.set_read_timeout(Some(QUERY_TIMEOUT * 4))
+            .map_err(to_io)?;
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut conn)
+                .map_err(to_io)?;
+            if keys.is_empty() {
+                return Ok(moved);
+            }
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(self.nodes[to].port())
+                .arg("")
+                .arg(0)
+                .arg(QUERY_TIMEOUT.as_millis() as u64)
+                .arg("KEYS")
+                .arg(&keys)
+                .query::<()>(&mut conn)
+                .map_err(to_io)?;
+            moved += keys.len();
+        }
+    }
+
+    /// Ends a migration: `CLUSTER SETSLOT slot NODE to` on `to`, then on `from`, then on the
+    /// other primaries, and refreshes the roles.
+    ///
+    /// # Errors
+    ///
+    /// If a node refuses.
+    pub fn finish_slot_migration(&mut self, slot: u16, from: usize, to: usize) -> io::Result<()> {
+        let to_id = self
+            .node_id(to)
+            .map(str::to_string)
+            .ok_or_else(|| io::Error::other(format!("node {to} has no known id")))?;
+        let slot_arg = slot.to_string();
+        let mut order = vec![to, from];
+        order.extend(
+            self.primaries()
+                .into_iter()
+                .filter(|&i| i != to && i != from),
+        );
+        for i in order {
+            query(
+                self.nodes[i].port(),
+                &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id],
+            )?;
+        }
+        self.refresh_roles()
+    }
+
     /// Indices of the nodes that were primaries at the last [`refresh_roles`](Self::refresh_roles)
     /// (right after start: three of them, ascending).
     pub fn primaries(&self) -> Vec<usize> {

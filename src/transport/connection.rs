@@ -205,6 +205,7 @@ impl Dedicated {
         }
         reads(&mut p);
         let mut values: Vec<redis::Value> = self.query(&p).await?;
+        self.pool.stale.note_values(&values);
         if values.is_empty() {
             return Err(Error::UnexpectedReply {
                 context: "WATCH",

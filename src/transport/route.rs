@@ -36,6 +36,16 @@ impl Stale {
         }
     }
 
+    /// Marks the routing stale if one of `values` (a pipeline's replies, errors kept as
+    /// values) is a server error that says so.
+    pub(crate) fn note_values(&self, values: &[Value]) {
+        for v in values {
+            if let Value::ServerError(e) = v {
+                self.note(&super::classify::from_server_error(e));
+            }
+        }
+    }
+
     /// Whether the routing was marked stale.
     pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Relaxed)
@@ -134,8 +144,9 @@ impl ConnectionLike for NodeConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let r = self.inner.req_packed_commands(cmd, offset, count).await;
-            if let Err(e) = &r {
-                self.stale.note(&Error::from(e.clone()));
+            match &r {
+                Err(e) => self.stale.note(&Error::from(e.clone())),
+                Ok(values) => self.stale.note_values(values),
             }
             r
         })
