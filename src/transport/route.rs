@@ -213,6 +213,7 @@ impl Router {
 
 /// A client for `host:port` with `template`'s credentials, TLS material and protocol (a cluster
 /// node or a promoted primary is reached as the configured server was).
+#[cfg_attr(not(any(feature = "cluster", feature = "sentinel")), allow(dead_code))]
 pub(crate) fn client_at(
     template: &redis::Client,
     host: &str,

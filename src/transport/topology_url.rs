@@ -105,6 +105,7 @@ impl fmt::Debug for DataTemplate {
 impl DataTemplate {
     /// The primary's URL, `redis[s]://[user:pass@]host:port/DB[?query]`, once a Sentinel named
     /// `host` and `port`. A bare IPv6 address (`::1`, as Sentinels report it) is bracketed.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     pub(crate) fn primary_url(&self, host: &str, port: u16) -> String {
         let mut url = format!("{}://", self.scheme);
         if let Some(userinfo) = &self.userinfo {

@@ -5,6 +5,8 @@
 pub(crate) mod backoff;
 pub(crate) mod mailbox;
 pub(crate) mod names;
+// Used by the cluster routing and the cluster test fixture.
+#[cfg_attr(not(any(feature = "cluster", feature = "testing")), allow(dead_code))]
 pub(crate) mod slot;
 pub(crate) mod time;
 pub(crate) mod token;
