@@ -162,8 +162,11 @@ const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Parser, Debug)]
 #[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
 struct Cli {
-    /// Redis URL (redis://[:password@]host:port/[db]); a password can also come from the file
-    /// named by BATON_REDIS_PASSWORD_FILE. Never printed.
+    /// Redis URL: redis://[user:password@]host:port/[db] (rediss:// for TLS, unix:// for a
+    /// socket), redis+cluster://host:port,host:port/ for a Redis Cluster's seed nodes, or
+    /// redis+sentinel://host:port,host:port/SERVICE for the primary Sentinels monitor as SERVICE
+    /// (credentials there are the data nodes'). A password can also come from the file named by
+    /// BATON_REDIS_PASSWORD_FILE. Never printed.
     #[arg(
         long,
         global = true,
