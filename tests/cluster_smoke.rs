@@ -9,10 +9,16 @@ use tokio_stream::StreamExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_and_locks_run_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start().expect("cluster"))
-        .await
-        .unwrap();
-    let url = cluster.cluster_url();
+    let cluster = tokio::task::spawn_blocking(|| {
+        RedisCluster::builder()
+            .acl_user("baton-test", "test-pw", "baton:")
+            .start()
+            .expect("cluster")
+    })
+    .await
+    .unwrap();
+    // The least-privilege user: the sharded pub/sub (RESP3, HELLO) and CLUSTER SLOTS included.
+    let url = cluster.cluster_url_for("baton-test", "test-pw");
     eprintln!("{url}");
     let client = Client::connect(url).await.expect("connect");
     for i in 0..6 {
@@ -34,22 +40,27 @@ async fn jobs_and_locks_run_on_a_cluster() {
         acquired.expect("acquired").done().await.expect("done");
     }
     let locks = client.locks();
+    let ttl = Duration::from_secs(30);
     let g = locks
-        .acquire("L", Duration::from_secs(5), &Default::default())
+        .acquire("L", ttl, &Default::default())
         .await
         .expect("lock");
     let l2 = locks.clone();
+    // A long backoff cap: only the release's SPUBLISH can wake the waiter in time.
+    let opts = baton::AcquireOptions::builder()
+        .max_backoff(Duration::from_secs(20))
+        .build()
+        .unwrap();
     let waiter = tokio::spawn(async move {
-        l2.acquire("L", Duration::from_secs(5), &Default::default())
-            .await
-            .map(|g| g.fencing_token())
+        l2.acquire("L", ttl, &opts).await.map(|g| g.fencing_token())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let t1 = g.fencing_token();
     let started = std::time::Instant::now();
     assert!(g.release().await.unwrap());
     let t2 = waiter.await.unwrap().expect("second acquire");
-    eprintln!("woken after {:?}", started.elapsed());
+    let woken = started.elapsed();
+    assert!(woken < Duration::from_secs(5), "woken after {woken:?}, not by the release");
     assert!(t2 > t1);
 }
 
