@@ -29,7 +29,7 @@ async fn cluster() -> RedisCluster {
 
 fn config() -> FailoverConfig {
     FailoverConfig::builder(JOB)
-        .lock_timeout(Duration::from_secs(4))
+        .lock_timeout(Duration::from_secs(10))
         .max_attempts(4)
         .build()
         .unwrap()
@@ -146,7 +146,15 @@ async fn a_slot_moved_while_the_holder_works_then_fails_hands_attempt_2_over_on_
     a1.fail("failing on purpose after the reshard")
         .await
         .expect("fail() recorded on the new owner");
+    let failed_at = std::time::Instant::now();
     let (next, a2) = first_acquired(&mut ws, &mut log).await;
+    // Woken by the `failed` published on the new owner (their subscriptions moved with the
+    // slot), not by waiting out the 10 s lease.
+    assert!(
+        failed_at.elapsed() < Duration::from_secs(5),
+        "attempt 2 came {:?} after fail()",
+        failed_at.elapsed()
+    );
     assert_ne!(next, holder, "a backup takes attempt 2");
     assert_eq!(a2.attempt, 2);
     a2.done().await.expect("done on the new owner");
@@ -186,7 +194,7 @@ async fn a_done_sent_mid_migration_follows_ask_then_moved_and_is_recorded_once()
     let mut log = Vec::new();
     let (holder, a1) = first_acquired(&mut ws, &mut log).await;
     // The keys move at once; the slot stays assigned to the old owner (answering ASK) for
-    // 600 ms, well inside the 4 s lease, while `done()` keeps trying.
+    // 600 ms, well inside the 10 s lease, while `done()` keeps trying.
     let resharding = tokio::spawn(reshard(c, Duration::from_millis(600)));
     tokio::time::sleep(Duration::from_millis(200)).await;
     a1.done()
