@@ -221,3 +221,44 @@ async fn a_done_sent_mid_migration_follows_ask_then_moved_and_is_recorded_once()
     assert_eq!(state_on(&c, to).await.as_deref(), Some("DONE"));
     assert_eq!(state_on(&c, from).await, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_jobs_primary_mid_attempt_work_continues_after_the_replica_is_promoted() {
+    let mut c = cluster().await;
+    let mut ws = workers(&c).await;
+    let mut log = Vec::new();
+    let (holder, a1) = first_acquired(&mut ws, &mut log).await;
+    // Give asynchronous replication a moment: this test is about routing across a failover,
+    // not about the writes a failover can lose (see tests/replica_ack.rs for that window).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let owner = c.node_for_key(JOB.as_bytes()).expect("an owner");
+    c.node_mut(owner).kill();
+    let killed_at = std::time::Instant::now();
+    a1.done()
+        .await
+        .expect("done() recorded on the promoted replica, within the 10 s lease");
+    eprintln!("done {:?} after the kill", killed_at.elapsed());
+    drain(&mut ws, &mut log).await;
+    assert_eq!(
+        acquired_attempts(&log, 1),
+        vec![1],
+        "one grant only: {log:?}"
+    );
+    let completed = log
+        .iter()
+        .filter(|(_, ev)| matches!(ev, Event::Completed { .. }))
+        .count();
+    assert_eq!(completed, 3, "every worker sees the job done: {log:?}");
+    assert!(log
+        .iter()
+        .any(|(i, ev)| *i == holder && matches!(ev, Event::Completed { attempt: Some(1) })));
+    let c = tokio::task::spawn_blocking(move || {
+        c.refresh_roles().expect("roles");
+        c
+    })
+    .await
+    .unwrap();
+    let new_owner = c.node_for_key(JOB.as_bytes()).expect("a promoted owner");
+    assert_ne!(new_owner, owner);
+    assert_eq!(state_on(&c, new_owner).await.as_deref(), Some("DONE"));
+}

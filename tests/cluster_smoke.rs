@@ -51,16 +51,18 @@ async fn jobs_and_locks_run_on_a_cluster() {
         .max_backoff(Duration::from_secs(20))
         .build()
         .unwrap();
-    let waiter = tokio::spawn(async move {
-        l2.acquire("L", ttl, &opts).await.map(|g| g.fencing_token())
-    });
+    let waiter =
+        tokio::spawn(async move { l2.acquire("L", ttl, &opts).await.map(|g| g.fencing_token()) });
     tokio::time::sleep(Duration::from_secs(3)).await;
     let t1 = g.fencing_token();
     let started = std::time::Instant::now();
     assert!(g.release().await.unwrap());
     let t2 = waiter.await.unwrap().expect("second acquire");
     let woken = started.elapsed();
-    assert!(woken < Duration::from_secs(5), "woken after {woken:?}, not by the release");
+    assert!(
+        woken < Duration::from_secs(5),
+        "woken after {woken:?}, not by the release"
+    );
     assert!(t2 > t1);
 }
 
