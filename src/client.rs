@@ -519,9 +519,13 @@ impl ClientBuilder {
         let endpoint = format!("cluster:{}", endpoint_of(&clients[0]));
         let cluster =
             crate::transport::cluster::Cluster::connect(clients, self.settings.clone()).await?;
+        let moved = cluster.moved();
         let client = assemble_with(
             Router::Cluster(cluster),
-            HubSource::Sharded(infos),
+            HubSource::Sharded {
+                seeds: infos,
+                moved,
+            },
             self.settings,
             endpoint,
             CancellationToken::new(),

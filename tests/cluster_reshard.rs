@@ -27,22 +27,26 @@ async fn cluster() -> RedisCluster {
     .expect("fixture thread")
 }
 
-fn config() -> FailoverConfig {
+fn config(lease: Duration) -> FailoverConfig {
     FailoverConfig::builder(JOB)
-        .lock_timeout(Duration::from_secs(10))
+        .lock_timeout(lease)
         .max_attempts(4)
         .build()
         .unwrap()
 }
 
-/// Three workers, each with its own client (its own slot map).
+/// Three workers with a 10 s lease, each with its own client (its own slot map).
 async fn workers(c: &RedisCluster) -> Vec<Worker> {
+    workers_with(c, Duration::from_secs(10)).await
+}
+
+async fn workers_with(c: &RedisCluster, lease: Duration) -> Vec<Worker> {
     let mut out = Vec::new();
     for _ in 0..3 {
         let client = Client::connect(c.cluster_url_for(TEST_USER, TEST_PASSWORD))
             .await
             .expect("connect to the cluster");
-        out.push(client.start(config()));
+        out.push(client.start(config(lease)));
     }
     out
 }
@@ -225,7 +229,9 @@ async fn a_done_sent_mid_migration_follows_ask_then_moved_and_is_recorded_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_jobs_primary_mid_attempt_work_continues_after_the_replica_is_promoted() {
     let mut c = cluster().await;
-    let mut ws = workers(&c).await;
+    // A 20 s lease: the backups must learn of `DONE` from the moved slot map and the
+    // re-subscription, not by waiting the lease out.
+    let mut ws = workers_with(&c, Duration::from_secs(20)).await;
     let mut log = Vec::new();
     let (holder, a1) = first_acquired(&mut ws, &mut log).await;
     // Give asynchronous replication a moment: this test is about routing across a failover,
@@ -236,9 +242,15 @@ async fn killing_the_jobs_primary_mid_attempt_work_continues_after_the_replica_i
     let killed_at = std::time::Instant::now();
     a1.done()
         .await
-        .expect("done() recorded on the promoted replica, within the 10 s lease");
+        .expect("done() recorded on the promoted replica, within the lease");
     eprintln!("done {:?} after the kill", killed_at.elapsed());
+    let done_at = std::time::Instant::now();
     drain(&mut ws, &mut log).await;
+    assert!(
+        done_at.elapsed() < Duration::from_secs(5),
+        "the backups saw DONE {:?} after it was recorded (lease 20 s)",
+        done_at.elapsed()
+    );
     assert_eq!(
         acquired_attempts(&log, 1),
         vec![1],

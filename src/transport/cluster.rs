@@ -61,6 +61,8 @@ pub(crate) struct Cluster {
     /// Serializes refreshes; holds when the last one ended.
     refreshing: tokio::sync::Mutex<Option<Instant>>,
     stale: Arc<Stale>,
+    /// Bumped when a refresh finds other primaries than before.
+    moved: tokio::sync::watch::Sender<u64>,
 }
 
 impl Cluster {
@@ -88,6 +90,7 @@ impl Cluster {
             nodes: Mutex::default(),
             refreshing: tokio::sync::Mutex::new(None),
             stale: Arc::default(),
+            moved: tokio::sync::watch::channel(0).0,
         });
         cluster.refresh(true).await?;
         Ok(cluster)
@@ -116,6 +119,11 @@ impl Cluster {
                 })
             }
         }
+    }
+
+    /// Changes whenever a refresh finds other primaries than before (for the hub).
+    pub(crate) fn moved(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.moved.subscribe()
     }
 
     /// Every primary of the last slot map, once each.
@@ -154,10 +162,24 @@ impl Cluster {
         match fetched {
             Ok(map) => {
                 tracing::debug!(ranges = map.ranges.len(), "cluster slot map read");
-                *self
-                    .map
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+                let layout = |m: &SlotMap| -> Vec<(u16, u16, String)> {
+                    m.ranges
+                        .iter()
+                        .map(|(s, e, n)| (*s, *e, n.addr.clone()))
+                        .collect()
+                };
+                let new = layout(&map);
+                let old = std::mem::replace(
+                    &mut *self
+                        .map
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    Arc::new(map),
+                );
+                if !old.ranges.is_empty() && layout(&old) != new {
+                    tracing::info!("the cluster's slot map changed");
+                    self.moved.send_modify(|g| *g += 1);
+                }
                 Ok(())
             }
             Err(e) => {

@@ -511,7 +511,12 @@ pub(crate) enum HubSource {
     /// which sends each channel to the node that owns its slot (messages come from
     /// `SPUBLISH`); built from the seed nodes' connection settings.
     #[cfg(feature = "cluster")]
-    Sharded(Vec<redis::ConnectionInfo>),
+    Sharded {
+        seeds: Vec<redis::ConnectionInfo>,
+        /// Changes when baton's slot map names other primaries (a failover, a reshard): the
+        /// hub's waiters then look again, since messages published meanwhile may be lost.
+        moved: tokio::sync::watch::Receiver<u64>,
+    },
     /// A Sentinel-monitored primary (feature `sentinel`): `SUBSCRIBE` on whichever server is
     /// the primary, moving there when it changes.
     #[cfg(feature = "sentinel")]
@@ -529,6 +534,10 @@ enum Incoming {
     /// A node's connection dropped and is being re-established by the cluster client, which
     /// subscribes again by itself: messages may have been missed.
     Interrupted,
+    /// The slot map names other primaries now (a failover, a reshard): every channel is
+    /// subscribed again (the cluster client sends each to its slot's owner) and every waiter
+    /// looks again.
+    Moved,
     /// Nothing for the hub (a subscription confirmation, say).
     Nothing,
 }
@@ -546,6 +555,7 @@ enum Link {
     Sharded {
         conn: redis::cluster_async::ClusterConnection,
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+        moved: tokio::sync::watch::Receiver<u64>,
     },
 }
 
@@ -573,7 +583,9 @@ impl Link {
                 })
             }
             #[cfg(feature = "cluster")]
-            HubSource::Sharded(seeds) => {
+            HubSource::Sharded { seeds, moved } => {
+                let mut moved = moved.clone();
+                moved.mark_unchanged();
                 let (tx, pushes) = mpsc::unbounded_channel();
                 let conn = redis::cluster::ClusterClientBuilder::new(seeds.clone())
                     .use_protocol(redis::ProtocolVersion::RESP3)
@@ -583,7 +595,11 @@ impl Link {
                     .build()?
                     .get_async_connection()
                     .await?;
-                Ok(Link::Sharded { conn, pushes })
+                Ok(Link::Sharded {
+                    conn,
+                    pushes,
+                    moved,
+                })
             }
         }
     }
@@ -636,7 +652,14 @@ impl Link {
                 })
             }
             #[cfg(feature = "cluster")]
-            Link::Sharded { pushes, .. } => pushes.recv().await.map(sharded_push),
+            Link::Sharded { pushes, moved, .. } => tokio::select! {
+                push = pushes.recv() => push.map(sharded_push),
+                changed = moved.changed() => match changed {
+                    Ok(()) => Some(Incoming::Moved),
+                    // The router is gone: so is the client.
+                    Err(_) => None,
+                },
+            },
         }
     }
 }
@@ -809,6 +832,21 @@ async fn hub_task(
                         }
                     }
                     Some(Incoming::Interrupted) => notify(&waiters, None),
+                    Some(Incoming::Moved) => {
+                        let channels: Vec<String> = subscribed.iter().cloned().collect();
+                        let limit = settings.response_timeout * 4;
+                        let mut ok = true;
+                        for chunk in channels.chunks(256) {
+                            if !matches!(tokio::time::timeout(limit, link.subscribe(chunk)).await, Ok(Ok(()))) {
+                                ok = false;
+                                break;
+                            }
+                        }
+                        notify(&waiters, None);
+                        if !ok {
+                            break;
+                        }
+                    }
                     Some(Incoming::Nothing) => {}
                 },
                 cmd = cmds.recv() => {
