@@ -53,6 +53,8 @@ pub fn durable_server() -> Deployment {
 /// Derefs to the [`RedisServer`] for the single-server topologies only (kill, pause, restart,
 /// pid...); on a cluster or Sentinel set that panics, naming the scenario's mistake: such a
 /// scenario belongs under `scenario! { single: ... }`.
+// A few per test, never moved in a hot path: boxing the common single server buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Deployment {
     Single(RedisServer),
     #[cfg(feature = "cluster")]
@@ -257,7 +259,9 @@ pub async fn raw_at(url: &str) -> Raw {
     }
     #[cfg(feature = "sentinel")]
     if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-        let (hosts, service) = rest.split_once('/').expect("redis+sentinel://HOSTS/SERVICE");
+        let (hosts, service) = rest
+            .split_once('/')
+            .expect("redis+sentinel://HOSTS/SERVICE");
         let mut last = None;
         for host in hosts.split(',') {
             let asked = async {
@@ -331,7 +335,10 @@ impl Raw {
 }
 
 impl redis::aio::ConnectionLike for Raw {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Raw::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
@@ -450,7 +457,10 @@ pub fn cmd(parts: &[&str]) -> Vec<String> {
 }
 
 /// Runs raw commands (a foreign client's writes) and returns their replies.
-pub async fn run_cmds<C: redis::aio::ConnectionLike + Send>(conn: &mut C, cmds: &[Vec<String>]) -> Vec<redis::Value> {
+pub async fn run_cmds<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    cmds: &[Vec<String>],
+) -> Vec<redis::Value> {
     let mut out = Vec::new();
     for c in cmds {
         let v: redis::Value = redis::cmd(&c[0])
@@ -505,7 +515,11 @@ pub fn recorded_panics() -> Vec<String> {
 
 /// One numeric field of `INFO section`, of one server (on a cluster, take a node's connection
 /// from [`Raw::primaries`]: INFO has no key to route by).
-pub async fn info_field<C: redis::aio::ConnectionLike + Send>(conn: &mut C, section: &str, field: &str) -> u64 {
+pub async fn info_field<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    section: &str,
+    field: &str,
+) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg(section)
         .query_async(conn)
