@@ -1,5 +1,7 @@
-//! Shared helpers for the integration tests: a private redis-server per test, a client on it,
-//! and event readers with generous deadlines (they prove wake-up paths, never speed).
+//! Shared helpers for the integration tests: a private deployment per test (one redis-server,
+//! or inside `scenario!` the running topology's: a Valkey server, a Redis Cluster or a Sentinel
+//! set), a client on it, an administrator's connection that works on all of them, and event
+//! readers with generous deadlines (they prove wake-up paths, never speed).
 #![allow(dead_code)]
 
 pub mod process;
