@@ -18,7 +18,6 @@ use std::time::Duration;
 use baton::testing::{Persistence, RedisServer};
 use baton::{Client, ConfigError, ErrorKind, Event, FailoverConfig, JobState, RunOutcome};
 use common::*;
-use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
@@ -45,7 +44,7 @@ fn rejected(r: Result<FailoverConfig, ConfigError>) -> (&'static str, String) {
 }
 
 /// A key exactly as it is stored: its type, its serialized value (`DUMP`, byte-exact) and TTL.
-async fn snapshot(conn: &mut MultiplexedConnection, key: &str) -> (String, Option<Vec<u8>>, i64) {
+async fn snapshot(conn: &mut Raw, key: &str) -> (String, Option<Vec<u8>>, i64) {
     let t: String = redis::cmd("TYPE").arg(key).query_async(conn).await.unwrap();
     let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query_async(conn).await.unwrap();
     (t, dump, pttl(conn, key).await)

@@ -38,7 +38,7 @@ fn redlock(urls: &str, args: &[&str]) -> Command {
 }
 
 fn fleet() -> (Vec<RedisServer>, String) {
-    let servers: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+    let servers: Vec<RedisServer> = (0..3).map(|_| server().into_single()).collect();
     let urls = servers
         .iter()
         .map(RedisServer::url)

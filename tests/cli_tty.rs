@@ -236,7 +236,7 @@ struct Session {
 }
 
 async fn session(key: &str, lease: Option<&str>, after_read: &str) -> Session {
-    let srv = server();
+    let srv = server().into_single();
     let dir = TempDir::new(key);
     let pidfile = dir.path("pid");
     let script = format!("echo $$ > {}; read x; {after_read}", shq(&pidfile));

@@ -135,7 +135,9 @@ scenario! {
     }
 }
 
+// Single server only: kills and restarts THE server (the same port, its AOF replayed).
 scenario! {
+    single:
     #[tokio::test]
     async fn redis_restarted_with_aof_workers_report_errors_reconnect_and_carry_on() {
         let mut srv = durable_server();
@@ -201,7 +203,9 @@ scenario! {
     }
 }
 
+// Single server only: kills THE server so that nothing answers (a cluster or Sentinel set fails over instead).
 scenario! {
+    single:
     #[tokio::test]
     async fn fail_against_an_unreachable_redis_gives_up_when_the_lease_runs_out() {
         // Releasing only matters until the lease runs out by itself (then a backup takes over

@@ -197,8 +197,8 @@ async fn a_done_queued_before_stop_is_served() {
 
 /// Waits until the lease's expiry moves (an extension was just confirmed), then returns the new
 /// `PEXPIRETIME` (ms, Unix time). The next extension is a keepalive interval away.
-async fn right_after_an_extension(admin: &mut redis::aio::MultiplexedConnection, job: &str) -> i64 {
-    let read = |c: &mut redis::aio::MultiplexedConnection| {
+async fn right_after_an_extension(admin: &mut common::Raw, job: &str) -> i64 {
+    let read = |c: &mut common::Raw| {
         let key = lease_key(job);
         let mut c = c.clone();
         async move {
@@ -448,7 +448,7 @@ async fn a_job_watch_is_a_stream_that_ends_with_the_job() {
     assert_eq!(last.status.state, baton::JobState::Done, "{changes:?}");
 }
 
-async fn connections_received(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+async fn connections_received(admin: &mut common::Raw) -> u64 {
     info_field(admin, "stats", "total_connections_received").await
 }
 

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use baton::{AcquireOptions, ErrorKind};
-use common::{client, get, pttl, raw, server};
+use common::{client, get, pttl, raw, server, Raw};
 use tokio::time::Instant;
 
 fn lock_key(name: &str) -> String {
@@ -16,7 +16,7 @@ fn fence_key(name: &str) -> String {
     format!("baton:lock:{{{name}}}:fence")
 }
 
-async fn set(conn: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
+async fn set(conn: &mut Raw, key: &str, value: &str) {
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg(value)
@@ -82,7 +82,9 @@ scenario! {
     }
 }
 
+// Single server only: restarts THE server without its data.
 scenario! {
+    single:
     #[tokio::test]
     async fn fencing_tokens_strictly_increase_across_clients_and_a_restart_without_data() {
         let mut server = server();
@@ -258,7 +260,9 @@ scenario! {
     }
 }
 
+// Single server only: pauses THE server (SIGSTOP) to cut the watchdog off.
 scenario! {
+    single:
     #[tokio::test]
     async fn the_watchdog_keeps_a_long_holder_and_reports_loss_on_a_paused_server() {
         let server = server();
@@ -390,7 +394,9 @@ scenario! {
     }
 }
 
+// Single server only: pauses THE server (SIGSTOP) while the acquisition's script is in flight.
 scenario! {
+    single:
     #[tokio::test]
     async fn an_acquire_dropped_after_its_script_was_sent_releases_the_lock() {
         let server = server();
@@ -450,7 +456,9 @@ scenario! {
     }
 }
 
+// Single server only: kills and restarts THE server.
 scenario! {
+    single:
     #[tokio::test]
     async fn acquire_rides_out_a_server_restart_within_its_bound() {
         let mut server = server();
@@ -490,7 +498,7 @@ scenario! {
 }
 
 /// EVALSHA calls so far.
-async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+async fn evalsha_calls(conn: &mut Raw) -> u64 {
     common::command_calls(conn)
         .await
         .get("evalsha")

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use baton::testing::RedisServer;
 use baton::{Client, ConfigError, Error, ErrorKind, Redlock, RedlockOptions};
-use common::{client, get, pttl, raw, server};
-use redis::aio::MultiplexedConnection;
+use common::{client, get, pttl, raw, server, Deployment, Raw};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -17,13 +16,20 @@ fn lock_key(name: &str) -> String {
 }
 
 struct Fleet {
-    servers: Vec<RedisServer>,
+    servers: Vec<Deployment>,
     clients: Vec<Client>,
 }
 
 impl Fleet {
     async fn start(n: usize) -> Fleet {
-        let servers: Vec<RedisServer> = (0..n).map(|_| server()).collect();
+        // Started side by side: a cluster or Sentinel set spends seconds waiting to settle.
+        let topology = common::topology::current();
+        let servers: Vec<Deployment> = std::thread::scope(|s| {
+            let started: Vec<_> = (0..n)
+                .map(|_| s.spawn(move || common::server_on(topology)))
+                .collect();
+            started.into_iter().map(|h| h.join().unwrap()).collect()
+        });
         let mut clients = Vec::new();
         for s in &servers {
             clients.push(client(s).await);
@@ -35,7 +41,7 @@ impl Fleet {
         Client::redlock(&self.clients).expect("a valid fleet")
     }
 
-    async fn raws(&self) -> Vec<MultiplexedConnection> {
+    async fn raws(&self) -> Vec<Raw> {
         let mut out = Vec::new();
         for s in &self.servers {
             out.push(raw(s).await);
@@ -44,7 +50,7 @@ impl Fleet {
     }
 }
 
-async fn exists(conn: &mut MultiplexedConnection, key: &str) -> bool {
+async fn exists(conn: &mut Raw, key: &str) -> bool {
     let n: i64 = redis::cmd("EXISTS")
         .arg(key)
         .query_async(conn)
@@ -54,7 +60,7 @@ async fn exists(conn: &mut MultiplexedConnection, key: &str) -> bool {
 }
 
 /// How many masters hold `token` under `key`.
-async fn holding(raws: &mut [MultiplexedConnection], key: &str, token: &str) -> usize {
+async fn holding(raws: &mut [Raw], key: &str, token: &str) -> usize {
     let mut n = 0;
     for c in raws.iter_mut() {
         if get(c, key).await.as_deref() == Some(token) {
@@ -108,7 +114,9 @@ scenario! {
     }
 }
 
+// Single servers only: kills masters (each one server process).
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_masters_down_still_acquires_three_down_fails_with_the_quorum_error() {
         let mut fleet = Fleet::start(5).await;
@@ -186,7 +194,9 @@ scenario! {
     }
 }
 
+// Single servers only: kills three masters (each one server process) at the end.
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn extend_by_quorum_and_release_on_every_master() {
         let mut fleet = Fleet::start(5).await;
@@ -345,7 +355,9 @@ scenario! {
     }
 }
 
+// Single servers only: pauses masters (SIGSTOP on one server process each).
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn paused_masters_cost_one_per_master_timeout_which_the_validity_pays() {
         let fleet = Fleet::start(5).await;
@@ -371,7 +383,9 @@ scenario! {
     }
 }
 
+// Single servers only: pauses a master (SIGSTOP on its one server process).
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_acquisition_releases_on_every_master_in_the_background() {
         let fleet = Fleet::start(5).await;
@@ -484,10 +498,12 @@ scenario! {
     }
 }
 
+// Single servers only: kills a master and restarts it on the same port; build_lazy takes a single server's URL.
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_master_down_at_start_is_one_failed_vote_and_rejoins_once_back() {
-        let mut servers: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+        let mut servers: Vec<RedisServer> = (0..3).map(|_| server().into_single()).collect();
         servers[0].kill();
         let url = |s: &RedisServer| s.url_for(common::TEST_USER, common::TEST_PASSWORD);
         // `connect` reports the down master at once; `build_lazy` does not need it.

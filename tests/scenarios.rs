@@ -105,7 +105,9 @@ scenario! {
     }
 }
 
+// Single server only: freezes THE server process (kill -STOP on its PID) mid-EXEC.
 scenario! {
+    single:
     #[tokio::test]
     async fn s1b_a_grant_that_outlived_its_lease_before_handover_is_never_handed_out() {
         // The worker's EXEC reply arrives later than the lease is long (here Redis is frozen while the

@@ -1,5 +1,7 @@
-//! Shared helpers for the integration tests: a private redis-server per test, a client on it,
-//! and event readers with generous deadlines (they prove wake-up paths, never speed).
+//! Shared helpers for the integration tests: a private deployment per test (one redis-server,
+//! or inside `scenario!` the running topology's: a Valkey server, a Redis Cluster or a Sentinel
+//! set), a client on it, an administrator's connection that works on all of them, and event
+//! readers with generous deadlines (they prove wake-up paths, never speed).
 #![allow(dead_code)]
 
 pub mod process;
@@ -23,44 +25,349 @@ pub const TEST_USER: &str = "baton-test";
 pub const TEST_PASSWORD: &str = "test-pw-4d1f";
 
 /// A server builder with [`TEST_USER`] already added (for servers with extra settings), of the
-/// variant the running scenario is on ([`topology`]; Redis outside a scenario).
+/// server binary the running scenario's topology uses ([`topology`]; Redis outside a scenario).
+/// Always a single server: scenarios that need extra settings on every topology go through
+/// [`server`] or [`durable_server`].
 pub fn builder() -> baton::testing::RedisServerBuilder {
     RedisServer::builder()
-        .flavor(topology::current())
+        .flavor(topology::current().flavor())
         .acl_user(TEST_USER, TEST_PASSWORD, "baton:")
 }
 
-pub fn server() -> RedisServer {
-    builder()
-        .start()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", topology::current().name()))
+/// A deployment of the running scenario's topology ([`topology::current`]), with [`TEST_USER`]
+/// on every data node; volatile.
+pub fn server() -> Deployment {
+    server_on(topology::current())
 }
 
-pub fn durable_server() -> RedisServer {
-    builder()
-        .persistence(Persistence::Durable)
-        .start()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", topology::current().name()))
+/// Like [`server`], of `topology` (for threads, which do not see the scenario's topology).
+pub fn server_on(topology: topology::Topology) -> Deployment {
+    Deployment::start(topology, Persistence::Volatile)
 }
 
-/// A client logged in as [`TEST_USER`].
-pub async fn client(server: &RedisServer) -> Client {
-    Client::connect(server.url_for(TEST_USER, TEST_PASSWORD))
+/// Like [`server`], with every data node fsyncing each write to its append-only file.
+pub fn durable_server() -> Deployment {
+    Deployment::start(topology::current(), Persistence::Durable)
+}
+
+/// What a scenario runs against: one server, a Redis Cluster or a Sentinel set.
+///
+/// Derefs to the [`RedisServer`] for the single-server topologies only (kill, pause, restart,
+/// pid...); on a cluster or Sentinel set that panics, naming the scenario's mistake: such a
+/// scenario belongs under `scenario! { single: ... }`.
+// A few per test, never moved in a hot path: boxing the common single server buys nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Deployment {
+    Single(RedisServer),
+    #[cfg(feature = "cluster")]
+    Cluster(baton::testing::RedisCluster),
+    #[cfg(feature = "sentinel")]
+    Sentinel(baton::testing::RedisSentinel),
+}
+
+impl Deployment {
+    fn start(topology: topology::Topology, persistence: Persistence) -> Deployment {
+        let fail = |e: std::io::Error| -> ! { panic!("cannot start {}: {e}", topology.name()) };
+        match topology {
+            topology::Topology::Redis | topology::Topology::Valkey => Deployment::Single(
+                RedisServer::builder()
+                    .flavor(topology.flavor())
+                    .acl_user(TEST_USER, TEST_PASSWORD, "baton:")
+                    .persistence(persistence)
+                    .start()
+                    .unwrap_or_else(|e| fail(e)),
+            ),
+            #[cfg(feature = "cluster")]
+            topology::Topology::Cluster => {
+                let mut b = baton::testing::RedisCluster::builder()
+                    .flavor(topology.flavor())
+                    .acl_user(TEST_USER, TEST_PASSWORD, "baton:");
+                if persistence == Persistence::Durable {
+                    b = b.arg("appendonly", "yes").arg("appendfsync", "always");
+                }
+                Deployment::Cluster(b.start().unwrap_or_else(|e| fail(e)))
+            }
+            #[cfg(feature = "sentinel")]
+            topology::Topology::Sentinel => {
+                let set = baton::testing::RedisSentinel::builder()
+                    .flavor(topology.flavor())
+                    .acl_user(TEST_USER, TEST_PASSWORD, "baton:")
+                    .start()
+                    .unwrap_or_else(|e| fail(e));
+                if persistence == Persistence::Durable {
+                    // The fixture has no persistence setting: switch every data node over (any
+                    // may be promoted), as the default user, which is an administrator.
+                    for node in set.nodes() {
+                        let mut conn = redis::Client::open(node.url())
+                            .and_then(|c| c.get_connection())
+                            .unwrap_or_else(|e| panic!("data node {}: {e}", node.port()));
+                        let _: () = redis::cmd("CONFIG")
+                            .arg("SET")
+                            .arg("appendonly")
+                            .arg("yes")
+                            .arg("appendfsync")
+                            .arg("always")
+                            .query(&mut conn)
+                            .unwrap_or_else(|e| panic!("data node {}: {e}", node.port()));
+                    }
+                }
+                Deployment::Sentinel(set)
+            }
+            #[allow(unreachable_patterns)]
+            other => panic!("{} needs baton's feature of that name", other.name()),
+        }
+    }
+
+    /// The URL of the deployment for the default user (an administrator, no password).
+    pub fn url(&self) -> String {
+        match self {
+            Deployment::Single(s) => s.url(),
+            #[cfg(feature = "cluster")]
+            Deployment::Cluster(c) => c.cluster_url(),
+            #[cfg(feature = "sentinel")]
+            Deployment::Sentinel(s) => s.url(),
+        }
+    }
+
+    /// The URL of the deployment logging in as `user` (on the data nodes; Sentinels have no
+    /// password).
+    pub fn url_for(&self, user: &str, password: &str) -> String {
+        match self {
+            Deployment::Single(s) => s.url_for(user, password),
+            #[cfg(feature = "cluster")]
+            Deployment::Cluster(c) => c.cluster_url_for(user, password),
+            #[cfg(feature = "sentinel")]
+            Deployment::Sentinel(s) => format!(
+                "redis+sentinel://{user}:{password}@{}/{}",
+                s.sentinel_addrs().join(","),
+                s.service()
+            ),
+        }
+    }
+
+    /// The single server, or a panic saying the scenario needs `scenario! { single: ... }`.
+    pub fn single(&self) -> &RedisServer {
+        match self {
+            Deployment::Single(s) => s,
+            #[allow(unreachable_patterns)]
+            _ => self.not_single(),
+        }
+    }
+
+    /// See [`single`](Self::single).
+    pub fn single_mut(&mut self) -> &mut RedisServer {
+        match self {
+            Deployment::Single(s) => s,
+            #[allow(unreachable_patterns)]
+            _ => self.not_single(),
+        }
+    }
+
+    /// See [`single`](Self::single).
+    pub fn into_single(self) -> RedisServer {
+        match self {
+            Deployment::Single(s) => s,
+            #[allow(unreachable_patterns)]
+            _ => self.not_single(),
+        }
+    }
+
+    fn not_single(&self) -> ! {
+        panic!(
+            "a single-server operation (kill, pause, restart, pid, port...) on {}: mark the \
+             scenario `scenario! {{ single: ... }}`",
+            topology::current().name()
+        )
+    }
+}
+
+impl std::ops::Deref for Deployment {
+    type Target = RedisServer;
+    fn deref(&self) -> &RedisServer {
+        self.single()
+    }
+}
+
+impl std::ops::DerefMut for Deployment {
+    fn deref_mut(&mut self) -> &mut RedisServer {
+        self.single_mut()
+    }
+}
+
+/// Anything a client connects to: a [`Deployment`] or a plain [`RedisServer`].
+pub trait Endpoint {
+    /// As the default user (an administrator).
+    fn admin_url(&self) -> String;
+    /// As `user`.
+    fn user_url(&self, user: &str, password: &str) -> String;
+}
+
+impl Endpoint for Deployment {
+    fn admin_url(&self) -> String {
+        self.url()
+    }
+    fn user_url(&self, user: &str, password: &str) -> String {
+        self.url_for(user, password)
+    }
+}
+
+impl Endpoint for RedisServer {
+    fn admin_url(&self) -> String {
+        self.url()
+    }
+    fn user_url(&self, user: &str, password: &str) -> String {
+        self.url_for(user, password)
+    }
+}
+
+impl<T: Endpoint + ?Sized> Endpoint for std::sync::Arc<T> {
+    fn admin_url(&self) -> String {
+        (**self).admin_url()
+    }
+    fn user_url(&self, user: &str, password: &str) -> String {
+        (**self).user_url(user, password)
+    }
+}
+
+/// A client logged in as [`TEST_USER`], on any topology.
+pub async fn client<E: Endpoint + ?Sized>(server: &E) -> Client {
+    Client::connect(server.user_url(TEST_USER, TEST_PASSWORD))
         .await
         .expect("connect")
 }
 
-pub async fn raw(server: &RedisServer) -> MultiplexedConnection {
-    raw_at(&server.url()).await
+/// An administrator's connection to the deployment (see [`raw_at`]).
+pub async fn raw<E: Endpoint + ?Sized>(server: &E) -> Raw {
+    raw_at(&server.admin_url()).await
 }
 
-/// A plain connection to `url` (the default user: an administrator).
-pub async fn raw_at(url: &str) -> MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
+/// An administrator's connection (the default user) for a URL of any topology: `redis://` a
+/// server, `redis+cluster://` a cluster (a cluster connection routing by key), or
+/// `redis+sentinel://` the primary the Sentinels name right now.
+pub async fn raw_at(url: &str) -> Raw {
+    #[cfg(feature = "cluster")]
+    if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        let seeds: Vec<String> = rest
+            .trim_end_matches('/')
+            .split(',')
+            .map(|h| format!("redis://{h}/"))
+            .collect();
+        let conn = redis::cluster::ClusterClient::new(seeds.clone())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        return Raw::Cluster { conn, seeds };
+    }
+    #[cfg(feature = "sentinel")]
+    if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        let (hosts, service) = rest
+            .split_once('/')
+            .expect("redis+sentinel://HOSTS/SERVICE");
+        let mut last = None;
+        for host in hosts.split(',') {
+            let asked = async {
+                let mut s = single_at(&format!("redis://{host}/")).await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(service)
+                    .query_async::<Option<(String, u16)>>(&mut s)
+                    .await
+            };
+            match asked.await {
+                Ok(Some((h, p))) => {
+                    return Raw::Single(single_at(&format!("redis://{h}:{p}/")).await.unwrap())
+                }
+                other => last = Some(format!("{other:?}")),
+            }
+        }
+        panic!("no Sentinel of {url} named a primary: {last:?}");
+    }
+    Raw::Single(single_at(url).await.unwrap())
+}
+
+async fn single_at(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await
-        .unwrap()
+}
+
+/// An administrator's connection on any topology; single-key commands route by key on a
+/// cluster (a job's or a lock's keys share a hash tag).
+#[derive(Clone)]
+pub enum Raw {
+    Single(MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster {
+        conn: redis::cluster_async::ClusterConnection,
+        /// Every node, for per-node commands (`INFO`).
+        seeds: Vec<String>,
+    },
+}
+
+impl Raw {
+    /// One connection per server that takes writes: the server itself, or every cluster primary.
+    pub async fn primaries(&self) -> Vec<MultiplexedConnection> {
+        match self {
+            Raw::Single(c) => vec![c.clone()],
+            #[cfg(feature = "cluster")]
+            Raw::Cluster { seeds, .. } => {
+                let mut out = Vec::new();
+                for seed in seeds {
+                    let Ok(mut c) = single_at(seed).await else {
+                        continue;
+                    };
+                    let role: redis::RedisResult<redis::Value> =
+                        redis::cmd("ROLE").query_async(&mut c).await;
+                    let primary = match role {
+                        Ok(redis::Value::Array(parts)) => matches!(
+                            parts.first(),
+                            Some(redis::Value::BulkString(b)) if b == b"master"
+                        ),
+                        _ => false,
+                    };
+                    if primary {
+                        out.push(c);
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for Raw {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Raw::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster { conn, .. } => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Raw::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Raw::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Raw::Cluster { conn, .. } => conn.get_db(),
+        }
+    }
 }
 
 /// A job configuration with a 10 s lease (so any takeover under 5 s proves a wake-up).
@@ -118,11 +425,11 @@ pub fn name(ev: &Event) -> String {
     json
 }
 
-pub async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+pub async fn get<C: redis::aio::ConnectionLike + Send>(conn: &mut C, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
 }
 
-pub async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+pub async fn pttl<C: redis::aio::ConnectionLike + Send>(conn: &mut C, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
 }
 
@@ -152,7 +459,10 @@ pub fn cmd(parts: &[&str]) -> Vec<String> {
 }
 
 /// Runs raw commands (a foreign client's writes) and returns their replies.
-pub async fn run_cmds(conn: &mut MultiplexedConnection, cmds: &[Vec<String>]) -> Vec<redis::Value> {
+pub async fn run_cmds<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    cmds: &[Vec<String>],
+) -> Vec<redis::Value> {
     let mut out = Vec::new();
     for c in cmds {
         let v: redis::Value = redis::cmd(&c[0])
@@ -205,8 +515,13 @@ pub fn recorded_panics() -> Vec<String> {
     PANICS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// One numeric field of `INFO section`.
-pub async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
+/// One numeric field of `INFO section`, of one server (on a cluster, take a node's connection
+/// from [`Raw::primaries`]: INFO has no key to route by).
+pub async fn info_field<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    section: &str,
+    field: &str,
+) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg(section)
         .query_async(conn)
@@ -275,8 +590,19 @@ pub fn shq(path: &std::path::Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
-/// `INFO commandstats` call counts, by command name.
-pub async fn command_calls(
+/// `INFO commandstats` call counts, by command name, summed over every server that takes writes
+/// (the server, or every cluster primary).
+pub async fn command_calls(conn: &mut Raw) -> std::collections::HashMap<String, u64> {
+    let mut total = std::collections::HashMap::new();
+    for mut node in conn.primaries().await {
+        for (name, calls) in node_command_calls(&mut node).await {
+            *total.entry(name).or_default() += calls;
+        }
+    }
+    total
+}
+
+async fn node_command_calls(
     conn: &mut MultiplexedConnection,
 ) -> std::collections::HashMap<String, u64> {
     let info: String = redis::cmd("INFO")
