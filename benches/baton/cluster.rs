@@ -37,15 +37,16 @@ pub fn node_table(v: &Value) -> String {
         v["jobs"]
     );
     out.push_str(&format!(
-        "{:<20} {:>6} {:>7} {:>8} {:>9} {:>10} {:>11}  {}\n",
+        "{:<20} {:>6} {:>7} {:>8} {:>9} {:>10} {:>9} {:>11}  {}\n",
         "node",
         "jobs",
         "share",
         "cmds",
         "cmds/job",
         "reads/job",
+        "subs/job",
         "cpu µs/job",
-        "by command, per job"
+        "by command, per job it owns (path + subscriptions)"
     ));
     let f = |x: &Value, p: usize| x.as_f64().map_or("-".into(), |v| format!("{v:.p$}"));
     let rows = v["nodes"].as_array().cloned().unwrap_or_default();
@@ -63,23 +64,34 @@ pub fn node_table(v: &Value) -> String {
             })
             .unwrap_or_default();
         out.push_str(&format!(
-            "{:<20} {:>6} {:>7} {:>8} {:>9} {:>10} {:>11}  {}\n",
+            "{:<20} {:>6} {:>7} {:>8} {:>9} {:>10} {:>9} {:>11}  {}\n",
             n["node"].as_str().unwrap_or("?"),
-            n["jobs"],
+            n["jobs"].to_string(),
             n["job_share"]
                 .as_f64()
                 .map_or("-".into(), |s| format!("{:.1} %", s * 100.0)),
-            n["commands"],
-            f(&n["commands_per_job"], 2),
-            f(&n["reads_per_job"], 2),
+            n["commands"].to_string(),
+            f(&n["path_commands_per_job"], 2),
+            f(&n["path_reads_per_job"], 2),
+            f(&n["subscription_commands_per_job"], 2),
             f(&n["cpu_us_per_job"], 1),
             by
         ));
     }
     out.push_str(&format!(
-        "same commands per job as the single server: {} (by command: {}); same reads (round \
-         trips) per job: {}\n",
-        v["same_commands"], v["same_by_command"], v["same_reads"]
+        "on the job's path (subscriptions aside): same commands as the single server: {}; same \
+         reads (round trips): {}; all commands by name (subscriptions included): {}{}\n",
+        v["same_commands"],
+        v["same_reads"],
+        v["same_by_command"],
+        if v["same_by_command"] == Value::Bool(false) {
+            format!(
+                ", cluster - single: {}",
+                v["cluster_minus_single_by_command"]
+            )
+        } else {
+            String::new()
+        },
     ));
     if let Some(split) = v["concurrent_64"]["nodes"].as_array() {
         out.push_str("64 jobs in flight (all measured rounds), per primary: ");
@@ -122,6 +134,9 @@ mod imp {
     use crate::scenarios::{admin, baton_job, cfg, closed_loop, connect, drain_pubsub, own};
     use crate::stats::{Row, Samples};
     use crate::{run_id, start_server, Opts};
+
+    /// Pause before a run's closing snapshot.
+    const SETTLE: Duration = Duration::from_millis(50);
 
     /// Commands that are neither baton's: the bench's own and replication's.
     fn foreign(cmd: &str) -> bool {
@@ -266,6 +281,9 @@ mod imp {
             baton_job(c.clone(), cfg(&format!("{name}-{i}"), lease), 1)
         })
         .await;
+        // A subscription goes out alongside the work, awaited by nobody: let it land (`drain`
+        // only sees channels that are still subscribed).
+        tokio::time::sleep(SETTLE).await;
         let after = t.snaps().await;
         let d = before.iter().zip(&after).map(|(b, a)| diff(b, a)).collect();
         (s, wall, d)
@@ -346,10 +364,36 @@ mod imp {
         }
     }
 
-    /// One node's line of part (c): per-job figures are per job the node owns.
+    /// `(S)SUBSCRIBE` and `(S)UNSUBSCRIBE`: sent by the hub alongside the work, awaited by
+    /// nobody, and both dropped when a job ends before its hub batch went out (so their count
+    /// varies with timing, on one server as on the cluster).
+    fn subscription(cmd: &str) -> bool {
+        matches!(
+            cmd,
+            "subscribe" | "unsubscribe" | "ssubscribe" | "sunsubscribe"
+        )
+    }
+
+    /// One node's line of part (c): per-job figures are per job the node owns. "Path" figures
+    /// leave the subscriptions out: those are the job's own round trips, which must match.
     fn node_json(label: &str, jobs: usize, all_jobs: usize, d: &Snap) -> Value {
         let per = |n: f64| (jobs > 0).then(|| n / jobs as f64);
+        let subs: u64 = d
+            .cmds
+            .iter()
+            .filter(|(k, _)| subscription(k))
+            .map(|(_, v)| v)
+            .sum();
+        let path = total(&d.cmds) - subs;
+        // Each subscription change is a read of its own on the pub/sub connection.
+        let path_reads = d.reads.saturating_sub(subs);
         json!({
+            "path_commands": path,
+            "path_commands_per_job": per(path as f64),
+            "path_reads": path_reads,
+            "path_reads_per_job": per(path_reads as f64),
+            "subscription_commands": subs,
+            "subscription_commands_per_job": per(subs as f64),
             "node": label,
             "jobs": jobs,
             "job_share": jobs as f64 / all_jobs as f64,
@@ -507,9 +551,22 @@ mod imp {
         }
         let ctot = node_json("cluster total", jobs_c, jobs_c, &sum);
         let stot = node_json(&single.labels[0], jobs_c, jobs_c, &s_d[0]);
-        let same_cmds = ctot["commands"] == stot["commands"];
-        let same_reads = ctot["reads"] == stot["reads"];
-        let same_by_command = plain(&sum.cmds) == plain(&s_d[0].cmds);
+        let same_cmds = ctot["path_commands"] == stot["path_commands"];
+        let same_reads = ctot["path_reads"] == stot["path_reads"];
+        let (pc, ps) = (plain(&sum.cmds), plain(&s_d[0].cmds));
+        let same_by_command = pc == ps;
+        // cluster - single, per command (plain names), where they differ.
+        let differ: serde_json::Map<String, Value> = pc
+            .keys()
+            .chain(ps.keys())
+            .filter_map(|k| {
+                let (c, s) = (
+                    pc.get(k).copied().unwrap_or(0),
+                    ps.get(k).copied().unwrap_or(0),
+                );
+                (c != s).then(|| (k.clone(), json!(c as i64 - s as i64)))
+            })
+            .collect();
         for n in &nodes {
             report.rows.push(Row {
                 scenario: format!("cluster {jobs_c}: {}", n["node"].as_str().unwrap_or("?")),
@@ -520,13 +577,16 @@ mod imp {
                 ratio: None,
                 samples: n["jobs"].as_u64().unwrap_or(0) as usize,
                 notes: format!(
-                    "{} jobs ({:.1} %), {} cmds = {:.2} per job it owns, {:.2} reads/job, \
-                     {:.0} µs server CPU/job",
+                    "{} jobs ({:.1} %), {} cmds; per job it owns: {:.2} cmds + {:.2} \
+                     subscriptions, {:.2} reads, {:.0} µs server CPU",
                     n["jobs"],
                     n["job_share"].as_f64().unwrap_or(0.0) * 100.0,
                     n["commands"],
-                    n["commands_per_job"].as_f64().unwrap_or(f64::NAN),
-                    n["reads_per_job"].as_f64().unwrap_or(f64::NAN),
+                    n["path_commands_per_job"].as_f64().unwrap_or(f64::NAN),
+                    n["subscription_commands_per_job"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN),
+                    n["path_reads_per_job"].as_f64().unwrap_or(f64::NAN),
                     n["cpu_us_per_job"].as_f64().unwrap_or(f64::NAN),
                 ),
                 extra: n.clone(),
@@ -541,18 +601,28 @@ mod imp {
             ratio: Some(c_wall.as_secs_f64() / s_wall.as_secs_f64()),
             samples: c_s.len(),
             notes: format!(
-                "one job at a time, vs single; cmds/job {:.2} vs {:.2} ({}), reads/job {:.2} vs \
-                 {:.2} ({}); by command: {}{}",
-                ctot["commands_per_job"].as_f64().unwrap_or(f64::NAN),
-                stot["commands_per_job"].as_f64().unwrap_or(f64::NAN),
+                "one job at a time, vs single; on the job's path (subscriptions aside): cmds/job \
+                 {:.2} vs {:.2} ({}), reads/job {:.2} vs {:.2} ({}); subscriptions/job {:.2} vs \
+                 {:.2}; all commands by name: {}{}",
+                ctot["path_commands_per_job"].as_f64().unwrap_or(f64::NAN),
+                stot["path_commands_per_job"].as_f64().unwrap_or(f64::NAN),
                 if same_cmds { "same" } else { "DIFFER" },
-                ctot["reads_per_job"].as_f64().unwrap_or(f64::NAN),
-                stot["reads_per_job"].as_f64().unwrap_or(f64::NAN),
+                ctot["path_reads_per_job"].as_f64().unwrap_or(f64::NAN),
+                stot["path_reads_per_job"].as_f64().unwrap_or(f64::NAN),
                 if same_reads { "same" } else { "DIFFER" },
+                ctot["subscription_commands_per_job"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                stot["subscription_commands_per_job"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
                 if same_by_command {
-                    "same (s-pub/sub counted as plain)"
+                    "same (s-pub/sub counted as plain)".to_string()
                 } else {
-                    "DIFFER"
+                    format!(
+                        "DIFFER, cluster - single: {}",
+                        Value::Object(differ.clone())
+                    )
                 },
                 if unplaced > 0 {
                     format!("; {unplaced} jobs on no known primary")
@@ -575,6 +645,7 @@ mod imp {
             "same_commands": same_cmds,
             "same_reads": same_reads,
             "same_by_command": same_by_command,
+            "cluster_minus_single_by_command": differ,
             "concurrent_64": {
                 "nodes": b_split,
                 "commands": b_cmds,
