@@ -93,6 +93,13 @@ pub fn node_table(v: &Value) -> String {
             String::new()
         },
     ));
+    out.push_str(&format!(
+        "the cluster's replicas used {:.1} µs of CPU per job on top (applying the replication \
+         stream)\n",
+        v["cluster_total"]["replica_cpu_us_per_job"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    ));
     if let Some(split) = v["concurrent_64"]["nodes"].as_array() {
         out.push_str("64 jobs in flight (all measured rounds), per primary: ");
         out.push_str(
@@ -193,6 +200,10 @@ mod imp {
         adm: Vec<MultiplexedConnection>,
         /// Each node's name.
         labels: Vec<String>,
+        /// Admin connections to the replicas (none for the single server): their CPU only.
+        replicas: Vec<MultiplexedConnection>,
+        /// The replicas' CPU seconds in the last `run_on`.
+        last_replica_cpu: f64,
     }
 
     impl Target {
@@ -215,6 +226,14 @@ mod imp {
                 }
             }
         }
+        async fn replica_cpu(&mut self) -> f64 {
+            let mut sum = 0.0;
+            for c in &mut self.replicas {
+                sum += redisinfo::field(c, "cpu", "used_cpu_user").await
+                    + redisinfo::field(c, "cpu", "used_cpu_sys").await;
+            }
+            sum
+        }
         async fn snaps(&mut self) -> Vec<Snap> {
             self.drain().await;
             let mut v = Vec::with_capacity(self.adm.len());
@@ -236,10 +255,13 @@ mod imp {
         nodes: Vec<(u64, f64)>,
         /// Per round: ops/s and p50 µs.
         rounds: Vec<(f64, f64)>,
+        /// The replicas' CPU seconds.
+        replica_cpu: f64,
     }
 
     impl Side {
-        fn add(&mut self, s: Samples, wall: Duration, ops: usize, d: &[Snap]) {
+        fn add(&mut self, s: Samples, wall: Duration, ops: usize, d: &[Snap], replica_cpu: f64) {
+            self.replica_cpu += replica_cpu;
             self.rounds.push((
                 ops as f64 / wall.as_secs_f64(),
                 s.pct(50.0).unwrap_or(f64::NAN),
@@ -261,6 +283,18 @@ mod imp {
         fn cmds_per_op(&self) -> f64 {
             total(&self.cmds) as f64 / self.ops as f64
         }
+        /// The primaries' (or the server's) CPU µs per op.
+        fn cpu_us_per_op(&self) -> f64 {
+            self.nodes.iter().map(|n| n.1).sum::<f64>() * 1e6 / self.ops as f64
+        }
+        fn subs_per_op(&self) -> f64 {
+            self.cmds
+                .iter()
+                .filter(|(k, _)| subscription(k))
+                .map(|(_, v)| *v as f64)
+                .sum::<f64>()
+                / self.ops as f64
+        }
         fn reads_per_op(&self) -> f64 {
             self.reads as f64 / self.ops as f64
         }
@@ -274,6 +308,7 @@ mod imp {
         per: usize,
     ) -> (Samples, Duration, Vec<Snap>) {
         let before = t.snaps().await;
+        let r0 = t.replica_cpu().await;
         let c = t.client.clone();
         let name = format!("{tag}-{}", t.name);
         let lease = Duration::from_secs(10);
@@ -285,6 +320,7 @@ mod imp {
         // only sees channels that are still subscribed).
         tokio::time::sleep(SETTLE).await;
         let after = t.snaps().await;
+        t.last_replica_cpu = t.replica_cpu().await - r0;
         let d = before.iter().zip(&after).map(|(b, a)| diff(b, a)).collect();
         (s, wall, d)
     }
@@ -336,16 +372,25 @@ mod imp {
             notes: format!(
                 "{what}; baton on the cluster vs baton on one server (the floor column); \
                  single p50 {sp:.0} µs, p99 {:.0} µs; p50 ratio {:.2}; ratio per round {ratios}; \
-                 cmds/op {cc:.2} vs single {sc:.2}{}; reads/op {:.2} vs {:.2}; {runs} runs",
+                 cmds/op {:.2} vs single {:.2}{} + subscriptions {:.2} vs {:.2}; reads/op (pub/sub included) {:.2} vs \
+                 {:.2}; server CPU/op {:.0} µs on the primaries + {:.0} µs on the replicas vs \
+                 {:.0} µs; {runs} runs",
                 single.samples.pct(99.0).unwrap_or(f64::NAN),
                 cp / sp,
-                if (sc - cc).abs() < 0.05 {
+                cc - clus.subs_per_op(),
+                sc - single.subs_per_op(),
+                if (sc - single.subs_per_op() - cc + clus.subs_per_op()).abs() < 0.05 {
                     ""
                 } else {
                     " (DIFFER)"
                 },
+                clus.subs_per_op(),
+                single.subs_per_op(),
                 clus.reads_per_op(),
                 single.reads_per_op(),
+                clus.cpu_us_per_op(),
+                clus.replica_cpu * 1e6 / clus.ops as f64,
+                single.cpu_us_per_op(),
             ),
             extra: json!({
                 "baseline": "baton on one redis-server, same run, rounds interleaved",
@@ -356,6 +401,11 @@ mod imp {
                 "single_commands_per_op": sc,
                 "commands_per_op_by_command": by_command(&clus.cmds, clus.ops),
                 "single_commands_per_op_by_command": by_command(&single.cmds, single.ops),
+                "subscription_commands_per_op": clus.subs_per_op(),
+                "single_subscription_commands_per_op": single.subs_per_op(),
+                "server_cpu_us_per_op": clus.cpu_us_per_op(),
+                "replica_cpu_us_per_op": clus.replica_cpu * 1e6 / clus.ops as f64,
+                "single_server_cpu_us_per_op": single.cpu_us_per_op(),
                 "reads_per_op": clus.reads_per_op(),
                 "single_reads_per_op": single.reads_per_op(),
                 "per_round": per_round,
@@ -442,13 +492,20 @@ mod imp {
             client: connect(&server.url()).await,
             adm: vec![admin(&server.url()).await],
             labels: vec![format!("single :{}", server.port())],
+            replicas: Vec::new(),
+            last_replica_cpu: 0.0,
         };
         let mut clus = Target {
             name: "cluster",
             client: connect(&cl.cluster_url()).await,
             adm: Vec::new(),
             labels: Vec::new(),
+            replicas: Vec::new(),
+            last_replica_cpu: 0.0,
         };
+        for r in cl.replicas() {
+            clus.replicas.push(admin(&cl.nodes()[r].url()).await);
+        }
         for &p in &primaries {
             let node = &cl.nodes()[p];
             clus.adm.push(admin(&node.url()).await);
@@ -471,12 +528,13 @@ mod imp {
             };
             let single_first = round % 2 == 1;
             for (part, conc, per) in [("a", 1, pa), ("b", 64, pb)] {
-                let mut out: [Option<(Samples, Duration, Vec<Snap>)>; 2] = [None, None];
+                let mut out: [Option<(Samples, Duration, Vec<Snap>, f64)>; 2] = [None, None];
                 for k in 0..2 {
                     let is_single = (k == 0) == single_first;
                     let t = if is_single { &mut single } else { &mut clus };
                     let tag = format!("cl{part}-{id}-{round}");
-                    out[usize::from(!is_single)] = Some(run_on(t, &tag, conc, per).await);
+                    let (s, w, d) = run_on(t, &tag, conc, per).await;
+                    out[usize::from(!is_single)] = Some((s, w, d, t.last_replica_cpu));
                 }
                 if round == 0 {
                     continue;
@@ -487,8 +545,8 @@ mod imp {
                 } else {
                     (&mut sb, &mut cb)
                 };
-                ss.add(s.0, s.1, conc * per, &s.2);
-                cs.add(c.0, c.1, conc * per, &c.2);
+                ss.add(s.0, s.1, conc * per, &s.2, s.3);
+                cs.add(c.0, c.1, conc * per, &c.2, c.3);
             }
         }
         report.rows.push(compare_row(
@@ -549,7 +607,8 @@ mod imp {
             sum.reads += d.reads;
             sum.cpu += d.cpu;
         }
-        let ctot = node_json("cluster total", jobs_c, jobs_c, &sum);
+        let mut ctot = node_json("cluster total", jobs_c, jobs_c, &sum);
+        ctot["replica_cpu_us_per_job"] = json!(clus.last_replica_cpu * 1e6 / jobs_c as f64);
         let stot = node_json(&single.labels[0], jobs_c, jobs_c, &s_d[0]);
         let same_cmds = ctot["path_commands"] == stot["path_commands"];
         let same_reads = ctot["path_reads"] == stot["path_reads"];
