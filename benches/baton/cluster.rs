@@ -300,6 +300,9 @@ mod imp {
         }
     }
 
+    /// One side's run: samples, wall time, per-node deltas, replicas' CPU seconds.
+    type Measured = (Samples, Duration, Vec<Snap>, f64);
+
     /// One closed-loop run of `conc` × `per` jobs on `t`: samples, wall time, per-node deltas.
     async fn run_on(
         t: &mut Target,
@@ -528,7 +531,7 @@ mod imp {
             };
             let single_first = round % 2 == 1;
             for (part, conc, per) in [("a", 1, pa), ("b", 64, pb)] {
-                let mut out: [Option<(Samples, Duration, Vec<Snap>, f64)>; 2] = [None, None];
+                let mut out: [Option<Measured>; 2] = [None, None];
                 for k in 0..2 {
                     let is_single = (k == 0) == single_first;
                     let t = if is_single { &mut single } else { &mut clus };
