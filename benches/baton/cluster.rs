@@ -480,7 +480,7 @@ mod imp {
         let (per_a, per_b, runs, jobs_c): (usize, usize, usize, usize) = if opts.quick {
             (20, 2, 1, 60)
         } else {
-            (600, 20, 5, 1000)
+            (1000, 30, 5, 1000)
         };
         let server = start_server();
         let t0 = std::time::Instant::now();
