@@ -100,6 +100,25 @@ pub fn node_table(v: &Value) -> String {
             .as_f64()
             .unwrap_or(f64::NAN)
     ));
+    out.push_str(&format!(
+        "idle servers' CPU (µs per s): single {:.0}, the 3 primaries {:.0}, the 3 replicas {:.0}; \
+         this process's CPU per job: cluster {:.0} µs, single {:.0} µs\n",
+        v["idle_cpu"]["single_us_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        v["idle_cpu"]["primaries_us_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        v["idle_cpu"]["replicas_us_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        v["client_cpu_us_per_job"]["cluster"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        v["client_cpu_us_per_job"]["single"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+    ));
     if let Some(split) = v["concurrent_64"]["nodes"].as_array() {
         out.push_str("64 jobs in flight (all measured rounds), per primary: ");
         out.push_str(
@@ -204,6 +223,8 @@ mod imp {
         replicas: Vec<MultiplexedConnection>,
         /// The replicas' CPU seconds in the last `run_on`.
         last_replica_cpu: f64,
+        /// This process's CPU seconds during the last `run_on`'s jobs.
+        last_client_cpu: f64,
     }
 
     impl Target {
@@ -257,6 +278,8 @@ mod imp {
         rounds: Vec<(f64, f64)>,
         /// The replicas' CPU seconds.
         replica_cpu: f64,
+        /// This process's CPU seconds.
+        client_cpu: f64,
     }
 
     impl Side {
@@ -300,8 +323,21 @@ mod imp {
         }
     }
 
+    /// This process's CPU seconds (user + system, all threads; `/proc/self/stat`, in clock
+    /// ticks of 10 ms).
+    fn own_cpu() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        // After the command name: state (field 3) ... utime (14), stime (15).
+        (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+    }
+
     /// One side's run: samples, wall time, per-node deltas, replicas' CPU seconds.
-    type Measured = (Samples, Duration, Vec<Snap>, f64);
+    type Measured = (Samples, Duration, Vec<Snap>, f64, f64);
 
     /// One closed-loop run of `conc` × `per` jobs on `t`: samples, wall time, per-node deltas.
     async fn run_on(
@@ -314,11 +350,13 @@ mod imp {
         let r0 = t.replica_cpu().await;
         let c = t.client.clone();
         let name = format!("{tag}-{}", t.name);
+        let cpu0 = own_cpu();
         let lease = Duration::from_secs(10);
         let (s, wall) = closed_loop(conc, per, move |i| {
             baton_job(c.clone(), cfg(&format!("{name}-{i}"), lease), 1)
         })
         .await;
+        t.last_client_cpu = own_cpu() - cpu0;
         // A subscription goes out alongside the work, awaited by nobody: let it land (`drain`
         // only sees channels that are still subscribed).
         tokio::time::sleep(SETTLE).await;
@@ -377,7 +415,7 @@ mod imp {
                  single p50 {sp:.0} µs, p99 {:.0} µs; p50 ratio {:.2}; ratio per round {ratios}; \
                  cmds/op {:.2} vs single {:.2}{} + subscriptions {:.2} vs {:.2}; reads/op (pub/sub included) {:.2} vs \
                  {:.2}; server CPU/op {:.0} µs on the primaries + {:.0} µs on the replicas vs \
-                 {:.0} µs; {runs} runs",
+                 {:.0} µs; client CPU/op {:.0} µs vs {:.0} µs; {runs} runs",
                 single.samples.pct(99.0).unwrap_or(f64::NAN),
                 cp / sp,
                 cc - clus.subs_per_op(),
@@ -394,6 +432,8 @@ mod imp {
                 clus.cpu_us_per_op(),
                 clus.replica_cpu * 1e6 / clus.ops as f64,
                 single.cpu_us_per_op(),
+                clus.client_cpu * 1e6 / clus.ops as f64,
+                single.client_cpu * 1e6 / single.ops as f64,
             ),
             extra: json!({
                 "baseline": "baton on one redis-server, same run, rounds interleaved",
@@ -409,6 +449,8 @@ mod imp {
                 "server_cpu_us_per_op": clus.cpu_us_per_op(),
                 "replica_cpu_us_per_op": clus.replica_cpu * 1e6 / clus.ops as f64,
                 "single_server_cpu_us_per_op": single.cpu_us_per_op(),
+                "client_cpu_us_per_op": clus.client_cpu * 1e6 / clus.ops as f64,
+                "single_client_cpu_us_per_op": single.client_cpu * 1e6 / single.ops as f64,
                 "reads_per_op": clus.reads_per_op(),
                 "single_reads_per_op": single.reads_per_op(),
                 "per_round": per_round,
@@ -497,6 +539,7 @@ mod imp {
             labels: vec![format!("single :{}", server.port())],
             replicas: Vec::new(),
             last_replica_cpu: 0.0,
+            last_client_cpu: 0.0,
         };
         let mut clus = Target {
             name: "cluster",
@@ -505,6 +548,7 @@ mod imp {
             labels: Vec::new(),
             replicas: Vec::new(),
             last_replica_cpu: 0.0,
+            last_client_cpu: 0.0,
         };
         for r in cl.replicas() {
             clus.replicas.push(admin(&cl.nodes()[r].url()).await);
@@ -515,6 +559,24 @@ mod imp {
             clus.labels.push(format!("primary :{}", node.port()));
         }
         let id = run_id();
+
+        // The servers' CPU with nothing to do (cluster cron and bus, replication pings): a
+        // background per second that the per-op CPU figures below include.
+        let idle = if opts.quick { 0.2 } else { 1.0 };
+        let (s0, c0) = (single.snaps().await, clus.snaps().await);
+        let r0 = clus.replica_cpu().await;
+        tokio::time::sleep(Duration::from_secs_f64(idle)).await;
+        let (s1, c1) = (single.snaps().await, clus.snaps().await);
+        let r1 = clus.replica_cpu().await;
+        let rate = |a: &[Snap], b: &[Snap]| {
+            a.iter().zip(b).map(|(a, b)| b.cpu - a.cpu).sum::<f64>() / idle * 1e6
+        };
+        let idle_cpu = json!({
+            "single_us_per_s": rate(&s0, &s1),
+            "primaries_us_per_s": rate(&c0, &c1),
+            "replicas_us_per_s": (r1 - r0) / idle * 1e6,
+            "seconds": idle,
+        });
 
         // (a) and (b), interleaved; round 0 warms both up (pools opened on every primary).
         let (mut sa, mut ca, mut sb, mut cb) = (
@@ -537,7 +599,8 @@ mod imp {
                     let t = if is_single { &mut single } else { &mut clus };
                     let tag = format!("cl{part}-{id}-{round}");
                     let (s, w, d) = run_on(t, &tag, conc, per).await;
-                    out[usize::from(!is_single)] = Some((s, w, d, t.last_replica_cpu));
+                    out[usize::from(!is_single)] =
+                        Some((s, w, d, t.last_replica_cpu, t.last_client_cpu));
                 }
                 if round == 0 {
                     continue;
@@ -550,6 +613,8 @@ mod imp {
                 };
                 ss.add(s.0, s.1, conc * per, &s.2, s.3);
                 cs.add(c.0, c.1, conc * per, &c.2, c.3);
+                ss.client_cpu += s.4;
+                cs.client_cpu += c.4;
             }
         }
         report.rows.push(compare_row(
@@ -707,6 +772,12 @@ mod imp {
             "same_commands": same_cmds,
             "same_reads": same_reads,
             "same_by_command": same_by_command,
+            "idle_cpu": idle_cpu,
+            "wall_s": {"cluster": c_wall.as_secs_f64(), "single": s_wall.as_secs_f64()},
+            "client_cpu_us_per_job": {
+                "cluster": clus.last_client_cpu * 1e6 / jobs_c as f64,
+                "single": single.last_client_cpu * 1e6 / jobs_c as f64,
+            },
             "cluster_minus_single_by_command": differ,
             "concurrent_64": {
                 "nodes": b_split,
