@@ -9,9 +9,11 @@
 //! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`;
 //! the locks' `lock-uncontended`, `lock-distinct`, `lock-contended`, `redlock` (baton's mutex
 //! and Redlock against a hand-written floor and the `rslock` crate: see `locks.rs`); and
-//! `profile` (only when named: see `profile.rs`).
+//! `cluster` (baton on a 3-primary Redis Cluster against baton on one server, feature `cluster`:
+//! see `cluster.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
+mod cluster;
 mod floor;
 mod holders;
 mod locks;
@@ -237,12 +239,16 @@ async fn main() {
     if !report.round_trips.is_empty() {
         println!("{}", scenarios::round_trip_table(&report.round_trips));
     }
+    if !report.cluster.is_null() {
+        println!("{}", cluster::node_table(&report.cluster));
+    }
     let doc = json!({
         "meta": meta,
         "results": report.rows.iter().map(stats::Row::to_json).collect::<Vec<_>>(),
         "round_trips": report.round_trips,
         "idle": report.idle,
         "profile": report.profile,
+        "cluster": report.cluster,
     });
     let path = out_path();
     if let Some(dir) = path.parent() {

@@ -30,6 +30,7 @@ pub const NAMES: &[&str] = &[
     "lock-distinct",
     "lock-contended",
     "redlock",
+    "cluster",
 ];
 
 #[derive(Default)]
@@ -38,6 +39,8 @@ pub struct Report {
     pub round_trips: Vec<Value>,
     pub idle: Value,
     pub profile: Value,
+    /// Scenario `cluster`: the per-node split (see `cluster.rs`).
+    pub cluster: Value,
 }
 
 pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
@@ -52,6 +55,7 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "lock-distinct" => crate::locks::distinct(opts, report).await,
         "lock-contended" => crate::locks::contended(opts, report).await,
         "redlock" => crate::locks::redlock(opts, report).await,
+        "cluster" => crate::cluster::cluster(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
@@ -173,7 +177,7 @@ where
 
 /// Waits (bounded) until no channel has a subscriber: unsubscribes are sent after a worker
 /// ends, so without this they would be counted in the next run's commands.
-async fn drain_pubsub(adm: &mut MultiplexedConnection) {
+pub(crate) async fn drain_pubsub(adm: &mut MultiplexedConnection) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let channels: Vec<String> = redis::cmd("PUBSUB")
