@@ -1,0 +1,282 @@
+//! The cluster profile's node faults (primary kill and failover, primary pause, resharding) and
+//! its final-state read, on a [`RedisCluster`] fixture.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton::testing::cluster::slot;
+use baton::testing::RedisCluster;
+use serde_json::json;
+
+use crate::nemesis::{lock, secs, Ctx, Kind};
+use crate::util::{job_name, mono_ns, BoxError, Rng};
+
+/// The nodes' `cluster-node-timeout` (the fixture's): a pause shorter than this fails nothing over.
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a killed primary's replica may take to be promoted before the fault gives up waiting.
+const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+
+type Shared = Arc<Mutex<RedisCluster>>;
+
+async fn blocking<T: Send + 'static>(
+    cluster: &Shared,
+    f: impl FnOnce(&mut RedisCluster) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || f(&mut lock(&c)))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+}
+
+impl Ctx {
+    /// SIGKILLs a primary, waits for its replica's promotion, keeps it down a little longer,
+    /// restarts it (it rejoins as a replica of the promoted node) and waits for a healthy cluster.
+    pub(crate) async fn kill_primary(&self, rng: &mut Rng) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let r = rng.next_u64();
+        let extra = rng.range(0.5, 2.0);
+        let killed = blocking(&cluster, move |c| {
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let ps = c.primaries();
+            let n = *ps.get(r as usize % ps.len().max(1)).ok_or("no primary")?;
+            let replica = c
+                .replicas()
+                .into_iter()
+                .find(|&i| c.primary_of(i) == Some(n));
+            let port = c.nodes()[n].port();
+            c.node_mut(n).kill();
+            Ok((n, replica, port))
+        })
+        .await;
+        let (n, replica, port) = match killed {
+            Ok(k) => k,
+            Err(e) => {
+                let id = self.start(Kind::KillPrimary, &self.all(), json!({"err":e}));
+                self.stop(id, Kind::KillPrimary, json!({}));
+                return;
+            }
+        };
+        let t_kill = Instant::now();
+        let id = self.start(
+            Kind::KillPrimary,
+            &self.all(),
+            json!({"node":n,"port":port,"replica":replica,"down_secs_after_promotion":extra}),
+        );
+        // Wait for the promotion (the replica reports itself primary).
+        let mut failover_ms = None;
+        while t_kill.elapsed() < FAILOVER_WAIT {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let promoted = blocking(&cluster, move |c| {
+                c.refresh_roles().map_err(|e| e.to_string())?;
+                Ok(replica.is_some_and(|r| c.primaries().contains(&r)))
+            })
+            .await
+            .unwrap_or(false);
+            if promoted {
+                failover_ms = Some(t_kill.elapsed().as_millis() as u64);
+                break;
+            }
+        }
+        self.log
+            .write(json!({"p":"nemesis","type":"info","f":"failover","id":id,
+            "node":n,"replica":replica,"failover_ms":failover_ms}));
+        tokio::time::sleep(secs(extra)).await;
+        let t_restart = Instant::now();
+        let res = blocking(&cluster, move |c| {
+            c.node_mut(n)
+                .restart()
+                .map_err(|e| format!("restart: {e}"))?;
+            let healthy = c
+                .wait_healthy(Duration::from_secs(15))
+                .map_err(|e| e.to_string());
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let role = if c.primaries().contains(&n) {
+                "primary"
+            } else if c.replicas().contains(&n) {
+                "replica"
+            } else {
+                "unknown"
+            };
+            Ok((role, healthy.err()))
+        })
+        .await;
+        let (role, err) = match res {
+            Ok((role, healthy_err)) => (Some(role), healthy_err),
+            Err(e) => (None, Some(e)),
+        };
+        self.stop(
+            id,
+            Kind::KillPrimary,
+            json!({"failover_ms":failover_ms,"down_ms":t_kill.elapsed().as_millis() as u64,
+                "rejoin_ms":t_restart.elapsed().as_millis() as u64,"role_after":role,"err":err}),
+        );
+    }
+
+    /// SIGSTOPs a primary for 20–80 % of the node timeout: slow, not failed over.
+    pub(crate) async fn pause_primary(&self, rng: &mut Rng) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let r = rng.next_u64();
+        let d = rng.range(0.2, 0.8) * NODE_TIMEOUT.as_secs_f64();
+        let paused = blocking(&cluster, move |c| {
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let ps = c.primaries();
+            let n = *ps.get(r as usize % ps.len().max(1)).ok_or("no primary")?;
+            c.nodes()[n].pause().map_err(|e| e.to_string())?;
+            Ok(n)
+        })
+        .await;
+        let id = self.start(
+            Kind::PausePrimary,
+            &self.all(),
+            json!({"node":paused.as_ref().ok(),"secs":d,"err":paused.as_ref().err()}),
+        );
+        let Ok(n) = paused else {
+            self.stop(id, Kind::PausePrimary, json!({}));
+            return;
+        };
+        tokio::time::sleep(secs(d)).await;
+        let r = blocking(&cluster, move |c| {
+            c.nodes()[n].resume().map_err(|e| e.to_string())
+        })
+        .await;
+        self.stop(id, Kind::PausePrimary, json!({"err":r.err()}));
+    }
+
+    /// Moves the slot of a job released in the last few seconds (likely running) to another
+    /// primary, in the three steps of `redis-cli --cluster reshard`, 0–400 ms apart.
+    pub(crate) async fn reshard(&self, rng: &mut Rng) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let jc = self.job_clock;
+        let released = (mono_ns().saturating_sub(jc.t0) / jc.spacing_ns.max(1)) as usize;
+        let newest = released.min(jc.jobs.saturating_sub(1));
+        let j = newest.saturating_sub(rng.below(6));
+        let job = job_name(j);
+        let s = slot(job.as_bytes());
+        let r = rng.next_u64();
+        let (p1, p2) = (rng.range(0.0, 0.4), rng.range(0.0, 0.4));
+        let begun = blocking(&cluster, move |c| {
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let owner = c
+                .node_for_key(format!("baton:{{{}}}", job_name(j)).as_bytes())
+                .ok_or("no owner")?;
+            let others: Vec<usize> = c.primaries().into_iter().filter(|&p| p != owner).collect();
+            let to = *others
+                .get(r as usize % others.len().max(1))
+                .ok_or("no other primary")?;
+            let from = c.begin_slot_migration(s, to).map_err(|e| {
+                // Leave nothing half-set.
+                let _ = stable(c, s);
+                format!("begin: {e}")
+            })?;
+            Ok((from, to))
+        })
+        .await;
+        let id = self.start(
+            Kind::Reshard,
+            &self.all(),
+            json!({"job":job,"slot":s,"from":begun.as_ref().ok().map(|b| b.0),
+                "to":begun.as_ref().ok().map(|b| b.1),"err":begun.as_ref().err()}),
+        );
+        let Ok((from, to)) = begun else {
+            self.stop(id, Kind::Reshard, json!({}));
+            return;
+        };
+        tokio::time::sleep(secs(p1)).await;
+        let moved = blocking(&cluster, move |c| {
+            let mut last = String::new();
+            for _ in 0..10 {
+                match c.migrate_slot_keys(s, from, to) {
+                    Ok(n) => return Ok(n),
+                    Err(e) => last = e.to_string(),
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(format!("migrate: {last}"))
+        })
+        .await;
+        self.log.write(
+            json!({"p":"nemesis","type":"info","f":"reshard_keys_moved","id":id,
+            "keys":moved.as_ref().ok(),"err":moved.as_ref().err()}),
+        );
+        tokio::time::sleep(secs(p2)).await;
+        let fin = blocking(&cluster, move |c| {
+            c.finish_slot_migration(s, from, to)
+                .map_err(|e| format!("finish: {e}"))
+        })
+        .await;
+        self.stop(
+            id,
+            Kind::Reshard,
+            json!({"keys":moved.as_ref().ok(),"err":moved.err().or(fin.err())}),
+        );
+    }
+}
+
+/// `CLUSTER SETSLOT s STABLE` on every primary (undoes a half-begun migration).
+fn stable(c: &RedisCluster, s: u16) -> Result<(), String> {
+    for i in c.primaries() {
+        let client = redis::Client::open(c.nodes()[i].url()).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .map_err(|e| e.to_string())?;
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(s)
+            .arg("STABLE")
+            .query::<()>(&mut conn)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// `GET baton:{j-…}` for every job, each on the primary serving its slot (read from the nodes).
+pub async fn read_final_state(
+    cluster: &Shared,
+    jobs: usize,
+) -> Result<BTreeMap<String, Option<String>>, BoxError> {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let res = blocking(cluster, move |c| {
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let mut conns = BTreeMap::new();
+            let mut out = BTreeMap::new();
+            for j in 0..jobs {
+                let name = job_name(j);
+                let key = format!("baton:{{{name}}}");
+                let n = c
+                    .node_for_key(key.as_bytes())
+                    .ok_or_else(|| format!("no primary serves {key}"))?;
+                if let std::collections::btree_map::Entry::Vacant(e) = conns.entry(n) {
+                    let client =
+                        redis::Client::open(c.nodes()[n].url()).map_err(|e| e.to_string())?;
+                    let conn = client
+                        .get_connection_with_timeout(Duration::from_secs(1))
+                        .map_err(|e| e.to_string())?;
+                    e.insert(conn);
+                }
+                let conn = conns.get_mut(&n).ok_or("no connection")?;
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(&key)
+                    .query(conn)
+                    .map_err(|e| e.to_string())?;
+                out.insert(name, v);
+            }
+            Ok(out)
+        })
+        .await;
+        match res {
+            Ok(m) => return Ok(m),
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!("cannot read the final state: {last}").into())
+}
