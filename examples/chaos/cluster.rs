@@ -10,6 +10,7 @@ use baton::testing::RedisCluster;
 use serde_json::json;
 
 use crate::nemesis::{lock, secs, Ctx, Kind};
+use crate::proxy::Mode;
 use crate::util::{job_name, mono_ns, BoxError, Rng};
 
 /// The nodes' `cluster-node-timeout` (the fixture's): a pause shorter than this fails nothing over.
@@ -217,6 +218,125 @@ impl Ctx {
             Kind::Reshard,
             json!({"keys":moved.as_ref().ok(),"err":moved.err().or(fin.err())}),
         );
+    }
+}
+
+impl Ctx {
+    /// A fault on every client's link to one node (its proxy): the cluster bus is untouched, so
+    /// nothing is failed over; clients (and the replica's replication link, which also follows
+    /// the announced port) just cannot reach it.
+    pub(crate) async fn node_link_fault(&self, kind: Kind, rng: &mut Rng) {
+        if self.node_links.is_empty() {
+            return;
+        }
+        // Two in three hit a primary (from the roles last read; the node lane may hold the
+        // fixture, then any node).
+        let primaries = match self.cluster.as_ref().map(|c| c.try_lock()) {
+            Some(Ok(c)) => c.primaries(),
+            _ => Vec::new(),
+        };
+        let n = if !primaries.is_empty() && rng.unit() < 2.0 / 3.0 {
+            primaries[rng.below(primaries.len())]
+        } else {
+            rng.below(self.node_links.len())
+        };
+        let link = self.node_links[n].clone();
+        match kind {
+            Kind::PartitionNode => {
+                let d = rng.range(1.0, 4.0);
+                let id = self.start(kind, &self.all(), json!({"node":n,"secs":d}));
+                link.set_mode(Mode::Blackhole);
+                tokio::time::sleep(secs(d)).await;
+                link.set_mode(Mode::Pass);
+                self.stop(id, kind, json!({}));
+            }
+            Kind::LatencyNode => {
+                let ms = rng.range(50.0, 400.0) as u64;
+                let d = rng.range(2.0, 6.0);
+                let id = self.start(kind, &self.all(), json!({"node":n,"ms":ms,"secs":d}));
+                link.set_mode(Mode::Delay { ms, jitter_pct: 20 });
+                tokio::time::sleep(secs(d)).await;
+                link.set_mode(Mode::Pass);
+                self.stop(id, kind, json!({}));
+            }
+            _ => {
+                let refuse = rng.range(0.0, 1.5);
+                let id = self.start(kind, &self.all(), json!({"node":n,"refuse_secs":refuse}));
+                link.set_mode(Mode::Refuse);
+                link.reset_all();
+                tokio::time::sleep(secs(refuse)).await;
+                link.set_mode(Mode::Pass);
+                self.stop(id, kind, json!({}));
+            }
+        }
+    }
+}
+
+fn node_conn(c: &RedisCluster, n: usize) -> Result<redis::Connection, String> {
+    let client = redis::Client::open(c.nodes()[n].url()).map_err(|e| e.to_string())?;
+    client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .map_err(|e| e.to_string())
+}
+
+/// Node `n` announces `port` (its proxy) to clients; its bus port stays its own.
+pub fn announce(c: &RedisCluster, n: usize, port: u16) -> Result<(), String> {
+    let mut conn = node_conn(c, n)?;
+    let bus = c.nodes()[n].port() + 10000;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-announce-port")
+        .arg(port)
+        .arg("cluster-announce-bus-port")
+        .arg(bus)
+        .query::<()>(&mut conn)
+        .map_err(|e| format!("node {n}: CONFIG SET cluster-announce-port: {e}"))
+}
+
+/// Every node announces its proxy's port; waits (up to 10 s) until every node's `CLUSTER SLOTS`
+/// names only proxy ports.
+pub fn announce_all(c: &RedisCluster, proxies: &[u16]) -> Result<(), String> {
+    for (n, p) in proxies.iter().enumerate() {
+        announce(c, n, *p)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut stale = None;
+        for n in 0..c.nodes().len() {
+            let mut conn = node_conn(c, n)?;
+            let v: redis::Value = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query(&mut conn)
+                .map_err(|e| e.to_string())?;
+            let mut ports = Vec::new();
+            collect_ports(&v, &mut ports);
+            if let Some(p) = ports.iter().find(|p| !proxies.contains(p)) {
+                stale = Some(format!("node {n} still names port {p}"));
+                break;
+            }
+        }
+        match stale {
+            None => return Ok(()),
+            Some(why) if Instant::now() > deadline => return Err(why),
+            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// The ports in a `CLUSTER SLOTS` reply: `[[start, end, [ip, port, id, …], …], …]`.
+fn collect_ports(v: &redis::Value, out: &mut Vec<u16>) {
+    if let redis::Value::Array(ranges) = v {
+        for r in ranges {
+            if let redis::Value::Array(parts) = r {
+                for node in parts.iter().skip(2) {
+                    if let redis::Value::Array(f) = node {
+                        if let Some(redis::Value::Int(p)) = f.get(1) {
+                            out.push(*p as u16);
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -79,6 +79,7 @@ pub async fn run_phase(
     // The cluster fixture has no requirepass: its default user stays passwordless (loopback only)
     // and the workers log in as the least-privilege user with the canary password.
     let pw = canary.to_string();
+    let mut node_links = Vec::new();
     let (redis, cluster, redis_port, admin_url, worker_url) = if cfg.cluster {
         let c = tokio::task::spawn_blocking(move || {
             RedisCluster::builder()
@@ -86,13 +87,40 @@ pub async fn run_phase(
                 .start()
         })
         .await??;
-        let url = c.cluster_url_for(WORKER_USER, canary);
+        // One proxy per node, announced by the node as its port: clients (and replicas'
+        // replication links) reach it only through the proxy; the cluster bus stays direct.
         let ports: Vec<u16> = c.nodes().iter().map(|n| n.port()).collect();
+        for (i, p) in ports.iter().enumerate() {
+            node_links.push(
+                Link::start(
+                    &format!("n{i}"),
+                    *p,
+                    log.clone(),
+                    mix(&[cfg.seed, 78, i as u64]),
+                )
+                .await?,
+            );
+        }
+        let proxies: Vec<u16> = node_links.iter().map(|l| l.port).collect();
+        let c = Arc::new(Mutex::new(c));
+        let c2 = c.clone();
+        let p2 = proxies.clone();
+        tokio::task::spawn_blocking(move || crate::cluster::announce_all(&lock(&c2), &p2))
+            .await??;
+        let hosts: Vec<String> = proxies.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let url = format!(
+            "redis+cluster://{WORKER_USER}:{canary}@{}/",
+            hosts.join(",")
+        );
+        let (primaries, replicas) = {
+            let g = lock(&c);
+            (g.primaries(), g.replicas())
+        };
         log.write(
             json!({"p":"control","type":"info","f":"cluster","ports":ports,
-            "primaries":c.primaries(),"replicas":c.replicas()}),
+            "proxies":proxies,"primaries":primaries,"replicas":replicas}),
         );
-        (None, Some(Arc::new(Mutex::new(c))), 0, String::new(), url)
+        (None, Some(c), 0, String::new(), url)
     } else {
         let redis = tokio::task::spawn_blocking(move || {
             RedisServer::builder()
@@ -157,6 +185,7 @@ pub async fn run_phase(
     let ctx = Arc::new(nemesis::Ctx {
         redis: redis.clone(),
         cluster: cluster.clone(),
+        node_links: node_links.clone(),
         job_clock: nemesis::JobClock {
             t0,
             spacing_ns: spacing_ms * 1_000_000,
@@ -253,6 +282,7 @@ pub async fn run_phase(
     log.write(json!({"p":"control","type":"info","f":"phase_end"}));
     drop(ctx);
     drop(links);
+    drop(node_links);
     let _ = tokio::task::spawn_blocking(move || {
         drop(redis);
         drop(cluster);

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
+//! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
 //! ```
 //!
 //! The control process starts a durable, password-protected `redis-server`, a fault proxy per
@@ -10,7 +11,13 @@
 //! Profile `quick` runs the main phase and both negative controls, then the mutex workload
 //! (`mutex`: holders paused past the lease, Redis paused and restarted, links cut; its negative
 //! control `control-mutex-fencing-off`; `mutex-volatile`: Redis restarted without persistence);
-//! `controls` only the controls, `mutex` only the mutex phases. Logs and `report.json` go to
+//! `controls` only the controls, `mutex` only the mutex phases. Profile `cluster` (needs
+//! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
+//! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
+//! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
+//! below the node timeout, reshards of a running job's slot, per-node link faults (each node
+//! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
+//! its fencing-off control on a fresh cluster. Logs and `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
@@ -146,6 +153,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             lanes: vec![
                 Kind::CLUSTER_WORKER_LANE.to_vec(),
                 Kind::CLUSTER_LANE.to_vec(),
+                Kind::CLUSTER_NET_LANE.to_vec(),
                 vec![Kind::PauseWorker],
             ],
             volatile_restart_at: None,
@@ -303,7 +311,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             // The density the quick profile promises: at least 40 faults of at least 10 kinds in
             // its 60 s (shorter runs are scaled down and only need every kind once per lane).
             // The cluster profile: at least 10 faults in 25 s (scaled), and with 25 s or more
-            // all five kinds (primary kill, primary pause, reshard, worker pause and kill).
+            // all eight kinds (primary kill, primary pause, reshard, node partition, latency and
+            // reset, worker pause and kill).
             let faults = &an.stats["faults"];
             let total = faults["total"].as_u64().unwrap_or(0);
             let kinds = faults.as_object().map_or(0, |o| {
@@ -314,7 +323,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             let (want_total, want_kinds) = if is_cluster {
                 (
                     (10.0 * (chaos_s / 25.0).min(1.0)).floor() as u64,
-                    if chaos_s >= 25.0 { 5 } else { 1 },
+                    if chaos_s >= 25.0 { 8 } else { 1 },
                 )
             } else {
                 (

@@ -30,6 +30,12 @@ pub enum Kind {
     /// Cluster profile: SIGKILL a primary, wait for its replica's promotion, restart it (it
     /// rejoins as a replica).
     KillPrimary,
+    /// Cluster profile: every client's link to one node (its proxy) blackholed 1–4 s.
+    PartitionNode,
+    /// Cluster profile: 50–400 ms on every client's link to one node, 2–6 s.
+    LatencyNode,
+    /// Cluster profile: every client connection to one node reset, new ones refused 0–1.5 s.
+    ResetNode,
     /// Cluster profile: SIGSTOP a primary for less than the node timeout (no failover).
     PausePrimary,
     /// Cluster profile: move an in-use job's slot to another primary (IMPORTING/MIGRATING,
@@ -52,6 +58,9 @@ impl Kind {
             Kind::ClientKill => "client_kill",
             Kind::ClientPause => "client_pause",
             Kind::KillPrimary => "kill_primary",
+            Kind::PartitionNode => "partition_node",
+            Kind::LatencyNode => "latency_node",
+            Kind::ResetNode => "reset_node",
             Kind::PausePrimary => "pause_primary",
             Kind::Reshard => "reshard",
         }
@@ -86,6 +95,10 @@ impl Kind {
     /// The cluster profile's node lane (one lane: node faults never overlap, so a reshard never
     /// meets a failover half-way).
     pub const CLUSTER_LANE: [Kind; 3] = [Kind::KillPrimary, Kind::PausePrimary, Kind::Reshard];
+    /// The cluster profile's network lane: per-node proxies (each node announces its proxy's
+    /// port with `cluster-announce-port`, so clients reach it only through the proxy).
+    pub const CLUSTER_NET_LANE: [Kind; 3] =
+        [Kind::PartitionNode, Kind::LatencyNode, Kind::ResetNode];
 }
 
 /// Everything the nemesis can hit.
@@ -95,6 +108,8 @@ pub struct Ctx {
     /// The cluster (profile `cluster`), and when its jobs are released (for `Reshard`).
     pub cluster: Option<Arc<Mutex<RedisCluster>>>,
     pub job_clock: JobClock,
+    /// Cluster profile: node i's proxy (clients' only way to it).
+    pub node_links: Vec<Arc<Link>>,
     pub admin_url: String,
     pub links: Vec<Arc<Link>>,
     pub fleet: Arc<Fleet>,
@@ -357,6 +372,9 @@ impl Ctx {
             Kind::KillPrimary => self.kill_primary(rng).await,
             Kind::PausePrimary => self.pause_primary(rng).await,
             Kind::Reshard => self.reshard(rng).await,
+            Kind::PartitionNode | Kind::LatencyNode | Kind::ResetNode => {
+                self.node_link_fault(kind, rng).await
+            }
         }
     }
 
@@ -405,7 +423,7 @@ impl Ctx {
 
     /// Heals everything: links pass, Redis resumed (or restarted), workers continued.
     pub async fn heal_all(&self) {
-        for l in &self.links {
+        for l in self.links.iter().chain(&self.node_links) {
             l.set_mode(Mode::Pass);
         }
         if let Some(redis) = self.redis.clone() {
@@ -420,13 +438,16 @@ impl Ctx {
         }
         let mut healthy = None;
         if let Some(cluster) = self.cluster.clone() {
+            let proxies: Vec<u16> = self.node_links.iter().map(|l| l.port).collect();
             healthy = Some(
                 tokio::task::spawn_blocking(move || {
                     let mut c = lock(&cluster);
                     for i in 0..c.nodes().len() {
                         let _ = c.node_mut(i).resume();
-                        if !c.node_mut(i).is_running() {
-                            let _ = c.node_mut(i).restart();
+                        if !c.node_mut(i).is_running() && c.node_mut(i).restart().is_ok() {
+                            if let Some(p) = proxies.get(i) {
+                                let _ = crate::cluster::announce(&c, i, *p);
+                            }
                         }
                     }
                     c.wait_healthy(Duration::from_secs(20))
