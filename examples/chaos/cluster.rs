@@ -42,12 +42,18 @@ impl Ctx {
         let extra = rng.range(0.5, 2.0);
         let killed = blocking(&cluster, move |c| {
             c.refresh_roles().map_err(|e| e.to_string())?;
-            let ps = c.primaries();
-            let n = *ps.get(r as usize % ps.len().max(1)).ok_or("no primary")?;
-            let replica = c
+            // Only a primary with a replica: one without would come back empty, still owning
+            // its slots (the fixture keeps no data across a restart), which is the volatile
+            // control's fault, not this one's.
+            let pairs: Vec<(usize, usize)> = c
                 .replicas()
                 .into_iter()
-                .find(|&i| c.primary_of(i) == Some(n));
+                .filter_map(|i| Some((c.primary_of(i)?, i)))
+                .collect();
+            let (n, replica) = *pairs
+                .get(r as usize % pairs.len().max(1))
+                .ok_or("no primary with a replica")?;
+            let replica = Some(replica);
             let port = c.nodes()[n].port();
             c.node_mut(n).kill();
             Ok((n, replica, port))
@@ -338,6 +344,35 @@ fn collect_ports(v: &redis::Value, out: &mut Vec<u16>) {
             }
         }
     }
+}
+
+/// Negative control on the cluster: the shard serving `job` loses everything (its replica and
+/// its primary SIGKILLed, both restarted without data; nodes.conf keeps the slots), so jobs
+/// whose DONE lived there run again.
+pub fn lose_shard(c: &mut RedisCluster, job: &str, proxies: &[u16]) -> Result<(), String> {
+    c.refresh_roles().map_err(|e| e.to_string())?;
+    let p = c
+        .node_for_key(format!("baton:{{{job}}}").as_bytes())
+        .ok_or("no owner")?;
+    let replica = c
+        .replicas()
+        .into_iter()
+        .find(|&i| c.primary_of(i) == Some(p));
+    if let Some(r) = replica {
+        c.node_mut(r).kill();
+    }
+    c.node_mut(p).kill();
+    for n in std::iter::once(p).chain(replica) {
+        c.node_mut(n)
+            .restart()
+            .map_err(|e| format!("restart {n}: {e}"))?;
+        if let Some(port) = proxies.get(n) {
+            announce(c, n, *port)?;
+        }
+    }
+    c.wait_healthy(Duration::from_secs(15))
+        .map_err(|e| e.to_string())?;
+    c.refresh_roles().map_err(|e| e.to_string())
 }
 
 /// `CLUSTER SETSLOT s STABLE` on every primary (undoes a half-begun migration).

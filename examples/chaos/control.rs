@@ -307,15 +307,27 @@ pub async fn run_phase(
 /// lost.
 async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
     let redis = ctx.redis.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        let redis = redis.ok_or_else(|| std::io::Error::other("no single Redis"))?;
-        let mut r = lock(&redis);
-        r.kill();
-        r.restart_with(Persistence::Volatile)
-    })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r.map_err(|e| e.to_string()));
+    let r = if let Some(cluster) = ctx.cluster.clone() {
+        // The cluster's nodes keep no data across a restart: killing a shard's replica, then its
+        // primary (no failover: there is no replica left), and restarting both loses the shard.
+        let proxies: Vec<u16> = ctx.node_links.iter().map(|l| l.port).collect();
+        tokio::task::spawn_blocking(move || {
+            crate::cluster::lose_shard(&mut lock(&cluster), &crate::util::job_name(0), &proxies)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let redis = redis.ok_or_else(|| std::io::Error::other("no single Redis"))?;
+            let mut r = lock(&redis);
+            r.kill();
+            r.restart_with(Persistence::Volatile)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    };
     let t = mono_ns();
     ctx.log.write(
         json!({"p":"nemesis","type":"start","id":0,"kind":"volatile_restart",

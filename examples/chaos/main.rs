@@ -17,7 +17,7 @@
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
 //! below the node timeout, reshards of a running job's slot, per-node link faults (each node
 //! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
-//! its fencing-off control on a fresh cluster. Logs and `report.json` go to
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data). Logs and `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
@@ -180,6 +180,23 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             lanes: vec![vec![Kind::PauseWorker]],
             volatile_restart_at: None,
             seed: mix(&[seed, 0xC1]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Failover,
+            cluster: true,
+            liveness_extra_ms: 3_000,
+        });
+        // The volatile control on the cluster: the shard of job 0 loses its data mid-phase
+        // (primary and replica restarted empty), then worker 0 is restarted; C3/C4 or a
+        // StateLost event must show it.
+        phases.push(PhaseCfg {
+            name: "control-cluster-volatile".into(),
+            jobs: 30,
+            warmup_s: 1.0,
+            chaos_s: 12.0,
+            fenced: true,
+            lanes: vec![],
+            volatile_restart_at: Some(6.0),
+            seed: mix(&[seed, 0xC2]),
             quiesce_bound_s: 20.0,
             workload: Workload::Failover,
             cluster: true,
