@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::testing::{Persistence, RedisServer};
+use baton::testing::{Persistence, RedisCluster, RedisServer};
 use serde_json::json;
 
 use crate::fleet::{ExitRec, Fleet};
@@ -34,6 +34,11 @@ pub struct PhaseCfg {
     pub seed: u64,
     pub quiesce_bound_s: f64,
     pub workload: Workload,
+    /// Run against a `RedisCluster` (workers connect with its `redis+cluster://` URL, no proxies;
+    /// grants and DONEs wait for the replica, see `worker::WorkerArgs::replica_ack`).
+    pub cluster: bool,
+    /// Added to the liveness bound (C7): a cluster failover takes 1–3 s before the replica serves.
+    pub liveness_extra_ms: u64,
 }
 
 pub struct PhaseResult {
@@ -71,21 +76,73 @@ pub async fn run_phase(
     // The default user (the nemesis's admin connection) and the workers' least-privilege user
     // share the canary password; the fixture keeps both in an owner-only ACL file (never on a
     // command line), so the workers' user survives every crash-restart.
+    // The cluster fixture has no requirepass: its default user stays passwordless (loopback only)
+    // and the workers log in as the least-privilege user with the canary password.
     let pw = canary.to_string();
-    let redis = tokio::task::spawn_blocking(move || {
-        RedisServer::builder()
-            .persistence(Persistence::Durable)
-            .requirepass(&pw)
-            .acl_user(WORKER_USER, &pw, "baton:")
-            .start()
-    })
-    .await??;
-    let redis_port = redis.port();
-    let redis = Arc::new(Mutex::new(redis));
-    let admin_url = format!("redis://:{canary}@127.0.0.1:{redis_port}/");
+    let mut node_links = Vec::new();
+    let (redis, cluster, redis_port, admin_url, worker_url) = if cfg.cluster {
+        let c = tokio::task::spawn_blocking(move || {
+            RedisCluster::builder()
+                .acl_user(WORKER_USER, &pw, "baton:")
+                .start()
+        })
+        .await??;
+        // One proxy per node, announced by the node as its port: clients (and replicas'
+        // replication links) reach it only through the proxy; the cluster bus stays direct.
+        let ports: Vec<u16> = c.nodes().iter().map(|n| n.port()).collect();
+        for (i, p) in ports.iter().enumerate() {
+            node_links.push(
+                Link::start(
+                    &format!("n{i}"),
+                    *p,
+                    log.clone(),
+                    mix(&[cfg.seed, 78, i as u64]),
+                )
+                .await?,
+            );
+        }
+        let proxies: Vec<u16> = node_links.iter().map(|l| l.port).collect();
+        let c = Arc::new(Mutex::new(c));
+        let c2 = c.clone();
+        let p2 = proxies.clone();
+        tokio::task::spawn_blocking(move || crate::cluster::announce_all(&lock(&c2), &p2))
+            .await??;
+        let hosts: Vec<String> = proxies.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let url = format!(
+            "redis+cluster://{WORKER_USER}:{canary}@{}/",
+            hosts.join(",")
+        );
+        let (primaries, replicas) = {
+            let g = lock(&c);
+            (g.primaries(), g.replicas())
+        };
+        log.write(
+            json!({"p":"control","type":"info","f":"cluster","ports":ports,
+            "proxies":proxies,"primaries":primaries,"replicas":replicas}),
+        );
+        (None, Some(c), 0, String::new(), url)
+    } else {
+        let redis = tokio::task::spawn_blocking(move || {
+            RedisServer::builder()
+                .persistence(Persistence::Durable)
+                .requirepass(&pw)
+                .acl_user(WORKER_USER, &pw, "baton:")
+                .start()
+        })
+        .await??;
+        let redis_port = redis.port();
+        (
+            Some(Arc::new(Mutex::new(redis))),
+            None,
+            redis_port,
+            format!("redis://:{canary}@127.0.0.1:{redis_port}/"),
+            format!("redis://{WORKER_USER}:{canary}@127.0.0.1:{{port}}/"),
+        )
+    };
 
     let mut links = Vec::new();
-    for i in 0..WORKERS {
+    // A cluster client learns the nodes' own addresses from the cluster: no proxies there.
+    for i in 0..if cfg.cluster { 0 } else { WORKERS } {
         links.push(
             Link::start(
                 &format!("w{i}"),
@@ -113,6 +170,7 @@ pub async fn run_phase(
         spacing_ms,
         seed: cfg.seed,
         workload: cfg.workload,
+        replica_ack: cfg.cluster,
         // Mutex workers stop at the stop file, written once progress after the final heal was
         // seen; this deadline only caps a run whose control process went away.
         deadline: match cfg.workload {
@@ -120,17 +178,19 @@ pub async fn run_phase(
             Workload::Mutex => deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000,
         },
     };
-    let fleet = Fleet::new(
-        base,
-        format!("redis://{WORKER_USER}:{canary}@127.0.0.1:{{port}}/"),
-        WORKERS,
-        log.clone(),
-    );
-    for (i, link) in links.iter().enumerate() {
-        fleet.spawn(i, link.port)?;
+    let fleet = Fleet::new(base, worker_url, WORKERS, log.clone());
+    for i in 0..WORKERS {
+        fleet.spawn(i, links.get(i).map_or(0, |l| l.port))?;
     }
     let ctx = Arc::new(nemesis::Ctx {
         redis: redis.clone(),
+        cluster: cluster.clone(),
+        node_links: node_links.clone(),
+        job_clock: nemesis::JobClock {
+            t0,
+            spacing_ns: spacing_ms * 1_000_000,
+            jobs: cfg.jobs,
+        },
         admin_url: admin_url.clone(),
         links: links.clone(),
         fleet: fleet.clone(),
@@ -208,7 +268,11 @@ pub async fn run_phase(
         Workload::Failover => cfg.jobs,
         Workload::Mutex => 0,
     };
-    let (final_state, final_state_err) = match read_final_state(&admin_url, jobs).await {
+    let read = match &cluster {
+        Some(c) => crate::cluster::read_final_state(c, jobs).await,
+        None => read_final_state(&admin_url, jobs).await,
+    };
+    let (final_state, final_state_err) = match read {
         Ok(s) => (s, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
@@ -218,8 +282,12 @@ pub async fn run_phase(
     log.write(json!({"p":"control","type":"info","f":"phase_end"}));
     drop(ctx);
     drop(links);
-    let redis = redis.clone();
-    let _ = tokio::task::spawn_blocking(move || drop(redis)).await;
+    drop(node_links);
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(redis);
+        drop(cluster);
+    })
+    .await;
     Ok(PhaseResult {
         cfg,
         dir,
@@ -239,14 +307,27 @@ pub async fn run_phase(
 /// lost.
 async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
     let redis = ctx.redis.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        let mut r = lock(&redis);
-        r.kill();
-        r.restart_with(Persistence::Volatile)
-    })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r.map_err(|e| e.to_string()));
+    let r = if let Some(cluster) = ctx.cluster.clone() {
+        // The cluster's nodes keep no data across a restart: killing a shard's replica, then its
+        // primary (no failover: there is no replica left), and restarting both loses the shard.
+        let proxies: Vec<u16> = ctx.node_links.iter().map(|l| l.port).collect();
+        tokio::task::spawn_blocking(move || {
+            crate::cluster::lose_shard(&mut lock(&cluster), &crate::util::job_name(0), &proxies)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let redis = redis.ok_or_else(|| std::io::Error::other("no single Redis"))?;
+            let mut r = lock(&redis);
+            r.kill();
+            r.restart_with(Persistence::Volatile)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    };
     let t = mono_ns();
     ctx.log.write(
         json!({"p":"nemesis","type":"start","id":0,"kind":"volatile_restart",
@@ -265,7 +346,7 @@ async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let r = ctx.fleet.spawn(0, ctx.links[0].port);
+    let r = ctx.fleet.spawn(0, ctx.links.first().map_or(0, |l| l.port));
     ctx.log
         .write(json!({"p":"nemesis","type":"info","f":"control_restart_w0",
         "err":r.err().map(|e| e.to_string())}));

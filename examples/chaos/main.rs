@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
+//! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
 //! ```
 //!
 //! The control process starts a durable, password-protected `redis-server`, a fault proxy per
@@ -10,11 +11,18 @@
 //! Profile `quick` runs the main phase and both negative controls, then the mutex workload
 //! (`mutex`: holders paused past the lease, Redis paused and restarted, links cut; its negative
 //! control `control-mutex-fencing-off`; `mutex-volatile`: Redis restarted without persistence);
-//! `controls` only the controls, `mutex` only the mutex phases. Logs and `report.json` go to
+//! `controls` only the controls, `mutex` only the mutex phases. Profile `cluster` (needs
+//! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
+//! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
+//! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
+//! below the node timeout, reshards of a running job's slot, per-node link faults (each node
+//! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data). Logs and `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
 mod checker;
+mod cluster;
 mod control;
 mod fleet;
 mod nemesis;
@@ -121,9 +129,79 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             seed,
             quiesce_bound_s: 30.0,
             workload: Workload::Failover,
+            cluster: false,
+            liveness_extra_ms: 0,
+        });
+    } else if profile == "cluster" {
+        if !cfg!(feature = "cluster") {
+            return Err(
+                "profile cluster needs baton's `cluster` feature: cargo run --example \
+                chaos --features testing,cluster -- --profile cluster"
+                    .into(),
+            );
+        }
+        // The same workload and checker against a 6-node Redis Cluster: primaries killed (and
+        // failed over, then restarted as replicas), paused below the node timeout, job slots
+        // resharded mid-run; worker pauses and kills as in `quick`. No proxies (a cluster client
+        // follows the nodes' own addresses), so no link faults.
+        phases.push(PhaseCfg {
+            name: "cluster".into(),
+            jobs: flag(args, "--jobs").map_or(Ok(60), |j| j.parse())?,
+            warmup_s: 3.0,
+            chaos_s: flag(args, "--seconds").map_or(Ok(25.0), |s| s.parse())?,
+            fenced: true,
+            lanes: vec![
+                Kind::CLUSTER_WORKER_LANE.to_vec(),
+                Kind::CLUSTER_LANE.to_vec(),
+                Kind::CLUSTER_NET_LANE.to_vec(),
+                vec![Kind::PauseWorker],
+            ],
+            volatile_restart_at: None,
+            seed,
+            quiesce_bound_s: 30.0,
+            workload: Workload::Failover,
+            cluster: true,
+            // A killed primary's replica is promoted 1–3 s after the kill (node timeout 1 s, then
+            // the election), and clients find it at their next slot-map read: 3 s more.
+            liveness_extra_ms: 3_000,
         });
     } else if profile != "controls" && profile != "mutex" {
-        return Err(format!("unknown profile {profile} (quick, controls, mutex)").into());
+        return Err(format!("unknown profile {profile} (quick, controls, mutex, cluster)").into());
+    }
+    if profile == "cluster" {
+        // The negative control on the cluster: the resource ignores tokens, holders are paused
+        // past their lease, and C1 must flag it.
+        phases.push(PhaseCfg {
+            name: "control-cluster-fencing-off".into(),
+            jobs: 30,
+            warmup_s: 1.0,
+            chaos_s: 12.0,
+            fenced: false,
+            lanes: vec![vec![Kind::PauseWorker]],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0xC1]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Failover,
+            cluster: true,
+            liveness_extra_ms: 3_000,
+        });
+        // The volatile control on the cluster: the shard of job 0 loses its data mid-phase
+        // (primary and replica restarted empty), then worker 0 is restarted; C3/C4 or a
+        // StateLost event must show it.
+        phases.push(PhaseCfg {
+            name: "control-cluster-volatile".into(),
+            jobs: 30,
+            warmup_s: 1.0,
+            chaos_s: 12.0,
+            fenced: true,
+            lanes: vec![],
+            volatile_restart_at: Some(6.0),
+            seed: mix(&[seed, 0xC2]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Failover,
+            cluster: true,
+            liveness_extra_ms: 3_000,
+        });
     }
     phases.push(PhaseCfg {
         name: "control-fencing-off".into(),
@@ -136,6 +214,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         seed: mix(&[seed, 0xA]),
         quiesce_bound_s: 20.0,
         workload: Workload::Failover,
+        cluster: false,
+        liveness_extra_ms: 0,
     });
     phases.push(PhaseCfg {
         name: "control-volatile".into(),
@@ -148,6 +228,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         seed: mix(&[seed, 0xB]),
         quiesce_bound_s: 20.0,
         workload: Workload::Failover,
+        cluster: false,
+        liveness_extra_ms: 0,
     });
     let mutex_phases = profile == "quick" || profile == "mutex";
     if mutex_phases {
@@ -175,6 +257,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             seed: mix(&[seed, 0xD]),
             quiesce_bound_s: 20.0,
             workload: Workload::Mutex,
+            cluster: false,
+            liveness_extra_ms: 0,
         });
     }
     phases.push(PhaseCfg {
@@ -188,6 +272,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         seed: mix(&[seed, 0xE]),
         quiesce_bound_s: 20.0,
         workload: Workload::Mutex,
+        cluster: false,
+        liveness_extra_ms: 0,
     });
     if mutex_phases {
         // Redis restarted without persistence mid-phase: the fence is gone, yet every later
@@ -203,11 +289,16 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             seed: mix(&[seed, 0xF]),
             quiesce_bound_s: 20.0,
             workload: Workload::Mutex,
+            cluster: false,
+            liveness_extra_ms: 0,
         });
     }
 
     if profile == "mutex" {
         phases.retain(|p| p.workload == Workload::Mutex);
+    }
+    if profile == "cluster" {
+        phases.retain(|p| p.cluster);
     }
     let t_start = std::time::Instant::now();
     let mut lines: Vec<(String, bool, String)> = Vec::new();
@@ -217,6 +308,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         let name = cfg.name.clone();
         let chaos_s = cfg.chaos_s;
         let workload = cfg.workload;
+        let is_cluster = cfg.cluster;
         println!(
             "chaos: phase {name}: {} jobs, {}s chaos",
             cfg.jobs, cfg.chaos_s
@@ -232,9 +324,12 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         };
         let an = checker::check(&res, &canary);
         report["phases"][&name] = phase_json(&an);
-        if name == "main" {
+        if name == "main" || name == "cluster" {
             // The density the quick profile promises: at least 40 faults of at least 10 kinds in
             // its 60 s (shorter runs are scaled down and only need every kind once per lane).
+            // The cluster profile: at least 10 faults in 25 s (scaled), and with 25 s or more
+            // all eight kinds (primary kill, primary pause, reshard, node partition, latency and
+            // reset, worker pause and kill).
             let faults = &an.stats["faults"];
             let total = faults["total"].as_u64().unwrap_or(0);
             let kinds = faults.as_object().map_or(0, |o| {
@@ -242,8 +337,17 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                     .filter(|(k, v)| *k != "total" && v.as_u64() > Some(0))
                     .count()
             });
-            let want_total = (40.0 * (chaos_s / 60.0).min(1.0)).floor() as u64;
-            let want_kinds = if chaos_s >= 60.0 { 10 } else { 1 };
+            let (want_total, want_kinds) = if is_cluster {
+                (
+                    (10.0 * (chaos_s / 25.0).min(1.0)).floor() as u64,
+                    if chaos_s >= 25.0 { 8 } else { 1 },
+                )
+            } else {
+                (
+                    (40.0 * (chaos_s / 60.0).min(1.0)).floor() as u64,
+                    if chaos_s >= 60.0 { 10 } else { 1 },
+                )
+            };
             lines.push((
                 "faults injected".into(),
                 total >= want_total && kinds >= want_kinds,
@@ -342,7 +446,7 @@ fn phase_json(an: &checker::Analysis) -> Value {
 /// A negative control passes when the checker flags what the control broke.
 fn control_verdict(name: &str, an: &checker::Analysis) -> (bool, String) {
     let n = |id: &str| an.get(id).map_or(0, |i| i.violations);
-    if name == "control-fencing-off" || name == "control-mutex-fencing-off" {
+    if name.ends_with("fencing-off") {
         let c1 = n("C1");
         let accepted = an.stats["fencing"]["stale_accepted"].as_u64().unwrap_or(0);
         let pauses = an.stats["faults"]["pause_worker"].as_u64().unwrap_or(0);

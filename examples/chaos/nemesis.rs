@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::testing::RedisServer;
+use baton::testing::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
 
 use crate::fleet::Fleet;
@@ -27,6 +27,20 @@ pub enum Kind {
     TtlShrink,
     ClientKill,
     ClientPause,
+    /// Cluster profile: SIGKILL a primary, wait for its replica's promotion, restart it (it
+    /// rejoins as a replica).
+    KillPrimary,
+    /// Cluster profile: every client's link to one node (its proxy) blackholed 1–4 s.
+    PartitionNode,
+    /// Cluster profile: 50–400 ms on every client's link to one node, 2–6 s.
+    LatencyNode,
+    /// Cluster profile: every client connection to one node reset, new ones refused 0–1.5 s.
+    ResetNode,
+    /// Cluster profile: SIGSTOP a primary for less than the node timeout (no failover).
+    PausePrimary,
+    /// Cluster profile: move an in-use job's slot to another primary (IMPORTING/MIGRATING,
+    /// MIGRATE, SETSLOT NODE), with short random pauses between the steps.
+    Reshard,
 }
 
 impl Kind {
@@ -43,6 +57,12 @@ impl Kind {
             Kind::TtlShrink => "ttl_shrink",
             Kind::ClientKill => "client_kill",
             Kind::ClientPause => "client_pause",
+            Kind::KillPrimary => "kill_primary",
+            Kind::PartitionNode => "partition_node",
+            Kind::LatencyNode => "latency_node",
+            Kind::ResetNode => "reset_node",
+            Kind::PausePrimary => "pause_primary",
+            Kind::Reshard => "reshard",
         }
     }
 
@@ -50,6 +70,7 @@ impl Kind {
         match self {
             Kind::PauseWorker | Kind::PartitionWorker => 3,
             Kind::KillWorker | Kind::PauseRedis | Kind::Latency | Kind::TtlShrink => 2,
+            Kind::Reshard | Kind::PausePrimary => 2,
             _ => 1,
         }
     }
@@ -69,11 +90,26 @@ impl Kind {
         Kind::ClientKill,
         Kind::ClientPause,
     ];
+    /// The cluster profile's worker lane: no proxies there, so only process faults.
+    pub const CLUSTER_WORKER_LANE: [Kind; 2] = [Kind::PauseWorker, Kind::KillWorker];
+    /// The cluster profile's node lane (one lane: node faults never overlap, so a reshard never
+    /// meets a failover half-way).
+    pub const CLUSTER_LANE: [Kind; 3] = [Kind::KillPrimary, Kind::PausePrimary, Kind::Reshard];
+    /// The cluster profile's network lane: per-node proxies (each node announces its proxy's
+    /// port with `cluster-announce-port`, so clients reach it only through the proxy).
+    pub const CLUSTER_NET_LANE: [Kind; 3] =
+        [Kind::PartitionNode, Kind::LatencyNode, Kind::ResetNode];
 }
 
 /// Everything the nemesis can hit.
 pub struct Ctx {
-    pub redis: Arc<Mutex<RedisServer>>,
+    /// The single Redis (every profile but `cluster`).
+    pub redis: Option<Arc<Mutex<RedisServer>>>,
+    /// The cluster (profile `cluster`), and when its jobs are released (for `Reshard`).
+    pub cluster: Option<Arc<Mutex<RedisCluster>>>,
+    pub job_clock: JobClock,
+    /// Cluster profile: node i's proxy (clients' only way to it).
+    pub node_links: Vec<Arc<Link>>,
     pub admin_url: String,
     pub links: Vec<Arc<Link>>,
     pub fleet: Arc<Fleet>,
@@ -82,16 +118,24 @@ pub struct Ctx {
     pub next_id: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Job `j` is released at `t0 + j * spacing_ns` (monotonic ns); `jobs` in all.
+#[derive(Debug, Clone, Copy)]
+pub struct JobClock {
+    pub t0: u64,
+    pub spacing_ns: u64,
+    pub jobs: usize,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn secs(s: f64) -> Duration {
+pub(crate) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
 }
 
 impl Ctx {
-    fn start(&self, kind: Kind, targets: &[usize], detail: Value) -> u64 {
+    pub(crate) fn start(&self, kind: Kind, targets: &[usize], detail: Value) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let targets: Vec<String> = targets.iter().map(|i| format!("w{i}")).collect();
         self.log.write(
@@ -101,14 +145,14 @@ impl Ctx {
         id
     }
 
-    fn stop(&self, id: u64, kind: Kind, detail: Value) {
+    pub(crate) fn stop(&self, id: u64, kind: Kind, detail: Value) {
         self.log.write(
             json!({"p":"nemesis","type":"stop","id":id,"kind":kind.name(),
             "detail":detail}),
         );
     }
 
-    fn all(&self) -> Vec<usize> {
+    pub(crate) fn all(&self) -> Vec<usize> {
         (0..self.fleet.len()).collect()
     }
 
@@ -199,7 +243,7 @@ impl Ctx {
                     Err("still running".to_string())
                 } else {
                     self.fleet
-                        .spawn(w, self.links[w].port)
+                        .spawn(w, self.links.get(w).map_or(0, |l| l.port))
                         .map_err(|e| e.to_string())
                 };
                 self.stop(
@@ -210,19 +254,22 @@ impl Ctx {
             }
             Kind::PauseRedis => {
                 let d = rng.range(0.3, 3.0);
-                let r = lock(&self.redis).pause().map_err(|e| e.to_string());
+                let Some(redis) = &self.redis else { return };
+                let r = lock(redis).pause().map_err(|e| e.to_string());
                 let id = self.start(kind, &self.all(), json!({"secs":d,"err":r.err()}));
                 tokio::time::sleep(secs(d)).await;
-                let r = lock(&self.redis).resume().map_err(|e| e.to_string());
+                let r = lock(redis).resume().map_err(|e| e.to_string());
                 self.stop(id, kind, json!({"err":r.err()}));
             }
             Kind::CrashRestartRedis => {
+                let Some(redis) = self.redis.clone() else {
+                    return;
+                };
                 let d = rng.range(0.5, 3.0);
-                let redis = self.redis.clone();
-                let _ = tokio::task::spawn_blocking(move || lock(&redis).kill()).await;
+                let r2 = redis.clone();
+                let _ = tokio::task::spawn_blocking(move || lock(&r2).kill()).await;
                 let id = self.start(kind, &self.all(), json!({"down_secs":d}));
                 tokio::time::sleep(secs(d)).await;
-                let redis = self.redis.clone();
                 let r = tokio::task::spawn_blocking(move || lock(&redis).restart())
                     .await
                     .map_err(|e| e.to_string())
@@ -322,6 +369,12 @@ impl Ctx {
                     json!({"err":r.as_ref().err().map(|e| e.to_string())}),
                 );
             }
+            Kind::KillPrimary => self.kill_primary(rng).await,
+            Kind::PausePrimary => self.pause_primary(rng).await,
+            Kind::Reshard => self.reshard(rng).await,
+            Kind::PartitionNode | Kind::LatencyNode | Kind::ResetNode => {
+                self.node_link_fault(kind, rng).await
+            }
         }
     }
 
@@ -370,21 +423,46 @@ impl Ctx {
 
     /// Heals everything: links pass, Redis resumed (or restarted), workers continued.
     pub async fn heal_all(&self) {
-        for l in &self.links {
+        for l in self.links.iter().chain(&self.node_links) {
             l.set_mode(Mode::Pass);
         }
-        let _ = lock(&self.redis).resume();
-        let redis = self.redis.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let mut r = lock(&redis);
-            if !r.is_running() {
-                let _ = r.restart();
-            }
-        })
-        .await;
+        if let Some(redis) = self.redis.clone() {
+            let _ = lock(&redis).resume();
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut r = lock(&redis);
+                if !r.is_running() {
+                    let _ = r.restart();
+                }
+            })
+            .await;
+        }
+        let mut healthy = None;
+        if let Some(cluster) = self.cluster.clone() {
+            let proxies: Vec<u16> = self.node_links.iter().map(|l| l.port).collect();
+            healthy = Some(
+                tokio::task::spawn_blocking(move || {
+                    let mut c = lock(&cluster);
+                    for i in 0..c.nodes().len() {
+                        let _ = c.node_mut(i).resume();
+                        if !c.node_mut(i).is_running() && c.node_mut(i).restart().is_ok() {
+                            if let Some(p) = proxies.get(i) {
+                                let _ = crate::cluster::announce(&c, i, *p);
+                            }
+                        }
+                    }
+                    c.wait_healthy(Duration::from_secs(20))
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r),
+            );
+        }
         self.fleet.cont_all();
         self.log
-            .write(json!({"p":"nemesis","type":"info","f":"heal_all"}));
+            .write(json!({"p":"nemesis","type":"info","f":"heal_all",
+            "cluster_healthy":healthy.as_ref().map(|r| r.is_ok()),
+            "err":healthy.and_then(|r| r.err())}));
     }
 }
 

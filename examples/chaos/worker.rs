@@ -67,6 +67,9 @@ pub struct WorkerArgs {
     pub workload: Workload,
     /// Mutex workload: monotonic ns at which the tasks stop taking locks (0: failover).
     pub deadline: u64,
+    /// `replica_ack(1, LEASE / 2)` on every job (the cluster profile): a SIGKILLed primary's
+    /// acknowledged grants are then on its replica, which gets promoted.
+    pub replica_ack: bool,
 }
 
 impl WorkerArgs {
@@ -97,6 +100,9 @@ impl WorkerArgs {
                 "--deadline".into(),
                 self.deadline.to_string(),
             ]);
+        }
+        if self.replica_ack {
+            args.push("--replica-ack".into());
         }
         args
     }
@@ -132,6 +138,7 @@ impl WorkerArgs {
             seed: get("--seed")?.parse()?,
             workload,
             deadline,
+            replica_ack: args.iter().any(|a| a == "--replica-ack"),
         })
     }
 }
@@ -228,13 +235,16 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
 /// Reads one job's event stream to its end and acts on `Acquired`.
 async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
     let job = job_name(j);
-    let cfg = FailoverConfig::builder(job.clone())
+    let mut cfg = FailoverConfig::builder(job.clone())
         .max_attempts(MAX_ATTEMPTS)
         .lock_timeout(LEASE)
         .keepalive(true)
         .retention(Duration::from_secs(3600))
-        .worker_name(ctx.holder.clone())
-        .build()?;
+        .worker_name(ctx.holder.clone());
+    if ctx.args.replica_ack {
+        cfg = cfg.replica_ack(1, LEASE / 2);
+    }
+    let cfg = cfg.build()?;
     let mut rng = Rng::new(mix(&[
         ctx.args.seed,
         ctx.args.id as u64,
