@@ -1,4 +1,9 @@
 //! Redlock against real redis-servers: five private masters per test, from the fixture.
+//!
+//! Every scenario runs on Redis and on Valkey (`single:`), not on a cluster or behind Sentinel:
+//! Redlock's masters are independent single servers by design (each a cluster or a Sentinel set
+//! would be five clusters of six processes per test, and Redlock's quorum would stand in for the
+//! failover those already do). The mutex and the failover coordinator run on every topology.
 
 mod common;
 
@@ -71,6 +76,7 @@ async fn holding(raws: &mut [Raw], key: &str, token: &str) -> usize {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn five_masters_acquire_and_a_second_try_is_contended_not_an_error() {
         let fleet = Fleet::start(5).await;
@@ -169,6 +175,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_quorum_lost_to_contention_is_ok_none_and_leaves_none_of_our_tokens() {
         let fleet = Fleet::start(5).await;
@@ -260,6 +267,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_guard_releases_on_every_master_in_the_background() {
         let fleet = Fleet::start(5).await;
@@ -289,6 +297,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn row_09_redlock_fleets_under_3_even_or_with_a_duplicate_endpoint_are_config_errors() {
         let fleet = Fleet::start(3).await;
@@ -339,6 +348,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_redlock_and_a_mutex_with_the_same_name_do_not_collide() {
         let fleet = Fleet::start(3).await;
@@ -415,6 +425,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_watchdog_keeps_the_lock_across_five_ttls_and_a_contender_never_gets_it() {
         let ttl = Duration::from_millis(300);
@@ -452,6 +463,7 @@ scenario! {
 }
 
 scenario! {
+    single:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn losing_the_quorum_fires_the_loss_signal_within_a_ttl() {
         let ttl = Duration::from_millis(300);
