@@ -674,6 +674,11 @@ impl Client {
         Locks::new(self.shared.clone())
     }
 
+    /// Leader election on this client's connections.
+    pub fn leaders(&self) -> crate::leader::Leaders {
+        crate::leader::Leaders::new(self.shared.clone())
+    }
+
     /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
     /// one another), one client each. The quorum is `masters.len() / 2 + 1`.
     ///

@@ -90,6 +90,7 @@
 pub mod client;
 pub mod error;
 pub mod failover;
+pub mod leader;
 mod lease;
 #[cfg(any(test, feature = "model"))]
 #[doc(hidden)]
@@ -117,6 +118,10 @@ pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
+};
+pub use leader::{
+    ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
+    Observer, Term,
 };
 pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions};

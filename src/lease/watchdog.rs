@@ -32,7 +32,9 @@ use crate::util::lock;
 /// What a holder and its watchdog share: the lease's current deadline and the loss signal.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    deadline: Mutex<Instant>,
+    /// Moves forward with each confirmed extension; watchers (a leader's renewal events and its
+    /// work's stop timer) see each move.
+    deadline: tokio::sync::watch::Sender<Instant>,
     lost: CancellationToken,
     reason: Mutex<Option<String>>,
 }
@@ -40,7 +42,7 @@ pub(crate) struct LeaseState {
 impl LeaseState {
     pub(crate) fn new(deadline: Instant) -> Arc<Self> {
         Arc::new(LeaseState {
-            deadline: Mutex::new(deadline),
+            deadline: tokio::sync::watch::Sender::new(deadline),
             lost: CancellationToken::new(),
             reason: Mutex::new(None),
         })
@@ -48,16 +50,25 @@ impl LeaseState {
 
     /// When the lease can end at the earliest, as this host measures it.
     pub(crate) fn deadline(&self) -> Instant {
-        *lock(&self.deadline)
+        *self.deadline.borrow()
+    }
+
+    /// The deadline as it moves: changes with each confirmed extension.
+    pub(crate) fn watch_deadline(&self) -> tokio::sync::watch::Receiver<Instant> {
+        self.deadline.subscribe()
     }
 
     /// Moves the deadline (after a confirmed extension); never backwards, since replies of
     /// concurrent extensions may arrive out of order.
     pub(crate) fn confirmed(&self, new: Instant) {
-        let mut d = lock(&self.deadline);
-        if new > *d {
-            *d = new;
-        }
+        self.deadline.send_if_modified(|d| {
+            if new > *d {
+                *d = new;
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// Fires the loss signal (once; the first reason is kept).

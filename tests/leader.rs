@@ -1,0 +1,338 @@
+//! Leader election against real servers (one deployment per test, from the fixture): terms,
+//! handover, crash takeover, work once per term, loss before the lease can pass on, observers.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton::{ElectionOptions, FencedWrite, LeaderEvent, Observed};
+use common::{client, server, WAKE};
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+fn opts(lease_ms: u64, name: &str) -> ElectionOptions {
+    ElectionOptions::builder()
+        .lease(Duration::from_millis(lease_ms))
+        .name(name)
+        .build()
+        .unwrap()
+}
+
+async fn next_event(w: &mut baton::LeaderWorker, within: Duration) -> LeaderEvent {
+    tokio::time::timeout(within, w.next_event())
+        .await
+        .expect("no leader event in time")
+        .expect("the stream ended")
+}
+
+/// The next event that is not a renewal or a retryable error.
+async fn next_change(w: &mut baton::LeaderWorker, within: Duration) -> LeaderEvent {
+    let until = Instant::now() + within;
+    loop {
+        match next_event(w, until.saturating_duration_since(Instant::now())).await {
+            LeaderEvent::Renewed { .. } => {}
+            LeaderEvent::Error {
+                retryable: true, ..
+            } => {}
+            other => return other,
+        }
+    }
+}
+
+scenario! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resignation_hands_over_without_waiting_out_the_lease() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let lease = Duration::from_secs(10);
+        let leader = a.leaders().elector("handover", &opts(10_000, "a")).unwrap();
+        let standby = b.leaders().elector("handover", &opts(10_000, "b")).unwrap();
+        let t1 = leader.campaign().await.unwrap();
+        assert!(leader.is_leader());
+        assert_eq!(t1.name(), "a");
+        let waiting = tokio::spawn(async move {
+            let t = standby.campaign().await.unwrap();
+            (t, Instant::now(), standby)
+        });
+        // The standby is parked on the lease (10 s) by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "two leaders at once");
+        let resigned_at = Instant::now();
+        assert!(leader.resign().await.unwrap());
+        assert!(t1.stop_token().is_cancelled(), "resigning stops the term's work");
+        assert!(!leader.is_leader());
+        let (t2, led_at, standby) = tokio::time::timeout(WAKE, waiting)
+            .await
+            .expect("the standby was not woken by the resignation")
+            .unwrap();
+        assert!(led_at.duration_since(resigned_at) < lease / 2);
+        assert!(t2.number() > t1.number(), "{} then {}", t1.number(), t2.number());
+        assert!(standby.is_leader());
+        assert!(standby.resign().await.unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crashed_leaders_lease_runs_out_and_a_standby_leads() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let lease = Duration::from_millis(800);
+        let leader = a.leaders().elector("crash", &opts(800, "a")).unwrap();
+        let t1 = leader.campaign().await.unwrap();
+        // Renewals keep it past several leases.
+        tokio::time::sleep(lease * 2).await;
+        assert!(leader.is_leader());
+        // The leader's process "dies": nothing renews or releases any more.
+        let crashed_at = Instant::now();
+        a.shutdown(Duration::from_secs(2)).await;
+        let standby = b.leaders().elector("crash", &opts(800, "b")).unwrap();
+        let t2 = tokio::time::timeout(lease + WAKE, standby.campaign())
+            .await
+            .expect("no takeover")
+            .unwrap();
+        let took = crashed_at.elapsed();
+        // Not before the lease could end (it was renewed at most a third of a lease before).
+        assert!(took >= lease / 2, "took over after {took:?}");
+        assert!(t2.number() > t1.number());
+        assert!(standby.resign().await.unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_starts_once_per_term_and_stops_on_resign() {
+        let server = server();
+        let c = client(&server).await;
+        let starts = Arc::new(AtomicU64::new(0));
+        let stopped = Arc::new(AtomicU64::new(0));
+        let (s1, s2) = (starts.clone(), stopped.clone());
+        let mut w = c
+            .leaders()
+            .lead("once", &opts(300, "w"), move |term| {
+                let (s1, s2) = (s1.clone(), s2.clone());
+                async move {
+                    s1.fetch_add(1, Ordering::SeqCst);
+                    term.stopped().await;
+                    s2.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        let LeaderEvent::Elected { term, .. } = next_change(&mut w, WAKE).await else {
+            panic!("not elected first");
+        };
+        // Ten renewals (every 100 ms) and the work still started once.
+        let mut renewals = 0;
+        while renewals < 10 {
+            match next_event(&mut w, WAKE).await {
+                LeaderEvent::Renewed { term: t, .. } => {
+                    assert_eq!(t, term);
+                    renewals += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 1);
+        assert!(w.is_leader());
+        w.resign();
+        match next_change(&mut w, WAKE).await {
+            LeaderEvent::Resigned { term: t } => assert_eq!(t, term),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(stopped.load(Ordering::SeqCst), 1, "the work stopped before the resignation");
+        assert!(w.next_event().await.is_none());
+        let mut conn = common::raw(&server).await;
+        assert_eq!(common::get(&mut conn, "baton:leader:{once}").await, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn observers_see_each_leader_and_the_vacancy() {
+        let server = server();
+        let (a, o) = (client(&server).await, client(&server).await);
+        let mut seen = o.leaders().observe("seen").unwrap();
+        assert_eq!(
+            tokio::time::timeout(WAKE, seen.next()).await.unwrap(),
+            Some(Observed::NoLeader)
+        );
+        let e = a.leaders().elector("seen", &opts(10_000, "api-1")).unwrap();
+        let t = e.campaign().await.unwrap();
+        assert_eq!(
+            tokio::time::timeout(WAKE, seen.next()).await.unwrap(),
+            Some(Observed::Leader {
+                name: "api-1".into(),
+                term: t.number()
+            })
+        );
+        e.resign().await.unwrap();
+        assert_eq!(
+            tokio::time::timeout(WAKE, seen.next()).await.unwrap(),
+            Some(Observed::NoLeader)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn five_electors_thirty_elections_with_kills_terms_grow_and_stale_writes_fail() {
+        let server = server();
+        let lease_ms = 250;
+        let resource = "baton:leader-resource";
+        // Every grant: (term, who). A writer's last term, to replay a stale write later.
+        let grants = Arc::new(Mutex::new(Vec::<(u64, usize)>::new()));
+        let elections = Arc::new(AtomicU64::new(0));
+        let stale_rejected = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for who in 0..5usize {
+            let server_url = server.url_for(common::TEST_USER, common::TEST_PASSWORD);
+            let (grants, elections, rejected) =
+                (grants.clone(), elections.clone(), stale_rejected.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (who as u64 + 1);
+                let mut stale: Option<u64> = None;
+                let writer = baton::Client::connect(&server_url).await.unwrap();
+                while elections.load(Ordering::SeqCst) < 30 {
+                    let c = baton::Client::connect(&server_url).await.unwrap();
+                    let e = c.leaders().elector("thirty", &opts(lease_ms, &format!("e{who}"))).unwrap();
+                    let campaign = tokio::time::timeout(Duration::from_secs(20), e.campaign());
+                    let t = campaign.await.expect("campaign stalled").unwrap();
+                    if elections.fetch_add(1, Ordering::SeqCst) >= 30 {
+                        e.resign().await.unwrap();
+                        break;
+                    }
+                    grants.lock().unwrap().push((t.number(), who));
+                    let w = writer
+                        .locks()
+                        .write_fenced(resource, t.number(), format!("e{who}"))
+                        .await
+                        .unwrap();
+                    assert_eq!(w, FencedWrite::Written, "the current leader's write");
+                    // A deposed leader of an older term writes late: refused.
+                    if let Some(old) = stale.take() {
+                        match writer.locks().write_fenced(resource, old, "stale").await.unwrap() {
+                            FencedWrite::Rejected { highest } => {
+                                assert!(highest > old);
+                                rejected.fetch_add(1, Ordering::SeqCst);
+                            }
+                            FencedWrite::Written => panic!("a write of term {old} was accepted"),
+                        }
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    tokio::time::sleep(Duration::from_millis(rng % 100)).await;
+                    if rng % 3 == 0 {
+                        // Killed: the lease runs out.
+                        c.shutdown(Duration::from_secs(1)).await;
+                        std::mem::forget(e);
+                    } else {
+                        e.resign().await.unwrap();
+                    }
+                    stale = Some(t.number());
+                }
+            }));
+        }
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(60), t).await.unwrap().unwrap();
+        }
+        let grants = grants.lock().unwrap().clone();
+        assert_eq!(grants.len(), 30);
+        // Recorded in grant order per process but pushed concurrently: sort, then all distinct.
+        let mut terms: Vec<u64> = grants.iter().map(|g| g.0).collect();
+        terms.sort_unstable();
+        terms.dedup();
+        assert_eq!(terms.len(), 30, "two leaders shared a term");
+        assert!(stale_rejected.load(Ordering::SeqCst) > 0, "no stale write was tried");
+        let mut conn = common::raw(&server).await;
+        let highest: Option<String> = redis::cmd("HGET")
+            .arg(resource)
+            .arg("fencing_token")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(highest.unwrap().parse::<u64>().unwrap(), *terms.last().unwrap());
+    }
+}
+
+// Single server only: pauses THE server (SIGSTOP) so renewals cannot be confirmed.
+scenario! {
+    single:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_paused_server_the_work_stops_before_the_lease_can_end() {
+        let server = server();
+        let c = client(&server).await;
+        let stopped_at = Arc::new(Mutex::new(None::<(Instant, Instant)>));
+        let s = stopped_at.clone();
+        let o = ElectionOptions::builder()
+            .lease(Duration::from_millis(900))
+            .stop_timeout(Duration::from_millis(300))
+            .name("p")
+            .build()
+            .unwrap();
+        let mut w = c
+            .leaders()
+            .lead("paused", &o, move |term| {
+                let s = s.clone();
+                async move {
+                    term.stopped().await;
+                    *s.lock().unwrap() = Some((Instant::now(), term.lease_deadline()));
+                }
+            })
+            .unwrap();
+        let LeaderEvent::Elected { term, .. } = next_change(&mut w, WAKE).await else {
+            panic!("not elected first");
+        };
+        server.pause().unwrap();
+        let lost = next_change(&mut w, Duration::from_secs(5)).await;
+        server.resume().unwrap();
+        match lost {
+            LeaderEvent::Lost { term: t, reason } => {
+                assert_eq!(t, term);
+                assert!(reason.contains("no renewal"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let (at, deadline) = stopped_at.lock().unwrap().expect("the work was not stopped");
+        assert!(at < deadline, "the work stopped {:?} after the lease could end", at - deadline);
+        // It campaigns again, and the next term is larger.
+        match next_change(&mut w, Duration::from_secs(10)).await {
+            LeaderEvent::Elected { term: t2, .. } => assert!(t2 > term),
+            other => panic!("unexpected {other:?}"),
+        }
+        w.resign();
+        assert!(matches!(
+            next_change(&mut w, WAKE).await,
+            LeaderEvent::Resigned { .. }
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_that_ignores_the_stop_is_reported_overdue() {
+        let server = server();
+        let c = client(&server).await;
+        let o = ElectionOptions::builder()
+            .lease(Duration::from_millis(600))
+            .stop_timeout(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        let mut w = c
+            .leaders()
+            .lead("stubborn", &o, |_term| async {
+                // Never looks at the stop token.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            })
+            .unwrap();
+        let LeaderEvent::Elected { term, .. } = next_change(&mut w, WAKE).await else {
+            panic!("not elected first");
+        };
+        server.pause().unwrap();
+        let ev = next_change(&mut w, Duration::from_secs(5)).await;
+        server.resume().unwrap();
+        match ev {
+            LeaderEvent::StopOverdue { term: t, waited_ms } => {
+                assert_eq!(t, term);
+                assert!(waited_ms >= 100, "{waited_ms}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            next_change(&mut w, WAKE).await,
+            LeaderEvent::Lost { .. }
+        ));
+    }
+}
