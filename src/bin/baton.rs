@@ -46,8 +46,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use baton::{
-    AcquireOptions, Client, ErrorKind, Event, FailoverConfig, JobState, JobStatus, LockGuard,
-    RedlockGuard, RedlockOptions,
+    AcquireOptions, Client, ElectionOptions, ErrorKind, Event, FailoverConfig, JobState, JobStatus,
+    LockGuard, RedlockGuard, RedlockOptions, Term,
 };
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
@@ -143,6 +143,33 @@ Example (one backup at a time, whichever host gets there first):
   baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup
   baton lock --redlock redis://a:6379/,redis://b:6379/,redis://c:6379/ --key dedupe -- job";
 
+const LEADER_EXIT_STATUSES: &str = "\
+Exit statuses of `baton leader`:
+  0        baton got SIGTERM or SIGINT: PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
+           after --kill-grace, never past the lease's end), the leadership was resigned so a
+           standby leads at once, and baton exited
+  N        PROGRAM ended by itself: its own status (128+n when signal n ended it); the
+           leadership is resigned first
+  126/127  PROGRAM could not be executed / was not found (the leadership is resigned)
+  64       usage or configuration error (checked before connecting to Redis)
+  65       the election's fence key holds a value baton never writes
+  69       Redis cannot be reached at start, or answered with an error that retrying cannot
+           fix (an ACL denial, say)
+  129/131  baton got SIGHUP/SIGQUIT: as for SIGTERM, then this status
+PROGRAM's own statuses can collide with these.
+
+`baton leader` runs a long-lived PROGRAM only while this process leads the election --key: it
+campaigns (waiting as a standby while another process leads), runs PROGRAM once elected, and
+renews the lease every --lease/3. PROGRAM gets BATON_LEADER_KEY and BATON_FENCING_TOKEN (the
+term: larger than every earlier leader's) in its environment. When renewals fail, PROGRAM gets
+SIGTERM --lease/5 before the lease could pass on and SIGKILL at the latest when it could: no
+PROGRAM outlives its leadership. baton then campaigns again and runs PROGRAM anew in the next
+term. Standbys are woken at once by a resignation, and by the lease running out when a leader
+dies. Terminal, job control and signals work as for `baton lock`.
+
+Example (one scheduler at a time across the fleet, handed over on deploys):
+  baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
+
 const EX_USAGE: u8 = 64;
 const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
@@ -196,6 +223,10 @@ enum Command {
     /// watchdog; PROGRAM is stopped if the lock is lost.
     #[command(after_long_help = LOCK_EXIT_STATUSES)]
     Lock(LockArgs),
+    /// Run a long-lived PROGRAM only while this process is the elected leader of --key; stop it
+    /// on loss and campaign again; on SIGTERM stop it, resign and exit 0.
+    #[command(after_long_help = LEADER_EXIT_STATUSES)]
+    Leader(LeaderArgs),
     /// Show a job's state: attempt, holder, last failure, TTLs, fencing token.
     Status {
         /// The job name.
@@ -314,6 +345,30 @@ struct LockArgs {
     program: Vec<OsString>,
 }
 
+#[derive(Args, Debug)]
+struct LeaderArgs {
+    /// The election's name; every process that may lead uses the same key.
+    #[arg(long)]
+    key: String,
+    /// The lease: how long a silent leader keeps leading (10ms ..= 1 day), renewed every
+    /// lease/3.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    lease: Duration,
+    /// This candidate's name, shown to observers (default host:pid).
+    #[arg(long)]
+    name: Option<String>,
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, at most 1 day;
+    /// on a lost leadership PROGRAM is killed by the lease's end whatever this says.
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
+    kill_grace: Duration,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    program: Vec<OsString>,
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
 }
@@ -365,6 +420,7 @@ enum Plan<'a> {
     Run(&'a RunArgs, FailoverConfig, Sink),
     Lock(&'a LockArgs, AcquireOptions, Sink),
     Redlock(&'a LockArgs, RedlockOptions, Sink),
+    Leader(&'a LeaderArgs, ElectionOptions, Sink),
     Status(FailoverConfig, bool),
     Watch(FailoverConfig, bool),
     Fail(FailoverConfig, &'a str, bool),
@@ -407,6 +463,21 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
                 Plan::Redlock(args, ropts, sink)
             }
         }
+        Command::Leader(args) => {
+            job(&args.key)?;
+            let mut opts = ElectionOptions::builder().lease(args.lease);
+            if let Some(name) = &args.name {
+                opts = opts.name(name.clone());
+            }
+            let opts = opts.build().map_err(usage)?;
+            let sink = Sink {
+                json: false,
+                file: None,
+                verbose: args.verbose,
+                key: args.key.clone(),
+            };
+            Plan::Leader(args, opts, sink)
+        }
         Command::Status { key, json } => Plan::Status(job(key)?, *json),
         Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
         Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
@@ -418,6 +489,7 @@ async fn dispatch(cli: Cli) -> u8 {
     let verbose = match &cli.command {
         Command::Run(args) => args.verbose,
         Command::Lock(args) => args.verbose,
+        Command::Leader(args) => args.verbose,
         _ => 0,
     };
     if verbose >= 2 {
@@ -444,6 +516,7 @@ async fn dispatch(cli: Cli) -> u8 {
     match plan {
         Plan::Run(args, config, sink) => run(&client, args, config, sink).await,
         Plan::Lock(args, opts, sink) => lock(&client, args, opts, sink, &cli.prefix).await,
+        Plan::Leader(args, opts, sink) => leader(&client, args, opts, sink, &cli.prefix).await,
         // Returned above.
         Plan::Redlock(..) => EX_USAGE,
         Plan::Status(cfg, json) => status(&client, cfg, &cli.prefix, json).await,
@@ -1242,6 +1315,18 @@ impl HeldLock for RedlockGuard {
     }
 }
 
+impl HeldLock for Term {
+    async fn lost(&self) {
+        self.stopped().await;
+    }
+    fn loss_reason(&self) -> Option<String> {
+        self.stop_reason()
+    }
+    fn deadline(&self) -> Instant {
+        self.lease_deadline()
+    }
+}
+
 /// `baton lock`'s lease: a held lock and its watchdog's loss signal.
 struct LockLease<'a, G> {
     guard: &'a G,
@@ -1402,6 +1487,120 @@ async fn lock(
                 exit_code(&status)
             }
         },
+    }
+}
+
+/// `baton leader`: campaign, run PROGRAM while leading, campaign again after a loss.
+async fn leader(
+    client: &Client,
+    args: &LeaderArgs,
+    opts: ElectionOptions,
+    mut sink: Sink,
+    prefix: &str,
+) -> u8 {
+    let elector = match client
+        .leaders()
+        .with_prefix(prefix)
+        .map_err(baton::Error::from)
+        .and_then(|l| l.elector(&args.key, &opts))
+    {
+        Ok(e) => e,
+        Err(e) => return fail_with(&e),
+    };
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    let mut sigchld = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    // SIGTERM and SIGINT end a leader gracefully (exit 0); SIGHUP and SIGQUIT the same way
+    // with their own status.
+    let graceful = |sig: libc::c_int| {
+        if sig == libc::SIGTERM || sig == libc::SIGINT {
+            0
+        } else {
+            signal_status(sig)
+        }
+    };
+    loop {
+        sink.note("campaigning");
+        let got = tokio::select! {
+            sig = signals.recv() => Err(sig),
+            got = elector.campaign() => Ok(got),
+        };
+        let term = match got {
+            Ok(Ok(term)) => term,
+            Ok(Err(e)) => return fail_with(&e),
+            Err(sig) => {
+                // A dropped campaign releases a lease its script may just have taken, in a task
+                // of the client: let it finish (bounded).
+                drop(elector);
+                client.shutdown(LEASE_CHECK_TIMEOUT).await;
+                return graceful(sig);
+            }
+        };
+        sink.note(&format!("elected (term {})", term.number()));
+        let tty = in_foreground();
+        let env = [
+            ("BATON_LEADER_KEY", args.key.clone()),
+            ("BATON_FENCING_TOKEN", term.number().to_string()),
+        ];
+        let mut program = match spawn(&args.program, &env, tty) {
+            Ok(p) => p,
+            Err(e) => {
+                let code = spawn_failed(&args.program, &e, tty);
+                let _ = elector.resign().await;
+                return code;
+            }
+        };
+        let mut lease = LockLease {
+            guard: &term,
+            kill_grace: args.kill_grace,
+            reported: false,
+        };
+        let mut supervisor = Supervisor {
+            sink: &mut sink,
+            signals: &mut signals,
+            sigchld: &mut sigchld,
+            kill_grace: args.kill_grace,
+            lease_end: None,
+        };
+        let far = later(Instant::now(), FAR);
+        let done = supervisor
+            .supervise(&mut program, &mut lease, far, String::new())
+            .await;
+        // Resigned in every case: after a loss the token check makes this a no-op on a lease
+        // that passed on, and it lets a standby lead at once otherwise.
+        if let Err(e) = elector.resign().await {
+            sink.warn(&format!(
+                "resigning failed (the lease runs out by itself): {e}"
+            ));
+        }
+        let status = match done.status {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("baton: lost track of PROGRAM: {e}");
+                return EX_LOST;
+            }
+        };
+        match done.stopping {
+            Some(Stopping::Lost) => {
+                sink.warn(&format!(
+                    "term {} ended; PROGRAM was stopped; campaigning again",
+                    term.number()
+                ));
+            }
+            Some(Stopping::Signal(sig)) => return graceful(sig),
+            None => return exit_code(&status),
+        }
     }
 }
 
