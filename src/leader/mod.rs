@@ -314,18 +314,27 @@ impl Election {
             if let Some(w) = woken.take() {
                 w.used();
             }
-            let pttl = match outcome {
-                Ok(Ok(held)) => return Ok(held),
-                Ok(Err(pttl)) => {
+            let pttl = match after_try(&outcome) {
+                CampaignStep::Elected => match outcome {
+                    Ok(Ok(held)) => return Ok(held),
+                    // `after_try` elects only a grant.
+                    _ => continue,
+                },
+                CampaignStep::Standby { pttl } => {
                     backoff.reset();
                     pttl
                 }
-                Err(e) if e.is_retryable() => {
-                    on_error(&e);
+                CampaignStep::Retry => {
+                    if let Err(e) = &outcome {
+                        on_error(e);
+                    }
                     tokio::time::sleep(backoff.next_delay()).await;
                     continue;
                 }
-                Err(e) => return Err(e),
+                CampaignStep::Fail => match outcome {
+                    Err(e) => return Err(e),
+                    _ => continue,
+                },
             };
             if group.is_none() {
                 // Best effort: without pub/sub a resignation is noticed at the lease's PTTL.
@@ -383,7 +392,6 @@ impl Election {
         let stop_timeout = self.opts.stop_timeout;
         loop {
             let d = *deadlines.borrow_and_update();
-            let stop_at = d.checked_sub(stop_timeout).unwrap_or(d);
             tokio::select! {
                 biased;
                 _ = held.term.stop.cancelled() => {
@@ -395,8 +403,8 @@ impl Election {
                 _ = self.transport.cancel.cancelled() => {
                     return "the client shut down; the lease is no longer renewed".into();
                 }
-                _ = tokio::time::sleep_until(stop_at) => {
-                    if state.deadline() <= d {
+                _ = tokio::time::sleep_until(stop_at(d, stop_timeout)) => {
+                    if must_stop(Instant::now(), state.deadline(), stop_timeout) {
                         return format!(
                             "no renewal was confirmed; the lease can end in {stop_timeout:?}"
                         );
@@ -410,6 +418,65 @@ impl Election {
                 }
             }
         }
+    }
+}
+
+/// What a candidate does after one try ([`Election::try_once`]); shared with the model checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CampaignStep {
+    /// Granted: it leads.
+    Elected,
+    /// Someone leads: wait for the lease's PTTL (or a resignation's message).
+    Standby { pttl: Option<Duration> },
+    /// A transient error: try again after a backoff (a grant whose reply was lost is released
+    /// by token meanwhile).
+    Retry,
+    /// An error retrying cannot fix.
+    Fail,
+}
+
+/// The campaign's decision on one try's outcome.
+pub(crate) fn after_try<T>(outcome: &Result<Result<T, Option<Duration>>, Error>) -> CampaignStep {
+    match outcome {
+        Ok(Ok(_)) => CampaignStep::Elected,
+        Ok(Err(pttl)) => CampaignStep::Standby { pttl: *pttl },
+        Err(e) if e.is_retryable() => CampaignStep::Retry,
+        Err(_) => CampaignStep::Fail,
+    }
+}
+
+/// When a term's work is told to stop unless a renewal moves `deadline` first: `stop_timeout`
+/// before the lease can end.
+pub(crate) fn stop_at(deadline: Instant, stop_timeout: Duration) -> Instant {
+    deadline.checked_sub(stop_timeout).unwrap_or(deadline)
+}
+
+/// Whether a term's work must stop at `now`, the lease's deadline being `deadline` (the term's
+/// supervisor asks when its timer fires; the model checker at each point of a holder's clock).
+pub(crate) fn must_stop(now: Instant, deadline: Instant, stop_timeout: Duration) -> bool {
+    now >= stop_at(deadline, stop_timeout)
+}
+
+/// What the worker does with a term's work it told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// Still running, and the lease is still ours: wait for it (until the deadline).
+    Wait,
+    /// It stopped: let the lease go.
+    Release,
+    /// Still running at the lease's end: another candidate may lead now. Report it loudly,
+    /// abort it, then let go.
+    Overdue,
+}
+
+/// The worker's decision on a told-to-stop work at `now`.
+pub(crate) fn handover(work_finished: bool, now: Instant, deadline: Instant) -> Handover {
+    if work_finished {
+        Handover::Release
+    } else if now < deadline {
+        Handover::Wait
+    } else {
+        Handover::Overdue
     }
 }
 
@@ -920,9 +987,16 @@ impl WorkerTask {
     /// aborts it.
     async fn stop_work(&self, mut h: tokio::task::JoinHandle<()>, term: &Term) {
         let told = Instant::now();
-        let end = term.state.deadline();
-        if tokio::time::timeout_at(end, &mut h).await.is_ok() {
-            return;
+        loop {
+            // A renewal confirmed meanwhile moves the deadline: the work may take that long.
+            let end = term.state.deadline();
+            match handover(h.is_finished(), Instant::now(), end) {
+                Handover::Release => return,
+                Handover::Wait => {
+                    let _ = tokio::time::timeout_at(end, &mut h).await;
+                }
+                Handover::Overdue => break,
+            }
         }
         let waited = told.elapsed();
         tracing::error!(
@@ -1140,6 +1214,23 @@ mod tests {
             retryable: false
         }
         .is_terminal());
+    }
+
+    #[test]
+    fn the_work_is_told_to_stop_before_the_lease_can_end_and_waited_for_until_then() {
+        let d = Instant::now() + Duration::from_secs(10);
+        let stop = Duration::from_secs(2);
+        assert_eq!(stop_at(d, stop), d - stop);
+        assert!(!must_stop(d - stop - Duration::from_millis(1), d, stop));
+        assert!(must_stop(d - stop, d, stop));
+        assert!(must_stop(d + stop, d, stop));
+        assert_eq!(handover(true, d + stop, d), Handover::Release);
+        assert_eq!(handover(false, d - stop, d), Handover::Wait);
+        assert_eq!(handover(false, d, d), Handover::Overdue);
+        let held: Result<Result<(), Option<Duration>>, Error> = Ok(Err(None));
+        assert_eq!(after_try(&held), CampaignStep::Standby { pttl: None });
+        let lost: Result<Result<(), Option<Duration>>, Error> = Err(Error::Timeout { during: "x" });
+        assert_eq!(after_try(&lost), CampaignStep::Retry);
     }
 
     #[test]

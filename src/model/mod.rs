@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub(crate) mod check;
 pub(crate) mod failover;
+pub(crate) mod leader;
 pub(crate) mod mutex;
 pub(crate) mod store;
 
@@ -36,6 +37,7 @@ struct Case {
 enum Subject {
     Failover(Failover),
     Mutex(mutex::MutexModel),
+    Leader(leader::LeaderModel),
 }
 
 fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
@@ -80,6 +82,17 @@ fn mutex_case(watchdog: bool, faults: mutex::Faults) -> Case {
             faults.wipes
         ),
         model: Subject::Mutex(mutex::MutexModel::new(3, 3, watchdog, faults)),
+        ci: true,
+    }
+}
+
+fn leader_case(candidates: u8, terms: u8, faults: leader::Faults) -> Case {
+    Case {
+        name: format!(
+            "leader {candidates} candidates x {terms} terms, {} lost replies, {} pauses, {} crashes, {} restarts losing every key",
+            faults.lost_replies, faults.pauses, faults.crashes, faults.wipes
+        ),
+        model: Subject::Leader(leader::LeaderModel::new(candidates, terms, faults)),
         ci: true,
     }
 }
@@ -211,6 +224,25 @@ fn cases() -> Vec<Case> {
         cases.push(mutex_case(watchdog, faults));
         cases.push(mutex_case(watchdog, wipe));
     }
+    cases.push(leader_case(
+        3,
+        2,
+        leader::Faults {
+            lost_replies: 1,
+            pauses: 1,
+            crashes: 1,
+            wipes: 0,
+        },
+    ));
+    cases.push(leader_case(
+        3,
+        2,
+        leader::Faults {
+            lost_replies: 1,
+            wipes: 1,
+            ..leader::Faults::default()
+        },
+    ));
     cases
 }
 
@@ -242,6 +274,7 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
                 let ok = match &case.model {
                     Subject::Failover(m) => report(&case.name, m, &limits),
                     Subject::Mutex(m) => report(&case.name, m, &limits),
+                    Subject::Leader(m) => report(&case.name, m, &limits),
                 };
                 if !ok {
                     failed.store(true, std::sync::atomic::Ordering::Relaxed);
