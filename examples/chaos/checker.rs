@@ -267,7 +267,9 @@ fn check_c8(files: &[PathBuf], canary: &str) -> Inv {
 pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
     match r.cfg.workload {
         Workload::Failover => check_failover(r, canary),
-        Workload::Mutex => check_mutex(r, canary),
+        // Leader election logs the same shape: a grant per term (token = the term), BEGIN/COMMIT
+        // pairs at the resource fenced by it; M2 is then "no two leaders share a term".
+        Workload::Mutex | Workload::Leader => check_mutex(r, canary),
     }
 }
 

@@ -175,7 +175,9 @@ pub async fn run_phase(
         // seen; this deadline only caps a run whose control process went away.
         deadline: match cfg.workload {
             Workload::Failover => 0,
-            Workload::Mutex => deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000,
+            Workload::Mutex | Workload::Leader => {
+                deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000
+            }
         },
     };
     let fleet = Fleet::new(base, worker_url, WORKERS, log.clone());
@@ -229,8 +231,8 @@ pub async fn run_phase(
     // Heal, then wait for quiescence.
     ctx.heal_all().await;
     let heal_t = mono_ns();
-    if cfg.workload == Workload::Mutex {
-        // Let the mutex workers show progress after the heal (a write accepted at the resource,
+    if cfg.workload != Workload::Failover {
+        // Let the mutex (or leader) workers show progress after the heal (a write accepted at the resource,
         // then one more second of work), bounded, then tell them to stop.
         let until = heal_t + LEASE.as_nanos() as u64 + 7_000_000_000;
         let mut seen = None;
@@ -266,7 +268,7 @@ pub async fn run_phase(
 
     let jobs = match cfg.workload {
         Workload::Failover => cfg.jobs,
-        Workload::Mutex => 0,
+        Workload::Mutex | Workload::Leader => 0,
     };
     let read = match &cluster {
         Some(c) => crate::cluster::read_final_state(c, jobs).await,

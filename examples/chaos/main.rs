@@ -11,7 +11,11 @@
 //! Profile `quick` runs the main phase and both negative controls, then the mutex workload
 //! (`mutex`: holders paused past the lease, Redis paused and restarted, links cut; its negative
 //! control `control-mutex-fencing-off`; `mutex-volatile`: Redis restarted without persistence);
-//! `controls` only the controls, `mutex` only the mutex phases. Profile `cluster` (needs
+//! `controls` only the controls, `mutex` only the mutex phases. Then the leader-election workload
+//! (`leader`: candidates in the worker form on 3 elections, each term's work writing
+//! BEGIN/COMMIT pairs fenced by the term, then resigning; leaders paused past their lease,
+//! Redis paused and restarted, links cut; and its control `control-leader-fencing-off`);
+//! profile `leader` runs only those. Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
@@ -165,8 +169,10 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             // the election), and clients find it at their next slot-map read: 3 s more.
             liveness_extra_ms: 3_000,
         });
-    } else if profile != "controls" && profile != "mutex" {
-        return Err(format!("unknown profile {profile} (quick, controls, mutex, cluster)").into());
+    } else if profile != "controls" && profile != "mutex" && profile != "leader" {
+        return Err(
+            format!("unknown profile {profile} (quick, controls, mutex, leader, cluster)").into(),
+        );
     }
     if profile == "cluster" {
         // The negative control on the cluster: the resource ignores tokens, holders are paused
@@ -294,8 +300,56 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         });
     }
 
+    let leader_phases = profile == "quick" || profile == "leader";
+    if leader_phases {
+        // Leader election: candidates paused past their lease (a paused leader's spawned
+        // commit lands late and must be refused by its term), Redis paused and crash-restarted,
+        // links cut; then its fencing-off control.
+        phases.push(PhaseCfg {
+            name: "leader".into(),
+            jobs: 0,
+            warmup_s: 2.0,
+            chaos_s: 15.0,
+            fenced: true,
+            lanes: vec![
+                Kind::WORKER_LANE.to_vec(),
+                Kind::SERVER_LANE
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::TtlShrink)
+                    .collect(),
+                vec![Kind::PauseWorker],
+                vec![Kind::PauseWorker],
+            ],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0x1E]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Leader,
+            cluster: false,
+            liveness_extra_ms: 0,
+        });
+    }
+    if leader_phases || profile == "controls" {
+        phases.push(PhaseCfg {
+            name: "control-leader-fencing-off".into(),
+            jobs: 0,
+            warmup_s: 1.0,
+            chaos_s: 10.0,
+            fenced: false,
+            lanes: vec![vec![Kind::PauseWorker], vec![Kind::PauseWorker]],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0x1F]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Leader,
+            cluster: false,
+            liveness_extra_ms: 0,
+        });
+    }
     if profile == "mutex" {
         phases.retain(|p| p.workload == Workload::Mutex);
+    }
+    if profile == "leader" {
+        phases.retain(|p| p.workload == Workload::Leader);
     }
     if profile == "cluster" {
         phases.retain(|p| p.cluster);
@@ -388,7 +442,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 report[k] = an.stats[k].clone();
             }
             report["duration_s"] = an.stats["duration_s"].clone();
-        } else if workload == Workload::Mutex && !name.starts_with("control-") {
+        } else if workload != Workload::Failover && !name.starts_with("control-") {
             let st = &an.stats;
             println!(
                 "chaos: {name}: faults {} grants {} stale_rejected {} stale_accepted {} liveness {}",

@@ -24,11 +24,13 @@ pub const MUTEX_WAIT: Duration = Duration::from_secs(3);
 /// control process saw progress after the final heal.
 pub const STOP_FILE: &str = "stop";
 
-/// What the workers exercise: the failover coordinator (W1) or the fenced mutex.
+/// What the workers exercise: the failover coordinator (W1), the fenced mutex, or leader
+/// election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     Failover,
     Mutex,
+    Leader,
 }
 
 impl Workload {
@@ -36,6 +38,7 @@ impl Workload {
         match self {
             Workload::Failover => "failover",
             Workload::Mutex => "mutex",
+            Workload::Leader => "leader",
         }
     }
 
@@ -43,7 +46,8 @@ impl Workload {
         match s {
             "failover" => Ok(Workload::Failover),
             "mutex" => Ok(Workload::Mutex),
-            _ => Err(format!("unknown workload {s} (failover, mutex)").into()),
+            "leader" => Ok(Workload::Leader),
+            _ => Err(format!("unknown workload {s} (failover, mutex, leader)").into()),
         }
     }
 }
@@ -51,6 +55,11 @@ impl Workload {
 /// `m-1`.
 pub fn lock_name(i: usize) -> String {
     format!("m-{i}")
+}
+
+/// `l-1`.
+pub fn election_name(i: usize) -> String {
+    format!("l-{i}")
 }
 
 #[derive(Debug, Clone)]
@@ -187,8 +196,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         }
     };
     ctx.write(json!({"type":"info","f":"connected"}));
-    if ctx.args.workload == Workload::Mutex {
-        return run_mutex(ctx, client).await;
+    match ctx.args.workload {
+        Workload::Mutex => return run_mutex(ctx, client).await,
+        Workload::Leader => return run_leader(ctx, client).await,
+        Workload::Failover => {}
     }
 
     let now = mono_ns();
@@ -356,6 +367,30 @@ async fn run_mutex(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
             mutex_task(&ctx, &client, &counter, &opts, task).await
         }));
     }
+    join_tasks(&ctx, tasks, "mutex").await
+}
+
+/// The leader workload: `MUTEX_TASKS` candidates per process, each running the worker form on a
+/// seeded one of `MUTEX_LOCKS` elections until the deadline (or the stop file). A term's work
+/// writes BEGIN/COMMIT pairs to the resource with the term as fencing token, then returns (the
+/// worker resigns): short terms, many handovers.
+async fn run_leader(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..MUTEX_TASKS {
+        let (ctx, client, counter) = (ctx.clone(), client.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            leader_task(&ctx, &client, &counter, task).await
+        }));
+    }
+    join_tasks(&ctx, tasks, "leader").await
+}
+
+async fn join_tasks(
+    ctx: &Arc<Ctx>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), BoxError>>>,
+    what: &str,
+) -> Result<(), BoxError> {
     let mut failures = 0;
     for t in tasks {
         let err = match t.await {
@@ -368,8 +403,128 @@ async fn run_mutex(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
     }
     ctx.write(json!({"type":"exit","harness_failures":failures}));
     if failures > 0 {
-        return Err(format!("{failures} mutex tasks failed").into());
+        return Err(format!("{failures} {what} tasks failed").into());
     }
+    Ok(())
+}
+
+async fn leader_task(
+    ctx: &Arc<Ctx>,
+    client: &Client,
+    counter: &Arc<std::sync::atomic::AtomicU64>,
+    task: usize,
+) -> Result<(), BoxError> {
+    let mut rng = Rng::new(mix(&[
+        ctx.args.seed,
+        ctx.args.id as u64,
+        ctx.args.inc as u64,
+        task as u64,
+        0x4C,
+    ]));
+    let leaders = client.leaders();
+    let opts = baton::ElectionOptions::builder()
+        .lease(LEASE)
+        .name(format!("{}.{task}", ctx.holder))
+        .build()?;
+    let stop = ctx.args.run_dir.join(STOP_FILE);
+    tokio::time::sleep(Duration::from_millis(rng.range(0.0, 100.0) as u64)).await;
+    while mono_ns() < ctx.args.deadline && !stop.exists() {
+        let name = election_name(rng.below(MUTEX_LOCKS));
+        let rounds = 1 + rng.below(3);
+        let hold_ms = rng.range(20.0, 150.0) as u64;
+        // As for the mutex: three in four terms commit from a spawned task, which the term's
+        // stop token does not reach, so a leader paused past its lease commits late and only
+        // the fencing token keeps the resource safe.
+        let detached = rng.unit() < 0.75;
+        ctx.write(json!({"type":"invoke","f":"lock","lock":name}));
+        let work = {
+            let (ctx, name, counter) = (ctx.clone(), name.clone(), counter.clone());
+            move |term: baton::Term| {
+                let (ctx, name) = (ctx.clone(), name.clone());
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                async move {
+                    let fence = term.number();
+                    ctx.write(
+                        json!({"type":"info","f":"grant","lock":name,"n":n,"token":fence,
+                        "detached":detached}),
+                    );
+                    for _ in 0..rounds {
+                        if term.stop_token().is_cancelled() {
+                            return;
+                        }
+                        let begin = resource_write(&ctx, &name, fence, &format!("BEGIN-{n}")).await;
+                        if begin.as_deref() != Some("OK") {
+                            return;
+                        }
+                        let commit = {
+                            let (ctx, name) = (ctx.clone(), name.clone());
+                            async move {
+                                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                                resource_write(&ctx, &name, fence, &format!("COMMIT-{n}")).await
+                            }
+                        };
+                        let committed = if detached {
+                            tokio::spawn(commit).await.ok().flatten()
+                        } else {
+                            tokio::select! {
+                                _ = term.stopped() => None,
+                                c = commit => c,
+                            }
+                        };
+                        if committed.as_deref() != Some("OK") {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        let mut w = leaders.lead(&name, &opts, work)?;
+        let campaign_until = tokio::time::Instant::now() + MUTEX_WAIT;
+        let mut elected = false;
+        loop {
+            let next = if elected {
+                w.next_event().await
+            } else {
+                match tokio::time::timeout_at(campaign_until, w.next_event()).await {
+                    Ok(ev) => ev,
+                    Err(_) => {
+                        // Not elected in time: stop campaigning (the stream ends with Stopped).
+                        w.resign();
+                        continue;
+                    }
+                }
+            };
+            let Some(ev) = next else { break };
+            match &ev {
+                baton::LeaderEvent::Elected { .. } => elected = true,
+                baton::LeaderEvent::Lost { term, reason } => ctx.write(
+                    json!({"type":"info","api_err":true,"f":"lock","lock":name,"kind":"LeaseLost",
+                    "token":term,"err":reason}),
+                ),
+                baton::LeaderEvent::StopOverdue { term, waited_ms } => ctx.write(
+                    json!({"type":"info","f":"stop_overdue","lock":name,"token":term,
+                    "waited_ms":waited_ms}),
+                ),
+                baton::LeaderEvent::Error {
+                    kind,
+                    message,
+                    retryable,
+                } => ctx.write(
+                    json!({"type":if *retryable {"info"} else {"fail"},"api_err":true,"f":"lock",
+                    "lock":name,"kind":kind,"err":message}),
+                ),
+                baton::LeaderEvent::Resigned { .. } => {
+                    ctx.write(json!({"type":"ok","f":"lock","lock":name,"outcome":"done"}))
+                }
+                _ => {}
+            }
+            if ev.is_terminal() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(20.0, 100.0) as u64)).await;
+    }
+    ctx.write(json!({"type":"end","task":task}));
     Ok(())
 }
 
