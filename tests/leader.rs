@@ -336,3 +336,128 @@ scenario! {
         ));
     }
 }
+
+// ----- The bad-input catalogue (RELIABILITY.md §c) for leader election -----------------------
+
+#[test]
+fn row_03_05_leader_options_and_names_are_rejected_before_any_io() {
+    use baton::ConfigError;
+    let field = |r: Result<ElectionOptions, ConfigError>| match r {
+        Err(ConfigError::Invalid { field, .. }) => field,
+        other => panic!("accepted: {other:?}"),
+    };
+    let b = ElectionOptions::builder;
+    assert_eq!(field(b().lease(Duration::ZERO).build()), "lease");
+    assert_eq!(
+        field(b().lease(Duration::from_secs(86_401)).build()),
+        "lease"
+    );
+    assert_eq!(
+        field(
+            b().lease(Duration::from_secs(1))
+                .stop_timeout(Duration::from_millis(501))
+                .build()
+        ),
+        "stop_timeout"
+    );
+    for name in ["", " \t", "a\u{0}b", "line\nbreak"] {
+        assert_eq!(field(b().name(name).build()), "name", "{name:?}");
+    }
+    assert_eq!(field(b().name("n".repeat(257)).build()), "name");
+    for bad in [
+        r#"{"lease_ms":0}"#,
+        r#"{"lease_ms":-1}"#,
+        r#"{"stop_timeout_ms":9000}"#,
+        r#"{"x":1}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<ElectionOptions>(bad).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn row_05_bad_election_names_and_prefixes_are_config_errors() {
+    let srv = server();
+    let c = client(&srv).await;
+    for key in ["", "  ", "a{b}", &"k".repeat(1025)] {
+        let e = c
+            .leaders()
+            .elector(key, &ElectionOptions::default())
+            .unwrap_err();
+        assert_eq!(e.kind(), baton::ErrorKind::Config, "{key:?}");
+        assert_eq!(
+            c.leaders().observe(key).unwrap_err().kind(),
+            baton::ErrorKind::Config
+        );
+    }
+    assert!(c.leaders().with_prefix("no-colon").is_err());
+    assert!(c.leaders().with_prefix("{x}:").is_err());
+}
+
+#[tokio::test]
+async fn row_10_15_foreign_values_in_an_elections_keys_are_reported_and_left_untouched() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut conn = common::raw(&srv).await;
+    let set = |k: &'static str, v: &'static str| redis::cmd("SET").arg(k).arg(v).clone();
+    // A fence baton never writes: the campaign fails at once (non-retryable), writes nothing.
+    let _: () = set("baton:leader:{f}:fence", "-3")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let e = c.leaders().elector("f", &opts(1_000, "x")).unwrap();
+    let err = tokio::time::timeout(WAKE, e.campaign())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), baton::ErrorKind::CorruptState);
+    assert!(!err.is_retryable());
+    assert_eq!(common::get(&mut conn, "baton:leader:{f}").await, None);
+    assert_eq!(
+        common::get(&mut conn, "baton:leader:{f}:fence")
+            .await
+            .as_deref(),
+        Some("-3")
+    );
+    // A lease value baton never writes: observers report it, campaigns wait for it (it is held
+    // by someone), nothing overwrites it.
+    let _: () = redis::cmd("SET")
+        .arg("baton:leader:{g}")
+        .arg("not-a-baton-value")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut seen = c.leaders().observe("g").unwrap();
+    match tokio::time::timeout(WAKE, seen.next()).await.unwrap() {
+        Some(Observed::Error { kind, .. }) => assert_eq!(kind, baton::ErrorKind::CorruptState),
+        other => panic!("{other:?}"),
+    }
+    let e = c.leaders().elector("g", &opts(1_000, "x")).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), e.campaign())
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        common::get(&mut conn, "baton:leader:{g}").await.as_deref(),
+        Some("not-a-baton-value")
+    );
+    // A wrong type in the lease key: a typed, non-retryable error at once.
+    let _: () = redis::cmd("HSET")
+        .arg("baton:leader:{h}")
+        .arg("a")
+        .arg("b")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let e = c.leaders().elector("h", &opts(1_000, "x")).unwrap();
+    let err = tokio::time::timeout(WAKE, e.campaign())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), baton::ErrorKind::WrongType, "{err}");
+}

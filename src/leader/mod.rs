@@ -349,11 +349,24 @@ impl Election {
                 }
             }
             // Until the leader's lease runs out (a crashed leader publishes nothing), plus a
-            // millisecond so the key has surely expired; a lease without a TTL (not baton's
-            // doing) is looked at again after a backoff.
+            // millisecond so the key has surely expired.
             let nap = match pttl {
                 Some(p) => p + Duration::from_millis(1),
-                None => backoff.next_delay(),
+                None => {
+                    // No TTL, or gone meanwhile: a key that never expires (or is not even a
+                    // string) is not baton's doing and would keep every candidate a standby
+                    // forever. Say so (a wrong type at once and for good), and look again after
+                    // a backoff.
+                    match read_leader(self).await {
+                        Ok((Observed::Leader { .. }, None)) => on_error(&Error::NoExpiry {
+                            key: self.keys.lease.clone(),
+                        }),
+                        Ok(_) => {}
+                        Err(e) if e.is_retryable() => on_error(&e),
+                        Err(e) => return Err(e),
+                    }
+                    backoff.next_delay()
+                }
             };
             match &group {
                 Some(g) if g.closed() => {
@@ -1153,11 +1166,12 @@ async fn read_leader(election: &Election) -> Result<(Observed, Option<Duration>)
     let limit = election.transport.settings.response_timeout;
     let mut pipe = redis::pipe();
     pipe.atomic()
+        .ignore_errors()
         .get(&election.keys.lease)
         .get(&election.keys.fence)
         .pttl(&election.keys.lease);
-    let read = pipe.query_async::<(Option<String>, Option<String>, i64)>(&mut conn);
-    let (lease, fence, pttl) = match tokio::time::timeout(limit, read).await {
+    let read = pipe.query_async::<Vec<redis::Value>>(&mut conn);
+    let replies = match tokio::time::timeout(limit, read).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
@@ -1165,6 +1179,20 @@ async fn read_leader(election: &Election) -> Result<(Observed, Option<Duration>)
             })
         }
     };
+    // A reply inside the transaction may be an error (a key of another type): typed, not a
+    // parse failure.
+    for r in &replies {
+        if let redis::Value::ServerError(e) = r {
+            return Err(crate::transport::from_server_error(e));
+        }
+    }
+    let (lease, fence, pttl): (Option<String>, Option<String>, i64) =
+        redis::from_redis_value(redis::Value::Array(replies)).map_err(|e| {
+            Error::UnexpectedReply {
+                context: "reading who leads",
+                reply: e.to_string(),
+            }
+        })?;
     let Some(value) = lease else {
         return Ok((Observed::NoLeader, None));
     };

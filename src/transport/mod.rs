@@ -32,7 +32,7 @@ use redis::AsyncConnectionConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub(crate) use classify::unexpected;
+pub(crate) use classify::{from_server_error, unexpected};
 pub(crate) use connection::{
     check_replies, Dedicated, Expect, Hub, HubMsg, HubSource, ReplicaWait, Subscription,
 };
