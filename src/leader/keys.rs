@@ -22,6 +22,15 @@ pub(crate) struct ElectionKeys {
     pub channel: String,
 }
 
+impl crate::lease::pending::LockAt for ElectionKeys {
+    fn lock(&self) -> &str {
+        &self.lease
+    }
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
 impl ElectionKeys {
     /// The keys of election `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {

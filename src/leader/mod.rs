@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ConfigError, Error, ErrorKind};
 use crate::lease::deadline;
 use crate::lease::lock::{self as kernel, Grant};
-use crate::lease::pending::{self, LockAt, Pending};
+use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::transport::wake::{WakeOne, Woken};
 use crate::transport::{HubMsg, Transport};
@@ -107,13 +107,9 @@ impl Leaders {
             Some(n) => Arc::from(n.as_str()),
             None => default_worker_name(),
         };
-        let keys = ElectionKeys::new(&self.prefix, key);
+        let keys = Arc::new(ElectionKeys::new(&self.prefix, key));
         Ok(Arc::new(Election {
             transport: self.transport.clone(),
-            at: Arc::new(LockAt {
-                lock: keys.lease.clone(),
-                channel: keys.channel.clone(),
-            }),
             keys,
             key: key.to_string(),
             name,
@@ -213,8 +209,7 @@ const EVENT_BUFFER: usize = 64;
 /// One election, as one candidate takes part in it.
 struct Election {
     transport: Arc<Transport>,
-    keys: ElectionKeys,
-    at: Arc<LockAt>,
+    keys: Arc<ElectionKeys>,
     key: String,
     name: Arc<str>,
     opts: ElectionOptions,
@@ -235,7 +230,7 @@ impl Election {
         let value = keys::lease_value(&new_token(), &self.name);
         // Armed before the request leaves: an error, a timeout or a dropped future releases
         // the lease by token unless we learn the outcome.
-        let mut pending = Pending::arm(&self.transport, &self.at, &value);
+        let mut pending = Pending::arm(&self.transport, &self.keys, &value);
         let node = self.transport.node(&self.keys.lease).await?;
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let req = kernel::Acquire {
@@ -631,7 +626,7 @@ impl Elector {
             old.watchdog.cancel();
             pending::release_in_background(
                 &self.election.transport,
-                &self.election.at,
+                &self.election.keys,
                 old.value.clone(),
             );
         }
@@ -659,7 +654,7 @@ impl Elector {
             };
             if mine {
                 held.watchdog.cancel();
-                pending::release_in_background(&election.transport, &election.at, held.value.clone());
+                pending::release_in_background(&election.transport, &election.keys, held.value.clone());
             }
         });
         Ok(term)
@@ -707,7 +702,7 @@ impl Drop for Elector {
             held.watchdog.cancel();
             pending::release_in_background(
                 &self.election.transport,
-                &self.election.at,
+                &self.election.keys,
                 held.value.clone(),
             );
         }

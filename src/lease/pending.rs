@@ -11,24 +11,25 @@ use crate::transport::Transport;
 use crate::util::time::after;
 use crate::util::token::short;
 
-/// Where a lock lives: its key and the channel its release wakes.
-#[derive(Debug, Clone)]
-pub(crate) struct LockAt {
-    pub lock: String,
-    pub channel: String,
+/// Where a lock lives: its key and the channel its release wakes (a primitive's key set).
+pub(crate) trait LockAt: Send + Sync + 'static {
+    /// The lock (lease) key.
+    fn lock(&self) -> &str;
+    /// The channel a release publishes `released` on.
+    fn channel(&self) -> &str;
 }
 
 /// Releases by token through a task of the client when an acquisition's outcome is unknown
 /// (dropped future, lost reply); [`Pending::disarm`] once the reply is known.
-pub(crate) struct Pending {
+pub(crate) struct Pending<K: LockAt> {
     transport: Option<Arc<Transport>>,
-    at: Arc<LockAt>,
+    at: Arc<K>,
     token: String,
 }
 
-impl Pending {
+impl<K: LockAt> Pending<K> {
     /// Armed: dropped before [`Pending::disarm`], it releases `token` from `at`.
-    pub(crate) fn arm(transport: &Arc<Transport>, at: &Arc<LockAt>, token: &str) -> Self {
+    pub(crate) fn arm(transport: &Arc<Transport>, at: &Arc<K>, token: &str) -> Self {
         Pending {
             transport: Some(transport.clone()),
             at: at.clone(),
@@ -42,7 +43,7 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl<K: LockAt> Drop for Pending<K> {
     fn drop(&mut self) {
         if let Some(t) = self.transport.take() {
             release_in_background(&t, &self.at, std::mem::take(&mut self.token));
@@ -52,7 +53,11 @@ impl Drop for Pending {
 
 /// Spawns a token-checked release on the client's tracker; never blocks. Without a runtime (a
 /// holder dropped after it ended) or a client that shut down, the lock's ttl is the backstop.
-pub(crate) fn release_in_background(transport: &Arc<Transport>, at: &Arc<LockAt>, token: String) {
+pub(crate) fn release_in_background<K: LockAt>(
+    transport: &Arc<Transport>,
+    at: &Arc<K>,
+    token: String,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -66,18 +71,17 @@ pub(crate) fn release_in_background(transport: &Arc<Transport>, at: &Arc<LockAt>
     transport.tracker.spawn_on(
         async move {
             let deadline = after(Instant::now(), limit);
-            let released = match router.node(&at.lock).await {
-                Ok(node) => {
-                    lock::release(&mut node.conn(), &at.lock, &at.channel, &token, deadline).await
-                }
+            let (key, channel) = (at.lock(), at.channel());
+            let released = match router.node(key).await {
+                Ok(node) => lock::release(&mut node.conn(), key, channel, &token, deadline).await,
                 Err(e) => Err(e),
             };
             match released {
                 Ok(ours) => {
-                    tracing::debug!(key = %at.lock, token = short(&token), ours, "released in the background")
+                    tracing::debug!(key, token = short(&token), ours, "released in the background")
                 }
                 Err(e) => {
-                    tracing::warn!(key = %at.lock, error = %e, "background release failed; the lease expires by its ttl")
+                    tracing::warn!(key, error = %e, "background release failed; the lease expires by its ttl")
                 }
             }
         },

@@ -24,6 +24,15 @@ pub(crate) struct LockKeys {
     pub channel: String,
 }
 
+impl crate::lease::pending::LockAt for LockKeys {
+    fn lock(&self) -> &str {
+        &self.lock
+    }
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
 impl LockKeys {
     /// The keys of lock `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {

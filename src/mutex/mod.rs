@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ConfigError, Error};
 pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
+use crate::lease::pending::{release_in_background, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::lease::{deadline, extend, Extend, Extension};
 use crate::transport::wake::{WakeOne, Woken};
@@ -153,11 +154,7 @@ impl Locks {
         let token = new_token();
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
-        let mut pending = Pending {
-            transport: Some(self.transport.clone()),
-            keys: keys.clone(),
-            token: token.clone(),
-        };
+        let mut pending = Pending::arm(&self.transport, keys, &token);
         let node = self.transport.node(&keys.lock).await?;
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let req = kernel::Acquire {
@@ -400,63 +397,6 @@ impl Locks {
             }),
         }
     }
-}
-
-/// Releases by token, through a task of the client, when an acquisition's outcome is unknown
-/// (dropped future, lost reply); disarmed once the reply is known.
-struct Pending {
-    transport: Option<Arc<Transport>>,
-    keys: Arc<LockKeys>,
-    token: String,
-}
-
-impl Pending {
-    fn disarm(&mut self) {
-        self.transport = None;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(t) = self.transport.take() {
-            release_in_background(&t, &self.keys, std::mem::take(&mut self.token));
-        }
-    }
-}
-
-/// Spawns a token-checked release on the client's tracker; never blocks. Without a runtime (a
-/// guard dropped after it ended) or a client that shut down, the lock's ttl is the backstop.
-fn release_in_background(transport: &Arc<Transport>, keys: &Arc<LockKeys>, token: String) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if transport.cancel.is_cancelled() {
-        return;
-    }
-    // The router, not the transport: the release must not keep the client alive.
-    let router = transport.router.clone();
-    let keys = keys.clone();
-    let limit = transport.settings.response_timeout;
-    transport.tracker.spawn_on(
-        async move {
-            let at = after(Instant::now(), limit);
-            let released = match router.node(&keys.lock).await {
-                Ok(node) => {
-                    kernel::release(&mut node.conn(), &keys.lock, &keys.channel, &token, at).await
-                }
-                Err(e) => Err(e),
-            };
-            match released {
-                Ok(ours) => {
-                    tracing::debug!(key = %keys.lock, token = short(&token), ours, "released in the background")
-                }
-                Err(e) => {
-                    tracing::warn!(key = %keys.lock, error = %e, "background release failed; the lock expires by its ttl")
-                }
-            }
-        },
-        &handle,
-    );
 }
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
