@@ -81,7 +81,7 @@ async fn demo(url: &str) -> Result<(), BoxError> {
     println!("{name} leads in term {term}");
 
     let (b, c) = (Client::connect(url).await?, Client::connect(url).await?);
-    let mut workers = vec![
+    let workers = [
         standby(&b, &election, "b", &resource, lease)?,
         standby(&c, &election, "c", &resource, lease)?,
     ];
