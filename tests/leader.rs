@@ -134,7 +134,10 @@ scenario! {
         assert!(w.is_leader());
         w.resign();
         match next_change(&mut w, WAKE).await {
-            LeaderEvent::Resigned { term: t } => assert_eq!(t, term),
+            LeaderEvent::Resigned { term: t, reason } => {
+                assert_eq!(t, term);
+                assert_eq!(reason, "resign() was called");
+            }
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(stopped.load(Ordering::SeqCst), 1, "the work stopped before the resignation");
@@ -460,4 +463,29 @@ async fn row_10_15_foreign_values_in_an_elections_keys_are_reported_and_left_unt
         .unwrap()
         .unwrap_err();
     assert_eq!(err.kind(), baton::ErrorKind::WrongType, "{err}");
+}
+
+#[tokio::test]
+async fn a_panicking_work_ends_the_leadership_and_says_why() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut w = c
+        .leaders()
+        .lead("panics", &opts(1_000, "p"), |_term| async {
+            panic!("boom in the leader's work");
+        })
+        .unwrap();
+    let LeaderEvent::Elected { term, .. } = next_change(&mut w, WAKE).await else {
+        panic!("not elected first");
+    };
+    match next_change(&mut w, WAKE).await {
+        LeaderEvent::Resigned { term: t, reason } => {
+            assert_eq!(t, term);
+            assert!(reason.contains("boom in the leader's work"), "{reason}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Resigned: a standby could lead at once.
+    let mut conn = common::raw(&srv).await;
+    assert_eq!(common::get(&mut conn, "baton:leader:{panics}").await, None);
 }

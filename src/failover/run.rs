@@ -234,7 +234,7 @@ impl Failover {
                         Err(payload) => {
                             panicked_attempt = Some(number);
                             acquired
-                                .fail(panic_message(payload))
+                                .fail(crate::util::panic_message(payload))
                                 .await
                                 .or_else(lost_is_ok)?;
                             continue;
@@ -275,7 +275,9 @@ impl Failover {
                         }
                         Err(join) if join.is_panic() => {
                             panicked_attempt = Some(number);
-                            acquired.fail(panic_message(join.into_panic())).await
+                            acquired
+                                .fail(crate::util::panic_message(join.into_panic()))
+                                .await
                         }
                         Err(_) => acquired.fail("the work was cancelled").await,
                     };
@@ -341,15 +343,6 @@ fn terminal<T, E>(
         Event::Error { kind, message, .. } => return Err(Error::Reported { kind, message }),
         _ => RunOutcome::Stopped,
     })
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".into());
-    format!("the work panicked: {text}")
 }
 
 /// Aborts the spawned work when dropped, so losing the lease (or dropping `run`) cancels it.

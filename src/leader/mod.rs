@@ -748,11 +748,13 @@ pub enum LeaderEvent {
         /// How long the work had been told to stop, in ms.
         waited_ms: u64,
     },
-    /// The worker resigned the term (on [`LeaderWorker::resign`], or when the work returned by
-    /// itself) and woke the standbys; the stream ends.
+    /// The worker resigned the term (on [`LeaderWorker::resign`], or when the work returned or
+    /// panicked) and woke the standbys; the stream ends.
     Resigned {
         /// The term.
         term: u64,
+        /// Why: `resign() was called`, `the work returned`, or `the work panicked: …`.
+        reason: String,
     },
     /// Something went wrong. A retryable error is retried and the stream goes on; any other
     /// ends it.
@@ -882,8 +884,8 @@ enum TermEnd {
     Lost(String),
     /// Resign was asked for.
     Resign,
-    /// The work returned by itself.
-    WorkDone,
+    /// The work returned by itself (or panicked: the message).
+    WorkDone(String),
 }
 
 impl WorkerTask {
@@ -945,8 +947,20 @@ impl WorkerTask {
                         return;
                     }
                 }
-                TermEnd::Resign | TermEnd::WorkDone => {
-                    self.emit(LeaderEvent::Resigned { term: term.number }).await;
+                TermEnd::Resign => {
+                    self.emit(LeaderEvent::Resigned {
+                        term: term.number,
+                        reason: "resign() was called".into(),
+                    })
+                    .await;
+                    return;
+                }
+                TermEnd::WorkDone(reason) => {
+                    self.emit(LeaderEvent::Resigned {
+                        term: term.number,
+                        reason,
+                    })
+                    .await;
                     return;
                 }
             }
@@ -972,7 +986,7 @@ impl WorkerTask {
             biased;
             reason = self.election.supervise(held, &mut on_renew) => TermEnd::Lost(reason),
             _ = self.resign.cancelled() => TermEnd::Resign,
-            _ = join_opt(&mut handle) => TermEnd::WorkDone,
+            why = join_opt(&mut handle) => TermEnd::WorkDone(why),
         };
         let reason = match &end {
             TermEnd::Lost(r) => {
@@ -980,7 +994,7 @@ impl WorkerTask {
                 r.clone()
             }
             TermEnd::Resign => "resigned".into(),
-            TermEnd::WorkDone => "the work returned".into(),
+            TermEnd::WorkDone(why) => why.clone(),
         };
         term.end(&reason);
         if let Some(h) = handle.take() {
@@ -1023,11 +1037,18 @@ impl WorkerTask {
     }
 }
 
-async fn join_opt(h: &mut Option<tokio::task::JoinHandle<()>>) {
+/// Waits for the work to end by itself: why (it returned, or what its panic said).
+async fn join_opt(h: &mut Option<tokio::task::JoinHandle<()>>) -> String {
     match h {
-        Some(h) => {
-            let _ = h.await;
-        }
+        Some(h) => match h.await {
+            Ok(()) => "the work returned".into(),
+            Err(e) if e.is_panic() => {
+                let why = crate::util::panic_message(e.into_panic());
+                tracing::error!(%why, "the leader's work panicked; resigning");
+                why
+            }
+            Err(_) => "the work was cancelled".into(),
+        },
         None => std::future::pending().await,
     }
 }
@@ -1219,7 +1240,11 @@ mod tests {
     #[test]
     fn only_resigned_stopped_and_fatal_errors_end_the_stream() {
         assert!(LeaderEvent::Stopped.is_terminal());
-        assert!(LeaderEvent::Resigned { term: 1 }.is_terminal());
+        assert!(LeaderEvent::Resigned {
+            term: 1,
+            reason: String::new()
+        }
+        .is_terminal());
         assert!(!LeaderEvent::Lost {
             term: 1,
             reason: String::new()

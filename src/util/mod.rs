@@ -11,6 +11,16 @@ pub(crate) mod slot;
 pub(crate) mod time;
 pub(crate) mod token;
 
+/// What a panic said, for a report: its message when it was a string.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into());
+    format!("the work panicked: {text}")
+}
+
 /// Locks a std mutex, ignoring poisoning: the data behind these mutexes (an `Option`) stays
 /// consistent even if a panic happened while it was held.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
