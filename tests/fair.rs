@@ -101,16 +101,35 @@ scenario! {
         let holder = locks.acquire("vip", TTL, &quiet()).await.unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
+        // Busy contenders: each refreshes its place (one try) every 30 ms, so they keep
+        // knocking at the free, reserved lock.
+        let busy = FairOptions::builder()
+            .waiter_timeout(Duration::from_millis(90))
+            .build()
+            .unwrap();
         for i in 0..10u64 {
-            let (locks, tx) = (locks.clone(), tx.clone());
+            let (locks, tx, busy) = (locks.clone(), tx.clone(), busy.clone());
             tasks.push(tokio::spawn(async move {
-                let g = locks.acquire("vip", TTL, &quiet()).await.expect("acquire");
+                let g = locks.acquire("vip", TTL, &busy).await.expect("acquire");
                 let _ = tx.send(format!("waiter {i}"));
                 assert!(g.release().await.expect("release"));
             }));
         }
         queued(&mut r, "vip", 10).await;
         let reservation = locks.reserve("vip", Duration::from_secs(10)).await.unwrap();
+        assert!(holder.release().await.unwrap());
+        // The lock is free and reserved, and the contenders keep trying (each try is one
+        // EVALSHA): let them knock twenty times before the reserver even starts.
+        let evalsha = |m: &std::collections::HashMap<String, u64>| {
+            m.get("evalsha").copied().unwrap_or(0)
+        };
+        let base = evalsha(&common::command_calls(&mut r).await);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while evalsha(&common::command_calls(&mut r).await) < base + 20 {
+            assert!(Instant::now() < give_up, "the contenders stopped trying");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(rx.try_recv().is_err(), "a contender jumped the reservation");
         let reserver = {
             let tx = tx.clone();
             tokio::spawn(async move {
@@ -119,7 +138,6 @@ scenario! {
                 assert!(g.release().await.expect("release"));
             })
         };
-        assert!(holder.release().await.unwrap());
         let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .expect("someone was granted within 10 s")
@@ -184,6 +202,63 @@ scenario! {
 }
 
 #[tokio::test]
+async fn a_free_lock_goes_to_the_queue_head_not_to_a_newcomer() {
+    let server = server();
+    let mut r = raw(&server).await;
+    let c = client(&server).await;
+    let locks = c.fair_locks();
+    let holder = locks.acquire("head", TTL, &quiet()).await.unwrap();
+    // The head queues, then is not polled for a while (a slow process, alive for 30 s).
+    let opts = quiet();
+    let mut head = Box::pin(locks.acquire("head", TTL, &opts));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut head)
+            .await
+            .is_err(),
+        "granted while held"
+    );
+    queued(&mut r, "head", 1).await;
+    assert!(holder.release().await.unwrap());
+    // The lock is free, but it is the head's turn: a newcomer trying now is refused.
+    let newcomer = FairOptions::builder()
+        .wait(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = locks.acquire("head", TTL, &newcomer).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    // The head's wake is waiting for it: polled again, it takes the lock at once.
+    let g = tokio::time::timeout(Duration::from_secs(5), head)
+        .await
+        .expect("the head was granted within 5 s")
+        .expect("acquire");
+    assert!(g.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_foreign_type_at_the_queue_is_reported_not_waited_on() {
+    let server = server();
+    let mut r = raw(&server).await;
+    let c = client(&server).await;
+    let _: () = redis::cmd("LPUSH")
+        .arg(queue_key("typed"))
+        .arg("x")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let err = c
+        .fair_locks()
+        .acquire("typed", TTL, &FairOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert_eq!(
+        get(&mut r, "baton:fair:{typed}").await,
+        None,
+        "nothing held"
+    );
+}
+
+#[tokio::test]
 async fn a_second_concurrent_reservation_is_refused_with_reserved() {
     let server = server();
     let c = client(&server).await;
@@ -214,6 +289,96 @@ async fn a_second_concurrent_reservation_is_refused_with_reserved() {
             Err(e) => panic!("the dropped reservation still blocks: {e}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_cancelled_reserved_acquire_gives_the_reservation_up() {
+    let server = server();
+    let mut r = raw(&server).await;
+    let c = client(&server).await;
+    let locks = c.fair_locks();
+    let holder = locks.acquire("cancel", TTL, &quiet()).await.unwrap();
+    let reservation = locks
+        .reserve("cancel", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let reserver = tokio::spawn(async move { reservation.acquire(TTL, &quiet()).await });
+    // Waiting behind the holder: its tries renew the reservation (30 s), never end it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!reserver.is_finished());
+    assert!(get(&mut r, "baton:fair:{cancel}:reserved").await.is_some());
+    reserver.abort();
+    // Its lifetime is 30 s: only the leave on drop ends it this soon.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while get(&mut r, "baton:fair:{cancel}:reserved").await.is_some() {
+        assert!(
+            Instant::now() < give_up,
+            "the cancelled reservation still stands"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(holder.release().await.unwrap());
+    let g = locks
+        .acquire(
+            "cancel",
+            TTL,
+            &FairOptions::builder()
+                .wait(Duration::from_secs(2))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .expect("the lock is no longer reserved");
+    assert!(g.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_fair_lock_past_its_ttl() {
+    let server = server();
+    let c = client(&server).await;
+    let locks = c.fair_locks();
+    let ttl = Duration::from_millis(300);
+    let opts = FairOptions::builder().watchdog(true).build().unwrap();
+    let g = locks.acquire("dog", ttl, &opts).await.unwrap();
+    let fence = g.fencing_token();
+    let short = FairOptions::builder()
+        .wait(Duration::from_millis(1200))
+        .build()
+        .unwrap();
+    // Four ttls later, still held: nobody else gets it.
+    let err = locks.acquire("dog", ttl, &short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(!g.lost_token().is_cancelled());
+    assert!(g.lease_deadline() > Instant::now());
+    assert!(g.release().await.unwrap(), "still ours after four ttls");
+    let next = locks.acquire("dog", ttl, &short).await.unwrap();
+    assert!(next.fencing_token() > fence);
+    assert!(next.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn bad_names_ttls_and_lifetimes_are_rejected_before_any_io() {
+    let c = baton::Client::builder("redis://127.0.0.1:1/")
+        .build_lazy()
+        .unwrap();
+    let locks = c.fair_locks();
+    let o = FairOptions::default();
+    for (key, ttl) in [
+        ("", TTL),
+        ("a{b}", TTL),
+        ("ok", Duration::from_millis(9)),
+        ("ok", Duration::from_secs(86_401)),
+    ] {
+        let err = locks.acquire(key, ttl, &o).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{key:?} {ttl:?}: {err}");
+    }
+    let err = locks
+        .reserve("ok", Duration::from_millis(1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("lifetime"), "{err}");
+    assert!(locks.with_prefix("nocolon").is_err());
 }
 
 #[tokio::test]

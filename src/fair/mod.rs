@@ -21,7 +21,10 @@
 //! - **No thundering herd.** A release (and a leave while the lock is free) publishes on the
 //!   channel of the next waiter only (the reserver, else the live head). The others sleep until
 //!   their own liveness refresh (a third of their waiter timeout). A handoff costs the release
-//!   and the head's grant, whatever the queue's length.
+//!   and the head's grant, whatever the queue's length: from the release being sent to the
+//!   head holding the lock is the release's round trip, the message's one-way delivery and
+//!   the head's one try (2½ round trips). Liveness refreshes are one try per waiter per third
+//!   of its timeout, apart from handoffs.
 //! - **Dead waiters.** Each waiter's place lives as long as it refreshes it (every third of
 //!   [`FairOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
 //!   a runtime) is evicted by the next script after its timeout, so it delays the queue by at
