@@ -679,6 +679,12 @@ impl Client {
         crate::leader::Leaders::new(self.shared.clone())
     }
 
+    /// The fair lock (a queue in arrival order, a priority reservation) on this client's
+    /// connections.
+    pub fn fair_locks(&self) -> crate::fair::FairLocks {
+        crate::fair::FairLocks::new(self.shared.clone())
+    }
+
     /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
     /// one another), one client each. The quorum is `masters.len() / 2 + 1`.
     ///

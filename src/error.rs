@@ -93,6 +93,9 @@ pub enum ErrorKind {
     /// than required in time: it is on the primary, but a failover now could lose it.
     /// Retryable (replicas catch up); see each primitive for what it did with the write.
     NotReplicated,
+    /// A fair lock's priority reservation could not be taken because another contender holds
+    /// it, or the caller's own reservation was gone before its turn came. Not retryable as is.
+    Reserved,
 }
 
 /// Everything that can go wrong at run time.
@@ -257,6 +260,16 @@ pub enum Error {
         /// The `WAIT` timeout.
         timeout: std::time::Duration,
     },
+    /// A fair lock's priority reservation ("I go next") is held by another contender, so this
+    /// one could not be taken; or the caller's own reservation expired (its lifetime ran out)
+    /// or was dropped before the lock was granted to it.
+    #[error("fair lock `{key}`: {reason}")]
+    Reserved {
+        /// The reservation key.
+        key: String,
+        /// What happened, e.g. "another contender holds the reservation".
+        reason: String,
+    },
     /// A lock this process held is no longer (or may no longer be) held: an extension found
     /// another token, or no extension was confirmed before the lease could end.
     #[error("lock `{key}` (fencing token {fencing_token}) is no longer held: {reason}")]
@@ -299,6 +312,7 @@ impl Error {
             Error::NotAcquired { .. } => ErrorKind::NotAcquired,
             Error::QuorumUnavailable { .. } => ErrorKind::QuorumUnavailable,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
+            Error::Reserved { .. } => ErrorKind::Reserved,
             Error::LockLost { .. } => ErrorKind::LeaseLost,
             Error::Reported { kind, .. } => *kind,
         }

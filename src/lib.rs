@@ -66,6 +66,10 @@
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
+//! - [`fair`]: the fair lock, a primitive: waiters in arrival order, only the next one woken,
+//!   a priority reservation ([`FairLocks`], [`FairGuard`], [`Reservation`]).
+//! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
+//!   work stopped before anyone else can lead ([`Leaders`], [`Elector`], [`LeaderWorker`]).
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
@@ -90,6 +94,7 @@
 pub mod client;
 pub mod error;
 pub mod failover;
+pub mod fair;
 pub mod leader;
 mod lease;
 #[cfg(any(test, feature = "model"))]
@@ -119,6 +124,7 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
+pub use fair::{FairGuard, FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,

@@ -19,6 +19,7 @@
 
 pub(crate) mod lock;
 pub(crate) mod pending;
+pub(crate) mod queue;
 pub(crate) mod watchdog;
 
 use std::time::Duration;

@@ -47,6 +47,13 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "sunsubscribe",
     // Reading a Redis Cluster's slot map.
     "cluster|slots",
+    // The fair lock's waiter queue and liveness sets (inside its scripts; `ZRANGE` with
+    // `BYSCORE` needs Redis 6.2+).
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrank",
+    "zscore",
     // Replica acknowledgement (optional: only with `replica_ack`).
     "wait",
     // Connection health checks of the client library.

@@ -163,7 +163,6 @@ impl<T> Receiver<T> {
     }
 
     /// The next item if one is queued now.
-    #[cfg(test)]
     pub(crate) fn try_recv(&mut self) -> Option<T> {
         self.shared.lock().items.pop_front()
     }
