@@ -489,3 +489,49 @@ async fn a_panicking_work_ends_the_leadership_and_says_why() {
     let mut conn = common::raw(&srv).await;
     assert_eq!(common::get(&mut conn, "baton:leader:{panics}").await, None);
 }
+
+// A campaign dropped after its grant but before it returned (a worker resigned then, or a
+// caller's timeout): the grant nobody knows of is let go at once, not renewed forever by its
+// watchdog. Without it, the standby never led (found by examples/leader.rs, 1 run in ~15).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_dropped_right_after_its_grant_lets_the_lease_go() {
+    let srv = server();
+    let (a, b) = (client(&srv).await, client(&srv).await);
+    let (granted_tx, granted_rx) = tokio::sync::oneshot::channel::<()>();
+    let granted_tx = std::sync::Mutex::new(Some(granted_tx));
+    baton::__seam::set_before_exec_hook(
+        &a,
+        Some(std::sync::Arc::new(move |what: &'static str| {
+            if what == "leader: granted" {
+                if let Some(tx) = granted_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+            }
+            // Holds every granted campaign here until it is dropped.
+            Box::pin(std::future::pending::<()>())
+                as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        })),
+    );
+    let mut w = a.leaders().start("dropped", &opts(10_000, "a")).unwrap();
+    tokio::time::timeout(WAKE, granted_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut conn = common::raw(&srv).await;
+    assert!(common::get(&mut conn, "baton:leader:{dropped}")
+        .await
+        .is_some());
+    // Resigned while its campaign is granted but not returned: it never led as far as anyone
+    // was told, and the lease must go.
+    w.resign();
+    assert!(matches!(
+        next_change(&mut w, WAKE).await,
+        LeaderEvent::Stopped
+    ));
+    let standby = b.leaders().elector("dropped", &opts(10_000, "b")).unwrap();
+    let t = tokio::time::timeout(WAKE, standby.campaign())
+        .await
+        .expect("the dropped grant was kept alive (10 s lease, renewed)")
+        .unwrap();
+    assert_eq!(t.name(), "b");
+}

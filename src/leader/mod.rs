@@ -216,12 +216,41 @@ struct Election {
 }
 
 /// A term this process holds: what the renewals and the release need.
+///
+/// Dropped without [`Election::release`] (a campaign dropped right after its grant, a worker
+/// stopped mid-campaign), it stops renewing and releases by token in the background: a grant
+/// nobody knows of must not be kept alive by its watchdog.
 struct Held {
     term: Term,
     /// The lease's value: this term's token and the candidate's name.
     value: String,
     /// Stops the watchdog.
     watchdog: CancellationToken,
+    transport: Arc<Transport>,
+    keys: Arc<ElectionKeys>,
+    /// Set once a release was sent (or handed to the background).
+    let_go: std::sync::atomic::AtomicBool,
+}
+
+impl Held {
+    /// Stops renewing; `true` the first time (the caller then releases).
+    fn stop_renewing(&self) -> bool {
+        self.watchdog.cancel();
+        !self.let_go.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Stops renewing and releases by token in the background (once).
+    fn let_go(&self) {
+        if self.stop_renewing() {
+            pending::release_in_background(&self.transport, &self.keys, self.value.clone());
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.let_go();
+    }
 }
 
 impl Election {
@@ -258,6 +287,9 @@ impl Election {
                     },
                     value,
                     watchdog: CancellationToken::new(),
+                    transport: self.transport.clone(),
+                    keys: self.keys.clone(),
+                    let_go: std::sync::atomic::AtomicBool::new(false),
                 };
                 watchdog::spawn(
                     &self.transport,
@@ -274,6 +306,8 @@ impl Election {
                     held.watchdog.clone(),
                 );
                 tracing::info!(key = %self.key, term = fence, name = %self.name, "elected");
+                // The test seam: a campaign can be dropped here, granted but not yet returned.
+                self.transport.before_exec("leader: granted").await;
                 // Observers learn of it at once; best effort (they re-read on a reconnect and
                 // on a timer too).
                 let mut conn = node.conn();
@@ -377,7 +411,7 @@ impl Election {
     /// Stops renewing `held` and releases its lease by token (waking standbys). `Ok(false)`:
     /// it was no longer ours.
     async fn release(&self, held: &Held) -> Result<bool, Error> {
-        held.watchdog.cancel();
+        held.stop_renewing();
         let node = self.transport.node(&self.keys.lease).await?;
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let ours = kernel::release(
@@ -623,12 +657,7 @@ impl Elector {
         let previous = lock(&self.current).replace(held.clone());
         if let Some(old) = previous {
             old.term.end("a new term began");
-            old.watchdog.cancel();
-            pending::release_in_background(
-                &self.election.transport,
-                &self.election.keys,
-                old.value.clone(),
-            );
+            old.let_go();
         }
         // The term's supervisor: fires the stop token when the term must end, then lets the
         // lease go at its deadline (the work had until then to stop).
@@ -653,8 +682,7 @@ impl Elector {
                 mine
             };
             if mine {
-                held.watchdog.cancel();
-                pending::release_in_background(&election.transport, &election.keys, held.value.clone());
+                held.let_go();
             }
         });
         Ok(term)
@@ -699,12 +727,7 @@ impl Drop for Elector {
     fn drop(&mut self) {
         if let Some(held) = lock(&self.current).take() {
             held.term.end("the elector was dropped");
-            held.watchdog.cancel();
-            pending::release_in_background(
-                &self.election.transport,
-                &self.election.keys,
-                held.value.clone(),
-            );
+            held.let_go();
         }
     }
 }
