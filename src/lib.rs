@@ -66,6 +66,8 @@
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
+//! - [`queue`]: run-or-enqueue, a primitive: one runner per key, posts queued in a Redis Stream
+//!   and drained by the holder before it lets go, at-least-once ([`Queues`]).
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
@@ -95,6 +97,7 @@ mod lease;
 #[doc(hidden)]
 pub mod model;
 pub mod mutex;
+pub mod queue;
 pub mod redlock;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -119,4 +122,5 @@ pub use failover::{
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
 pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
+pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions};

@@ -18,6 +18,7 @@
 //! flight is doing.
 
 pub(crate) mod lock;
+pub(crate) mod queue;
 pub(crate) mod watchdog;
 
 use std::time::Duration;

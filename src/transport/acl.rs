@@ -38,6 +38,12 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     // Fenced writes to a resource hash (inside their script).
     "hget",
     "hset",
+    // Run-or-enqueue (`queue`): the item stream, inside its scripts (XADD, XDEL, XLEN) and
+    // read by the holder (XRANGE) and `Queues::pending` (XLEN).
+    "xadd",
+    "xrange",
+    "xdel",
+    "xlen",
     // Waking backups (the sharded forms on a Redis Cluster).
     "publish",
     "subscribe",
