@@ -293,6 +293,44 @@ async fn a_lost_lease_stops_the_drain_and_keeps_the_item() {
     );
 }
 
+/// A foreign value of another type where the items stream lives: a typed error, the foreign
+/// value untouched, and no lock left behind by the failed post (Lua scripts do not roll back
+/// the `SET` that ran before the failing `XADD`).
+#[tokio::test]
+async fn a_foreign_items_key_is_a_typed_error_and_leaves_no_lock() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut admin = raw(&srv).await;
+    let _: () = redis::cmd("SET")
+        .arg(items_key("foreign"))
+        .arg("not a stream")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = c
+        .queues()
+        .run_or_enqueue("foreign", "x", |_| async {
+            Err::<(), String>("must not run".into())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.baton().map(|e| e.kind()),
+        Some(ErrorKind::WrongType),
+        "{e}"
+    );
+    assert!(
+        !exists(&mut admin, &lock_key("foreign")).await,
+        "a lock was left behind"
+    );
+    assert_eq!(
+        common::get(&mut admin, &items_key("foreign"))
+            .await
+            .as_deref(),
+        Some("not a stream")
+    );
+}
+
 #[tokio::test]
 async fn bad_input_is_rejected_before_anything_is_posted() {
     let srv = server();

@@ -27,7 +27,9 @@ use crate::util::time::ms;
 ///
 /// The acquisition (`ACQUIRE_SOURCE`, unchanged) runs first; unless it found a corrupt fence
 /// (`{2, value}`, nothing written), the item is appended with `XADD items * b body` and its id
-/// appended to the reply: `{1, fence, id}` (granted) or `{0, PTTL, id}` (held elsewhere).
+/// appended to the reply: `{1, fence, id}` (granted) or `{0, PTTL, id}` (held elsewhere). A
+/// failed `XADD` (the items key holds another type) deletes the lock it just took (scripts do
+/// not roll back) and returns `XADD`'s error, so no lock is left without a holder.
 static ENQUEUE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!(
         "local function acquire(){ACQUIRE_SOURCE}end
@@ -35,7 +37,14 @@ local r = acquire()
 if r[1] == 2 then
   return r
 end
-r[#r + 1] = redis.call('XADD', KEYS[3], '*', 'b', ARGV[4])
+local id = redis.pcall('XADD', KEYS[3], '*', 'b', ARGV[4])
+if type(id) == 'table' and id.err then
+  if r[1] == 1 then
+    redis.call('DEL', KEYS[1])
+  end
+  return id
+end
+r[#r + 1] = id
 return r
 "
     ))

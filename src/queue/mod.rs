@@ -288,9 +288,10 @@ impl Queues {
     ///   it twice, under two ids).
     ///
     /// # Cancel safety
-    /// Dropping the future drops the running handler; its item and the later ones stay queued,
-    /// and the key is released by token through a task of the client (if the client is gone
-    /// too, the lease's ttl is the backstop).
+    /// Dropping the future drops the running handler; its item and the later ones stay queued
+    /// (for the next `run_or_enqueue` or [`Queues::drain`] on the key), and the key is released
+    /// by token through a task of the client (if the client is gone too, the lease's ttl is the
+    /// backstop).
     pub async fn run_or_enqueue<F, Fut, E>(
         &self,
         key: &str,
