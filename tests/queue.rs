@@ -30,6 +30,30 @@ async fn exists(conn: &mut Raw, key: &str) -> bool {
     n == 1
 }
 
+/// Released with nothing queued: no lock, and the empty stream kept with a TTL (so its ids
+/// never repeat; see `lease::queue`).
+async fn assert_released_empty(conn: &mut Raw, name: &str) {
+    assert!(
+        !exists(conn, &lock_key(name)).await,
+        "`{name}` is still held"
+    );
+    let len: i64 = redis::cmd("XLEN")
+        .arg(items_key(name))
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 0, "items left on `{name}`");
+    assert!(
+        common::pttl(conn, &items_key(name)).await > 0,
+        "the empty stream has a TTL"
+    );
+}
+
+fn parse_id(id: &str) -> (u64, u64) {
+    let (a, b) = id.split_once('-').expect("a stream id");
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
 /// What a handler saw: (id, body, fencing token), in order.
 type Seen = Arc<Mutex<Vec<(String, String, u64)>>>;
 
@@ -102,9 +126,7 @@ scenario! {
         assert_eq!(seen[0].1, "hello");
         assert_eq!(seen[0].2, fencing_token);
         assert!(fencing_token > 0);
-        // Released, and the empty stream removed with the lock.
-        assert!(!exists(&mut admin, &lock_key("solo")).await);
-        assert!(!exists(&mut admin, &items_key("solo")).await);
+        assert_released_empty(&mut admin, "solo").await;
         assert_eq!(q.pending("solo").await.unwrap(), 0);
     }
 
@@ -156,8 +178,7 @@ scenario! {
         let seen = seen.lock().unwrap().clone();
         assert_eq!(&seen[1].0, b_id, "the handler sees the id the poster got");
         assert!(seen.iter().all(|s| s.2 == fencing_token));
-        assert!(!exists(&mut admin, &lock_key("race")).await);
-        assert!(!exists(&mut admin, &items_key("race")).await);
+        assert_released_empty(&mut admin, "race").await;
     }
 
     // A holder whose future is dropped mid-item (as a crash would) leaves the item queued;
@@ -290,6 +311,52 @@ async fn a_lost_lease_stops_the_drain_and_keeps_the_item() {
     assert_eq!(
         common::get(&mut admin, &lock_key("lost")).await.as_deref(),
         Some("someone-else")
+    );
+}
+
+/// Ids never repeat across holds (a sink deduplicating by id would drop the later item): the
+/// stream is kept, not deleted, when released empty, and its TTL is removed by the next post so
+/// a queued item never expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_grow_across_holds_and_queued_items_never_expire() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut admin = raw(&srv).await;
+    let q = c.queues();
+    let mut ids = Vec::new();
+    for round in 0..20 {
+        let seen: Seen = Arc::default();
+        let (s, url) = (seen.clone(), srv.url());
+        let out = q
+            .run_or_enqueue("ids", format!("{round}"), move |item| {
+                let (s, url) = (s.clone(), url.clone());
+                async move {
+                    record(&s, &item);
+                    let mut conn = common::raw_at(&url).await;
+                    // While an item is queued its stream has no TTL.
+                    Ok::<i64, String>(common::pttl(&mut conn, &items_key("ids")).await).and_then(
+                        |p| {
+                            if p == -1 {
+                                Ok(())
+                            } else {
+                                Err(format!("PTTL {p}"))
+                            }
+                        },
+                    )
+                }
+            })
+            .await
+            .expect("run_or_enqueue");
+        assert!(
+            matches!(out, RunOrEnqueue::Ran { handled: 1, .. }),
+            "{out:?}"
+        );
+        ids.push(parse_id(&seen.lock().unwrap()[0].0));
+        assert_released_empty(&mut admin, "ids").await;
+    }
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids went back: {ids:?}"
     );
 }
 

@@ -27,7 +27,8 @@ use crate::util::time::ms;
 ///
 /// The acquisition (`ACQUIRE_SOURCE`, unchanged) runs first; unless it found a corrupt fence
 /// (`{2, value}`, nothing written), the item is appended with `XADD items * b body` and its id
-/// appended to the reply: `{1, fence, id}` (granted) or `{0, PTTL, id}` (held elsewhere). A
+/// appended to the reply: `{1, fence, id}` (granted) or `{0, PTTL, id}` (held elsewhere); the
+/// stream's TTL (set when it was last released empty) is removed, so queued items never expire. A
 /// failed `XADD` (the items key holds another type) deletes the lock it just took (scripts do
 /// not roll back) and returns `XADD`'s error, so no lock is left without a holder.
 static ENQUEUE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
@@ -44,6 +45,7 @@ if type(id) == 'table' and id.err then
   end
   return id
 end
+redis.call('PERSIST', KEYS[3])
 r[#r + 1] = id
 return r
 "
@@ -63,9 +65,15 @@ return redis.call('XDEL', KEYS[2], ARGV[2])
     )
 });
 
-/// `KEYS` = lock, items; `ARGV` = token, force (`1` or `0`). `0`: not ours, nothing written;
-/// `2`: items are waiting (and not `force`), nothing written; `1`: the lock was deleted (and the
-/// stream too when it was empty).
+/// `KEYS` = lock, items; `ARGV` = token, force (`1` or `0`), retention ms. `0`: not ours,
+/// nothing written; `2`: items are waiting (and not `force`), nothing written; `1`: the lock was
+/// deleted, and an empty stream given a TTL of `retention`.
+///
+/// Why the empty stream is kept (for a day or more), not deleted: a stream remembers the last
+/// id it generated, and `XADD *` only ever goes above it. A new stream starts again from the
+/// current millisecond, so an item posted in the same millisecond as an earlier one of a deleted
+/// stream could get the same id, and a sink that deduplicates by id would drop it. The enqueue
+/// script `PERSIST`s the stream with every item, so a stream that holds items never expires.
 static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
@@ -78,7 +86,7 @@ if n > 0 and ARGV[2] ~= '1' then
 end
 redis.call('DEL', KEYS[1])
 if n == 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return 1
 ",
@@ -215,7 +223,8 @@ pub(crate) enum Release {
     NotOurs,
 }
 
-/// Releases the lock if it holds `token` and (unless `force`) no item is waiting.
+/// Releases the lock if it holds `token` and (unless `force`) no item is waiting; an empty
+/// stream is kept for `retention` (see the script for why).
 ///
 /// # Errors
 /// [`Error::Timeout`] at `limit` (it may have applied); connection and server errors
@@ -225,13 +234,15 @@ pub(crate) async fn release(
     keys: &QueueKeys<'_>,
     token: &str,
     force: bool,
+    retention: Duration,
     limit: Instant,
 ) -> Result<Release, Error> {
     let mut call = RELEASE_SCRIPT.prepare_invoke();
     call.key(keys.lock)
         .key(keys.items)
         .arg(token)
-        .arg(if force { "1" } else { "0" });
+        .arg(if force { "1" } else { "0" })
+        .arg(ms(retention));
     let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
         Ok(r) => r?,
         Err(_) => return Err(timed_out("releasing the queue's lock")),

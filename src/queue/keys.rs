@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | `P` `queue:{K}` | the holder's random 128-bit token (hex) | the lease's TTL, extended by the watchdog while draining |
 //! | `P` `queue:{K}:fence` | the last fencing token granted | max(24 h, 2 × TTL), refreshed by extensions |
-//! | `P` `queue:{K}:items` | a Redis Stream: one entry per item, field `b` = the body | none: items outlive any holder; deleted when released empty |
+//! | `P` `queue:{K}:items` | a Redis Stream: one entry per item, field `b` = the body | none while it holds items (they outlive any holder); max(24 h, 2 × TTL) once released empty (kept so ids never repeat) |
 //!
 //! `{K}` is a Redis Cluster hash tag: all three share a slot, so one script touches them all.
 

@@ -69,6 +69,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// The longest lease accepted.
 pub const MAX_TTL: Duration = Duration::from_secs(86_400);
 
+/// How long an empty stream is kept after a forced release (a normal release uses the fence's
+/// retention, which is at least this): see `lease::queue`'s release script for why.
+const RETENTION: Duration = Duration::from_secs(86_400);
+
 /// How many items one `XRANGE` reads.
 const BATCH: usize = 100;
 
@@ -550,8 +554,15 @@ impl Queues {
                 let limit = after(Instant::now(), self.transport.settings.response_timeout);
                 let r = match node {
                     Ok(node) => {
-                        kernel::release(&mut node.conn(), &keys.kernel(), &token, false, limit)
-                            .await
+                        kernel::release(
+                            &mut node.conn(),
+                            &keys.kernel(),
+                            &token,
+                            false,
+                            kernel_lock::fence_ttl(self.ttl),
+                            limit,
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 };
@@ -669,6 +680,7 @@ impl Hold {
                     &self.keys.kernel(),
                     &self.token,
                     force,
+                    RETENTION,
                     limit,
                 )
                 .await
@@ -705,7 +717,7 @@ impl Drop for Hold {
                 let at = after(Instant::now(), limit);
                 let released = match router.node(&keys.lock).await {
                     Ok(node) => {
-                        kernel::release(&mut node.conn(), &keys.kernel(), &token, true, at).await
+                        kernel::release(&mut node.conn(), &keys.kernel(), &token, true, RETENTION, at).await
                     }
                     Err(e) => Err(e),
                 };
