@@ -267,6 +267,15 @@ async fn a_handler_error_keeps_the_item_queued_and_frees_the_key() {
     assert!(matches!(out, Drain::Ran { handled: 1, .. }), "{out:?}");
     assert_eq!(&got.lock().unwrap()[0].0, id);
     assert_eq!(q.pending("err").await.unwrap(), 0);
+    // A drain of an empty queue runs nothing and lets go.
+    let out = q
+        .drain("err", |_| async {
+            Err::<(), String>("nothing is queued".into())
+        })
+        .await
+        .unwrap();
+    assert!(matches!(out, Drain::Ran { handled: 0, .. }), "{out:?}");
+    assert_released_empty(&mut raw(&srv).await, "err").await;
 }
 
 /// Someone else takes the key from under the holder (its lock rewritten): the watchdog's next
