@@ -18,7 +18,7 @@
 //! flight is doing.
 
 pub(crate) mod lock;
-pub(crate) mod queue;
+pub(crate) mod items;
 pub(crate) mod watchdog;
 
 use std::time::Duration;

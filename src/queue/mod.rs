@@ -50,7 +50,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ConfigError, Error};
 use crate::lease::deadline;
 use crate::lease::lock::{self as kernel_lock, Grant};
-use crate::lease::queue::{self as kernel, Enqueue, Release, Stored};
+use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::transport::Transport;
 use crate::util::backoff::Backoff;
@@ -70,7 +70,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 pub const MAX_TTL: Duration = Duration::from_secs(86_400);
 
 /// How long an empty stream is kept after a forced release (a normal release uses the fence's
-/// retention, which is at least this): see `lease::queue`'s release script for why.
+/// retention, which is at least this): see `lease::items`'s release script for why.
 const RETENTION: Duration = Duration::from_secs(86_400);
 
 /// How many items one `XRANGE` reads.
