@@ -31,7 +31,7 @@ async fn exists(conn: &mut Raw, key: &str) -> bool {
 }
 
 /// Released with nothing queued: no lock, and the empty stream kept with a TTL (so its ids
-/// never repeat; see `lease::queue`).
+/// never repeat; see `lease::items`).
 async fn assert_released_empty(conn: &mut Raw, name: &str) {
     assert!(
         !exists(conn, &lock_key(name)).await,

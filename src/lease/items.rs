@@ -94,7 +94,7 @@ return 1
 });
 
 /// The keys one run-or-enqueue script touches (one hash slot).
-pub(crate) struct QueueKeys<'a> {
+pub(crate) struct ItemKeys<'a> {
     /// The lock.
     pub lock: &'a str,
     /// Its fence.
@@ -129,7 +129,7 @@ fn timed_out(during: &'static str) -> Error {
 /// connection and server errors.
 pub(crate) async fn enqueue_or_acquire(
     conn: &mut Conn,
-    keys: &QueueKeys<'_>,
+    keys: &ItemKeys<'_>,
     token: &str,
     ttl: Duration,
     body: &[u8],
@@ -194,7 +194,7 @@ fn is_stream_id(s: &str) -> bool {
 /// safe); connection and server errors.
 pub(crate) async fn ack(
     conn: &mut Conn,
-    keys: &QueueKeys<'_>,
+    keys: &ItemKeys<'_>,
     token: &str,
     id: &str,
     limit: Instant,
@@ -231,7 +231,7 @@ pub(crate) enum Release {
 /// (`WrongType` when the items key is not a stream).
 pub(crate) async fn release(
     conn: &mut Conn,
-    keys: &QueueKeys<'_>,
+    keys: &ItemKeys<'_>,
     token: &str,
     force: bool,
     retention: Duration,

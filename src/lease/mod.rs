@@ -17,8 +17,8 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
-pub(crate) mod lock;
 pub(crate) mod items;
+pub(crate) mod lock;
 pub(crate) mod watchdog;
 
 use std::time::Duration;

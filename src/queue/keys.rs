@@ -29,8 +29,8 @@ impl QueueKeys {
     }
 
     /// The kernel's view of them.
-    pub(crate) fn kernel(&self) -> crate::lease::queue::QueueKeys<'_> {
-        crate::lease::queue::QueueKeys {
+    pub(crate) fn kernel(&self) -> crate::lease::items::ItemKeys<'_> {
+        crate::lease::items::ItemKeys {
             lock: &self.lock,
             fence: &self.fence,
             items: &self.items,

@@ -49,8 +49,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
 use crate::lease::deadline;
-use crate::lease::lock::{self as kernel_lock, Grant};
 use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
+use crate::lease::lock::{self as kernel_lock, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::transport::Transport;
 use crate::util::backoff::Backoff;
