@@ -14,6 +14,7 @@ use crate::failover::{
     RunOutcome, Worker,
 };
 use crate::mutex::Locks;
+use crate::queue::Queues;
 use crate::redlock::Redlock;
 use crate::transport::topology_url::{self, Target};
 use crate::transport::url::{check_url, redact_url};
@@ -683,6 +684,11 @@ impl Client {
     /// connections.
     pub fn fair_locks(&self) -> crate::fair::FairLocks {
         crate::fair::FairLocks::new(self.shared.clone())
+    }
+
+    /// Run-or-enqueue on this client's connections ([`crate::queue`]).
+    pub fn queues(&self) -> Queues {
+        Queues::new(self.shared.clone())
     }
 
     /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of

@@ -70,6 +70,8 @@
 //!   a priority reservation ([`FairLocks`], [`FairGuard`], [`Reservation`]).
 //! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
 //!   work stopped before anyone else can lead ([`Leaders`], [`Elector`], [`LeaderWorker`]).
+//! - [`queue`]: run-or-enqueue, a primitive: one runner per key, posts queued in a Redis Stream
+//!   and drained by the holder before it lets go, at-least-once ([`Queues`]).
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
@@ -101,6 +103,7 @@ mod lease;
 #[doc(hidden)]
 pub mod model;
 pub mod mutex;
+pub mod queue;
 pub mod redlock;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -130,4 +133,5 @@ pub use leader::{
     Observer, Term,
 };
 pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
+pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions};

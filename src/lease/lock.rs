@@ -63,7 +63,7 @@ pub(crate) use fence_step;
 /// one µs) does `INCR` step it, exactly, as a 64-bit integer, and the new value is read back as
 /// a string (the integer `INCR` returns would become a Lua double in the script). No Lua double
 /// is involved, so there is no 2^53 limit.
-const ACQUIRE_SOURCE: &str = concat!(
+pub(super) const ACQUIRE_SOURCE: &str = concat!(
     r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
@@ -276,7 +276,7 @@ pub(crate) async fn acquire_then_wait(
     Ok((parse_acquire(req.fence, reply, sent)?, acked))
 }
 
-fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
+pub(super) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
     let Value::Array(items) = &reply else {
         return Err(crate::transport::unexpected("the lock acquisition", &reply));
     };
@@ -299,7 +299,7 @@ fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, 
     }
 }
 
-fn string_of(v: &Value) -> Option<String> {
+pub(super) fn string_of(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),

@@ -38,6 +38,14 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     // Fenced writes to a resource hash (inside their script).
     "hget",
     "hset",
+    // Run-or-enqueue (`queue`): the item stream, inside its scripts (XADD, XDEL, XLEN; PERSIST
+    // and PEXPIRE on the stream: an empty one is kept with a TTL, a non-empty one never expires)
+    // and read by the holder (XRANGE) and `Queues::pending` (XLEN).
+    "xadd",
+    "xrange",
+    "xdel",
+    "xlen",
+    "persist",
     // Waking backups (the sharded forms on a Redis Cluster).
     "publish",
     "subscribe",

@@ -1,0 +1,736 @@
+//! Run-or-enqueue: one runner per key at a time, and nothing posted is ever left unhandled.
+//!
+//! [`Queues::run_or_enqueue`]`(key, item, handler)`: if nobody holds `key`, the caller becomes
+//! its holder and runs `handler` on its item; if someone does, the item is queued and the call
+//! returns at once ([`RunOrEnqueue::Enqueued`]). A holder drains every item that arrived while it
+//! worked before it lets go, and an item that arrives while it is finishing causes one more run,
+//! by it or by the next holder: never zero.
+//!
+//! # How
+//! Keys under `P queue:{K}` (see the table in the `keys` module): a lock with a fence, exactly
+//! as the mutex's (the same acquisition script, so fencing tokens strictly increase per key), and
+//! a Redis Stream of items.
+//! - Posting is one atomic script: `XADD` the item and try the fenced `SET NX PX`. The caller
+//!   either holds the lock (and drains, its own item included) or the lock is held by someone
+//!   who will see the item.
+//! - The holder reads items oldest first (`XRANGE`), runs `handler` on each, and only then
+//!   deletes it (`XDEL`, inside a script that checks the lock still holds its token). A holder
+//!   that dies between handling and deleting leaves the item for the next holder:
+//!   **at-least-once delivery**. Each [`QueueItem`] carries its stream id (unique, server
+//!   ordered) and the holder's fencing token, so a sink that records handled ids and rejects
+//!   tokens below the highest it has seen applies every item exactly once.
+//! - Letting go is "release if empty", one script: the lock is deleted only if it holds the
+//!   holder's token and the stream is empty; otherwise the holder drains again. Together with
+//!   the atomic post this closes the race with an item arriving while the holder finishes.
+//! - While it drains, the holder keeps its lease with the kernel's watchdog (every ttl / 3). If
+//!   the lease is lost, the running handler is dropped and the call returns
+//!   [`Error::LockLost`]; the unfinished items stay queued for the next holder.
+//!
+//! # Crashes and recovery
+//! Items live in Redis, not in the holder: a holder that crashes leaves them queued, and its
+//! lock ends with its lease ([`Queues::with_ttl`]). The next `run_or_enqueue` on the key after
+//! that drains them; if none comes, [`Queues::drain`] (take the lock if free, drain, release)
+//! does: call it at start-up or periodically as a sweep.
+//!
+//! # Handler errors
+//! An error from `handler` stops the drain: the failing item (and every later one) stays
+//! queued, the lock is released at once, and the call returns [`QueueError::Handler`]. The next
+//! `run_or_enqueue` or `drain` on the key retries that item first: an item that always fails
+//! blocks the key until it is handled (there is no dead-letter queue).
+
+mod keys;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ConfigError, Error};
+use crate::lease::deadline;
+use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
+use crate::lease::lock::{self as kernel_lock, Grant};
+use crate::lease::watchdog::{self, LeaseState, Watch};
+use crate::transport::Transport;
+use crate::util::backoff::Backoff;
+use crate::util::time::after;
+use crate::util::token::{new_token, short};
+
+use keys::QueueKeys;
+
+/// The largest item body accepted, in bytes (1 MiB).
+pub const MAX_ITEM_BYTES: usize = 1 << 20;
+/// The lease of a holder unless [`Queues::with_ttl`] says otherwise: how long a crashed
+/// holder's queue waits before another caller can drain it.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// The shortest lease accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lease accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(86_400);
+
+/// How long an empty stream is kept after a forced release (a normal release uses the fence's
+/// retention, which is at least this): see `lease::items`'s release script for why.
+const RETENTION: Duration = Duration::from_secs(86_400);
+
+/// How many items one `XRANGE` reads.
+const BATCH: usize = 100;
+
+/// Run-or-enqueue on one client's connections. Get it from
+/// [`Client::queues`](crate::Client::queues); cheap to clone.
+#[derive(Clone)]
+pub struct Queues {
+    transport: Arc<Transport>,
+    prefix: Arc<str>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues")
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One queued item, as the handler gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueItem {
+    /// Its id: the Redis Stream entry id (`<ms>-<seq>`), unique per key, in posting order.
+    /// Redelivery (after a holder died between handling and removing it) keeps the id: dedup
+    /// by it.
+    pub id: String,
+    /// The bytes posted.
+    pub body: Vec<u8>,
+    /// The fencing token of the holder running the handler: pass it to the sink, which should
+    /// reject tokens below the highest it has seen.
+    pub fencing_token: u64,
+}
+
+/// What [`Queues::run_or_enqueue`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOrEnqueue {
+    /// The caller was the holder: it handled `handled` items (its own among them) and released
+    /// the key with nothing left queued.
+    Ran {
+        /// How many items the handler completed (and were removed).
+        handled: u64,
+        /// The fencing token of this hold.
+        fencing_token: u64,
+    },
+    /// Someone else holds the key; the item was queued and that holder (or the next) runs it.
+    Enqueued {
+        /// The item's id, as its handler will see it.
+        id: String,
+    },
+}
+
+/// What [`Queues::drain`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drain {
+    /// The key was free: this call drained it (`handled` may be 0) and released it.
+    Ran {
+        /// How many items the handler completed (and were removed).
+        handled: u64,
+        /// The fencing token of this hold.
+        fencing_token: u64,
+    },
+    /// Someone holds the key (a live holder, or a crashed one whose lease has not ended yet).
+    Busy,
+}
+
+/// An error of [`Queues::run_or_enqueue`] or [`Queues::drain`]: baton's own, or the handler's.
+#[derive(Debug)]
+pub enum QueueError<E> {
+    /// Redis, configuration, or a lost lease ([`Error::LockLost`]); see each method.
+    Baton(Error),
+    /// The handler failed on item `id`: the item stays queued, the drain stopped, the key was
+    /// released.
+    Handler {
+        /// The item the handler failed on.
+        id: String,
+        /// The fencing token of the hold.
+        fencing_token: u64,
+        /// How many items this hold completed before.
+        handled: u64,
+        /// The handler's error.
+        error: E,
+    },
+}
+
+impl<E> QueueError<E> {
+    /// Baton's error, when it is one.
+    pub fn baton(&self) -> Option<&Error> {
+        match self {
+            QueueError::Baton(e) => Some(e),
+            QueueError::Handler { .. } => None,
+        }
+    }
+}
+
+impl<E> From<Error> for QueueError<E> {
+    fn from(e: Error) -> Self {
+        QueueError::Baton(e)
+    }
+}
+
+impl<E> From<ConfigError> for QueueError<E> {
+    fn from(e: ConfigError) -> Self {
+        QueueError::Baton(Error::Config(e))
+    }
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for QueueError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueueError::Baton(e) => e.fmt(f),
+            QueueError::Handler { id, error, .. } => {
+                write!(
+                    f,
+                    "the handler failed on item {id} (it stays queued): {error}"
+                )
+            }
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for QueueError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QueueError::Baton(e) => Some(e),
+            QueueError::Handler { error, .. } => Some(error),
+        }
+    }
+}
+
+impl Queues {
+    /// Run-or-enqueue on `transport` (the client façade's only way in).
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Queues {
+            transport,
+            prefix: Arc::from(crate::util::names::DEFAULT_PREFIX),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// The same handle with keys under another prefix (`{prefix}queue:{K}`).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
+    /// and free of `{` and `}`.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Queues, ConfigError> {
+        crate::util::names::check_prefix(prefix)?;
+        Ok(Queues {
+            prefix: Arc::from(prefix),
+            ..self.clone()
+        })
+    }
+
+    /// The same handle with holders leasing the key for `ttl` (extended by a watchdog while
+    /// they drain). It bounds how long a crashed holder's items wait.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `ttl` outside 10 ms ..= 1 day.
+    pub fn with_ttl(&self, ttl: Duration) -> Result<Queues, ConfigError> {
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(ConfigError::invalid(
+                "ttl",
+                format!("must be within {MIN_TTL:?} ..= {MAX_TTL:?}, got {ttl:?}"),
+            ));
+        }
+        Ok(Queues {
+            ttl,
+            ..self.clone()
+        })
+    }
+
+    /// The key prefix in use. Defaults to `baton:`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The holders' lease. Defaults to [`DEFAULT_TTL`].
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn keys(&self, key: &str) -> Result<Arc<QueueKeys>, ConfigError> {
+        crate::util::names::check_name("key", key)?;
+        Ok(Arc::new(QueueKeys::new(&self.prefix, key)))
+    }
+
+    /// How many items wait on `key` (including one a holder is handling right now).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name; connection errors and timeouts.
+    pub async fn pending(&self, key: &str) -> Result<u64, Error> {
+        let keys = self.keys(key)?;
+        let node = self.transport.node(&keys.items).await?;
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        kernel::len(&mut node.conn(), &keys.items, limit).await
+    }
+
+    /// Posts `item` to `key`, and runs `handler` on the queued items if the key was free.
+    ///
+    /// Free: the caller becomes the holder, runs `handler` on every queued item oldest first
+    /// (its own, and whatever arrives meanwhile, and what a crashed holder left), removing each
+    /// after its handler returned `Ok`, then releases the key once nothing is queued:
+    /// [`RunOrEnqueue::Ran`]. Held: the item is queued and the call returns at once with its
+    /// id ([`RunOrEnqueue::Enqueued`]). See the [module documentation](self) for the
+    /// guarantees; under a steady stream of posts the holder keeps draining.
+    ///
+    /// # Errors
+    /// - [`Error::Config`] (as `QueueError::Baton`) for an invalid name or an item above
+    ///   [`MAX_ITEM_BYTES`] (nothing posted).
+    /// - [`Error::LockLost`] when the lease was lost while draining (the running handler was
+    ///   dropped; unfinished items stay queued).
+    /// - [`QueueError::Handler`]: see "Handler errors" in the module documentation.
+    /// - [`Error::CorruptState`] for a fence or an item baton never writes; connection errors
+    ///   and timeouts. A timeout or a connection error while posting leaves it unknown whether
+    ///   the item was queued (if it was, the next call on the key runs it; retrying may deliver
+    ///   it twice, under two ids).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the running handler; its item and the later ones stay queued
+    /// (for the next `run_or_enqueue` or [`Queues::drain`] on the key), and the key is released
+    /// by token through a task of the client (if the client is gone too, the lease's ttl is the
+    /// backstop).
+    pub async fn run_or_enqueue<F, Fut, E>(
+        &self,
+        key: &str,
+        item: impl AsRef<[u8]>,
+        mut handler: F,
+    ) -> Result<RunOrEnqueue, QueueError<E>>
+    where
+        F: FnMut(QueueItem) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let body = item.as_ref();
+        if body.len() > MAX_ITEM_BYTES {
+            return Err(ConfigError::invalid(
+                "item",
+                format!("must be at most {MAX_ITEM_BYTES} bytes, got {}", body.len()),
+            )
+            .into());
+        }
+        let keys = self.keys(key)?;
+        let token = new_token();
+        // Armed before the request leaves: a dropped future or a lost reply releases by token.
+        let mut hold = Hold::new(&self.transport, &keys, token.clone());
+        let node = self.transport.node(&keys.lock).await?;
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let outcome = kernel::enqueue_or_acquire(
+            &mut node.conn(),
+            &keys.kernel(),
+            &token,
+            self.ttl,
+            body,
+            limit,
+        )
+        .await;
+        match outcome {
+            Ok(Enqueue::Granted { fence, sent, id }) => {
+                tracing::info!(
+                    key,
+                    token = short(&token),
+                    fence,
+                    id,
+                    "queue held: draining"
+                );
+                let handled = self
+                    .drain_held(key, &keys, hold, fence, sent, &mut handler)
+                    .await?;
+                Ok(RunOrEnqueue::Ran {
+                    handled,
+                    fencing_token: fence,
+                })
+            }
+            Ok(Enqueue::Enqueued { id }) => {
+                hold.disarm();
+                tracing::debug!(key, id, "queue busy: item enqueued");
+                Ok(RunOrEnqueue::Enqueued { id })
+            }
+            Err(e) => {
+                if !e.is_indeterminate() {
+                    hold.disarm();
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Drains `key` if it is free: takes it, runs `handler` on every queued item as
+    /// [`Queues::run_or_enqueue`] does, and releases it. For recovery after a holder crashed
+    /// (its items wait until its lease ends and someone calls): at start-up, or periodically.
+    /// [`Drain::Busy`] when it is held.
+    ///
+    /// # Errors
+    /// As [`Queues::run_or_enqueue`] (nothing is posted).
+    ///
+    /// # Cancel safety
+    /// As [`Queues::run_or_enqueue`].
+    pub async fn drain<F, Fut, E>(&self, key: &str, mut handler: F) -> Result<Drain, QueueError<E>>
+    where
+        F: FnMut(QueueItem) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let keys = self.keys(key)?;
+        let token = new_token();
+        let mut hold = Hold::new(&self.transport, &keys, token.clone());
+        let node = self.transport.node(&keys.lock).await?;
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let req = kernel_lock::Acquire {
+            lock: &keys.lock,
+            fence: &keys.fence,
+            token: &token,
+            ttl: self.ttl,
+        };
+        let grant = kernel_lock::acquire(&mut node.conn(), &req, limit).await;
+        match grant {
+            Ok(Grant::Granted { fence, sent }) => {
+                tracing::info!(key, token = short(&token), fence, "queue held: draining");
+                let handled = self
+                    .drain_held(key, &keys, hold, fence, sent, &mut handler)
+                    .await?;
+                Ok(Drain::Ran {
+                    handled,
+                    fencing_token: fence,
+                })
+            }
+            Ok(Grant::Held { .. }) => {
+                hold.disarm();
+                Ok(Drain::Busy)
+            }
+            Err(e) => {
+                if !e.is_indeterminate() {
+                    hold.disarm();
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The holder's loop: read a batch, handle and remove each item, and release once the
+    /// stream is empty (else read again). Returns how many items were handled.
+    async fn drain_held<F, Fut, E>(
+        &self,
+        key: &str,
+        keys: &Arc<QueueKeys>,
+        mut hold: Hold,
+        fence: u64,
+        sent: Instant,
+        handler: &mut F,
+    ) -> Result<u64, QueueError<E>>
+    where
+        F: FnMut(QueueItem) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let state = LeaseState::new(deadline(sent, self.ttl));
+        let stop = CancellationToken::new();
+        watchdog::spawn(
+            &self.transport,
+            Watch {
+                lease: keys.lock.clone(),
+                value: hold.token.clone(),
+                ttl: self.ttl,
+                sent,
+                refresh: vec![keys.fence.clone()],
+                retention: kernel_lock::fence_ttl(self.ttl),
+                hold_until: None,
+            },
+            state.clone(),
+            stop.clone(),
+        );
+        hold.watchdog = Some(stop);
+        let lost = state.lost().clone();
+        let token = hold.token.clone();
+        let lost_error = |reason: Option<String>| -> QueueError<E> {
+            QueueError::Baton(Error::LockLost {
+                key: key.to_string(),
+                fencing_token: fence,
+                reason: reason.unwrap_or_else(|| "lost".into()),
+            })
+        };
+        let mut handled: u64 = 0;
+        loop {
+            let batch: Vec<Stored> = {
+                let (t, k) = (self.transport.clone(), keys.clone());
+                let read = self
+                    .retrying(&lost, || {
+                        let (t, k) = (t.clone(), k.clone());
+                        async move {
+                            let node = t.node(&k.items).await?;
+                            let limit = after(Instant::now(), t.settings.response_timeout);
+                            kernel::read(&mut node.conn(), &k.items, BATCH, limit).await
+                        }
+                    })
+                    .await?;
+                match read {
+                    Some(b) => b,
+                    None => {
+                        hold.disarm();
+                        return Err(lost_error(state.reason()));
+                    }
+                }
+            };
+            let full = batch.len() >= BATCH;
+            for stored in batch {
+                if lost.is_cancelled() {
+                    hold.disarm();
+                    return Err(lost_error(state.reason()));
+                }
+                let id = stored.id;
+                let item = QueueItem {
+                    id: id.clone(),
+                    body: stored.body,
+                    fencing_token: fence,
+                };
+                let out = tokio::select! {
+                    biased;
+                    _ = lost.cancelled() => None,
+                    out = handler(item) => Some(out),
+                };
+                match out {
+                    None => {
+                        hold.disarm();
+                        return Err(lost_error(state.reason()));
+                    }
+                    Some(Err(error)) => {
+                        // The item stays queued; let go at once so a retry need not wait out
+                        // the lease.
+                        hold.release_now(true).await;
+                        tracing::warn!(key, id, "handler failed: the item stays queued");
+                        return Err(QueueError::Handler {
+                            id,
+                            fencing_token: fence,
+                            handled,
+                            error,
+                        });
+                    }
+                    Some(Ok(())) => {}
+                }
+                let (t, k, tok, i) = (
+                    self.transport.clone(),
+                    keys.clone(),
+                    token.clone(),
+                    id.clone(),
+                );
+                let acked = self
+                    .retrying(&lost, || {
+                        let (t, k, tok, i) = (t.clone(), k.clone(), tok.clone(), i.clone());
+                        async move {
+                            let node = t.node(&k.items).await?;
+                            let limit = after(Instant::now(), t.settings.response_timeout);
+                            kernel::ack(&mut node.conn(), &k.kernel(), &tok, &i, limit).await
+                        }
+                    })
+                    .await?;
+                match acked {
+                    Some(true) => handled = handled.saturating_add(1),
+                    Some(false) => {
+                        state.lose("removing a handled item found the lock held by another token (or gone)");
+                        hold.disarm();
+                        return Err(lost_error(state.reason()));
+                    }
+                    None => {
+                        hold.disarm();
+                        return Err(lost_error(state.reason()));
+                    }
+                }
+            }
+            if full {
+                continue;
+            }
+            // Release if empty: one script, so an item posted meanwhile is never stranded.
+            let mut uncertain = false;
+            let mut backoff = Backoff::new(self.ttl / 4);
+            let released = loop {
+                if lost.is_cancelled() {
+                    hold.disarm();
+                    return Err(lost_error(state.reason()));
+                }
+                let node = self.transport.node(&keys.lock).await;
+                let limit = after(Instant::now(), self.transport.settings.response_timeout);
+                let r = match node {
+                    Ok(node) => {
+                        kernel::release(
+                            &mut node.conn(),
+                            &keys.kernel(),
+                            &token,
+                            false,
+                            kernel_lock::fence_ttl(self.ttl),
+                            limit,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(Release::Released) => break true,
+                    Ok(Release::More) => break false,
+                    // An earlier try whose reply was lost did release it.
+                    Ok(Release::NotOurs) if uncertain => break true,
+                    Ok(Release::NotOurs) => {
+                        state.lose("the release found the lock held by another token (or gone)");
+                        hold.disarm();
+                        return Err(lost_error(state.reason()));
+                    }
+                    Err(e) if e.is_retryable() => {
+                        uncertain |= e.is_indeterminate();
+                        tracing::debug!(key, error = %e, "release failed; retrying");
+                        let nap = backoff.next_delay();
+                        tokio::select! {
+                            biased;
+                            _ = lost.cancelled() => {}
+                            _ = tokio::time::sleep(nap) => {}
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            if released {
+                hold.disarm();
+                tracing::info!(
+                    key,
+                    token = short(&token),
+                    handled,
+                    "queue drained and released"
+                );
+                return Ok(handled);
+            }
+        }
+    }
+
+    /// Runs `op` until it succeeds, retrying transient errors with backoff; `Ok(None)` once the
+    /// lease is lost.
+    async fn retrying<T, Op, Fut>(
+        &self,
+        lost: &CancellationToken,
+        mut op: Op,
+    ) -> Result<Option<T>, Error>
+    where
+        Op: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut backoff = Backoff::new(self.ttl / 4);
+        loop {
+            let out = tokio::select! {
+                biased;
+                _ = lost.cancelled() => return Ok(None),
+                out = op() => out,
+            };
+            match out {
+                Ok(v) => return Ok(Some(v)),
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(error = %e, "queue step failed; retrying");
+                    let nap = backoff.next_delay();
+                    tokio::select! {
+                        biased;
+                        _ = lost.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(nap) => {}
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A hold (or an acquisition whose outcome is unknown): stops its watchdog and, unless
+/// disarmed, releases the key by token (forced: items stay queued) through a task of the
+/// client when dropped.
+struct Hold {
+    transport: Option<Arc<Transport>>,
+    keys: Arc<QueueKeys>,
+    token: String,
+    watchdog: Option<CancellationToken>,
+}
+
+impl Hold {
+    fn new(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, token: String) -> Self {
+        Hold {
+            transport: Some(transport.clone()),
+            keys: keys.clone(),
+            token,
+            watchdog: None,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.transport = None;
+        if let Some(stop) = &self.watchdog {
+            stop.cancel();
+        }
+    }
+
+    /// Releases now (best effort: a failure leaves it to the lease's ttl), then disarms.
+    async fn release_now(&mut self, force: bool) {
+        if let Some(stop) = &self.watchdog {
+            stop.cancel();
+        }
+        let Some(t) = self.transport.take() else {
+            return;
+        };
+        let limit = after(Instant::now(), t.settings.response_timeout);
+        let r = match t.node(&self.keys.lock).await {
+            Ok(node) => {
+                kernel::release(
+                    &mut node.conn(),
+                    &self.keys.kernel(),
+                    &self.token,
+                    force,
+                    RETENTION,
+                    limit,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            tracing::warn!(key = %self.keys.lock, error = %e, "release failed; the key is free when its lease ends");
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.watchdog {
+            stop.cancel();
+        }
+        let Some(transport) = self.transport.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if transport.cancel.is_cancelled() {
+            return;
+        }
+        // The router, not the transport: the release must not keep the client alive.
+        let router = transport.router.clone();
+        let keys = self.keys.clone();
+        let token = std::mem::take(&mut self.token);
+        let limit = transport.settings.response_timeout;
+        transport.tracker.spawn_on(
+            async move {
+                let at = after(Instant::now(), limit);
+                let released = match router.node(&keys.lock).await {
+                    Ok(node) => {
+                        kernel::release(&mut node.conn(), &keys.kernel(), &token, true, RETENTION, at).await
+                    }
+                    Err(e) => Err(e),
+                };
+                match released {
+                    Ok(r) => {
+                        tracing::debug!(key = %keys.lock, token = short(&token), ?r, "queue released in the background")
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %keys.lock, error = %e, "background release failed; the key is free when its lease ends")
+                    }
+                }
+            },
+            &handle,
+        );
+    }
+}
