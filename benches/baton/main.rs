@@ -10,12 +10,14 @@
 //! the locks' `lock-uncontended`, `lock-distinct`, `lock-contended`, `redlock` (baton's mutex
 //! and Redlock against a hand-written floor and the `rslock` crate: see `locks.rs`); and
 //! `cluster` (baton on a 3-primary Redis Cluster against baton on one server, feature `cluster`:
-//! see `cluster.rs`); and `profile` (only when named: see `profile.rs`).
+//! see `cluster.rs`); `leader-takeover` and `leader-handover` (baton's leader election against
+//! a hand-written floor: see `leader.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;
 mod floor;
 mod holders;
+mod leader;
 mod locks;
 mod profile;
 mod redisinfo;

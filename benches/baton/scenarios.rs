@@ -31,6 +31,8 @@ pub const NAMES: &[&str] = &[
     "lock-contended",
     "redlock",
     "cluster",
+    "leader-takeover",
+    "leader-handover",
 ];
 
 #[derive(Default)]
@@ -56,6 +58,8 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "lock-contended" => crate::locks::contended(opts, report).await,
         "redlock" => crate::locks::redlock(opts, report).await,
         "cluster" => crate::cluster::cluster(opts, report).await,
+        "leader-takeover" => crate::leader::takeover(opts, report).await,
+        "leader-handover" => crate::leader::handover(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
