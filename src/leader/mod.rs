@@ -309,18 +309,23 @@ impl Election {
                 // The test seam: a campaign can be dropped here, granted but not yet returned.
                 self.transport.before_exec("leader: granted").await;
                 // Observers learn of it at once; best effort (they re-read on a reconnect and
-                // on a timer too).
+                // on a timer too), and off the new leader's path: sent on the node's shared
+                // connection without waiting for the reply (one round trip less before
+                // `campaign` returns).
                 let mut conn = node.conn();
-                let publish = conn.publish();
-                let _: Result<redis::Value, _> = tokio::time::timeout_at(
-                    limit,
-                    redis::cmd(publish)
-                        .arg(&self.keys.channel)
-                        .arg("elected")
-                        .query_async(&mut conn),
-                )
-                .await
-                .unwrap_or(Ok(redis::Value::Nil));
+                let channel = self.keys.channel.clone();
+                self.transport.tracker.spawn(async move {
+                    let publish = conn.publish();
+                    let _: Result<redis::Value, _> = tokio::time::timeout_at(
+                        limit,
+                        redis::cmd(publish)
+                            .arg(&channel)
+                            .arg("elected")
+                            .query_async(&mut conn),
+                    )
+                    .await
+                    .unwrap_or(Ok(redis::Value::Nil));
+                });
                 Ok(Ok(held))
             }
         }
