@@ -353,33 +353,15 @@ impl Drop for Queued {
 /// the client's tracker; never blocks. Without a runtime or a client that shut down, the
 /// waiter timeout, the reservation lifetime and the lock's ttl are the backstops.
 fn leave_in_background(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, id: String) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if transport.cancel.is_cancelled() {
-        return;
-    }
-    // The router, not the transport: the task must not keep the client alive.
-    let router = transport.router.clone();
     let keys = keys.clone();
-    let limit = transport.settings.response_timeout;
-    transport.tracker.spawn_on(
-        async move {
-            let at = after(Instant::now(), limit);
-            let left = match router.node(&keys.lock).await {
-                Ok(node) => kernel::leave(&mut node.conn(), &keys, &id, at).await,
-                Err(e) => Err(e),
-            };
-            match left {
-                Ok(ours) => {
-                    tracing::debug!(key = %keys.lock, token = short(&id), ours, "left the fair lock in the background")
-                }
-                Err(e) => {
-                    tracing::warn!(key = %keys.lock, error = %e, "leaving the fair lock failed; the timeouts are the backstop")
-                }
-            }
+    crate::lease::pending::spawn_cleanup(
+        transport,
+        keys.lock.clone(),
+        "left the fair lock",
+        move |mut conn, at| async move {
+            let ours = kernel::leave(&mut conn, &keys, &id, at).await?;
+            Ok(format!("{} (held it: {ours})", short(&id)))
         },
-        &handle,
     );
 }
 

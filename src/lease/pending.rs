@@ -58,31 +58,54 @@ pub(crate) fn release_in_background<K: LockAt>(
     at: &Arc<K>,
     token: String,
 ) {
+    let at = at.clone();
+    spawn_cleanup(
+        transport,
+        at.lock().to_string(),
+        "released",
+        move |mut conn, deadline| async move {
+            let ours = lock::release(&mut conn, at.lock(), at.channel(), &token, deadline).await?;
+            Ok(format!("{} (ours: {ours})", short(&token)))
+        },
+    );
+}
+
+/// Runs `cleanup` (a token-checked release, a leave of a waiter queue, ...) on the connection of
+/// the node that serves `key`, through a task of the client's tracker, bounded by the response
+/// timeout; never blocks, and logs the outcome (`what` names it). Without a runtime or a client
+/// that shut down it does nothing: the keys' TTLs are then the backstop. The task holds the
+/// router, not the transport, so it never keeps the client alive.
+pub(crate) fn spawn_cleanup<F, Fut>(
+    transport: &Arc<Transport>,
+    key: String,
+    what: &'static str,
+    cleanup: F,
+) where
+    F: FnOnce(crate::transport::Conn, Instant) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<String, crate::error::Error>> + Send + 'static,
+{
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
     if transport.cancel.is_cancelled() {
         return;
     }
-    // The router, not the transport: the release must not keep the client alive.
     let router = transport.router.clone();
-    let at = at.clone();
     let limit: Duration = transport.settings.response_timeout;
     transport.tracker.spawn_on(
         async move {
             let deadline = after(Instant::now(), limit);
-            let (key, channel) = (at.lock(), at.channel());
-            let released = match router.node(key).await {
-                Ok(node) => lock::release(&mut node.conn(), key, channel, &token, deadline).await,
+            let done = match router.node(&key).await {
+                Ok(node) => cleanup(node.conn(), deadline).await,
                 Err(e) => Err(e),
             };
-            match released {
-                Ok(ours) => {
-                    tracing::debug!(key, token = short(&token), ours, "released in the background")
-                }
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "background release failed; the lease expires by its ttl")
-                }
+            match done {
+                Ok(outcome) => tracing::debug!(key, %outcome, "{what} in the background"),
+                Err(e) => tracing::warn!(
+                    key,
+                    error = %e,
+                    "{what} in the background failed; the keys' TTLs are the backstop"
+                ),
             }
         },
         &handle,

@@ -701,36 +701,17 @@ impl Drop for Hold {
         let Some(transport) = self.transport.take() else {
             return;
         };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if transport.cancel.is_cancelled() {
-            return;
-        }
-        // The router, not the transport: the release must not keep the client alive.
-        let router = transport.router.clone();
         let keys = self.keys.clone();
         let token = std::mem::take(&mut self.token);
-        let limit = transport.settings.response_timeout;
-        transport.tracker.spawn_on(
-            async move {
-                let at = after(Instant::now(), limit);
-                let released = match router.node(&keys.lock).await {
-                    Ok(node) => {
-                        kernel::release(&mut node.conn(), &keys.kernel(), &token, true, RETENTION, at).await
-                    }
-                    Err(e) => Err(e),
-                };
-                match released {
-                    Ok(r) => {
-                        tracing::debug!(key = %keys.lock, token = short(&token), ?r, "queue released in the background")
-                    }
-                    Err(e) => {
-                        tracing::warn!(key = %keys.lock, error = %e, "background release failed; the key is free when its lease ends")
-                    }
-                }
+        crate::lease::pending::spawn_cleanup(
+            &transport,
+            keys.lock.clone(),
+            "released the queue",
+            move |mut conn, at| async move {
+                let r =
+                    kernel::release(&mut conn, &keys.kernel(), &token, true, RETENTION, at).await?;
+                Ok(format!("{} ({r:?})", short(&token)))
             },
-            &handle,
         );
     }
 }
