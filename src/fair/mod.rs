@@ -50,10 +50,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
-use crate::lease::lock::fence_ttl;
+use crate::lease::held::HeldLock;
 use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
-use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::lease::{deadline, extend, Extend, Extension};
 use crate::transport::{Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
@@ -240,17 +238,15 @@ impl FairLocks {
                     queued.disarm();
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = FairGuard {
-                        held: Some(Held {
-                            transport: self.transport.clone(),
+                        held: Some(HeldLock::new(
+                            self.transport.clone(),
                             keys,
-                            key: key.to_string(),
-                            token: id,
+                            key,
+                            id,
                             fence,
                             ttl,
-                            state: LeaseState::new(deadline(sent, ttl)),
                             sent,
-                            watchdog: None,
-                        }),
+                        )),
                     };
                     if opts.watchdog {
                         guard.start_watchdog(opts.max_hold);
@@ -439,17 +435,7 @@ pub struct FairGuard {
     held: Option<Held>,
 }
 
-struct Held {
-    transport: Arc<Transport>,
-    keys: Arc<QueueKeys>,
-    key: String,
-    token: String,
-    fence: u64,
-    ttl: Duration,
-    state: Arc<LeaseState>,
-    sent: Instant,
-    watchdog: Option<CancellationToken>,
-}
+type Held = HeldLock<QueueKeys>;
 
 impl std::fmt::Debug for FairGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -521,28 +507,9 @@ impl FairGuard {
     /// and fires the loss signal as [`FairGuard::lost_token`] describes. With `max_hold`, it
     /// stops extending once the lock was held that long and fires the loss signal then.
     pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
-        let Some(h) = self.held.as_mut() else {
-            return;
-        };
-        if h.watchdog.is_some() {
-            return;
+        if let Some(h) = self.held.as_mut() {
+            h.start_watchdog(max_hold);
         }
-        let stop = CancellationToken::new();
-        watchdog::spawn(
-            &h.transport,
-            Watch {
-                lease: h.keys.lock.clone(),
-                value: h.token.clone(),
-                ttl: h.ttl,
-                sent: h.sent,
-                refresh: vec![h.keys.fence.clone()],
-                retention: fence_ttl(h.ttl),
-                hold_until: max_hold.map(|m| after(h.sent, m)),
-            },
-            h.state.clone(),
-            stop.clone(),
-        );
-        h.watchdog = Some(stop);
     }
 
     /// Extends the lock to `ttl` from now if it still holds this guard's token. `Ok(false)`: it
@@ -556,32 +523,9 @@ impl FairGuard {
     /// Cancel safe: a dropped extension leaves the deadline where it was.
     pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
         options::validate_ttl(ttl)?;
-        let Some(h) = self.held.as_mut() else {
-            return Ok(false);
-        };
-        let refresh = [h.keys.fence.as_str()];
-        let req = Extend {
-            lease: &h.keys.lock,
-            value: &h.token,
-            ttl,
-            guard: &h.keys.lock,
-            guard_value: &h.token,
-            refresh: &refresh,
-            retention: fence_ttl(ttl.max(h.ttl)),
-        };
-        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), h.transport.settings.response_timeout);
-        match extend(&mut conn, &req, limit).await? {
-            Extension::Confirmed { sent } => {
-                h.state.confirmed(deadline(sent, ttl));
-                Ok(true)
-            }
-            Extension::Refused { .. } => {
-                tracing::warn!(key = %h.key, token = short(&h.token), "extension refused: the fair lock is held by another token or gone");
-                h.state
-                    .lose("an extension found the lock held by another token (or gone)");
-                Ok(false)
-            }
+        match self.held.as_mut() {
+            Some(h) => h.extend(ttl).await,
+            None => Ok(false),
         }
     }
 
@@ -600,9 +544,7 @@ impl FairGuard {
         let Some(h) = self.held.take() else {
             return Ok(false);
         };
-        if let Some(stop) = &h.watchdog {
-            stop.cancel();
-        }
+        h.stop_watchdog();
         let mut conn = h.transport.node(&h.keys.lock).await?.conn();
         let limit = after(Instant::now(), h.transport.settings.response_timeout);
         let ours = kernel::leave(&mut conn, &h.keys, &h.token, limit).await?;
@@ -614,9 +556,7 @@ impl FairGuard {
 impl Drop for FairGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
-            if let Some(stop) = &h.watchdog {
-                stop.cancel();
-            }
+            h.stop_watchdog();
             leave_in_background(&h.transport, &h.keys, h.token);
         }
     }

@@ -17,6 +17,7 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod held;
 pub(crate) mod items;
 pub(crate) mod lock;
 pub(crate) mod pending;

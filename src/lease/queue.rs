@@ -212,6 +212,15 @@ pub(crate) struct QueueKeys {
     pub wake_prefix: String,
 }
 
+impl super::held::FencedAt for QueueKeys {
+    fn lock_key(&self) -> &str {
+        &self.lock
+    }
+    fn fence_key(&self) -> &str {
+        &self.fence
+    }
+}
+
 impl QueueKeys {
     /// The wake channel of waiter `id`.
     pub(crate) fn wake(&self, id: &str) -> String {

@@ -33,6 +33,15 @@ impl crate::lease::pending::LockAt for LockKeys {
     }
 }
 
+impl crate::lease::held::FencedAt for LockKeys {
+    fn lock_key(&self) -> &str {
+        &self.lock
+    }
+    fn fence_key(&self) -> &str {
+        &self.fence
+    }
+}
+
 impl LockKeys {
     /// The keys of lock `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {

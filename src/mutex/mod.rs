@@ -34,11 +34,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::held::HeldLock;
 pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::pending::{release_in_background, Pending};
-use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::lease::{deadline, extend, Extend, Extension};
 use crate::transport::wake::{WakeOne, Woken};
 use crate::transport::{ReplicaWait, Transport};
 use crate::util::backoff::Backoff;
@@ -192,17 +191,15 @@ impl Locks {
             Ok(Grant::Granted { fence, sent }) => {
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard {
-                    held: Some(Held {
-                        transport: self.transport.clone(),
-                        keys: keys.clone(),
-                        key: key.to_string(),
+                    held: Some(HeldLock::new(
+                        self.transport.clone(),
+                        keys.clone(),
+                        key,
                         token,
                         fence,
                         ttl,
-                        state: LeaseState::new(deadline(sent, ttl)),
                         sent,
-                        watchdog: None,
-                    }),
+                    )),
                 }))
             }
             Ok(Grant::Held { pttl }) => Ok(Err(pttl)),
@@ -407,18 +404,7 @@ pub struct LockGuard {
     held: Option<Held>,
 }
 
-struct Held {
-    transport: Arc<Transport>,
-    keys: Arc<LockKeys>,
-    key: String,
-    token: String,
-    fence: u64,
-    ttl: Duration,
-    state: Arc<LeaseState>,
-    sent: Instant,
-    /// Stops the watchdog, when one runs.
-    watchdog: Option<CancellationToken>,
-}
+type Held = HeldLock<LockKeys>;
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -492,28 +478,9 @@ impl LockGuard {
     /// [`LockGuard::lost_token`] describes. With `max_hold`, it stops extending once the lock
     /// was held that long (counted from the grant) and fires the loss signal then.
     pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
-        let Some(h) = self.held.as_mut() else {
-            return;
-        };
-        if h.watchdog.is_some() {
-            return;
+        if let Some(h) = self.held.as_mut() {
+            h.start_watchdog(max_hold);
         }
-        let stop = CancellationToken::new();
-        watchdog::spawn(
-            &h.transport,
-            Watch {
-                lease: h.keys.lock.clone(),
-                value: h.token.clone(),
-                ttl: h.ttl,
-                sent: h.sent,
-                refresh: vec![h.keys.fence.clone()],
-                retention: kernel::fence_ttl(h.ttl),
-                hold_until: max_hold.map(|m| after(h.sent, m)),
-            },
-            h.state.clone(),
-            stop.clone(),
-        );
-        h.watchdog = Some(stop);
     }
 
     /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
@@ -529,32 +496,9 @@ impl LockGuard {
     /// Cancel safe: a dropped extension leaves the deadline where it was.
     pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
         options::validate_ttl(ttl)?;
-        let Some(h) = self.held.as_mut() else {
-            return Ok(false);
-        };
-        let refresh = [h.keys.fence.as_str()];
-        let req = Extend {
-            lease: &h.keys.lock,
-            value: &h.token,
-            ttl,
-            guard: &h.keys.lock,
-            guard_value: &h.token,
-            refresh: &refresh,
-            retention: kernel::fence_ttl(ttl.max(h.ttl)),
-        };
-        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), h.transport.settings.response_timeout);
-        match extend(&mut conn, &req, limit).await? {
-            Extension::Confirmed { sent } => {
-                h.state.confirmed(deadline(sent, ttl));
-                Ok(true)
-            }
-            Extension::Refused { .. } => {
-                tracing::warn!(key = %h.key, token = short(&h.token), "extension refused: the lock is held by another token or gone");
-                h.state
-                    .lose("an extension found the lock held by another token (or gone)");
-                Ok(false)
-            }
+        match self.held.as_mut() {
+            Some(h) => h.extend(ttl).await,
+            None => Ok(false),
         }
     }
 
@@ -573,9 +517,7 @@ impl LockGuard {
         let Some(h) = self.held.take() else {
             return Ok(false);
         };
-        if let Some(stop) = &h.watchdog {
-            stop.cancel();
-        }
+        h.stop_watchdog();
         let mut conn = h.transport.node(&h.keys.lock).await?.conn();
         let limit = after(Instant::now(), h.transport.settings.response_timeout);
         let ours =
@@ -588,9 +530,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
-            if let Some(stop) = &h.watchdog {
-                stop.cancel();
-            }
+            h.stop_watchdog();
             release_in_background(&h.transport, &h.keys, h.token);
         }
     }
