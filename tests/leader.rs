@@ -535,3 +535,41 @@ async fn a_campaign_dropped_right_after_its_grant_lets_the_lease_go() {
         .unwrap();
     assert_eq!(t.name(), "b");
 }
+
+#[tokio::test]
+async fn row_16_a_lease_key_without_ttl_is_reported_never_waited_on_in_silence() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut conn = common::raw(&srv).await;
+    let _: () = redis::cmd("SET")
+        .arg("baton:leader:{nottl}")
+        .arg("0123456789abcdef0123456789abcdef:someone")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut w = c.leaders().start("nottl", &opts(1_000, "x")).unwrap();
+    match next_event(&mut w, WAKE).await {
+        LeaderEvent::Error {
+            kind,
+            retryable: true,
+            message,
+        } => {
+            assert_eq!(kind, baton::ErrorKind::NoExpiry, "{message}");
+            assert!(message.contains("baton:leader:{nottl}"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Never made to expire, never overwritten.
+    assert_eq!(common::pttl(&mut conn, "baton:leader:{nottl}").await, -1);
+    // Once the operator removes it, the candidate leads.
+    let _: () = redis::cmd("DEL")
+        .arg("baton:leader:{nottl}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(
+        next_change(&mut w, WAKE).await,
+        LeaderEvent::Elected { .. }
+    ));
+    w.resign();
+}

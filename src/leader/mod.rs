@@ -1090,7 +1090,7 @@ pub enum Observed {
     Leader {
         /// The leader's name.
         name: String,
-        /// Its term.
+        /// Its term (0 when the fence key was deleted by someone else).
         term: u64,
     },
     /// Nobody leads.
@@ -1244,13 +1244,15 @@ async fn read_leader(election: &Election) -> Result<(Observed, Option<Duration>)
         key: election.keys.lease.clone(),
         value: crate::error::preview(&value),
     })?;
-    let term = fence
-        .as_deref()
-        .and_then(|f| f.parse::<u64>().ok())
-        .ok_or_else(|| Error::CorruptState {
+    // A fence deleted by someone else leaves the term unknown (0); one baton never wrote is
+    // reported.
+    let term = match fence.as_deref() {
+        None => 0,
+        Some(f) => f.parse::<u64>().map_err(|_| Error::CorruptState {
             key: election.keys.fence.clone(),
-            value: crate::error::preview(fence.as_deref().unwrap_or("(missing)")),
-        })?;
+            value: crate::error::preview(f),
+        })?,
+    };
     let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
     Ok((
         Observed::Leader {
