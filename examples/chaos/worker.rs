@@ -22,7 +22,11 @@ pub const MUTEX_LOCKS: usize = 3;
 pub const MUTEX_WAIT: Duration = Duration::from_secs(3);
 /// The fair-lock workload: a waiter that stops refreshing its place (killed, paused) is evicted
 /// after this, and a priority reservation whose owner is gone lapses after `FAIR_RESERVATION`.
-pub const FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The waiter timeout is the lease: a paused holder's own process often holds the queue's head
+/// too, and a longer timeout would let the head's pause keep the lock from everyone else until
+/// the holder resumes (its late commit then finds nothing newer and is accepted, correctly, but
+/// the fencing check is not exercised).
+pub const FAIR_WAITER_TIMEOUT: Duration = LEASE;
 pub const FAIR_RESERVATION: Duration = Duration::from_millis(1500);
 /// The file (in the run directory) whose existence tells mutex workers to stop early, once the
 /// control process saw progress after the final heal.
