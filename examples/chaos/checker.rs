@@ -269,7 +269,10 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         Workload::Failover => check_failover(r, canary),
         // Leader election logs the same shape: a grant per term (token = the term), BEGIN/COMMIT
         // pairs at the resource fenced by it; M2 is then "no two leaders share a term".
-        Workload::Mutex | Workload::Leader => check_mutex(r, canary),
+        // The fair lock too (a grant per acquisition, token = its fencing token); its M7 also
+        // wants every lock granted after the heal (a lapsed reservation or a dead waiter must
+        // not block one).
+        Workload::Mutex | Workload::Leader | Workload::Fair => check_mutex(r, canary),
     }
 }
 
@@ -645,6 +648,15 @@ fn check_failover(r: &PhaseResult, canary: &str) -> Analysis {
                      "samples": rec.len(), "bound_ms": bound_ns / 1_000_000},
         "errors_surfaced": {"meaningful": meaningful, "meaningful_surfaced": surfaced_m,
                             "all_windows": any_windows, "all_surfaced": surfaced_any},
+        // The fair lock's priority reservations: taken, granted through, refused (another
+        // contender's reservation existed), lapsed before the grant (the reserver was paused
+        // or cut off past the lifetime).
+        "reservations": {
+            "taken": count(&|v| v["type"] == "ok" && v["f"] == "reserve"),
+            "granted": count(&|v| v["f"] == "grant" && v["reserved"] == true),
+            "refused": count(&|v| v["f"] == "reserve" && v["kind"] == "Reserved"),
+            "lapsed": count(&|v| v["f"] == "lock" && v["kind"] == "Reserved"),
+        },
         "panics": panics,
         "stuck_workers": r.stuck,
         "volatile_restart_at_ns": r.volatile_t,
@@ -761,6 +773,33 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         "first grant {recovery_ms:?} ms after the heal (bound {} ms)",
         bound_ns / 1_000_000
     );
+    if r.cfg.workload == Workload::Fair {
+        // Per lock: a reservation whose owner was paused or killed lapses after its lifetime,
+        // a dead waiter is evicted after its timeout, a dead holder's lease runs out; all
+        // shorter than the bound, so every lock must be granted again within it.
+        let mut per_lock = Vec::new();
+        for i in 0..crate::worker::MUTEX_LOCKS {
+            let lock = crate::worker::fair_lock_name(i);
+            let first = grants
+                .iter()
+                .filter(|g| s(g, "lock") == lock)
+                .map(|g| u(g, "t"))
+                .find(|t| *t >= r.heal_t);
+            match first {
+                Some(t) if t - r.heal_t <= bound_ns => {}
+                Some(t) => m7.flag(format!(
+                    "{lock}: first grant {} ms after the heal",
+                    (t - r.heal_t) / 1_000_000
+                )),
+                None => m7.flag(format!("{lock}: no grant after the heal")),
+            }
+            per_lock.push(format!(
+                "{lock} {:?}",
+                first.map(|t| (t - r.heal_t) / 1_000_000)
+            ));
+        }
+        m7.note = format!("{}; per lock (ms): {}", m7.note, per_lock.join(", "));
+    }
 
     // ---- Stats.
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
@@ -788,6 +827,15 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         "faults": faults_json,
         "fencing": {"stale_rejected": stale_rejected, "stale_accepted": stale_accepted},
         "liveness": {"recovery_ms": recovery_ms, "bound_ms": bound_ns / 1_000_000},
+        // The fair lock's priority reservations: taken, granted through, refused (another
+        // contender's reservation existed), lapsed before the grant (the reserver was paused
+        // or cut off past the lifetime).
+        "reservations": {
+            "taken": count(&|v| v["type"] == "ok" && v["f"] == "reserve"),
+            "granted": count(&|v| v["f"] == "grant" && v["reserved"] == true),
+            "refused": count(&|v| v["f"] == "reserve" && v["kind"] == "Reserved"),
+            "lapsed": count(&|v| v["f"] == "lock" && v["kind"] == "Reserved"),
+        },
         "panics": panics,
         "stuck_workers": r.stuck,
         "volatile_restart_at_ns": r.volatile_t,

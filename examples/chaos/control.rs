@@ -14,7 +14,7 @@ use crate::nemesis::{self, Kind};
 use crate::proxy::Link;
 use crate::resource::Resource;
 use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
-use crate::worker::{WorkerArgs, Workload, LEASE, STOP_FILE, WORKERS};
+use crate::worker::{fair_lock_name, WorkerArgs, Workload, LEASE, MUTEX_LOCKS, STOP_FILE, WORKERS};
 
 /// The ACL user the workers connect as: only baton's keys, channels and commands.
 pub const WORKER_USER: &str = "baton-chaos";
@@ -175,7 +175,7 @@ pub async fn run_phase(
         // seen; this deadline only caps a run whose control process went away.
         deadline: match cfg.workload {
             Workload::Failover => 0,
-            Workload::Mutex | Workload::Leader => {
+            Workload::Mutex | Workload::Leader | Workload::Fair => {
                 deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000
             }
         },
@@ -237,7 +237,15 @@ pub async fn run_phase(
         let until = heal_t + LEASE.as_nanos() as u64 + 7_000_000_000;
         let mut seen = None;
         while mono_ns() < until {
-            if seen.is_none() && resource.last_accepted() > heal_t {
+            // The fair lock: progress on every lock, so a reservation or a queue left stuck
+            // by a fault shows as a lock without a grant after the heal (M7).
+            let progressed = match cfg.workload {
+                Workload::Fair => {
+                    (0..MUTEX_LOCKS).all(|i| resource.last_accepted_on(&fair_lock_name(i)) > heal_t)
+                }
+                _ => resource.last_accepted() > heal_t,
+            };
+            if seen.is_none() && progressed {
                 seen = Some(mono_ns());
             }
             if seen.is_some_and(|t| mono_ns() > t + 1_000_000_000) {
@@ -268,7 +276,7 @@ pub async fn run_phase(
 
     let jobs = match cfg.workload {
         Workload::Failover => cfg.jobs,
-        Workload::Mutex | Workload::Leader => 0,
+        Workload::Mutex | Workload::Leader | Workload::Fair => 0,
     };
     let read = match &cluster {
         Some(c) => crate::cluster::read_final_state(c, jobs).await,

@@ -15,7 +15,12 @@
 //! (`leader`: candidates in the worker form on 3 elections, each term's work writing
 //! BEGIN/COMMIT pairs fenced by the term, then resigning; leaders paused past their lease,
 //! Redis paused and restarted, links cut; and its control `control-leader-fencing-off`);
-//! profile `leader` runs only those. Profile `cluster` (needs
+//! profile `leader` runs only those. Then the fair-lock workload (`fair`: tasks taking 3 fair
+//! locks with the watchdog, one acquisition in six through the priority reservation, writing
+//! BEGIN/COMMIT pairs fenced by the fencing token; holders and reservers paused past their lease
+//! or the reservation's lifetime, workers killed, Redis paused and restarted, links cut; M7 wants
+//! every lock granted again soon after the heal; and its control `control-fair-fencing-off`);
+//! profile `fair` runs only those. Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
@@ -169,10 +174,11 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             // the election), and clients find it at their next slot-map read: 3 s more.
             liveness_extra_ms: 3_000,
         });
-    } else if profile != "controls" && profile != "mutex" && profile != "leader" {
-        return Err(
-            format!("unknown profile {profile} (quick, controls, mutex, leader, cluster)").into(),
-        );
+    } else if !["controls", "mutex", "leader", "fair"].contains(&profile.as_str()) {
+        return Err(format!(
+            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster)"
+        )
+        .into());
     }
     if profile == "cluster" {
         // The negative control on the cluster: the resource ignores tokens, holders are paused
@@ -345,8 +351,57 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             liveness_extra_ms: 0,
         });
     }
+    let fair_phases = profile == "quick" || profile == "fair";
+    if fair_phases {
+        // The fair lock: holders (and reservers, one acquisition in six) paused past their
+        // lease or the reservation's lifetime, killed, cut off; Redis paused and crash-restarted.
+        // A paused holder's spawned commit lands late and must be refused by its fencing token;
+        // every lock must be granted again soon after the heal (M7, per lock).
+        phases.push(PhaseCfg {
+            name: "fair".into(),
+            jobs: 0,
+            warmup_s: 2.0,
+            chaos_s: 15.0,
+            fenced: true,
+            lanes: vec![
+                Kind::WORKER_LANE.to_vec(),
+                Kind::SERVER_LANE
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != Kind::TtlShrink)
+                    .collect(),
+                vec![Kind::PauseWorker],
+                vec![Kind::PauseWorker],
+            ],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0xFA]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Fair,
+            cluster: false,
+            liveness_extra_ms: 0,
+        });
+    }
+    if fair_phases || profile == "controls" {
+        phases.push(PhaseCfg {
+            name: "control-fair-fencing-off".into(),
+            jobs: 0,
+            warmup_s: 1.0,
+            chaos_s: 10.0,
+            fenced: false,
+            lanes: vec![vec![Kind::PauseWorker], vec![Kind::PauseWorker]],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0xFB]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Fair,
+            cluster: false,
+            liveness_extra_ms: 0,
+        });
+    }
     if profile == "mutex" {
         phases.retain(|p| p.workload == Workload::Mutex);
+    }
+    if profile == "fair" {
+        phases.retain(|p| p.workload == Workload::Fair);
     }
     if profile == "leader" {
         phases.retain(|p| p.workload == Workload::Leader);
@@ -449,6 +504,9 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 st["faults"], st["ops"]["grants"], st["fencing"]["stale_rejected"],
                 st["fencing"]["stale_accepted"], st["liveness"]
             );
+            if workload == Workload::Fair {
+                println!("chaos: {name}: reservations {}", st["reservations"]);
+            }
             for inv in &an.invs {
                 report["violations"][format!("{name}/{}", inv.id)] = json!(inv.violations);
                 lines.push((

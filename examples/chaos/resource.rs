@@ -21,6 +21,8 @@ struct State {
     open: HashMap<String, (String, u64)>,
     /// When the last write was accepted (monotonic ns).
     last_accepted: u64,
+    /// The same per key.
+    accepted_at: HashMap<String, u64>,
 }
 
 pub struct Resource {
@@ -71,6 +73,11 @@ impl Resource {
         self.state().last_accepted
     }
 
+    /// Monotonic ns of the last accepted write on `key` (0: none yet).
+    pub fn last_accepted_on(&self, key: &str) -> u64 {
+        self.state().accepted_at.get(key).copied().unwrap_or(0)
+    }
+
     /// Decides one write and logs it under the state lock, so the log order is the decision
     /// order.
     fn write(&self, key: &str, token: u64, holder: &str, op: &str) -> String {
@@ -80,7 +87,9 @@ impl Resource {
         let accepted = !stale || !self.fenced;
         let reply = if accepted {
             s.highest.insert(key.to_string(), highest.max(token));
-            s.last_accepted = mono_ns();
+            let now = mono_ns();
+            s.last_accepted = now;
+            s.accepted_at.insert(key.to_string(), now);
             if op.starts_with("BEGIN") {
                 s.open
                     .insert(key.to_string(), (holder.to_string(), mono_ns()));

@@ -20,17 +20,26 @@ pub const MAX_ATTEMPTS: u64 = 3;
 pub const MUTEX_TASKS: usize = 3;
 pub const MUTEX_LOCKS: usize = 3;
 pub const MUTEX_WAIT: Duration = Duration::from_secs(3);
+/// The fair-lock workload: a waiter that stops refreshing its place (killed, paused) is evicted
+/// after this, and a priority reservation whose owner is gone lapses after `FAIR_RESERVATION`.
+/// The waiter timeout is the lease: a paused holder's own process often holds the queue's head
+/// too, and a longer timeout would let the head's pause keep the lock from everyone else until
+/// the holder resumes (its late commit then finds nothing newer and is accepted, correctly, but
+/// the fencing check is not exercised).
+pub const FAIR_WAITER_TIMEOUT: Duration = LEASE;
+pub const FAIR_RESERVATION: Duration = Duration::from_millis(1500);
 /// The file (in the run directory) whose existence tells mutex workers to stop early, once the
 /// control process saw progress after the final heal.
 pub const STOP_FILE: &str = "stop";
 
-/// What the workers exercise: the failover coordinator (W1), the fenced mutex, or leader
-/// election.
+/// What the workers exercise: the failover coordinator (W1), the fenced mutex, leader election
+/// or the fair lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     Failover,
     Mutex,
     Leader,
+    Fair,
 }
 
 impl Workload {
@@ -39,6 +48,7 @@ impl Workload {
             Workload::Failover => "failover",
             Workload::Mutex => "mutex",
             Workload::Leader => "leader",
+            Workload::Fair => "fair",
         }
     }
 
@@ -47,7 +57,8 @@ impl Workload {
             "failover" => Ok(Workload::Failover),
             "mutex" => Ok(Workload::Mutex),
             "leader" => Ok(Workload::Leader),
-            _ => Err(format!("unknown workload {s} (failover, mutex, leader)").into()),
+            "fair" => Ok(Workload::Fair),
+            _ => Err(format!("unknown workload {s} (failover, mutex, leader, fair)").into()),
         }
     }
 }
@@ -60,6 +71,11 @@ pub fn lock_name(i: usize) -> String {
 /// `l-1`.
 pub fn election_name(i: usize) -> String {
     format!("l-{i}")
+}
+
+/// `f-1`.
+pub fn fair_lock_name(i: usize) -> String {
+    format!("f-{i}")
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +215,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
     match ctx.args.workload {
         Workload::Mutex => return run_mutex(ctx, client).await,
         Workload::Leader => return run_leader(ctx, client).await,
+        Workload::Fair => return run_fair(ctx, client).await,
         Workload::Failover => {}
     }
 
@@ -598,6 +615,143 @@ async fn mutex_task(
                 tokio::time::sleep(Duration::from_millis(rng.range(20.0, 100.0) as u64)).await;
             }
         }
+    }
+    ctx.write(json!({"type":"end","task":task}));
+    Ok(())
+}
+
+/// The fair-lock workload: `MUTEX_TASKS` tasks per process, each taking a seeded one of
+/// `MUTEX_LOCKS` fair locks (with the watchdog) until the deadline (or the stop file), writing
+/// BEGIN/COMMIT to the resource with the fencing token, then releasing. One acquisition in six
+/// first takes the lock's priority reservation and acquires through it, so reservers are paused
+/// and killed too (a dead reserver's reservation must lapse after its lifetime).
+async fn run_fair(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let opts = Arc::new(
+        baton::fair::FairOptions::builder()
+            .wait(MUTEX_WAIT)
+            .waiter_timeout(FAIR_WAITER_TIMEOUT)
+            .watchdog(true)
+            .build()?,
+    );
+    let mut tasks = Vec::new();
+    for task in 0..MUTEX_TASKS {
+        let (ctx, client, counter, opts) =
+            (ctx.clone(), client.clone(), counter.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            fair_task(&ctx, &client, &counter, &opts, task).await
+        }));
+    }
+    join_tasks(&ctx, tasks, "fair").await
+}
+
+/// Logs a failed fair-lock call (`f`: `reserve`, `lock` or `release`).
+fn log_fair_err(ctx: &Ctx, f: &str, name: &str, n: u64, e: &baton::Error) {
+    ctx.write(
+        json!({"type":op_type(e),"api_err":true,"f":f,"lock":name,"n":n,
+        "kind":e.kind(),"err":e.to_string()}),
+    );
+}
+
+async fn fair_task(
+    ctx: &Arc<Ctx>,
+    client: &Client,
+    counter: &std::sync::atomic::AtomicU64,
+    opts: &baton::fair::FairOptions,
+    task: usize,
+) -> Result<(), BoxError> {
+    let mut rng = Rng::new(mix(&[
+        ctx.args.seed,
+        ctx.args.id as u64,
+        ctx.args.inc as u64,
+        task as u64,
+        0x46,
+    ]));
+    let locks = client.fair_locks();
+    let stop = ctx.args.run_dir.join(STOP_FILE);
+    tokio::time::sleep(Duration::from_millis(rng.range(0.0, 100.0) as u64)).await;
+    while mono_ns() < ctx.args.deadline && !stop.exists() {
+        let name = fair_lock_name(rng.below(MUTEX_LOCKS));
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let hold_ms = rng.range(20.0, 150.0) as u64;
+        // As for the mutex: three in four holders commit from a spawned task, which the loss
+        // signal does not reach, so a holder paused past its lease commits late and only the
+        // fencing token keeps the resource safe.
+        let detached = rng.unit() < 0.75;
+        let reserve = rng.unit() < 1.0 / 6.0;
+        let mut reserved = false;
+        let acquired = if reserve {
+            ctx.write(json!({"type":"invoke","f":"reserve","lock":name,"n":n}));
+            match locks.reserve(&name, FAIR_RESERVATION).await {
+                Ok(r) => {
+                    reserved = true;
+                    ctx.write(json!({"type":"ok","f":"reserve","lock":name,"n":n}));
+                    ctx.write(
+                        json!({"type":"invoke","f":"lock","lock":name,"n":n,"reserved":true}),
+                    );
+                    r.acquire(LEASE, opts).await
+                }
+                Err(e) => {
+                    // Another contender's reservation (or a fault): queue as everyone else.
+                    log_fair_err(ctx, "reserve", &name, n, &e);
+                    ctx.write(json!({"type":"invoke","f":"lock","lock":name,"n":n}));
+                    locks.acquire(&name, LEASE, opts).await
+                }
+            }
+        } else {
+            ctx.write(json!({"type":"invoke","f":"lock","lock":name,"n":n}));
+            locks.acquire(&name, LEASE, opts).await
+        };
+        let guard = match acquired {
+            Ok(g) => g,
+            Err(e) => {
+                log_fair_err(ctx, "lock", &name, n, &e);
+                tokio::time::sleep(Duration::from_millis(rng.range(20.0, 100.0) as u64)).await;
+                continue;
+            }
+        };
+        let fence = guard.fencing_token();
+        ctx.write(
+            json!({"type":"info","f":"grant","lock":name,"n":n,"token":fence,
+            "detached":detached,"reserved":reserved}),
+        );
+        let outcome = 'work: {
+            let begin = resource_write(ctx, &name, fence, &format!("BEGIN-{n}")).await;
+            if begin.as_deref() != Some("OK") {
+                break 'work "fail-resource";
+            }
+            let commit = {
+                let (ctx, name) = (ctx.clone(), name.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                    resource_write(&ctx, &name, fence, &format!("COMMIT-{n}")).await
+                }
+            };
+            let committed = if detached {
+                tokio::spawn(commit).await.ok().flatten()
+            } else {
+                tokio::select! {
+                    _ = guard.lost() => None,
+                    c = commit => c,
+                }
+            };
+            if committed.as_deref() != Some("OK") {
+                break 'work "fail-resource";
+            }
+            "done"
+        };
+        if let Some(reason) = guard.loss_reason() {
+            ctx.write(
+                json!({"type":"info","api_err":true,"f":"lock","lock":name,"n":n,
+                "kind":"LeaseLost","token":fence,"err":reason}),
+            );
+        }
+        match guard.release().await {
+            Ok(ours) => ctx.write(json!({"type":"ok","f":"lock","lock":name,"n":n,
+                "outcome":outcome,"released":ours})),
+            Err(e) => log_fair_err(ctx, "release", &name, n, &e),
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(20.0, 100.0) as u64)).await;
     }
     ctx.write(json!({"type":"end","task":task}));
     Ok(())
