@@ -285,18 +285,7 @@ impl FairLocks {
                             continue;
                         }
                     }
-                    let mut nap = refresh;
-                    // Only the one who goes next needs to watch the holder's lease (a crashed
-                    // holder publishes nothing) and a reservation that may run out.
-                    if reserver || rank == Some(0) {
-                        if let Some(p) = pttl {
-                            nap = nap.min(p.max(Duration::from_millis(1)));
-                        }
-                        if let (false, Some(r)) = (reserver, reserved) {
-                            nap = nap.min(r.max(Duration::from_millis(1)));
-                        }
-                    }
-                    (nap, None)
+                    (waiting_nap(refresh, reserver, pttl, rank, reserved), None)
                 }
                 Err(e) if e.is_retryable() => {
                     tracing::debug!(key, error = %e, "fair acquire failed; retrying");
@@ -326,6 +315,30 @@ impl FairLocks {
             }
         }
     }
+}
+
+/// How long a waiter sleeps after a [`Turn::Waiting`] reply (unless a wake message comes
+/// first): its liveness `refresh`, shortened, for the one who goes next (the reserver, or the
+/// queue's head), to the holder's lease `pttl` (a crashed holder publishes nothing) and, for the
+/// head, to a reservation's PTTL (a reservation may run out). Never below 1 ms. The model
+/// checker (`src/model/fair.rs`) runs the same function.
+pub(crate) fn waiting_nap(
+    refresh: Duration,
+    reserver: bool,
+    pttl: Option<Duration>,
+    rank: Option<u64>,
+    reserved: Option<Duration>,
+) -> Duration {
+    let mut nap = refresh;
+    if reserver || rank == Some(0) {
+        if let Some(p) = pttl {
+            nap = nap.min(p.max(Duration::from_millis(1)));
+        }
+        if let (false, Some(r)) = (reserver, reserved) {
+            nap = nap.min(r.max(Duration::from_millis(1)));
+        }
+    }
+    nap
 }
 
 /// Leaves the queue by id, through a task of the client, unless disarmed (by a grant).
