@@ -29,7 +29,10 @@
 //!   [`FairOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
 //!   a runtime) is evicted by the next script after its timeout, so it delays the queue by at
 //!   most its timeout plus the next waiter's refresh period. A crashed holder publishes
-//!   nothing: the head sleeps at most the lock's PTTL.
+//!   nothing: a head that learned it was the head (its last try said so) sleeps at most the
+//!   lock's PTTL; one that became the head by the grant of the waiter before it, without a
+//!   try since, sleeps until its refresh (a third of its waiter timeout), as the model
+//!   checker shows (`src/model/fair.rs`).
 //! - **Reservation.** [`FairLocks::reserve`] is one `SET NX PX`: a second concurrent
 //!   reservation fails with [`Error::Reserved`]. While one exists, no grant goes to anyone else
 //!   (checked in the granting script itself, not before it). It ends when its owner is granted

@@ -280,13 +280,25 @@ fn cases() -> Vec<Case> {
         pauses: 1,
         crashes: 1,
     };
-    // CI: a few seconds of one core in all; 4 clients take ~20 s and 3 clients x 2 rounds a
+    // CI: about 5 s of one core in all; 4 clients take ~20 s and 3 clients x 2 rounds a
     // minute each (`--all`).
     for reserver in [true, false] {
         cases.push(fair_case(2, 2, reserver, one, true));
         cases.push(fair_case(3, 1, reserver, one, true));
     }
     cases.push(fair_case(4, 1, true, one, false));
+    cases.push(fair_case(
+        3,
+        1,
+        true,
+        fair::Faults {
+            lost_replies: 2,
+            lost_messages: 2,
+            pauses: 2,
+            crashes: 1,
+        },
+        true,
+    ));
     cases.push(fair_case(3, 2, true, one, false));
     cases.push(fair_case(3, 2, false, one, false));
     let one = queue::Faults {
@@ -306,6 +318,7 @@ fn cases() -> Vec<Case> {
         true,
     ));
     cases.push(queue_case(3, 2, one, false));
+
     cases
 }
 

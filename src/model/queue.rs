@@ -21,6 +21,7 @@
 //! Properties:
 //! - no item lost, at every state: every posted item is applied by the sink or still queued
 //!   (at-least-once);
+//! - the sink never refuses a valid holder (one whose lease has not passed);
 //! - fencing tokens strictly increase;
 //! - liveness: fault-free steps end every client with no lock left and the stream empty (an
 //!   item posted while the holder finishes causes one more run, never zero).
@@ -417,6 +418,7 @@ impl Model for QueueModel {
             Action::Handle(i) => {
                 let Phase::Draining {
                     fence,
+                    valid,
                     step: Step::Batch { items, .. },
                     ..
                 } = s.clients[i as usize].phase
@@ -428,6 +430,11 @@ impl Model for QueueModel {
                 if fence >= s.sink_fence {
                     s.sink_fence = fence;
                     s.applied |= 1 << id;
+                } else if valid {
+                    violate(
+                        &mut s,
+                        format!("the sink refused the valid holder of token {fence}"),
+                    );
                 }
                 Self::set_step(
                     &mut s,
