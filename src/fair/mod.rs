@@ -29,7 +29,10 @@
 //!   [`FairOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
 //!   a runtime) is evicted by the next script after its timeout, so it delays the queue by at
 //!   most its timeout plus the next waiter's refresh period. A crashed holder publishes
-//!   nothing: the head sleeps at most the lock's PTTL.
+//!   nothing: a head that learned it was the head (its last try said so) sleeps at most the
+//!   lock's PTTL; one that became the head by the grant of the waiter before it, without a
+//!   try since, sleeps until its refresh (a third of its waiter timeout), as the model
+//!   checker shows (`src/model/fair.rs`).
 //! - **Reservation.** [`FairLocks::reserve`] is one `SET NX PX`: a second concurrent
 //!   reservation fails with [`Error::Reserved`]. While one exists, no grant goes to anyone else
 //!   (checked in the granting script itself, not before it). It ends when its owner is granted
@@ -281,18 +284,7 @@ impl FairLocks {
                             continue;
                         }
                     }
-                    let mut nap = refresh;
-                    // Only the one who goes next needs to watch the holder's lease (a crashed
-                    // holder publishes nothing) and a reservation that may run out.
-                    if reserver || rank == Some(0) {
-                        if let Some(p) = pttl {
-                            nap = nap.min(p.max(Duration::from_millis(1)));
-                        }
-                        if let (false, Some(r)) = (reserver, reserved) {
-                            nap = nap.min(r.max(Duration::from_millis(1)));
-                        }
-                    }
-                    (nap, None)
+                    (waiting_nap(refresh, reserver, pttl, rank, reserved), None)
                 }
                 Err(e) if e.is_retryable() => {
                     tracing::debug!(key, error = %e, "fair acquire failed; retrying");
@@ -322,6 +314,30 @@ impl FairLocks {
             }
         }
     }
+}
+
+/// How long a waiter sleeps after a [`Turn::Waiting`] reply (unless a wake message comes
+/// first): its liveness `refresh`, shortened, for the one who goes next (the reserver, or the
+/// queue's head), to the holder's lease `pttl` (a crashed holder publishes nothing) and, for the
+/// head, to a reservation's PTTL (a reservation may run out). Never below 1 ms. The model
+/// checker (`src/model/fair.rs`) runs the same function.
+pub(crate) fn waiting_nap(
+    refresh: Duration,
+    reserver: bool,
+    pttl: Option<Duration>,
+    rank: Option<u64>,
+    reserved: Option<Duration>,
+) -> Duration {
+    let mut nap = refresh;
+    if reserver || rank == Some(0) {
+        if let Some(p) = pttl {
+            nap = nap.min(p.max(Duration::from_millis(1)));
+        }
+        if let (false, Some(r)) = (reserver, reserved) {
+            nap = nap.min(r.max(Duration::from_millis(1)));
+        }
+    }
+    nap
 }
 
 /// Leaves the queue by id, through a task of the client, unless disarmed (by a grant).

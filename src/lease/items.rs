@@ -66,8 +66,9 @@ return redis.call('XDEL', KEYS[2], ARGV[2])
 });
 
 /// `KEYS` = lock, items; `ARGV` = token, force (`1` or `0`), retention ms. `0`: not ours,
-/// nothing written; `2`: items are waiting (and not `force`), nothing written; `1`: the lock was
-/// deleted, and an empty stream given a TTL of `retention`.
+/// nothing written, the stream empty; `3`: not ours, nothing written, items waiting; `2`: items
+/// are waiting (and not `force`), nothing written; `1`: the lock was deleted, and an empty
+/// stream given a TTL of `retention`.
 ///
 /// Why the empty stream is kept (for a day or more), not deleted: a stream remembers the last
 /// id it generated, and `XADD *` only ever goes above it. A new stream starts again from the
@@ -77,10 +78,13 @@ return redis.call('XDEL', KEYS[2], ARGV[2])
 static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
+local n = redis.call('XLEN', KEYS[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if n > 0 then
+    return 3
+  end
   return 0
 end
-local n = redis.call('XLEN', KEYS[2])
 if n > 0 and ARGV[2] ~= '1' then
   return 2
 end
@@ -219,8 +223,13 @@ pub(crate) enum Release {
     Released,
     /// Items are waiting: the lock is still ours, drain again.
     More,
-    /// The lock does not hold the token: nothing written.
-    NotOurs,
+    /// The lock does not hold the token: nothing written. `waiting`: items are queued (a
+    /// holder that cannot tell whether an earlier try released must not assume it did: the
+    /// try may have found these items and released nothing).
+    NotOurs {
+        /// Whether the stream holds items.
+        waiting: bool,
+    },
 }
 
 /// Releases the lock if it holds `token` and (unless `force`) no item is waiting; an empty
@@ -250,7 +259,8 @@ pub(crate) async fn release(
     match reply {
         Value::Int(1) => Ok(Release::Released),
         Value::Int(2) => Ok(Release::More),
-        Value::Int(0) => Ok(Release::NotOurs),
+        Value::Int(0) => Ok(Release::NotOurs { waiting: false }),
+        Value::Int(3) => Ok(Release::NotOurs { waiting: true }),
         other => Err(crate::transport::unexpected("the queue's release", &other)),
     }
 }

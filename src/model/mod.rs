@@ -5,7 +5,8 @@
 //!   counterexamples, an explicit liveness pass over the state graph, seeded random walks).
 //! - `store`: Redis as the models see it (a linearizable key space with `WATCH`).
 //! - `failover`: the failover protocol. Later primitives add their model beside it (a
-//!   `Model` impl on the same store) and a line to `cases`.
+//!   `Model` impl on the same store) and a line to `cases`: `mutex`, `leader`, `fair` (the fair
+//!   lock and its reservation), `queue` (run-or-enqueue).
 //!
 //! Not part of the API: compiled for the crate's tests and behind the hidden feature `model`,
 //! which `examples/model.rs` (the CI step and the on-demand random walks) uses.
@@ -14,8 +15,10 @@ use std::time::Duration;
 
 pub(crate) mod check;
 pub(crate) mod failover;
+pub(crate) mod fair;
 pub(crate) mod leader;
 pub(crate) mod mutex;
+pub(crate) mod queue;
 pub(crate) mod store;
 
 use check::{check_exhaustive, random_walks, Limits, Model, Outcome, WalkOutcome};
@@ -38,6 +41,8 @@ enum Subject {
     Failover(Failover),
     Mutex(mutex::MutexModel),
     Leader(leader::LeaderModel),
+    Fair(fair::FairModel),
+    Queue(queue::QueueModel),
 }
 
 fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
@@ -94,6 +99,32 @@ fn leader_case(candidates: u8, terms: u8, faults: leader::Faults) -> Case {
         ),
         model: Subject::Leader(leader::LeaderModel::new(candidates, terms, faults)),
         ci: true,
+    }
+}
+
+fn fair_case(clients: u8, rounds: u8, reserver: bool, faults: fair::Faults, ci: bool) -> Case {
+    Case {
+        name: format!(
+            "fair {clients} clients x {rounds} rounds, reserver {}, {} lost replies, {} lost messages, {} pauses, {} crashes",
+            if reserver { "on" } else { "off" },
+            faults.lost_replies,
+            faults.lost_messages,
+            faults.pauses,
+            faults.crashes
+        ),
+        model: Subject::Fair(fair::FairModel::new(clients, rounds, reserver, faults)),
+        ci,
+    }
+}
+
+fn queue_case(clients: u8, rounds: u8, faults: queue::Faults, ci: bool) -> Case {
+    Case {
+        name: format!(
+            "queue {clients} clients x {rounds} items, {} lost replies, {} pauses, {} crashes",
+            faults.lost_replies, faults.pauses, faults.crashes
+        ),
+        model: Subject::Queue(queue::QueueModel::new(clients, rounds, faults)),
+        ci,
     }
 }
 
@@ -243,6 +274,51 @@ fn cases() -> Vec<Case> {
             ..leader::Faults::default()
         },
     ));
+    let one = fair::Faults {
+        lost_replies: 1,
+        lost_messages: 1,
+        pauses: 1,
+        crashes: 1,
+    };
+    // CI: about 5 s of one core in all; 4 clients take ~20 s and 3 clients x 2 rounds a
+    // minute each (`--all`).
+    for reserver in [true, false] {
+        cases.push(fair_case(2, 2, reserver, one, true));
+        cases.push(fair_case(3, 1, reserver, one, true));
+    }
+    cases.push(fair_case(4, 1, true, one, false));
+    cases.push(fair_case(
+        3,
+        1,
+        true,
+        fair::Faults {
+            lost_replies: 2,
+            lost_messages: 2,
+            pauses: 2,
+            crashes: 1,
+        },
+        true,
+    ));
+    cases.push(fair_case(3, 2, true, one, false));
+    cases.push(fair_case(3, 2, false, one, false));
+    let one = queue::Faults {
+        lost_replies: 1,
+        pauses: 1,
+        crashes: 1,
+    };
+    // CI: about 15 s of one core in all; 3 clients x 2 items take half a minute (`--all`).
+    cases.push(queue_case(3, 1, one, true));
+    cases.push(queue_case(
+        2,
+        3,
+        queue::Faults {
+            lost_replies: 2,
+            ..one
+        },
+        true,
+    ));
+    cases.push(queue_case(3, 2, one, false));
+
     cases
 }
 
@@ -275,6 +351,8 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
                     Subject::Failover(m) => report(&case.name, m, &limits),
                     Subject::Mutex(m) => report(&case.name, m, &limits),
                     Subject::Leader(m) => report(&case.name, m, &limits),
+                    Subject::Fair(m) => report(&case.name, m, &limits),
+                    Subject::Queue(m) => report(&case.name, m, &limits),
                 };
                 if !ok {
                     failed.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -566,19 +566,19 @@ impl Queues {
                     }
                     Err(e) => Err(e),
                 };
-                match r {
-                    Ok(Release::Released) => break true,
-                    Ok(Release::More) => break false,
-                    // An earlier try whose reply was lost did release it.
-                    Ok(Release::NotOurs) if uncertain => break true,
-                    Ok(Release::NotOurs) => {
+                match release_step(&r, uncertain) {
+                    ReleaseStep::Done => break true,
+                    ReleaseStep::DrainAgain => break false,
+                    ReleaseStep::Lost => {
                         state.lose("the release found the lock held by another token (or gone)");
                         hold.disarm();
                         return Err(lost_error(state.reason()));
                     }
-                    Err(e) if e.is_retryable() => {
-                        uncertain |= e.is_indeterminate();
-                        tracing::debug!(key, error = %e, "release failed; retrying");
+                    ReleaseStep::Retry { uncertain: u } => {
+                        uncertain = u;
+                        if let Err(e) = &r {
+                            tracing::debug!(key, error = %e, "release failed; retrying");
+                        }
                         let nap = backoff.next_delay();
                         tokio::select! {
                             biased;
@@ -586,7 +586,11 @@ impl Queues {
                             _ = tokio::time::sleep(nap) => {}
                         }
                     }
-                    Err(e) => return Err(e.into()),
+                    ReleaseStep::Fail => {
+                        if let Err(e) = r {
+                            return Err(e.into());
+                        }
+                    }
                 }
             };
             if released {
@@ -634,6 +638,43 @@ impl Queues {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The holder's next step after one "release if empty" ([`release_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseStep {
+    /// Released (now, or by an earlier try whose reply was lost): the hold is over.
+    Done,
+    /// Items are waiting: drain again.
+    DrainAgain,
+    /// The lock held another token (or none) and no earlier try can have released it: lost.
+    Lost,
+    /// A transient error: try again (`uncertain`: an earlier try may have applied).
+    Retry {
+        /// Whether some try so far may have applied.
+        uncertain: bool,
+    },
+    /// A permanent error: return it.
+    Fail,
+}
+
+/// What the holder does with a release's outcome, given whether an earlier try's outcome is
+/// unknown (`uncertain`). The model checker (`src/model/queue.rs`) runs the same function.
+pub(crate) fn release_step(r: &Result<Release, Error>, uncertain: bool) -> ReleaseStep {
+    match r {
+        Ok(Release::Released) => ReleaseStep::Done,
+        Ok(Release::More) => ReleaseStep::DrainAgain,
+        // An earlier try whose reply was lost may have released it: fine if nothing waits.
+        // With items waiting, that try may as well have found them and released nothing (and
+        // the lease ran out since): nobody would run them, so report the loss (the caller
+        // recovers with `drain`).
+        Ok(Release::NotOurs { waiting: false }) if uncertain => ReleaseStep::Done,
+        Ok(Release::NotOurs { .. }) => ReleaseStep::Lost,
+        Err(e) if e.is_retryable() => ReleaseStep::Retry {
+            uncertain: uncertain || e.is_indeterminate(),
+        },
+        Err(_) => ReleaseStep::Fail,
     }
 }
 
@@ -712,6 +753,38 @@ impl Drop for Hold {
                     kernel::release(&mut conn, &keys.kernel(), &token, true, RETENTION, at).await?;
                 Ok(format!("{} ({r:?})", short(&token)))
             },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_is_trusted_after_an_uncertain_try_only_when_nothing_waits() {
+        let timeout = || {
+            Err(Error::Timeout {
+                during: "releasing the queue's lock",
+            })
+        };
+        assert_eq!(
+            release_step(&timeout(), false),
+            ReleaseStep::Retry { uncertain: true }
+        );
+        let not_ours = |waiting| Ok(Release::NotOurs { waiting });
+        assert_eq!(release_step(&not_ours(false), true), ReleaseStep::Done);
+        // The lost try may have found these items and released nothing: a loss, not a release
+        // (src/model/queue.rs finds the stranded items otherwise).
+        assert_eq!(release_step(&not_ours(true), true), ReleaseStep::Lost);
+        assert_eq!(release_step(&not_ours(false), false), ReleaseStep::Lost);
+        assert_eq!(
+            release_step(&Ok(Release::More), true),
+            ReleaseStep::DrainAgain
+        );
+        assert_eq!(
+            release_step(&Ok(Release::Released), false),
+            ReleaseStep::Done
         );
     }
 }
