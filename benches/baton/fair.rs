@@ -16,10 +16,11 @@
 //! **The FIFO floor** is what a careful user writes by hand for a FIFO lock on Redis: a LIST of
 //! waiter tokens, the lock a `SET PX` key, and one pub/sub channel per waiter. Acquire is one
 //! `EVALSHA` (grant iff the lock is free and the caller heads the list or the list is empty;
-//! else `RPUSH` the caller once, `LPOS`-checked); a waiter `SUBSCRIBE`s to its own channel
-//! (its own pub/sub connection) before its first try and tries again on each message; release
-//! is one `EVALSHA` compare-and-`DEL` that `PUBLISH`es `go` to the list's head. No fence, no
-//! liveness (a dead waiter blocks the list forever), no reservation, no timeouts.
+//! else `RPUSH` the caller once, `LPOS`-checked); a waiter has one id and one pub/sub
+//! connection `SUBSCRIBE`d to its own channel for its whole life (so it subscribes before its
+//! first try and never on the handoff's path), and tries again on each message; release is one
+//! `EVALSHA` compare-and-`DEL` that `PUBLISH`es `go` to the list's head. No fence, no liveness
+//! (a dead waiter blocks the list forever), no reservation, no timeouts.
 //!
 //! **The run-or-enqueue floor**: `LPUSH items x` and `SET lock token NX PX` pipelined (one
 //! round trip); the poster that set the lock `RPOP`s 100 at a time, handles each, and on an
@@ -70,7 +71,8 @@ const FLOOR_RELEASE_IF_EMPTY: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] t
 
 /// What the FIFO floor is, stated in the notes.
 const FIFO_FLOOR: &str = "floor: LIST of waiters + SET PX lock, acquire = one EVALSHA (grant \
-    iff free and head, else RPUSH once), per-waiter SUBSCRIBEd channel, release = EVALSHA \
+    iff free and head, else RPUSH once), per-waiter channel SUBSCRIBEd for the waiter's whole \
+    life, release = EVALSHA \
     compare-and-DEL + PUBLISH to the head; no fence, no liveness, no reservation";
 
 /// What the run-or-enqueue floor is, stated in the notes.
@@ -224,19 +226,22 @@ impl Fifo {
         n == 1
     }
 
-    /// Subscribes to its own channel, tries, and tries again on each message (or after a
-    /// second without one). Unsubscribes once it holds the lock.
+    /// Subscribes `ps` to waiter `token`'s own channel on `key` (once per waiter: a careful
+    /// user keeps it across acquisitions).
+    async fn subscribe(ps: &mut PubSub, key: &str, token: &str) {
+        ps.subscribe(format!("{key}:wake:{token}"))
+            .await
+            .expect("floor SUBSCRIBE");
+    }
+
+    /// Tries, and tries again on each message on the waiter's channel (`ps`, subscribed
+    /// before: [`Fifo::subscribe`]) or after a second without one. Returns once it holds the
+    /// lock; the subscription stays (a stale `go` later costs one extra try).
     async fn acquire(&self, ps: &mut PubSub, key: &str, token: &str) {
-        let channel = format!("{key}:wake:{token}");
-        ps.subscribe(&channel).await.expect("floor SUBSCRIBE");
-        loop {
-            if self.try_acquire(key, token).await {
-                break;
-            }
+        while !self.try_acquire(key, token).await {
             let mut msgs = ps.on_message();
             let _ = tokio::time::timeout(Duration::from_secs(1), msgs.next()).await;
         }
-        ps.unsubscribe(&channel).await.expect("floor UNSUBSCRIBE");
     }
 
     async fn release(&self, key: &str, token: &str) -> bool {
@@ -354,8 +359,9 @@ async fn floor_handoff(f: &Fifo, adm: &mut MultiplexedConnection, key: &str, w: 
     for i in 0..w {
         let mut ps = f.pubsub().await;
         let (f2, tx, mut stop, k) = (f.clone(), tx.clone(), stop_rx.clone(), key.to_string());
+        let t = token();
+        Fifo::subscribe(&mut ps, key, &t).await;
         tasks.push(tokio::spawn(async move {
-            let t = token();
             f2.acquire(&mut ps, &k, &t).await;
             let _ = tx.send(Instant::now());
             let _ = stop.changed().await;
@@ -581,8 +587,12 @@ async fn contended_round(
     let mut tasks = Vec::new();
     for i in 0..TASKS {
         let (client, f, key, counts) = (client.clone(), f.clone(), key.to_string(), counts.clone());
+        // The floor's waiter: one id and one subscribed channel for the task's whole life.
+        let t = token();
         let ps = if side == Side::Floor {
-            Some(f.pubsub().await)
+            let mut ps = f.pubsub().await;
+            Fifo::subscribe(&mut ps, &key, &t).await;
+            Some(ps)
         } else {
             None
         };
@@ -605,7 +615,6 @@ async fn contended_round(
                         g.release().await.expect("mutex release");
                     }
                     Side::Floor => {
-                        let t = token();
                         let p = ps.as_mut().expect("pub/sub");
                         f.acquire(p, &key, &t).await;
                         f.release(&key, &t).await;
