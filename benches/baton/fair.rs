@@ -467,8 +467,9 @@ pub async fn handoff(opts: &Opts, report: &mut Report) {
             let (cmds, by) = per_op(c, s.len());
             let (sent, in_scripts) = split(c, s.len());
             let mut notes = format!(
-                "{w} parked waiter(s): release() called → head holds = {:.1} round trips \
-                 (PING p50 {rtt:.0} µs; target ≤ 3); per handoff {sent:.1} commands sent by \
+                "{w} parked waiter(s): release() called → head holds = {:.1} × a PING p50 \
+                 ({rtt:.0} µs; target ≤ 3 round trips; on the path: release, one-way wake, the \
+                 head's grant); per handoff {sent:.1} commands sent by \
                  clients + {in_scripts:.1} run inside scripts = {cmds:.1} ({}), counted from \
                  the release to the head holding + 3 ms",
                 p50 / rtt,
@@ -494,7 +495,7 @@ pub async fn handoff(opts: &Opts, report: &mut Report) {
                     "ratio_of": "p50",
                     "floor_p50_us": fp,
                     "ping_p50_us": rtt,
-                    "round_trips_p50": p50 / rtt,
+                    "ping_multiples_p50": p50 / rtt,
                     "target_round_trips": 3,
                     "commands_per_handoff": cmds,
                     "sent_per_handoff": sent,
