@@ -648,6 +648,8 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
     let id = run_id();
     let sides = [Side::Fair, Side::Mutex, Side::Floor];
     // (ops, wall, per-task counts) per side.
+    let mut adm = admin(&url).await;
+    let mut cmds: Vec<CommandStats> = sides.iter().map(|_| CommandStats::new()).collect();
     let mut res: Vec<(u64, f64, Vec<u64>)> =
         sides.iter().map(|_| (0, 0.0, vec![0; TASKS])).collect();
     for round in 0..=runs {
@@ -655,8 +657,11 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
         for k in 0..sides.len() {
             let j = (k + round) % sides.len();
             let key = format!("fc-{}-{id}-{round}", sides[j].name());
+            let before = redisinfo::commandstats(&mut adm).await;
             let (counts, wall) = contended_round(sides[j], &client, &floor, &key, d).await;
+            let after = redisinfo::commandstats(&mut adm).await;
             if round > 0 {
+                add(&mut cmds[j], &redisinfo::delta(&before, &after));
                 let r = &mut res[j];
                 r.0 += counts.iter().sum::<u64>();
                 r.1 += wall;
@@ -674,9 +679,15 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
             per.iter().copied().min().unwrap_or(0),
             per.iter().copied().max().unwrap_or(0),
         );
+        let ops = res[j].0 as usize;
+        let (all, by) = per_op(&cmds[j], ops);
+        let (sent, in_scripts) = split(&cmds[j], ops);
         let mut notes = format!(
             "{TASKS} tasks on one key, one client, hold 0: ops/s = handoffs/s; per-task counts \
-             min {min} max {max} (the spread shows the order: FIFO keeps it near 1)"
+             min {min} max {max} (the spread shows the order: FIFO keeps it near 1); per \
+             acquire+release {sent:.2} scripts and pub/sub commands sent + {in_scripts:.1} run \
+             inside scripts = {all:.1} ({})",
+            brief(&by)
         );
         match side {
             Side::Fair => notes.push_str("; FairOptions::default()"),
@@ -701,6 +712,10 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
                 "tasks": TASKS,
                 "ratio_of": "floor ops/s ÷ this side's",
                 "per_task": per,
+                "commands_per_op": all,
+                "sent_per_op": sent,
+                "in_scripts_per_op": in_scripts,
+                "commands": by,
                 "runs": runs,
             }),
         });
