@@ -11,10 +11,13 @@
 //! and Redlock against a hand-written floor and the `rslock` crate: see `locks.rs`); and
 //! `cluster` (baton on a 3-primary Redis Cluster against baton on one server, feature `cluster`:
 //! see `cluster.rs`); `leader-takeover` and `leader-handover` (baton's leader election against
-//! a hand-written floor: see `leader.rs`); and `profile` (only when named: see `profile.rs`).
+//! a hand-written floor: see `leader.rs`); `fair-handoff`, `fair-contended` (the fair lock
+//! against baton's mutex and a hand-written FIFO floor) and `queue-throughput` (run-or-enqueue
+//! against a hand-written drain loop): see `fair.rs`; and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;
+mod fair;
 mod floor;
 mod holders;
 mod leader;

@@ -33,6 +33,9 @@ pub const NAMES: &[&str] = &[
     "cluster",
     "leader-takeover",
     "leader-handover",
+    "fair-handoff",
+    "fair-contended",
+    "queue-throughput",
 ];
 
 #[derive(Default)]
@@ -60,6 +63,9 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "cluster" => crate::cluster::cluster(opts, report).await,
         "leader-takeover" => crate::leader::takeover(opts, report).await,
         "leader-handover" => crate::leader::handover(opts, report).await,
+        "fair-handoff" => crate::fair::handoff(opts, report).await,
+        "fair-contended" => crate::fair::contended(opts, report).await,
+        "queue-throughput" => crate::fair::queue(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
