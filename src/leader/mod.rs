@@ -606,7 +606,11 @@ impl Term {
 
 /// A candidate in one election ([`Leaders::elector`]).
 ///
-/// Dropping it while it leads stops renewing and releases the lease in the background.
+/// Dropping it while it leads stops renewing and releases the lease in the background. A client
+/// that shuts down ([`Client::shutdown`](crate::Client::shutdown)) while its elector leads
+/// releases nothing: renewals stop and the lease runs out, as after a crash. Call
+/// [`Elector::resign`] first for a handover. (The worker form, [`LeaderWorker`], resigns on a
+/// shutdown by itself.)
 pub struct Elector {
     election: Arc<Election>,
     current: Arc<Mutex<Option<Arc<Held>>>>,
