@@ -759,21 +759,20 @@ fn signal_name(sig: libc::c_int) -> String {
     }
 }
 
+/// The forwarded signals and SIGCHLD, listened to before PROGRAM exists so none of its status
+/// changes can be missed; `Err` is the exit status (reported).
+fn install_signals() -> Result<(Signals, tokio::signal::unix::Signal), u8> {
+    let installed = Signals::install().and_then(|s| Ok((s, signal(SignalKind::child())?)));
+    installed.map_err(|e| {
+        eprintln!("baton: cannot install signal handlers: {e}");
+        EX_UNAVAILABLE
+    })
+}
+
 async fn run(client: &Client, args: &RunArgs, config: FailoverConfig, mut sink: Sink) -> u8 {
-    let mut signals = match Signals::install() {
+    let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
-    };
-    // Listening before PROGRAM exists: none of its status changes can be missed.
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     let mut worker = client.start(config.clone());
     let mut failing_since: Option<Instant> = None;
@@ -1388,20 +1387,9 @@ async fn lock(
         Ok(l) => l,
         Err(e) => return usage(e),
     };
-    let mut signals = match Signals::install() {
+    let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
-    };
-    // Listening before PROGRAM exists: none of its status changes can be missed.
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     sink.note("waiting for the lock");
     let got = tokio::select! {
@@ -1507,19 +1495,9 @@ async fn leader(
         Ok(e) => e,
         Err(e) => return fail_with(&e),
     };
-    let mut signals = match Signals::install() {
+    let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
-    };
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     // SIGTERM and SIGINT end a leader gracefully (exit 0); SIGHUP and SIGQUIT the same way
     // with their own status.
@@ -1675,19 +1653,9 @@ async fn redlock_with(
         Ok(r) => r,
         Err(e) => return usage(e),
     };
-    let mut signals = match Signals::install() {
+    let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
-    };
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
-            return EX_UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     sink.note("waiting for the Redlock");
     let got = tokio::select! {
