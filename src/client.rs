@@ -19,7 +19,7 @@ use crate::redlock::Redlock;
 use crate::transport::topology_url::{self, Target};
 use crate::transport::url::{check_url, redact_url};
 use crate::transport::{
-    connect_manager, lazy_manager, ConnSettings, Hub, HubSource, Router, Transport,
+    connect_manager, lazy_manager, Backend, ConnSettings, Hub, HubSource, Router, Transport,
 };
 use redis::aio::ConnectionManager;
 
@@ -36,14 +36,15 @@ use redis::aio::ConnectionManager;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<Transport>,
+    backend: Backend,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the URL: it may carry a password.
         f.debug_struct("Client")
-            .field("pool_size", &self.shared.settings.pool_size)
+            .field("backend", &self.backend.name())
+            .field("pool_size", &self.backend.settings().pool_size)
             .finish_non_exhaustive()
     }
 }
@@ -347,6 +348,16 @@ impl ClientBuilder {
     /// [`Error::Tls`] at once (no retries, never a plain-TCP fallback) when the TLS handshake
     /// fails.
     pub async fn connect(self) -> Result<Client, Error> {
+        if is_postgres(&self.url) {
+            let client = self.postgres()?;
+            #[cfg(feature = "postgres")]
+            if let Backend::Postgres(t) = &client.backend {
+                // Fail at connect, as on Redis: an unreachable server or bad credentials.
+                let conn = t.pooled().await?;
+                t.timed("connecting", conn.simple_query("SELECT 1")).await?;
+            }
+            return Ok(client);
+        }
         match topology_url::parse(&self.url)? {
             Target::Single(_) => {}
             #[cfg(feature = "cluster")]
@@ -434,6 +445,9 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::Config`] for invalid settings or URL, or when called outside a Tokio runtime.
     pub fn build_lazy(self) -> Result<Client, Error> {
+        if is_postgres(&self.url) {
+            return self.postgres();
+        }
         if !matches!(topology_url::parse(&self.url)?, Target::Single(_)) {
             return Err(Error::Config(ConfigError::invalid(
                 "url",
@@ -454,6 +468,47 @@ impl ClientBuilder {
         let settings = self.settings;
         let manager = lazy_manager(&client, &settings)?;
         Ok(assemble(client, manager, settings))
+    }
+}
+
+/// Whether `url` asks for PostgreSQL (`postgres://`, `postgresql://`).
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+impl ClientBuilder {
+    /// A PostgreSQL client (feature `postgres`), not connected yet.
+    fn postgres(&self) -> Result<Client, Error> {
+        self.check_settings()?;
+        if self.tls_options_set() {
+            return Err(Error::Config(ConfigError::invalid(
+                "url",
+                format!(
+                    "{}: TLS options were given, but this build of baton connects to \
+                     PostgreSQL without TLS; TLS is never silently dropped",
+                    redact_url(&self.url)
+                ),
+            )));
+        }
+        #[cfg(feature = "postgres")]
+        {
+            let transport = crate::transport::pg::PgTransport::new(
+                &self.url,
+                self.password.as_deref(),
+                self.settings.clone(),
+            )?;
+            Ok(Client {
+                backend: Backend::Postgres(Arc::new(transport)),
+            })
+        }
+        #[cfg(not(feature = "postgres"))]
+        Err(Error::Config(ConfigError::invalid(
+            "url",
+            format!(
+                "{}: this URL needs baton's `postgres` feature, which is not compiled in",
+                redact_url(&self.url)
+            ),
+        )))
     }
 }
 
@@ -478,7 +533,7 @@ fn assemble_with(
     let tracker = TaskTracker::new();
     let hub = Hub::start(hub, settings.clone(), cancel.clone(), &tracker);
     Client {
-        shared: Arc::new(Transport {
+        backend: Backend::Redis(Arc::new(Transport {
             router,
             hub,
             cancel,
@@ -487,7 +542,7 @@ fn assemble_with(
             endpoint,
             #[cfg(feature = "testing")]
             before_exec: std::sync::Mutex::new(None),
-        }),
+        })),
     }
 }
 
@@ -626,7 +681,11 @@ impl Client {
     /// # Errors
     /// A permission error where `CONFIG` is not allowed; connection errors.
     pub async fn durability(&self) -> Result<Durability, Error> {
-        let mut conn = self.shared.router.any().await?.conn();
+        let transport = self.backend.redis(
+            "Client::durability",
+            "it reads Redis' CONFIG; on PostgreSQL, check fsync and synchronous_commit (README)",
+        )?;
+        let mut conn = transport.router.any().await?.conn();
         let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("appendonly")
@@ -667,28 +726,28 @@ impl Client {
 
     /// The failover coordinator on this client's connections.
     pub fn failover(&self) -> Failover {
-        Failover::new(self.shared.clone())
+        Failover::new(self.backend.clone())
     }
 
     /// The fenced mutex on this client's connections.
     pub fn locks(&self) -> Locks {
-        Locks::new(self.shared.clone())
+        Locks::new(self.backend.clone())
     }
 
     /// Leader election on this client's connections.
     pub fn leaders(&self) -> crate::leader::Leaders {
-        crate::leader::Leaders::new(self.shared.clone())
+        crate::leader::Leaders::new(self.backend.clone())
     }
 
     /// The fair lock (a queue in arrival order, a priority reservation) on this client's
     /// connections.
     pub fn fair_locks(&self) -> crate::fair::FairLocks {
-        crate::fair::FairLocks::new(self.shared.clone())
+        crate::fair::FairLocks::new(self.backend.clone())
     }
 
     /// Run-or-enqueue on this client's connections ([`crate::queue`]).
     pub fn queues(&self) -> Queues {
-        Queues::new(self.shared.clone())
+        Queues::new(self.backend.clone())
     }
 
     /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
@@ -711,7 +770,21 @@ impl Client {
     /// server counted twice would fake a quorum). Two spellings of one server (`localhost` and
     /// `127.0.0.1`, a DNS alias) are not detected: give each master once.
     pub fn redlock(masters: &[Client]) -> Result<Redlock, ConfigError> {
-        Redlock::new(masters.iter().map(|c| c.shared.clone()).collect())
+        let mut transports = Vec::with_capacity(masters.len());
+        for master in masters {
+            match &master.backend {
+                Backend::Redis(t) => transports.push(t.clone()),
+                #[cfg(feature = "postgres")]
+                Backend::Postgres(_) => {
+                    return Err(ConfigError::invalid(
+                        "masters",
+                        "Redlock needs independent Redis masters; a postgres:// client is one \
+                         server with real locks (use `locks()` or `advisory_locks()` on it)",
+                    ))
+                }
+            }
+        }
+        Redlock::new(transports)
     }
 
     /// Starts a worker for one job; see [`Failover::start`].
@@ -787,17 +860,17 @@ impl Client {
     ///
     /// Returns `true` if every worker ended in time.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
-        self.shared.cancel.cancel();
-        self.shared.tracker.close();
-        tokio::time::timeout(deadline, self.shared.tracker.wait())
+        self.backend.cancel().cancel();
+        self.backend.tracker().close();
+        tokio::time::timeout(deadline, self.backend.tracker().wait())
             .await
             .is_ok()
     }
 
-    /// The hidden test seam (feature `testing`): see [`crate::__seam`].
+    /// The backend this client talks to.
     #[cfg(feature = "testing")]
-    pub(crate) fn transport(&self) -> &Arc<Transport> {
-        &self.shared
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
     }
 }
 
@@ -812,7 +885,11 @@ pub mod seam {
     /// trip 2 (`MULTI … EXEC`) of every transition of `client`'s workers, and before each lease
     /// extension, with the transition's name (`"grant"`, `"exhaust"`, `"finish"`, `"extend"`).
     pub fn set_before_exec_hook(client: &super::Client, hook: Option<ExecHook>) {
-        *crate::util::lock(&client.transport().before_exec) = hook;
+        match client.backend() {
+            crate::transport::Backend::Redis(t) => *crate::util::lock(&t.before_exec) = hook,
+            #[cfg(feature = "postgres")]
+            crate::transport::Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
+        }
     }
 }
 

@@ -96,6 +96,8 @@ pub enum ErrorKind {
     /// A fair lock's priority reservation could not be taken because another contender holds
     /// it, or the caller's own reservation was gone before its turn came. Not retryable as is.
     Reserved,
+    /// The operation is not available on this client's backend (see [`Error::Unsupported`]).
+    Unsupported,
 }
 
 /// Everything that can go wrong at run time.
@@ -105,8 +107,9 @@ pub enum Error {
     /// Invalid configuration (see [`ConfigError`]).
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// Redis could not be reached, or the connection dropped mid-request.
-    #[error("redis connection failed: {message}")]
+    /// The server (Redis or PostgreSQL) could not be reached, or the connection dropped
+    /// mid-request.
+    #[error("connection failed: {message}")]
     Connection {
         /// What the client library reported.
         message: String,
@@ -204,6 +207,29 @@ pub enum Error {
         message: String,
         /// The client library's error, when there was one, for the source chain.
         source: Option<Cause>,
+    },
+    /// A PostgreSQL server error (feature `postgres`).
+    #[error("PostgreSQL error {code}: {message}")]
+    Postgres {
+        /// The classification (by SQLSTATE).
+        kind: ErrorKind,
+        /// The SQLSTATE (`40001`, `57P01`, ...).
+        code: String,
+        /// The server's message.
+        message: String,
+        /// The driver's error, for the source chain.
+        source: Option<Cause>,
+    },
+    /// The operation needs another backend: e.g. the fair lock, run-or-enqueue and Redlock on a
+    /// `postgres://` client, or advisory locks on a Redis client.
+    #[error("{what} is not available on {backend}: {why}")]
+    Unsupported {
+        /// The primitive or operation.
+        what: &'static str,
+        /// The client's backend (`Redis`, `PostgreSQL`).
+        backend: &'static str,
+        /// Why, and what to use instead.
+        why: &'static str,
     },
     /// Redis returned a reply baton did not expect.
     #[error("unexpected reply to {context}: {reply}")]
@@ -307,6 +333,8 @@ impl Error {
             Error::AttemptEnded { .. } => ErrorKind::AttemptEnded,
             Error::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
             Error::Redis { kind, .. } => *kind,
+            Error::Postgres { kind, .. } => *kind,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::UnexpectedReply { .. } => ErrorKind::UnexpectedReply,
             Error::Stopped => ErrorKind::Stopped,
             Error::NotAcquired { .. } => ErrorKind::NotAcquired,

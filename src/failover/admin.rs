@@ -192,7 +192,7 @@ impl Failover {
     pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport.node(keys.state()).await?.conn();
+        let mut conn = self.transport()?.node(keys.state()).await?.conn();
         let mut p = redis::pipe();
         p.ignore_errors();
         state_and_lease_reads(&mut p, &keys);
@@ -251,7 +251,7 @@ impl Failover {
     pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let sub = self.transport.hub.subscribe(keys.channel()).await?;
+        let sub = self.transport()?.hub.subscribe(keys.channel()).await?;
         Ok(JobWatch {
             failover: self.clone(),
             job: config,
@@ -279,8 +279,8 @@ impl Failover {
         let keys = JobKeys::new(&config.prefix, &config.key);
         for _ in 0..20 {
             let deadline =
-                tokio::time::Instant::now() + self.transport.settings.response_timeout * 10;
-            let node = self.transport.node(keys.state()).await?;
+                tokio::time::Instant::now() + self.transport()?.settings.response_timeout * 10;
+            let node = self.transport()?.node(keys.state()).await?;
             let mut conn = node.pool.get(deadline).await?;
             let values = conn
                 .watch_read(&[keys.state(), keys.lease()], |p| {
@@ -360,7 +360,7 @@ impl Failover {
     pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport.node(keys.state()).await?.conn();
+        let mut conn = self.transport()?.node(keys.state()).await?.conn();
         let _: i64 = redis::cmd("DEL")
             .arg(keys.state())
             .arg(keys.lease())

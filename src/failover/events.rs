@@ -389,6 +389,19 @@ pub struct Worker {
     key: String,
 }
 
+/// A worker that reports `err` as its only (terminal) event: for a job it cannot run at all.
+#[cfg(feature = "postgres")]
+pub(crate) fn refused(config: super::FailoverConfig, err: Error) -> Worker {
+    let (mut events, worker) = Worker::channel(
+        config.key.clone(),
+        config.event_capacity,
+        config.status_level,
+        CancellationToken::new(),
+    );
+    events.emit(Event::from_error(&err));
+    worker
+}
+
 impl Worker {
     pub(crate) fn channel(
         key: String,

@@ -18,7 +18,7 @@ pub(crate) mod worker;
 
 use std::sync::Arc;
 
-use crate::transport::Transport;
+use crate::transport::{Backend, Transport};
 
 pub use admin::{JobChange, JobState, JobStatus, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
@@ -29,7 +29,7 @@ pub use run::{Attempt, IntoJob, RunError, RunOutcome};
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.
 #[derive(Clone)]
 pub struct Failover {
-    transport: Arc<Transport>,
+    backend: Backend,
 }
 
 impl std::fmt::Debug for Failover {
@@ -40,8 +40,16 @@ impl std::fmt::Debug for Failover {
 
 impl Failover {
     /// The coordinator on `transport` (the client façade's only way in).
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Failover { transport }
+    pub(crate) fn new(backend: Backend) -> Self {
+        Failover { backend }
+    }
+
+    /// The Redis transport, for what has no PostgreSQL form yet.
+    pub(crate) fn transport(&self) -> Result<&Arc<Transport>, crate::Error> {
+        self.backend.redis(
+            "this failover operation",
+            "not yet on PostgreSQL in this build",
+        )
     }
 
     /// Starts a worker for one job and returns its event stream.
@@ -50,7 +58,18 @@ impl Failover {
     /// attempt (`Acquired`), waits as a backup (`Locked`), or finds the job ended. Read the stream
     /// to the end; dropping it stops the worker and fails an attempt it holds.
     pub fn start(&self, config: FailoverConfig) -> Worker {
-        worker::spawn(self.transport.clone(), config)
+        match &self.backend {
+            Backend::Redis(transport) => worker::spawn(transport.clone(), config),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => events::refused(
+                config,
+                crate::Error::Unsupported {
+                    what: "the failover worker",
+                    backend: "PostgreSQL",
+                    why: "not yet in this build",
+                },
+            ),
+        }
     }
 
     /// Reads a job's state (plain reads, no transaction), as an operator would with

@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ConfigError, Error};
 use crate::lease::held::HeldLock;
 use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
-use crate::transport::{Subscription, Transport};
+use crate::transport::{Backend, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -67,7 +67,7 @@ pub use options::{FairOptions, FairOptionsBuilder};
 /// [`Client::fair_locks`](crate::Client::fair_locks); cheap to clone.
 #[derive(Clone)]
 pub struct FairLocks {
-    transport: Arc<Transport>,
+    backend: Backend,
     prefix: Arc<str>,
 }
 
@@ -80,10 +80,18 @@ impl std::fmt::Debug for FairLocks {
 }
 
 impl FairLocks {
+    /// The Redis transport: the fair lock exists on Redis only.
+    fn transport(&self) -> Result<&Arc<Transport>, Error> {
+        self.backend.redis(
+            "the fair lock",
+            "its queue, wake-ups and reservation are Redis scripts and channels; on PostgreSQL use `locks()` or `advisory_locks()`",
+        )
+    }
+
     /// The fair lock on `transport` (the client façade's only way in).
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(backend: Backend) -> Self {
         FairLocks {
-            transport,
+            backend,
             prefix: Arc::from(DEFAULT_PREFIX),
         }
     }
@@ -96,7 +104,7 @@ impl FairLocks {
     pub fn with_prefix(&self, prefix: &str) -> Result<FairLocks, ConfigError> {
         crate::util::names::check_prefix(prefix)?;
         Ok(FairLocks {
-            transport: self.transport.clone(),
+            backend: self.backend.clone(),
             prefix: Arc::from(prefix),
         })
     }
@@ -159,15 +167,15 @@ impl FairLocks {
         options::validate_timeout("lifetime", lifetime)?;
         let token = new_token();
         let mut pending = Reservation {
-            armed: Some(self.transport.clone()),
+            armed: Some(self.transport()?.clone()),
             locks: self.clone(),
             keys: keys.clone(),
             key: key.to_string(),
             token,
             lifetime,
         };
-        let node = self.transport.node(&keys.reserved).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let node = self.transport()?.node(&keys.reserved).await?;
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         match kernel::reserve(&mut node.conn(), &keys, &pending.token, lifetime, limit).await {
             Ok(true) => {
                 tracing::info!(key, token = short(&pending.token), "fair lock reserved");
@@ -203,7 +211,7 @@ impl FairLocks {
         // future) leaves the queue, releases a lock a lost reply may have granted, and drops
         // the reservation, through a task of the client.
         let mut queued = Queued {
-            transport: Some(self.transport.clone()),
+            transport: Some(self.transport()?.clone()),
             keys: keys.clone(),
             id: id.clone(),
         };
@@ -228,9 +236,9 @@ impl FairLocks {
                 liveness,
                 reserver,
             };
-            let outcome = match self.transport.node(&keys.lock).await {
+            let outcome = match self.transport()?.node(&keys.lock).await {
                 Ok(node) => {
-                    let limit = after(Instant::now(), self.transport.settings.response_timeout);
+                    let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
                     kernel::acquire_or_enqueue(&mut node.conn(), &keys, &req, limit).await
                 }
                 Err(e) => Err(e),
@@ -242,7 +250,7 @@ impl FairLocks {
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = FairGuard {
                         held: Some(HeldLock::new(
-                            self.transport.clone(),
+                            self.transport()?.clone(),
                             keys,
                             key,
                             id,
@@ -272,10 +280,10 @@ impl FairLocks {
                     backoff.reset();
                     if sub.is_none() {
                         // Best effort: without pub/sub we still wake on our timers.
-                        let limit = self.transport.settings.connect_timeout;
+                        let limit = self.transport()?.settings.connect_timeout;
                         let channel = keys.wake(&id);
                         if let Ok(Ok(s)) =
-                            tokio::time::timeout(limit, self.transport.hub.subscribe(&channel))
+                            tokio::time::timeout(limit, self.transport()?.hub.subscribe(&channel))
                                 .await
                         {
                             sub = Some(s);

@@ -49,7 +49,7 @@ use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{HubMsg, Transport};
+use crate::transport::{Backend, HubMsg, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::after;
@@ -62,7 +62,7 @@ pub use options::{ElectionOptions, ElectionOptionsBuilder};
 /// [`Client::leaders`](crate::Client::leaders); cheap to clone.
 #[derive(Clone)]
 pub struct Leaders {
-    transport: Arc<Transport>,
+    backend: Backend,
     prefix: Arc<str>,
 }
 
@@ -75,10 +75,16 @@ impl std::fmt::Debug for Leaders {
 }
 
 impl Leaders {
+    /// The Redis transport.
+    fn transport(&self) -> Result<&Arc<Transport>, Error> {
+        self.backend
+            .redis("leader election", "not yet on PostgreSQL in this build")
+    }
+
     /// Elections on `transport` (the client façade's only way in).
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(backend: Backend) -> Self {
         Leaders {
-            transport,
+            backend,
             prefix: Arc::from(crate::util::names::DEFAULT_PREFIX),
         }
     }
@@ -91,7 +97,7 @@ impl Leaders {
     pub fn with_prefix(&self, prefix: &str) -> Result<Leaders, ConfigError> {
         crate::util::names::check_prefix(prefix)?;
         Ok(Leaders {
-            transport: self.transport.clone(),
+            backend: self.backend.clone(),
             prefix: Arc::from(prefix),
         })
     }
@@ -109,7 +115,7 @@ impl Leaders {
         };
         let keys = Arc::new(ElectionKeys::new(&self.prefix, key));
         Ok(Arc::new(Election {
-            transport: self.transport.clone(),
+            transport: self.transport()?.clone(),
             keys,
             key: key.to_string(),
             name,
@@ -191,7 +197,7 @@ impl Leaders {
             resign: resign.clone(),
             shared: shared.clone(),
         };
-        self.transport.tracker.spawn(task.run(work));
+        self.transport()?.tracker.spawn(task.run(work));
         Ok(LeaderWorker {
             rx,
             resign,

@@ -39,7 +39,7 @@ pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::pending::{release_in_background, Pending};
 use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{ReplicaWait, Transport};
+use crate::transport::{Backend, ReplicaWait, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -52,7 +52,7 @@ pub use options::{AcquireOptions, AcquireOptionsBuilder, MAX_TTL, MIN_TTL};
 /// cheap to clone.
 #[derive(Clone)]
 pub struct Locks {
-    transport: Arc<Transport>,
+    backend: Backend,
     prefix: Arc<str>,
 }
 
@@ -65,10 +65,18 @@ impl std::fmt::Debug for Locks {
 }
 
 impl Locks {
+    /// The Redis transport.
+    fn transport(&self) -> Result<&Arc<Transport>, Error> {
+        self.backend.redis(
+            "the mutex",
+            "not yet on PostgreSQL in this build; use `advisory_locks()`",
+        )
+    }
+
     /// The mutex on `transport` (the client façade's only way in).
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(backend: Backend) -> Self {
         Locks {
-            transport,
+            backend,
             prefix: Arc::from(DEFAULT_PREFIX),
         }
     }
@@ -81,7 +89,7 @@ impl Locks {
     pub fn with_prefix(&self, prefix: &str) -> Result<Locks, ConfigError> {
         crate::util::names::check_prefix(prefix)?;
         Ok(Locks {
-            transport: self.transport.clone(),
+            backend: self.backend.clone(),
             prefix: Arc::from(prefix),
         })
     }
@@ -110,8 +118,8 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let mut conn = self.transport.node(resource).await?.conn();
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let mut conn = self.transport()?.node(resource).await?.conn();
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
     }
 
@@ -153,9 +161,9 @@ impl Locks {
         let token = new_token();
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
-        let mut pending = Pending::arm(&self.transport, keys, &token);
-        let node = self.transport.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let mut pending = Pending::arm(self.transport()?, keys, &token);
+        let node = self.transport()?.node(&keys.lock).await?;
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         let req = kernel::Acquire {
             lock: &keys.lock,
             fence: &keys.fence,
@@ -192,7 +200,7 @@ impl Locks {
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard {
                     held: Some(HeldLock::new(
-                        self.transport.clone(),
+                        self.transport()?.clone(),
                         keys.clone(),
                         key,
                         token,
@@ -310,9 +318,9 @@ impl Locks {
             }
             if group.is_none() {
                 // Best effort: without pub/sub we still poll with backoff and the PTTL.
-                let limit = self.transport.settings.connect_timeout;
+                let limit = self.transport()?.settings.connect_timeout;
                 if let Ok(Ok(g)) =
-                    tokio::time::timeout(limit, self.transport.hub.wake_one(&keys.channel)).await
+                    tokio::time::timeout(limit, self.transport()?.hub.wake_one(&keys.channel)).await
                 {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:

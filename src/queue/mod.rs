@@ -52,7 +52,7 @@ use crate::lease::deadline;
 use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
 use crate::lease::lock::{self as kernel_lock, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::transport::Transport;
+use crate::transport::{Backend, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -80,7 +80,7 @@ const BATCH: usize = 100;
 /// [`Client::queues`](crate::Client::queues); cheap to clone.
 #[derive(Clone)]
 pub struct Queues {
-    transport: Arc<Transport>,
+    backend: Backend,
     prefix: Arc<str>,
     ttl: Duration,
 }
@@ -205,10 +205,18 @@ impl<E: std::error::Error + 'static> std::error::Error for QueueError<E> {
 }
 
 impl Queues {
+    /// The Redis transport: run-or-enqueue exists on Redis only.
+    fn transport(&self) -> Result<&Arc<Transport>, Error> {
+        self.backend.redis(
+            "run-or-enqueue",
+            "its items are a Redis stream; on PostgreSQL use a table of jobs with `failover()`",
+        )
+    }
+
     /// Run-or-enqueue on `transport` (the client façade's only way in).
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(backend: Backend) -> Self {
         Queues {
-            transport,
+            backend,
             prefix: Arc::from(crate::util::names::DEFAULT_PREFIX),
             ttl: DEFAULT_TTL,
         }
@@ -266,8 +274,8 @@ impl Queues {
     /// [`Error::Config`] for an invalid name; connection errors and timeouts.
     pub async fn pending(&self, key: &str) -> Result<u64, Error> {
         let keys = self.keys(key)?;
-        let node = self.transport.node(&keys.items).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let node = self.transport()?.node(&keys.items).await?;
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         kernel::len(&mut node.conn(), &keys.items, limit).await
     }
 
@@ -317,9 +325,9 @@ impl Queues {
         let keys = self.keys(key)?;
         let token = new_token();
         // Armed before the request leaves: a dropped future or a lost reply releases by token.
-        let mut hold = Hold::new(&self.transport, &keys, token.clone());
-        let node = self.transport.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let mut hold = Hold::new(self.transport()?, &keys, token.clone());
+        let node = self.transport()?.node(&keys.lock).await?;
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         let outcome = kernel::enqueue_or_acquire(
             &mut node.conn(),
             &keys.kernel(),
@@ -377,9 +385,9 @@ impl Queues {
     {
         let keys = self.keys(key)?;
         let token = new_token();
-        let mut hold = Hold::new(&self.transport, &keys, token.clone());
-        let node = self.transport.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let mut hold = Hold::new(self.transport()?, &keys, token.clone());
+        let node = self.transport()?.node(&keys.lock).await?;
+        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
         let req = kernel_lock::Acquire {
             lock: &keys.lock,
             fence: &keys.fence,
@@ -429,7 +437,7 @@ impl Queues {
         let state = LeaseState::new(deadline(sent, self.ttl));
         let stop = CancellationToken::new();
         watchdog::spawn(
-            &self.transport,
+            self.transport()?,
             Watch {
                 lease: keys.lock.clone(),
                 value: hold.token.clone(),
@@ -455,7 +463,7 @@ impl Queues {
         let mut handled: u64 = 0;
         loop {
             let batch: Vec<Stored> = {
-                let (t, k) = (self.transport.clone(), keys.clone());
+                let (t, k) = (self.transport()?.clone(), keys.clone());
                 let read = self
                     .retrying(&lost, || {
                         let (t, k) = (t.clone(), k.clone());
@@ -511,7 +519,7 @@ impl Queues {
                     Some(Ok(())) => {}
                 }
                 let (t, k, tok, i) = (
-                    self.transport.clone(),
+                    self.transport()?.clone(),
                     keys.clone(),
                     token.clone(),
                     id.clone(),
@@ -550,8 +558,8 @@ impl Queues {
                     hold.disarm();
                     return Err(lost_error(state.reason()));
                 }
-                let node = self.transport.node(&keys.lock).await;
-                let limit = after(Instant::now(), self.transport.settings.response_timeout);
+                let node = self.transport()?.node(&keys.lock).await;
+                let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
                 let r = match node {
                     Ok(node) => {
                         kernel::release(

@@ -16,6 +16,10 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 #[cfg(feature = "sentinel")]
 pub(crate) mod follow;
+#[cfg(feature = "postgres")]
+// The advisory locks and the PostgreSQL forms of the primitives arrive in the next commits.
+#[allow(dead_code)]
+pub(crate) mod pg;
 pub(crate) mod route;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
@@ -92,6 +96,92 @@ impl Transport {
     #[cfg(feature = "testing")]
     pub(crate) fn exec_hook(&self) -> Option<ExecHook> {
         crate::util::lock(&self.before_exec).clone()
+    }
+}
+
+/// The seam between the primitives and the servers: which backend a client talks to. A
+/// primitive with an implementation per backend matches on it once, where its handle starts
+/// work; the protocol decisions both implementations make are the primitive's own pure
+/// functions, shared. A primitive that exists on one backend only asks for it with
+/// [`Backend::redis`] / [`Backend::postgres`], which refuse the other with
+/// [`Error::Unsupported`].
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Redis(std::sync::Arc<Transport>),
+    #[cfg(feature = "postgres")]
+    Postgres(std::sync::Arc<pg::PgTransport>),
+}
+
+impl Backend {
+    /// The backend's name for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "Redis",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    /// The Redis transport, or [`Error::Unsupported`] naming `what` and `why` it needs Redis.
+    pub(crate) fn redis(
+        &self,
+        what: &'static str,
+        why: &'static str,
+    ) -> Result<&std::sync::Arc<Transport>, Error> {
+        match self {
+            Backend::Redis(t) => Ok(t),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Err(Error::Unsupported {
+                what,
+                backend: self.name(),
+                why,
+            }),
+        }
+    }
+
+    /// The PostgreSQL transport, or [`Error::Unsupported`] naming `what` and `why`.
+    #[cfg(feature = "postgres")]
+    #[allow(dead_code)]
+    pub(crate) fn postgres(
+        &self,
+        what: &'static str,
+        why: &'static str,
+    ) -> Result<&std::sync::Arc<pg::PgTransport>, Error> {
+        match self {
+            Backend::Postgres(t) => Ok(t),
+            Backend::Redis(_) => Err(Error::Unsupported {
+                what,
+                backend: self.name(),
+                why,
+            }),
+        }
+    }
+
+    /// Cancelled when the client shuts down (or its last handle is gone).
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        match self {
+            Backend::Redis(t) => &t.cancel,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.cancel,
+        }
+    }
+
+    /// The client's tasks, which `shutdown` waits for.
+    pub(crate) fn tracker(&self) -> &TaskTracker {
+        match self {
+            Backend::Redis(t) => &t.tracker,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.tracker,
+        }
+    }
+
+    /// The connection settings the client was built with.
+    pub(crate) fn settings(&self) -> &ConnSettings {
+        match self {
+            Backend::Redis(t) => &t.settings,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.settings,
+        }
     }
 }
 

@@ -1,0 +1,367 @@
+//! The PostgreSQL transport (feature `postgres`): everything baton knows about talking to
+//! PostgreSQL, and nothing about any primitive, as [`super`] is for Redis.
+//!
+//! Two kinds of connection, for the same reasons as on Redis:
+//!
+//! - a **pool** ([`deadpool_postgres`], recycled with a cheap check) for short statements and
+//!   transactions: a transition of a primitive takes a connection, runs its statements and
+//!   gives it back;
+//! - **dedicated** connections ([`PgTransport::dedicated`]) that nobody else ever uses: a
+//!   session-scoped advisory lock lives on one for its guard's whole life (a session lock taken
+//!   on one pooled connection and released on another is impossible by construction), and
+//!   `LISTEN` needs one that stays open. A dedicated connection says when it dies
+//!   ([`Dedicated::closed`]) and hands over its notifications.
+//!
+//! Every error of the driver becomes a typed [`Error`] in [`classify`], by SQLSTATE.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::mpsc;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::url::redact_url;
+use super::ConnSettings;
+use crate::error::{ConfigError, Error, ErrorKind};
+
+/// A pooled connection; derefs to a [`tokio_postgres::Client`].
+pub(crate) type Pooled = deadpool_postgres::Object;
+
+/// A `LISTEN` notification: its channel and payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Notice {
+    pub channel: String,
+    pub payload: String,
+}
+
+/// The connections of one PostgreSQL client; shared through an `Arc` by every primitive handle
+/// and worker task, like [`super::Transport`].
+pub(crate) struct PgTransport {
+    config: tokio_postgres::Config,
+    pool: Pool,
+    /// The URL for messages (credentials and query redacted).
+    pub endpoint: String,
+    pub settings: ConnSettings,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+    #[cfg(feature = "testing")]
+    pub before_exec: Mutex<Option<super::ExecHook>>,
+}
+
+impl Drop for PgTransport {
+    fn drop(&mut self) {
+        // The last handle is gone: stop any worker still running.
+        self.cancel.cancel();
+    }
+}
+
+impl std::fmt::Debug for PgTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTransport")
+            .field("endpoint", &self.endpoint)
+            .field("pool_size", &self.settings.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `url` names a PostgreSQL server (`postgres://` or `postgresql://`).
+pub(crate) fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The checks made before any network I/O, and the driver's configuration of `url`.
+///
+/// `sslmode=require` (or `verify-*`) is refused: this build speaks PostgreSQL without TLS, and
+/// a URL that asks for TLS must never silently get plain TCP. `sslmode=prefer` (the driver's
+/// default) connects without TLS.
+pub(crate) fn parse_url(
+    url: &str,
+    settings: &ConnSettings,
+) -> Result<tokio_postgres::Config, ConfigError> {
+    let bad = |why: String| ConfigError::invalid("url", format!("{}: {why}", redact_url(url)));
+    if !is_postgres_url(url) {
+        return Err(bad("the scheme must be postgres:// or postgresql://".into()));
+    }
+    if url.contains('#') {
+        return Err(bad("a URL fragment is not allowed".into()));
+    }
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| bad(format!("rejected ({e})")))?;
+    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        return Err(bad(
+            "sslmode=require: this build of baton connects to PostgreSQL without TLS, and TLS \
+             is never silently dropped (use a local socket or a TLS-terminating proxy)"
+                .into(),
+        ));
+    }
+    if config.get_hosts().is_empty() {
+        return Err(bad("no host".into()));
+    }
+    if config.get_ports().contains(&0) {
+        return Err(bad("port 0 is not a port to connect to".into()));
+    }
+    config
+        .connect_timeout(settings.connect_timeout)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
+    if config.get_application_name().is_none() {
+        config.application_name("baton");
+    }
+    Ok(config)
+}
+
+impl PgTransport {
+    /// A transport for `url`; no connection is made yet (the pool connects on first use).
+    pub(crate) fn new(
+        url: &str,
+        password: Option<&str>,
+        settings: ConnSettings,
+    ) -> Result<PgTransport, Error> {
+        let mut config = parse_url(url, &settings)?;
+        if let Some(password) = password {
+            config.password(password);
+        }
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // `Fast` trusts a connection the driver has not seen closed; a dead one fails
+                // its next statement with a connection error, which every caller retries.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(settings.connect_timeout + settings.response_timeout))
+            .create_timeout(Some(settings.connect_timeout))
+            .recycle_timeout(Some(settings.response_timeout))
+            .build()
+            .map_err(|e| {
+                Error::Config(ConfigError::invalid(
+                    "url",
+                    format!("cannot build the connection pool: {e}"),
+                ))
+            })?;
+        Ok(PgTransport {
+            config,
+            pool,
+            endpoint: redact_url(url),
+            settings,
+            cancel: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            #[cfg(feature = "testing")]
+            before_exec: Mutex::new(None),
+        })
+    }
+
+    /// Runs the test seam's hook, if one is installed (feature `testing`); see
+    /// [`super::ExecHook`]. On PostgreSQL it runs between a transition's read and its
+    /// conditional `UPDATE`.
+    pub(crate) async fn before_exec(&self, _what: &'static str) {
+        #[cfg(feature = "testing")]
+        {
+            let hook = crate::util::lock(&self.before_exec).clone();
+            if let Some(hook) = hook {
+                hook(_what).await;
+            }
+        }
+    }
+
+    /// A connection from the pool.
+    pub(crate) async fn pooled(&self) -> Result<Pooled, Error> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => classify(e, "connecting"),
+            deadpool_postgres::PoolError::Timeout(_) => Error::Timeout {
+                during: "waiting for a PostgreSQL connection",
+            },
+            other => Error::Connection {
+                message: format!("{}: {other}", self.endpoint),
+                source: None,
+            },
+        })
+    }
+
+    /// `fut` bounded by the response timeout.
+    pub(crate) async fn timed<T>(
+        &self,
+        during: &'static str,
+        fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.settings.response_timeout, fut).await {
+            Ok(result) => result.map_err(|e| classify(e, during)),
+            Err(_) => Err(Error::Timeout { during }),
+        }
+    }
+
+    /// A new connection of its own, never pooled and never shared (see the module docs).
+    pub(crate) async fn dedicated(&self) -> Result<Dedicated, Error> {
+        let (client, mut connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| classify(e, "connecting"))?;
+        let closed = CancellationToken::new();
+        let why = Arc::new(Mutex::new(None));
+        let (notices_tx, notices) = mpsc::unbounded_channel();
+        let (task_closed, task_why) = (closed.clone(), why.clone());
+        // The driver task: polls the socket, forwards notifications and records how the
+        // connection ended. It ends with the connection (the client dropped, or the server gone).
+        tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        let _ = notices_tx.send(Notice {
+                            channel: n.channel().to_string(),
+                            payload: n.payload().to_string(),
+                        });
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        *crate::util::lock(&task_why) = Some(e.to_string());
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            task_closed.cancel();
+        });
+        Ok(Dedicated {
+            client,
+            closed,
+            why,
+            notices,
+        })
+    }
+}
+
+/// A connection of its own (see [`PgTransport::dedicated`]).
+pub(crate) struct Dedicated {
+    pub client: tokio_postgres::Client,
+    closed: CancellationToken,
+    why: Arc<Mutex<Option<String>>>,
+    /// Notifications of the channels this connection `LISTEN`s on.
+    pub notices: mpsc::UnboundedReceiver<Notice>,
+}
+
+impl Dedicated {
+    /// Cancelled when the connection has ended (the server closed it, the backend was
+    /// terminated, the network failed as the driver saw it).
+    pub(crate) fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+
+    /// Why the connection ended, once it has (the driver's message), if it said.
+    pub(crate) fn why_closed(&self) -> Option<String> {
+        crate::util::lock(&self.why).clone()
+    }
+}
+
+/// A driver error as a typed [`Error`], classified by SQLSTATE (see the README's PostgreSQL
+/// section); `during` names the step for timeouts.
+pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Error {
+    let Some(db) = err.as_db_error() else {
+        // Not the server's answer: the connection failed, closed, or the reply was unreadable.
+        let message = err.to_string();
+        return Error::Connection {
+            message: format!("PostgreSQL: {message}"),
+            source: Some(Arc::new(err)),
+        };
+    };
+    let code = db.code().clone();
+    let kind = kind_of(&code);
+    if kind == ErrorKind::Timeout {
+        return Error::Timeout { during };
+    }
+    let message = db.message().to_string();
+    Error::Postgres {
+        kind,
+        code: code.code().to_string(),
+        message,
+        source: Some(Arc::new(err)),
+    }
+}
+
+/// The classification of a SQLSTATE.
+pub(crate) fn kind_of(code: &SqlState) -> ErrorKind {
+    let class = &code.code()[..2.min(code.code().len())];
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+    {
+        ErrorKind::Busy
+    } else if *code == SqlState::QUERY_CANCELED {
+        ErrorKind::Timeout
+    } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        ErrorKind::ReadOnly
+    } else if *code == SqlState::INSUFFICIENT_PRIVILEGE || class == "28" {
+        ErrorKind::Permission
+    } else if class == "08" || class == "57" {
+        // Connection exceptions; operator intervention (admin shutdown, crash shutdown,
+        // cannot connect now): the session is gone or going.
+        ErrorKind::Connection
+    } else if class == "53" {
+        ErrorKind::Oom
+    } else {
+        ErrorKind::Server
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ConnSettings {
+        ConnSettings {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(5),
+            pool_size: 4,
+        }
+    }
+
+    #[test]
+    fn urls_are_checked_before_any_io() {
+        assert!(parse_url("postgres://u@127.0.0.1:5432/db", &settings()).is_ok());
+        assert!(parse_url("postgresql://127.0.0.1/db", &settings()).is_ok());
+        for (url, why) in [
+            ("redis://127.0.0.1/", "scheme"),
+            ("postgres://u:secret@127.0.0.1:0/db", "port 0"),
+            (
+                "postgres://u:secret@127.0.0.1/db?sslmode=require",
+                "sslmode=require",
+            ),
+            ("postgres://u:secret@127.0.0.1/db#x", "fragment"),
+        ] {
+            let err = parse_url(url, &settings()).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+            assert!(!err.contains("secret"), "{url}: the password leaked: {err}");
+        }
+    }
+
+    #[test]
+    fn sqlstates_are_classified() {
+        assert_eq!(
+            kind_of(&SqlState::T_R_SERIALIZATION_FAILURE),
+            ErrorKind::Busy
+        );
+        assert_eq!(kind_of(&SqlState::ADMIN_SHUTDOWN), ErrorKind::Connection);
+        assert_eq!(
+            kind_of(&SqlState::READ_ONLY_SQL_TRANSACTION),
+            ErrorKind::ReadOnly
+        );
+        assert_eq!(
+            kind_of(&SqlState::INSUFFICIENT_PRIVILEGE),
+            ErrorKind::Permission
+        );
+        assert_eq!(kind_of(&SqlState::INVALID_PASSWORD), ErrorKind::Permission);
+        assert_eq!(kind_of(&SqlState::DISK_FULL), ErrorKind::Oom);
+        assert_eq!(kind_of(&SqlState::QUERY_CANCELED), ErrorKind::Timeout);
+        assert_eq!(kind_of(&SqlState::UNIQUE_VIOLATION), ErrorKind::Server);
+    }
+}
