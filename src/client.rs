@@ -787,6 +787,15 @@ impl Client {
         Redlock::new(transports)
     }
 
+    /// Creates the schema of every primitive this client's backend needs, if missing (on
+    /// PostgreSQL, the tables; on Redis nothing); see [`Failover::migrate`].
+    ///
+    /// # Errors
+    /// Connection and permission errors.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        self.failover().migrate().await
+    }
+
     /// Starts a worker for one job; see [`Failover::start`].
     pub fn start(&self, config: FailoverConfig) -> Worker {
         self.failover().start(config)

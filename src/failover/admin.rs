@@ -9,7 +9,7 @@ use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
 use super::Failover;
 use super::IntoJob;
 use crate::error::{preview, Error};
-use crate::transport::{Expect, HubMsg, Subscription};
+use crate::transport::{Backend, Expect, HubMsg, Subscription};
 
 /// A job's state as stored in Redis; see [`Failover::job_state`](super::Failover::job_state).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -171,6 +171,31 @@ impl tokio_stream::Stream for JobWatch {
     }
 }
 
+/// What an operator sees of a job's stored state and lease (the same on every backend).
+pub(crate) fn job_state(state: State, lease: Lease) -> JobState {
+    let (holder, lease_remaining_ms) = match lease {
+        Lease::Held {
+            holder, pttl_ms, ..
+        } => (Some(holder), pttl_ms),
+        Lease::Corrupt(v) => (Some(format!("unreadable lease {v}")), None),
+        _ => (None, None),
+    };
+    match state {
+        State::Absent => JobState::Absent,
+        State::Attempt(number) => JobState::Attempt {
+            number,
+            holder,
+            lease_remaining_ms,
+        },
+        State::Done => JobState::Done,
+        State::Exhausted => JobState::Exhausted,
+        State::Corrupt(value) => JobState::Corrupt { value },
+        State::WrongType(detail) => JobState::Corrupt {
+            value: preview(&detail),
+        },
+    }
+}
+
 /// `GET` and `PTTL` of the state, then of the lease: what `job_status` and `fail_attempt` read
 /// first.
 fn state_and_lease_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
@@ -191,6 +216,10 @@ impl Failover {
     /// [`Error::Config`] for an invalid job name; connection errors.
     pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
         let config = job.into_job()?;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(t) = &self.backend {
+            return super::pg::job_status(t, config).await;
+        }
         let keys = JobKeys::new(&config.prefix, &config.key);
         let mut conn = self.transport()?.node(keys.state()).await?.conn();
         let mut p = redis::pipe();
@@ -207,27 +236,7 @@ impl Failover {
                 reply: format!("{} replies instead of 6", values.len()),
             });
         };
-        let (holder, lease_remaining_ms) = match parse_lease(lease, lease_ttl)? {
-            Lease::Held {
-                holder, pttl_ms, ..
-            } => (Some(holder), pttl_ms),
-            Lease::Corrupt(v) => (Some(format!("unreadable lease {v}")), None),
-            _ => (None, None),
-        };
-        let state = match parse_state(state)? {
-            State::Absent => JobState::Absent,
-            State::Attempt(number) => JobState::Attempt {
-                number,
-                holder,
-                lease_remaining_ms,
-            },
-            State::Done => JobState::Done,
-            State::Exhausted => JobState::Exhausted,
-            State::Corrupt(value) => JobState::Corrupt { value },
-            State::WrongType(detail) => JobState::Corrupt {
-                value: preview(&detail),
-            },
-        };
+        let state = job_state(parse_state(state)?, parse_lease(lease, lease_ttl)?);
         let text = |v: &redis::Value| match v {
             redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
@@ -251,7 +260,11 @@ impl Failover {
     pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let sub = self.transport()?.hub.subscribe(keys.channel()).await?;
+        let sub = match &self.backend {
+            Backend::Redis(t) => t.hub.subscribe(keys.channel()).await?,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.subscribe(keys.state()).await?,
+        };
         Ok(JobWatch {
             failover: self.clone(),
             job: config,
@@ -276,6 +289,10 @@ impl Failover {
         reason: &str,
     ) -> Result<Option<u64>, Error> {
         let config = job.into_job()?;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(t) = &self.backend {
+            return super::pg::fail_attempt(t, config, reason).await;
+        }
         let keys = JobKeys::new(&config.prefix, &config.key);
         for _ in 0..20 {
             let deadline =
@@ -359,6 +376,10 @@ impl Failover {
     /// [`Error::Config`] for an invalid job name; connection errors.
     pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
         let config = job.into_job()?;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(t) = &self.backend {
+            return super::pg::reset_job(t, config).await;
+        }
         let keys = JobKeys::new(&config.prefix, &config.key);
         let mut conn = self.transport()?.node(keys.state()).await?.conn();
         let _: i64 = redis::cmd("DEL")

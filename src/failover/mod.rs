@@ -12,8 +12,11 @@ mod admin;
 pub mod config;
 pub mod events;
 pub(crate) mod keys;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
 pub(crate) mod protocol;
 mod run;
+pub(crate) mod store;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -29,7 +32,7 @@ pub use run::{Attempt, IntoJob, RunError, RunOutcome};
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.
 #[derive(Clone)]
 pub struct Failover {
-    backend: Backend,
+    pub(crate) backend: Backend,
 }
 
 impl std::fmt::Debug for Failover {
@@ -44,12 +47,10 @@ impl Failover {
         Failover { backend }
     }
 
-    /// The Redis transport, for what has no PostgreSQL form yet.
+    /// The Redis transport (the Redis forms of the operator tools).
     pub(crate) fn transport(&self) -> Result<&Arc<Transport>, crate::Error> {
-        self.backend.redis(
-            "this failover operation",
-            "not yet on PostgreSQL in this build",
-        )
+        self.backend
+            .redis("this failover operation", "it has no PostgreSQL form")
     }
 
     /// Starts a worker for one job and returns its event stream.
@@ -61,14 +62,35 @@ impl Failover {
         match &self.backend {
             Backend::Redis(transport) => worker::spawn(transport.clone(), config),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => events::refused(
-                config,
-                crate::Error::Unsupported {
-                    what: "the failover worker",
-                    backend: "PostgreSQL",
-                    why: "not yet in this build",
-                },
-            ),
+            Backend::Postgres(transport) => {
+                if config.replica_ack.is_some() {
+                    return events::refused(config, pg::replica_ack_unsupported());
+                }
+                let keys = Arc::new(keys::JobKeys::new(&config.prefix, &config.key));
+                let store = pg::PgStore {
+                    transport: transport.clone(),
+                    key: keys.state().to_string(),
+                    name: worker::worker_name(&config),
+                    lock_timeout: config.lock_timeout,
+                    retention: config.retention,
+                };
+                worker::spawn_on(store, keys, &transport.cancel, &transport.tracker, config)
+            }
+        }
+    }
+
+    /// Creates what the coordinator stores in its backend, if missing: on PostgreSQL the table
+    /// `baton_jobs` and its index (README, "PostgreSQL"); on Redis nothing (keys need no
+    /// schema). Workers do it themselves on first use; call it at deploy time to create the
+    /// schema with a role that may, and run the workers with one that may not.
+    ///
+    /// # Errors
+    /// Connection and permission errors.
+    pub async fn migrate(&self) -> Result<(), crate::Error> {
+        match &self.backend {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => pg::ensure_schema(t).await,
         }
     }
 

@@ -670,13 +670,32 @@ pub(crate) fn parse_state(v: &Value) -> Result<State, Error> {
     Ok(match raw(v, "GET state")? {
         Raw::Nil => State::Absent,
         Raw::WrongType(d) => State::WrongType(d),
-        Raw::Str(b) if b == DONE.as_bytes() => State::Done,
-        Raw::Str(b) if b == EXHAUSTED.as_bytes() => State::Exhausted,
-        Raw::Str(b) => match parse_attempt(b) {
+        Raw::Str(b) => state_of_bytes(b),
+    })
+}
+
+/// What a stored state value means (the same rules on every backend): `DONE`, `EXHAUSTED`, a
+/// canonical attempt number, else corrupt.
+pub(crate) fn state_of_bytes(b: &[u8]) -> State {
+    if b == DONE.as_bytes() {
+        State::Done
+    } else if b == EXHAUSTED.as_bytes() {
+        State::Exhausted
+    } else {
+        match parse_attempt(b) {
             Some(n) => State::Attempt(n),
             None => State::Corrupt(lossy(b)),
-        },
-    })
+        }
+    }
+}
+
+/// The stored text of a state value (what [`state_of_bytes`] reads back).
+pub(crate) fn state_text(v: StateValue) -> String {
+    match v {
+        StateValue::Attempt(n) => n.to_string(),
+        StateValue::Done => DONE.to_string(),
+        StateValue::Exhausted => EXHAUSTED.to_string(),
+    }
 }
 
 /// Formats the lease value: the token, a space, the holder's name.
@@ -714,14 +733,23 @@ pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
         Err(_) => return Ok(Lease::Corrupt(lossy(bytes))),
     };
     let (token, holder) = text.split_once(' ').unwrap_or((text, ""));
+    Ok(match lease_of(token, holder, pttl_ms) {
+        Lease::Corrupt(_) => Lease::Corrupt(lossy(bytes)),
+        held => held,
+    })
+}
+
+/// A live lease's token and holder, checked (the same rules on every backend): a token baton
+/// never writes is corrupt.
+pub(crate) fn lease_of(token: &str, holder: &str, pttl_ms: Option<u64>) -> Lease {
     if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Ok(Lease::Corrupt(lossy(bytes)));
+        return Lease::Corrupt(preview(&lease_value(token, holder)));
     }
-    Ok(Lease::Held {
+    Lease::Held {
         token: token.to_string(),
         holder: holder.to_string(),
         pttl_ms,
-    })
+    }
 }
 
 /// Parses the fence key's `GET` reply.

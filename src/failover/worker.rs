@@ -13,32 +13,57 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::config::{FailoverConfig, StatusLevel};
 use super::events::{Acquired, AttemptHandle, Event, EventSender, HolderCmd, Worker};
 use super::keys::JobKeys;
 use super::protocol::{
     decide_backup, decide_holder, exhaust_writes, finish_gave_up, finish_writes, grant_writes,
-    keep_waiting, later_grant, lease_value, parse_fence, parse_lease, parse_state, parse_time,
-    taken_over, Decision, Fault, Fence, GaveUp, HolderDecision, HolderOp, Lease, Observation,
-    PendingGrant, State, StateValue, Which, Write, DONE, EXHAUSTED, WATCHED,
+    keep_waiting, later_grant, taken_over, Decision, Fault, GaveUp, HolderDecision, HolderOp,
+    Lease, Observation, PendingGrant, State, Which,
 };
+use super::store::{Extended, Held, JobStore, RedisStore};
 use crate::error::Error;
 use crate::lease;
-use crate::transport::{
-    check_replies, Dedicated, Expect, HubMsg, ReplicaWait, Subscription, Transport,
-};
+use crate::transport::{HubMsg, ReplicaWait, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::{after, ms, FAR};
 use crate::util::token as keys;
 
-/// Starts a worker task for one job.
+/// Starts a worker task for one job on Redis.
 pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
-    let stop = transport.cancel.child_token();
+    let keys = Arc::new(JobKeys::new(&cfg.prefix, &cfg.key));
+    let store = RedisStore {
+        transport: transport.clone(),
+        keys: keys.clone(),
+        name: worker_name(&cfg),
+        lock_timeout: cfg.lock_timeout,
+        retention: cfg.retention,
+    };
+    spawn_on(store, keys, &transport.cancel, &transport.tracker, cfg)
+}
+
+/// The worker's name (`worker_name`, else host and PID).
+pub(crate) fn worker_name(cfg: &FailoverConfig) -> Arc<str> {
+    cfg.worker_name
+        .as_deref()
+        .map_or_else(keys::default_worker_name, Into::into)
+}
+
+/// Starts a worker task for one job on `store`, a task of `tracker` stopped by `cancel`.
+pub(crate) fn spawn_on<S: JobStore>(
+    store: S,
+    job_keys: Arc<JobKeys>,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+    cfg: FailoverConfig,
+) -> Worker {
+    let settings = store.settings().clone();
+    let stop = cancel.child_token();
     let (events, worker) = Worker::channel(
         cfg.key.clone(),
         cfg.event_capacity,
@@ -46,18 +71,15 @@ pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
         stop.clone(),
     );
     let mut task = Task {
-        keys: Arc::new(JobKeys::new(&cfg.prefix, &cfg.key)),
-        name: cfg
-            .worker_name
-            .as_deref()
-            .map_or_else(keys::default_worker_name, Into::into),
-        backoff: Backoff::new(transport.settings.max_backoff),
+        keys: job_keys,
+        name: worker_name(&cfg),
+        backoff: Backoff::new(settings.max_backoff),
         view: super::protocol::BackupView {
             max_attempts: cfg.max_attempts,
             has_retry_delay: !cfg.retry_delay.is_zero(),
             ..Default::default()
         },
-        transport: transport.clone(),
+        store: Arc::new(store),
         cfg,
         events,
         stop,
@@ -67,16 +89,16 @@ pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
     // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
     // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
     // fast networks want short leases), but said.
-    if transport.settings.response_timeout > task.cfg.lock_timeout / 3 {
+    if settings.response_timeout > task.cfg.lock_timeout / 3 {
         let message = format!(
             "response_timeout ({:?}) is more than a third of lock_timeout ({:?}): one slow \
              request can use up most of the lease",
-            transport.settings.response_timeout, task.cfg.lock_timeout
+            settings.response_timeout, task.cfg.lock_timeout
         );
         tracing::warn!(key = %task.cfg.key, "{message}");
         task.events.status(StatusLevel::Normal, message);
     }
-    transport.tracker.spawn(task.run());
+    tracker.spawn(task.run());
     worker
 }
 
@@ -142,8 +164,8 @@ impl Ending {
     }
 }
 
-struct Task {
-    transport: Arc<Transport>,
+struct Task<S: JobStore> {
+    store: Arc<S>,
     cfg: FailoverConfig,
     keys: Arc<JobKeys>,
     name: std::sync::Arc<str>,
@@ -155,103 +177,10 @@ struct Task {
     sub: Option<Subscription>,
 }
 
-/// The reads of round trip 1 (after `WATCH state lease fence`): the three keys and `TIME`.
-fn observe_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
-    p.cmd("GET")
-        .arg(keys.state())
-        .cmd("GET")
-        .arg(keys.lease())
-        .cmd("PTTL")
-        .arg(keys.lease())
-        .cmd("GET")
-        .arg(keys.fence())
-        .cmd("TIME");
-}
-
-fn parse_observation(values: &[Value]) -> Result<Observation, Error> {
-    let [state, lease, pttl, fence, time] = values else {
-        return Err(Error::UnexpectedReply {
-            context: "the observation pipeline",
-            reply: format!("{} replies instead of 5", values.len()),
-        });
-    };
-    Ok(Observation {
-        state: parse_state(state)?,
-        lease: parse_lease(lease, pttl)?,
-        fence: parse_fence(fence)?,
-        now_us: parse_time(time)?,
-    })
-}
-
-impl Task {
+impl<S: JobStore> Task<S> {
     /// Runs the test hook (feature `testing`) between the two round trips of a transition.
     async fn before_exec(&self, what: &'static str) {
-        self.transport.before_exec(what).await;
-    }
-
-    /// Adds a transition's writes to its `MULTI`; returns the reply each must give. `token` is
-    /// the lease's token (for [`Write::SetLease`]), `failure` the text for [`Write::SetFailure`],
-    /// `publish` the node's publish command (for [`Write::Publish`]).
-    fn render(
-        &self,
-        tx: &mut redis::Pipeline,
-        writes: &[Write],
-        token: &str,
-        failure: &str,
-        publish: &str,
-    ) -> Vec<Expect> {
-        let (k, retention) = (&self.keys, ms(self.cfg.retention));
-        writes
-            .iter()
-            .map(|w| match *w {
-                Write::SetState(v) => {
-                    tx.cmd("SET").arg(k.state());
-                    match v {
-                        StateValue::Attempt(n) => tx.arg(n),
-                        StateValue::Done => tx.arg(DONE),
-                        StateValue::Exhausted => tx.arg(EXHAUSTED),
-                    };
-                    tx.arg("PX").arg(retention);
-                    Expect::Ok
-                }
-                Write::KeepState => {
-                    tx.cmd("PEXPIRE").arg(k.state()).arg(retention);
-                    Expect::Int
-                }
-                Write::SetLease => {
-                    tx.cmd("SET")
-                        .arg(k.lease())
-                        .arg(lease_value(token, &self.name))
-                        .arg("PX")
-                        .arg(ms(self.cfg.lock_timeout));
-                    Expect::Ok
-                }
-                Write::DelLease => {
-                    tx.cmd("DEL").arg(k.lease());
-                    Expect::Int
-                }
-                Write::SetFence(f) => {
-                    tx.cmd("SET").arg(k.fence()).arg(f).arg("PX").arg(retention);
-                    Expect::Ok
-                }
-                Write::KeepFence => {
-                    tx.cmd("PEXPIRE").arg(k.fence()).arg(retention);
-                    Expect::Int
-                }
-                Write::SetFailure => {
-                    tx.cmd("SET")
-                        .arg(k.failure())
-                        .arg(failure)
-                        .arg("PX")
-                        .arg(retention);
-                    Expect::Ok
-                }
-                Write::Publish(m) => {
-                    tx.cmd(publish).arg(k.channel()).arg(m.text().as_ref());
-                    Expect::Int
-                }
-            })
-            .collect()
+        self.store.before_exec(what).await;
     }
 
     /// The task's future, inside its tracing span. A plain function around an `async fn` that
@@ -375,36 +304,25 @@ impl Task {
         }
     }
 
-    async fn observe(&self, conn: &mut Dedicated) -> Result<Observation, Error> {
-        let k = &self.keys;
-        let values = conn
-            .watch_read(&WATCHED.map(|w| k.of(w)), |p| observe_reads(p, k))
-            .await?;
-        match parse_observation(&values) {
-            Ok(o) => Ok(o),
-            Err(e) => {
-                conn.defer_unwatch();
-                Err(e)
-            }
-        }
+    async fn observe(&self, conn: &mut S::Conn) -> Result<Observation, Error> {
+        self.store.observe(conn).await
     }
 
     /// A dedicated connection for the next transition. Waiting for one is a future of its own,
     /// kept small: when thousands of backups queue for the pool at once (all started together,
     /// or woken by one failure), each waits with this, not with a whole transition's state.
-    async fn checkout(&self) -> Result<Dedicated, Error> {
+    async fn checkout(&self) -> Result<S::Conn, Error> {
         // A backup loses nothing by waiting for a connection, but not forever: a starved pool
         // is reported and retried.
         let wait = self
             .cfg
             .lock_timeout
-            .max(self.transport.settings.response_timeout * 5);
-        let node = self.transport.node(self.keys.state()).await?;
-        node.pool.get(after(Instant::now(), wait)).await
+            .max(self.store.settings().response_timeout * 5);
+        self.store.checkout(after(Instant::now(), wait)).await
     }
 
     /// One backup transition: observe under WATCH, decide, act.
-    async fn transition(&mut self, mut conn: Dedicated) -> Result<Step, Error> {
+    async fn transition(&mut self, mut conn: S::Conn) -> Result<Step, Error> {
         let obs = self.observe(&mut conn).await?;
         let decision = decide_backup(&obs, &self.view);
         self.events.status(
@@ -432,7 +350,7 @@ impl Task {
                 fence,
                 token,
             } => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 self.view.resumed(fence);
                 let pttl = match obs.lease {
                     Lease::Held { pttl_ms, .. } => pttl_ms.unwrap_or(0),
@@ -466,61 +384,59 @@ impl Task {
                 }))
             }
             Decision::Completed => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 Ok(Step::Terminal(Event::Completed { attempt: None }))
             }
             Decision::Exhausted { attempts } => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 Ok(Step::Terminal(Event::Exhausted { attempts }))
             }
             Decision::WriteExhausted { attempts } => {
-                let mut tx = conn.transaction();
-                let expect = self.render(&mut tx, &exhaust_writes(), "", "", conn.publish());
                 self.before_exec("exhaust").await;
-                match conn.exec(tx).await? {
+                let writes = exhaust_writes();
+                let committed =
+                    self.store
+                        .commit(&mut conn, &writes, "", "", None, "writing EXHAUSTED");
+                match committed.await? {
                     None => Ok(Step::Again),
-                    Some(replies) => {
-                        check_replies("writing EXHAUSTED", &replies, &expect)?;
+                    Some(_) => {
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
                     }
                 }
             }
             Decision::Wait { attempt, pttl_ms } => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 Ok(Step::Wait { attempt, pttl_ms })
             }
             Decision::Delay { attempt } => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 Ok(Step::Delay { attempt })
             }
             Decision::Fault(f) => {
-                conn.defer_unwatch();
-                Err(fault_error(&self.keys, f))
+                S::abandon(&mut conn);
+                Err(fault_error(&*self.store, f))
             }
         }
     }
 
     async fn grant(
         &mut self,
-        mut conn: Dedicated,
+        mut conn: S::Conn,
         attempt: u64,
         last: bool,
         fence: u64,
     ) -> Result<Step, Error> {
         let token = keys::new_token();
-        let mut tx = conn.transaction();
-        let expect = self.render(
-            &mut tx,
-            &grant_writes(attempt, fence),
-            &token,
-            "",
-            conn.publish(),
-        );
+        let writes = grant_writes(attempt, fence);
         self.before_exec("grant").await;
         let sent = Instant::now();
         let wait = self.cfg.replica_ack;
-        match conn.exec_then_wait(tx, wait).await {
+        let committed = self
+            .store
+            .commit(&mut conn, &writes, &token, "", wait, "the grant")
+            .await;
+        match committed {
             Err(e) => {
                 if e.is_indeterminate() {
                     // The EXEC may have been applied: remember the token, and recognise the lease
@@ -533,9 +449,8 @@ impl Task {
                 }
                 Err(e)
             }
-            Ok((None, _)) => Ok(Step::Again),
-            Ok((Some(replies), acked)) => {
-                check_replies("the grant", &replies, &expect)?;
+            Ok(None) => Ok(Step::Again),
+            Ok(Some(acked)) => {
                 self.view.granted(attempt, fence);
                 tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
                 Ok(Step::Granted(Grant {
@@ -586,15 +501,14 @@ impl Task {
         if self.sub.is_none() {
             // Boxed sub-futures (here and below) are allocated only while they run: a backup
             // that sleeps keeps a small future, which matters with thousands of them.
-            let transport = self.transport.clone();
-            let channel = self.keys.channel().to_string();
-            match Box::pin(async move { transport.hub.subscribe(&channel).await }).await {
+            let store = self.store.clone();
+            match Box::pin(async move { store.subscribe().await }).await {
                 Ok(sub) => {
                     self.sub = Some(sub);
                     // Observe once more now that the subscription is confirmed: a `failed` or
                     // `done` published between our read and the confirmation was not delivered
                     // to us and would otherwise cost a whole lease time.
-                    let read = Box::pin(self.quick_read());
+                    let read = Box::pin(self.store.quick_read());
                     match read.await {
                         Ok((State::Attempt(n), Some(p))) if n == attempt => pttl_ms = p,
                         Ok(_) => return Flow::Continue,
@@ -658,7 +572,7 @@ impl Task {
             // tells, and the backup goes back to sleep for the new PTTL. Only a lease that is
             // gone, or a state that moved, needs the full WATCH transition (and a dedicated
             // connection). So a waiting backup costs one small read per lease period.
-            let read = Box::pin(self.quick_read());
+            let read = Box::pin(self.store.quick_read());
             match read
                 .await
                 .map(|(state, lease)| keep_waiting(&state, lease, attempt))
@@ -668,33 +582,6 @@ impl Task {
                 _ => return Flow::Continue,
             }
         }
-    }
-
-    /// A plain read on the shared multiplexed connection (no WATCH): state and lease PTTL.
-    /// Returns the state and `Some(pttl)` when a lease is alive (`Some(None)`: alive without TTL).
-    async fn quick_read(&mut self) -> Result<(State, Option<Option<u64>>), Error> {
-        let mut conn = self.transport.node(self.keys.state()).await?.conn();
-        let mut p = redis::pipe();
-        p.ignore_errors()
-            .cmd("GET")
-            .arg(self.keys.state())
-            .cmd("PTTL")
-            .arg(self.keys.lease());
-        let values: Vec<Value> = p.query_async(&mut conn).await?;
-        let [state, pttl] = values.as_slice() else {
-            return Err(Error::UnexpectedReply {
-                context: "the wait check",
-                reply: format!("{} replies instead of 2", values.len()),
-            });
-        };
-        let lease = match pttl {
-            Value::Int(-2) => None,
-            Value::Int(-1) => Some(None),
-            Value::Int(n) if *n >= 0 => Some(Some(*n as u64)),
-            Value::ServerError(e) => return Err(crate::transport::classify::from_server_error(e)),
-            other => return Err(crate::transport::unexpected("PTTL lease", other)),
-        };
-        Ok((parse_state(state)?, lease))
     }
 
     /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
@@ -770,10 +657,8 @@ impl Task {
         // right away rather than at the next extension or at `done()`. The subscription is made
         // alongside the work, not before it: a short job's `done()` need not wait for it.
         let mut subscribing = if self.sub.is_none() {
-            let (transport, channel) = (self.transport.clone(), self.keys.channel().to_string());
-            Some(Box::pin(
-                async move { transport.hub.subscribe(&channel).await },
-            ))
+            let store = self.store.clone();
+            Some(Box::pin(async move { store.subscribe().await }))
         } else {
             None
         };
@@ -957,28 +842,8 @@ impl Task {
     /// a lease that ran out with nobody else holding the job is still ours to finish).
     /// `Err(reason)` when it was taken over; a failed read proves nothing (`Ok`).
     async fn still_ours(&self, g: &Grant) -> Result<(), String> {
-        let Ok(node) = self.transport.node(self.keys.state()).await else {
-            return Ok(());
-        };
-        let mut conn = node.conn();
-        let mut p = redis::pipe();
-        p.ignore_errors()
-            .cmd("GET")
-            .arg(self.keys.state())
-            .cmd("GET")
-            .arg(self.keys.lease())
-            .cmd("PTTL")
-            .arg(self.keys.lease());
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
-        let Ok(Ok(values)) =
-            tokio::time::timeout_at(limit, p.query_async::<Vec<Value>>(&mut conn)).await
-        else {
-            return Ok(());
-        };
-        let [state, lease, pttl] = values.as_slice() else {
-            return Ok(());
-        };
-        let Ok(obs) = holder_reads(state, lease, pttl) else {
+        let limit = after(Instant::now(), self.store.settings().response_timeout);
+        let Ok(obs) = self.store.holder_read(limit).await else {
             return Ok(());
         };
         match decide_holder(&obs, g.attempt, &g.token, g.fence, HolderOp::Done, false) {
@@ -1023,7 +888,7 @@ impl Task {
     /// `WATCH`ed `EXEC` can no longer apply).
     async fn finish(&mut self, g: &Grant, ending: Ending, lease_end: Instant) -> Result<(), Error> {
         let mut pending = false;
-        let mut backoff = Backoff::new(self.transport.settings.max_backoff);
+        let mut backoff = Backoff::new(self.store.settings().max_backoff);
         let mut nil = 0u32;
         let mut sub = self.sub.take();
         let result = loop {
@@ -1032,7 +897,7 @@ impl Task {
             let try_deadline = if Instant::now() < lease_end {
                 lease_end
             } else {
-                after(Instant::now(), self.transport.settings.response_timeout)
+                after(Instant::now(), self.store.settings().response_timeout)
             };
             let mut exec_sent = false;
             let outcome = {
@@ -1142,18 +1007,17 @@ impl Task {
         exec_sent: &mut bool,
     ) -> Result<bool, Error> {
         let op = ending.kind().op();
-        let node = self.transport.node(self.keys.state()).await?;
-        let mut conn = node.pool.get(deadline).await?;
-        conn.set_deadline(deadline);
+        let mut conn = self.store.checkout(deadline).await?;
+        S::set_deadline(&mut conn, deadline);
         let obs = self.observe(&mut conn).await?;
         match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
             HolderDecision::Commit => {}
             HolderDecision::AlreadyApplied => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 return Ok(true);
             }
             HolderDecision::Lost(reason) => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 return Err(Error::LeaseLost {
                     key: self.cfg.key.clone(),
                     attempt: g.attempt,
@@ -1161,7 +1025,7 @@ impl Task {
                 });
             }
             HolderDecision::Unknown(reason) => {
-                conn.defer_unwatch();
+                S::abandon(&mut conn);
                 return Err(Error::OutcomeUnknown {
                     key: self.cfg.key.clone(),
                     attempt: g.attempt,
@@ -1169,8 +1033,8 @@ impl Task {
                 });
             }
             HolderDecision::Fault(f) => {
-                conn.defer_unwatch();
-                return Err(fault_error(&self.keys, f));
+                S::abandon(&mut conn);
+                return Err(fault_error(&*self.store, f));
             }
         }
         let failure = format!(
@@ -1180,8 +1044,6 @@ impl Task {
             truncate(ending.reason(), 1024)
         );
         let writes = finish_writes(ending.kind(), g.attempt, self.cfg.max_attempts);
-        let mut tx = conn.transaction();
-        let expect = self.render(&mut tx, &writes, &g.token, &failure, conn.publish());
         self.before_exec("finish").await;
         *exec_sent = true;
         // Only `DONE` waits for replicas: a failure or release lost to a failover only makes a
@@ -1190,67 +1052,47 @@ impl Task {
             Ending::Done => self.cfg.replica_ack,
             _ => None,
         };
-        match conn.exec_then_wait(tx, wait).await? {
-            (None, _) => Ok(false),
-            (Some(replies), acked) => {
-                check_replies("ending the attempt", &replies, &expect)?;
-                match self.short_of_replicas(wait, acked, || "DONE".to_string()) {
-                    Some(e) => Err(e),
-                    None => Ok(true),
-                }
-            }
+        let committed = self.store.commit(
+            &mut conn,
+            &writes,
+            &g.token,
+            &failure,
+            wait,
+            "ending the attempt",
+        );
+        match committed.await? {
+            None => Ok(false),
+            Some(acked) => match self.short_of_replicas(wait, acked, || "DONE".to_string()) {
+                Some(e) => Err(e),
+                None => Ok(true),
+            },
         }
     }
 
     /// One lease extension, as a future that owns what it needs (it runs beside the holder's
     /// other timers, see [`hold`](Self::hold)). Resolves to the send time of the confirmed
-    /// extension.
-    ///
-    /// One round trip, one command: the extension script (`EVALSHA`, [`EXTEND_LEASE`]) checks
-    /// that the lease still holds this grant's token and the state this attempt, and only then
-    /// extends the lease and refreshes the state's and fence's retention (DESIGN.md §3). Being
-    /// atomic it needs no `WATCH`, so it runs on the shared multiplexed connection and never
-    /// waits for the dedicated pool. When the check fails, the script returns what it read and
-    /// [`decide_holder`] explains it (lost, or a fault), as for any other holder transition.
+    /// extension. When the store refuses it, [`decide_holder`] explains what it read (lost, or a
+    /// fault), as for any other holder transition.
     fn extension(&self, g: &Grant, lease_end: Instant) -> ExtensionFuture {
-        // The router, not the transport: an extension in flight must not keep the client alive.
-        let router = self.transport.router.clone();
-        let keys = self.keys.clone();
-        let value = lease_value(&g.token, &self.name);
+        let held = Held {
+            attempt: g.attempt,
+            token: g.token.clone(),
+        };
         let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
-        let (ttl, retention) = (self.cfg.lock_timeout, self.cfg.retention);
-        let response_timeout = self.transport.settings.response_timeout;
         let job = self.cfg.key.clone();
-        #[cfg(feature = "testing")]
-        let hook = self.transport.exec_hook();
+        let store = self.store.clone();
+        let extending = store.extension(held, lease_end);
         Box::pin(async move {
-            #[cfg(feature = "testing")]
-            if let Some(hook) = hook {
-                hook("extend").await;
-            }
-            let guard_value = attempt.to_string();
-            let req = lease::Extend {
-                lease: keys.lease(),
-                value: &value,
-                ttl,
-                guard: keys.state(),
-                guard_value: &guard_value,
-                refresh: &[keys.state(), keys.fence()],
-                retention,
-            };
-            let limit = after(Instant::now(), response_timeout).min(lease_end);
-            let mut conn = router.node(keys.state()).await?.conn();
-            match lease::extend(&mut conn, &req, limit).await? {
-                lease::Extension::Confirmed { sent } => Ok(sent),
-                lease::Extension::Refused { guard, lease, pttl } => {
-                    let obs = holder_reads(&guard, &lease, &pttl)?;
+            match extending.await? {
+                Extended::Confirmed { sent } => Ok(sent),
+                Extended::Refused(obs) => {
                     match decide_holder(&obs, attempt, &token, fence, HolderOp::Extend, false) {
                         HolderDecision::Lost(reason) => Err(Error::LeaseLost {
                             key: job,
                             attempt,
                             reason,
                         }),
-                        HolderDecision::Fault(f) => Err(fault_error(&keys, f)),
+                        HolderDecision::Fault(f) => Err(fault_error(&*store, f)),
                         other => Err(Error::UnexpectedReply {
                             context: "the lease extension",
                             reply: format!("refused, yet the state reads as {other:?}"),
@@ -1275,24 +1117,8 @@ async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Er
     }
 }
 
-/// What a holder's plain read or a refused extension saw (state, lease, lease PTTL), as an
-/// observation for [`decide_holder`]; neither reads the fence or the server's time, which only
-/// a pending `DONE` (never judged here) needs.
-fn holder_reads(state: &Value, lease: &Value, pttl: &Value) -> Result<Observation, Error> {
-    Ok(Observation {
-        state: parse_state(state)?,
-        lease: parse_lease(lease, pttl)?,
-        fence: Fence::Absent,
-        now_us: 0,
-    })
-}
-
-fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
-    let key = |w: Which| match w {
-        Which::State => keys.state().to_string(),
-        Which::Lease => keys.lease().to_string(),
-        Which::Fence => keys.fence().to_string(),
-    };
+fn fault_error<S: JobStore>(store: &S, fault: Fault) -> Error {
+    let key = |w: Which| store.locate(w);
     match fault {
         Fault::Corrupt { which, value } => Error::CorruptState {
             key: key(which),
@@ -1303,7 +1129,7 @@ fn fault_error(keys: &JobKeys, fault: Fault) -> Error {
             detail,
         },
         Fault::StateLost { seen, now } => Error::StateLost {
-            key: keys.state().to_string(),
+            key: store.locate(Which::State),
             seen,
             now,
         },

@@ -1658,6 +1658,8 @@ pub struct PgServer {
     port: u16,
     dir: PathBuf,
     bin_dir: PathBuf,
+    /// `fsync` and `synchronous_commit` on ([`start_durable`](Self::start_durable)).
+    durable: bool,
 }
 
 impl PgServer {
@@ -1673,16 +1675,32 @@ impl PgServer {
     /// `initdb` fails or takes more than 60 s, or if the server exits during startup or is not
     /// ready within 10 s; the error then quotes the relevant log. Nothing is left behind.
     pub fn start() -> io::Result<PgServer> {
+        PgServer::start_with(false)
+    }
+
+    /// As [`start`](Self::start), but with PostgreSQL's durability on (`fsync=on`,
+    /// `synchronous_commit=on`, `full_page_writes=on`): a commit is on disk when it returns, so
+    /// a crash of the server ([`restart_immediate`](Self::restart_immediate)) loses nothing
+    /// acknowledged. Slower; for the tests that crash the server.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_durable() -> io::Result<PgServer> {
+        PgServer::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> io::Result<PgServer> {
         let bin_dir = pg_bin_dir()?;
         let run_as = pg_run_as()?;
         let dir = create_temp_dir("baton-pg", "PostgreSQL directory")?;
-        match pg_init_and_start(&bin_dir, run_as, &dir) {
+        match pg_init_and_start(&bin_dir, run_as, &dir, durable) {
             Ok((child, port)) => Ok(PgServer {
                 pid: child.id(),
                 child: Some(child),
                 port,
                 dir,
                 bin_dir,
+                durable,
             }),
             Err(err) => {
                 // The child, if any, has been reaped; best effort only, the error matters.
@@ -1695,6 +1713,29 @@ impl PgServer {
     /// The TCP port the server listens on, on 127.0.0.1 only.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Crashes the server and starts it again on the same port and data: an immediate shutdown
+    /// (`SIGQUIT` to the postmaster, what `pg_ctl stop -m immediate` sends: every backend quits
+    /// at once, nothing is flushed, the next start replays the WAL), then a new postmaster,
+    /// returning once it accepts connections. Every connection to the old one is broken.
+    ///
+    /// # Errors
+    /// If the new postmaster cannot start on the port (another process took it meanwhile) or
+    /// is not ready in time; the server is down then.
+    pub fn restart_immediate(&mut self) -> io::Result<()> {
+        if let Some(child) = self.child.take() {
+            pg_stop(child);
+        }
+        let run_as = pg_run_as()?;
+        match pg_launch(&self.bin_dir, run_as, &self.dir, self.port, self.durable) {
+            Ok(child) => {
+                self.pid = child.id();
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(Failure::Retry(err) | Failure::Fatal(err)) => Err(err),
+        }
     }
 
     /// The directory of the server's unix socket (`.s.PGSQL.<port>`, owner-only): the fixture's
@@ -1789,6 +1830,63 @@ impl PgServer {
             )))
         }
     }
+}
+
+/// The process-wide server of [`PgServer::shared`].
+static SHARED_PG: OnceLock<Result<PgServer, String>> = OnceLock::new();
+
+impl PgServer {
+    /// One server for the whole process (a test binary): started on the first call, shared by
+    /// every later one, and shut down with its directory removed when the process exits
+    /// normally (an `atexit` handler; if the process is killed, the parent-death signal still
+    /// stops the server, and only the directory is left in the temp dir). `initdb` costs about
+    /// a second and a half, so tests that can share a server (distinct table rows or keys each)
+    /// start it once.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), for the first call; later calls return the same failure.
+    pub fn shared() -> io::Result<&'static PgServer> {
+        let started = SHARED_PG.get_or_init(|| {
+            let started = PgServer::start().map_err(|e| e.to_string());
+            if started.is_ok() {
+                // SAFETY: `atexit` only records the function pointer; `stop_shared_pg` is an
+                // `extern "C" fn()` that never unwinds (it catches nothing that can panic: it
+                // only signals, waits and removes a directory, ignoring errors).
+                unsafe {
+                    libc::atexit(stop_shared_pg);
+                }
+            }
+            started
+        });
+        started.as_ref().map_err(|e| io::Error::other(e.clone()))
+    }
+}
+
+/// The `atexit` handler of [`PgServer::shared`]: an immediate shutdown of the postmaster, up to
+/// [`PG_STOP_TIMEOUT`], then `SIGKILL`, and the directory removed.
+extern "C" fn stop_shared_pg() {
+    let Some(Ok(pg)) = SHARED_PG.get() else {
+        return;
+    };
+    let pid = pg.pid as libc::pid_t;
+    let exited = |block: bool| {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child's PID, with a valid pointer to `status`.
+        let r = unsafe { libc::waitpid(pid, &mut status, if block { 0 } else { libc::WNOHANG }) };
+        r == pid || r < 0
+    };
+    if send_signal(pg.pid, libc::SIGQUIT).is_ok() {
+        let deadline = Instant::now() + PG_STOP_TIMEOUT;
+        while !exited(false) {
+            if Instant::now() >= deadline {
+                let _ = send_signal(pg.pid, libc::SIGKILL);
+                exited(true);
+                break;
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+    let _ = fs::remove_dir_all(&pg.dir);
 }
 
 impl fmt::Debug for PgServer {
@@ -1986,6 +2084,7 @@ fn pg_init_and_start(
     bin_dir: &Path,
     run_as: Option<(u32, u32)>,
     dir: &Path,
+    durable: bool,
 ) -> io::Result<(Child, u16)> {
     use std::os::unix::fs::PermissionsExt;
     // Owner-only: it holds the trust-everyone socket.
@@ -2031,7 +2130,7 @@ fn pg_init_and_start(
     let mut last_err = None;
     for _ in 0..START_ATTEMPTS {
         let port = free_port()?;
-        match pg_launch(bin_dir, run_as, dir, port) {
+        match pg_launch(bin_dir, run_as, dir, port, durable) {
             Ok(child) => return Ok((child, port)),
             Err(Failure::Retry(err)) => last_err = Some(err),
             Err(Failure::Fatal(err)) => return Err(err),
@@ -2050,6 +2149,7 @@ fn pg_launch(
     run_as: Option<(u32, u32)>,
     dir: &Path,
     port: u16,
+    durable: bool,
 ) -> Result<Child, Failure> {
     let log = dir.join(PG_LOG);
     let log_start = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
@@ -2062,8 +2162,14 @@ fn pg_launch(
         .args(["-c", "listen_addresses=127.0.0.1", "-c"])
         .arg(format!("unix_socket_directories={}", dir.display()))
         .args(["-c", "unix_socket_permissions=0700"])
-        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-        .args(["-c", "full_page_writes=off", "-c", "logging_collector=off"]);
+        .args(["-c", "logging_collector=off"]);
+    if durable {
+        command.args(["-c", "fsync=on", "-c", "synchronous_commit=on"]);
+        command.args(["-c", "full_page_writes=on"]);
+    } else {
+        command.args(["-c", "fsync=off", "-c", "synchronous_commit=off"]);
+        command.args(["-c", "full_page_writes=off"]);
+    }
     let mut child = spawn_dying_with_process(command, libc::SIGQUIT).map_err(|err| {
         Failure::Fatal(io::Error::new(
             err.kind(),

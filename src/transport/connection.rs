@@ -462,7 +462,8 @@ pub(crate) enum HubMsg {
     Reconnected,
 }
 
-enum HubCmd {
+/// A request to a hub task (the Redis hub here, or PostgreSQL's `LISTEN` hub).
+pub(crate) enum HubCmd {
     Subscribe {
         channel: String,
         id: u64,
@@ -491,6 +492,23 @@ pub(crate) struct Subscription {
     channel: String,
     id: u64,
     cmds: mpsc::UnboundedSender<HubCmd>,
+}
+
+impl Subscription {
+    /// A subscription whose drop tells `cmds` to remove waiter `id` of `channel`.
+    pub(crate) fn new(
+        rx: crate::util::mailbox::Receiver<HubMsg>,
+        channel: String,
+        id: u64,
+        cmds: mpsc::UnboundedSender<HubCmd>,
+    ) -> Subscription {
+        Subscription {
+            rx,
+            channel,
+            id,
+            cmds,
+        }
+    }
 }
 
 impl Drop for Subscription {
@@ -715,12 +733,7 @@ impl Hub {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = crate::util::mailbox::unbounded();
         let (ack_tx, ack_rx) = oneshot::channel();
-        let sub = Subscription {
-            rx,
-            channel: channel.to_string(),
-            id,
-            cmds: self.cmds.clone(),
-        };
+        let sub = Subscription::new(rx, channel.to_string(), id, self.cmds.clone());
         self.cmds
             .send(HubCmd::Subscribe {
                 channel: channel.to_string(),

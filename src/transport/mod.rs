@@ -37,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use classify::{from_server_error, unexpected};
+#[cfg(feature = "postgres")]
+pub(crate) use connection::HubCmd;
 pub(crate) use connection::{
     check_replies, Dedicated, Expect, Hub, HubMsg, HubSource, ReplicaWait, Subscription,
 };
@@ -123,6 +125,7 @@ impl Backend {
     }
 
     /// The Redis transport, or [`Error::Unsupported`] naming `what` and `why` it needs Redis.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn redis(
         &self,
         what: &'static str,

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::url::redact_url;
-use super::ConnSettings;
+use super::{ConnSettings, HubCmd, HubMsg, Subscription};
 use crate::error::{ConfigError, Error, ErrorKind};
 
 /// A pooled connection; derefs to a [`tokio_postgres::Client`].
@@ -48,9 +48,19 @@ pub(crate) struct PgTransport {
     pub settings: ConnSettings,
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
+    /// The `LISTEN` hub's requests, once a first subscription started it.
+    hub: std::sync::OnceLock<mpsc::UnboundedSender<HubCmd>>,
+    next_id: std::sync::atomic::AtomicU64,
+    /// The schemas [`ensure_schema`](PgTransport::ensure_schema) has made sure of.
+    schemas: Mutex<std::collections::HashSet<&'static str>>,
     #[cfg(feature = "testing")]
     pub before_exec: Mutex<Option<super::ExecHook>>,
 }
+
+/// The one notification channel of baton on PostgreSQL: every message is
+/// `pg_notify(NOTIFY_CHANNEL, topic || E'\n' || message)`, and the hub hands it to the
+/// subscribers of `topic` (a primitive's own name for what it announces, e.g. a job's key).
+pub(crate) const NOTIFY_CHANNEL: &str = "baton";
 
 impl Drop for PgTransport {
     fn drop(&mut self) {
@@ -155,9 +165,116 @@ impl PgTransport {
             settings,
             cancel: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            hub: std::sync::OnceLock::new(),
+            next_id: std::sync::atomic::AtomicU64::new(1),
+            schemas: Mutex::new(std::collections::HashSet::new()),
             #[cfg(feature = "testing")]
             before_exec: Mutex::new(None),
         })
+    }
+
+    /// Subscribes to `topic` on [`NOTIFY_CHANNEL`] and returns once the hub's connection is
+    /// listening: a message committed after this returns is delivered. When the hub's
+    /// connection is re-established, every subscriber gets [`HubMsg::Reconnected`] (messages
+    /// may have been missed meanwhile: look again).
+    ///
+    /// # Errors
+    /// A connection error while PostgreSQL cannot be reached (the caller retries);
+    /// [`Error::Stopped`] once the client shut down.
+    pub(crate) async fn subscribe(&self, topic: &str) -> Result<Subscription, Error> {
+        let cmds = self.hub.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.tracker.spawn(listen_task(
+                self.config.clone(),
+                self.settings.clone(),
+                rx,
+                self.cancel.clone(),
+            ));
+            tx
+        });
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = crate::util::mailbox::unbounded();
+        let (ack_tx, ack_rx) = tokio::sync::oneshot::channel();
+        let sub = Subscription::new(rx, topic.to_string(), id, cmds.clone());
+        cmds.send(HubCmd::Subscribe {
+            channel: topic.to_string(),
+            id,
+            tx,
+            ack: ack_tx,
+        })
+        .map_err(|_| Error::Stopped)?;
+        match ack_rx.await {
+            Ok(Ok(())) => Ok(sub),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Stopped),
+        }
+    }
+
+    /// Runs `sql` (fixed text, no parameters: DDL) in one transaction holding a transaction-level
+    /// advisory lock on `lock`, once per client for each `name`: the schema of a primitive,
+    /// created on first use. The lock serializes clients that create it at the same moment
+    /// (concurrent `CREATE TABLE IF NOT EXISTS` can fail on the catalog's unique index).
+    ///
+    /// `maintenance`, when given, is a statement run every interval from then on while the
+    /// client lives (deleting expired rows), its errors logged at debug level.
+    pub(crate) async fn ensure_schema(
+        &self,
+        name: &'static str,
+        sql: &str,
+        maintenance: Option<(&'static str, Duration)>,
+    ) -> Result<(), Error> {
+        if crate::util::lock(&self.schemas).contains(name) {
+            return Ok(());
+        }
+        let mut conn = self.pooled().await?;
+        let tx = self
+            .timed("creating baton's tables", conn.transaction())
+            .await?;
+        let script = format!("SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}");
+        // DDL may wait for other sessions' locks; bounded by the connect timeout, not the
+        // (shorter) response timeout.
+        match tokio::time::timeout(
+            self.settings
+                .connect_timeout
+                .max(self.settings.response_timeout)
+                * 5,
+            tx.batch_execute(&script),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(|e| classify(e, "creating baton's tables"))?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    during: "creating baton's tables",
+                })
+            }
+        }
+        self.timed("creating baton's tables", tx.commit()).await?;
+        let first = crate::util::lock(&self.schemas).insert(name);
+        if let (true, Some((statement, every))) = (first, maintenance) {
+            let (pool, cancel) = (self.pool.clone(), self.cancel.clone());
+            self.tracker.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    let outcome = match pool.get().await {
+                        Ok(conn) => conn
+                            .batch_execute(statement)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(e) = outcome {
+                        tracing::debug!(error = %e, "PostgreSQL maintenance statement failed");
+                    }
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Runs the test seam's hook, if one is installed (feature `testing`); see
@@ -201,43 +318,47 @@ impl PgTransport {
 
     /// A new connection of its own, never pooled and never shared (see the module docs).
     pub(crate) async fn dedicated(&self) -> Result<Dedicated, Error> {
-        let (client, mut connection) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(|e| classify(e, "connecting"))?;
-        let closed = CancellationToken::new();
-        let why = Arc::new(Mutex::new(None));
-        let (notices_tx, notices) = mpsc::unbounded_channel();
-        let (task_closed, task_why) = (closed.clone(), why.clone());
-        // The driver task: polls the socket, forwards notifications and records how the
-        // connection ended. It ends with the connection (the client dropped, or the server gone).
-        tokio::spawn(async move {
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(AsyncMessage::Notification(n))) => {
-                        let _ = notices_tx.send(Notice {
-                            channel: n.channel().to_string(),
-                            payload: n.payload().to_string(),
-                        });
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        *crate::util::lock(&task_why) = Some(e.to_string());
-                        break;
-                    }
-                    None => break,
-                }
-            }
-            task_closed.cancel();
-        });
-        Ok(Dedicated {
-            client,
-            closed,
-            why,
-            notices,
-        })
+        connect_dedicated(&self.config).await
     }
+}
+
+/// A new connection of its own to `config` (see [`PgTransport::dedicated`]).
+async fn connect_dedicated(config: &tokio_postgres::Config) -> Result<Dedicated, Error> {
+    let (client, mut connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| classify(e, "connecting"))?;
+    let closed = CancellationToken::new();
+    let why = Arc::new(Mutex::new(None));
+    let (notices_tx, notices) = mpsc::unbounded_channel();
+    let (task_closed, task_why) = (closed.clone(), why.clone());
+    // The driver task: polls the socket, forwards notifications and records how the
+    // connection ended. It ends with the connection (the client dropped, or the server gone).
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    let _ = notices_tx.send(Notice {
+                        channel: n.channel().to_string(),
+                        payload: n.payload().to_string(),
+                    });
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    *crate::util::lock(&task_why) = Some(e.to_string());
+                    break;
+                }
+                None => break,
+            }
+        }
+        task_closed.cancel();
+    });
+    Ok(Dedicated {
+        client,
+        closed,
+        why,
+        notices,
+    })
 }
 
 /// A connection of its own (see [`PgTransport::dedicated`]).
@@ -260,6 +381,127 @@ impl Dedicated {
     pub(crate) fn why_closed(&self) -> Option<String> {
         crate::util::lock(&self.why).clone()
     }
+}
+
+/// Subscribers by topic.
+type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
+
+/// The hub: one connection `LISTEN`ing on [`NOTIFY_CHANNEL`], handing each notification to the
+/// subscribers of its topic; reconnects with backoff, telling every subscriber. Ends when the
+/// client is cancelled or every [`PgTransport`] handle is gone.
+async fn listen_task(
+    config: tokio_postgres::Config,
+    settings: ConnSettings,
+    mut cmds: mpsc::UnboundedReceiver<HubCmd>,
+    cancel: CancellationToken,
+) {
+    let mut waiters: Waiters = Waiters::new();
+    let mut backoff = crate::util::backoff::Backoff::new(settings.max_backoff);
+    let mut connected_before = false;
+    loop {
+        let opened = tokio::select! {
+            _ = cancel.cancelled() => return,
+            opened = listen(&config, &settings) => opened,
+        };
+        let (client, mut notices, closed) = match opened {
+            Ok(link) => link,
+            Err(err) => {
+                tracing::debug!(error = %err, "PostgreSQL LISTEN connection failed");
+                // Subscribers asking meanwhile are told, and retry themselves.
+                let wait = tokio::time::sleep(backoff.next_delay());
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = &mut wait => break,
+                        cmd = cmds.recv() => match cmd {
+                            Some(HubCmd::Subscribe { ack, .. }) => {
+                                let _ = ack.send(Err(err.clone()));
+                            }
+                            Some(HubCmd::Unsubscribe { channel, id }) => {
+                                remove_waiter(&mut waiters, &channel, id)
+                            }
+                            None => return,
+                        },
+                    }
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        if connected_before {
+            for list in waiters.values() {
+                for (_, tx) in list {
+                    let _ = tx.send(HubMsg::Reconnected);
+                }
+            }
+        }
+        connected_before = true;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = closed.cancelled() => break,
+                cmd = cmds.recv() => match cmd {
+                    Some(HubCmd::Subscribe { channel, id, tx, ack }) => {
+                        waiters.entry(channel).or_default().push((id, tx));
+                        let _ = ack.send(Ok(()));
+                    }
+                    Some(HubCmd::Unsubscribe { channel, id }) => {
+                        remove_waiter(&mut waiters, &channel, id)
+                    }
+                    None => return,
+                },
+                notice = notices.recv() => match notice {
+                    Some(n) => {
+                        let Some((topic, message)) = n.payload.split_once('\n') else {
+                            continue;
+                        };
+                        if let Some(list) = waiters.get_mut(topic) {
+                            list.retain(|(_, tx)| tx.send(HubMsg::Message(message.to_string())).is_ok());
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        drop(client);
+    }
+}
+
+fn remove_waiter(waiters: &mut Waiters, topic: &str, id: u64) {
+    if let Some(list) = waiters.get_mut(topic) {
+        list.retain(|(i, _)| *i != id);
+        if list.is_empty() {
+            waiters.remove(topic);
+        }
+    }
+}
+
+/// A connection listening on [`NOTIFY_CHANNEL`]: its client (dropping it closes the
+/// connection), its notifications, and a token cancelled when it ends.
+async fn listen(
+    config: &tokio_postgres::Config,
+    settings: &ConnSettings,
+) -> Result<
+    (
+        tokio_postgres::Client,
+        mpsc::UnboundedReceiver<Notice>,
+        CancellationToken,
+    ),
+    Error,
+> {
+    let link = connect_dedicated(config).await?;
+    let listen = format!("LISTEN {NOTIFY_CHANNEL}");
+    match tokio::time::timeout(
+        settings.response_timeout,
+        link.client.batch_execute(&listen),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|e| classify(e, "LISTEN"))?,
+        Err(_) => return Err(Error::Timeout { during: "LISTEN" }),
+    }
+    Ok((link.client, link.notices, link.closed))
 }
 
 /// A driver error as a typed [`Error`], classified by SQLSTATE (see the README's PostgreSQL

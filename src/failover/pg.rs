@@ -1,0 +1,645 @@
+//! The failover coordinator on PostgreSQL (feature `postgres`): [`PgStore`], the
+//! [`JobStore`] of one job over one row of the table `baton_jobs`.
+//!
+//! The protocol is the Redis one, carried over row for key (README, "PostgreSQL"):
+//!
+//! * **The row** (`key` = the job's state key, e.g. `baton:{msg:42}`) holds the state (an
+//!   attempt number, `DONE` or `EXHAUSTED`), the lease (token, holder, expiry), the fencing
+//!   token, the last failure, the row's expiry (`retention`) and a `version` that every write
+//!   increments. A row past its expiry reads as absent, as an expired key does; expired rows
+//!   are deleted in the background.
+//! * **Time is the server's**: every expiry is `clock_timestamp() + …` and every remaining time
+//!   is measured against `clock_timestamp()` in the same statement, so clients' clocks never
+//!   matter (as with Redis TTLs).
+//! * **A transition** reads the row and `clock_timestamp()` (one statement), calls the same
+//!   `decide_*` as on Redis, then writes with `UPDATE … WHERE key = $1 AND version = $v` (an
+//!   `INSERT … ON CONFLICT DO NOTHING` when there was no row): 0 rows is the nil `EXEC`, and the
+//!   worker observes again. Under PostgreSQL's row locking, two such writes of one version
+//!   cannot both succeed: the second waits for the first, re-reads the row and finds a newer
+//!   version. Two round trips per transition, as on Redis.
+//! * **Wake-ups**: the write's own statement calls `pg_notify`, so the notification is sent
+//!   exactly when the write commits; backups hear it through the client's `LISTEN` connection
+//!   ([`PgTransport::subscribe`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+
+use super::admin::{job_state, JobStatus};
+use super::config::FailoverConfig;
+use super::keys::JobKeys;
+use super::protocol::Message;
+use super::protocol::{
+    lease_of, state_of_bytes, state_text, Fence, Lease, Observation, State, Which, Write,
+};
+use super::store::{Extended, ExtensionFuture, Held, JobStore};
+use crate::error::Error;
+use crate::transport::pg::{PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::{ConnSettings, ReplicaWait, Subscription};
+
+/// The table's name in messages and docs.
+pub(crate) const TABLE: &str = "baton_jobs";
+
+/// The schema's name for [`PgTransport::ensure_schema`].
+pub(crate) const SCHEMA_NAME: &str = "baton_jobs";
+
+/// The schema of the failover coordinator (no extension needed). `CREATE … IF NOT EXISTS`:
+/// run on first use by every client, and by [`migrate`](crate::Failover::migrate).
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS baton_jobs (
+    key           text PRIMARY KEY,
+    state         text NOT NULL,
+    lease_token   text,
+    lease_holder  text,
+    lease_expires timestamptz,
+    fence         bigint NOT NULL DEFAULT 0,
+    failure       text,
+    expires_at    timestamptz NOT NULL,
+    version       bigint NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS baton_jobs_expires_at ON baton_jobs (expires_at);
+";
+
+/// Deletes rows past their expiry (they read as absent already), a bounded batch at a time.
+pub(crate) const CLEANUP: &str = "
+DELETE FROM baton_jobs WHERE key IN (
+    SELECT key FROM baton_jobs WHERE expires_at < clock_timestamp() LIMIT 1000
+)";
+
+/// How often a client deletes expired rows.
+pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
+
+/// One statement reads everything a transition decides on: the row (if any) and the server's
+/// clock. Always one result row (the `LEFT JOIN`).
+const OBSERVE: &str = "
+SELECT j.state,
+       j.lease_token,
+       j.lease_holder,
+       CASE WHEN j.lease_expires > c.now
+            THEN ceil(extract(epoch FROM j.lease_expires - c.now) * 1000)::bigint END,
+       j.fence,
+       j.expires_at > c.now,
+       j.version,
+       (extract(epoch FROM c.now) * 1000000)::bigint,
+       j.failure,
+       CASE WHEN j.expires_at > c.now
+            THEN ceil(extract(epoch FROM j.expires_at - c.now) * 1000)::bigint END
+FROM (SELECT clock_timestamp() AS now) c
+LEFT JOIN baton_jobs j ON j.key = $1";
+
+/// The lease extension: conditional on the token, the attempt and both expiries, like the
+/// Redis script.
+const EXTEND: &str = "
+WITH c AS (SELECT clock_timestamp() AS now)
+UPDATE baton_jobs j
+SET lease_expires = c.now + $4::float8 * interval '1 millisecond',
+    expires_at = c.now + $5::float8 * interval '1 millisecond',
+    version = j.version + 1
+FROM c
+WHERE j.key = $1 AND j.lease_token = $2 AND j.state = $3
+  AND j.lease_expires > c.now AND j.expires_at > c.now
+RETURNING 1";
+
+/// What one [`OBSERVE`] returned, before it is judged.
+pub(crate) struct Row {
+    pub obs: Observation,
+    /// The row's version (`None`: no row at all).
+    pub version: Option<i64>,
+    /// Whether the row exists and is not past its expiry.
+    pub live: bool,
+    /// The last failure, while the row is live.
+    pub failure: Option<String>,
+    /// The row's remaining retention in ms, while it is live.
+    pub retention_ms: Option<u64>,
+}
+
+/// Runs [`OBSERVE`] for `key` on `conn`.
+pub(crate) async fn observe_row(
+    transport: &PgTransport,
+    conn: &tokio_postgres::Client,
+    key: &str,
+    deadline: Option<Instant>,
+) -> Result<Row, Error> {
+    let statement = timed(
+        transport,
+        deadline,
+        "reading the job",
+        conn.prepare(OBSERVE),
+    )
+    .await?;
+    let row = timed(
+        transport,
+        deadline,
+        "reading the job",
+        conn.query_one(&statement, &[&key]),
+    )
+    .await?;
+    let get = |what: &'static str, r: Result<Option<i64>, tokio_postgres::Error>| {
+        r.map_err(|e| Error::UnexpectedReply {
+            context: what,
+            reply: e.to_string(),
+        })
+    };
+    let state: Option<String> = row.try_get(0).map_err(unexpected)?;
+    let token: Option<String> = row.try_get(1).map_err(unexpected)?;
+    let holder: Option<String> = row.try_get(2).map_err(unexpected)?;
+    let pttl = get("the lease's remaining time", row.try_get(3))?;
+    let fence = get("the fencing token", row.try_get(4))?;
+    let live: Option<bool> = row.try_get(5).map_err(unexpected)?;
+    let version = get("the row version", row.try_get(6))?;
+    let now_us = get("the server's clock", row.try_get(7))?;
+    let failure: Option<String> = row.try_get(8).map_err(unexpected)?;
+    let retention_ms = get("the row's expiry", row.try_get(9))?;
+    let live = live.unwrap_or(false);
+    let state = match (&state, live) {
+        (Some(s), true) => state_of_bytes(s.as_bytes()),
+        _ => State::Absent,
+    };
+    let lease = match (token, pttl) {
+        (Some(token), Some(p)) if p > 0 => {
+            lease_of(&token, holder.as_deref().unwrap_or(""), Some(p as u64))
+        }
+        _ => Lease::Absent,
+    };
+    let fence = match fence {
+        Some(f) if live && f > 0 => Fence::Value(f as u64),
+        Some(f) if live && f < 0 => Fence::Corrupt(f.to_string()),
+        _ => Fence::Absent,
+    };
+    Ok(Row {
+        obs: Observation {
+            state,
+            lease,
+            fence,
+            now_us: now_us.map_or(0, |n| n.max(0) as u64),
+        },
+        version,
+        live,
+        failure: failure.filter(|_| live),
+        retention_ms: retention_ms.map(|n| n.max(0) as u64),
+    })
+}
+
+fn unexpected(e: tokio_postgres::Error) -> Error {
+    Error::UnexpectedReply {
+        context: "reading baton_jobs",
+        reply: e.to_string(),
+    }
+}
+
+/// `fut` bounded by the response timeout and, when given, `deadline`.
+async fn timed<T>(
+    transport: &PgTransport,
+    deadline: Option<Instant>,
+    during: &'static str,
+    fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, Error> {
+    let mut limit = Instant::now() + transport.settings.response_timeout;
+    if let Some(d) = deadline {
+        limit = limit.min(d);
+    }
+    match tokio::time::timeout_at(limit, fut).await {
+        Ok(result) => result.map_err(|e| crate::transport::pg::classify(e, during)),
+        Err(_) => Err(Error::Timeout { during }),
+    }
+}
+
+/// Makes sure the table exists (once per client) and the client deletes expired rows.
+pub(crate) async fn ensure_schema(transport: &PgTransport) -> Result<(), Error> {
+    transport
+        .ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
+        .await
+}
+
+/// The PostgreSQL form of [`JobStore`] for one job.
+pub(crate) struct PgStore {
+    pub transport: Arc<PgTransport>,
+    /// The row's key, the job's state key (`P{J}`); also the topic of its notifications.
+    pub key: String,
+    /// The worker's name, stored with its lease.
+    pub name: Arc<str>,
+    pub lock_timeout: Duration,
+    pub retention: Duration,
+}
+
+/// A pooled connection carrying one transition's observation to its commit.
+pub(crate) struct PgConn {
+    conn: Pooled,
+    deadline: Option<Instant>,
+    /// The observed row's version and liveness, set by `observe`, taken by `commit`.
+    observed: Option<(Option<i64>, bool)>,
+}
+
+/// The SQL and parameters of one transition's write.
+struct Statement {
+    sql: String,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Statement {
+    fn bind(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
+        self.params.push(Box::new(value));
+        format!("${}", self.params.len())
+    }
+}
+
+impl PgStore {
+    /// The statement for `writes` given what was observed (see the module docs).
+    fn render(
+        &self,
+        observed: (Option<i64>, bool),
+        writes: &[Write],
+        token: &str,
+        failure: &str,
+    ) -> Result<Statement, Error> {
+        let mut st = Statement {
+            sql: String::new(),
+            params: Vec::new(),
+        };
+        let key = st.bind(self.key.clone());
+        let retention = format!(
+            "c.now + {}::float8 * interval '1 millisecond'",
+            st.bind(self.retention.as_secs_f64() * 1000.0)
+        );
+        let mut state = None;
+        let mut keep = false;
+        let mut lease: Option<Option<(String, String, String)>> = None;
+        let mut fence = None;
+        let mut failure_text = None;
+        let mut notify = None;
+        for w in writes {
+            match *w {
+                Write::SetState(v) => state = Some(st.bind(state_text(v))),
+                Write::KeepState | Write::KeepFence => keep = true,
+                Write::SetLease => {
+                    lease = Some(Some((
+                        st.bind(token.to_string()),
+                        st.bind(self.name.to_string()),
+                        format!(
+                            "c.now + {}::float8 * interval '1 millisecond'",
+                            st.bind(self.lock_timeout.as_secs_f64() * 1000.0)
+                        ),
+                    )))
+                }
+                Write::DelLease => lease = Some(None),
+                Write::SetFence(f) => {
+                    let f = i64::try_from(f).map_err(|_| Error::UnexpectedReply {
+                        context: "the fencing token",
+                        reply: format!("{f} does not fit PostgreSQL's bigint"),
+                    })?;
+                    fence = Some(st.bind(f));
+                }
+                Write::SetFailure => failure_text = Some(st.bind(failure.to_string())),
+                Write::Publish(m) => {
+                    notify = Some(st.bind(format!("{}\n{}", self.key, m.text())));
+                }
+            }
+        }
+        let written = match observed.0 {
+            None => {
+                let Some(state) = state else {
+                    return Err(Error::UnexpectedReply {
+                        context: "a transition",
+                        reply: "a write without a state to a job that has no row".into(),
+                    });
+                };
+                let (token, holder, expires) = match lease.flatten() {
+                    Some((t, h, e)) => (t, h, e),
+                    None => ("NULL".into(), "NULL".into(), "NULL".into()),
+                };
+                format!(
+                    "INSERT INTO baton_jobs AS j (key, state, lease_token, lease_holder, \
+                     lease_expires, fence, failure, expires_at, version) \
+                     SELECT {key}, {state}, {token}, {holder}, {expires}, {}, {}, {retention}, 1 \
+                     FROM c ON CONFLICT (key) DO NOTHING RETURNING 1",
+                    fence.unwrap_or_else(|| "0".into()),
+                    failure_text.unwrap_or_else(|| "NULL".into()),
+                )
+            }
+            Some(version) => {
+                let version = st.bind(version);
+                let mut sets = Vec::new();
+                let set_expiry = state.is_some() || keep;
+                if let Some(state) = state {
+                    sets.push(format!("state = {state}"));
+                }
+                if set_expiry {
+                    sets.push(format!("expires_at = {retention}"));
+                }
+                match lease {
+                    Some(Some((t, h, e))) => {
+                        sets.push(format!("lease_token = {t}"));
+                        sets.push(format!("lease_holder = {h}"));
+                        sets.push(format!("lease_expires = {e}"));
+                    }
+                    Some(None) => {
+                        sets.push("lease_token = NULL".into());
+                        sets.push("lease_holder = NULL".into());
+                        sets.push("lease_expires = NULL".into());
+                    }
+                    None => {}
+                }
+                if let Some(f) = fence {
+                    sets.push(format!("fence = {f}"));
+                }
+                match failure_text {
+                    Some(f) => sets.push(format!("failure = {f}")),
+                    // A row that had expired starts over: no stale failure from before.
+                    None if !observed.1 => sets.push("failure = NULL".into()),
+                    None => {}
+                }
+                sets.push("version = j.version + 1".into());
+                format!(
+                    "UPDATE baton_jobs j SET {} FROM c WHERE j.key = {key} AND j.version = \
+                     {version} RETURNING 1",
+                    sets.join(", ")
+                )
+            }
+        };
+        let tail = match notify {
+            Some(payload) => format!("SELECT pg_notify('{NOTIFY_CHANNEL}', {payload}) FROM u"),
+            None => "SELECT 1 FROM u".into(),
+        };
+        st.sql = format!("WITH c AS (SELECT clock_timestamp() AS now), u AS ({written}) {tail}");
+        Ok(st)
+    }
+}
+
+impl JobStore for PgStore {
+    type Conn = PgConn;
+
+    fn settings(&self) -> &ConnSettings {
+        &self.transport.settings
+    }
+
+    fn locate(&self, which: Which) -> String {
+        let column = match which {
+            Which::State => "state",
+            Which::Lease => "lease_token",
+            Which::Fence => "fence",
+        };
+        format!("{TABLE}.{column} of `{}`", self.key)
+    }
+
+    async fn before_exec(&self, what: &'static str) {
+        self.transport.before_exec(what).await;
+    }
+
+    async fn checkout(&self, deadline: Instant) -> Result<PgConn, Error> {
+        ensure_schema(&self.transport).await?;
+        let conn = match tokio::time::timeout_at(deadline, self.transport.pooled()).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    during: "waiting for a PostgreSQL connection",
+                })
+            }
+        };
+        Ok(PgConn {
+            conn,
+            deadline: None,
+            observed: None,
+        })
+    }
+
+    fn set_deadline(conn: &mut PgConn, deadline: Instant) {
+        conn.deadline = Some(deadline);
+    }
+
+    async fn observe<'a>(&'a self, conn: &'a mut PgConn) -> Result<Observation, Error> {
+        let row = observe_row(&self.transport, &conn.conn, &self.key, conn.deadline).await?;
+        conn.observed = Some((row.version, row.live));
+        Ok(row.obs)
+    }
+
+    fn abandon(conn: &mut PgConn) {
+        conn.observed = None;
+    }
+
+    async fn commit<'a>(
+        &'a self,
+        conn: &'a mut PgConn,
+        writes: &'a [Write],
+        token: &'a str,
+        failure: &'a str,
+        wait: Option<ReplicaWait>,
+        context: &'static str,
+    ) -> Result<Option<Option<u64>>, Error> {
+        if wait.is_some() {
+            return Err(replica_ack_unsupported());
+        }
+        let Some(observed) = conn.observed.take() else {
+            return Err(Error::UnexpectedReply {
+                context,
+                reply: "a write without an observation".into(),
+            });
+        };
+        let st = self.render(observed, writes, token, failure)?;
+        let statement = timed(
+            &self.transport,
+            conn.deadline,
+            context,
+            conn.conn.prepare_cached(&st.sql),
+        )
+        .await?;
+        let params: Vec<&(dyn ToSql + Sync)> = st
+            .params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        let rows = timed(
+            &self.transport,
+            conn.deadline,
+            context,
+            conn.conn.query(&statement, &params),
+        )
+        .await?;
+        Ok(if rows.is_empty() { None } else { Some(None) })
+    }
+
+    async fn subscribe(&self) -> Result<Subscription, Error> {
+        self.transport.subscribe(&self.key).await
+    }
+
+    async fn quick_read(&self) -> Result<(State, Option<Option<u64>>), Error> {
+        let conn = self.transport.pooled().await?;
+        let row = observe_row(&self.transport, &conn, &self.key, None).await?;
+        let lease = match row.obs.lease {
+            Lease::Held { pttl_ms, .. } => Some(pttl_ms),
+            _ => None,
+        };
+        Ok((row.obs.state, lease))
+    }
+
+    async fn holder_read(&self, limit: Instant) -> Result<Observation, Error> {
+        let conn = match tokio::time::timeout_at(limit, self.transport.pooled()).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    during: "reading the job",
+                })
+            }
+        };
+        Ok(observe_row(&self.transport, &conn, &self.key, Some(limit))
+            .await?
+            .obs)
+    }
+
+    fn extension(&self, held: Held, lease_end: Instant) -> ExtensionFuture {
+        let transport = self.transport.clone();
+        let key = self.key.clone();
+        let ttl_ms = self.lock_timeout.as_secs_f64() * 1000.0;
+        let retention_ms = self.retention.as_secs_f64() * 1000.0;
+        Box::pin(async move {
+            transport.before_exec("extend").await;
+            let deadline = Some(lease_end);
+            let conn = match tokio::time::timeout_at(lease_end, transport.pooled()).await {
+                Ok(conn) => conn?,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        during: "waiting for a PostgreSQL connection",
+                    })
+                }
+            };
+            let statement = timed(
+                &transport,
+                deadline,
+                "extending the lease",
+                conn.prepare_cached(EXTEND),
+            )
+            .await?;
+            let sent = Instant::now();
+            let attempt = held.attempt.to_string();
+            let rows = timed(
+                &transport,
+                deadline,
+                "extending the lease",
+                conn.query(
+                    &statement,
+                    &[&key, &held.token, &attempt, &ttl_ms, &retention_ms],
+                ),
+            )
+            .await?;
+            if rows.is_empty() {
+                let row = observe_row(&transport, &conn, &key, deadline).await?;
+                Ok(Extended::Refused(row.obs))
+            } else {
+                Ok(Extended::Confirmed { sent })
+            }
+        })
+    }
+}
+
+/// `replica_ack` asks Redis replicas; on PostgreSQL, replication is the server's
+/// `synchronous_commit` / `synchronous_standby_names`.
+pub(crate) fn replica_ack_unsupported() -> Error {
+    Error::Unsupported {
+        what: "replica_ack",
+        backend: "PostgreSQL",
+        why: "it counts Redis replicas; on PostgreSQL set synchronous_standby_names and \
+              synchronous_commit on the server, which every commit then waits for",
+    }
+}
+
+// ----- The operator tools ------------------------------------------------------------------------
+
+/// A store for `config`'s job on `transport`, for the operator tools.
+fn store_for(transport: &Arc<PgTransport>, config: &FailoverConfig) -> PgStore {
+    PgStore {
+        transport: transport.clone(),
+        key: JobKeys::new(&config.prefix, &config.key)
+            .state()
+            .to_string(),
+        name: Arc::from("operator"),
+        lock_timeout: config.lock_timeout,
+        retention: config.retention,
+    }
+}
+
+/// [`Failover::job_status`](crate::Failover::job_status) on PostgreSQL.
+pub(crate) async fn job_status(
+    transport: &Arc<PgTransport>,
+    config: FailoverConfig,
+) -> Result<JobStatus, Error> {
+    ensure_schema(transport).await?;
+    let store = store_for(transport, &config);
+    let conn = transport.pooled().await?;
+    let row = observe_row(transport, &conn, &store.key, None).await?;
+    Ok(JobStatus {
+        state: job_state(row.obs.state, row.obs.lease),
+        state_ttl_ms: row.retention_ms,
+        fencing_token: match row.obs.fence {
+            Fence::Value(f) => Some(f),
+            _ => None,
+        },
+        last_failure: row.failure,
+        key: config.key,
+    })
+}
+
+/// [`Failover::fail_attempt`](crate::Failover::fail_attempt) on PostgreSQL: the same
+/// transition as a holder's release (`DelLease`, `SetFailure`, `failed`), conditional on the
+/// row's version.
+pub(crate) async fn fail_attempt(
+    transport: &Arc<PgTransport>,
+    config: FailoverConfig,
+    reason: &str,
+) -> Result<Option<u64>, Error> {
+    let store = store_for(transport, &config);
+    for _ in 0..20 {
+        let deadline = Instant::now() + transport.settings.response_timeout * 10;
+        let mut conn = store.checkout(deadline).await?;
+        let obs = store.observe(&mut conn).await?;
+        let attempt = match (obs.state, obs.lease) {
+            (State::Attempt(n), Lease::Held { .. }) => n,
+            (State::Corrupt(value), _) => {
+                return Err(Error::CorruptState {
+                    key: store.locate(Which::State),
+                    value,
+                })
+            }
+            _ => return Ok(None),
+        };
+        let writes = [
+            Write::DelLease,
+            Write::SetFailure,
+            Write::Publish(Message::Failed),
+        ];
+        let failure = format!("attempt {attempt} released by an operator: {reason}");
+        let committed = store
+            .commit(
+                &mut conn,
+                &writes,
+                "",
+                &failure,
+                None,
+                "releasing an attempt",
+            )
+            .await?;
+        if committed.is_some() {
+            return Ok(Some(attempt));
+        }
+    }
+    Err(Error::Timeout {
+        during: "releasing an attempt under constant contention",
+    })
+}
+
+/// [`Failover::reset_job`](crate::Failover::reset_job) on PostgreSQL: deletes the row.
+pub(crate) async fn reset_job(
+    transport: &Arc<PgTransport>,
+    config: FailoverConfig,
+) -> Result<(), Error> {
+    ensure_schema(transport).await?;
+    let store = store_for(transport, &config);
+    let conn = transport.pooled().await?;
+    transport
+        .timed(
+            "forgetting a job",
+            conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
+        )
+        .await?;
+    Ok(())
+}
