@@ -11,20 +11,19 @@ use common::*;
 use tokio::time::Instant;
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn absent_key_first_worker_acquires_and_the_others_are_locked_once() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let mut a = client.start(job("j").build().unwrap());
         let got = acquired(&mut a, WAKE).await;
         assert_eq!(got.attempt, 1);
         assert!(!got.last);
-        let state = get(&mut conn, &state_key("j")).await;
-        let lease = get(&mut conn, &lease_key("j")).await;
-        let fence = get(&mut conn, &fence_key("j")).await;
-        assert_eq!(state.as_deref(), Some("1"));
-        assert_eq!(fence, Some(got.fencing_token.to_string()));
+        let before = stored(&srv, "j").await;
+        assert_eq!(before.state.as_deref(), Some("1"));
+        assert_eq!(before.fence, Some(got.fencing_token.to_string()));
+        assert!(before.lease.is_some());
 
         let mut backups: Vec<_> = (0..3)
             .map(|_| client.start(job("j").build().unwrap()))
@@ -43,9 +42,11 @@ scenario! {
             }
         }
         // The backups wrote nothing.
-        assert_eq!(get(&mut conn, &state_key("j")).await, state);
-        assert_eq!(get(&mut conn, &lease_key("j")).await, lease);
-        assert_eq!(get(&mut conn, &fence_key("j")).await, fence);
+        let after = stored(&srv, "j").await;
+        assert_eq!(
+            (after.state, after.lease, after.fence),
+            (before.state, before.lease, before.fence)
+        );
 
         got.done().await.unwrap();
         assert!(matches!(
@@ -64,11 +65,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn done_stores_done_with_retention_and_ends_every_backup_without_waiting_the_lease() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = job("d")
             .retention(Duration::from_secs(3600))
             .build()
@@ -89,13 +90,11 @@ scenario! {
             ));
         }
         assert!(t0.elapsed() < WAKE, "backups waited out the lease");
-        assert_eq!(
-            get(&mut conn, &state_key("d")).await.as_deref(),
-            Some("DONE")
-        );
-        let ttl = pttl(&mut conn, &state_key("d")).await;
+        let after = stored(&srv, "d").await;
+        assert_eq!(after.state.as_deref(), Some("DONE"));
+        let ttl = after.state_ttl_ms;
         assert!(ttl > 3_500_000 && ttl <= 3_600_000, "state TTL {ttl}");
-        assert_eq!(pttl(&mut conn, &lease_key("d")).await, -2, "lease deleted");
+        assert_eq!(after.lease_ttl_ms, -2, "lease deleted");
         // A worker started later ends Completed without running.
         let mut late = client.start(cfg);
         let evs = until_end(&mut late, WAKE).await;
@@ -107,11 +106,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn fail_hands_the_job_to_a_backup_at_once() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = job("f").build().unwrap();
         let mut a = client.start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
@@ -145,7 +144,7 @@ scenario! {
             matches!(loser, Event::Locked { attempt: 2, .. }),
             "{loser:?}"
         );
-        let failure: Option<String> = get(&mut conn, "baton:{f}:failure").await;
+        let failure = stored(&srv, "f").await.failure;
         assert!(failure.unwrap().contains("smtp said no"));
         winner.done().await.unwrap();
         assert!(matches!(
@@ -160,6 +159,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_failure_published_while_the_backup_subscribes_is_not_missed() {
         // The backup reads the state, then subscribes; a `failed` published in between is never
@@ -193,6 +193,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_crashed_holder_is_replaced_once_its_lease_expires_and_not_before() {
         let srv = server();
@@ -243,23 +244,18 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn k_backups_racing_for_one_count_produce_exactly_one_acquired() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         for round in 0..50 {
             let key = format!("k8:{round}");
-            // Attempt 1 failed (its lease is gone): eight backups race for attempt 2.
-            let _: () = redis::cmd("SET")
-                .arg(state_key(&key))
-                .arg("1")
-                .arg("PX")
-                .arg(600_000)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
             let cfg = job(&key).build().unwrap();
+            // Attempt 1 failed (its lease is gone): eight backups race for attempt 2.
+            let mut first = client.start(cfg.clone());
+            acquired(&mut first, WAKE).await.fail("x").await.unwrap();
+            until_end(&mut first, WAKE).await;
             let mut workers: Vec<_> = (0..8).map(|_| client.start(cfg.clone())).collect();
             let mut grants = 0;
             let mut handles = Vec::new();
@@ -290,11 +286,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn attempts_never_exceed_max_and_the_job_ends_exhausted() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = job("ex").max_attempts(3).build().unwrap();
         let mut workers: Vec<_> = (0..5).map(|_| client.start(cfg.clone())).collect();
         let mut seen_attempts = Vec::new();
@@ -330,7 +326,7 @@ scenario! {
             vec!["Exhausted", "Exhausted", "Exhausted", "Failed", "Failed"]
         );
         assert_eq!(
-            get(&mut conn, &state_key("ex")).await.as_deref(),
+            stored(&srv, "ex").await.state.as_deref(),
             Some("EXHAUSTED")
         );
         // A later worker ends Exhausted too, while the state is retained.
@@ -344,11 +340,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_last_holder_finishing_after_exhaustion_gets_lease_lost() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = FailoverConfig::builder("late-ex")
             .lock_timeout(Duration::from_millis(300))
             .max_attempts(1)
@@ -370,7 +366,7 @@ scenario! {
             "{err}"
         );
         assert_eq!(
-            get(&mut conn, &state_key("late-ex")).await.as_deref(),
+            stored(&srv, "late-ex").await.state.as_deref(),
             Some("EXHAUSTED")
         );
         let evs = until_end(&mut a, WAKE).await;
@@ -382,11 +378,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_stale_holder_cannot_complete_but_a_late_one_nobody_replaced_can() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = FailoverConfig::builder("stale")
             .lock_timeout(Duration::from_millis(300))
             .build()
@@ -402,17 +398,15 @@ scenario! {
             }
         };
         assert_eq!(new.attempt, 2);
-        let lease_before = get(&mut conn, &lease_key("stale")).await;
+        let lease_before = stored(&srv, "stale").await.lease;
         let err = old.done().await.unwrap_err();
         assert!(
             matches!(err, baton::Error::LeaseLost { attempt: 1, .. }),
             "{err}"
         );
-        assert_eq!(
-            get(&mut conn, &state_key("stale")).await.as_deref(),
-            Some("2")
-        );
-        assert_eq!(get(&mut conn, &lease_key("stale")).await, lease_before);
+        let after = stored(&srv, "stale").await;
+        assert_eq!(after.state.as_deref(), Some("2"));
+        assert_eq!(after.lease, lease_before);
         new.done().await.unwrap();
 
         // Late, but nobody took over: still a success.
@@ -428,16 +422,9 @@ scenario! {
             Event::DeadlinePassed { attempt: 1 }
         ));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            pttl(&mut conn, &lease_key("late")).await,
-            -2,
-            "lease expired"
-        );
+        assert_eq!(stored(&srv, "late").await.lease_ttl_ms, -2, "lease expired");
         got.done().await.unwrap();
-        assert_eq!(
-            get(&mut conn, &state_key("late")).await.as_deref(),
-            Some("DONE")
-        );
+        assert_eq!(stored(&srv, "late").await.state.as_deref(), Some("DONE"));
     }
 }
 
@@ -506,6 +493,7 @@ async fn until_end_or_acquired(w: &mut baton::Worker) -> Vec<Event> {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn rejoin_after_fail_waits_as_a_backup_again() {
         let srv = server();
@@ -531,6 +519,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn retry_delay_postpones_the_takeover() {
         let srv = server();
@@ -551,6 +540,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn dropping_the_handle_or_the_stream_fails_the_attempt() {
         let srv = server();
@@ -582,6 +572,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn stop_releases_a_held_attempt_and_shutdown_ends_every_worker() {
         let srv = server();
@@ -624,6 +615,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn events_serialize_as_json_lines() {
         let srv = server();

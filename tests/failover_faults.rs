@@ -12,6 +12,7 @@ use tokio::time::Instant;
 const LEASE: Duration = Duration::from_secs(1);
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn keepalive_holder_working_three_leases_is_never_overlapped() {
         let srv = server();
@@ -54,6 +55,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn max_run_ends_a_kept_alive_attempt() {
         let srv = server();
@@ -99,11 +101,11 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn without_keepalive_the_holder_hears_its_deadline_before_a_backup_takes_over() {
         let srv = server();
         let client = client(&srv).await;
-        let mut conn = raw(&srv).await;
         let cfg = FailoverConfig::builder("deadline")
             .lock_timeout(LEASE)
             .build()
@@ -117,7 +119,7 @@ scenario! {
             Event::DeadlinePassed { attempt: 1 }
         ));
         // The deadline errs early: the lease has not ended on the server yet (or only just).
-        let left = pttl(&mut conn, &lease_key("deadline")).await;
+        let left = stored(&srv, "deadline").await.lease_ttl_ms;
         assert!(left != -1, "lease lost its TTL");
         let x = acquired(&mut b, WAKE).await;
         assert_eq!(x.attempt, 2);

@@ -84,3 +84,132 @@ async fn fail_hands_over_at_once_and_fencing_tokens_increase() {
     assert!(second.fencing_token > fence1);
     second.done().await.unwrap();
 }
+
+/// Reads `w` to its end, skipping retryable `Error` events; returns every event (errors too).
+async fn drain(w: &mut baton::Worker, within: Duration) -> Vec<Event> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + within;
+    while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, w.next_event()).await {
+        out.push(ev);
+    }
+    out
+}
+
+/// The acceptance test of the restart: a server crash (immediate shutdown, fsync on) in the
+/// middle of 12 jobs × 3 workers loses no job and grants no attempt twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice() {
+    let mut pg = PgServer::start_durable().expect("start a durable PostgreSQL");
+    let url = pg.url();
+    let clients = [
+        Client::connect(url.clone()).await.unwrap(),
+        Client::connect(url.clone()).await.unwrap(),
+    ];
+    let jobs: Vec<String> = (0..12).map(|i| format!("restart:{i}")).collect();
+    let mut tasks = Vec::new();
+    for (i, key) in jobs.iter().enumerate() {
+        for w in 0..3 {
+            let client = clients[(i + w) % 2].clone();
+            let cfg = job(key);
+            tasks.push(tokio::spawn(async move {
+                let mut worker = client.start(cfg);
+                let mut granted = Vec::new();
+                let mut events = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while let Ok(Some(ev)) =
+                    tokio::time::timeout_at(deadline, worker.next_event()).await
+                {
+                    if let Event::Acquired(a) = &ev {
+                        granted.push((a.attempt, a.fencing_token, Instant::now()));
+                    }
+                    let name = format!("{ev:?}");
+                    if let Event::Acquired(a) = ev {
+                        // Work that spans the restart, then done(), retried by the worker.
+                        tokio::time::sleep(Duration::from_millis(700)).await;
+                        let _ = a.done().await;
+                    }
+                    events.push(name);
+                }
+                (granted, events)
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old_pid = pg.pid();
+    let restarted_at = Instant::now();
+    pg.restart_immediate().expect("restart PostgreSQL");
+    assert_ne!(pg.pid(), old_pid);
+    let mut granted: std::collections::BTreeMap<String, Vec<(u64, u64, Instant)>> =
+        Default::default();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (g, events) = t.await.unwrap();
+        assert!(
+            events
+                .last()
+                .is_some_and(|e| e.starts_with("Completed") || e.starts_with("LeaseLost")),
+            "worker {i} did not end: {events:?}"
+        );
+        granted.entry(jobs[i / 3].clone()).or_default().extend(g);
+    }
+    // Work was in flight across the crash: granted before it, done (700 ms later) after it.
+    assert!(
+        granted
+            .values()
+            .flatten()
+            .any(|(_, _, at)| *at < restarted_at),
+        "no attempt was held across the restart"
+    );
+    for key in &jobs {
+        let attempts = granted.get(key).cloned().unwrap_or_default();
+        let mut numbers: Vec<u64> = attempts.iter().map(|(n, _, _)| *n).collect();
+        let before = numbers.len();
+        numbers.sort();
+        numbers.dedup();
+        assert_eq!(
+            numbers.len(),
+            before,
+            "{key}: an attempt was granted twice: {attempts:?}"
+        );
+        assert!(!numbers.is_empty(), "{key} was never granted");
+        let status = clients[0].job_status(key.as_str()).await.unwrap();
+        assert_eq!(status.state, baton::JobState::Done, "{key}: {status:?}");
+    }
+}
+
+/// The client's LISTEN connection killed by the server (`pg_terminate_backend`): it comes back
+/// by itself, the backup looks again, and a failure afterwards still wakes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_listen_connection_is_re_established_and_wake_ups_still_arrive() {
+    let client = client().await;
+    let mut a = client.start(job("pg:listen"));
+    let held = match next(&mut a, WAKE).await {
+        Event::Acquired(x) => x,
+        other => panic!("expected Acquired, got {other:?}"),
+    };
+    let mut b = client.start(job("pg:listen"));
+    assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
+    let killed = pg()
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
+        )
+        .unwrap();
+    assert_ne!(killed.trim(), "0", "no LISTEN connection found to kill");
+    // The hub reconnects (backoff from 0) and the backup re-reads; then the failure wakes it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    held.fail("x").await.unwrap();
+    loop {
+        match next(&mut b, WAKE).await {
+            Event::Acquired(x) => {
+                assert_eq!(x.attempt, 2);
+                x.done().await.unwrap();
+                break;
+            }
+            Event::Locked { .. } | Event::Error { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(t0.elapsed() < WAKE, "the takeover waited out the lease");
+    drain(&mut a, WAKE).await;
+}

@@ -63,6 +63,40 @@ pub enum Deployment {
     Cluster(baton::testing::RedisCluster),
     #[cfg(feature = "sentinel")]
     Sentinel(baton::testing::RedisSentinel),
+    #[cfg(feature = "postgres")]
+    Postgres(PgDatabase),
+}
+
+/// A database of its own on the test binary's shared PostgreSQL server.
+#[cfg(feature = "postgres")]
+pub struct PgDatabase {
+    pub url: String,
+}
+
+#[cfg(feature = "postgres")]
+impl PgDatabase {
+    /// A fresh database (`CREATE DATABASE`, ~0.1 s) on the shared server (started on first use).
+    pub fn create() -> PgDatabase {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let pg = baton::testing::PgServer::shared()
+            .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"));
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("t{n}");
+        pg.psql(&format!("CREATE DATABASE {name}"))
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        PgDatabase {
+            url: format!("postgres://postgres@127.0.0.1:{}/{name}", pg.port()),
+        }
+    }
+
+    /// A driver connection to the database, for looking at what baton stored.
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        tokio::spawn(connection);
+        client
+    }
 }
 
 impl Deployment {
@@ -113,6 +147,8 @@ impl Deployment {
                 }
                 Deployment::Sentinel(set)
             }
+            #[cfg(feature = "postgres")]
+            topology::Topology::Postgres => Deployment::Postgres(PgDatabase::create()),
             #[allow(unreachable_patterns)]
             other => panic!("{} needs baton's feature of that name", other.name()),
         }
@@ -126,6 +162,8 @@ impl Deployment {
             Deployment::Cluster(c) => c.cluster_url(),
             #[cfg(feature = "sentinel")]
             Deployment::Sentinel(s) => s.url(),
+            #[cfg(feature = "postgres")]
+            Deployment::Postgres(d) => d.url.clone(),
         }
     }
 
@@ -142,6 +180,12 @@ impl Deployment {
                 s.sentinel_addrs().join(","),
                 s.service()
             ),
+            // The fixture's server trusts loopback: one superuser, no passwords.
+            #[cfg(feature = "postgres")]
+            Deployment::Postgres(d) => {
+                let _ = (user, password);
+                d.url.clone()
+            }
         }
     }
 
@@ -234,6 +278,73 @@ pub async fn client<E: Endpoint + ?Sized>(server: &E) -> Client {
     Client::connect(server.user_url(TEST_USER, TEST_PASSWORD))
         .await
         .expect("connect")
+}
+
+/// What baton stored for failover job `job` (default prefix), read the same way on every
+/// backend: on Redis its keys (`GET`, `PTTL`), on PostgreSQL its row of `baton_jobs` (values
+/// and remaining times as the keys would show them; an expired row reads as absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub state: Option<String>,
+    /// Remaining retention in ms; -2 when absent (as `PTTL`).
+    pub state_ttl_ms: i64,
+    /// `"<token> <holder>"`.
+    pub lease: Option<String>,
+    /// Remaining lease in ms; -2 when absent.
+    pub lease_ttl_ms: i64,
+    pub fence: Option<String>,
+    pub failure: Option<String>,
+}
+
+pub async fn stored(srv: &Deployment, job: &str) -> Stored {
+    #[cfg(feature = "postgres")]
+    if let Deployment::Postgres(db) = srv {
+        let client = db.connect().await;
+        let rows = client
+            .query(
+                "SELECT CASE WHEN expires_at > now() THEN state END,
+                        CASE WHEN expires_at > now()
+                             THEN ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint
+                             ELSE -2 END,
+                        CASE WHEN lease_expires > now() THEN lease_token || ' ' || lease_holder END,
+                        CASE WHEN lease_expires > now()
+                             THEN ceil(extract(epoch FROM lease_expires - now()) * 1000)::bigint
+                             ELSE -2 END,
+                        CASE WHEN expires_at > now() THEN fence::text END,
+                        CASE WHEN expires_at > now() THEN failure END
+                 FROM baton_jobs WHERE key = $1",
+                &[&state_key(job)],
+            )
+            .await
+            .unwrap_or_default();
+        return match rows.first() {
+            None => Stored {
+                state: None,
+                state_ttl_ms: -2,
+                lease: None,
+                lease_ttl_ms: -2,
+                fence: None,
+                failure: None,
+            },
+            Some(r) => Stored {
+                state: r.get(0),
+                state_ttl_ms: r.get(1),
+                lease: r.get(2),
+                lease_ttl_ms: r.get(3),
+                fence: r.get(4),
+                failure: r.get(5),
+            },
+        };
+    }
+    let mut conn = raw(srv).await;
+    Stored {
+        state: get(&mut conn, &state_key(job)).await,
+        state_ttl_ms: pttl(&mut conn, &state_key(job)).await,
+        lease: get(&mut conn, &lease_key(job)).await,
+        lease_ttl_ms: pttl(&mut conn, &lease_key(job)).await,
+        fence: get(&mut conn, &fence_key(job)).await,
+        failure: get(&mut conn, &format!("baton:{{{job}}}:failure")).await,
+    }
 }
 
 /// An administrator's connection to the deployment (see [`raw_at`]).

@@ -22,6 +22,9 @@
 //! (`grants_once::redis`, `grants_once::valkey`, and with the `cluster` / `sentinel` features
 //! `grants_once::cluster` and `grants_once::sentinel`), each running the same body with
 //! [`server`](super::server) and [`builder`](super::builder) starting that topology. The
+//! `postgres:` form adds `::postgres` (feature `postgres`) to those four: for scenarios of a
+//! primitive that also runs on PostgreSQL, written against what every backend offers (the
+//! client's API, and [`stored`](super::stored) for what was written). The
 //! `single:` form only expands to `::redis` and `::valkey`: for scenarios that inherently need
 //! one server process (they kill, pause or restart it, read its PID, or count its commands);
 //! say why above each one. Filter with `cargo test valkey`, `cargo test ::cluster` or
@@ -39,6 +42,9 @@ pub enum Topology {
     Valkey,
     Cluster,
     Sentinel,
+    /// PostgreSQL (feature `postgres`): a database of its own per test on the binary's shared
+    /// server (`PgServer::shared`).
+    Postgres,
 }
 
 impl Topology {
@@ -46,7 +52,9 @@ impl Topology {
     pub fn flavor(self) -> Flavor {
         match self {
             Topology::Valkey => Flavor::Valkey,
-            Topology::Redis | Topology::Cluster | Topology::Sentinel => Flavor::Redis,
+            Topology::Redis | Topology::Cluster | Topology::Sentinel | Topology::Postgres => {
+                Flavor::Redis
+            }
         }
     }
 
@@ -61,6 +69,7 @@ impl Topology {
             Topology::Valkey => "valkey",
             Topology::Cluster => "a Redis Cluster",
             Topology::Sentinel => "a Sentinel set",
+            Topology::Postgres => "PostgreSQL",
         }
     }
 }
@@ -82,6 +91,28 @@ pub async fn on<F: std::future::Future>(topology: Topology, body: F) -> F::Outpu
 /// One test per topology for each scenario (see the module docs).
 #[macro_export]
 macro_rules! scenario {
+    (postgres: $(
+        $(#[doc = $doc:literal])*
+        #[$test:meta]
+        async fn $name:ident() $body:block
+    )*) => {$(
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body() $body
+
+            $crate::scenario!(@arm $test, redis, Redis);
+            $crate::scenario!(@arm $test, valkey, Valkey);
+            #[cfg(feature = "cluster")]
+            $crate::scenario!(@arm $test, cluster, Cluster);
+            #[cfg(feature = "sentinel")]
+            $crate::scenario!(@arm $test, sentinel, Sentinel);
+            #[cfg(feature = "postgres")]
+            $crate::scenario!(@arm $test, postgres, Postgres);
+        }
+    )*};
     (single: $(
         $(#[doc = $doc:literal])*
         #[$test:meta]
