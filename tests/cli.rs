@@ -34,6 +34,7 @@ fn baton(sub: &str, url: &str) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.arg(sub).arg("--redis-url").arg(url);
     cmd.env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -64,6 +65,7 @@ fn plain(args: &[&str]) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.args(args)
         .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -986,6 +988,7 @@ async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
             &script,
         ])
         .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1180,6 +1183,7 @@ async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
         ])
         .args(["--", "sh", "-c", &script])
         .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -26,6 +26,7 @@ fn leader(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.arg("leader").arg("--redis-url").arg(url).args(args);
     cmd.env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

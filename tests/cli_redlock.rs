@@ -28,6 +28,7 @@ fn redlock(urls: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BATON);
     cmd.arg("lock").arg("--redlock").arg(urls).args(args);
     cmd.env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .env_remove("BATON_FENCING_TOKEN")
         .stdin(Stdio::null())

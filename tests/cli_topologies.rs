@@ -19,6 +19,7 @@ async fn baton(url: &str, args: &[&str]) -> std::process::Output {
         .arg(url)
         .args(&args[1..])
         .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -101,6 +101,7 @@ fn baton_on(pty: &Pty, url: &str, args: &[&str]) -> Child {
         .arg(url)
         .args(args)
         .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
         .stdin(stdio(pty))
         .stdout(stdio(pty))

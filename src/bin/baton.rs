@@ -60,9 +60,11 @@ Exit statuses of `baton run`:
   N        PROGRAM's own status when this process ran an attempt that failed
            (128+n when signal n ended it, e.g. 130 after Ctrl-C in a terminal)
   126/127  PROGRAM could not be executed / was not found (the attempt is failed)
-  64       usage or configuration error (checked before connecting to Redis)
+  64       usage or configuration error (checked before connecting), or an operation the
+           URL's backend does not have
   65       the job's stored state is corrupt (a value baton never writes)
-  69       Redis cannot be reached, or kept failing for a few seconds
+  69       the server (Redis or PostgreSQL) cannot be reached, or kept failing for a few
+           seconds
   74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
            Ctrl-Z, for longer than the lease), deadline passed (--no-keepalive), --max-run
            reached, a success that could no longer be recorded, or a success whose outcome is
@@ -72,7 +74,7 @@ Exit statuses of `baton run`:
            baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
 PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
 `status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
-job needs --yes), 65 on a corrupt state, 69 when Redis is unreachable; `watch` exits 75 when
+job needs --yes), 65 on a corrupt state, 69 when the server is unreachable; `watch` exits 75 when
 the job ends EXHAUSTED.
 
 PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
@@ -99,9 +101,10 @@ Exit statuses of `baton lock`:
   N        PROGRAM's own status (0 on success; 128+n when signal n ended it, e.g. 130 after
            Ctrl-C in a terminal); the lock is released when PROGRAM exits
   126/127  PROGRAM could not be executed / was not found (the lock is released)
-  64       usage or configuration error (durations are checked before connecting to Redis)
+  64       usage or configuration error (durations are checked before connecting), or an
+           operation the URL's backend does not have
   65       the lock's fence key holds a value baton never writes
-  69       Redis cannot be reached, or failed while the lock was being acquired; with
+  69       the server cannot be reached, or failed while the lock was being acquired; with
            --redlock: too many masters failed for a quorum (masters/2+1) to be possible (the
            message names the quorum); a master that is down at start is one failed vote
   74       the lock was lost while PROGRAM ran: an extension found another token (or none),
@@ -129,7 +132,7 @@ SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is 
 meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), and PROGRAM dies with baton.
 
 --redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
-number, all distinct; instead of --redis-url) so that it survives the loss of a minority of
+number, all distinct; instead of --url) so that it survives the loss of a minority of
 them. PROGRAM then gets BATON_LOCK_KEY but no BATON_FENCING_TOKEN: Redlock has no monotonic
 token. No counter grows across grants on a majority of masters: a master restarted without
 persistence forgets the lock, a quorum can form again for a second holder while the first
@@ -151,9 +154,10 @@ Exit statuses of `baton leader`:
   N        PROGRAM ended by itself: its own status (128+n when signal n ended it); the
            leadership is resigned first
   126/127  PROGRAM could not be executed / was not found (the leadership is resigned)
-  64       usage or configuration error (checked before connecting to Redis)
+  64       usage or configuration error (checked before connecting), or an operation the
+           URL's backend does not have
   65       the election's fence key holds a value baton never writes
-  69       Redis cannot be reached at start, or answered with an error that retrying cannot
+  69       the server cannot be reached at start, or answered with an error that retrying cannot
            fix (an ACL denial, say)
   129/131  baton got SIGHUP/SIGQUIT: as for SIGTERM, then this status
 PROGRAM's own statuses can collide with these.
@@ -189,26 +193,30 @@ const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Parser, Debug)]
 #[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
 struct Cli {
-    /// Redis URL: redis://[user:password@]host:port/[db] (rediss:// for TLS, unix:// for a
-    /// socket), redis+cluster://host:port,host:port/ for a Redis Cluster's seed nodes, or
-    /// redis+sentinel://host:port,host:port/SERVICE for the primary Sentinels monitor as SERVICE
-    /// (credentials there are the data nodes'). A password can also come from the file named by
-    /// BATON_REDIS_PASSWORD_FILE. Never printed.
+    /// Where the coordination lives. Redis: redis://[user:password@]host:port/[db] (rediss://
+    /// for TLS, unix:// for a socket), redis+cluster://host:port,host:port/ for a Redis
+    /// Cluster's seed nodes, or redis+sentinel://host:port,host:port/SERVICE for the primary
+    /// Sentinels monitor as SERVICE (credentials there are the data nodes'). PostgreSQL:
+    /// postgres://[user[:password]@]host[:port]/database (tables created on first use; `lock`
+    /// is then the table mutex, and --redlock is Redis only). --redis-url is an alias, and
+    /// BATON_REDIS_URL is read when BATON_URL is not set. A password can also come from the
+    /// file named by BATON_REDIS_PASSWORD_FILE. Never printed.
     #[arg(
         long,
+        visible_alias = "redis-url",
         global = true,
-        env = "BATON_REDIS_URL",
+        env = "BATON_URL",
         default_value = "redis://127.0.0.1:6379/",
         hide_env_values = true,
         hide_default_value = false
     )]
-    redis_url: String,
+    url: String,
     /// Key prefix of the job's Redis keys.
     #[arg(long, global = true, default_value = "baton:")]
     prefix: String,
-    /// Whether --redis-url was given on the command line (not by default or environment).
+    /// Whether --url was given on the command line (not by default or environment).
     #[arg(skip)]
-    redis_url_given: bool,
+    url_given: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -321,9 +329,9 @@ struct LockArgs {
     #[arg(long)]
     key: String,
     /// Use Redlock over these independent masters (comma-separated, at least 3, an odd number,
-    /// all distinct) instead of --redis-url. BATON_FENCING_TOKEN is then not set: Redlock has
+    /// all distinct) instead of --url. BATON_FENCING_TOKEN is then not set: Redlock has
     /// no monotonic token (see below).
-    /// (Conflicts with --redis-url on the command line; BATON_REDIS_URL is ignored with it.)
+    /// (Conflicts with --url on the command line; BATON_URL is ignored with it.)
     #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',')]
     redlock: Vec<String>,
     /// The lease: how long the lock outlives a holder that went silent (10ms ..= 1 day). The
@@ -382,16 +390,23 @@ fn kill_grace(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    // BATON_REDIS_URL, the variable's name before PostgreSQL, still works when BATON_URL is
+    // not set. Set before any other thread exists (the runtime starts later).
+    if std::env::var_os("BATON_URL").is_none() {
+        if let Some(url) = std::env::var_os("BATON_REDIS_URL") {
+            std::env::set_var("BATON_URL", url);
+        }
+    }
     let parsed = Cli::command()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
     let cli = match parsed {
         Ok((mut cli, m)) => {
-            // --redis-url is global: its source is recorded on the subcommand's matches.
+            // --url is global: its source is recorded on the subcommand's matches.
             let given = |m: &clap::ArgMatches| {
-                m.value_source("redis_url") == Some(clap::parser::ValueSource::CommandLine)
+                m.value_source("url") == Some(clap::parser::ValueSource::CommandLine)
             };
-            cli.redis_url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
+            cli.url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
             cli
         }
         Err(e) => {
@@ -449,9 +464,9 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             if args.redlock.is_empty() {
                 Plan::Lock(args, opts, sink)
             } else {
-                if cli.redis_url_given {
+                if cli.url_given {
                     return Err(usage(
-                        "--redlock and --redis-url cannot be used together: --redlock names \
+                        "--redlock and --url cannot be used together: --redlock names \
                          every master",
                     ));
                 }
@@ -502,14 +517,14 @@ async fn dispatch(cli: Cli) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    // Redlock connects to its own masters, never to --redis-url.
+    // Redlock connects to its own masters, never to --url.
     let plan = match plan {
         Plan::Redlock(args, opts, sink) => {
             return redlock(args, opts, sink, &cli.prefix).await;
         }
         other => other,
     };
-    let client = match connect(&cli.redis_url).await {
+    let client = match connect(&cli.url).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -539,7 +554,9 @@ fn fail_with(e: &baton::Error) -> u8 {
 
 fn exit_for(kind: ErrorKind) -> u8 {
     match kind {
-        ErrorKind::Config => EX_USAGE,
+        // A primitive the URL's backend does not have (the fair lock on PostgreSQL...): the
+        // command line asks for something impossible.
+        ErrorKind::Config | ErrorKind::Unsupported => EX_USAGE,
         ErrorKind::CorruptState | ErrorKind::WrongType | ErrorKind::StateLost => EX_DATAERR,
         ErrorKind::LeaseLost | ErrorKind::OutcomeUnknown => EX_LOST,
         _ => EX_UNAVAILABLE,
@@ -556,7 +573,7 @@ async fn connect(url: &str) -> Result<Client, u8> {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(fail_with(&e)),
         Err(_) => {
-            eprintln!("baton: redis did not answer within 8 s");
+            eprintln!("baton: the server did not answer within 8 s");
             Err(EX_UNAVAILABLE)
         }
     }
