@@ -36,6 +36,7 @@ pub const NAMES: &[&str] = &[
     "fair-handoff",
     "fair-contended",
     "queue-throughput",
+    "pg-job-cycle",
 ];
 
 #[derive(Default)]
@@ -66,6 +67,10 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "fair-handoff" => crate::fair::handoff(opts, report).await,
         "fair-contended" => crate::fair::contended(opts, report).await,
         "queue-throughput" => crate::fair::queue(opts, report).await,
+        #[cfg(feature = "postgres")]
+        "pg-job-cycle" => crate::postgres::job_cycle(opts, report).await,
+        #[cfg(not(feature = "postgres"))]
+        "pg-job-cycle" => eprintln!("pg-job-cycle needs --features postgres; skipped"),
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }

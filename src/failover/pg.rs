@@ -118,15 +118,16 @@ pub(crate) struct Row {
 /// Runs [`OBSERVE`] for `key` on `conn`.
 pub(crate) async fn observe_row(
     transport: &PgTransport,
-    conn: &tokio_postgres::Client,
+    conn: &Pooled,
     key: &str,
     deadline: Option<Instant>,
 ) -> Result<Row, Error> {
+    // Prepared once per pooled connection (its statement cache), then one round trip.
     let statement = timed(
         transport,
         deadline,
         "reading the job",
-        conn.prepare(OBSERVE),
+        conn.prepare_cached(OBSERVE),
     )
     .await?;
     let row = timed(

@@ -1761,6 +1761,12 @@ impl PgServer {
         read_log_from(&self.dir.join(PG_LOG), 0)
     }
 
+    /// The server's log file (its whole stderr; [`log`](Self::log) is its tail), for tools that
+    /// read what the server logged from an offset (the benchmark counts statements there).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(PG_LOG)
+    }
+
     /// Runs `sql` through the `psql` client (the PostgreSQL client binary, no Rust driver)
     /// connected to [`url`](Self::url) and returns its standard output.
     ///
