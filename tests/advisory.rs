@@ -153,7 +153,10 @@ async fn stacked_acquires_in_one_process_contend_like_two_sessions() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(key.pg_locks_ids().0, pair.key().pg_locks_ids().0);
+    let (c1, o1, s1) = key.pg_locks_ids();
+    let (c2, o2, s2) = pair.key().pg_locks_ids();
+    assert_eq!((c1, o1, s1, s2), (c2, o2, 1, 2));
+    assert_eq!(holders(pair.key()), vec![pair.backend_pid()]);
     first.release().await.unwrap();
     pair.release().await.unwrap();
     let again = locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap();
@@ -349,8 +352,15 @@ async fn row_34_a_terminated_session_fires_the_loss_signal_and_release_says_lost
     let err = guard.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
     assert!(err.to_string().contains("no longer held"), "{err}");
-    // The server freed it with the session.
-    let next = locks.try_acquire(key, EX, &o).await.unwrap().unwrap();
+    // The server frees it as the terminated backend exits (just after its FATAL message).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let next = loop {
+        if let Some(next) = locks.try_acquire(key, EX, &o).await.unwrap() {
+            break next;
+        }
+        assert!(Instant::now() < deadline, "the lock outlived its session");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     next.release().await.unwrap();
 }
 
@@ -502,7 +512,12 @@ async fn fencing_tokens_strictly_increase_across_acquisitions() {
         let guard = if i % 2 == 0 {
             locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap()
         } else {
-            locks.acquire(key, EX, &opts()).await.unwrap()
+            // Bounded: a dropped guard that kept its lock would fail here, not hang.
+            let bounded = AdvisoryOptions::builder()
+                .wait(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            locks.acquire(key, EX, &bounded).await.unwrap()
         };
         assert!(
             guard.fencing_token() > last,
@@ -512,7 +527,6 @@ async fn fencing_tokens_strictly_increase_across_acquisitions() {
         last = guard.fencing_token();
         if i == 3 {
             drop(guard); // dropped, not released: the next one still gets a larger token
-            tokio::time::sleep(Duration::from_millis(100)).await;
         } else {
             guard.release().await.unwrap();
         }
@@ -545,4 +559,84 @@ async fn a_redis_client_refuses_advisory_locks() {
         .downcast::<baton::Error>()
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+}
+
+/// The pids of the sessions waiting (not granted) for `key`.
+fn waiters(key: AdvisoryKey) -> usize {
+    let (classid, objid, objsubid) = key.pg_locks_ids();
+    psql(&format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND classid = {classid} AND objid = {objid} AND objsubid = {objsubid}"
+    ))
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_no_session_queued_for_the_lock() {
+    let locks = client().await.advisory_locks();
+    let key = AdvisoryKey::hashed("adv:test:abandoned-waiter");
+    let holder = locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap();
+    let session = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.acquire(key, EX, &opts()).await })
+    };
+    let xact = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .with_xact_lock(key, EX, &opts(), |_tx| {
+                    Box::pin(async { Ok::<_, BoxError>(()) })
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while waiters(key) < 2 {
+        assert!(Instant::now() < deadline, "the two waiters never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Both callers give up (their futures are dropped mid-wait).
+    session.abort();
+    xact.abort();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while waiters(key) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "abandoned waiters still queued in PostgreSQL"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.release().await.unwrap();
+    // Nobody took the lock behind our back, and the pool still works.
+    assert!(holders(key).is_empty());
+    let ran = locks
+        .try_with_xact_lock(key, EX, &opts(), |tx| {
+            Box::pin(async move {
+                let one: i32 = tx.query_one("SELECT 1", &[]).await?.get(0);
+                Ok::<_, BoxError>(one)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(ran, Some(1));
+}
+
+#[tokio::test]
+async fn a_release_after_an_unlock_behind_the_guards_back_reports_the_loss() {
+    let locks = client().await.advisory_locks();
+    let key = AdvisoryKey::from((14, 3));
+    let guard = locks.try_acquire(key, SH, &opts()).await.unwrap().unwrap();
+    let unlocked: bool = guard
+        .client()
+        .query_one("SELECT pg_advisory_unlock_shared(14, 3)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(unlocked);
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(err.to_string().contains("did not hold it"), "{err}");
 }

@@ -292,7 +292,8 @@ impl AdvisoryLocks {
     /// [`AdvisoryOptions::wait`] if set. The guard owns a new dedicated connection.
     ///
     /// Dropping the returned future while it waits closes that connection and asks the server
-    /// to cancel the wait.
+    /// to cancel the wait. Without a `wait` bound, a link that dies silently during the wait is
+    /// only noticed by TCP keepalives (minutes): prefer a bound.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] when the wait ran out (the server's `lock_timeout`);
