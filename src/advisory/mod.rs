@@ -45,7 +45,8 @@
 //!   first guard (in one task, forever: that is a self-deadlock, bound it with a `wait`).
 //! - **Loss signal** ([`AdvisoryGuard::lost`], [`AdvisoryGuard::lost_token`],
 //!   [`AdvisoryGuard::is_lost`]): fires when the guard's connection ends (the server terminated
-//!   the backend, restarted, the socket failed), and when a **heartbeat** (`SELECT 1` on that
+//!   the backend, restarted, the socket failed), and when a **heartbeat** (`SELECT
+//!   pg_backend_pid()` on that
 //!   connection every [`AdvisoryOptions::heartbeat`], default **1 s**, each bounded by the
 //!   client's response timeout) fails or goes unanswered; the guard then closes its side of
 //!   the connection. A silently dead link is thus found within heartbeat + response timeout
@@ -74,8 +75,12 @@
 //! there, consecutive statements of one client connection may run on different server
 //! sessions, so the lock may be taken on one server session, never seen again, and held until
 //! that server connection closes, while the unlock runs on another session and fails. baton
-//! cannot detect such a pooler reliably (a check can pass by luck), so: connect session locks
-//! directly to PostgreSQL, or through a pooler in **session** pooling mode. The
+//! cannot detect such a pooler reliably, so: connect session locks directly to PostgreSQL, or
+//! through a pooler in **session** pooling mode. It does catch one when it shows, at no cost:
+//! the lock statement, the `nextval` after it and every heartbeat return `pg_backend_pid()`,
+//! and a pid that changes refuses the acquisition ([`Error::Unsupported`]) or fires the loss
+//! signal. A pooler that happens to route every statement to the same server session passes
+//! these checks, so they are a safety net, never a guarantee. The
 //! transaction-scoped form is safe under transaction pooling (the whole transaction runs on one
 //! server session).
 
@@ -133,7 +138,8 @@ enum Call {
     TryXactLock,
 }
 
-/// `SELECT <function>($1[, $2])` for `call` in `mode` (fixed identifiers only; the key is bound).
+/// `SELECT <function>($1[, $2])` for `call` in `mode` (fixed identifiers only; the key is bound);
+/// a session lock also returns `pg_backend_pid()`, for the pooler check.
 fn statement(call: Call, mode: AdvisoryMode, key: AdvisoryKey) -> String {
     let base = match call {
         Call::Lock => "pg_advisory_lock",
@@ -150,7 +156,11 @@ fn statement(call: Call, mode: AdvisoryMode, key: AdvisoryKey) -> String {
         Repr::Int(_) => "$1::int8",
         Repr::Pair(..) => "$1::int4, $2::int4",
     };
-    format!("SELECT {base}{suffix}({args})")
+    let pid = match call {
+        Call::Lock | Call::TryLock => ", pg_backend_pid()",
+        Call::Unlock | Call::XactLock | Call::TryXactLock => "",
+    };
+    format!("SELECT {base}{suffix}({args}){pid}")
 }
 
 /// Runs the statement of `call` for `key` on `client`, in one round trip (types given).
@@ -326,7 +336,7 @@ impl AdvisoryLocks {
         let t = self.transport()?.clone();
         let conn = t.dedicated().await?;
         let client = &conn.client;
-        if try_only {
+        let rows = if try_only {
             let rows = t
                 .timed(
                     "taking an advisory lock",
@@ -337,6 +347,7 @@ impl AdvisoryLocks {
                 // Dropping `conn` closes the connection.
                 return Ok(None);
             }
+            rows
         } else {
             let lock_timeout = opts.lock_timeout();
             if let Some(lock_timeout) = &lock_timeout {
@@ -349,7 +360,7 @@ impl AdvisoryLocks {
                 )
                 .await?;
             }
-            wait_for_lock(&t, client, Call::Lock, mode, key, opts).await?;
+            let rows = wait_for_lock(&t, client, Call::Lock, mode, key, opts).await?;
             if lock_timeout.is_some() {
                 t.timed(
                     "resetting lock_timeout",
@@ -357,8 +368,23 @@ impl AdvisoryLocks {
                 )
                 .await?;
             }
-        }
+            rows
+        };
+        let lock_pid: Option<i32> = rows.first().and_then(|row| row.try_get(1).ok());
         let (fencing_token, backend_pid) = next_fence(&t, client).await?;
+        if lock_pid != Some(backend_pid) {
+            // Two statements, two server sessions: a pooler in transaction mode (see the module
+            // docs). Dropping `conn` is all that can be done; the lock stays on the server
+            // session that took it until the pooler resets or closes that one.
+            return Err(Error::Unsupported {
+                what: "session-scoped advisory locks",
+                backend: "a connection pooler in transaction or statement pooling mode",
+                why: "two consecutive statements ran in different server sessions (different \
+                      pg_backend_pid()), so a session lock cannot be held or released \
+                      reliably; connect directly or in session pooling mode, or use \
+                      with_xact_lock",
+            });
+        }
         Ok(Some(AdvisoryGuard::start(
             t,
             conn,
@@ -535,7 +561,7 @@ async fn wait_for_lock(
     mode: AdvisoryMode,
     key: AdvisoryKey,
     opts: &AdvisoryOptions,
-) -> Result<(), Error> {
+) -> Result<Vec<Row>, Error> {
     let started = Instant::now();
     let cancel = CancelOnDrop(Some(client.cancel_token()));
     let wait = run_call(client, call, mode, key);
@@ -555,7 +581,7 @@ async fn wait_for_lock(
     };
     cancel.disarm();
     match result {
-        Ok(_) => Ok(()),
+        Ok(rows) => Ok(rows),
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Err(Error::NotAcquired {
             key: key.to_string(),
             tries: 1,
@@ -682,6 +708,7 @@ impl AdvisoryGuard {
         };
         tokio::spawn(heartbeat_task(
             Arc::downgrade(&conn),
+            backend_pid,
             lost,
             guard.reason.clone(),
             guard.stop.clone(),
@@ -800,12 +827,26 @@ impl AdvisoryGuard {
     }
 }
 
-/// The guard's heartbeat: `SELECT 1` every `interval`, bounded by `timeout`. A failure that is
-/// not an ordinary server error, or no answer in time, declares the lock lost and closes the
-/// connection (so that it really ends). Holds only a weak reference: the guard owns the
-/// connection.
+/// The backend pid a heartbeat's `SELECT pg_backend_pid()` returned, if it is not `expected`
+/// (the connection goes through a pooler that moved it to another server session). An answer
+/// without a row (inside the holder's aborted transaction, say) moves nothing.
+fn moved_session(reply: &[tokio_postgres::SimpleQueryMessage], expected: i32) -> Option<String> {
+    reply.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => match row.get(0) {
+            Some(pid) if pid.parse() == Ok(expected) => None,
+            other => Some(other.unwrap_or("NULL").to_string()),
+        },
+        _ => None,
+    })
+}
+
+/// The guard's heartbeat: `SELECT pg_backend_pid()` every `interval`, bounded by `timeout`. A
+/// failure that is not an ordinary server error, no answer in time, or another backend's pid
+/// (a pooler moved the connection) declares the lock lost and closes the connection (so that
+/// it really ends). Holds only a weak reference: the guard owns the connection.
 async fn heartbeat_task(
     conn: Weak<Dedicated>,
+    backend_pid: i32,
     lost: CancellationToken,
     reason: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
@@ -820,14 +861,22 @@ async fn heartbeat_task(
             _ = tokio::time::sleep(interval) => {}
         }
         let Some(conn) = conn.upgrade() else { return };
-        let ping = tokio::time::timeout(timeout, conn.client.simple_query("SELECT 1"));
+        let ping =
+            tokio::time::timeout(timeout, conn.client.simple_query("SELECT pg_backend_pid()"));
         let verdict = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             verdict = ping => verdict,
         };
         let why = match verdict {
-            Ok(Ok(_)) => continue,
+            Ok(Ok(reply)) => match moved_session(&reply, backend_pid) {
+                None => continue,
+                Some(other) => format!(
+                    "the heartbeat ran in another server session (backend {other}, the lock is \
+                     in {backend_pid}): a connection pooler in transaction or statement mode \
+                     moved this connection, and a session lock cannot be held through it"
+                ),
+            },
             Ok(Err(e)) if session_alive(&e) => continue,
             Ok(Err(e)) => format!("the heartbeat on the lock's connection failed: {e}"),
             Err(_) => format!(
@@ -855,11 +904,11 @@ mod tests {
         let pair = AdvisoryKey::from((1, 2));
         assert_eq!(
             statement(Call::Lock, AdvisoryMode::Exclusive, int),
-            "SELECT pg_advisory_lock($1::int8)"
+            "SELECT pg_advisory_lock($1::int8), pg_backend_pid()"
         );
         assert_eq!(
             statement(Call::TryLock, AdvisoryMode::Shared, pair),
-            "SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)"
+            "SELECT pg_try_advisory_lock_shared($1::int4, $2::int4), pg_backend_pid()"
         );
         assert_eq!(
             statement(Call::Unlock, AdvisoryMode::Shared, int),
