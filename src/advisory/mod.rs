@@ -58,11 +58,15 @@
 //!   which counts as a loss, so keep long work off the guard's connection.
 //! - **Fencing token** ([`AdvisoryGuard::fencing_token`]): advisory locks have none, so baton
 //!   takes `nextval('baton_advisory_fence')` on the guard's connection right after the lock is
-//!   granted. A sequence never goes back: `nextval` is never rolled back, and sequences are
-//!   WAL-logged ahead (32 values at a time), so after a crash the next values jump forward,
-//!   never repeat one already handed out (with `fsync` on). So tokens strictly increase across
-//!   successive holders of a key (the next holder's `nextval` runs after the previous holder's,
-//!   since the lock orders them), and are unique across all keys. The sequence is created on
+//!   granted, as a statement of its own (so its own transaction, committed at once). A sequence
+//!   does not go back: `nextval` is never rolled back, and a sequence is WAL-logged ahead (32
+//!   values at a time) by the `nextval` that crosses the logged mark, whose transaction then
+//!   flushes that WAL at commit; so after a crash the next values jump forward and never repeat
+//!   one already handed out, **as long as `fsync` and `synchronous_commit` are on** (the
+//!   defaults). With `synchronous_commit = off` a crash may lose the last WAL and hand out a
+//!   token again. So tokens strictly increase across successive holders of a key (the next
+//!   holder's `nextval` runs after the previous holder's, since the lock orders them), and are
+//!   unique across all keys. The sequence is created on
 //!   first use (`CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence` in the first schema of the
 //!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once
 //!   yourself and grant `USAGE` on it.
