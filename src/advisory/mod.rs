@@ -374,9 +374,15 @@ impl AdvisoryLocks {
             }
             rows
         };
-        let lock_pid: Option<i32> = rows.first().and_then(|row| row.try_get(1).ok());
+        let lock_pid: i32 = rows
+            .first()
+            .and_then(|row| row.try_get(1).ok())
+            .ok_or_else(|| Error::UnexpectedReply {
+                context: "pg_advisory_lock",
+                reply: format!("{} rows, without the backend pid", rows.len()),
+            })?;
         let (fencing_token, backend_pid) = next_fence(&t, client).await?;
-        if lock_pid != Some(backend_pid) {
+        if lock_pid != backend_pid {
             // Two statements, two server sessions: a pooler in transaction mode (see the module
             // docs). Dropping `conn` is all that can be done; the lock stays on the server
             // session that took it until the pooler resets or closes that one.
