@@ -5,6 +5,7 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use baton::advisory::tokio_postgres::types::Type;
 use baton::advisory::{AdvisoryKey, AdvisoryMode, AdvisoryOptions};
 use baton::testing::PgServer;
 use baton::{Client, ErrorKind};
@@ -116,14 +117,22 @@ async fn an_unlock_from_another_session_is_impossible_through_the_api() {
 async fn a_session_guard_keeps_its_lock_across_a_rolled_back_transaction() {
     let locks = client().await.advisory_locks();
     let key = AdvisoryKey::from((14, 2));
-    let a = locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap();
+    // A fast heartbeat: it beats inside the holder's transactions below.
+    let fast = AdvisoryOptions::builder()
+        .heartbeat(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let a = locks.try_acquire(key, EX, &fast).await.unwrap().unwrap();
     a.client()
         .batch_execute("BEGIN; CREATE TEMP TABLE adv_scratch (x int); ROLLBACK")
         .await
         .unwrap();
-    // An aborted transaction too (an error inside, then ROLLBACK).
+    // An aborted transaction too (an error inside, then ROLLBACK). The heartbeats answered
+    // "current transaction is aborted" meanwhile: the session is alive, no loss.
     a.client().batch_execute("BEGIN").await.unwrap();
     assert!(a.client().batch_execute("SELECT 1/0").await.is_err());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!a.is_lost(), "{:?}", a.loss_reason());
     a.client().batch_execute("ROLLBACK").await.unwrap();
 
     assert!(locks.try_acquire(key, EX, &opts()).await.unwrap().is_none());
@@ -162,6 +171,10 @@ async fn stacked_acquires_in_one_process_contend_like_two_sessions() {
     let again = locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap();
     again.release().await.unwrap();
 }
+
+/// The increment, read then written back: one round trip each (types given, no prepare).
+const READ: &str = "SELECT n FROM adv_counter WHERE id = $1";
+const WRITE: &str = "UPDATE adv_counter SET n = $2 WHERE id = $1";
 
 const TASKS: usize = 16;
 const ROUNDS: usize = 200;
@@ -207,18 +220,11 @@ async fn sixteen_tasks_of_guarded_increments_session_form_are_exact() {
             for _ in 0..rounds {
                 let guard = locks.acquire(key, EX, &opts()).await.unwrap();
                 let c = guard.client();
-                let n: i64 = c
-                    .query_one("SELECT n FROM adv_counter WHERE id = $1", &[&id])
-                    .await
-                    .unwrap()
-                    .get(0);
+                let n: i64 = c.query_typed(READ, &[(&id, Type::TEXT)]).await.unwrap()[0].get(0);
                 tokio::task::yield_now().await;
-                c.execute(
-                    "UPDATE adv_counter SET n = $2 WHERE id = $1",
-                    &[&id, &(n + 1)],
-                )
-                .await
-                .unwrap();
+                c.query_typed(WRITE, &[(&id, Type::TEXT), (&(n + 1), Type::INT8)])
+                    .await
+                    .unwrap();
                 seen.push((n, guard.fencing_token()));
                 guard.release().await.unwrap();
             }
@@ -259,16 +265,11 @@ async fn sixteen_tasks_times_200_guarded_increments_transaction_form_are_exact()
                 locks
                     .with_xact_lock(key, EX, &opts(), |tx| {
                         Box::pin(async move {
-                            let n: i64 = tx
-                                .query_one("SELECT n FROM adv_counter WHERE id = $1", &[&id])
-                                .await?
-                                .get(0);
+                            let n: i64 =
+                                tx.query_typed(READ, &[(&id, Type::TEXT)]).await?[0].get(0);
                             tokio::task::yield_now().await;
-                            tx.execute(
-                                "UPDATE adv_counter SET n = $2 WHERE id = $1",
-                                &[&id, &(n + 1)],
-                            )
-                            .await?;
+                            tx.query_typed(WRITE, &[(&id, Type::TEXT), (&(n + 1), Type::INT8)])
+                                .await?;
                             Ok::<_, BoxError>(())
                         })
                     })

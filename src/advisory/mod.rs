@@ -888,7 +888,13 @@ async fn heartbeat_task(
                 ),
             },
             Ok(Err(e)) if session_alive(&e) => continue,
-            Ok(Err(e)) => format!("the heartbeat on the lock's connection failed: {e}"),
+            Ok(Err(e)) => format!(
+                "the heartbeat on the lock's connection failed: {}",
+                match e.as_db_error() {
+                    Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                    None => e.to_string(),
+                }
+            ),
             Err(_) => format!(
                 "the heartbeat on the lock's connection got no answer within {timeout:?}; the \
                  connection is closed"
