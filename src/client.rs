@@ -734,6 +734,14 @@ impl Client {
         Locks::new(self.backend.clone())
     }
 
+    /// PostgreSQL advisory locks on this client's connections (feature `postgres`;
+    /// [`crate::advisory`]): transaction-scoped, or session-scoped on a dedicated connection per
+    /// guard. On a Redis client every operation returns [`Error::Unsupported`].
+    #[cfg(feature = "postgres")]
+    pub fn advisory_locks(&self) -> crate::advisory::AdvisoryLocks {
+        crate::advisory::AdvisoryLocks::new(self.backend.clone())
+    }
+
     /// Leader election on this client's connections.
     pub fn leaders(&self) -> crate::leader::Leaders {
         crate::leader::Leaders::new(self.backend.clone())

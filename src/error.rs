@@ -127,7 +127,7 @@ pub enum Error {
         source: Option<Cause>,
     },
     /// Redis did not answer within the response timeout.
-    #[error("redis did not answer in time while {during}")]
+    #[error("the server did not answer in time while {during}")]
     Timeout {
         /// The step that timed out.
         during: &'static str,

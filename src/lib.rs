@@ -72,6 +72,9 @@
 //!   work stopped before anyone else can lead ([`Leaders`], [`Elector`], [`LeaderWorker`]).
 //! - [`queue`]: run-or-enqueue, a primitive: one runner per key, posts queued in a Redis Stream
 //!   and drained by the holder before it lets go, at-least-once ([`Queues`]).
+//! - `advisory` (feature `postgres`): PostgreSQL advisory locks, transaction-scoped or
+//!   session-scoped on a dedicated connection per guard, with a heartbeat loss signal and
+//!   fencing tokens from a sequence (`AdvisoryLocks`, `AdvisoryGuard`).
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
@@ -93,6 +96,8 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "postgres")]
+pub mod advisory;
 pub mod client;
 pub mod error;
 pub mod failover;
@@ -121,6 +126,11 @@ pub use client::seam as __seam;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "postgres")]
+pub use advisory::{
+    AdvisoryGuard, AdvisoryKey, AdvisoryLocks, AdvisoryMode, AdvisoryOptions,
+    AdvisoryOptionsBuilder,
+};
 pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{

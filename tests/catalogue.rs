@@ -4,8 +4,8 @@
 //! the outcome is unknown), plus the least-privilege ACL user of §d.1.
 //!
 //! Not here: rows 8 and 33 (URL and TLS) live with the TLS work; row 9 (Redlock fleets) in
-//! `tests/redlock.rs` (`row_09_…`, it needs several servers); row 34
-//! (PostgreSQL) has no code yet.
+//! `tests/redlock.rs` (`row_09_…`, it needs several servers); row 34 (PostgreSQL: a terminated
+//! session's advisory lock) in `tests/advisory.rs` (`row_34_…`, it needs a PostgreSQL server).
 #![cfg(feature = "testing")]
 
 mod common;

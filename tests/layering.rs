@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 // The layer table
 // ---------------------------------------------------------------------------------------------
 
-const PRIMITIVES: &[&str] = &["failover", "mutex", "leader", "fair", "queue", "redlock"];
+const PRIMITIVES: &[&str] = &[
+    "failover", "mutex", "leader", "fair", "queue", "redlock", "advisory",
+];
 /// The Redis transport lives in `src/transport/` (a top-level module named `redis` would shadow
 /// the `redis` crate inside baton); `redis` stays a valid name for the synthetic trees.
 const TRANSPORTS: &[&str] = &["transport", "redis", "postgres"];

@@ -329,14 +329,24 @@ async fn connect_dedicated(config: &tokio_postgres::Config) -> Result<Dedicated,
         .await
         .map_err(|e| classify(e, "connecting"))?;
     let closed = CancellationToken::new();
+    let shut = CancellationToken::new();
     let why = Arc::new(Mutex::new(None));
     let (notices_tx, notices) = mpsc::unbounded_channel();
-    let (task_closed, task_why) = (closed.clone(), why.clone());
+    let (task_closed, task_why, task_shut) = (closed.clone(), why.clone(), shut.clone());
     // The driver task: polls the socket, forwards notifications and records how the
-    // connection ended. It ends with the connection (the client dropped, or the server gone).
+    // connection ended. It ends with the connection (the client dropped, the server gone, or
+    // `Dedicated::close`, which drops the socket at once).
     tokio::spawn(async move {
         loop {
-            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            let message = tokio::select! {
+                biased;
+                _ = task_shut.cancelled() => {
+                    *crate::util::lock(&task_why) = Some("closed by baton".into());
+                    break;
+                }
+                message = std::future::poll_fn(|cx| connection.poll_message(cx)) => message,
+            };
+            match message {
                 Some(Ok(AsyncMessage::Notification(n))) => {
                     let _ = notices_tx.send(Notice {
                         channel: n.channel().to_string(),
@@ -356,6 +366,7 @@ async fn connect_dedicated(config: &tokio_postgres::Config) -> Result<Dedicated,
     Ok(Dedicated {
         client,
         closed,
+        shut,
         why,
         notices,
     })
@@ -365,6 +376,7 @@ async fn connect_dedicated(config: &tokio_postgres::Config) -> Result<Dedicated,
 pub(crate) struct Dedicated {
     pub client: tokio_postgres::Client,
     closed: CancellationToken,
+    shut: CancellationToken,
     why: Arc<Mutex<Option<String>>>,
     /// Notifications of the channels this connection `LISTEN`s on.
     pub notices: mpsc::UnboundedReceiver<Notice>,
@@ -375,6 +387,14 @@ impl Dedicated {
     /// terminated, the network failed as the driver saw it).
     pub(crate) fn closed(&self) -> &CancellationToken {
         &self.closed
+    }
+
+    /// Closes the connection now, without waiting: the driver task drops the socket (the
+    /// server sees it close and ends the session, freeing its session-level state such as
+    /// advisory locks), and [`closed`](Self::closed) fires. Statements in flight fail with a
+    /// connection error. Idempotent.
+    pub(crate) fn close(&self) {
+        self.shut.cancel();
     }
 
     /// Why the connection ended, once it has (the driver's message), if it said.

@@ -1,0 +1,942 @@
+//! PostgreSQL advisory locks, done so that the classic mistakes cannot be made (feature
+//! `postgres`; [`Client::advisory_locks`](crate::Client::advisory_locks)).
+//!
+//! An advisory lock is a lock on a number that PostgreSQL keeps in its lock manager: real
+//! mutual exclusion between sessions, shared or exclusive, with waiters queued and woken by the
+//! server. It has **no lease**: it lives exactly as long as what holds it, a transaction or a
+//! session (a connection). There is nothing to extend and nothing that expires; a holder that
+//! hangs while its connection stays up holds the lock for as long as it hangs.
+//!
+//! Two forms:
+//!
+//! - **Transaction-scoped** ([`AdvisoryLocks::with_xact_lock`],
+//!   [`AdvisoryLocks::try_with_xact_lock`]): your closure runs inside a transaction on a pooled
+//!   connection that holds `pg_advisory_xact_lock[_shared]`; it commits when the closure returns
+//!   `Ok` and rolls back on `Err`, and the lock ends with the transaction: there is no unlock to
+//!   forget. Prefer this form: it works through any connection pooler, including PgBouncer in
+//!   transaction mode.
+//! - **Session-scoped** ([`AdvisoryLocks::acquire`], [`AdvisoryLocks::try_acquire`] →
+//!   [`AdvisoryGuard`]): the lock is taken on a **dedicated connection** that the guard owns
+//!   for its whole life, never one from the pool. The pitfall of session locks through a pool
+//!   (locked on one pooled connection, "unlocked" on another, where `pg_advisory_unlock` just
+//!   returns false and the lock stays forever) cannot happen: [`AdvisoryGuard::release`] unlocks
+//!   on the connection that locked, checks that PostgreSQL says it was held, and closes it.
+//!   Dropping a guard closes its connection without blocking, and the server frees the lock when
+//!   it sees the connection end. There is no API to unlock a key this process does not hold.
+//!
+//! Both have a try form (contention is `Ok(None)`, never an error) and a blocking form that
+//! waits in the server's queue (woken by PostgreSQL when the lock is freed, nothing polls),
+//! bounded by [`AdvisoryOptions::wait`]: the statement runs with `lock_timeout` set to it, and
+//! when the server gives up (SQLSTATE `55P03` `lock_not_available`) the call returns
+//! [`Error::NotAcquired`]. Without a wait bound it waits until granted.
+//!
+//! # Keys
+//! [`AdvisoryKey`]: an `i64`, an `(i32, i32)` pair (a separate key space in PostgreSQL: `1` and
+//! `(0, 1)` never conflict), or a string hashed to 64 bits with FNV-1a
+//! ([`AdvisoryKey::hashed`]; two names collide with odds about n²/2⁶⁵ for n names, 1 in
+//! 3.7×10⁷ for a million; a collision makes two names wait for each other, never share the
+//! lock at once).
+//!
+//! # Session guards: stacking, loss, fencing
+//! - **Stacked acquires are forbidden by construction.** PostgreSQL counts re-entrant session
+//!   locks (lock twice in one session, unlock twice), but every guard has a connection of its
+//!   own, so two guards of one key in one process are two sessions and contend like two
+//!   processes: the second `try_acquire` returns `None`, a second `acquire` waits for the
+//!   first guard (in one task, forever: that is a self-deadlock, bound it with a `wait`).
+//! - **Loss signal** ([`AdvisoryGuard::lost`], [`AdvisoryGuard::lost_token`],
+//!   [`AdvisoryGuard::is_lost`]): fires when the guard's connection ends (the server terminated
+//!   the backend, restarted, the socket failed), and when a **heartbeat** (`SELECT
+//!   pg_backend_pid()` on that
+//!   connection every [`AdvisoryOptions::heartbeat`], default **1 s**, each bounded by the
+//!   client's response timeout) fails or goes unanswered; the guard then closes its side of
+//!   the connection. A silently dead link is thus found within heartbeat + response timeout
+//!   (1.5 s with the defaults). After a loss, [`AdvisoryGuard::release`] returns
+//!   [`Error::LockLost`], never success. The server frees the lock when it notices the session
+//!   is gone (at once for a terminated backend; for a dead link, when its TCP keepalives or a
+//!   write fail). Statements you run on [`AdvisoryGuard::client`] share the connection with the
+//!   heartbeat: one running longer than the response timeout makes the heartbeat's answer late,
+//!   which counts as a loss, so keep long work off the guard's connection.
+//! - **Fencing token** ([`AdvisoryGuard::fencing_token`]): advisory locks have none, so baton
+//!   takes `nextval('baton_advisory_fence')` on the guard's connection right after the lock is
+//!   granted, as a statement of its own (so its own transaction, committed at once). A sequence
+//!   does not go back: `nextval` is never rolled back, and a sequence is WAL-logged ahead (32
+//!   values at a time) by the `nextval` that crosses the logged mark, whose transaction then
+//!   flushes that WAL at commit; so after a crash the next values jump forward and never repeat
+//!   one already handed out, **as long as `fsync` and `synchronous_commit` are on** (the
+//!   defaults). With `synchronous_commit = off` a crash may lose the last WAL and hand out a
+//!   token again. So tokens strictly increase across successive holders of a key (the next
+//!   holder's `nextval` runs after the previous holder's, since the lock orders them), and are
+//!   unique across all keys. The sequence is created on
+//!   first use (`CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence` in the first schema of the
+//!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once
+//!   yourself and grant `USAGE` on it.
+//! - A session lock survives a rolled-back transaction on its connection (PostgreSQL's rule):
+//!   statements you run on [`AdvisoryGuard::client`] (`BEGIN … ROLLBACK` included) leave it
+//!   held.
+//!
+//! # Connection poolers
+//! **Session locks do not work through PgBouncer in transaction (or statement) pooling mode**:
+//! there, consecutive statements of one client connection may run on different server
+//! sessions, so the lock may be taken on one server session, never seen again, and held until
+//! that server connection closes, while the unlock runs on another session and fails. baton
+//! cannot detect such a pooler reliably, so: connect session locks directly to PostgreSQL, or
+//! through a pooler in **session** pooling mode. It does catch one when it shows, at no cost:
+//! the lock statement, the `nextval` after it and every heartbeat return `pg_backend_pid()`,
+//! and a pid that changes refuses the acquisition ([`Error::Unsupported`]) or fires the loss
+//! signal. A pooler that happens to route every statement to the same server session passes
+//! these checks, so they are a safety net, never a guarantee. The
+//! transaction-scoped form is safe under transaction pooling (the whole transaction runs on one
+//! server session).
+
+pub mod key;
+pub mod options;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::{NoTls, Row};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, ErrorKind};
+use crate::transport::pg::{classify, kind_of, Dedicated, PgTransport, Pooled};
+use crate::transport::Backend;
+
+pub use key::AdvisoryKey;
+use key::Repr;
+pub use options::{AdvisoryOptions, AdvisoryOptionsBuilder, DEFAULT_HEARTBEAT};
+/// The PostgreSQL driver baton uses, re-exported so that closures name the same version's
+/// [`Transaction`](tokio_postgres::Transaction) and [`Client`](tokio_postgres::Client).
+pub use tokio_postgres;
+
+/// The future a transaction-scoped closure returns: boxed, so that it may borrow the
+/// transaction it is given.
+pub type XactFuture<'t, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 't>>;
+
+/// The fencing sequence of session guards.
+const FENCE_SEQUENCE: &str = "baton_advisory_fence";
+const CREATE_FENCE: &str = "CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence";
+const NEXT_FENCE: &str = "SELECT nextval('baton_advisory_fence'), pg_backend_pid()";
+const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, $2)";
+
+/// Exclusive or shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AdvisoryMode {
+    /// One holder at a time; excludes shared holders too.
+    Exclusive,
+    /// Any number of shared holders at once; excludes exclusive holders.
+    Shared,
+}
+
+/// Which PostgreSQL function a step calls.
+#[derive(Clone, Copy)]
+enum Call {
+    Lock,
+    TryLock,
+    Unlock,
+    XactLock,
+    TryXactLock,
+}
+
+/// `SELECT <function>($1[, $2])` for `call` in `mode` (fixed identifiers only; the key is bound);
+/// a session lock also returns `pg_backend_pid()`, for the pooler check.
+fn statement(call: Call, mode: AdvisoryMode, key: AdvisoryKey) -> String {
+    let base = match call {
+        Call::Lock => "pg_advisory_lock",
+        Call::TryLock => "pg_try_advisory_lock",
+        Call::Unlock => "pg_advisory_unlock",
+        Call::XactLock => "pg_advisory_xact_lock",
+        Call::TryXactLock => "pg_try_advisory_xact_lock",
+    };
+    let suffix = match mode {
+        AdvisoryMode::Exclusive => "",
+        AdvisoryMode::Shared => "_shared",
+    };
+    let args = match key.repr() {
+        Repr::Int(_) => "$1::int8",
+        Repr::Pair(..) => "$1::int4, $2::int4",
+    };
+    let pid = match call {
+        Call::Lock | Call::TryLock => ", pg_backend_pid()",
+        Call::Unlock | Call::XactLock | Call::TryXactLock => "",
+    };
+    format!("SELECT {base}{suffix}({args}){pid}")
+}
+
+/// Runs the statement of `call` for `key` on `client`, in one round trip (types given).
+async fn run_call(
+    client: &tokio_postgres::Client,
+    call: Call,
+    mode: AdvisoryMode,
+    key: AdvisoryKey,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let sql = statement(call, mode, key);
+    match key.repr() {
+        Repr::Int(k) => client.query_typed(&sql, &[(&k, Type::INT8)]).await,
+        Repr::Pair(a, b) => {
+            client
+                .query_typed(&sql, &[(&a, Type::INT4), (&b, Type::INT4)])
+                .await
+        }
+    }
+}
+
+/// The boolean a `pg_try_*`/`pg_*_unlock` call returned.
+fn boolean(rows: &[Row], context: &'static str) -> Result<bool, Error> {
+    rows.first()
+        .and_then(|row| row.try_get::<_, bool>(0).ok())
+        .ok_or_else(|| Error::UnexpectedReply {
+            context,
+            reply: format!("{} rows, not one boolean", rows.len()),
+        })
+}
+
+/// Whether a failed statement still proves the session alive: the server answered with an
+/// ordinary error (e.g. "current transaction is aborted" inside the holder's own transaction).
+fn session_alive(err: &tokio_postgres::Error) -> bool {
+    err.as_db_error()
+        .is_some_and(|db| kind_of(db.code()) != ErrorKind::Connection)
+}
+
+/// Sends PostgreSQL a cancel request for the statement in flight if dropped armed: a caller
+/// that gives up on a blocking acquisition (drops its future) must not leave a backend queued
+/// for the lock (it would take it and hold it until it noticed the connection gone).
+struct CancelOnDrop(Option<tokio_postgres::CancelToken>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(token) = self.0.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = token.cancel_query(NoTls).await;
+                });
+            }
+        }
+    }
+}
+
+/// A pooled connection that goes back to the pool only when marked clean: after an error of
+/// unknown effect, a timeout or a dropped future it is detached and closed instead, so nobody
+/// else inherits a transaction or a statement still waiting for a lock.
+struct PoolLease {
+    conn: Option<Pooled>,
+    clean: bool,
+}
+
+impl PoolLease {
+    fn client(&mut self) -> Result<&mut tokio_postgres::Client, Error> {
+        match self.conn.as_mut() {
+            Some(conn) => Ok(conn),
+            None => Err(Error::Connection {
+                message: "PostgreSQL: the pooled connection was already given up".into(),
+                source: None,
+            }),
+        }
+    }
+}
+
+impl Drop for PoolLease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !self.clean {
+                // Detached from the pool and dropped: the socket closes.
+                drop(deadpool_postgres::Object::take(conn));
+            }
+        }
+    }
+}
+
+/// Advisory locks on one PostgreSQL client's connections. Get it from
+/// [`Client::advisory_locks`](crate::Client::advisory_locks); cheap to clone. On a Redis client
+/// every operation returns [`Error::Unsupported`]. See the [module docs](self).
+#[derive(Clone)]
+pub struct AdvisoryLocks {
+    backend: Backend,
+}
+
+impl std::fmt::Debug for AdvisoryLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdvisoryLocks")
+            .field("backend", &self.backend.name())
+            .finish()
+    }
+}
+
+impl AdvisoryLocks {
+    /// The handle on `backend` (the client façade's only way in).
+    pub(crate) fn new(backend: Backend) -> Self {
+        AdvisoryLocks { backend }
+    }
+
+    fn transport(&self) -> Result<&Arc<PgTransport>, Error> {
+        self.backend.postgres(
+            "advisory locks",
+            "advisory locks are PostgreSQL's; on Redis use `locks()` (the fenced mutex)",
+        )
+    }
+
+    /// Takes `key` in `mode` if it is free: `Ok(None)` when another session holds it in a
+    /// conflicting mode. The guard owns a new dedicated connection (see [`AdvisoryGuard`]).
+    ///
+    /// `opts` gives the heartbeat; its `wait` is not used.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a Redis client; connection errors and timeouts; a PostgreSQL
+    /// error (e.g. no privilege to create the fencing sequence).
+    pub async fn try_acquire(
+        &self,
+        key: impl Into<AdvisoryKey>,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+    ) -> Result<Option<AdvisoryGuard>, Error> {
+        self.session(key.into(), mode, opts, true).await
+    }
+
+    /// Takes `key` in `mode`, waiting in PostgreSQL's queue until it is granted, for at most
+    /// [`AdvisoryOptions::wait`] if set. The guard owns a new dedicated connection.
+    ///
+    /// Dropping the returned future while it waits closes that connection and asks the server
+    /// to cancel the wait. Without a `wait` bound, a link that dies silently during the wait is
+    /// only noticed by TCP keepalives (minutes): prefer a bound.
+    ///
+    /// # Errors
+    /// [`Error::NotAcquired`] when the wait ran out (the server's `lock_timeout`);
+    /// [`Error::Unsupported`] on a Redis client; connection errors and timeouts.
+    pub async fn acquire(
+        &self,
+        key: impl Into<AdvisoryKey>,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+    ) -> Result<AdvisoryGuard, Error> {
+        let key = key.into();
+        match self.session(key, mode, opts, false).await? {
+            Some(guard) => Ok(guard),
+            // The blocking statement either grants or errs; this is only for completeness.
+            None => Err(Error::NotAcquired {
+                key: key.to_string(),
+                tries: 1,
+                waited: Duration::ZERO,
+            }),
+        }
+    }
+
+    async fn session(
+        &self,
+        key: AdvisoryKey,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+        try_only: bool,
+    ) -> Result<Option<AdvisoryGuard>, Error> {
+        let t = self.transport()?.clone();
+        let conn = t.dedicated().await?;
+        let client = &conn.client;
+        let rows = if try_only {
+            let rows = t
+                .timed(
+                    "taking an advisory lock",
+                    run_call(client, Call::TryLock, mode, key),
+                )
+                .await?;
+            if !boolean(&rows, "pg_try_advisory_lock")? {
+                // Dropping `conn` closes the connection.
+                return Ok(None);
+            }
+            rows
+        } else {
+            let lock_timeout = opts.lock_timeout();
+            if let Some(lock_timeout) = &lock_timeout {
+                t.timed(
+                    "setting lock_timeout",
+                    client.query_typed(
+                        SET_LOCK_TIMEOUT,
+                        &[(lock_timeout, Type::TEXT), (&false, Type::BOOL)],
+                    ),
+                )
+                .await?;
+            }
+            let rows = wait_for_lock(&t, client, Call::Lock, mode, key, opts).await?;
+            if lock_timeout.is_some() {
+                t.timed(
+                    "resetting lock_timeout",
+                    client.batch_execute("SET lock_timeout TO DEFAULT"),
+                )
+                .await?;
+            }
+            rows
+        };
+        let lock_pid: i32 = rows
+            .first()
+            .and_then(|row| row.try_get(1).ok())
+            .ok_or_else(|| Error::UnexpectedReply {
+                context: "pg_advisory_lock",
+                reply: format!("{} rows, without the backend pid", rows.len()),
+            })?;
+        let (fencing_token, backend_pid) = next_fence(&t, client).await?;
+        if lock_pid != backend_pid {
+            // Two statements, two server sessions: a pooler in transaction mode (see the module
+            // docs). Dropping `conn` is all that can be done; the lock stays on the server
+            // session that took it until the pooler resets or closes that one.
+            return Err(Error::Unsupported {
+                what: "session-scoped advisory locks",
+                backend: "a connection pooler in transaction or statement pooling mode",
+                why: "two consecutive statements ran in different server sessions (different \
+                      pg_backend_pid()), so a session lock cannot be held or released \
+                      reliably; connect directly or in session pooling mode, or use \
+                      with_xact_lock",
+            });
+        }
+        Ok(Some(AdvisoryGuard::start(
+            t,
+            conn,
+            key,
+            mode,
+            fencing_token,
+            backend_pid,
+            opts.heartbeat(),
+        )))
+    }
+
+    /// Runs `work` inside a transaction on a pooled connection that holds `key` in `mode`
+    /// (`pg_advisory_xact_lock[_shared]`), waiting for the lock for at most
+    /// [`AdvisoryOptions::wait`] if set. Commits when `work` returns `Ok`, rolls back when it
+    /// returns `Err`; the lock ends with the transaction either way.
+    ///
+    /// ```no_run
+    /// use baton::advisory::{AdvisoryKey, AdvisoryMode, AdvisoryOptions};
+    /// # async fn demo(client: baton::Client) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let n: i64 = client
+    ///     .advisory_locks()
+    ///     .with_xact_lock(
+    ///         AdvisoryKey::hashed("invoices"),
+    ///         AdvisoryMode::Exclusive,
+    ///         &AdvisoryOptions::default(),
+    ///         |tx| Box::pin(async move {
+    ///             let row = tx.query_one("UPDATE counters SET n = n + 1 RETURNING n", &[]).await?;
+    ///             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(row.get(0))
+    ///         }),
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The lock statement's `lock_timeout` is reset (`SET LOCAL lock_timeout TO DEFAULT`) before
+    /// `work` runs, so `work`'s own statements are not bound by it.
+    ///
+    /// # Errors
+    /// `work`'s error (after the rollback); baton's [`Error`], converted into `E`:
+    /// [`Error::NotAcquired`] when the wait ran out, [`Error::Unsupported`] on a Redis client,
+    /// connection errors and timeouts (a failed `COMMIT` is a connection error whose outcome is
+    /// unknown: the transaction may or may not have committed).
+    pub async fn with_xact_lock<T, E, F>(
+        &self,
+        key: impl Into<AdvisoryKey>,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+        work: F,
+    ) -> Result<T, E>
+    where
+        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        E: From<Error>,
+    {
+        let key = key.into();
+        match self.xact(key, mode, opts, false, work).await? {
+            Some(out) => Ok(out),
+            None => Err(E::from(Error::NotAcquired {
+                key: key.to_string(),
+                tries: 1,
+                waited: Duration::ZERO,
+            })),
+        }
+    }
+
+    /// As [`with_xact_lock`](Self::with_xact_lock) without waiting
+    /// (`pg_try_advisory_xact_lock[_shared]`): `Ok(None)` when the lock is held in a
+    /// conflicting mode, and then `work` does not run.
+    ///
+    /// # Errors
+    /// As [`with_xact_lock`](Self::with_xact_lock), except `NotAcquired`.
+    pub async fn try_with_xact_lock<T, E, F>(
+        &self,
+        key: impl Into<AdvisoryKey>,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+        work: F,
+    ) -> Result<Option<T>, E>
+    where
+        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        E: From<Error>,
+    {
+        self.xact(key.into(), mode, opts, true, work).await
+    }
+
+    async fn xact<T, E, F>(
+        &self,
+        key: AdvisoryKey,
+        mode: AdvisoryMode,
+        opts: &AdvisoryOptions,
+        try_only: bool,
+        work: F,
+    ) -> Result<Option<T>, E>
+    where
+        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        E: From<Error>,
+    {
+        let t = self.transport()?.clone();
+        let mut lease = PoolLease {
+            conn: Some(t.pooled().await?),
+            clean: false,
+        };
+        let tx = t
+            .timed("beginning a transaction", lease.client()?.transaction())
+            .await?;
+        let client = tx.client();
+        if try_only {
+            let rows = t
+                .timed(
+                    "taking an advisory lock",
+                    run_call(client, Call::TryXactLock, mode, key),
+                )
+                .await?;
+            if !boolean(&rows, "pg_try_advisory_xact_lock")? {
+                t.timed("rolling back", tx.rollback()).await?;
+                lease.clean = true;
+                return Ok(None);
+            }
+        } else {
+            let lock_timeout = opts.lock_timeout();
+            if let Some(lock_timeout) = &lock_timeout {
+                t.timed(
+                    "setting lock_timeout",
+                    client.query_typed(
+                        SET_LOCK_TIMEOUT,
+                        &[(lock_timeout, Type::TEXT), (&true, Type::BOOL)],
+                    ),
+                )
+                .await?;
+            }
+            if let Err(e) = wait_for_lock(&t, client, Call::XactLock, mode, key, opts).await {
+                if e.kind() == ErrorKind::NotAcquired
+                    && t.timed("rolling back", tx.rollback()).await.is_ok()
+                {
+                    lease.clean = true;
+                }
+                return Err(e.into());
+            }
+            if lock_timeout.is_some() {
+                t.timed(
+                    "resetting lock_timeout",
+                    client.batch_execute("SET LOCAL lock_timeout TO DEFAULT"),
+                )
+                .await?;
+            }
+        }
+        match work(&tx).await {
+            Ok(out) => {
+                t.timed("committing", tx.commit()).await?;
+                lease.clean = true;
+                Ok(Some(out))
+            }
+            Err(e) => {
+                match t.timed("rolling back", tx.rollback()).await {
+                    Ok(()) => lease.clean = true,
+                    Err(rollback) => tracing::warn!(
+                        key = %key,
+                        error = %rollback,
+                        "rolling back after the work failed did not answer; the connection is \
+                         closed, which ends the transaction and its lock"
+                    ),
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Runs the blocking lock statement: the server's `lock_timeout` (already set) bounds the wait;
+/// the client adds the response timeout on top, in case the server never says.
+async fn wait_for_lock(
+    t: &PgTransport,
+    client: &tokio_postgres::Client,
+    call: Call,
+    mode: AdvisoryMode,
+    key: AdvisoryKey,
+    opts: &AdvisoryOptions,
+) -> Result<Vec<Row>, Error> {
+    let started = Instant::now();
+    let cancel = CancelOnDrop(Some(client.cancel_token()));
+    let wait = run_call(client, call, mode, key);
+    let result = match opts.wait() {
+        Some(bound) => {
+            match tokio::time::timeout(bound + t.settings.response_timeout, wait).await {
+                Ok(result) => result,
+                // Dropping `cancel` armed asks the server to stop waiting.
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        during: "waiting for an advisory lock",
+                    })
+                }
+            }
+        }
+        None => wait.await,
+    };
+    cancel.disarm();
+    match result {
+        Ok(rows) => Ok(rows),
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Err(Error::NotAcquired {
+            key: key.to_string(),
+            tries: 1,
+            waited: started.elapsed(),
+        }),
+        Err(e) => Err(classify(e, "waiting for an advisory lock")),
+    }
+}
+
+/// A fencing token and the backend's pid, from the guard's connection after the grant; creates
+/// the sequence on first use.
+async fn next_fence(t: &PgTransport, client: &tokio_postgres::Client) -> Result<(u64, i32), Error> {
+    let rows = match t
+        .timed(
+            "taking a fencing token",
+            client.query_typed(NEXT_FENCE, &[]),
+        )
+        .await
+    {
+        Err(Error::Postgres { code, .. }) if code == SqlState::UNDEFINED_TABLE.code() => {
+            // Concurrent `CREATE … IF NOT EXISTS` can still fail with a duplicate: someone else
+            // made it, which is all we need.
+            match t
+                .timed(
+                    "creating the fencing sequence",
+                    client.batch_execute(CREATE_FENCE),
+                )
+                .await
+            {
+                Ok(()) => {}
+                Err(Error::Postgres { code, .. })
+                    if code == SqlState::UNIQUE_VIOLATION.code()
+                        || code == SqlState::DUPLICATE_TABLE.code() => {}
+                Err(e) => return Err(e),
+            }
+            t.timed(
+                "taking a fencing token",
+                client.query_typed(NEXT_FENCE, &[]),
+            )
+            .await?
+        }
+        other => other?,
+    };
+    let bad = |reply: String| Error::UnexpectedReply {
+        context: "nextval('baton_advisory_fence')",
+        reply,
+    };
+    let row = rows
+        .first()
+        .ok_or_else(|| bad(format!("{} rows", rows.len())))?;
+    let fence: i64 = row
+        .try_get(0)
+        .map_err(|e| bad(format!("not a bigint ({e})")))?;
+    let pid: i32 = row
+        .try_get(1)
+        .map_err(|e| bad(format!("no backend pid ({e})")))?;
+    let fence = u64::try_from(fence).map_err(|_| {
+        bad(format!(
+            "{fence}: the sequence {FENCE_SEQUENCE} was altered to hand out negative values"
+        ))
+    })?;
+    Ok((fence, pid))
+}
+
+/// A session-scoped advisory lock, held on a dedicated connection the guard owns (see the
+/// [module docs](self)). Release it with [`release`](Self::release), which says whether it was
+/// still held; dropping it closes the connection, which frees the lock server-side.
+pub struct AdvisoryGuard {
+    key: AdvisoryKey,
+    mode: AdvisoryMode,
+    fencing_token: u64,
+    backend_pid: i32,
+    conn: Arc<Dedicated>,
+    transport: Arc<PgTransport>,
+    /// A child of the connection's `closed`: fires when it ends or the heartbeat gives up.
+    lost: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+    /// Stops the heartbeat (release, drop).
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for AdvisoryGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdvisoryGuard")
+            .field("key", &self.key)
+            .field("mode", &self.mode)
+            .field("fencing_token", &self.fencing_token)
+            .field("backend_pid", &self.backend_pid)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for AdvisoryGuard {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        // Drops the socket without waiting: the server ends the session and frees the lock.
+        self.conn.close();
+    }
+}
+
+impl AdvisoryGuard {
+    fn start(
+        transport: Arc<PgTransport>,
+        conn: Dedicated,
+        key: AdvisoryKey,
+        mode: AdvisoryMode,
+        fencing_token: u64,
+        backend_pid: i32,
+        heartbeat: Duration,
+    ) -> AdvisoryGuard {
+        let lost = conn.closed().child_token();
+        let conn = Arc::new(conn);
+        let guard = AdvisoryGuard {
+            key,
+            mode,
+            fencing_token,
+            backend_pid,
+            conn: conn.clone(),
+            transport: transport.clone(),
+            lost: lost.clone(),
+            reason: Arc::new(Mutex::new(None)),
+            stop: CancellationToken::new(),
+        };
+        tokio::spawn(heartbeat_task(
+            Arc::downgrade(&conn),
+            backend_pid,
+            lost,
+            guard.reason.clone(),
+            guard.stop.clone(),
+            heartbeat,
+            transport.settings.response_timeout,
+        ));
+        guard
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> AdvisoryKey {
+        self.key
+    }
+
+    /// Exclusive or shared.
+    pub fn mode(&self) -> AdvisoryMode {
+        self.mode
+    }
+
+    /// This grant's fencing token: strictly greater than every token of earlier holders of this
+    /// key (from the sequence `baton_advisory_fence`; see the module docs). Pass it to the
+    /// resource you write to.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The PostgreSQL backend (server process) of the guard's session, as in `pg_locks.pid`
+    /// and `pg_stat_activity.pid`.
+    pub fn backend_pid(&self) -> i32 {
+        self.backend_pid
+    }
+
+    /// The guard's own connection, for statements that should run in the session holding the
+    /// lock. A transaction there (`BEGIN … ROLLBACK`) leaves the lock held. Do not unlock
+    /// through it (`release` would then report the lock lost), and keep statements short: the
+    /// heartbeat shares it (see the module docs).
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.conn.client
+    }
+
+    /// Whether the lock is lost (or may be): the connection ended or the heartbeat failed.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Completes when the lock is lost (at once if it already is).
+    pub async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+
+    /// A token cancelled when the lock is lost, for `select!` or to hand to other tasks. It
+    /// also fires when the guard is released or dropped (its connection closes then).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn loss_reason(&self) -> Option<String> {
+        if !self.is_lost() {
+            return None;
+        }
+        let own = crate::util::lock(&self.reason).clone();
+        Some(own.or_else(|| self.conn.why_closed()).unwrap_or_else(|| {
+            "the connection to PostgreSQL ended (the session and its lock are gone)".into()
+        }))
+    }
+
+    fn lost_error(&self, reason: String) -> Error {
+        Error::LockLost {
+            key: self.key.to_string(),
+            fencing_token: self.fencing_token,
+            reason,
+        }
+    }
+
+    /// Unlocks on the guard's own connection (`pg_advisory_unlock[_shared]`), checks that
+    /// PostgreSQL says the lock was held, and closes the connection.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] (kind [`ErrorKind::LeaseLost`]) when the lock was lost before (the
+    /// loss signal fired), when the connection failed during the release (the session's end
+    /// frees the lock), or when PostgreSQL answered that this session did not hold it (it was
+    /// unlocked through [`client`](Self::client)). Never `Ok` for a lock that was not held.
+    pub async fn release(self) -> Result<(), Error> {
+        if let Some(reason) = self.loss_reason() {
+            return Err(self.lost_error(reason));
+        }
+        self.stop.cancel();
+        let result = self
+            .transport
+            .timed(
+                "releasing an advisory lock",
+                run_call(&self.conn.client, Call::Unlock, self.mode, self.key),
+            )
+            .await;
+        // `self` drops here, closing the connection in every case.
+        match result {
+            Ok(rows) => match boolean(&rows, "pg_advisory_unlock")? {
+                true => Ok(()),
+                false => Err(self.lost_error(
+                    "PostgreSQL says this session did not hold it (unlocked through the guard's \
+                     client?)"
+                        .into(),
+                )),
+            },
+            Err(e) if e.is_indeterminate() || self.is_lost() => {
+                let reason = self
+                    .loss_reason()
+                    .unwrap_or_else(|| format!("the release failed ({e})"));
+                Err(self.lost_error(format!(
+                    "{reason}; the connection is closed, so the server frees the lock"
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The backend pid a heartbeat's `SELECT pg_backend_pid()` returned, if it is not `expected`
+/// (the connection goes through a pooler that moved it to another server session). An answer
+/// without a row (inside the holder's aborted transaction, say) moves nothing.
+fn moved_session(reply: &[tokio_postgres::SimpleQueryMessage], expected: i32) -> Option<String> {
+    reply.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => match row.get(0) {
+            Some(pid) if pid.parse() == Ok(expected) => None,
+            other => Some(other.unwrap_or("NULL").to_string()),
+        },
+        _ => None,
+    })
+}
+
+/// The guard's heartbeat: `SELECT pg_backend_pid()` every `interval`, bounded by `timeout`. A
+/// failure that is not an ordinary server error, no answer in time, or another backend's pid
+/// (a pooler moved the connection) declares the lock lost and closes the connection (so that
+/// it really ends). Holds only a weak reference: the guard owns the connection.
+async fn heartbeat_task(
+    conn: Weak<Dedicated>,
+    backend_pid: i32,
+    lost: CancellationToken,
+    reason: Arc<Mutex<Option<String>>>,
+    stop: CancellationToken,
+    interval: Duration,
+    timeout: Duration,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = lost.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let Some(conn) = conn.upgrade() else { return };
+        let ping =
+            tokio::time::timeout(timeout, conn.client.simple_query("SELECT pg_backend_pid()"));
+        let verdict = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            verdict = ping => verdict,
+        };
+        let why = match verdict {
+            Ok(Ok(reply)) => match moved_session(&reply, backend_pid) {
+                None => continue,
+                Some(other) => format!(
+                    "the heartbeat ran in another server session (backend {other}, the lock is \
+                     in {backend_pid}): a connection pooler in transaction or statement mode \
+                     moved this connection, and a session lock cannot be held through it"
+                ),
+            },
+            Ok(Err(e)) if session_alive(&e) => continue,
+            Ok(Err(e)) => format!(
+                "the heartbeat on the lock's connection failed: {}",
+                match e.as_db_error() {
+                    Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                    None => e.to_string(),
+                }
+            ),
+            Err(_) => format!(
+                "the heartbeat on the lock's connection got no answer within {timeout:?}; the \
+                 connection is closed"
+            ),
+        };
+        if stop.is_cancelled() {
+            return;
+        }
+        *crate::util::lock(&reason) = Some(why);
+        lost.cancel();
+        conn.close();
+        return;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_fixed_functions_and_bind_the_key() {
+        let int = AdvisoryKey::from(7_i64);
+        let pair = AdvisoryKey::from((1, 2));
+        assert_eq!(
+            statement(Call::Lock, AdvisoryMode::Exclusive, int),
+            "SELECT pg_advisory_lock($1::int8), pg_backend_pid()"
+        );
+        assert_eq!(
+            statement(Call::TryLock, AdvisoryMode::Shared, pair),
+            "SELECT pg_try_advisory_lock_shared($1::int4, $2::int4), pg_backend_pid()"
+        );
+        assert_eq!(
+            statement(Call::Unlock, AdvisoryMode::Shared, int),
+            "SELECT pg_advisory_unlock_shared($1::int8)"
+        );
+        assert_eq!(
+            statement(Call::XactLock, AdvisoryMode::Exclusive, pair),
+            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)"
+        );
+        assert_eq!(
+            statement(Call::TryXactLock, AdvisoryMode::Exclusive, int),
+            "SELECT pg_try_advisory_xact_lock($1::int8)"
+        );
+    }
+}
