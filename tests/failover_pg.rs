@@ -213,3 +213,38 @@ async fn a_terminated_listen_connection_is_re_established_and_wake_ups_still_arr
     assert!(t0.elapsed() < WAKE, "the takeover waited out the lease");
     drain(&mut a, WAKE).await;
 }
+
+/// Job names are any UTF-8 (catalogue row 7): a newline and non-ASCII characters round-trip and
+/// still wake backups (the notification's topic is split off at its last newline); a NUL byte,
+/// which PostgreSQL's text cannot store, is refused with a clear error instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicode_and_newline_names_work_and_a_nul_is_refused() {
+    let client = client().await;
+    let name = "pg:line\nbreak:ジョブ";
+    let mut a = client.start(job(name));
+    let held = match next(&mut a, WAKE).await {
+        Event::Acquired(x) => x,
+        other => panic!("expected Acquired, got {other:?}"),
+    };
+    let mut b = client.start(job(name));
+    assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
+    let t0 = Instant::now();
+    held.fail("x").await.unwrap();
+    match next(&mut b, WAKE).await {
+        Event::Acquired(x) => x.done().await.unwrap(),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+    assert!(t0.elapsed() < WAKE, "the wake-up was lost");
+    assert_eq!(
+        client.job_status(name).await.unwrap().state,
+        baton::JobState::Done
+    );
+    let mut nul = client.start(job("pg:nul\0byte"));
+    match next(&mut nul, WAKE).await {
+        Event::Error { kind, message, .. } => {
+            assert_eq!(kind, baton::ErrorKind::Unsupported);
+            assert!(message.contains("NUL"), "{message}");
+        }
+        other => panic!("expected an Unsupported error, got {other:?}"),
+    }
+}

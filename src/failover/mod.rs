@@ -66,6 +66,9 @@ impl Failover {
                 if config.replica_ack.is_some() {
                     return events::refused(config, pg::replica_ack_unsupported());
                 }
+                if config.key.contains('\0') || config.prefix.contains('\0') {
+                    return events::refused(config, pg::nul_unsupported());
+                }
                 let keys = Arc::new(keys::JobKeys::new(&config.prefix, &config.key));
                 let store = pg::PgStore {
                     transport: transport.clone(),

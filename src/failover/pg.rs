@@ -533,6 +533,16 @@ impl JobStore for PgStore {
     }
 }
 
+/// PostgreSQL's `text` cannot hold a NUL byte, so a job name (or prefix) with one cannot be a
+/// row's key there (Redis keys are binary-safe).
+pub(crate) fn nul_unsupported() -> Error {
+    Error::Unsupported {
+        what: "a job name or prefix containing a NUL byte",
+        backend: "PostgreSQL",
+        why: "PostgreSQL text cannot store NUL bytes; rename the job",
+    }
+}
+
 /// `replica_ack` asks Redis replicas; on PostgreSQL, replication is the server's
 /// `synchronous_commit` / `synchronous_standby_names`.
 pub(crate) fn replica_ack_unsupported() -> Error {

@@ -60,6 +60,7 @@ pub(crate) struct PgTransport {
 /// The one notification channel of baton on PostgreSQL: every message is
 /// `pg_notify(NOTIFY_CHANNEL, topic || E'\n' || message)`, and the hub hands it to the
 /// subscribers of `topic` (a primitive's own name for what it announces, e.g. a job's key).
+/// A message never contains a newline; a topic may (it is split off at the last one).
 pub(crate) const NOTIFY_CHANNEL: &str = "baton";
 
 impl Drop for PgTransport {
@@ -473,7 +474,8 @@ async fn listen_task(
                 },
                 notice = notices.recv() => match notice {
                     Some(n) => {
-                        let Some((topic, message)) = n.payload.split_once('\n') else {
+                        // The last newline: a topic (a key) may hold newlines, a message never.
+                        let Some((topic, message)) = n.payload.rsplit_once('\n') else {
                             continue;
                         };
                         if let Some(list) = waiters.get_mut(topic) {
