@@ -352,9 +352,38 @@ impl ClientBuilder {
             let client = self.postgres()?;
             #[cfg(feature = "postgres")]
             if let Backend::Postgres(t) = &client.backend {
-                // Fail at connect, as on Redis: an unreachable server or bad credentials.
+                // Fail at connect, as on Redis: an unreachable server or bad credentials. The
+                // same round trip reads the durability settings, warned about like Redis'.
                 let conn = t.pooled().await?;
-                t.timed("connecting", conn.simple_query("SELECT 1")).await?;
+                let rows = t
+                    .timed(
+                        "connecting",
+                        conn.query(
+                            "SELECT name, setting FROM pg_settings WHERE name IN \
+                             ('fsync', 'synchronous_commit', 'full_page_writes')",
+                            &[],
+                        ),
+                    )
+                    .await?;
+                let unsafe_settings: Vec<String> = rows
+                    .iter()
+                    .filter_map(|r| {
+                        let (name, value): (String, String) =
+                            (r.try_get(0).ok()?, r.try_get(1).ok()?);
+                        let safe = match name.as_str() {
+                            "synchronous_commit" => value != "off",
+                            _ => value == "on",
+                        };
+                        (!safe).then(|| format!("{name} is {value}"))
+                    })
+                    .collect();
+                if !unsafe_settings.is_empty() {
+                    tracing::warn!(
+                        problems = ?unsafe_settings,
+                        "PostgreSQL may lose acknowledged commits in a crash; baton's guarantees \
+                         need fsync on, synchronous_commit on and full_page_writes on"
+                    );
+                }
             }
             return Ok(client);
         }
