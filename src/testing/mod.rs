@@ -1806,6 +1806,15 @@ impl PgServer {
         }
         send_signal(self.pid, libc::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
+        // The signal is delivered asynchronously: until the postmaster is stopped it may still
+        // fork a child, which the listing below would miss. Bounded: a postmaster that does not
+        // show as stopped in time gets its children listed anyway.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while proc_state(self.pid).is_some_and(|s| s != 'T' && s != 't')
+            && Instant::now() < deadline
+        {
+            thread::sleep(Duration::from_millis(1));
+        }
         for child in pg_children(self.pid) {
             let _ = signal_pg_child(child, libc::SIGSTOP);
         }
@@ -2008,6 +2017,12 @@ fn pg_children(postmaster: u32) -> Vec<u32> {
                 == Some(postmaster)
         })
         .collect()
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T`: stopped, `Z`: a zombie), if it can be read.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// Sends `signal` to a child of the fixture's postmaster (found by [`pg_children`]).
@@ -2362,5 +2377,53 @@ fn pg_ready(pid_file: &Path, pid: u32, port: u16) -> Result<(), String> {
     match lines.get(7) {
         Some(&"ready") => Ok(()),
         status => Err(format!("status {status:?}")),
+    }
+}
+
+#[cfg(test)]
+mod pg_fault_tests {
+    use super::*;
+
+    #[test]
+    fn pause_stops_the_postmaster_and_its_children_and_crash_keeps_the_data() {
+        // Durable: with `synchronous_commit=off` (`start`), a commit whose WAL the WAL writer
+        // had not yet written when the server stops is lost on an immediate shutdown.
+        let mut pg = match PgServer::start_durable() {
+            Ok(pg) => pg,
+            Err(e) => panic!("cannot start PostgreSQL: {e}"),
+        };
+        pg.psql("CREATE TABLE kept (id int); INSERT INTO kept VALUES (7)")
+            .expect("create");
+        let children = pg_children(pg.pid());
+        assert!(
+            children.len() >= 3,
+            "a running server has auxiliary processes: {children:?}"
+        );
+        pg.pause().expect("pause");
+        // SIGSTOP is delivered asynchronously; give it a moment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let all_stopped = || {
+            std::iter::once(pg.pid())
+                .chain(pg_children(pg.pid()))
+                // A child that exited meanwhile stays a zombie (`Z`): its stopped parent
+                // cannot reap it.
+                .all(|p| matches!(proc_state(p), Some('T' | 't' | 'Z' | 'X') | None))
+        };
+        while !all_stopped() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(all_stopped(), "every server process stopped after pause()");
+        pg.resume().expect("resume");
+        assert_eq!(pg.psql("SELECT 1").expect("after resume"), "1\n");
+
+        // Paused, then crashed: resumed first, so it stops and comes back.
+        pg.pause().expect("pause again");
+        pg.crash();
+        assert!(!pg.is_running());
+        assert!(pg.pause().is_err(), "a crashed server cannot be paused");
+        assert!(pg.psql("SELECT 1").is_err(), "no server while crashed");
+        pg.restart().expect("restart");
+        assert!(pg.is_running());
+        assert_eq!(pg.psql("SELECT id FROM kept").expect("kept"), "7\n");
     }
 }
