@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
 //! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
+//! cargo run --example chaos --features testing,postgres -- --profile postgres [--seed N]
 //! ```
 //!
 //! The control process starts a durable, password-protected `redis-server`, a fault proxy per
@@ -26,7 +27,19 @@
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
 //! below the node timeout, reshards of a running job's slot, per-node link faults (each node
 //! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
-//! its two controls on fresh clusters (fencing off; one shard restarted without its data). Logs and `report.json` go to
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data).
+//! Profile `postgres` (needs `--features testing,postgres`) runs the failover workload, fenced,
+//! with the same checker against a durable PostgreSQL (`PgServer::start_durable`, fsync on),
+//! each worker connecting with a `postgres://` URL through its fault proxy (60 jobs, 25 s of
+//! chaos; `--seconds` and `--jobs` override): the worker lane as in `quick`, a PostgreSQL lane
+//! (`pg_terminate_backend` on every `baton` session, immediate-shutdown crash down 0.5–3 s then
+//! restarted, postmaster and backends SIGSTOPped 0.3–3 s, a lease clock jump moving every
+//! `lease_expires` 0.5–2 leases back) and holder pauses; then its controls on fresh servers
+//! (`control-postgres-fencing-off`: C1 must flag; `control-postgres-volatile`: every job row
+//! truncated after a crash-restart, worker 0 restarted: C3/C4 or a StateLost event must show
+//! it). The fixture trusts loopback, so its workers connect as the superuser: there is no
+//! counterpart of the Redis profiles' least-privilege ACL user. About 75 s in all. Logs and
+//! `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
