@@ -418,12 +418,20 @@ impl Ctx {
                 self.stop(id, kind, json!({"err":r.err()}));
             }
             Kind::PausePg => {
-                let Some(pg) = &self.pg else { return };
+                let Some(pg) = self.pg.clone() else { return };
                 let d = rng.range(0.3, 3.0);
-                let r = lock(pg).pause().map_err(|e| e.to_string());
+                // Blocking (it lists /proc and waits for the postmaster to stop): off the runtime.
+                let p2 = pg.clone();
+                let r = tokio::task::spawn_blocking(move || lock(&p2).pause())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
                 let id = self.start(kind, &self.all(), json!({"secs":d,"err":r.err()}));
                 tokio::time::sleep(secs(d)).await;
-                let r = lock(pg).resume().map_err(|e| e.to_string());
+                let r = tokio::task::spawn_blocking(move || lock(&pg).resume())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
                 self.stop(id, kind, json!({"err":r.err()}));
             }
             Kind::LeaseJump => {
