@@ -484,6 +484,9 @@ fn check_failover(r: &PhaseResult, canary: &str) -> Analysis {
                 | "client_kill"
                 | "client_pause"
                 | "slice"
+                | "pause_pg"
+                | "crash_restart_pg"
+                | "pg_backend_kill"
         );
         if !hits_links {
             continue;
@@ -531,7 +534,11 @@ fn check_failover(r: &PhaseResult, canary: &str) -> Analysis {
             }
             let strong = matches!(
                 w.kind.as_str(),
-                "pause_redis" | "crash_restart_redis" | "partition_worker"
+                "pause_redis"
+                    | "crash_restart_redis"
+                    | "partition_worker"
+                    | "pause_pg"
+                    | "crash_restart_pg"
             ) && w.secs >= 1.0;
             if strong && holding {
                 meaningful += 1;

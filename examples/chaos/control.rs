@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::testing::{Persistence, RedisCluster, RedisServer};
+use baton::testing::{Persistence, PgServer, RedisCluster, RedisServer};
 use serde_json::json;
 
 use crate::fleet::{ExitRec, Fleet};
@@ -39,6 +39,9 @@ pub struct PhaseCfg {
     pub cluster: bool,
     /// Added to the liveness bound (C7): a cluster failover takes 1–3 s before the replica serves.
     pub liveness_extra_ms: u64,
+    /// Run against a durable PostgreSQL (`PgServer::start_durable`) instead of Redis: workers
+    /// connect through their proxies with a `postgres://` URL (profile `postgres`).
+    pub postgres: bool,
 }
 
 pub struct PhaseResult {
@@ -80,7 +83,27 @@ pub async fn run_phase(
     // and the workers log in as the least-privilege user with the canary password.
     let pw = canary.to_string();
     let mut node_links = Vec::new();
-    let (redis, cluster, redis_port, admin_url, worker_url) = if cfg.cluster {
+    let mut pg = None;
+    let (redis, cluster, redis_port, admin_url, worker_url) = if cfg.postgres {
+        // fsync on: a crash-restart loses nothing acknowledged. The fixture trusts loopback
+        // connections (no password, no least-privilege role): the workers connect as the
+        // superuser `postgres`.
+        let server = tokio::task::spawn_blocking(PgServer::start_durable).await??;
+        let port = server.port();
+        let admin_url = server.url();
+        log.write(
+            json!({"p":"control","type":"info","f":"postgres","port":port,
+            "pid":server.pid()}),
+        );
+        pg = Some(Arc::new(Mutex::new(server)));
+        (
+            None,
+            None,
+            port,
+            admin_url,
+            "postgres://postgres@127.0.0.1:{port}/postgres".to_string(),
+        )
+    } else if cfg.cluster {
         let c = tokio::task::spawn_blocking(move || {
             RedisCluster::builder()
                 .acl_user(WORKER_USER, &pw, "baton:")
@@ -187,6 +210,7 @@ pub async fn run_phase(
     let ctx = Arc::new(nemesis::Ctx {
         redis: redis.clone(),
         cluster: cluster.clone(),
+        pg: pg.clone(),
         node_links: node_links.clone(),
         job_clock: nemesis::JobClock {
             t0,
@@ -280,6 +304,7 @@ pub async fn run_phase(
     };
     let read = match &cluster {
         Some(c) => crate::cluster::read_final_state(c, jobs).await,
+        None if cfg.postgres => crate::pg::read_final_state(&admin_url, jobs).await,
         None => read_final_state(&admin_url, jobs).await,
     };
     let (final_state, final_state_err) = match read {
@@ -296,6 +321,7 @@ pub async fn run_phase(
     let _ = tokio::task::spawn_blocking(move || {
         drop(redis);
         drop(cluster);
+        drop(pg);
     })
     .await;
     Ok(PhaseResult {
@@ -317,7 +343,21 @@ pub async fn run_phase(
 /// lost.
 async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
     let redis = ctx.redis.clone();
-    let r = if let Some(cluster) = ctx.cluster.clone() {
+    let r = if let Some(pg) = ctx.pg.clone() {
+        // PostgreSQL loses its data: an immediate shutdown, a start on the same data, and
+        // every job row truncated (as if the server came back from a disk without them).
+        let restarted = tokio::task::spawn_blocking(move || lock(&pg).restart())
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match restarted {
+            Ok(()) => match crate::pg::Admin::connect(&ctx.admin_url).await {
+                Ok(admin) => admin.truncate_jobs().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e),
+        }
+    } else if let Some(cluster) = ctx.cluster.clone() {
         // The cluster's nodes keep no data across a restart: killing a shard's replica, then its
         // primary (no failover: there is no replica left), and restarting both loses the shard.
         let proxies: Vec<u16> = ctx.node_links.iter().map(|l| l.port).collect();

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
 //! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
+//! cargo run --example chaos --features testing,postgres -- --profile postgres [--seed N]
 //! ```
 //!
 //! The control process starts a durable, password-protected `redis-server`, a fault proxy per
@@ -26,7 +27,19 @@
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
 //! below the node timeout, reshards of a running job's slot, per-node link faults (each node
 //! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
-//! its two controls on fresh clusters (fencing off; one shard restarted without its data). Logs and `report.json` go to
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data).
+//! Profile `postgres` (needs `--features testing,postgres`) runs the failover workload, fenced,
+//! with the same checker against a durable PostgreSQL (`PgServer::start_durable`, fsync on),
+//! each worker connecting with a `postgres://` URL through its fault proxy (60 jobs, 25 s of
+//! chaos; `--seconds` and `--jobs` override): the worker lane as in `quick`, a PostgreSQL lane
+//! (`pg_terminate_backend` on every `baton` session, immediate-shutdown crash down 0.5–3 s then
+//! restarted, postmaster and backends SIGSTOPped 0.3–3 s, a lease clock jump moving every
+//! `lease_expires` 0.5–2 leases back) and holder pauses; then its controls on fresh servers
+//! (`control-postgres-fencing-off`: C1 must flag; `control-postgres-volatile`: every job row
+//! truncated after a crash-restart, worker 0 restarted: C3/C4 or a StateLost event must show
+//! it). The fixture trusts loopback, so its workers connect as the superuser: there is no
+//! counterpart of the Redis profiles' least-privilege ACL user. About 75 s in all. Logs and
+//! `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
@@ -35,6 +48,7 @@ mod cluster;
 mod control;
 mod fleet;
 mod nemesis;
+mod pg;
 mod proxy;
 mod resource;
 mod util;
@@ -140,6 +154,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Failover,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     } else if profile == "cluster" {
         if !cfg!(feature = "cluster") {
@@ -173,10 +188,74 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             // A killed primary's replica is promoted 1–3 s after the kill (node timeout 1 s, then
             // the election), and clients find it at their next slot-map read: 3 s more.
             liveness_extra_ms: 3_000,
+            postgres: false,
+        });
+    } else if profile == "postgres" {
+        if !cfg!(feature = "postgres") {
+            return Err(
+                "profile postgres needs baton's `postgres` feature: cargo run --example \
+                chaos --features testing,postgres -- --profile postgres"
+                    .into(),
+            );
+        }
+        // The failover workload against a durable PostgreSQL (fsync on), each worker through its
+        // fault proxy: the worker lane as in `quick`, PostgreSQL's server faults (backend kill,
+        // crash-restart, postmaster and backends paused, lease clock jump), holder pauses.
+        phases.push(PhaseCfg {
+            name: "postgres".into(),
+            jobs: flag(args, "--jobs").map_or(Ok(60), |j| j.parse())?,
+            warmup_s: 3.0,
+            chaos_s: flag(args, "--seconds").map_or(Ok(25.0), |s| s.parse())?,
+            fenced: true,
+            lanes: vec![
+                Kind::WORKER_LANE.to_vec(),
+                Kind::PG_SERVER_LANE.to_vec(),
+                vec![Kind::PauseWorker],
+            ],
+            volatile_restart_at: None,
+            seed,
+            quiesce_bound_s: 30.0,
+            workload: Workload::Failover,
+            cluster: false,
+            liveness_extra_ms: 0,
+            postgres: true,
+        });
+        // Its controls, as on Redis: the resource ignores tokens while holders are paused past
+        // their lease (C1 must flag it); the server loses every job row mid-phase and worker 0
+        // is restarted (C3/C4 or a StateLost event must show it).
+        phases.push(PhaseCfg {
+            name: "control-postgres-fencing-off".into(),
+            jobs: 30,
+            warmup_s: 1.0,
+            chaos_s: 12.0,
+            fenced: false,
+            lanes: vec![vec![Kind::PauseWorker]],
+            volatile_restart_at: None,
+            seed: mix(&[seed, 0x9A]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Failover,
+            cluster: false,
+            liveness_extra_ms: 0,
+            postgres: true,
+        });
+        phases.push(PhaseCfg {
+            name: "control-postgres-volatile".into(),
+            jobs: 30,
+            warmup_s: 1.0,
+            chaos_s: 12.0,
+            fenced: true,
+            lanes: vec![],
+            volatile_restart_at: Some(6.0),
+            seed: mix(&[seed, 0x9B]),
+            quiesce_bound_s: 20.0,
+            workload: Workload::Failover,
+            cluster: false,
+            liveness_extra_ms: 0,
+            postgres: true,
         });
     } else if !["controls", "mutex", "leader", "fair"].contains(&profile.as_str()) {
         return Err(format!(
-            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster)"
+            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster, postgres)"
         )
         .into());
     }
@@ -196,6 +275,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Failover,
             cluster: true,
             liveness_extra_ms: 3_000,
+            postgres: false,
         });
         // The volatile control on the cluster: the shard of job 0 loses its data mid-phase
         // (primary and replica restarted empty), then worker 0 is restarted; C3/C4 or a
@@ -213,6 +293,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Failover,
             cluster: true,
             liveness_extra_ms: 3_000,
+            postgres: false,
         });
     }
     phases.push(PhaseCfg {
@@ -228,6 +309,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         workload: Workload::Failover,
         cluster: false,
         liveness_extra_ms: 0,
+        postgres: false,
     });
     phases.push(PhaseCfg {
         name: "control-volatile".into(),
@@ -242,6 +324,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         workload: Workload::Failover,
         cluster: false,
         liveness_extra_ms: 0,
+        postgres: false,
     });
     let mutex_phases = profile == "quick" || profile == "mutex";
     if mutex_phases {
@@ -271,6 +354,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Mutex,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
     phases.push(PhaseCfg {
@@ -286,6 +370,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         workload: Workload::Mutex,
         cluster: false,
         liveness_extra_ms: 0,
+        postgres: false,
     });
     if mutex_phases {
         // Redis restarted without persistence mid-phase: the fence is gone, yet every later
@@ -303,6 +388,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Mutex,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
 
@@ -333,6 +419,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Leader,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
     if leader_phases || profile == "controls" {
@@ -349,6 +436,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Leader,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
     let fair_phases = profile == "quick" || profile == "fair";
@@ -379,6 +467,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Fair,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
     if fair_phases || profile == "controls" {
@@ -395,6 +484,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             workload: Workload::Fair,
             cluster: false,
             liveness_extra_ms: 0,
+            postgres: false,
         });
     }
     if profile == "mutex" {
@@ -409,6 +499,9 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     if profile == "cluster" {
         phases.retain(|p| p.cluster);
     }
+    if profile == "postgres" {
+        phases.retain(|p| p.postgres);
+    }
     let t_start = std::time::Instant::now();
     let mut lines: Vec<(String, bool, String)> = Vec::new();
     let mut report = json!({"seed": seed, "profile": profile, "workers": worker::WORKERS,
@@ -418,6 +511,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         let chaos_s = cfg.chaos_s;
         let workload = cfg.workload;
         let is_cluster = cfg.cluster;
+        let is_pg = cfg.postgres;
         println!(
             "chaos: phase {name}: {} jobs, {}s chaos",
             cfg.jobs, cfg.chaos_s
@@ -433,7 +527,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         };
         let an = checker::check(&res, &canary);
         report["phases"][&name] = phase_json(&an);
-        if name == "main" || name == "cluster" {
+        if name == "main" || name == "cluster" || name == "postgres" {
             // The density the quick profile promises: at least 40 faults of at least 10 kinds in
             // its 60 s (shorter runs are scaled down and only need every kind once per lane).
             // The cluster profile: at least 10 faults in 25 s (scaled), and with 25 s or more
@@ -446,7 +540,15 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                     .filter(|(k, v)| *k != "total" && v.as_u64() > Some(0))
                     .count()
             });
-            let (want_total, want_kinds) = if is_cluster {
+            let (want_total, want_kinds) = if is_pg {
+                // The postgres profile: at least 10 faults in 25 s (scaled), and with 25 s or
+                // more 6 kinds (the four PostgreSQL kinds are one lane's, so all of them
+                // show up in 25 s; holder pauses; one worker-lane kind at least).
+                (
+                    (10.0 * (chaos_s / 25.0).min(1.0)).floor() as u64,
+                    if chaos_s >= 25.0 { 6 } else { 1 },
+                )
+            } else if is_cluster {
                 (
                     (10.0 * (chaos_s / 25.0).min(1.0)).floor() as u64,
                     if chaos_s >= 25.0 { 8 } else { 1 },

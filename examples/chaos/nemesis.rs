@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::testing::{RedisCluster, RedisServer};
+use baton::testing::{PgServer, RedisCluster, RedisServer};
 use serde_json::{json, Value};
 
 use crate::fleet::Fleet;
@@ -41,6 +41,17 @@ pub enum Kind {
     /// Cluster profile: move an in-use job's slot to another primary (IMPORTING/MIGRATING,
     /// MIGRATE, SETSLOT NODE), with short random pauses between the steps.
     Reshard,
+    /// Profile `postgres`: `pg_terminate_backend` on every baton connection (application_name
+    /// `baton`), like Redis' `CLIENT KILL`.
+    PgBackendKill,
+    /// Profile `postgres`: immediate shutdown (SIGQUIT), down 0.5–3 s, started again on the same
+    /// port and data (fsync on: nothing acknowledged is lost).
+    CrashRestartPg,
+    /// Profile `postgres`: SIGSTOP the postmaster and its backends 0.3–3 s.
+    PausePg,
+    /// Profile `postgres`: the server clock jumps forward for leases (like `TtlShrink`): every
+    /// `lease_expires` in `baton_jobs` moved 0.5–2 leases into the past.
+    LeaseJump,
 }
 
 impl Kind {
@@ -63,6 +74,10 @@ impl Kind {
             Kind::ResetNode => "reset_node",
             Kind::PausePrimary => "pause_primary",
             Kind::Reshard => "reshard",
+            Kind::PgBackendKill => "pg_backend_kill",
+            Kind::CrashRestartPg => "crash_restart_pg",
+            Kind::PausePg => "pause_pg",
+            Kind::LeaseJump => "lease_jump",
         }
     }
 
@@ -71,6 +86,7 @@ impl Kind {
             Kind::PauseWorker | Kind::PartitionWorker => 3,
             Kind::KillWorker | Kind::PauseRedis | Kind::Latency | Kind::TtlShrink => 2,
             Kind::Reshard | Kind::PausePrimary => 2,
+            Kind::PausePg | Kind::LeaseJump => 2,
             _ => 1,
         }
     }
@@ -99,6 +115,13 @@ impl Kind {
     /// port with `cluster-announce-port`, so clients reach it only through the proxy).
     pub const CLUSTER_NET_LANE: [Kind; 3] =
         [Kind::PartitionNode, Kind::LatencyNode, Kind::ResetNode];
+    /// The `postgres` profile's server lane: PostgreSQL's counterparts of `SERVER_LANE`.
+    pub const PG_SERVER_LANE: [Kind; 4] = [
+        Kind::PgBackendKill,
+        Kind::CrashRestartPg,
+        Kind::PausePg,
+        Kind::LeaseJump,
+    ];
 }
 
 /// Everything the nemesis can hit.
@@ -107,6 +130,8 @@ pub struct Ctx {
     pub redis: Option<Arc<Mutex<RedisServer>>>,
     /// The cluster (profile `cluster`), and when its jobs are released (for `Reshard`).
     pub cluster: Option<Arc<Mutex<RedisCluster>>>,
+    /// The PostgreSQL server (profile `postgres`); `admin_url` is then its superuser URL.
+    pub pg: Option<Arc<Mutex<PgServer>>>,
     pub job_clock: JobClock,
     /// Cluster profile: node i's proxy (clients' only way to it).
     pub node_links: Vec<Arc<Link>>,
@@ -369,6 +394,57 @@ impl Ctx {
                     json!({"err":r.as_ref().err().map(|e| e.to_string())}),
                 );
             }
+            Kind::PgBackendKill => {
+                let id = self.start(kind, &self.all(), json!({}));
+                let r = self.pg_backend_kill().await;
+                self.stop(
+                    id,
+                    kind,
+                    json!({"killed":r.as_ref().ok(),
+                    "err":r.as_ref().err().map(|e| e.to_string())}),
+                );
+            }
+            Kind::CrashRestartPg => {
+                let Some(pg) = self.pg.clone() else { return };
+                let d = rng.range(0.5, 3.0);
+                let p2 = pg.clone();
+                let _ = tokio::task::spawn_blocking(move || lock(&p2).crash()).await;
+                let id = self.start(kind, &self.all(), json!({"down_secs":d}));
+                tokio::time::sleep(secs(d)).await;
+                let r = tokio::task::spawn_blocking(move || lock(&pg).restart())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                self.stop(id, kind, json!({"err":r.err()}));
+            }
+            Kind::PausePg => {
+                let Some(pg) = self.pg.clone() else { return };
+                let d = rng.range(0.3, 3.0);
+                // Blocking (it lists /proc and waits for the postmaster to stop): off the runtime.
+                let p2 = pg.clone();
+                let r = tokio::task::spawn_blocking(move || lock(&p2).pause())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                let id = self.start(kind, &self.all(), json!({"secs":d,"err":r.err()}));
+                tokio::time::sleep(secs(d)).await;
+                let r = tokio::task::spawn_blocking(move || lock(&pg).resume())
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                self.stop(id, kind, json!({"err":r.err()}));
+            }
+            Kind::LeaseJump => {
+                let delta_ms = (rng.range(0.5, 2.0) * LEASE.as_millis() as f64) as i64;
+                let id = self.start(kind, &self.all(), json!({"delta_ms":delta_ms}));
+                let r = self.lease_jump(delta_ms).await;
+                self.stop(
+                    id,
+                    kind,
+                    json!({"rows":r.as_ref().ok(),
+                    "err":r.as_ref().err().map(|e| e.to_string())}),
+                );
+            }
             Kind::KillPrimary => self.kill_primary(rng).await,
             Kind::PausePrimary => self.pause_primary(rng).await,
             Kind::Reshard => self.reshard(rng).await,
@@ -421,6 +497,21 @@ impl Ctx {
             .map_err(|_| "ttl shrink timed out")??)
     }
 
+    /// `pg_terminate_backend` on every baton session (application_name `baton`, which baton
+    /// sets unless the URL names one), through an admin connection that bypasses the proxies.
+    /// Returns how many backends were signalled.
+    async fn pg_backend_kill(&self) -> Result<i64, BoxError> {
+        let admin = crate::pg::Admin::connect(&self.admin_url).await?;
+        admin.terminate_baton_backends().await
+    }
+
+    /// Emulated forward jump of the server clock for leases: every lease expiry moved
+    /// `delta_ms` into the past (rows' `version` untouched: a clock jump changes no row).
+    async fn lease_jump(&self, delta_ms: i64) -> Result<u64, BoxError> {
+        let admin = crate::pg::Admin::connect(&self.admin_url).await?;
+        admin.lease_jump(delta_ms).await
+    }
+
     /// Heals everything: links pass, Redis resumed (or restarted), workers continued.
     pub async fn heal_all(&self) {
         for l in self.links.iter().chain(&self.node_links) {
@@ -432,6 +523,17 @@ impl Ctx {
                 let mut r = lock(&redis);
                 if !r.is_running() {
                     let _ = r.restart();
+                }
+            })
+            .await;
+        }
+        if let Some(pg) = self.pg.clone() {
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut p = lock(&pg);
+                if p.is_running() {
+                    let _ = p.resume();
+                } else {
+                    let _ = p.restart();
                 }
             })
             .await;

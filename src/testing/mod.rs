@@ -1660,6 +1660,8 @@ pub struct PgServer {
     bin_dir: PathBuf,
     /// `fsync` and `synchronous_commit` on ([`start_durable`](Self::start_durable)).
     durable: bool,
+    /// Frozen by [`pause`](Self::pause) (the postmaster and its children `SIGSTOP`ped).
+    paused: AtomicBool,
 }
 
 impl PgServer {
@@ -1701,6 +1703,7 @@ impl PgServer {
                 dir,
                 bin_dir,
                 durable,
+                paused: AtomicBool::new(false),
             }),
             Err(err) => {
                 // The child, if any, has been reaped; best effort only, the error matters.
@@ -1724,9 +1727,39 @@ impl PgServer {
     /// If the new postmaster cannot start on the port (another process took it meanwhile) or
     /// is not ready in time; the server is down then.
     pub fn restart_immediate(&mut self) -> io::Result<()> {
+        self.crash();
+        self.restart()
+    }
+
+    /// Crashes the server and leaves it down: an immediate shutdown (`SIGQUIT` to the
+    /// postmaster, as in [`restart_immediate`](Self::restart_immediate); a paused server is
+    /// resumed first so that it can act on it), waiting until it is gone. Every connection is
+    /// broken and new ones are refused until [`restart`](Self::restart). The data directory is
+    /// kept. Does nothing if the server is down already.
+    pub fn crash(&mut self) {
+        if self.paused.load(Ordering::SeqCst) {
+            let _ = self.resume();
+        }
         if let Some(child) = self.child.take() {
             pg_stop(child);
         }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the postmaster this fixture started is running (not [`crash`](Self::crash)ed,
+    /// or [`restart`](Self::restart)ed since).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts the server again on the same port and data (crashing it first if it runs),
+    /// returning once it accepts connections; the next start replays the WAL.
+    ///
+    /// # Errors
+    /// If the new postmaster cannot start on the port (another process took it meanwhile) or
+    /// is not ready in time; the server is down then.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.crash();
         let run_as = pg_run_as()?;
         match pg_launch(&self.bin_dir, run_as, &self.dir, self.port, self.durable) {
             Ok(child) => {
@@ -1753,6 +1786,59 @@ impl PgServer {
     /// The PID of the postmaster this fixture started (its backends are its children).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Freezes the server: `SIGSTOP` to the postmaster (first, so that it forks no new backend),
+    /// then to every process whose parent it is (the backends of the open connections and the
+    /// auxiliary processes: checkpointer, WAL writer, ...), found in `/proc`. The listening
+    /// socket stays open, so clients still connect (the kernel completes the handshake) but get
+    /// no reply until [`resume`](Self::resume); open connections get no reply either. Linux
+    /// only (`/proc`).
+    ///
+    /// # Errors
+    /// Fails if the server is not running or the postmaster cannot be signalled; a child that
+    /// exits meanwhile is skipped.
+    pub fn pause(&self) -> io::Result<()> {
+        if self.child.is_none() {
+            return Err(io::Error::other(
+                "pause: the PostgreSQL server is not running",
+            ));
+        }
+        send_signal(self.pid, libc::SIGSTOP)?;
+        self.paused.store(true, Ordering::SeqCst);
+        // The signal is delivered asynchronously: until the postmaster is stopped it may still
+        // fork a child, which the listing below would miss. Bounded: a postmaster that does not
+        // show as stopped in time gets its children listed anyway.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while proc_state(self.pid).is_some_and(|s| s != 'T' && s != 't')
+            && Instant::now() < deadline
+        {
+            thread::sleep(Duration::from_millis(1));
+        }
+        for child in pg_children(self.pid) {
+            let _ = signal_pg_child(child, libc::SIGSTOP);
+        }
+        Ok(())
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on: `SIGCONT` to the postmaster's children,
+    /// then to the postmaster. Requests that arrived meanwhile are then answered. Harmless on a
+    /// server that is not paused.
+    ///
+    /// # Errors
+    /// Fails if the server is not running or the postmaster cannot be signalled.
+    pub fn resume(&self) -> io::Result<()> {
+        if self.child.is_none() {
+            return Err(io::Error::other(
+                "resume: the PostgreSQL server is not running",
+            ));
+        }
+        for child in pg_children(self.pid) {
+            let _ = signal_pg_child(child, libc::SIGCONT);
+        }
+        send_signal(self.pid, libc::SIGCONT)?;
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The server's log (its stderr since it started), for test failure messages. Returns a note
@@ -1908,11 +1994,58 @@ impl fmt::Debug for PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        if let Some(child) = self.child.take() {
-            pg_stop(child);
-        }
+        // Resumes a paused server first: a stopped postmaster would not act on `SIGQUIT`, and
+        // stopped backends would outlive it.
+        self.crash();
         // Best effort: a leftover directory in the temp dir is harmless and Drop must not panic.
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The PIDs of the processes whose parent is `postmaster` (its backends and auxiliary
+/// processes), read from `/proc/<pid>/stat`; empty where `/proc` cannot be read.
+fn pg_children(postmaster: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`: comm may hold spaces and parentheses, so the fields
+            // are counted from the last `)`.
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(postmaster)
+        })
+        .collect()
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T`: stopped, `Z`: a zombie), if it can be read.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Sends `signal` to a child of the fixture's postmaster (found by [`pg_children`]).
+fn signal_pg_child(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|pid| *pid > 0)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+    // SAFETY: `kill(2)` has no memory-safety preconditions. The pid is positive (never a
+    // process group or "all processes") and was, a moment ago, a child of our postmaster; a
+    // child reaped and its pid reused in between is possible in principle only, and the signals
+    // sent here (SIGSTOP/SIGCONT) are the ones the caller asked for on that server.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -2250,5 +2383,53 @@ fn pg_ready(pid_file: &Path, pid: u32, port: u16) -> Result<(), String> {
     match lines.get(7) {
         Some(&"ready") => Ok(()),
         status => Err(format!("status {status:?}")),
+    }
+}
+
+#[cfg(test)]
+mod pg_fault_tests {
+    use super::*;
+
+    #[test]
+    fn pause_stops_the_postmaster_and_its_children_and_crash_keeps_the_data() {
+        // Durable: with `synchronous_commit=off` (`start`), a commit whose WAL the WAL writer
+        // had not yet written when the server stops is lost on an immediate shutdown.
+        let mut pg = match PgServer::start_durable() {
+            Ok(pg) => pg,
+            Err(e) => panic!("cannot start PostgreSQL: {e}"),
+        };
+        pg.psql("CREATE TABLE kept (id int); INSERT INTO kept VALUES (7)")
+            .expect("create");
+        let children = pg_children(pg.pid());
+        assert!(
+            children.len() >= 3,
+            "a running server has auxiliary processes: {children:?}"
+        );
+        pg.pause().expect("pause");
+        // SIGSTOP is delivered asynchronously; give it a moment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let all_stopped = || {
+            std::iter::once(pg.pid())
+                .chain(pg_children(pg.pid()))
+                // A child that exited meanwhile stays a zombie (`Z`): its stopped parent
+                // cannot reap it.
+                .all(|p| matches!(proc_state(p), Some('T' | 't' | 'Z' | 'X') | None))
+        };
+        while !all_stopped() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(all_stopped(), "every server process stopped after pause()");
+        pg.resume().expect("resume");
+        assert_eq!(pg.psql("SELECT 1").expect("after resume"), "1\n");
+
+        // Paused, then crashed: resumed first, so it stops and comes back.
+        pg.pause().expect("pause again");
+        pg.crash();
+        assert!(!pg.is_running());
+        assert!(pg.pause().is_err(), "a crashed server cannot be paused");
+        assert!(pg.psql("SELECT 1").is_err(), "no server while crashed");
+        pg.restart().expect("restart");
+        assert!(pg.is_running());
+        assert_eq!(pg.psql("SELECT id FROM kept").expect("kept"), "7\n");
     }
 }
