@@ -1628,8 +1628,10 @@ const PG_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 ///   superuser `postgres`, the database `postgres`). Any local user can connect as the superuser
 ///   while the server runs; that is what a throwaway test server is for, never for real data.
 /// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
-///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data, a
-///   crash of the server process does not (the WAL is still written). Starting takes about 1.5 s,
+///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data,
+///   and so can a crash of the server process (an immediate shutdown drops the last commits
+///   still in the WAL buffers, which `synchronous_commit=off` does not wait for). Tests that
+///   crash the server use [`start_durable`](Self::start_durable). Starting takes about 1.5 s,
 ///   almost all of it `initdb`.
 /// * **Binaries**: from `$PG_BIN_DIR` if set, else the newest `/usr/lib/postgresql/<major>/bin`
 ///   with an `initdb` (Debian: `apt-get install postgresql`), else the directory of an `initdb`
