@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::backend::LockBackend;
 use crate::lease::held::HeldLock;
 pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
@@ -65,12 +66,19 @@ impl std::fmt::Debug for Locks {
 }
 
 impl Locks {
-    /// The Redis transport.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(
-            "the mutex",
-            "not yet on PostgreSQL in this build; use `advisory_locks()`",
-        )
+    /// The Redis transport, for what exists on Redis only (`what`, and `why` with what to use
+    /// instead).
+    fn redis(&self, what: &'static str, why: &'static str) -> Result<&Arc<Transport>, Error> {
+        self.backend.redis(what, why)
+    }
+
+    /// How long a subscription to release notifications may take to confirm.
+    fn connect_timeout(&self) -> Duration {
+        match &self.backend {
+            Backend::Redis(t) => t.settings.connect_timeout,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.settings.connect_timeout,
+        }
     }
 
     /// The mutex on `transport` (the client façade's only way in).
@@ -106,7 +114,8 @@ impl Locks {
     /// [`FencedWrite::Rejected`], and nothing changes. `resource` is any key of yours (not
     /// prefixed); read it with `HGET resource value`.
     ///
-    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks").
+    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks"); on a
+    /// PostgreSQL client this method is [`Error::Unsupported`], pointing there.
     ///
     /// # Errors
     /// [`Error::CorruptState`] when the stored token is not a canonical number (nothing is
@@ -118,8 +127,13 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let mut conn = self.transport()?.node(resource).await?.conn();
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
+        let transport = self.redis(
+            "write_fenced",
+            "the resource is a Redis hash; for a resource in PostgreSQL, check the fencing token \
+             in the resource's own UPDATE (README, \"Locks\": the one-statement fenced write)",
+        )?;
+        let mut conn = transport.node(resource).await?.conn();
+        let limit = after(Instant::now(), transport.settings.response_timeout);
         kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
     }
 
@@ -159,38 +173,64 @@ impl Locks {
         wait: Option<ReplicaWait>,
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
+        let backend = LockBackend::of(&self.backend);
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
-        let mut pending = Pending::arm(self.transport()?, keys, &token);
-        let node = self.transport()?.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        let req = kernel::Acquire {
-            lock: &keys.lock,
-            fence: &keys.fence,
-            token: &token,
-            ttl,
-        };
-        let grant = match wait {
-            None => kernel::acquire(&mut node.conn(), &req, limit).await,
-            Some(w) => match node.pool.get(limit).await {
-                Ok(mut conn) => match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
-                    Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
-                        // Never handed out: `pending`, still armed, releases it by token.
-                        return Err(Error::NotReplicated {
-                            what: "the lock".into(),
-                            key: key.to_string(),
-                            acked,
-                            wanted: w.replicas,
-                            timeout: w.timeout,
-                        });
-                    }
-                    other => other.map(|(g, _)| g),
-                },
-                Err(e) => {
-                    pending.disarm();
-                    return Err(e);
+        let mut pending = Pending::arm(&backend, keys, &token);
+        let limit = after(Instant::now(), backend.response_timeout());
+        let grant = match &self.backend {
+            Backend::Redis(transport) => {
+                let node = transport.node(&keys.lock).await?;
+                let req = kernel::Acquire {
+                    lock: &keys.lock,
+                    fence: &keys.fence,
+                    token: &token,
+                    ttl,
+                };
+                match wait {
+                    None => kernel::acquire(&mut node.conn(), &req, limit).await,
+                    Some(w) => match node.pool.get(limit).await {
+                        Ok(mut conn) => {
+                            match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
+                                Ok((Grant::Granted { .. }, acked))
+                                    if acked < u64::from(w.replicas) =>
+                                {
+                                    // Never handed out: `pending`, still armed, releases it by
+                                    // token.
+                                    return Err(Error::NotReplicated {
+                                        what: "the lock".into(),
+                                        key: key.to_string(),
+                                        acked,
+                                        wanted: w.replicas,
+                                        timeout: w.timeout,
+                                    });
+                                }
+                                other => other.map(|(g, _)| g),
+                            }
+                        }
+                        Err(e) => {
+                            pending.disarm();
+                            return Err(e);
+                        }
+                    },
                 }
-            },
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(transport) => {
+                if wait.is_some() {
+                    pending.disarm();
+                    return Err(replica_ack_unsupported());
+                }
+                crate::lease::pg::acquire(
+                    transport,
+                    &keys.lock,
+                    &token,
+                    ttl,
+                    kernel::fence_ttl(ttl),
+                    limit,
+                )
+                .await
+            }
         };
         if !kernel::orphaned(&grant) {
             pending.disarm();
@@ -200,7 +240,7 @@ impl Locks {
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard {
                     held: Some(HeldLock::new(
-                        self.transport()?.clone(),
+                        backend,
                         keys.clone(),
                         key,
                         token,
@@ -257,22 +297,34 @@ impl Locks {
                 )));
             }
         }
+        #[cfg(feature = "postgres")]
+        if opts.replica_ack.is_some() && matches!(self.backend, Backend::Postgres(_)) {
+            return Err(replica_ack_unsupported());
+        }
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
         let mut backoff = Backoff::new(opts.max_backoff);
         // This client's waiters on the lock: one shared subscription, one waiter woken per
         // release (see `transport::wake`).
-        let mut group: Option<WakeOne> = None;
+        let mut group: Option<Wake> = None;
         // The wake that prompted the coming try, passed on if this future is dropped first.
         let mut woken: Option<Woken> = None;
         let mut tries: u32 = 0;
         loop {
             // A release that arrived while nobody waited says nothing this try will not see.
-            if let Some(stored) = group.as_ref().and_then(WakeOne::take_stored) {
-                match woken {
-                    None => woken = Some(stored),
-                    Some(_) => stored.used(),
+            match group.as_mut() {
+                Some(Wake::One(g)) => {
+                    if let Some(stored) = g.take_stored() {
+                        match woken {
+                            None => woken = Some(stored),
+                            Some(_) => stored.used(),
+                        }
+                    }
                 }
+                // Notifications that came before this try say nothing it will not see.
+                #[cfg(feature = "postgres")]
+                Some(Wake::Listen(sub)) => while sub.rx.try_recv().is_some() {},
+                None => {}
             }
             tries = tries.saturating_add(1);
             let outcome = self.try_once(&keys, key, ttl, opts.replica_ack).await;
@@ -317,11 +369,22 @@ impl Locks {
                 });
             }
             if group.is_none() {
-                // Best effort: without pub/sub we still poll with backoff and the PTTL.
-                let limit = self.transport()?.settings.connect_timeout;
-                if let Ok(Ok(g)) =
-                    tokio::time::timeout(limit, self.transport()?.hub.wake_one(&keys.channel)).await
-                {
+                // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
+                let limit = self.connect_timeout();
+                let joined = match &self.backend {
+                    Backend::Redis(t) => tokio::time::timeout(limit, t.hub.wake_one(&keys.channel))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .map(Wake::One),
+                    #[cfg(feature = "postgres")]
+                    Backend::Postgres(t) => tokio::time::timeout(limit, t.subscribe(&keys.channel))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .map(Wake::Listen),
+                };
+                if let Some(g) = joined {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:
                     // try again at once now that we listen.
@@ -337,13 +400,23 @@ impl Locks {
             if let Some(g) = give_up {
                 nap = nap.min(g.saturating_duration_since(now));
             }
-            match &group {
+            match &mut group {
                 // The hub is gone (client shutting down): fall back to sleeping.
-                Some(g) if g.closed() => {
+                Some(Wake::One(g)) if g.closed() => {
                     group = None;
                     tokio::time::sleep(nap).await;
                 }
-                Some(g) => woken = g.wait(nap).await,
+                Some(Wake::One(g)) => woken = g.wait(nap).await,
+                // Any message (a release, or a reconnect of the LISTEN connection, after which
+                // a release may have been missed) prompts a try.
+                #[cfg(feature = "postgres")]
+                Some(Wake::Listen(sub)) => {
+                    if let Ok(None) = tokio::time::timeout(nap, sub.rx.recv()).await {
+                        // The hub is gone (client shutting down): sleep out the nap instead.
+                        group = None;
+                        tokio::time::sleep(nap).await;
+                    }
+                }
                 None => tokio::time::sleep(nap).await,
             }
         }
@@ -401,6 +474,29 @@ impl Locks {
                 reason: reason.unwrap_or_else(|| "lost".into()),
             }),
         }
+    }
+}
+
+/// How an [`Locks::acquire`] waiting for a held lock hears of its release.
+enum Wake {
+    /// Redis: this client's wake-one group of the lock's channel (see `transport::wake`).
+    One(WakeOne),
+    /// PostgreSQL: a subscription to the lock's topic on the client's `LISTEN` connection
+    /// (every waiter of the client is woken by a release).
+    #[cfg(feature = "postgres")]
+    Listen(crate::transport::Subscription),
+}
+
+/// `replica_ack` on PostgreSQL: a grant is committed by the server that took it; replication
+/// is PostgreSQL's own (`synchronous_commit`, `synchronous_standby_names`).
+#[cfg(feature = "postgres")]
+fn replica_ack_unsupported() -> Error {
+    Error::Unsupported {
+        what: "replica_ack",
+        backend: "PostgreSQL",
+        why: "a grant is a committed row; for grants that survive a failover, configure \
+              synchronous replication (synchronous_standby_names, synchronous_commit) on the \
+              server instead",
     }
 }
 
@@ -526,10 +622,11 @@ impl LockGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), h.transport.settings.response_timeout);
-        let ours =
-            kernel::release(&mut conn, &h.keys.lock, &h.keys.channel, &h.token, limit).await?;
+        let limit = after(Instant::now(), h.backend.response_timeout());
+        let ours = h
+            .backend
+            .release(&h.keys.lock, &h.keys.channel, &h.token, limit)
+            .await?;
         tracing::info!(key = %h.key, token = short(&h.token), ours, "lock released");
         Ok(ours)
     }
@@ -539,7 +636,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
-            release_in_background(&h.transport, &h.keys, h.token);
+            release_in_background(&h.backend, &h.keys, h.token);
         }
     }
 }
