@@ -57,6 +57,7 @@ impl LockBackend {
     }
 
     /// The Redis transport, or [`Error::Unsupported`] naming `what` needs Redis.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn redis(&self, what: &'static str) -> Result<&Arc<Transport>, Error> {
         match self {
             LockBackend::Redis(t) => Ok(t),

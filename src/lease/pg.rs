@@ -22,8 +22,9 @@
 //!   version, so two acquisitions cannot both succeed. The fence becomes
 //!   `max(old + 1, server time in µs)`, the rule of [`next_fence`](super::next_fence) (DESIGN.md
 //!   §3): tokens strictly increase also across restarts of the server and after the row was
-//!   deleted, unless the server's clock goes back. Contention returns the holder's remaining
-//!   time in the same statement (read from the statement's snapshot: a hint for the backoff).
+//!   deleted, unless the server's clock goes back. A lock held in the statement's snapshot is
+//!   not attempted at all (contention is a read), and its remaining time is returned as a hint
+//!   for the backoff.
 //! - **Release** clears the token only if it is ours, and calls `pg_notify` in the same
 //!   statement, so the `released` notification is sent exactly when the release commits.
 //! - **Extend** moves `expires_at` only if the token is ours and the lease has not ended;
@@ -71,8 +72,18 @@ pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
 
 /// `$1` key, `$2` token, `$3` lock ms, `$4` fence retention ms. One row: the fence if granted
 /// (else NULL), and the holder's remaining ms as the statement's snapshot saw it.
+///
+/// `h` reads the row first: a lock held in the statement's snapshot is reported without
+/// attempting the `INSERT` (a read takes no row lock and no transaction id, so contention is
+/// cheap). Only a lock free in the snapshot is attempted, and the `ON CONFLICT … WHERE` re-checks
+/// it on the row's latest version under the row lock: exclusion rests on that, not on `h`.
 const ACQUIRE: &str = "
 WITH c AS (SELECT clock_timestamp() AS now),
+h AS (
+    SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint AS ms
+    FROM baton_locks l, c
+    WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > c.now
+),
 g AS (
     INSERT INTO baton_locks AS l (key, token, expires_at, fence, fence_expires_at)
     SELECT $1, $2,
@@ -80,6 +91,7 @@ g AS (
            floor(extract(epoch FROM c.now) * 1000000)::bigint,
            c.now + $4::float8 * interval '1 millisecond'
     FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM h)
     ON CONFLICT (key) DO UPDATE
     SET token = EXCLUDED.token,
         expires_at = EXCLUDED.expires_at,
@@ -88,10 +100,7 @@ g AS (
     WHERE l.token IS NULL OR l.expires_at IS NULL OR l.expires_at <= (SELECT now FROM c)
     RETURNING l.fence
 )
-SELECT (SELECT fence FROM g),
-       (SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint
-        FROM baton_locks l, c
-        WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > c.now)";
+SELECT (SELECT fence FROM g), (SELECT ms FROM h)";
 
 /// `$1` key, `$2` token, `$3` notification payload, `$4` the channel. A row only if the token was ours:
 /// whether its lease had not ended yet.

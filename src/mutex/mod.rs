@@ -306,25 +306,17 @@ impl Locks {
         let mut backoff = Backoff::new(opts.max_backoff);
         // This client's waiters on the lock: one shared subscription, one waiter woken per
         // release (see `transport::wake`).
-        let mut group: Option<Wake> = None;
+        let mut group: Option<WakeOne> = None;
         // The wake that prompted the coming try, passed on if this future is dropped first.
         let mut woken: Option<Woken> = None;
         let mut tries: u32 = 0;
         loop {
             // A release that arrived while nobody waited says nothing this try will not see.
-            match group.as_mut() {
-                Some(Wake::One(g)) => {
-                    if let Some(stored) = g.take_stored() {
-                        match woken {
-                            None => woken = Some(stored),
-                            Some(_) => stored.used(),
-                        }
-                    }
+            if let Some(stored) = group.as_ref().and_then(WakeOne::take_stored) {
+                match woken {
+                    None => woken = Some(stored),
+                    Some(_) => stored.used(),
                 }
-                // Notifications that came before this try say nothing it will not see.
-                #[cfg(feature = "postgres")]
-                Some(Wake::Listen(sub)) => while sub.rx.try_recv().is_some() {},
-                None => {}
             }
             tries = tries.saturating_add(1);
             let outcome = self.try_once(&keys, key, ttl, opts.replica_ack).await;
@@ -372,19 +364,15 @@ impl Locks {
                 // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
                 let limit = self.connect_timeout();
                 let joined = match &self.backend {
-                    Backend::Redis(t) => tokio::time::timeout(limit, t.hub.wake_one(&keys.channel))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .map(Wake::One),
+                    Backend::Redis(t) => {
+                        tokio::time::timeout(limit, t.hub.wake_one(&keys.channel)).await
+                    }
                     #[cfg(feature = "postgres")]
-                    Backend::Postgres(t) => tokio::time::timeout(limit, t.subscribe(&keys.channel))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .map(Wake::Listen),
+                    Backend::Postgres(t) => {
+                        tokio::time::timeout(limit, t.wake_one(&keys.channel)).await
+                    }
                 };
-                if let Some(g) = joined {
+                if let Ok(Ok(g)) = joined {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:
                     // try again at once now that we listen.
@@ -400,23 +388,13 @@ impl Locks {
             if let Some(g) = give_up {
                 nap = nap.min(g.saturating_duration_since(now));
             }
-            match &mut group {
+            match &group {
                 // The hub is gone (client shutting down): fall back to sleeping.
-                Some(Wake::One(g)) if g.closed() => {
+                Some(g) if g.closed() => {
                     group = None;
                     tokio::time::sleep(nap).await;
                 }
-                Some(Wake::One(g)) => woken = g.wait(nap).await,
-                // Any message (a release, or a reconnect of the LISTEN connection, after which
-                // a release may have been missed) prompts a try.
-                #[cfg(feature = "postgres")]
-                Some(Wake::Listen(sub)) => {
-                    if let Ok(None) = tokio::time::timeout(nap, sub.rx.recv()).await {
-                        // The hub is gone (client shutting down): sleep out the nap instead.
-                        group = None;
-                        tokio::time::sleep(nap).await;
-                    }
-                }
+                Some(g) => woken = g.wait(nap).await,
                 None => tokio::time::sleep(nap).await,
             }
         }
@@ -475,16 +453,6 @@ impl Locks {
             }),
         }
     }
-}
-
-/// How an [`Locks::acquire`] waiting for a held lock hears of its release.
-enum Wake {
-    /// Redis: this client's wake-one group of the lock's channel (see `transport::wake`).
-    One(WakeOne),
-    /// PostgreSQL: a subscription to the lock's topic on the client's `LISTEN` connection
-    /// (every waiter of the client is woken by a release).
-    #[cfg(feature = "postgres")]
-    Listen(crate::transport::Subscription),
 }
 
 /// `replica_ack` on PostgreSQL: a grant is committed by the server that took it; replication
