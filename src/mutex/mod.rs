@@ -1,5 +1,7 @@
-//! A fenced Redis mutex: one holder at a time per lock name, a fencing token that only grows,
-//! and a watchdog that says when the lock may have been lost.
+//! A fenced mutex: one holder at a time per lock name, a fencing token that only grows, and a
+//! watchdog that says when the lock may have been lost. On Redis (keys and scripts) or on
+//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see `lease::pg`), chosen
+//! by the client's URL; the API, the guards and the guarantees are the same.
 //!
 //! - [`keys`]: the key layout (`baton:lock:{K}`, `…:fence`, `…:released`).
 //! - [`options`]: [`AcquireOptions`] (validated, serde).
@@ -8,12 +10,21 @@
 //! - [`LockGuard`]: the held lock: token, fencing token, lease deadline, `release`, `extend`,
 //!   the watchdog and its loss signal.
 //!
-//! The scripts themselves (acquire with fencing, token-checked release and extension) live in
-//! the lease kernel, where the later lock-shaped primitives share them.
+//! The scripts and statements themselves (acquire with fencing, token-checked release and
+//! extension) live in the lease kernel, where the later lock-shaped primitives share them; a
+//! held lock reaches its backend through the kernel's one seam (`lease::backend`).
+//!
+//! On PostgreSQL each operation is one statement (one round trip): acquire an
+//! `INSERT … ON CONFLICT DO UPDATE … WHERE` the lock is free (contention is a read), release an
+//! `UPDATE` that clears the token and calls `pg_notify` in the same statement, extend an
+//! `UPDATE … WHERE` the token is ours and the lease has not ended. Waiters are woken by the
+//! notification through the client's `LISTEN` connection, one waiter per client per release.
+//! [`Locks::write_fenced`] (a Redis hash) and [`AcquireOptionsBuilder::replica_ack`] are
+//! [`Error::Unsupported`] there.
 //!
 //! # Guarantees
-//! - Acquisition is one atomic script: `SET NX PX` with a random 128-bit token, and only if it
-//!   set, the fence advances to `max(old + 1, server time in µs)` in the same step. Fencing
+//! - Acquisition is one atomic script (on PostgreSQL one statement): `SET NX PX` with a random
+//!   128-bit token, and only if it set, the fence advances to `max(old + 1, server time in µs)` in the same step. Fencing
 //!   tokens therefore strictly increase per lock name, also after the fence key was lost
 //!   (restart without persistence), unless the server's clock goes back. Pass the token to the
 //!   resource you write to, and let it reject smaller ones: a lease alone cannot stop a paused
@@ -130,7 +141,8 @@ impl Locks {
         let transport = self.redis(
             "write_fenced",
             "the resource is a Redis hash; for a resource in PostgreSQL, check the fencing token \
-             in the resource's own UPDATE (README, \"Locks\": the one-statement fenced write)",
+             in the resource's own statement (README, \"Locks\", \"The resource's side of \
+             fencing\": one INSERT … ON CONFLICT … WHERE fencing_token <= the new token)",
         )?;
         let mut conn = transport.node(resource).await?.conn();
         let limit = after(Instant::now(), transport.settings.response_timeout);
@@ -546,7 +558,7 @@ impl LockGuard {
     }
 
     /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
-    /// on the shared multiplexed connection and fires the loss signal as
+    /// (on Redis on the shared multiplexed connection, on PostgreSQL on a pooled one) and fires the loss signal as
     /// [`LockGuard::lost_token`] describes. With `max_hold`, it stops extending once the lock
     /// was held that long (counted from the grant) and fires the loss signal then.
     pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
@@ -556,7 +568,7 @@ impl LockGuard {
     }
 
     /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
-    /// compare, then `PEXPIRE`). `Ok(false)`: it was no longer ours; nothing was written (a
+    /// compare, then `PEXPIRE`; on PostgreSQL one `UPDATE … WHERE token = …`). `Ok(false)`: it was no longer ours; nothing was written (a
     /// failed extension never deletes anything), and the loss signal fires. On success the
     /// lease deadline moves (counted from this request's send time).
     ///
