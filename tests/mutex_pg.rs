@@ -412,3 +412,38 @@ async fn a_fence_ahead_of_the_server_clock_steps_by_one() {
         assert!(g.release().await.unwrap());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_moves_the_lease_on_the_server_and_the_deadline() {
+    let c = client().await;
+    let db = sql(&pg().url()).await;
+    let mut g = c
+        .locks()
+        .try_acquire("pg-extend", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("free");
+    let before = g.lease_deadline();
+    assert!(g.extend(Duration::from_secs(20)).await.unwrap());
+    assert!(g.lease_deadline() > before + Duration::from_secs(15));
+    let left: i64 = db
+        .query_one(
+            "SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+             FROM baton_locks WHERE key = $1 AND token = $2",
+            &[&row("pg-extend"), &g.token()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(left > 19_000 && left <= 20_000, "{left} ms left");
+    // Still held after the original 1 s lease would have ended.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(c
+        .locks()
+        .try_acquire("pg-extend", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!g.lost_token().is_cancelled());
+    assert!(g.release().await.unwrap());
+}

@@ -286,3 +286,42 @@ pub(crate) async fn extend(
         Ok(Extension::Confirmed { sent })
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn cleanup_deletes_only_free_rows_past_their_fence_retention() {
+        let pg = crate::testing::PgServer::shared().expect("start PostgreSQL");
+        pg.psql("CREATE DATABASE lease_pg_cleanup")
+            .expect("create a database");
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/lease_pg_cleanup",
+            pg.port()
+        );
+        let (db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        db.batch_execute(SCHEMA).await.unwrap();
+        db.batch_execute(
+            "INSERT INTO baton_locks VALUES
+               ('gone', NULL, now() - interval '1 day', 5, now() - interval '1 s'),
+               ('expired', 't', now() - interval '1 s', 5, now() - interval '1 s'),
+               ('held', 't', now() + interval '1 h', 5, now() - interval '1 s'),
+               ('fenced', NULL, now() - interval '1 day', 5, now() + interval '1 h')",
+        )
+        .await
+        .unwrap();
+        db.batch_execute(CLEANUP).await.unwrap();
+        let left: Vec<String> = db
+            .query("SELECT key FROM baton_locks ORDER BY key", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(left, ["fenced", "held"]);
+    }
+}
