@@ -163,18 +163,25 @@ fn unexpected(what: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 /// Tries once to take lock row `key` for `ttl` with `token`, the fence kept for `retention`;
-/// one statement that gives up at `limit`.
+/// one statement that gives up at `limit`. `topic` is where the lock's releases are notified.
+///
+/// The statement runs in a task of the client that owns its pooled connection: if the caller
+/// gave up (a timeout, a dropped future) and the statement then took the lock, the task
+/// releases it by token on that same connection, so the release runs after the grant and
+/// never overtakes it (as on Redis, where both share one connection).
 ///
 /// # Errors
 /// [`Error::Timeout`] at `limit` (the outcome is unknown: the lock may be ours, so the caller
-/// releases by token); connection and server errors (a fence at `i64::MAX` cannot step and is
-/// refused by the server with "bigint out of range").
+/// releases by token too); connection and server errors (a fence at `i64::MAX` cannot step and
+/// is refused by the server with "bigint out of range").
 ///
 /// # Cancel safety
-/// Dropping it after the statement left leaves the outcome unknown, like a timeout.
+/// Dropping it after the statement left leaves the outcome unknown, like a timeout; a lock it
+/// took is released as above.
 pub(crate) async fn acquire(
     t: &PgTransport,
     key: &str,
+    topic: &str,
     token: &str,
     ttl: Duration,
     retention: Duration,
@@ -183,13 +190,40 @@ pub(crate) async fn acquire(
     const DURING: &str = "acquiring the lock";
     let conn = connection(t, limit, DURING).await?;
     let statement = by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (key, token, topic) = (key.to_string(), token.to_string(), topic.to_string());
+    let (ttl_ms, retention_ms) = (ms(ttl), ms(retention));
+    let response = t.settings.response_timeout;
     let sent = Instant::now();
-    let row = by(
-        limit,
-        DURING,
-        conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
-    )
-    .await?;
+    t.tracker.spawn(async move {
+        let out = conn
+            .query_one(&statement, &[&key, &token, &ttl_ms, &retention_ms])
+            .await;
+        let Err(Ok(row)) = tx.send(out) else {
+            return;
+        };
+        // The caller is gone: a lock this statement took is nobody's.
+        if !matches!(row.try_get::<_, Option<i64>>(0), Ok(Some(_))) {
+            return;
+        }
+        let payload = format!("{topic}\nreleased");
+        let released = tokio::time::timeout(response, async {
+            let st = conn.prepare_cached(RELEASE).await?;
+            conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
+                .await
+        })
+        .await;
+        tracing::debug!(
+            key,
+            ok = matches!(released, Ok(Ok(_))),
+            "an abandoned acquisition's lock released on its own connection"
+        );
+    });
+    let row = match tokio::time::timeout_at(limit, rx).await {
+        Ok(Ok(row)) => row.map_err(|e| classify(e, DURING))?,
+        // The task was dropped unfinished (the runtime is shutting down): unknown outcome.
+        Ok(Err(_)) | Err(_) => return Err(Error::Timeout { during: DURING }),
+    };
     let fence: Option<i64> = row
         .try_get(0)
         .map_err(|e| unexpected("the lock acquisition", e))?;

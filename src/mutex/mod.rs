@@ -236,6 +236,7 @@ impl Locks {
                 crate::lease::pg::acquire(
                     transport,
                     &keys.lock,
+                    &keys.channel,
                     &token,
                     ttl,
                     kernel::fence_ttl(ttl),
