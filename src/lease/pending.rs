@@ -54,6 +54,10 @@ impl<K: LockAt> Drop for Pending<K> {
 
 /// Spawns a token-checked release on the client's tracker; never blocks. Without a runtime (a
 /// holder dropped after it ended) or a client that shut down, the lock's ttl is the backstop.
+#[cfg_attr(
+    not(feature = "postgres"),
+    allow(clippy::infallible_destructuring_match)
+)]
 pub(crate) fn release_in_background<K: LockAt>(backend: &LockBackend, at: &Arc<K>, token: String) {
     let at = at.clone();
     let transport = match backend {
