@@ -165,10 +165,10 @@ fn unexpected(what: &'static str, e: impl std::fmt::Display) -> Error {
 /// Tries once to take lock row `key` for `ttl` with `token`, the fence kept for `retention`;
 /// one statement that gives up at `limit`. `topic` is where the lock's releases are notified.
 ///
-/// The statement runs in a task of the client that owns its pooled connection: if the caller
-/// gave up (a timeout, a dropped future) and the statement then took the lock, the task
-/// releases it by token on that same connection, so the release runs after the grant and
-/// never overtakes it (as on Redis, where both share one connection).
+/// If the caller gives up once the statement may have left (a timeout, a dropped future), a
+/// release by token is sent on the same pooled connection by a task of the client: a
+/// connection runs its statements in order, so the release runs after the grant and never
+/// overtakes it (as on Redis, where both share one connection).
 ///
 /// # Errors
 /// [`Error::Timeout`] at `limit` (the outcome is unknown: the lock may be ours, so the caller
@@ -190,39 +190,35 @@ pub(crate) async fn acquire(
     const DURING: &str = "acquiring the lock";
     let conn = connection(t, limit, DURING).await?;
     let statement = by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (key, token, topic) = (key.to_string(), token.to_string(), topic.to_string());
-    let (ttl_ms, retention_ms) = (ms(ttl), ms(retention));
-    let response = t.settings.response_timeout;
+    let mut behind = ReleaseBehind {
+        conn: Some(conn),
+        key,
+        topic,
+        token,
+        response: t.settings.response_timeout,
+        tracker: &t.tracker,
+    };
+    let Some(conn) = behind.conn.as_ref() else {
+        return Err(Error::Timeout { during: DURING });
+    };
     let sent = Instant::now();
-    t.tracker.spawn(async move {
-        let out = conn
-            .query_one(&statement, &[&key, &token, &ttl_ms, &retention_ms])
-            .await;
-        let Err(Ok(row)) = tx.send(out) else {
-            return;
-        };
-        // The caller is gone: a lock this statement took is nobody's.
-        if !matches!(row.try_get::<_, Option<i64>>(0), Ok(Some(_))) {
-            return;
+    let row = by(
+        limit,
+        DURING,
+        conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+    )
+    .await;
+    let row = match row {
+        Ok(row) => {
+            behind.conn = None;
+            row
         }
-        let payload = format!("{topic}\nreleased");
-        let released = tokio::time::timeout(response, async {
-            let st = conn.prepare_cached(RELEASE).await?;
-            conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
-                .await
-        })
-        .await;
-        tracing::debug!(
-            key,
-            ok = matches!(released, Ok(Ok(_))),
-            "an abandoned acquisition's lock released on its own connection"
-        );
-    });
-    let row = match tokio::time::timeout_at(limit, rx).await {
-        Ok(Ok(row)) => row.map_err(|e| classify(e, DURING))?,
-        // The task was dropped unfinished (the runtime is shutting down): unknown outcome.
-        Ok(Err(_)) | Err(_) => return Err(Error::Timeout { during: DURING }),
+        // Indeterminate (a timeout, a broken connection): `behind` releases on drop.
+        Err(e) if e.is_indeterminate() => return Err(e),
+        Err(e) => {
+            behind.conn = None;
+            return Err(e);
+        }
     };
     let fence: Option<i64> = row
         .try_get(0)
@@ -245,6 +241,54 @@ pub(crate) async fn acquire(
                 .filter(|p| *p > 0)
                 .map(Duration::from_millis),
         }),
+    }
+}
+
+/// While armed (`conn` is `Some`), dropping it sends a release by token on `conn`, behind
+/// whatever that connection was sent before (see [`acquire`]).
+struct ReleaseBehind<'a> {
+    conn: Option<Pooled>,
+    key: &'a str,
+    topic: &'a str,
+    token: &'a str,
+    response: Duration,
+    tracker: &'a tokio_util::task::TaskTracker,
+}
+
+impl Drop for ReleaseBehind<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (key, token) = (self.key.to_string(), self.token.to_string());
+        let payload = format!("{}\nreleased", self.topic);
+        let response = self.response;
+        self.tracker.spawn_on(
+            async move {
+                let released = tokio::time::timeout(response, async {
+                    let st = conn.prepare_cached(RELEASE).await?;
+                    conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
+                        .await
+                })
+                .await;
+                match released {
+                    Ok(Ok(rows)) => tracing::debug!(
+                        key,
+                        ours = !rows.is_empty(),
+                        "an abandoned acquisition released on its own connection"
+                    ),
+                    _ => tracing::debug!(
+                        key,
+                        "an abandoned acquisition's release failed; the release by token on \
+                         another connection and the ttl are the backstops"
+                    ),
+                }
+            },
+            &handle,
+        );
     }
 }
 
