@@ -5,8 +5,79 @@ mod common;
 use std::time::Duration;
 
 use baton::{AcquireOptions, ErrorKind};
-use common::{client, get, pttl, raw, server, Raw};
+use common::{client, get, pttl, raw, server, Deployment, Raw};
 use tokio::time::Instant;
+
+/// What a backend-neutral scenario reads and writes besides the API: plain values (Redis
+/// strings, or rows of a table `plain` on PostgreSQL) and the lock as stored.
+enum Db {
+    Redis(Raw),
+    #[cfg(feature = "postgres")]
+    Pg(tokio_postgres::Client),
+}
+
+async fn db(server: &Deployment) -> Db {
+    #[cfg(feature = "postgres")]
+    if let Deployment::Postgres(d) = server {
+        let c = d.connect().await;
+        c.batch_execute("CREATE TABLE IF NOT EXISTS plain (k text PRIMARY KEY, v text NOT NULL)")
+            .await
+            .unwrap();
+        return Db::Pg(c);
+    }
+    Db::Redis(raw(server).await)
+}
+
+impl Db {
+    async fn get(&mut self, key: &str) -> Option<String> {
+        match self {
+            Db::Redis(r) => get(r, key).await,
+            #[cfg(feature = "postgres")]
+            Db::Pg(c) => c
+                .query_opt("SELECT v FROM plain WHERE k = $1", &[&key])
+                .await
+                .unwrap()
+                .map(|r| r.get(0)),
+        }
+    }
+
+    async fn set(&mut self, key: &str, value: &str) {
+        match self {
+            Db::Redis(r) => set(r, key, value).await,
+            #[cfg(feature = "postgres")]
+            Db::Pg(c) => {
+                c.execute(
+                    "INSERT INTO plain VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = $2",
+                    &[&key, &value],
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+
+    /// Lock `name`'s holder token and remaining ms (`(None, -2)` when free), as stored.
+    async fn lock(&mut self, name: &str) -> (Option<String>, i64) {
+        match self {
+            Db::Redis(r) => (
+                get(r, &lock_key(name)).await,
+                pttl(r, &lock_key(name)).await,
+            ),
+            #[cfg(feature = "postgres")]
+            Db::Pg(c) => c
+                .query_opt(
+                    "SELECT token,
+                            ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+                     FROM baton_locks
+                     WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()",
+                    &[&lock_key(name)],
+                )
+                .await
+                .unwrap()
+                .map_or((None, -2), |r| (r.get(0), r.get(1))),
+        }
+    }
+}
 
 fn lock_key(name: &str) -> String {
     format!("baton:lock:{{{name}}}")
@@ -34,6 +105,7 @@ fn next_rand(state: &mut u64) -> u64 {
 }
 
 scenario! {
+    postgres:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sixteen_tasks_increment_a_plain_counter_exactly() {
         let server = server();
@@ -42,7 +114,7 @@ scenario! {
         for t in 0..16u64 {
             // Four clients with four tasks each: contention inside one client and across clients.
             let c = client(&server).await;
-            let mut plain = raw(&server).await;
+            let mut plain = db(&server).await;
             tasks.push(tokio::spawn(async move {
                 let locks = c.locks();
                 let opts = AcquireOptions::default();
@@ -52,18 +124,12 @@ scenario! {
                         .acquire("counter", Duration::from_secs(5), &opts)
                         .await
                         .expect("acquire");
-                    let v: Option<i64> = redis::cmd("GET")
-                        .arg("counter")
-                        .query_async(&mut plain)
+                    let v: i64 = plain
+                        .get("counter")
                         .await
-                        .unwrap();
+                        .map_or(0, |v| v.parse().unwrap());
                     tokio::time::sleep(Duration::from_micros(next_rand(&mut rng) % 1000)).await;
-                    let _: () = redis::cmd("SET")
-                        .arg("counter")
-                        .arg(v.unwrap_or(0) + 1)
-                        .query_async(&mut plain)
-                        .await
-                        .unwrap();
+                    plain.set("counter", &(v + 1).to_string()).await;
                     assert!(
                         guard.release().await.expect("release"),
                         "released our own lock"
@@ -76,8 +142,8 @@ scenario! {
         for t in tasks {
             clients.push(t.await.unwrap());
         }
-        let mut conn = raw(&server).await;
-        assert_eq!(get(&mut conn, "counter").await.as_deref(), Some("3200"));
+        let mut conn = db(&server).await;
+        assert_eq!(conn.get("counter").await.as_deref(), Some("3200"));
         eprintln!("3200 increments under the mutex in {:?}", started.elapsed());
     }
 }
@@ -141,6 +207,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn foreign_token_release_and_extend_say_not_held_and_leave_the_lock() {
         let server = server();
@@ -165,18 +232,15 @@ scenario! {
             "a refused extension signals loss"
         );
         assert!(!stale.release().await.unwrap());
-        let mut conn = raw(&server).await;
-        assert_eq!(
-            get(&mut conn, &lock_key("stolen")).await.as_deref(),
-            Some(holder.token())
-        );
-        let left = pttl(&mut conn, &lock_key("stolen")).await;
+        let (token, left) = db(&server).await.lock("stolen").await;
+        assert_eq!(token.as_deref(), Some(holder.token()));
         assert!(left > 9_000 && left <= 10_000, "PTTL {left}");
         assert!(holder.release().await.unwrap());
     }
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn try_acquire_on_a_held_lock_is_none() {
         let server = server();
@@ -205,6 +269,8 @@ scenario! {
     }
 }
 
+// Redis only: writes the fence key by hand (a PostgreSQL fence is a bigint column; the
+// fence-ahead case is in tests/mutex_pg.rs).
 scenario! {
     #[tokio::test]
     async fn a_corrupt_fence_is_reported_and_left_untouched() {
@@ -234,6 +300,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_dropped_guard_is_released_in_the_background() {
         let server = server();
@@ -299,6 +366,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn with_lock_runs_with_the_fencing_token_and_releases() {
         let server = server();
@@ -317,11 +385,11 @@ scenario! {
             .await
             .unwrap();
         assert!(fence > 0);
-        let mut conn = raw(&server).await;
-        assert_eq!(get(&mut conn, &lock_key("closure")).await, None, "released");
+        assert_eq!(db(&server).await.lock("closure").await.0, None, "released");
     }
 }
 
+// Redis only: `write_fenced` writes a Redis hash (Unsupported on PostgreSQL).
 scenario! {
     #[tokio::test]
     async fn a_stale_holders_fenced_write_is_rejected() {
@@ -506,6 +574,8 @@ async fn evalsha_calls(conn: &mut Raw) -> u64 {
         .unwrap_or(0)
 }
 
+// Redis only: counts EVALSHA calls on the server (on PostgreSQL every local waiter is
+// woken; tests/mutex_pg.rs checks the wake-up itself).
 scenario! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_release_wakes_one_local_waiter_not_every_one() {
@@ -556,6 +626,7 @@ scenario! {
     }
 }
 
+// Redis only: writes the fence key by hand (tests/mutex_pg.rs has the PostgreSQL case).
 scenario! {
     #[tokio::test]
     async fn a_fence_ahead_of_the_server_clock_steps_by_one() {

@@ -53,6 +53,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::backend::LockBackend;
 use crate::lease::held::HeldLock;
 use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::transport::{Backend, Subscription, Transport};
@@ -250,7 +251,7 @@ impl FairLocks {
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = FairGuard {
                         held: Some(HeldLock::new(
-                            self.transport()?.clone(),
+                            LockBackend::Redis(self.transport()?.clone()),
                             keys,
                             key,
                             id,
@@ -569,8 +570,9 @@ impl FairGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), h.transport.settings.response_timeout);
+        let transport = h.backend.redis("the fair lock")?;
+        let mut conn = transport.node(&h.keys.lock).await?.conn();
+        let limit = after(Instant::now(), transport.settings.response_timeout);
         let ours = kernel::leave(&mut conn, &h.keys, &h.token, limit).await?;
         tracing::info!(key = %h.key, token = short(&h.token), ours, "fair lock released");
         Ok(ours)
@@ -581,7 +583,9 @@ impl Drop for FairGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
-            leave_in_background(&h.transport, &h.keys, h.token);
+            if let Ok(t) = h.backend.redis("the fair lock") {
+                leave_in_background(t, &h.keys, h.token);
+            }
         }
     }
 }

@@ -44,6 +44,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error, ErrorKind};
+use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::pending::{self, Pending};
@@ -248,7 +249,11 @@ impl Held {
     /// Stops renewing and releases by token in the background (once).
     fn let_go(&self) {
         if self.stop_renewing() {
-            pending::release_in_background(&self.transport, &self.keys, self.value.clone());
+            pending::release_in_background(
+                &LockBackend::Redis(self.transport.clone()),
+                &self.keys,
+                self.value.clone(),
+            );
         }
     }
 }
@@ -265,7 +270,11 @@ impl Election {
         let value = keys::lease_value(&new_token(), &self.name);
         // Armed before the request leaves: an error, a timeout or a dropped future releases
         // the lease by token unless we learn the outcome.
-        let mut pending = Pending::arm(&self.transport, &self.keys, &value);
+        let mut pending = Pending::arm(
+            &LockBackend::Redis(self.transport.clone()),
+            &self.keys,
+            &value,
+        );
         let node = self.transport.node(&self.keys.lease).await?;
         let limit = after(Instant::now(), self.transport.settings.response_timeout);
         let req = kernel::Acquire {
@@ -298,7 +307,7 @@ impl Election {
                     let_go: std::sync::atomic::AtomicBool::new(false),
                 };
                 watchdog::spawn(
-                    &self.transport,
+                    &LockBackend::Redis(self.transport.clone()),
                     Watch {
                         lease: self.keys.lease.clone(),
                         value: held.value.clone(),

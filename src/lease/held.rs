@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::backend::LockBackend;
 use super::lock::fence_ttl;
 use super::watchdog::{self, LeaseState, Watch};
-use super::{deadline, extend, Extend, Extension};
+use super::{deadline, Extend, Extension};
 use crate::error::Error;
-use crate::transport::Transport;
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -28,7 +28,8 @@ pub(crate) trait FencedAt: Send + Sync + 'static {
 
 /// One grant, held.
 pub(crate) struct HeldLock<K: FencedAt> {
-    pub transport: Arc<Transport>,
+    /// Where the lock lives (the seam: Redis or PostgreSQL).
+    pub backend: LockBackend,
     pub keys: Arc<K>,
     /// The lock's name, as given to acquire.
     pub key: String,
@@ -56,7 +57,7 @@ impl<K: FencedAt> std::fmt::Debug for HeldLock<K> {
 impl<K: FencedAt> HeldLock<K> {
     /// The grant of `token` on `keys`, with fencing token `fence`, by a request sent at `sent`.
     pub(crate) fn new(
-        transport: Arc<Transport>,
+        backend: LockBackend,
         keys: Arc<K>,
         key: &str,
         token: String,
@@ -65,7 +66,7 @@ impl<K: FencedAt> HeldLock<K> {
         sent: Instant,
     ) -> Self {
         HeldLock {
-            transport,
+            backend,
             keys,
             key: key.to_string(),
             token,
@@ -84,7 +85,7 @@ impl<K: FencedAt> HeldLock<K> {
         }
         let stop = CancellationToken::new();
         watchdog::spawn(
-            &self.transport,
+            &self.backend,
             Watch {
                 lease: self.keys.lock_key().to_string(),
                 value: self.token.clone(),
@@ -124,9 +125,8 @@ impl<K: FencedAt> HeldLock<K> {
             refresh: &refresh,
             retention: fence_ttl(ttl.max(self.ttl)),
         };
-        let mut conn = self.transport.node(self.keys.lock_key()).await?.conn();
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
-        match extend(&mut conn, &req, limit).await? {
+        let limit = after(Instant::now(), self.backend.response_timeout());
+        match self.backend.extend(&req, limit).await? {
             Extension::Confirmed { sent } => {
                 self.state.confirmed(deadline(sent, ttl));
                 Ok(true)

@@ -17,10 +17,13 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod backend;
 pub(crate) mod held;
 pub(crate) mod items;
 pub(crate) mod lock;
 pub(crate) mod pending;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
 pub(crate) mod queue;
 pub(crate) mod watchdog;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::backend::LockBackend;
 use super::lock;
 use crate::transport::Transport;
 use crate::util::time::after;
@@ -22,16 +23,16 @@ pub(crate) trait LockAt: Send + Sync + 'static {
 /// Releases by token through a task of the client when an acquisition's outcome is unknown
 /// (dropped future, lost reply); [`Pending::disarm`] once the reply is known.
 pub(crate) struct Pending<K: LockAt> {
-    transport: Option<Arc<Transport>>,
+    backend: Option<LockBackend>,
     at: Arc<K>,
     token: String,
 }
 
 impl<K: LockAt> Pending<K> {
     /// Armed: dropped before [`Pending::disarm`], it releases `token` from `at`.
-    pub(crate) fn arm(transport: &Arc<Transport>, at: &Arc<K>, token: &str) -> Self {
+    pub(crate) fn arm(backend: &LockBackend, at: &Arc<K>, token: &str) -> Self {
         Pending {
-            transport: Some(transport.clone()),
+            backend: Some(backend.clone()),
             at: at.clone(),
             token: token.to_string(),
         }
@@ -39,26 +40,60 @@ impl<K: LockAt> Pending<K> {
 
     /// The outcome is known: nothing to release.
     pub(crate) fn disarm(&mut self) {
-        self.transport = None;
+        self.backend = None;
     }
 }
 
 impl<K: LockAt> Drop for Pending<K> {
     fn drop(&mut self) {
-        if let Some(t) = self.transport.take() {
-            release_in_background(&t, &self.at, std::mem::take(&mut self.token));
+        if let Some(b) = self.backend.take() {
+            release_in_background(&b, &self.at, std::mem::take(&mut self.token));
         }
     }
 }
 
 /// Spawns a token-checked release on the client's tracker; never blocks. Without a runtime (a
 /// holder dropped after it ended) or a client that shut down, the lock's ttl is the backstop.
-pub(crate) fn release_in_background<K: LockAt>(
-    transport: &Arc<Transport>,
-    at: &Arc<K>,
-    token: String,
-) {
+#[cfg_attr(
+    not(feature = "postgres"),
+    allow(clippy::infallible_destructuring_match)
+)]
+pub(crate) fn release_in_background<K: LockAt>(backend: &LockBackend, at: &Arc<K>, token: String) {
     let at = at.clone();
+    let transport = match backend {
+        LockBackend::Redis(t) => t,
+        #[cfg(feature = "postgres")]
+        LockBackend::Postgres(t) => {
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            if t.cancel.is_cancelled() {
+                return;
+            }
+            // The task holds the transport for at most one response timeout.
+            let t2 = t.clone();
+            t.tracker.spawn_on(
+                async move {
+                    let limit = after(Instant::now(), t2.settings.response_timeout);
+                    match super::pg::release(&t2, at.lock(), at.channel(), &token, limit).await {
+                        Ok(ours) => tracing::debug!(
+                            key = at.lock(),
+                            token = short(&token),
+                            ours,
+                            "released in the background"
+                        ),
+                        Err(e) => tracing::warn!(
+                            key = at.lock(),
+                            error = %e,
+                            "released in the background failed; the lock's ttl is the backstop"
+                        ),
+                    }
+                },
+                &handle,
+            );
+            return;
+        }
+    };
     spawn_cleanup(
         transport,
         at.lock().to_string(),

@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{deadline, extend, Extend, Extension};
-use crate::transport::Transport;
+use super::backend::{LockBackend, WeakBackend};
+use super::{deadline, Extend, Extension};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 
@@ -115,31 +115,27 @@ pub(crate) struct Watch {
 /// released), when the client shuts down (the loss signal fires: nobody extends any more), or
 /// once it fired the loss signal.
 pub(crate) fn spawn(
-    transport: &Arc<Transport>,
+    backend: &LockBackend,
     watch: Watch,
     state: Arc<LeaseState>,
     stop: CancellationToken,
 ) {
-    // The router, not the transport: the watchdog must not keep the client alive.
-    let router = transport.router.clone();
-    let client_gone = transport.cancel.clone();
-    let response = transport.settings.response_timeout;
-    transport.tracker.spawn(async move {
+    // Weakly (on Redis the router, not the transport): the watchdog must not keep the client
+    // alive.
+    let weak = backend.downgrade();
+    let client_gone = backend.cancel().clone();
+    let response = backend.response_timeout();
+    backend.tracker().spawn(async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
             _ = client_gone.cancelled() => state.lose("the client shut down; the lease is no longer extended"),
-            _ = run(router, watch, state.clone(), response) => {}
+            _ = run(weak, watch, state.clone(), response) => {}
         }
     });
 }
 
-async fn run(
-    router: crate::transport::Router,
-    watch: Watch,
-    state: Arc<LeaseState>,
-    response: Duration,
-) {
+async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, response: Duration) {
     let interval = (watch.ttl / 3).max(Duration::from_millis(1));
     let refresh: Vec<&str> = watch.refresh.iter().map(String::as_str).collect();
     let mut backoff = Backoff::new(interval);
@@ -192,10 +188,7 @@ async fn run(
                 state.lose("no extension was confirmed before the lease could end");
                 return;
             }
-            r = async {
-                let mut conn = router.node(&watch.lease).await?.conn();
-                extend(&mut conn, &req, limit).await
-            } => r,
+            r = backend.extend(&req, limit) => r,
         };
         match after_extension(&outcome) {
             WatchStep::Extended { sent } => {

@@ -7,6 +7,10 @@
 //! | `P` `lock:{K}:fence` | the last fencing token granted | max(24 h, 2 × TTL), refreshed by extensions |
 //! | `P` `lock:{K}:released` | pub/sub channel: `released` | — |
 //!
+//! On PostgreSQL the lock is the row of `baton_locks` whose `key` is `P` `lock:{K}` (token,
+//! expiry, fence and the fence's retention in columns), and a release notifies `released` on
+//! the topic `P` `lock:{K}:released`.
+//!
 //! `{K}` is a Redis Cluster hash tag: the lock and its fence share a slot, so one script can
 //! touch both. That is why `{` and `}` are rejected in names and prefixes.
 

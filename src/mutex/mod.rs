@@ -1,5 +1,7 @@
-//! A fenced Redis mutex: one holder at a time per lock name, a fencing token that only grows,
-//! and a watchdog that says when the lock may have been lost.
+//! A fenced mutex: one holder at a time per lock name, a fencing token that only grows, and a
+//! watchdog that says when the lock may have been lost. On Redis (keys and scripts) or on
+//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see `lease::pg`), chosen
+//! by the client's URL; the API, the guards and the guarantees are the same.
 //!
 //! - [`keys`]: the key layout (`baton:lock:{K}`, `…:fence`, `…:released`).
 //! - [`options`]: [`AcquireOptions`] (validated, serde).
@@ -8,12 +10,21 @@
 //! - [`LockGuard`]: the held lock: token, fencing token, lease deadline, `release`, `extend`,
 //!   the watchdog and its loss signal.
 //!
-//! The scripts themselves (acquire with fencing, token-checked release and extension) live in
-//! the lease kernel, where the later lock-shaped primitives share them.
+//! The scripts and statements themselves (acquire with fencing, token-checked release and
+//! extension) live in the lease kernel, where the later lock-shaped primitives share them; a
+//! held lock reaches its backend through the kernel's one seam (`lease::backend`).
+//!
+//! On PostgreSQL each operation is one statement (one round trip): acquire an
+//! `INSERT … ON CONFLICT DO UPDATE … WHERE` the lock is free (contention is a read), release an
+//! `UPDATE` that clears the token and calls `pg_notify` in the same statement, extend an
+//! `UPDATE … WHERE` the token is ours and the lease has not ended. Waiters are woken by the
+//! notification through the client's `LISTEN` connection, one waiter per client per release.
+//! [`Locks::write_fenced`] (a Redis hash) and [`AcquireOptionsBuilder::replica_ack`] are
+//! [`Error::Unsupported`] there.
 //!
 //! # Guarantees
-//! - Acquisition is one atomic script: `SET NX PX` with a random 128-bit token, and only if it
-//!   set, the fence advances to `max(old + 1, server time in µs)` in the same step. Fencing
+//! - Acquisition is one atomic script (on PostgreSQL one statement): `SET NX PX` with a random
+//!   128-bit token, and only if it set, the fence advances to `max(old + 1, server time in µs)` in the same step. Fencing
 //!   tokens therefore strictly increase per lock name, also after the fence key was lost
 //!   (restart without persistence), unless the server's clock goes back. Pass the token to the
 //!   resource you write to, and let it reject smaller ones: a lease alone cannot stop a paused
@@ -34,6 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::backend::LockBackend;
 use crate::lease::held::HeldLock;
 pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
@@ -65,12 +77,19 @@ impl std::fmt::Debug for Locks {
 }
 
 impl Locks {
-    /// The Redis transport.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(
-            "the mutex",
-            "not yet on PostgreSQL in this build; use `advisory_locks()`",
-        )
+    /// The Redis transport, for what exists on Redis only (`what`, and `why` with what to use
+    /// instead).
+    fn redis(&self, what: &'static str, why: &'static str) -> Result<&Arc<Transport>, Error> {
+        self.backend.redis(what, why)
+    }
+
+    /// How long a subscription to release notifications may take to confirm.
+    fn connect_timeout(&self) -> Duration {
+        match &self.backend {
+            Backend::Redis(t) => t.settings.connect_timeout,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.settings.connect_timeout,
+        }
     }
 
     /// The mutex on `transport` (the client façade's only way in).
@@ -106,7 +125,8 @@ impl Locks {
     /// [`FencedWrite::Rejected`], and nothing changes. `resource` is any key of yours (not
     /// prefixed); read it with `HGET resource value`.
     ///
-    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks").
+    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks"); on a
+    /// PostgreSQL client this method is [`Error::Unsupported`], pointing there.
     ///
     /// # Errors
     /// [`Error::CorruptState`] when the stored token is not a canonical number (nothing is
@@ -118,8 +138,14 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let mut conn = self.transport()?.node(resource).await?.conn();
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
+        let transport = self.redis(
+            "write_fenced",
+            "the resource is a Redis hash; for a resource in PostgreSQL, check the fencing token \
+             in the resource's own statement (README, \"Locks\", \"The resource's side of \
+             fencing\": one INSERT … ON CONFLICT … WHERE fencing_token <= the new token)",
+        )?;
+        let mut conn = transport.node(resource).await?.conn();
+        let limit = after(Instant::now(), transport.settings.response_timeout);
         kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
     }
 
@@ -159,38 +185,65 @@ impl Locks {
         wait: Option<ReplicaWait>,
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
+        let backend = LockBackend::of(&self.backend);
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
-        let mut pending = Pending::arm(self.transport()?, keys, &token);
-        let node = self.transport()?.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        let req = kernel::Acquire {
-            lock: &keys.lock,
-            fence: &keys.fence,
-            token: &token,
-            ttl,
-        };
-        let grant = match wait {
-            None => kernel::acquire(&mut node.conn(), &req, limit).await,
-            Some(w) => match node.pool.get(limit).await {
-                Ok(mut conn) => match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
-                    Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
-                        // Never handed out: `pending`, still armed, releases it by token.
-                        return Err(Error::NotReplicated {
-                            what: "the lock".into(),
-                            key: key.to_string(),
-                            acked,
-                            wanted: w.replicas,
-                            timeout: w.timeout,
-                        });
-                    }
-                    other => other.map(|(g, _)| g),
-                },
-                Err(e) => {
-                    pending.disarm();
-                    return Err(e);
+        let mut pending = Pending::arm(&backend, keys, &token);
+        let limit = after(Instant::now(), backend.response_timeout());
+        let grant = match &self.backend {
+            Backend::Redis(transport) => {
+                let node = transport.node(&keys.lock).await?;
+                let req = kernel::Acquire {
+                    lock: &keys.lock,
+                    fence: &keys.fence,
+                    token: &token,
+                    ttl,
+                };
+                match wait {
+                    None => kernel::acquire(&mut node.conn(), &req, limit).await,
+                    Some(w) => match node.pool.get(limit).await {
+                        Ok(mut conn) => {
+                            match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
+                                Ok((Grant::Granted { .. }, acked))
+                                    if acked < u64::from(w.replicas) =>
+                                {
+                                    // Never handed out: `pending`, still armed, releases it by
+                                    // token.
+                                    return Err(Error::NotReplicated {
+                                        what: "the lock".into(),
+                                        key: key.to_string(),
+                                        acked,
+                                        wanted: w.replicas,
+                                        timeout: w.timeout,
+                                    });
+                                }
+                                other => other.map(|(g, _)| g),
+                            }
+                        }
+                        Err(e) => {
+                            pending.disarm();
+                            return Err(e);
+                        }
+                    },
                 }
-            },
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(transport) => {
+                if wait.is_some() {
+                    pending.disarm();
+                    return Err(replica_ack_unsupported());
+                }
+                crate::lease::pg::acquire(
+                    transport,
+                    &keys.lock,
+                    &keys.channel,
+                    &token,
+                    ttl,
+                    kernel::fence_ttl(ttl),
+                    limit,
+                )
+                .await
+            }
         };
         if !kernel::orphaned(&grant) {
             pending.disarm();
@@ -200,7 +253,7 @@ impl Locks {
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard {
                     held: Some(HeldLock::new(
-                        self.transport()?.clone(),
+                        backend,
                         keys.clone(),
                         key,
                         token,
@@ -256,6 +309,10 @@ impl Locks {
                     ),
                 )));
             }
+        }
+        #[cfg(feature = "postgres")]
+        if opts.replica_ack.is_some() && matches!(self.backend, Backend::Postgres(_)) {
+            return Err(replica_ack_unsupported());
         }
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
@@ -317,11 +374,18 @@ impl Locks {
                 });
             }
             if group.is_none() {
-                // Best effort: without pub/sub we still poll with backoff and the PTTL.
-                let limit = self.transport()?.settings.connect_timeout;
-                if let Ok(Ok(g)) =
-                    tokio::time::timeout(limit, self.transport()?.hub.wake_one(&keys.channel)).await
-                {
+                // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
+                let limit = self.connect_timeout();
+                let joined = match &self.backend {
+                    Backend::Redis(t) => {
+                        tokio::time::timeout(limit, t.hub.wake_one(&keys.channel)).await
+                    }
+                    #[cfg(feature = "postgres")]
+                    Backend::Postgres(t) => {
+                        tokio::time::timeout(limit, t.wake_one(&keys.channel)).await
+                    }
+                };
+                if let Ok(Ok(g)) = joined {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:
                     // try again at once now that we listen.
@@ -404,6 +468,19 @@ impl Locks {
     }
 }
 
+/// `replica_ack` on PostgreSQL: a grant is committed by the server that took it; replication
+/// is PostgreSQL's own (`synchronous_commit`, `synchronous_standby_names`).
+#[cfg(feature = "postgres")]
+fn replica_ack_unsupported() -> Error {
+    Error::Unsupported {
+        what: "replica_ack",
+        backend: "PostgreSQL",
+        why: "a grant is a committed row; for grants that survive a failover, configure \
+              synchronous replication (synchronous_standby_names, synchronous_commit) on the \
+              server instead",
+    }
+}
+
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
 ///
 /// The fencing token ([`LockGuard::fencing_token`]) is what the protected resource should
@@ -482,7 +559,7 @@ impl LockGuard {
     }
 
     /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
-    /// on the shared multiplexed connection and fires the loss signal as
+    /// (on Redis on the shared multiplexed connection, on PostgreSQL on a pooled one) and fires the loss signal as
     /// [`LockGuard::lost_token`] describes. With `max_hold`, it stops extending once the lock
     /// was held that long (counted from the grant) and fires the loss signal then.
     pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
@@ -492,7 +569,7 @@ impl LockGuard {
     }
 
     /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
-    /// compare, then `PEXPIRE`). `Ok(false)`: it was no longer ours; nothing was written (a
+    /// compare, then `PEXPIRE`; on PostgreSQL one `UPDATE … WHERE token = …`). `Ok(false)`: it was no longer ours; nothing was written (a
     /// failed extension never deletes anything), and the loss signal fires. On success the
     /// lease deadline moves (counted from this request's send time).
     ///
@@ -526,10 +603,11 @@ impl LockGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let mut conn = h.transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), h.transport.settings.response_timeout);
-        let ours =
-            kernel::release(&mut conn, &h.keys.lock, &h.keys.channel, &h.token, limit).await?;
+        let limit = after(Instant::now(), h.backend.response_timeout());
+        let ours = h
+            .backend
+            .release(&h.keys.lock, &h.keys.channel, &h.token, limit)
+            .await?;
         tracing::info!(key = %h.key, token = short(&h.token), ours, "lock released");
         Ok(ours)
     }
@@ -539,7 +617,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
-            release_in_background(&h.transport, &h.keys, h.token);
+            release_in_background(&h.backend, &h.keys, h.token);
         }
     }
 }

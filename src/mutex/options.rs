@@ -199,6 +199,10 @@ impl AcquireOptionsBuilder {
     /// and the acquisition fails with [`Error::NotReplicated`](crate::Error::NotReplicated)
     /// (not retried). `WAIT` narrows the window in which a granted lock can be lost to a
     /// failover; it does not close it (replication stays asynchronous).
+    ///
+    /// Redis only: on a PostgreSQL client an acquisition with it is
+    /// [`Error::Unsupported`](crate::Error::Unsupported) (configure synchronous replication on
+    /// the server instead).
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.raw.replica_ack = replicas;
         self.raw.replica_ack_timeout_ms = crate::util::time::ms(timeout);

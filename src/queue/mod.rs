@@ -48,6 +48,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
 use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
 use crate::lease::lock::{self as kernel_lock, Grant};
@@ -437,7 +438,7 @@ impl Queues {
         let state = LeaseState::new(deadline(sent, self.ttl));
         let stop = CancellationToken::new();
         watchdog::spawn(
-            self.transport()?,
+            &LockBackend::Redis(self.transport()?.clone()),
             Watch {
                 lease: keys.lock.clone(),
                 value: hold.token.clone(),

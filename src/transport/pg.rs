@@ -51,6 +51,8 @@ pub(crate) struct PgTransport {
     /// The `LISTEN` hub's requests, once a first subscription started it.
     hub: std::sync::OnceLock<mpsc::UnboundedSender<HubCmd>>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Wake-one groups by topic ([`super::wake`]), as the Redis hub has.
+    groups: super::wake::Groups,
     /// The schemas [`ensure_schema`](PgTransport::ensure_schema) has made sure of.
     schemas: Mutex<std::collections::HashSet<&'static str>>,
     #[cfg(feature = "testing")]
@@ -168,6 +170,7 @@ impl PgTransport {
             tracker: TaskTracker::new(),
             hub: std::sync::OnceLock::new(),
             next_id: std::sync::atomic::AtomicU64::new(1),
+            groups: Default::default(),
             schemas: Mutex::new(std::collections::HashSet::new()),
             #[cfg(feature = "testing")]
             before_exec: Mutex::new(None),
@@ -211,6 +214,18 @@ impl PgTransport {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Stopped),
         }
+    }
+
+    /// Joins the wake-one group of `topic` on this client (see [`super::wake`]): local waiters
+    /// share one subscription, and each notification wakes one of them.
+    ///
+    /// # Errors
+    /// As [`PgTransport::subscribe`].
+    pub(crate) async fn wake_one(&self, topic: &str) -> Result<super::wake::WakeOne, Error> {
+        super::wake::join(&self.groups, &self.tracker, &self.cancel, topic, || {
+            self.subscribe(topic)
+        })
+        .await
     }
 
     /// Runs `sql` (fixed text, no parameters: DDL) in one transaction holding a transaction-level

@@ -72,34 +72,54 @@ impl Hub {
     /// # Errors
     /// As [`Hub::subscribe`]: the pub/sub connection is down (the caller sleeps instead).
     pub(crate) async fn wake_one(&self, channel: &str) -> Result<WakeOne, Error> {
-        let group = {
-            let mut map = lock(&self.groups);
-            match map.get(channel).and_then(Weak::upgrade) {
-                Some(g) => g,
-                None => {
-                    let g = Arc::new(Group {
-                        channel: channel.to_string(),
-                        notify: Notify::new(),
-                        ready: OnceCell::new(),
-                        closed: AtomicBool::new(false),
-                        stop: self.cancel.child_token(),
-                        registry: Arc::downgrade(&self.groups),
-                    });
-                    map.insert(channel.to_string(), Arc::downgrade(&g));
-                    g
-                }
-            }
-        };
-        group
-            .ready
-            .get_or_try_init(|| async {
-                let sub = self.subscribe(channel).await?;
-                spawn_pump(&self.tracker, sub, &group);
-                Ok::<(), Error>(())
-            })
-            .await?;
-        Ok(WakeOne { group })
+        join(&self.groups, &self.tracker, &self.cancel, channel, || {
+            self.subscribe(channel)
+        })
+        .await
     }
+}
+
+/// Joins the wake-one group of `channel` in `groups`, subscribing with `subscribe` (once per
+/// group) if nobody local listens yet; the pump runs on `tracker` and stops with `cancel`. The
+/// same for every hub (Redis pub/sub, PostgreSQL `LISTEN`): see [`Hub::wake_one`].
+pub(crate) async fn join<F, Fut>(
+    groups: &Groups,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+    channel: &str,
+    subscribe: F,
+) -> Result<WakeOne, Error>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Subscription, Error>>,
+{
+    let group = {
+        let mut map = lock(groups);
+        match map.get(channel).and_then(Weak::upgrade) {
+            Some(g) => g,
+            None => {
+                let g = Arc::new(Group {
+                    channel: channel.to_string(),
+                    notify: Notify::new(),
+                    ready: OnceCell::new(),
+                    closed: AtomicBool::new(false),
+                    stop: cancel.child_token(),
+                    registry: Arc::downgrade(groups),
+                });
+                map.insert(channel.to_string(), Arc::downgrade(&g));
+                g
+            }
+        }
+    };
+    group
+        .ready
+        .get_or_try_init(|| async {
+            let sub = subscribe().await?;
+            spawn_pump(tracker, sub, &group);
+            Ok::<(), Error>(())
+        })
+        .await?;
+    Ok(WakeOne { group })
 }
 
 fn spawn_pump(tracker: &TaskTracker, mut sub: Subscription, group: &Arc<Group>) {

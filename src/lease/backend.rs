@@ -1,0 +1,178 @@
+//! The lease kernel's one seam to a backend: where a held lock lives, and the two things a
+//! holder does to it after the grant (extend by token, release by token). Each primitive's
+//! acquisition is its own (it decides what a grant writes); what happens to a grant afterwards
+//! is the same on every backend, and the decisions around it ([`after_extension`],
+//! [`deadline`], [`next_fence`], [`orphaned`]) are shared, not copied.
+//!
+//! - **Redis**: the scripts of [`super::lock`] and [`super::extend`], on the node that serves
+//!   the lock's key.
+//! - **PostgreSQL** (feature `postgres`): one row of `baton_locks` ([`super::pg`]), one
+//!   statement per operation.
+//!
+//! [`after_extension`]: super::watchdog::after_extension
+//! [`deadline`]: super::deadline
+//! [`next_fence`]: super::next_fence
+//! [`orphaned`]: super::lock::orphaned
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Extend, Extension};
+use crate::error::Error;
+use crate::transport::{Backend, Router, Transport};
+
+/// Where a held lock lives (the client's connections to it).
+#[derive(Clone)]
+pub(crate) enum LockBackend {
+    /// A Redis deployment.
+    Redis(Arc<Transport>),
+    /// A PostgreSQL database: the lock is a row of `baton_locks`.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::transport::pg::PgTransport>),
+}
+
+/// A [`LockBackend`] that does not keep the client alive: what a background task (the
+/// watchdog) holds. Once the client is gone, its requests fail with [`Error::Stopped`].
+#[derive(Clone)]
+pub(crate) enum WeakBackend {
+    /// The Redis router (it does not own the client's tasks).
+    Redis(Router),
+    /// The PostgreSQL transport, weakly.
+    #[cfg(feature = "postgres")]
+    Postgres(std::sync::Weak<crate::transport::pg::PgTransport>),
+}
+
+impl LockBackend {
+    /// The lock backend of a client's [`Backend`].
+    pub(crate) fn of(backend: &Backend) -> LockBackend {
+        match backend {
+            Backend::Redis(t) => LockBackend::Redis(t.clone()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => LockBackend::Postgres(t.clone()),
+        }
+    }
+
+    /// The Redis transport, or [`Error::Unsupported`] naming `what` needs Redis.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn redis(&self, what: &'static str) -> Result<&Arc<Transport>, Error> {
+        match self {
+            LockBackend::Redis(t) => Ok(t),
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(_) => Err(Error::Unsupported {
+                what,
+                backend: "PostgreSQL",
+                why: "it exists on Redis only",
+            }),
+        }
+    }
+
+    /// The client's task tracker (background releases and watchdogs run on it).
+    pub(crate) fn tracker(&self) -> &TaskTracker {
+        match self {
+            LockBackend::Redis(t) => &t.tracker,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => &t.tracker,
+        }
+    }
+
+    /// Cancelled when the client shuts down.
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        match self {
+            LockBackend::Redis(t) => &t.cancel,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => &t.cancel,
+        }
+    }
+
+    /// How long one request may take.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        match self {
+            LockBackend::Redis(t) => t.settings.response_timeout,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => t.settings.response_timeout,
+        }
+    }
+
+    /// The same backend, weakly (see [`WeakBackend`]).
+    pub(crate) fn downgrade(&self) -> WeakBackend {
+        match self {
+            LockBackend::Redis(t) => WeakBackend::Redis(t.router.clone()),
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => WeakBackend::Postgres(Arc::downgrade(t)),
+        }
+    }
+
+    /// Extends the lease if it still holds this holder's value; one round trip, giving up at
+    /// `limit` (see [`WeakBackend::extend`]).
+    pub(crate) async fn extend(
+        &self,
+        req: &Extend<'_>,
+        limit: Instant,
+    ) -> Result<Extension, Error> {
+        self.downgrade().extend(req, limit).await
+    }
+
+    /// Releases `lock` if it still holds `token`, waking waiters on `channel` (a Redis channel,
+    /// or the topic of a PostgreSQL notification); one round trip, giving up at `limit`.
+    /// `Ok(false)`: it was no longer ours, nothing was written.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] at `limit` (the release may have applied); connection and server
+    /// errors.
+    pub(crate) async fn release(
+        &self,
+        lock: &str,
+        channel: &str,
+        token: &str,
+        limit: Instant,
+    ) -> Result<bool, Error> {
+        match self {
+            LockBackend::Redis(t) => {
+                let mut conn = t.node(lock).await?.conn();
+                super::lock::release(&mut conn, lock, channel, token, limit).await
+            }
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => super::pg::release(t, lock, channel, token, limit).await,
+        }
+    }
+}
+
+impl WeakBackend {
+    /// Extends the lease `req.lease` if it still holds `req.value` (and, on Redis, the guard
+    /// its value), in one round trip that gives up at `limit`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] at `limit` (the extension may have applied); connection and server
+    /// errors; [`Error::Stopped`] once the client is gone; on PostgreSQL,
+    /// [`Error::Unsupported`] for a guard other than the lease itself.
+    pub(crate) async fn extend(
+        &self,
+        req: &Extend<'_>,
+        limit: Instant,
+    ) -> Result<Extension, Error> {
+        match self {
+            WeakBackend::Redis(router) => {
+                let mut conn = router.node(req.lease).await?.conn();
+                super::extend(&mut conn, req, limit).await
+            }
+            #[cfg(feature = "postgres")]
+            WeakBackend::Postgres(weak) => {
+                let Some(t) = weak.upgrade() else {
+                    return Err(Error::Stopped);
+                };
+                if req.guard != req.lease || req.guard_value != req.value {
+                    return Err(Error::Unsupported {
+                        what: "a lease extension guarded by another key",
+                        backend: "PostgreSQL",
+                        why: "a lock row is its own guard",
+                    });
+                }
+                super::pg::extend(&t, req.lease, req.value, req.ttl, req.retention, limit).await
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The lease kernel on PostgreSQL (feature `postgres`): a lock is one row of `baton_locks`, and
+//! each operation on it is one statement (one round trip once the statement is prepared on the
+//! pooled connection, which `prepare_cached` does once per connection).
+//!
+//! ```sql
+//! CREATE TABLE baton_locks (
+//!     key              text PRIMARY KEY,      -- the lock's name with its prefix: baton:lock:{K}
+//!     token            text,                  -- the holder's random token; NULL when released
+//!     expires_at       timestamptz,           -- the lease's end, on the server's clock
+//!     fence            bigint NOT NULL,       -- the last fencing token granted
+//!     fence_expires_at timestamptz NOT NULL   -- when the row may be deleted
+//! );
+//! ```
+//!
+//! The rules are the Redis ones, row for keys:
+//!
+//! - **Time is the server's**: every expiry is `clock_timestamp() + …`, and "expired" is
+//!   judged against `clock_timestamp()` in the same statement, so clients' clocks never
+//!   matter (as with Redis TTLs).
+//! - **Acquire** is `INSERT … ON CONFLICT (key) DO UPDATE … WHERE` the lock is free (no token,
+//!   or expired): PostgreSQL locks the conflicting row and re-checks the condition on its latest
+//!   version, so two acquisitions cannot both succeed. The fence becomes
+//!   `max(old + 1, server time in µs)`, the rule of [`next_fence`](super::next_fence) (DESIGN.md
+//!   §3): tokens strictly increase also across restarts of the server and after the row was
+//!   deleted, unless the server's clock goes back. A lock held in the statement's snapshot is
+//!   not attempted at all (contention is a read), and its remaining time is returned as a hint
+//!   for the backoff.
+//! - **Release** clears the token only if it is ours, and calls `pg_notify` in the same
+//!   statement, so the `released` notification is sent exactly when the release commits.
+//! - **Extend** moves `expires_at` only if the token is ours and the lease has not ended;
+//!   it never deletes anything.
+//! - **Cleanup**: a client deletes rows whose fence retention (`fence_ttl`, at least a day and
+//!   two leases, refreshed by each extension) has passed and whose lock is free, every minute.
+//!   The fence outlives the lock, so a successor normally finds it and tokens step by one.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::lock::Grant;
+use super::Extension;
+use crate::error::Error;
+use crate::transport::pg::{classify, PgTransport, Pooled, NOTIFY_CHANNEL};
+
+/// The schema's name for [`PgTransport::ensure_schema`].
+pub(crate) const SCHEMA_NAME: &str = "baton_locks";
+
+/// The schema of the lock table (no extension needed), created on first use by every client.
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS baton_locks (
+    key              text PRIMARY KEY,
+    token            text,
+    expires_at       timestamptz,
+    fence            bigint NOT NULL,
+    fence_expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS baton_locks_fence_expires_at ON baton_locks (fence_expires_at);
+";
+
+/// Deletes rows whose fence retention has passed and whose lock is free, a bounded batch at a
+/// time.
+pub(crate) const CLEANUP: &str = "
+DELETE FROM baton_locks WHERE key IN (
+    SELECT key FROM baton_locks
+    WHERE fence_expires_at < clock_timestamp()
+      AND (token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())
+    LIMIT 1000
+)";
+
+/// How often a client runs [`CLEANUP`].
+pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
+
+/// `$1` key, `$2` token, `$3` lock ms, `$4` fence retention ms. One row: the fence if granted
+/// (else NULL), and the holder's remaining ms as the statement's snapshot saw it.
+///
+/// `h` reads the row first: a lock held in the statement's snapshot is reported without
+/// attempting the `INSERT` (a read takes no row lock and no transaction id, so contention is
+/// cheap). Only a lock free in the snapshot is attempted, and the `ON CONFLICT … WHERE` re-checks
+/// it on the row's latest version under the row lock: exclusion rests on that, not on `h`.
+const ACQUIRE: &str = "
+WITH c AS (SELECT clock_timestamp() AS now),
+h AS (
+    SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint AS ms
+    FROM baton_locks l, c
+    WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > c.now
+),
+g AS (
+    INSERT INTO baton_locks AS l (key, token, expires_at, fence, fence_expires_at)
+    SELECT $1, $2,
+           c.now + $3::float8 * interval '1 millisecond',
+           floor(extract(epoch FROM c.now) * 1000000)::bigint,
+           c.now + $4::float8 * interval '1 millisecond'
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM h)
+    ON CONFLICT (key) DO UPDATE
+    SET token = EXCLUDED.token,
+        expires_at = EXCLUDED.expires_at,
+        fence = greatest(l.fence + 1, EXCLUDED.fence),
+        fence_expires_at = greatest(l.fence_expires_at, EXCLUDED.fence_expires_at)
+    WHERE l.token IS NULL OR l.expires_at IS NULL OR l.expires_at <= (SELECT now FROM c)
+    RETURNING l.fence
+)
+SELECT (SELECT fence FROM g), (SELECT ms FROM h)";
+
+/// `$1` key, `$2` token, `$3` notification payload, `$4` the channel. A row only if the token was ours:
+/// whether its lease had not ended yet.
+const RELEASE: &str = "
+WITH r AS (
+    UPDATE baton_locks SET token = NULL
+    WHERE key = $1 AND token = $2
+    RETURNING expires_at > clock_timestamp() AS held
+)
+SELECT r.held, pg_notify($4, $3) FROM r";
+
+/// `$1` key, `$2` token, `$3` lock ms, `$4` fence retention ms. A row only if extended.
+const EXTEND: &str = "
+WITH c AS (SELECT clock_timestamp() AS now)
+UPDATE baton_locks l
+SET expires_at = c.now + $3::float8 * interval '1 millisecond',
+    fence_expires_at = greatest(l.fence_expires_at, c.now + $4::float8 * interval '1 millisecond')
+FROM c
+WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
+RETURNING 1";
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `fut` bounded by `limit`, its driver errors classified.
+async fn by<T>(
+    limit: Instant,
+    during: &'static str,
+    fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout_at(limit, fut).await {
+        Ok(result) => result.map_err(|e| classify(e, during)),
+        Err(_) => Err(Error::Timeout { during }),
+    }
+}
+
+/// Makes sure the table exists (once per client) and a pooled connection, by `limit`.
+async fn connection(
+    t: &PgTransport,
+    limit: Instant,
+    during: &'static str,
+) -> Result<Pooled, Error> {
+    let ready = async {
+        t.ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
+            .await?;
+        t.pooled().await
+    };
+    match tokio::time::timeout_at(limit, ready).await {
+        Ok(conn) => conn,
+        Err(_) => Err(Error::Timeout { during }),
+    }
+}
+
+fn unexpected(what: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::UnexpectedReply {
+        context: what,
+        reply: e.to_string(),
+    }
+}
+
+/// Tries once to take lock row `key` for `ttl` with `token`, the fence kept for `retention`;
+/// one statement that gives up at `limit`. `topic` is where the lock's releases are notified.
+///
+/// If the caller gives up once the statement may have left (a timeout, a dropped future), a
+/// release by token is sent on the same pooled connection by a task of the client: a
+/// connection runs its statements in order, so the release runs after the grant and never
+/// overtakes it (as on Redis, where both share one connection).
+///
+/// # Errors
+/// [`Error::Timeout`] at `limit` (the outcome is unknown: the lock may be ours, so the caller
+/// releases by token too); connection and server errors (a fence at `i64::MAX` cannot step and
+/// is refused by the server with "bigint out of range").
+///
+/// # Cancel safety
+/// Dropping it after the statement left leaves the outcome unknown, like a timeout; a lock it
+/// took is released as above.
+pub(crate) async fn acquire(
+    t: &PgTransport,
+    key: &str,
+    topic: &str,
+    token: &str,
+    ttl: Duration,
+    retention: Duration,
+    limit: Instant,
+) -> Result<Grant, Error> {
+    const DURING: &str = "acquiring the lock";
+    let conn = connection(t, limit, DURING).await?;
+    let statement = by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
+    let mut behind = ReleaseBehind {
+        conn: Some(conn),
+        key,
+        topic,
+        token,
+        response: t.settings.response_timeout,
+        tracker: &t.tracker,
+    };
+    let Some(conn) = behind.conn.as_ref() else {
+        return Err(Error::Timeout { during: DURING });
+    };
+    let sent = Instant::now();
+    let row = by(
+        limit,
+        DURING,
+        conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+    )
+    .await;
+    let row = match row {
+        Ok(row) => {
+            behind.conn = None;
+            row
+        }
+        // Indeterminate (a timeout, a broken connection): `behind` releases on drop.
+        Err(e) if e.is_indeterminate() => return Err(e),
+        Err(e) => {
+            behind.conn = None;
+            return Err(e);
+        }
+    };
+    let fence: Option<i64> = row
+        .try_get(0)
+        .map_err(|e| unexpected("the lock acquisition", e))?;
+    let pttl: Option<i64> = row
+        .try_get(1)
+        .map_err(|e| unexpected("the lock acquisition", e))?;
+    match fence {
+        Some(f) if f > 0 => Ok(Grant::Granted {
+            fence: f as u64,
+            sent,
+        }),
+        Some(f) => Err(unexpected(
+            "the lock acquisition",
+            format!("a fencing token of {f}"),
+        )),
+        None => Ok(Grant::Held {
+            pttl: pttl
+                .and_then(|p| u64::try_from(p).ok())
+                .filter(|p| *p > 0)
+                .map(Duration::from_millis),
+        }),
+    }
+}
+
+/// While armed (`conn` is `Some`), dropping it sends a release by token on `conn`, behind
+/// whatever that connection was sent before (see [`acquire`]).
+struct ReleaseBehind<'a> {
+    conn: Option<Pooled>,
+    key: &'a str,
+    topic: &'a str,
+    token: &'a str,
+    response: Duration,
+    tracker: &'a tokio_util::task::TaskTracker,
+}
+
+impl Drop for ReleaseBehind<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (key, token) = (self.key.to_string(), self.token.to_string());
+        let payload = format!("{}\nreleased", self.topic);
+        let response = self.response;
+        self.tracker.spawn_on(
+            async move {
+                let released = tokio::time::timeout(response, async {
+                    let st = conn.prepare_cached(RELEASE).await?;
+                    conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
+                        .await
+                })
+                .await;
+                match released {
+                    Ok(Ok(rows)) => tracing::debug!(
+                        key,
+                        ours = !rows.is_empty(),
+                        "an abandoned acquisition released on its own connection"
+                    ),
+                    _ => tracing::debug!(
+                        key,
+                        "an abandoned acquisition's release failed; the release by token on \
+                         another connection and the ttl are the backstops"
+                    ),
+                }
+            },
+            &handle,
+        );
+    }
+}
+
+/// Releases lock row `key` if it holds `token`, notifying `released` on `topic` in the same
+/// statement; gives up at `limit`. `Ok(false)`: it was no longer ours (or its lease had
+/// ended).
+///
+/// # Errors
+/// [`Error::Timeout`] at `limit` (the release may have applied); connection and server errors.
+pub(crate) async fn release(
+    t: &PgTransport,
+    key: &str,
+    topic: &str,
+    token: &str,
+    limit: Instant,
+) -> Result<bool, Error> {
+    const DURING: &str = "releasing the lock";
+    let conn = connection(t, limit, DURING).await?;
+    let statement = by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
+    let payload = format!("{topic}\nreleased");
+    let rows = by(
+        limit,
+        DURING,
+        conn.query(&statement, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
+    )
+    .await?;
+    match rows.first() {
+        None => Ok(false),
+        Some(row) => {
+            let held: Option<bool> = row
+                .try_get(0)
+                .map_err(|e| unexpected("the lock release", e))?;
+            Ok(held.unwrap_or(false))
+        }
+    }
+}
+
+/// Extends lock row `key` to `ttl` from now (server time) if it holds `token` and its lease
+/// has not ended, the fence's retention to at least `retention`; gives up at `limit`.
+///
+/// # Errors
+/// [`Error::Timeout`] at `limit` (the extension may have applied); connection and server
+/// errors.
+///
+/// # Cancel safety
+/// Cancel safe: the lease is then as if it was not extended.
+pub(crate) async fn extend(
+    t: &PgTransport,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    retention: Duration,
+    limit: Instant,
+) -> Result<Extension, Error> {
+    const DURING: &str = "extending the lease";
+    let conn = connection(t, limit, DURING).await?;
+    let statement = by(limit, DURING, conn.prepare_cached(EXTEND)).await?;
+    let sent = Instant::now();
+    let rows = by(
+        limit,
+        DURING,
+        conn.query(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+    )
+    .await?;
+    if rows.is_empty() {
+        // What was read is not reported on PostgreSQL: the row said no, nothing more.
+        Ok(Extension::Refused {
+            guard: redis::Value::Nil,
+            lease: redis::Value::Nil,
+            pttl: redis::Value::Nil,
+        })
+    } else {
+        Ok(Extension::Confirmed { sent })
+    }
+}
