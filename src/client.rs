@@ -824,13 +824,21 @@ impl Client {
         Redlock::new(transports)
     }
 
-    /// Creates the schema of every primitive this client's backend needs, if missing (on
-    /// PostgreSQL, the tables; on Redis nothing); see [`Failover::migrate`].
+    /// Creates the schema of every primitive this client's backend needs, if missing: on
+    /// PostgreSQL the tables `baton_jobs` and `baton_locks` and the sequence
+    /// `baton_advisory_fence`; on Redis nothing. See [`Failover::migrate`] and
+    /// [`Locks::migrate`].
     ///
     /// # Errors
     /// Connection and permission errors.
     pub async fn migrate(&self) -> Result<(), Error> {
-        self.failover().migrate().await
+        self.failover().migrate().await?;
+        self.locks().migrate().await?;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(_) = &self.backend {
+            self.advisory_locks().migrate().await?;
+        }
+        Ok(())
     }
 
     /// Starts a worker for one job; see [`Failover::start`].

@@ -152,3 +152,56 @@ async fn an_unreachable_postgres_is_exit_69() {
     let out = output(baton(&["status", "--url", &url, "--key", "k"])).await;
     assert_eq!(out.status.code(), Some(69), "{}", text(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_lock_on_a_postgres_url_is_the_table_mutex() {
+    let db = PgDatabase::create();
+    // The holder prints its fencing token, then keeps the lock for a while.
+    let holder = baton(&[
+        "lock",
+        "--url",
+        &db.url,
+        "--key",
+        "k",
+        "--ttl",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        "echo $BATON_FENCING_TOKEN; sleep 3",
+    ])
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // A second one gives up after --wait: exit 75, PROGRAM never ran.
+    let waiter = output(baton(&[
+        "lock", "--url", &db.url, "--key", "k", "--wait", "1s", "--", "sh", "-c", "exit 9",
+    ]))
+    .await;
+    assert_eq!(waiter.status.code(), Some(75), "{}", text(&waiter));
+    let out = tokio::time::timeout(QUICK, holder.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let first: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // Free again: the next holder's token is larger.
+    let next = output(baton(&[
+        "lock",
+        "--url",
+        &db.url,
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo $BATON_FENCING_TOKEN",
+    ]))
+    .await;
+    assert_eq!(next.status.code(), Some(0), "{}", text(&next));
+    let second: u64 = String::from_utf8_lossy(&next.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(second > first, "{second} <= {first}");
+}

@@ -290,3 +290,39 @@ async fn connecting_warns_about_unsafe_durability_settings() {
     let quiet = seen(&logs);
     assert!(!quiet.contains("may lose"), "{quiet}");
 }
+
+/// `Client::migrate` creates every table and sequence baton uses on PostgreSQL, in a fresh
+/// database, before any worker ran; and it can run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_the_whole_schema_and_is_idempotent() {
+    pg().psql("CREATE DATABASE migrate_test").unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{}/migrate_test", pg().port());
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let query = "SELECT to_regclass('baton_jobs') IS NOT NULL, \
+                 to_regclass('baton_locks') IS NOT NULL, \
+                 to_regclass('baton_advisory_fence') IS NOT NULL";
+    let before = admin.query_one(query, &[]).await.unwrap();
+    assert_eq!(
+        (
+            before.get::<_, bool>(0),
+            before.get::<_, bool>(1),
+            before.get::<_, bool>(2)
+        ),
+        (false, false, false)
+    );
+    let client = Client::connect(url).await.unwrap();
+    client.migrate().await.unwrap();
+    client.migrate().await.unwrap();
+    let after = admin.query_one(query, &[]).await.unwrap();
+    assert_eq!(
+        (
+            after.get::<_, bool>(0),
+            after.get::<_, bool>(1),
+            after.get::<_, bool>(2)
+        ),
+        (true, true, true)
+    );
+}

@@ -285,6 +285,21 @@ impl AdvisoryLocks {
         )
     }
 
+    /// Creates what advisory locks store, if missing: the sequence `baton_advisory_fence` that
+    /// fencing tokens come from (acquisitions create it on first use).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on a Redis client; connection and permission errors.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        let t = self.transport()?;
+        let conn = t.pooled().await?;
+        t.timed(
+            "creating the fencing sequence",
+            conn.batch_execute(CREATE_FENCE),
+        )
+        .await
+    }
+
     /// Takes `key` in `mode` if it is free: `Ok(None)` when another session holds it in a
     /// conflicting mode. The guard owns a new dedicated connection (see [`AdvisoryGuard`]).
     ///

@@ -138,6 +138,15 @@ async fn by<T>(
     }
 }
 
+/// Creates the lock table if missing (once per client), and starts the client's cleanup.
+///
+/// # Errors
+/// Connection and permission errors.
+pub(crate) async fn ensure_schema(t: &PgTransport) -> Result<(), Error> {
+    t.ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
+        .await
+}
+
 /// Makes sure the table exists (once per client) and a pooled connection, by `limit`.
 async fn connection(
     t: &PgTransport,
@@ -145,8 +154,7 @@ async fn connection(
     during: &'static str,
 ) -> Result<Pooled, Error> {
     let ready = async {
-        t.ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
-            .await?;
+        ensure_schema(t).await?;
         t.pooled().await
     };
     match tokio::time::timeout_at(limit, ready).await {

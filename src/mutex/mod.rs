@@ -113,6 +113,20 @@ impl Locks {
         })
     }
 
+    /// Creates what the mutex stores in its backend, if missing: on PostgreSQL the table
+    /// `baton_locks` (README, "PostgreSQL"); on Redis nothing. Acquisitions do it themselves on
+    /// first use.
+    ///
+    /// # Errors
+    /// Connection and permission errors.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        match &self.backend {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => crate::lease::pg::ensure_schema(t).await,
+        }
+    }
+
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
