@@ -13,9 +13,9 @@
 //! see `cluster.rs`); `leader-takeover` and `leader-handover` (baton's leader election against
 //! a hand-written floor: see `leader.rs`); `fair-handoff`, `fair-contended` (the fair lock
 //! against baton's mutex and a hand-written FIFO floor) and `queue-throughput` (run-or-enqueue
-//! against a hand-written drain loop): see `fair.rs`; `pg-job-cycle` (the failover job cycle on
-//! PostgreSQL against a hand-written floor of the same statements, feature `postgres`: see
-//! `postgres.rs`); and `profile` (only when named: see `profile.rs`).
+//! against a hand-written drain loop): see `fair.rs`; `pg-job-cycle` and `pg-lock-cycle` (the
+//! failover job cycle and the mutex cycle on PostgreSQL against hand-written floors of the same
+//! statements, feature `postgres`: see `postgres.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;

@@ -1,5 +1,11 @@
 //! PostgreSQL (feature `postgres`): `pg-job-cycle`, baton's failover job cycle on a
-//! `postgres://` client against a hand-written floor of the same statements.
+//! `postgres://` client, and `pg-lock-cycle`, its mutex's uncontended acquire → release, each
+//! against a hand-written floor of the same statements.
+//!
+//! `pg-lock-cycle`'s floor: one connection, the mutex's two statements prepared once (the
+//! acquire's `INSERT … ON CONFLICT DO UPDATE … WHERE free … RETURNING fence`, the release's
+//! `UPDATE … WHERE token` with its `pg_notify`), one key; baton: `locks().try_acquire(key,
+//! ttl)` then `guard.release()` (no watchdog), its own key.
 //!
 //! One cycle is what `uncontended` measures on Redis: start a worker for a new job, `Acquired`,
 //! `done()`, `Completed`, one at a time. The floor is what a careful user writes by hand for the
@@ -53,6 +59,42 @@ u AS (UPDATE baton_jobs j SET state = 'DONE', expires_at = c.now + interval '1 d
              version = j.version + 1
       FROM c WHERE j.key = $1 AND j.version = $2 RETURNING 1)
 SELECT pg_notify('baton', $1 || E'\\n' || 'done') FROM u";
+
+/// The mutex's acquire, as `src/lease/pg.rs` sends it: `$1` key, `$2` token, `$3` lock ms,
+/// `$4` fence retention ms.
+const LOCK_ACQUIRE: &str = "
+WITH c AS (SELECT clock_timestamp() AS now),
+h AS (
+    SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint AS ms
+    FROM baton_locks l, c
+    WHERE l.key = $1 AND l.token IS NOT NULL AND l.expires_at > c.now
+),
+g AS (
+    INSERT INTO baton_locks AS l (key, token, expires_at, fence, fence_expires_at)
+    SELECT $1, $2,
+           c.now + $3::float8 * interval '1 millisecond',
+           floor(extract(epoch FROM c.now) * 1000000)::bigint,
+           c.now + $4::float8 * interval '1 millisecond'
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM h)
+    ON CONFLICT (key) DO UPDATE
+    SET token = EXCLUDED.token,
+        expires_at = EXCLUDED.expires_at,
+        fence = greatest(l.fence + 1, EXCLUDED.fence),
+        fence_expires_at = greatest(l.fence_expires_at, EXCLUDED.fence_expires_at)
+    WHERE l.token IS NULL OR l.expires_at IS NULL OR l.expires_at <= (SELECT now FROM c)
+    RETURNING l.fence
+)
+SELECT (SELECT fence FROM g), (SELECT ms FROM h)";
+
+/// The mutex's release: `$1` key, `$2` token, `$3` payload.
+const LOCK_RELEASE: &str = "
+WITH r AS (
+    UPDATE baton_locks SET token = NULL
+    WHERE key = $1 AND token = $2
+    RETURNING expires_at > clock_timestamp() AS held
+)
+SELECT r.held, pg_notify('baton', $3) FROM r";
 
 /// The hand-written floor: one connection, four prepared statements.
 struct Floor {
@@ -141,9 +183,9 @@ async fn baton_cycle(client: &Client, key: &str) {
     }
 }
 
-/// The protocol steps the server logged touching `baton_jobs` since byte `from` of its log:
+/// The protocol steps the server logged touching `table` since byte `from` of its log:
 /// (prepares, executions).
-fn logged_steps(pg: &PgServer, from: usize) -> (usize, usize) {
+fn logged_steps(pg: &PgServer, table: &str, from: usize) -> (usize, usize) {
     let log = std::fs::read(pg.log_path()).expect("read the server's log");
     let log = String::from_utf8_lossy(log.get(from..).unwrap_or_default());
     let tail = log.as_ref();
@@ -165,7 +207,7 @@ fn logged_steps(pg: &PgServer, from: usize) -> (usize, usize) {
     }
     let mut parse = 0;
     let mut execute = 0;
-    for r in records.iter().filter(|r| r.contains("baton_jobs")) {
+    for r in records.iter().filter(|r| r.contains(table)) {
         if r.contains("  parse ") {
             parse += 1;
         } else if r.contains("  execute ") {
@@ -176,7 +218,12 @@ fn logged_steps(pg: &PgServer, from: usize) -> (usize, usize) {
 }
 
 /// Round trips per cycle of `side` over `n` cycles, counted in the server's log.
-async fn count_round_trips<F, Fut>(pg: &PgServer, n: usize, mut side: F) -> (f64, f64)
+async fn count_round_trips_in<F, Fut>(
+    pg: &PgServer,
+    table: &str,
+    n: usize,
+    mut side: F,
+) -> (f64, f64)
 where
     F: FnMut(usize) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -189,7 +236,7 @@ where
         side(i).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (parse, execute) = logged_steps(pg, from);
+    let (parse, execute) = logged_steps(pg, table, from);
     pg.psql("ALTER SYSTEM RESET log_min_duration_statement; SELECT pg_reload_conf();")
         .expect("turn off statement logging");
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -208,12 +255,12 @@ pub async fn job_cycle(opts: &Opts, report: &mut Report) {
         baton_cycle(&client, &format!("warm:b:{i}")).await;
         floor.cycle(&format!("warm:f:{i}")).await;
     }
-    let (b_parse, b_exec) = count_round_trips(&pg, 50, |i| {
+    let (b_parse, b_exec) = count_round_trips_in(&pg, "baton_jobs", 50, |i| {
         let (client, key) = (&client, format!("count:b:{i}"));
         async move { baton_cycle(client, &key).await }
     })
     .await;
-    let (f_parse, f_exec) = count_round_trips(&pg, 50, |i| {
+    let (f_parse, f_exec) = count_round_trips_in(&pg, "baton_jobs", 50, |i| {
         let (floor, key) = (&floor, format!("count:f:{i}"));
         async move { floor.cycle(&key).await }
     })
@@ -259,6 +306,131 @@ pub async fn job_cycle(opts: &Opts, report: &mut Report) {
             b_parse,
             f_exec,
             f_parse,
+            fp50.unwrap_or(0.0)
+        ),
+        extra: json!({
+            "floor_p50_us": fp50,
+            "floor_p99_us": f.pct(99.0),
+            "ratio_of": "p50 cycle",
+            "target_ratio": 1.15,
+            "baton_executions_per_cycle": b_exec,
+            "baton_prepares_per_cycle": b_parse,
+            "floor_executions_per_cycle": f_exec,
+            "floor_prepares_per_cycle": f_parse,
+        }),
+    });
+    client.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The lock floor: one connection, the two statements prepared once.
+struct LockFloor {
+    client: tokio_postgres::Client,
+    acquire: tokio_postgres::Statement,
+    release: tokio_postgres::Statement,
+}
+
+impl LockFloor {
+    async fn connect(url: &str) -> LockFloor {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("the floor connects");
+        tokio::spawn(connection);
+        let acquire = client.prepare(LOCK_ACQUIRE).await.expect("prepare acquire");
+        let release = client.prepare(LOCK_RELEASE).await.expect("prepare release");
+        LockFloor {
+            client,
+            acquire,
+            release,
+        }
+    }
+
+    async fn cycle(&self, key: &str) {
+        let token = format!("{:032x}", rand_u128());
+        let (ttl, keep) = (30_000.0f64, 86_400_000.0f64);
+        let row = self
+            .client
+            .query_one(&self.acquire, &[&key, &token, &ttl, &keep])
+            .await
+            .expect("acquire");
+        let fence: Option<i64> = row.get(0);
+        assert!(fence.is_some(), "{key}: the floor's lock was held");
+        let payload = format!("{key}\nreleased");
+        let released = self
+            .client
+            .query(&self.release, &[&key, &token, &payload])
+            .await
+            .expect("release");
+        assert_eq!(released.len(), 1, "{key}: the release found another token");
+    }
+}
+
+/// One baton lock cycle on `key`.
+async fn lock_cycle(locks: &baton::Locks, key: &str) {
+    let guard = locks
+        .try_acquire(key, Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("uncontended");
+    assert!(guard.release().await.expect("release"), "{key}: not held");
+}
+
+pub async fn lock_cycle_scenario(opts: &Opts, report: &mut Report) {
+    let (per, runs) = if opts.quick { (200, 2) } else { (2000, 3) };
+    let pg = PgServer::start().expect("start PostgreSQL (apt-get install postgresql)");
+    let url = pg.url();
+    let client = Client::connect(url.clone()).await.expect("baton connects");
+    client.migrate().await.expect("baton creates its tables");
+    let locks = client.locks();
+    let floor = LockFloor::connect(&url).await;
+    for _ in 0..50 {
+        lock_cycle(&locks, "bench-b").await;
+        floor.cycle("floor:lock").await;
+    }
+    let (b_parse, b_exec) = count_round_trips_in(&pg, "baton_locks", 50, |_| {
+        let locks = &locks;
+        async move { lock_cycle(locks, "bench-b").await }
+    })
+    .await;
+    let (f_parse, f_exec) = count_round_trips_in(&pg, "baton_locks", 50, |_| {
+        let floor = &floor;
+        async move { floor.cycle("floor:lock").await }
+    })
+    .await;
+    let mut b = Samples::default();
+    let mut f = Samples::default();
+    let (mut b_secs, mut f_secs) = (0.0, 0.0);
+    for _ in 0..runs {
+        for _ in 0..per {
+            let t = Instant::now();
+            lock_cycle(&locks, "bench-b").await;
+            let d = t.elapsed();
+            b.push(d);
+            b_secs += d.as_secs_f64();
+            let t = Instant::now();
+            floor.cycle("floor:lock").await;
+            let d = t.elapsed();
+            f.push(d);
+            f_secs += d.as_secs_f64();
+        }
+    }
+    let n = (per * runs) as f64;
+    let (bp50, fp50) = (b.pct(50.0), f.pct(50.0));
+    let ratio = match (bp50, fp50) {
+        (Some(b), Some(f)) if f > 0.0 => Some(b / f),
+        _ => None,
+    };
+    report.rows.push(Row {
+        scenario: "pg-lock-cycle".into(),
+        p50_us: bp50,
+        p99_us: b.pct(99.0),
+        ops_per_s: Some(n / b_secs),
+        floor_ops_per_s: Some(n / f_secs),
+        ratio,
+        samples: b.len(),
+        notes: format!(
+            "PostgreSQL mutex try_acquire→release, uncontended; round trips per cycle baton \
+             {b_exec:.2} (+{b_parse:.2} prepares) vs floor {f_exec:.2} (+{f_parse:.2}); floor p50 \
+             {:.0} µs",
             fp50.unwrap_or(0.0)
         ),
         extra: json!({

@@ -37,6 +37,7 @@ pub const NAMES: &[&str] = &[
     "fair-contended",
     "queue-throughput",
     "pg-job-cycle",
+    "pg-lock-cycle",
 ];
 
 #[derive(Default)]
@@ -69,8 +70,12 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "queue-throughput" => crate::fair::queue(opts, report).await,
         #[cfg(feature = "postgres")]
         "pg-job-cycle" => crate::postgres::job_cycle(opts, report).await,
+        #[cfg(feature = "postgres")]
+        "pg-lock-cycle" => crate::postgres::lock_cycle_scenario(opts, report).await,
         #[cfg(not(feature = "postgres"))]
-        "pg-job-cycle" => eprintln!("pg-job-cycle needs --features postgres; skipped"),
+        "pg-job-cycle" | "pg-lock-cycle" => {
+            eprintln!("{name} needs --features postgres; skipped")
+        }
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
