@@ -87,7 +87,20 @@ fn spawn_leader(url: &str, lease: &str, tag: &str, log: &Path) -> Child {
 #[tokio::test]
 async fn sigterm_stops_program_resigns_and_a_standby_leads_at_once() {
     let srv = server();
-    let url = srv.url();
+    sigterm_hands_over(&srv.url()).await;
+}
+
+/// The same on PostgreSQL (`--url postgres://…`, the lease a row of `baton_locks`), in a
+/// database of its own on the binary's shared private server.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn on_postgres_sigterm_stops_program_resigns_and_a_standby_leads_at_once() {
+    let db = common::PgDatabase::create();
+    sigterm_hands_over(&db.url).await;
+}
+
+async fn sigterm_hands_over(url: &str) {
+    let url = url.to_string();
     let dir = TempDir::new("leader-term");
     let log = dir.path("log");
     let a = spawn_leader(&url, "10s", "a", &log);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::{ElectionOptions, FencedWrite, LeaderEvent, Observed};
-use common::{client, server, WAKE};
+use common::{client, server, Deployment, WAKE};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
@@ -41,7 +41,96 @@ async fn next_change(w: &mut baton::LeaderWorker, within: Duration) -> LeaderEve
     }
 }
 
+/// A resource that checks fencing tokens, in the form README.md gives for each backend:
+/// `Locks::write_fenced` on Redis, the README's SQL statement on a PostgreSQL table.
+enum Resource {
+    Redis(baton::Client, common::Raw),
+    #[cfg(feature = "postgres")]
+    Pg(tokio_postgres::Client),
+}
+
+impl Resource {
+    const NAME: &'static str = "baton:leader-resource";
+
+    async fn open(server: &Deployment) -> Resource {
+        #[cfg(feature = "postgres")]
+        if let Deployment::Postgres(d) = server {
+            let c = d.connect().await;
+            c.batch_execute(
+                "CREATE TABLE IF NOT EXISTS resource
+                 (id text PRIMARY KEY, value text, fencing_token bigint NOT NULL)",
+            )
+            .await
+            .unwrap();
+            return Resource::Pg(c);
+        }
+        let url = server.url_for(common::TEST_USER, common::TEST_PASSWORD);
+        Resource::Redis(
+            baton::Client::connect(&url).await.unwrap(),
+            common::raw(server).await,
+        )
+    }
+
+    async fn write(&self, token: u64, value: &str) -> FencedWrite {
+        match self {
+            Resource::Redis(c, _) => c
+                .locks()
+                .write_fenced(Self::NAME, token, value)
+                .await
+                .unwrap(),
+            #[cfg(feature = "postgres")]
+            Resource::Pg(c) => {
+                let token = i64::try_from(token).unwrap();
+                let n = c
+                    .execute(
+                        "INSERT INTO resource (id, value, fencing_token) VALUES ($1, $2, $3)
+                         ON CONFLICT (id) DO UPDATE
+                         SET value = EXCLUDED.value, fencing_token = EXCLUDED.fencing_token
+                         WHERE resource.fencing_token <= EXCLUDED.fencing_token",
+                        &[&Self::NAME, &value, &token],
+                    )
+                    .await
+                    .unwrap();
+                if n == 1 {
+                    FencedWrite::Written
+                } else {
+                    FencedWrite::Rejected {
+                        highest: self.highest().await,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The highest fencing token the resource accepted.
+    async fn highest(&self) -> u64 {
+        match self {
+            Resource::Redis(_, raw) => {
+                let highest: Option<String> = redis::cmd("HGET")
+                    .arg(Self::NAME)
+                    .arg("fencing_token")
+                    .query_async(&mut raw.clone())
+                    .await
+                    .unwrap();
+                highest.unwrap().parse().unwrap()
+            }
+            #[cfg(feature = "postgres")]
+            Resource::Pg(c) => {
+                let row = c
+                    .query_one(
+                        "SELECT fencing_token FROM resource WHERE id = $1",
+                        &[&Self::NAME],
+                    )
+                    .await
+                    .unwrap();
+                u64::try_from(row.get::<_, i64>(0)).unwrap()
+            }
+        }
+    }
+}
+
 scenario! {
+    postgres:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_resignation_hands_over_without_waiting_out_the_lease() {
         let server = server();
@@ -142,8 +231,7 @@ scenario! {
         }
         assert_eq!(stopped.load(Ordering::SeqCst), 1, "the work stopped before the resignation");
         assert!(w.next_event().await.is_none());
-        let mut conn = common::raw(&server).await;
-        assert_eq!(common::get(&mut conn, "baton:leader:{once}").await, None);
+        assert_eq!(common::holder(&server, "baton:leader:{once}").await, None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,20 +263,23 @@ scenario! {
     async fn five_electors_thirty_elections_with_kills_terms_grow_and_stale_writes_fail() {
         let server = server();
         let lease_ms = 250;
-        let resource = "baton:leader-resource";
+        // Opened (the table created) before the writers, which open it concurrently.
+        let check = Resource::open(&server).await;
+        let server = Arc::new(server);
         // Every grant: (term, who). A writer's last term, to replay a stale write later.
         let grants = Arc::new(Mutex::new(Vec::<(u64, usize)>::new()));
         let elections = Arc::new(AtomicU64::new(0));
         let stale_rejected = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
         for who in 0..5usize {
+            let server = server.clone();
             let server_url = server.url_for(common::TEST_USER, common::TEST_PASSWORD);
             let (grants, elections, rejected) =
                 (grants.clone(), elections.clone(), stale_rejected.clone());
             tasks.push(tokio::spawn(async move {
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (who as u64 + 1);
                 let mut stale: Option<u64> = None;
-                let writer = baton::Client::connect(&server_url).await.unwrap();
+                let resource = Resource::open(&server).await;
                 while elections.load(Ordering::SeqCst) < 30 {
                     let c = baton::Client::connect(&server_url).await.unwrap();
                     let e = c.leaders().elector("thirty", &opts(lease_ms, &format!("e{who}"))).unwrap();
@@ -199,15 +290,11 @@ scenario! {
                         break;
                     }
                     grants.lock().unwrap().push((t.number(), who));
-                    let w = writer
-                        .locks()
-                        .write_fenced(resource, t.number(), format!("e{who}"))
-                        .await
-                        .unwrap();
+                    let w = resource.write(t.number(), &format!("e{who}")).await;
                     assert_eq!(w, FencedWrite::Written, "the current leader's write");
                     // A deposed leader of an older term writes late: refused.
                     if let Some(old) = stale.take() {
-                        match writer.locks().write_fenced(resource, old, "stale").await.unwrap() {
+                        match resource.write(old, "stale").await {
                             FencedWrite::Rejected { highest } => {
                                 assert!(highest > old);
                                 rejected.fetch_add(1, Ordering::SeqCst);
@@ -241,14 +328,8 @@ scenario! {
         terms.dedup();
         assert_eq!(terms.len(), 30, "two leaders shared a term");
         assert!(stale_rejected.load(Ordering::SeqCst) > 0, "no stale write was tried");
-        let mut conn = common::raw(&server).await;
-        let highest: Option<String> = redis::cmd("HGET")
-            .arg(resource)
-            .arg("fencing_token")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(highest.unwrap().parse::<u64>().unwrap(), *terms.last().unwrap());
+        let highest = check.highest().await;
+        assert_eq!(highest, *terms.last().unwrap());
     }
 }
 
@@ -495,7 +576,18 @@ async fn a_panicking_work_ends_the_leadership_and_says_why() {
 // watchdog. Without it, the standby never led (found by examples/leader.rs, 1 run in ~15).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_dropped_right_after_its_grant_lets_the_lease_go() {
-    let srv = server();
+    campaign_dropped_after_its_grant(server()).await;
+}
+
+/// The same on PostgreSQL, where the grant is a row and its release runs behind the grant on
+/// the same pooled connection.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_campaign_dropped_right_after_its_grant_lets_the_lease_go() {
+    campaign_dropped_after_its_grant(common::server_on(common::topology::Topology::Postgres)).await;
+}
+
+async fn campaign_dropped_after_its_grant(srv: Deployment) {
     let (a, b) = (client(&srv).await, client(&srv).await);
     let (granted_tx, granted_rx) = tokio::sync::oneshot::channel::<()>();
     let granted_tx = std::sync::Mutex::new(Some(granted_tx));
@@ -517,8 +609,7 @@ async fn a_campaign_dropped_right_after_its_grant_lets_the_lease_go() {
         .await
         .unwrap()
         .unwrap();
-    let mut conn = common::raw(&srv).await;
-    assert!(common::get(&mut conn, "baton:leader:{dropped}")
+    assert!(common::holder(&srv, "baton:leader:{dropped}")
         .await
         .is_some());
     // Resigned while its campaign is granted but not returned: it never led as far as anyone

@@ -17,6 +17,12 @@
 //! watchdog). Standbys sleep until the holder's PTTL runs out (a crashed leader), woken early
 //! by a `released` message on the election's channel (a resignation): no fixed poll.
 //!
+//! On PostgreSQL (feature `postgres`, a `postgres://` client) the lease is a row of
+//! `baton_locks` under the same name, taken, renewed and released by the lease kernel's
+//! statements (`lease::pg`); the term is the row's fence, by the same rule, and the channel is a
+//! notification topic of the client's `LISTEN` connection. The protocol and its decisions are
+//! the same code.
+//!
 //! # Guarantees
 //! - Terms strictly increase per election name, also after the fence key was lost (restart
 //!   without persistence), unless the server's clock goes back; no two grants share a term.
@@ -46,11 +52,11 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ConfigError, Error, ErrorKind};
 use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
-use crate::lease::lock::{self as kernel, Grant};
+use crate::lease::lock::{self as kernel, Grant, Stored};
 use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{Backend, HubMsg, Transport};
+use crate::transport::{Backend, HubMsg};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::after;
@@ -76,13 +82,7 @@ impl std::fmt::Debug for Leaders {
 }
 
 impl Leaders {
-    /// The Redis transport.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend
-            .redis("leader election", "not yet on PostgreSQL in this build")
-    }
-
-    /// Elections on `transport` (the client façade's only way in).
+    /// Elections on `backend` (the client façade's only way in).
     pub(crate) fn new(backend: Backend) -> Self {
         Leaders {
             backend,
@@ -116,7 +116,7 @@ impl Leaders {
         };
         let keys = Arc::new(ElectionKeys::new(&self.prefix, key));
         Ok(Arc::new(Election {
-            transport: self.transport()?.clone(),
+            backend: LockBackend::of(&self.backend),
             keys,
             key: key.to_string(),
             name,
@@ -198,7 +198,7 @@ impl Leaders {
             resign: resign.clone(),
             shared: shared.clone(),
         };
-        self.transport()?.tracker.spawn(task.run(work));
+        election.backend.tracker().spawn(task.run(work));
         Ok(LeaderWorker {
             rx,
             resign,
@@ -215,7 +215,7 @@ const EVENT_BUFFER: usize = 64;
 
 /// One election, as one candidate takes part in it.
 struct Election {
-    transport: Arc<Transport>,
+    backend: LockBackend,
     keys: Arc<ElectionKeys>,
     key: String,
     name: Arc<str>,
@@ -233,7 +233,7 @@ struct Held {
     value: String,
     /// Stops the watchdog.
     watchdog: CancellationToken,
-    transport: Arc<Transport>,
+    backend: LockBackend,
     keys: Arc<ElectionKeys>,
     /// Set once a release was sent (or handed to the background).
     let_go: std::sync::atomic::AtomicBool,
@@ -249,11 +249,7 @@ impl Held {
     /// Stops renewing and releases by token in the background (once).
     fn let_go(&self) {
         if self.stop_renewing() {
-            pending::release_in_background(
-                &LockBackend::Redis(self.transport.clone()),
-                &self.keys,
-                self.value.clone(),
-            );
+            pending::release_in_background(&self.backend, &self.keys, self.value.clone());
         }
     }
 }
@@ -270,20 +266,15 @@ impl Election {
         let value = keys::lease_value(&new_token(), &self.name);
         // Armed before the request leaves: an error, a timeout or a dropped future releases
         // the lease by token unless we learn the outcome.
-        let mut pending = Pending::arm(
-            &LockBackend::Redis(self.transport.clone()),
-            &self.keys,
-            &value,
-        );
-        let node = self.transport.node(&self.keys.lease).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        let mut pending = Pending::arm(&self.backend, &self.keys, &value);
+        let limit = after(Instant::now(), self.backend.response_timeout());
         let req = kernel::Acquire {
             lock: &self.keys.lease,
             fence: &self.keys.fence,
             token: &value,
             ttl: self.opts.lease,
         };
-        let grant = kernel::acquire(&mut node.conn(), &req, limit).await;
+        let grant = self.backend.acquire(&req, &self.keys.channel, limit).await;
         if !kernel::orphaned(&grant) {
             pending.disarm();
         }
@@ -302,12 +293,12 @@ impl Election {
                     },
                     value,
                     watchdog: CancellationToken::new(),
-                    transport: self.transport.clone(),
+                    backend: self.backend.clone(),
                     keys: self.keys.clone(),
                     let_go: std::sync::atomic::AtomicBool::new(false),
                 };
                 watchdog::spawn(
-                    &LockBackend::Redis(self.transport.clone()),
+                    &self.backend,
                     Watch {
                         lease: self.keys.lease.clone(),
                         value: held.value.clone(),
@@ -322,25 +313,17 @@ impl Election {
                 );
                 tracing::info!(key = %self.key, term = fence, name = %self.name, "elected");
                 // The test seam: a campaign can be dropped here, granted but not yet returned.
-                self.transport.before_exec("leader: granted").await;
+                self.backend.before_exec("leader: granted").await;
                 // Observers learn of it at once; best effort (they re-read on a reconnect and
-                // on a timer too), and off the new leader's path: sent on the node's shared
-                // connection without waiting for the reply (one round trip less before
-                // `campaign` returns).
-                let mut conn = node.conn();
-                let channel = self.keys.channel.clone();
-                self.transport.tracker.spawn(async move {
-                    let publish = conn.publish();
-                    let _: Result<redis::Value, _> = tokio::time::timeout_at(
-                        limit,
-                        redis::cmd(publish)
-                            .arg(&channel)
-                            .arg("elected")
-                            .query_async(&mut conn),
-                    )
-                    .await
-                    .unwrap_or(Ok(redis::Value::Nil));
-                });
+                // on a timer too), and off the new leader's path: sent by a client task
+                // without waiting for the reply (one round trip less before `campaign`
+                // returns).
+                self.backend.notify_in_background(
+                    &self.keys.lease,
+                    &self.keys.channel,
+                    "elected",
+                    limit,
+                );
                 Ok(Ok(held))
             }
         }
@@ -387,10 +370,9 @@ impl Election {
             };
             if group.is_none() {
                 // Best effort: without pub/sub a resignation is noticed at the lease's PTTL.
-                let limit = self.transport.settings.connect_timeout;
+                let limit = self.backend.connect_timeout();
                 if let Ok(Ok(g)) =
-                    tokio::time::timeout(limit, self.transport.hub.wake_one(&self.keys.channel))
-                        .await
+                    tokio::time::timeout(limit, self.backend.wake_one(&self.keys.channel)).await
                 {
                     group = Some(g);
                     // A resignation between the try and the subscription would be missed.
@@ -432,16 +414,11 @@ impl Election {
     /// it was no longer ours.
     async fn release(&self, held: &Held) -> Result<bool, Error> {
         held.stop_renewing();
-        let node = self.transport.node(&self.keys.lease).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
-        let ours = kernel::release(
-            &mut node.conn(),
-            &self.keys.lease,
-            &self.keys.channel,
-            &held.value,
-            limit,
-        )
-        .await?;
+        let limit = after(Instant::now(), self.backend.response_timeout());
+        let ours = self
+            .backend
+            .release(&self.keys.lease, &self.keys.channel, &held.value, limit)
+            .await?;
         tracing::info!(key = %self.key, term = held.term.number, ours, "resigned");
         Ok(ours)
     }
@@ -462,7 +439,7 @@ impl Election {
                 _ = state.lost().cancelled() => {
                     return state.reason().unwrap_or_else(|| "the lease was lost".into());
                 }
-                _ = self.transport.cancel.cancelled() => {
+                _ = self.backend.cancel().cancelled() => {
                     return "the client shut down; the lease is no longer renewed".into();
                 }
                 _ = tokio::time::sleep_until(stop_at(d, stop_timeout)) => {
@@ -687,11 +664,11 @@ impl Elector {
         // lease go at its deadline (the work had until then to stop).
         let election = self.election.clone();
         let current = self.current.clone();
-        self.election.transport.tracker.spawn(async move {
+        self.election.backend.tracker().spawn(async move {
             let reason = election.supervise(&held, &mut |_| {}).await;
             tracing::warn!(key = %election.key, term = held.term.number, %reason, "leadership lost");
             held.term.end(&reason);
-            let gone = election.transport.cancel.clone();
+            let gone = election.backend.cancel().clone();
             tokio::select! {
                 _ = tokio::time::sleep_until(held.term.state.deadline()) => {}
                 // A client that shut down releases nothing: the lease runs out.
@@ -942,7 +919,7 @@ impl WorkerTask {
     }
 
     async fn run(self, mut work: Option<WorkFn>) {
-        let client_gone = self.election.transport.cancel.clone();
+        let client_gone = self.election.backend.cancel().clone();
         loop {
             let events = self.events.clone();
             let mut on_error = move |e: &Error| {
@@ -1157,9 +1134,9 @@ impl Observer {
     fn start(election: Arc<Election>) -> Observer {
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let stop = CancellationToken::new();
-        let cancel = election.transport.cancel.clone();
+        let cancel = election.backend.cancel().clone();
         let task_stop = stop.clone();
-        let tracker = election.transport.tracker.clone();
+        let tracker = election.backend.tracker().clone();
         tracker.spawn(async move {
             tokio::select! {
                 _ = task_stop.cancelled() => {}
@@ -1172,15 +1149,15 @@ impl Observer {
 }
 
 async fn observe(election: Arc<Election>, tx: mpsc::Sender<Observed>) {
-    let transport = &election.transport;
+    let backend = &election.backend;
     let mut sub = None;
     let mut last: Option<Observed> = None;
     let mut backoff = Backoff::new(Duration::from_secs(1));
     loop {
         if sub.is_none() {
-            let limit = transport.settings.connect_timeout;
+            let limit = backend.connect_timeout();
             if let Ok(Ok(s)) =
-                tokio::time::timeout(limit, transport.hub.subscribe(&election.keys.channel)).await
+                tokio::time::timeout(limit, backend.subscribe(&election.keys.channel)).await
             {
                 sub = Some(s);
             }
@@ -1222,39 +1199,22 @@ async fn observe(election: Arc<Election>, tx: mpsc::Sender<Observed>) {
     }
 }
 
-/// Reads who leads (one atomic `MULTI`: the lease, the fence, the lease's PTTL).
+/// Reads who leads: the lease, the term (the fence) and the lease's remaining time, in one
+/// atomic read (a `MULTI` on Redis, one statement on PostgreSQL).
 async fn read_leader(election: &Election) -> Result<(Observed, Option<Duration>), Error> {
-    let node = election.transport.node(&election.keys.lease).await?;
-    let mut conn = node.conn();
-    let limit = election.transport.settings.response_timeout;
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .ignore_errors()
-        .get(&election.keys.lease)
-        .get(&election.keys.fence)
-        .pttl(&election.keys.lease);
-    let read = pipe.query_async::<Vec<redis::Value>>(&mut conn);
-    let replies = match tokio::time::timeout(limit, read).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
+    let Stored {
+        value: lease,
+        fence,
+        pttl,
+    } = election
+        .backend
+        .read(&election.keys.lease, &election.keys.fence)
+        .await
+        .map_err(|e| match e {
+            Error::Timeout { .. } => Error::Timeout {
                 during: "reading who leads",
-            })
-        }
-    };
-    // A reply inside the transaction may be an error (a key of another type): typed, not a
-    // parse failure.
-    for r in &replies {
-        if let redis::Value::ServerError(e) = r {
-            return Err(crate::transport::from_server_error(e));
-        }
-    }
-    let (lease, fence, pttl): (Option<String>, Option<String>, i64) =
-        redis::from_redis_value(redis::Value::Array(replies)).map_err(|e| {
-            Error::UnexpectedReply {
-                context: "reading who leads",
-                reply: e.to_string(),
-            }
+            },
+            e => e,
         })?;
     let Some(value) = lease else {
         return Ok((Observed::NoLeader, None));
@@ -1272,7 +1232,6 @@ async fn read_leader(election: &Election) -> Result<(Observed, Option<Duration>)
             value: crate::error::preview(f),
         })?,
     };
-    let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
     Ok((
         Observed::Leader {
             name: name.to_string(),

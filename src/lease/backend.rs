@@ -21,9 +21,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::lock::{Acquire, Grant, Stored};
 use super::{Extend, Extension};
 use crate::error::Error;
-use crate::transport::{Backend, Router, Transport};
+use crate::transport::wake::WakeOne;
+use crate::transport::{Backend, Router, Subscription, Transport};
 
 /// Where a held lock lives (the client's connections to it).
 #[derive(Clone)]
@@ -94,6 +96,144 @@ impl LockBackend {
             LockBackend::Redis(t) => t.settings.response_timeout,
             #[cfg(feature = "postgres")]
             LockBackend::Postgres(t) => t.settings.response_timeout,
+        }
+    }
+
+    /// How long connecting (or subscribing) may take.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        match self {
+            LockBackend::Redis(t) => t.settings.connect_timeout,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => t.settings.connect_timeout,
+        }
+    }
+
+    /// The test seam before a commit (see `Transport::before_exec`); nothing without the
+    /// `testing` feature.
+    pub(crate) async fn before_exec(&self, what: &'static str) {
+        match self {
+            LockBackend::Redis(t) => t.before_exec(what).await,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => t.before_exec(what).await,
+        }
+    }
+
+    /// Joins this client's waiters on `channel` (a Redis channel, or a PostgreSQL notification
+    /// topic): a message wakes one of them (see [`crate::transport::wake`]).
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
+    pub(crate) async fn wake_one(&self, channel: &str) -> Result<WakeOne, Error> {
+        match self {
+            LockBackend::Redis(t) => t.hub.wake_one(channel).await,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => t.wake_one(channel).await,
+        }
+    }
+
+    /// Every message on `channel` (a Redis channel, or a PostgreSQL notification topic).
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
+        match self {
+            LockBackend::Redis(t) => t.hub.subscribe(channel).await,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => t.subscribe(channel).await,
+        }
+    }
+
+    /// Takes `req.lock` if free: one round trip that gives up at `limit`. On Redis the kernel's
+    /// fenced script ([`super::lock::acquire`]); on PostgreSQL the lock row's statement
+    /// ([`super::pg::acquire`]), whose abandoned grant is released behind it on its own
+    /// connection, with `channel` notified.
+    ///
+    /// # Errors
+    /// As [`super::lock::acquire`]: an indeterminate error ([`Error::is_indeterminate`]) may
+    /// have taken the lock, so the caller releases by token.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) async fn acquire(
+        &self,
+        req: &Acquire<'_>,
+        channel: &str,
+        limit: Instant,
+    ) -> Result<Grant, Error> {
+        match self {
+            LockBackend::Redis(t) => {
+                let node = t.node(req.lock).await?;
+                super::lock::acquire(&mut node.conn(), req, limit).await
+            }
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => {
+                super::pg::acquire(
+                    t,
+                    req.lock,
+                    channel,
+                    req.token,
+                    req.ttl,
+                    super::lock::fence_ttl(req.ttl),
+                    limit,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Sends `message` on `channel` in the background (a client task), bounded by `limit`;
+    /// best effort: nothing waits for it and a failure is only logged. `lock` names the key
+    /// whose node serves the channel (Redis Cluster).
+    pub(crate) fn notify_in_background(
+        &self,
+        lock: &str,
+        channel: &str,
+        message: &'static str,
+        limit: Instant,
+    ) {
+        let backend = self.clone();
+        let (lock, channel) = (lock.to_string(), channel.to_string());
+        self.tracker().spawn(async move {
+            let sent = match &backend {
+                LockBackend::Redis(t) => {
+                    let sent = async {
+                        let mut conn = t.node(&lock).await?.conn();
+                        let publish = conn.publish();
+                        redis::cmd(publish)
+                            .arg(&channel)
+                            .arg(message)
+                            .query_async::<redis::Value>(&mut conn)
+                            .await
+                            .map_err(Error::from)
+                    };
+                    tokio::time::timeout_at(limit, sent).await
+                }
+                #[cfg(feature = "postgres")]
+                LockBackend::Postgres(t) => {
+                    tokio::time::timeout_at(limit, super::pg::notify(t, &channel, message))
+                        .await
+                        .map(|r| r.map(|()| redis::Value::Nil))
+                }
+            };
+            if !matches!(sent, Ok(Ok(_))) {
+                tracing::debug!(
+                    channel,
+                    message,
+                    "a notification was not sent; readers re-read on a timer"
+                );
+            }
+        });
+    }
+
+    /// The lock `lock` as stored: its holder's value, its fence (`fence` is the fence key on
+    /// Redis; on PostgreSQL the fence is the row's) and the lease's remaining time, read
+    /// atomically in one round trip (at most `response_timeout`).
+    ///
+    /// # Errors
+    /// Connection errors, timeouts, and a server error for a key of another type.
+    pub(crate) async fn read(&self, lock: &str, fence: &str) -> Result<Stored, Error> {
+        match self {
+            LockBackend::Redis(t) => super::lock::read(t, lock, fence).await,
+            #[cfg(feature = "postgres")]
+            LockBackend::Postgres(t) => super::pg::read(t, lock).await,
         }
     }
 

@@ -336,6 +336,59 @@ pub(crate) async fn release(
     }
 }
 
+/// A lock as stored, read in one round trip ([`read`], or the PostgreSQL row's read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stored {
+    /// The holder's value (`None`: free).
+    pub value: Option<String>,
+    /// The last fencing token granted, as stored (`None`: never granted, or the fence is gone).
+    pub fence: Option<String>,
+    /// The lease's remaining time (`None`: free, or a value without expiry).
+    pub pttl: Option<Duration>,
+}
+
+/// Reads lock `lock` and its fence `fence` atomically (one `MULTI`: `GET`, `GET`, `PTTL`) on
+/// the node that serves them, in at most the response timeout.
+///
+/// # Errors
+/// [`Error::Timeout`]; connection errors; a server error for a key of another type (typed,
+/// not a parse failure).
+pub(crate) async fn read(
+    t: &crate::transport::Transport,
+    lock: &str,
+    fence: &str,
+) -> Result<Stored, Error> {
+    const DURING: &str = "reading the lock";
+    let node = t.node(lock).await?;
+    let mut conn = node.conn();
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .ignore_errors()
+        .get(lock)
+        .get(fence)
+        .pttl(lock);
+    let read = pipe.query_async::<Vec<Value>>(&mut conn);
+    let replies = match tokio::time::timeout(t.settings.response_timeout, read).await {
+        Ok(r) => r?,
+        Err(_) => return Err(Error::Timeout { during: DURING }),
+    };
+    for r in &replies {
+        if let Value::ServerError(e) = r {
+            return Err(crate::transport::from_server_error(e));
+        }
+    }
+    let (value, fence, pttl): (Option<String>, Option<String>, i64) =
+        redis::from_redis_value(Value::Array(replies)).map_err(|e| Error::UnexpectedReply {
+            context: DURING,
+            reply: e.to_string(),
+        })?;
+    Ok(Stored {
+        value,
+        fence,
+        pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

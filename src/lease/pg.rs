@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lock::Grant;
+use super::lock::{Grant, Stored};
 use super::Extension;
 use crate::error::Error;
 use crate::transport::pg::{classify, PgTransport, Pooled, NOTIFY_CHANNEL};
@@ -121,6 +121,17 @@ SET expires_at = c.now + $3::float8 * interval '1 millisecond',
 FROM c
 WHERE l.key = $1 AND l.token = $2 AND l.expires_at > c.now
 RETURNING 1";
+
+/// `$1` key. The row's holder (NULL when free or expired), its fence, and the holder's
+/// remaining ms.
+const READ: &str = "
+WITH c AS (SELECT clock_timestamp() AS now)
+SELECT CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN l.token END,
+       l.fence,
+       CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now
+            THEN ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint END
+FROM baton_locks l, c
+WHERE l.key = $1";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -371,4 +382,52 @@ pub(crate) async fn extend(
     } else {
         Ok(Extension::Confirmed { sent })
     }
+}
+
+/// Lock row `key` as stored (see [`Stored`]), in one statement bounded by the response
+/// timeout; a missing row is a free lock that was never granted (or was cleaned up).
+///
+/// # Errors
+/// [`Error::Timeout`]; connection and server errors.
+pub(crate) async fn read(t: &PgTransport, key: &str) -> Result<Stored, Error> {
+    const DURING: &str = "reading the lock";
+    let limit = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, limit, DURING).await?;
+    let statement = by(limit, DURING, conn.prepare_cached(READ)).await?;
+    let row = by(limit, DURING, conn.query_opt(&statement, &[&key])).await?;
+    let Some(row) = row else {
+        return Ok(Stored {
+            value: None,
+            fence: None,
+            pttl: None,
+        });
+    };
+    let value: Option<String> = row.try_get(0).map_err(|e| unexpected(DURING, e))?;
+    let fence: i64 = row.try_get(1).map_err(|e| unexpected(DURING, e))?;
+    let pttl: Option<i64> = row.try_get(2).map_err(|e| unexpected(DURING, e))?;
+    Ok(Stored {
+        value,
+        fence: Some(fence.to_string()),
+        pttl: pttl
+            .and_then(|p| u64::try_from(p).ok())
+            .map(Duration::from_millis),
+    })
+}
+
+/// Sends `message` on notification topic `topic` (one statement on a pooled connection).
+///
+/// # Errors
+/// Connection and server errors.
+pub(crate) async fn notify(t: &PgTransport, topic: &str, message: &str) -> Result<(), Error> {
+    const DURING: &str = "notifying";
+    let conn = t.pooled().await?;
+    let payload = format!("{topic}\n{message}");
+    let statement = conn
+        .prepare_cached("SELECT pg_notify($1, $2)")
+        .await
+        .map_err(|e| classify(e, DURING))?;
+    conn.execute(&statement, &[&NOTIFY_CHANNEL, &payload])
+        .await
+        .map_err(|e| classify(e, DURING))?;
+    Ok(())
 }

@@ -347,6 +347,27 @@ pub async fn stored(srv: &Deployment, job: &str) -> Stored {
     }
 }
 
+/// The holder's value of a lock-shaped key (`baton:lock:{K}`, `baton:leader:{K}`) as stored,
+/// read the same way on every backend: `GET` on Redis, the live token of its `baton_locks` row
+/// on PostgreSQL (`None` when free or expired).
+pub async fn holder(srv: &Deployment, key: &str) -> Option<String> {
+    #[cfg(feature = "postgres")]
+    if let Deployment::Postgres(db) = srv {
+        return db
+            .connect()
+            .await
+            .query_opt(
+                "SELECT token FROM baton_locks
+                 WHERE key = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()",
+                &[&key],
+            )
+            .await
+            .expect("read the lock row")
+            .map(|r| r.get(0));
+    }
+    get(&mut raw(srv).await, key).await
+}
+
 /// An administrator's connection to the deployment (see [`raw_at`]).
 pub async fn raw<E: Endpoint + ?Sized>(server: &E) -> Raw {
     raw_at(&server.admin_url()).await
