@@ -8,8 +8,7 @@ use baton::{AcquireOptions, ErrorKind};
 use common::{client, get, pttl, raw, server, Deployment, Raw};
 use tokio::time::Instant;
 
-/// What a backend-neutral scenario reads and writes besides the API: plain values (Redis
-/// strings, or rows of a table `plain` on PostgreSQL) and the lock as stored.
+/// What a backend-neutral scenario reads besides the API: the lock as stored.
 enum Db {
     Redis(Raw),
     #[cfg(feature = "postgres")]
@@ -19,43 +18,12 @@ enum Db {
 async fn db(server: &Deployment) -> Db {
     #[cfg(feature = "postgres")]
     if let Deployment::Postgres(d) = server {
-        let c = d.connect().await;
-        c.batch_execute("CREATE TABLE IF NOT EXISTS plain (k text PRIMARY KEY, v text NOT NULL)")
-            .await
-            .unwrap();
-        return Db::Pg(c);
+        return Db::Pg(d.connect().await);
     }
     Db::Redis(raw(server).await)
 }
 
 impl Db {
-    async fn get(&mut self, key: &str) -> Option<String> {
-        match self {
-            Db::Redis(r) => get(r, key).await,
-            #[cfg(feature = "postgres")]
-            Db::Pg(c) => c
-                .query_opt("SELECT v FROM plain WHERE k = $1", &[&key])
-                .await
-                .unwrap()
-                .map(|r| r.get(0)),
-        }
-    }
-
-    async fn set(&mut self, key: &str, value: &str) {
-        match self {
-            Db::Redis(r) => set(r, key, value).await,
-            #[cfg(feature = "postgres")]
-            Db::Pg(c) => {
-                c.execute(
-                    "INSERT INTO plain VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = $2",
-                    &[&key, &value],
-                )
-                .await
-                .unwrap();
-            }
-        }
-    }
-
     /// Lock `name`'s holder token and remaining ms (`(None, -2)` when free), as stored.
     async fn lock(&mut self, name: &str) -> (Option<String>, i64) {
         match self {
@@ -94,59 +62,6 @@ async fn set(conn: &mut Raw, key: &str, value: &str) {
         .query_async(conn)
         .await
         .unwrap();
-}
-
-/// A tiny xorshift, for sleeps of 0–1 ms without a rand dependency.
-fn next_rand(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
-// Not on PostgreSQL here: tests/mutex_pg.rs runs the same 16 × 200 increments of a row there
-// (`sixteen_tasks_increment_a_row_exactly`), and this scenario is the slowest of the file.
-scenario! {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sixteen_tasks_increment_a_plain_counter_exactly() {
-        let server = server();
-        let started = std::time::Instant::now();
-        let mut tasks = Vec::new();
-        for t in 0..16u64 {
-            // Four clients with four tasks each: contention inside one client and across clients.
-            let c = client(&server).await;
-            let mut plain = db(&server).await;
-            tasks.push(tokio::spawn(async move {
-                let locks = c.locks();
-                let opts = AcquireOptions::default();
-                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
-                for _ in 0..200 {
-                    let guard = locks
-                        .acquire("counter", Duration::from_secs(5), &opts)
-                        .await
-                        .expect("acquire");
-                    let v: i64 = plain
-                        .get("counter")
-                        .await
-                        .map_or(0, |v| v.parse().unwrap());
-                    tokio::time::sleep(Duration::from_micros(next_rand(&mut rng) % 1000)).await;
-                    plain.set("counter", &(v + 1).to_string()).await;
-                    assert!(
-                        guard.release().await.expect("release"),
-                        "released our own lock"
-                    );
-                }
-                c
-            }));
-        }
-        let mut clients = Vec::new();
-        for t in tasks {
-            clients.push(t.await.unwrap());
-        }
-        let mut conn = db(&server).await;
-        assert_eq!(conn.get("counter").await.as_deref(), Some("3200"));
-        eprintln!("3200 increments under the mutex in {:?}", started.elapsed());
-    }
 }
 
 // Single server only: restarts THE server without its data.
