@@ -10,6 +10,11 @@
 //!   `redis::aio::MultiplexedConnection` per server, a plain loop with a full-jitter exponential
 //!   backoff (1 → 16 ms) under contention; for Redlock the same on the 3 masters at once
 //!   (`tokio::join!`), a quorum of 2, released on all 3 when short of it;
+//! - the **fenced floor** (single server only), hand-written too, for the same job as baton's
+//!   mutex: a lock with a fencing token that only grows, past a restart that lost the data
+//!   (`max(old + 1, server time in µs)`, DESIGN.md §3). Its acquire is one `EVALSHA` of
+//!   [`FENCED_ACQUIRE`] (`SET NX PX`, then the fence), its release the floor's compare-and-delete;
+//!   the same loop and backoff as the floor;
 //! - the **`rslock`** crate (0.10, `LockManager` over the same URL(s)) with its default retry
 //!   settings (see [`RSLOCK_RETRY`]).
 //!
@@ -36,6 +41,18 @@ const TTL: Duration = Duration::from_secs(10);
 /// The floor's release: compare-and-delete.
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// The fenced floor's acquire, as a careful user writes it: the lock, then the fence stepped to
+/// `max(old + 1, server time in µs)` with a day's retention; 0 when the lock is held, else the
+/// fencing token.
+const FENCED_ACQUIRE: &str = "
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local old = tonumber(redis.call('GET', KEYS[2])) or 0
+local f = string.format('%.0f', math.max(old + 1, now))
+redis.call('SET', KEYS[2], f, 'PX', ARGV[3])
+return f";
 
 /// rslock's retry settings as this benchmark uses them (its defaults, untouched).
 pub const RSLOCK_RETRY: &str = "rslock defaults: lock() = 3 tries, a random 0–200 ms sleep \
@@ -75,24 +92,58 @@ async fn bounded<T>(deadline: Option<Instant>, f: impl Future<Output = T>) -> Op
 struct FloorConn {
     conn: MultiplexedConnection,
     sha: Arc<str>,
+    fenced_sha: Arc<str>,
 }
 
 impl FloorConn {
     async fn connect(url: &str) -> FloorConn {
         let client = redis::Client::open(url).expect("url");
-        let mut conn = client
+        let conn = client
             .get_multiplexed_async_connection()
             .await
             .expect("floor connects");
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(RELEASE)
-            .query_async(&mut conn)
-            .await
-            .expect("SCRIPT LOAD");
+        let load = |body: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(body)
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .expect("SCRIPT LOAD")
+            }
+        };
+        let sha = load(RELEASE).await;
+        let fenced_sha = load(FENCED_ACQUIRE).await;
         FloorConn {
             conn,
             sha: sha.into(),
+            fenced_sha: fenced_sha.into(),
+        }
+    }
+
+    /// The fenced floor's acquire: the fencing token, or `None` when held.
+    async fn try_set_fenced(&self, key: &str, token: &str) -> Option<u64> {
+        let mut c = self.conn.clone();
+        let r: redis::Value = redis::cmd("EVALSHA")
+            .arg(&*self.fenced_sha)
+            .arg(2)
+            .arg(key)
+            .arg(format!("{key}:fence"))
+            .arg(token)
+            .arg(TTL.as_millis() as u64)
+            .arg(86_400_000u64)
+            .query_async(&mut c)
+            .await
+            .expect("fenced floor EVALSHA");
+        match r {
+            redis::Value::Int(0) => None,
+            v => Some(
+                redis::from_redis_value::<String>(v)
+                    .expect("a fencing token")
+                    .parse()
+                    .expect("a number"),
+            ),
         }
     }
 
@@ -128,6 +179,7 @@ impl FloorConn {
 enum Locker {
     Baton(Locks),
     Floor(FloorConn),
+    FencedFloor(FloorConn),
     Rslock(rslock::LockManager),
     BatonRedlock(Redlock),
     FloorRedlock(Arc<[FloorConn; 3]>),
@@ -181,6 +233,19 @@ impl Locker {
                     backoff(&mut n).await;
                 }
             }
+            Locker::FencedFloor(f) => {
+                let mut n = 0;
+                loop {
+                    let t = token();
+                    if f.try_set_fenced(key, &t).await.is_some() {
+                        return Some(Held::Floor(t));
+                    }
+                    if past(deadline) {
+                        return None;
+                    }
+                    backoff(&mut n).await;
+                }
+            }
             Locker::FloorRedlock(fs) => {
                 let mut n = 0;
                 loop {
@@ -215,7 +280,7 @@ impl Locker {
                 g.release().await.expect("baton redlock release");
             }
             (_, Held::Rslock(l)) => l.release().await,
-            (Locker::Floor(f), Held::Floor(t)) => {
+            (Locker::Floor(f) | Locker::FencedFloor(f), Held::Floor(t)) => {
                 f.del(key, &t).await;
             }
             (Locker::FloorRedlock(fs), Held::FloorRedlock(t)) => {
@@ -344,7 +409,8 @@ async fn contended_round(
     (all, counts, t0.elapsed())
 }
 
-/// The three sides of one scenario, by name: `baton`, `floor`, `rslock`.
+/// The sides of one scenario, by name: `baton`, `floor`, `fenced-floor` (single server),
+/// `rslock`.
 type Sides = Vec<(&'static str, Locker)>;
 
 async fn single_sides(url: &str) -> (Sides, Client) {
@@ -352,6 +418,10 @@ async fn single_sides(url: &str) -> (Sides, Client) {
     let sides = vec![
         ("baton", Locker::Baton(client.locks())),
         ("floor", Locker::Floor(FloorConn::connect(url).await)),
+        (
+            "fenced-floor",
+            Locker::FencedFloor(FloorConn::connect(url).await),
+        ),
         (
             "rslock",
             Locker::Rslock(rslock::LockManager::new(vec![url.to_string()])),
@@ -438,6 +508,10 @@ fn rows(
     extra_note: &str,
 ) -> Vec<Row> {
     let floor = side(res, "floor");
+    let fenced = res
+        .iter()
+        .find(|(n, _)| *n == "fenced-floor")
+        .map(|(_, t)| t);
     let rs = side(res, "rslock");
     res.iter()
         .map(|(name, t)| {
@@ -458,6 +532,13 @@ fn rows(
                 notes.push_str(&format!(
                     "; vs rslock: ops/s {vs_rslock:.2} ×, p50 {p50_vs_rslock:.2} ×"
                 ));
+                if let Some(f) = fenced {
+                    notes.push_str(&format!(
+                        "; vs fenced floor: ops/s {:.2} ×, p50 {:.2} ×",
+                        t.ops_per_s() / f.ops_per_s(),
+                        t.p50() / f.p50()
+                    ));
+                }
             }
             if !extra_note.is_empty() && *name != "baton" {
                 notes.push_str("; ");
@@ -481,6 +562,10 @@ fn rows(
             });
             if *name == "rslock" {
                 extra["rslock_retry"] = json!(RSLOCK_RETRY);
+            }
+            if let Some(f) = fenced {
+                extra["ops_vs_fenced_floor"] = json!(t.ops_per_s() / f.ops_per_s());
+                extra["p50_vs_fenced_floor"] = json!(t.p50() / f.p50());
             }
             if !t.per_task.is_empty() {
                 let (f, min, max) = fairness(&t.per_task);

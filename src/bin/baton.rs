@@ -189,7 +189,7 @@ const FAR: Duration = Duration::from_secs(86_400 * 365);
 /// How long a resumed baton waits for Redis to confirm it still holds its attempt.
 const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Run any program under attempt-counted failover coordination through Redis.
+/// Run any program under attempt-counted failover coordination through Redis or PostgreSQL.
 #[derive(Parser, Debug)]
 #[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
 struct Cli {
@@ -198,7 +198,8 @@ struct Cli {
     /// Cluster's seed nodes, or redis+sentinel://host:port,host:port/SERVICE for the primary
     /// Sentinels monitor as SERVICE (credentials there are the data nodes'). PostgreSQL:
     /// postgres://[user[:password]@]host[:port]/database (tables created on first use; `lock`
-    /// is then the table mutex, and --redlock is Redis only). --redis-url is an alias, and
+    /// is then the table mutex and `leader` an election on the same table; --redlock is Redis
+    /// only). --redis-url is an alias, and
     /// BATON_REDIS_URL is read when BATON_URL is not set. A password can also come from the
     /// file named by BATON_REDIS_PASSWORD_FILE. Never printed.
     #[arg(

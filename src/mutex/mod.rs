@@ -390,15 +390,8 @@ impl Locks {
             if group.is_none() {
                 // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
                 let limit = self.connect_timeout();
-                let joined = match &self.backend {
-                    Backend::Redis(t) => {
-                        tokio::time::timeout(limit, t.hub.wake_one(&keys.channel)).await
-                    }
-                    #[cfg(feature = "postgres")]
-                    Backend::Postgres(t) => {
-                        tokio::time::timeout(limit, t.wake_one(&keys.channel)).await
-                    }
-                };
+                let backend = LockBackend::of(&self.backend);
+                let joined = tokio::time::timeout(limit, backend.wake_one(&keys.channel)).await;
                 if let Ok(Ok(g)) = joined {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:
