@@ -38,7 +38,12 @@
 //! (`control-postgres-fencing-off`: C1 must flag; `control-postgres-volatile`: every job row
 //! truncated after a crash-restart, worker 0 restarted: C3/C4 or a StateLost event must show
 //! it). The fixture trusts loopback, so its workers connect as the superuser: there is no
-//! counterpart of the Redis profiles' least-privilege ACL user. About 75 s in all. Logs and
+//! counterpart of the Redis profiles' least-privilege ACL user. About 75 s in all. Profile
+//! `postgres-locks` (same feature; not in CI) runs the mutex and the leader-election workloads
+//! the same way against a durable PostgreSQL, their locks rows of `baton_locks` (20 s of chaos
+//! each; `--seconds` overrides): the worker lane, the PostgreSQL lane without the lease clock
+//! jump (it moves every lease at once, like `ttl_shrink`, which the Redis lock phases go
+//! without too) and two lanes of holder pauses; then both workloads' fencing-off controls. Logs and
 //! `report.json` go to
 //! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
@@ -253,9 +258,79 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             liveness_extra_ms: 0,
             postgres: true,
         });
+    } else if profile == "postgres-locks" {
+        if !cfg!(feature = "postgres") {
+            return Err(
+                "profile postgres-locks needs baton's `postgres` feature: cargo run --example \
+                chaos --features testing,postgres -- --profile postgres-locks"
+                    .into(),
+            );
+        }
+        // The mutex and leader-election workloads against a durable PostgreSQL (their locks
+        // rows of `baton_locks`), each worker through its fault proxy: the worker lane,
+        // PostgreSQL's server faults but the lease clock jump (it moves every lease at once,
+        // as ttl_shrink does on Redis, which these workloads go without too), holders paused
+        // past their lease (their spawned commits land late and must be refused); then both
+        // fencing-off controls (C1 must flag).
+        let pg_lane: Vec<Kind> = Kind::PG_SERVER_LANE
+            .iter()
+            .copied()
+            .filter(|k| *k != Kind::LeaseJump)
+            .collect();
+        let chaos_s = flag(args, "--seconds").map_or(Ok(20.0), |s| s.parse())?;
+        for (name, workload, tag) in [
+            ("postgres-mutex", Workload::Mutex, 0x9C),
+            ("postgres-leader", Workload::Leader, 0x9D),
+        ] {
+            phases.push(PhaseCfg {
+                name: name.into(),
+                jobs: 0,
+                warmup_s: 2.0,
+                chaos_s,
+                fenced: true,
+                lanes: vec![
+                    Kind::WORKER_LANE.to_vec(),
+                    pg_lane.clone(),
+                    vec![Kind::PauseWorker],
+                    vec![Kind::PauseWorker],
+                ],
+                volatile_restart_at: None,
+                seed: mix(&[seed, tag]),
+                quiesce_bound_s: 20.0,
+                workload,
+                cluster: false,
+                liveness_extra_ms: 0,
+                postgres: true,
+            });
+        }
+        for (name, workload, tag) in [
+            ("control-postgres-mutex-fencing-off", Workload::Mutex, 0x9E),
+            (
+                "control-postgres-leader-fencing-off",
+                Workload::Leader,
+                0x9F,
+            ),
+        ] {
+            phases.push(PhaseCfg {
+                name: name.into(),
+                jobs: 0,
+                warmup_s: 1.0,
+                chaos_s: 12.0,
+                fenced: false,
+                lanes: vec![vec![Kind::PauseWorker], vec![Kind::PauseWorker]],
+                volatile_restart_at: None,
+                seed: mix(&[seed, tag]),
+                quiesce_bound_s: 20.0,
+                workload,
+                cluster: false,
+                liveness_extra_ms: 0,
+                postgres: true,
+            });
+        }
     } else if !["controls", "mutex", "leader", "fair"].contains(&profile.as_str()) {
         return Err(format!(
-            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster, postgres)"
+            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster, postgres, \
+             postgres-locks)"
         )
         .into());
     }
@@ -499,7 +574,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     if profile == "cluster" {
         phases.retain(|p| p.cluster);
     }
-    if profile == "postgres" {
+    if profile == "postgres" || profile == "postgres-locks" {
         phases.retain(|p| p.postgres);
     }
     let t_start = std::time::Instant::now();
