@@ -120,8 +120,8 @@ impl ClientBuilder {
     }
 
     /// Trusts the CA certificate(s) in `pem` (PEM text, one or more `BEGIN CERTIFICATE`
-    /// blocks) for a `rediss://` URL, instead of the system's trust store. Only with the `tls`
-    /// feature.
+    /// blocks) for a `rediss://` URL (or a `postgres://` one with `sslmode=require`), instead of
+    /// the system's trust store. Only with the `tls` feature (which `postgres` brings).
     ///
     /// Checked when the client connects, before any network I/O: an unparsable PEM is an
     /// [`Error::Config`] naming `tls_root_ca`.
@@ -165,8 +165,8 @@ impl ClientBuilder {
     }
 
     /// Presents a client certificate (PEM, the leaf first, then any intermediates) and its
-    /// private key (PEM: PKCS#8, PKCS#1 or SEC1), for servers with `tls-auth-clients yes`. Only
-    /// with the `tls` feature.
+    /// private key (PEM: PKCS#8, PKCS#1 or SEC1), for servers with `tls-auth-clients yes` (or a
+    /// PostgreSQL that asks for one under `sslmode=require`). Only with the `tls` feature.
     ///
     /// Checked when the client connects, before any network I/O: the key must parse and fit the
     /// certificate, else [`Error::Config`] naming `tls_client_cert` or `tls_client_key`. The key
@@ -509,22 +509,13 @@ impl ClientBuilder {
     /// A PostgreSQL client (feature `postgres`), not connected yet.
     fn postgres(&self) -> Result<Client, Error> {
         self.check_settings()?;
-        if self.tls_options_set() {
-            return Err(Error::Config(ConfigError::invalid(
-                "url",
-                format!(
-                    "{}: TLS options were given, but this build of baton connects to \
-                     PostgreSQL without TLS; TLS is never silently dropped",
-                    redact_url(&self.url)
-                ),
-            )));
-        }
         #[cfg(feature = "postgres")]
         {
             let transport = crate::transport::pg::PgTransport::new(
                 &self.url,
                 self.password.as_deref(),
                 self.settings.clone(),
+                &self.tls,
             )?;
             Ok(Client {
                 backend: Backend::Postgres(Arc::new(transport)),

@@ -119,7 +119,7 @@ pub enum Error {
     /// The TLS handshake failed: the server's certificate is not signed by a trusted CA or does
     /// not name the host, or the server wants a client certificate. Never retried, and never
     /// retried without TLS.
-    #[error("TLS handshake with redis failed: {message}")]
+    #[error("TLS handshake failed: {message}")]
     Tls {
         /// What rustls reported (e.g. `invalid peer certificate: UnknownIssuer`).
         message: String,

@@ -99,7 +99,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind};
@@ -205,7 +205,7 @@ fn session_alive(err: &tokio_postgres::Error) -> bool {
 /// Sends PostgreSQL a cancel request for the statement in flight if dropped armed: a caller
 /// that gives up on a blocking acquisition (drops its future) must not leave a backend queued
 /// for the lock (it would take it and hold it until it noticed the connection gone).
-struct CancelOnDrop(Option<tokio_postgres::CancelToken>);
+struct CancelOnDrop(Option<(tokio_postgres::CancelToken, crate::transport::pg::Tls)>);
 
 impl CancelOnDrop {
     fn disarm(mut self) {
@@ -215,10 +215,10 @@ impl CancelOnDrop {
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(token) = self.0.take() {
+        if let Some((token, tls)) = self.0.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
-                    let _ = token.cancel_query(NoTls).await;
+                    let _ = token.cancel_query(tls).await;
                 });
             }
         }
@@ -588,7 +588,7 @@ async fn wait_for_lock(
     opts: &AdvisoryOptions,
 ) -> Result<Vec<Row>, Error> {
     let started = Instant::now();
-    let cancel = CancelOnDrop(Some(client.cancel_token()));
+    let cancel = CancelOnDrop(Some((client.cancel_token(), t.tls.clone())));
     let wait = run_call(client, call, mode, key);
     let result = match opts.wait() {
         Some(bound) => {

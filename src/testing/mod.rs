@@ -1773,6 +1773,55 @@ impl PgServer {
         }
     }
 
+    /// Turns TLS on: certificates made as for [`RedisServerBuilder::tls`] (a private CA, a
+    /// server certificate for `DNS:localhost` and `IP:127.0.0.1`, a client certificate, an
+    /// untrusted CA) in the server's directory, then `ssl = on` and the files through `ALTER
+    /// SYSTEM` and a reload; returns once `SHOW ssl` says `on`. Connections may then use TLS;
+    /// plain ones are still accepted (`pg_stat_ssl` tells them apart). Kept across
+    /// [`restart`](Self::restart)s.
+    ///
+    /// # Errors
+    /// If `openssl` is missing or fails, a file cannot be written or handed to the server's
+    /// user, `psql` fails, or the server does not turn TLS on within 5 s.
+    pub fn enable_tls(&self) -> io::Result<TlsFiles> {
+        use std::os::unix::fs::PermissionsExt;
+        let files = make_tls_files(&self.dir)?;
+        // PostgreSQL reads the key as its own user and refuses one others may read.
+        fs::set_permissions(&files.server_key, fs::Permissions::from_mode(0o600))?;
+        if let Some((uid, gid)) = pg_run_as()? {
+            for f in [&files.server_key, &files.server_cert] {
+                std::os::unix::fs::chown(f, Some(uid), Some(gid))?;
+            }
+        }
+        let quoted = |p: &Path| p.display().to_string().replace('\'', "''");
+        self.psql(&format!(
+            "ALTER SYSTEM SET ssl_cert_file = '{}'",
+            quoted(&files.server_cert)
+        ))?;
+        self.psql(&format!(
+            "ALTER SYSTEM SET ssl_key_file = '{}'",
+            quoted(&files.server_key)
+        ))?;
+        self.psql("ALTER SYSTEM SET ssl = on")?;
+        self.psql("SELECT pg_reload_conf()")?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.psql("SHOW ssl")?.contains("on") {
+                return Ok(files);
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "PostgreSQL did not turn TLS on within 5 s (see {})",
+                        self.log_path().display()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The directory of the server's unix socket (`.s.PGSQL.<port>`, owner-only): the fixture's
     /// temporary directory, which also holds the cluster (`data/`) and the logs. Removed on drop.
     pub fn socket_dir(&self) -> &Path {

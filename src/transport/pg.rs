@@ -20,7 +20,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -42,6 +42,8 @@ pub(crate) struct Notice {
 /// and worker task, like [`super::Transport`].
 pub(crate) struct PgTransport {
     config: tokio_postgres::Config,
+    /// The TLS connector of every connection (used only with `sslmode=require`).
+    pub tls: Tls,
     pool: Pool,
     /// The URL for messages (credentials and query redacted).
     pub endpoint: String,
@@ -58,6 +60,10 @@ pub(crate) struct PgTransport {
     #[cfg(feature = "testing")]
     pub before_exec: Mutex<Option<super::ExecHook>>,
 }
+
+/// How every connection of a client makes TLS: rustls through tokio-postgres-rustls. With
+/// `sslmode=disable` (what `prefer` becomes, see [`parse_url`]) it is never used.
+pub(crate) type Tls = tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The one notification channel of baton on PostgreSQL: every message is
 /// `pg_notify(NOTIFY_CHANNEL, topic || E'\n' || message)`, and the hub hands it to the
@@ -86,11 +92,30 @@ pub(crate) fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+/// `url` with libpq's `sslmode=verify-ca` and `verify-full` (which the driver does not parse)
+/// as `require`, which baton verifies fully anyway (see [`parse_url`]).
+fn libpq_sslmodes(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.into();
+    };
+    let params: Vec<&str> = query
+        .split('&')
+        .map(|p| match p {
+            "sslmode=verify-ca" | "sslmode=verify-full" => "sslmode=require",
+            other => other,
+        })
+        .collect();
+    format!("{base}?{}", params.join("&")).into()
+}
+
 /// The checks made before any network I/O, and the driver's configuration of `url`.
 ///
-/// `sslmode=require` (or `verify-*`) is refused: this build speaks PostgreSQL without TLS, and
-/// a URL that asks for TLS must never silently get plain TCP. `sslmode=prefer` (the driver's
-/// default) connects without TLS.
+/// TLS is all or nothing: `sslmode=require` connects with TLS only, and verifies the server's
+/// certificate and name (what libpq calls `verify-full`: a `require` that accepted any
+/// certificate would not stop a man in the middle; libpq's `verify-ca` and `verify-full` are
+/// taken as `require`). `sslmode=prefer` (the driver's default)
+/// and `disable` connect without TLS: there is no opportunistic TLS, which would fail against
+/// the self-signed certificate many servers ship with, or protect nothing when unverified.
 pub(crate) fn parse_url(
     url: &str,
     settings: &ConnSettings,
@@ -102,15 +127,11 @@ pub(crate) fn parse_url(
     if url.contains('#') {
         return Err(bad("a URL fragment is not allowed".into()));
     }
-    let mut config: tokio_postgres::Config = url
+    let mut config: tokio_postgres::Config = libpq_sslmodes(url)
         .parse()
         .map_err(|e: tokio_postgres::Error| bad(format!("rejected ({e})")))?;
-    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(bad(
-            "sslmode=require: this build of baton connects to PostgreSQL without TLS, and TLS \
-             is never silently dropped (use a local socket or a TLS-terminating proxy)"
-                .into(),
-        ));
+    if config.get_ssl_mode() != tokio_postgres::config::SslMode::Require {
+        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
     }
     if config.get_hosts().is_empty() {
         return Err(bad("no host".into()));
@@ -134,14 +155,35 @@ impl PgTransport {
         url: &str,
         password: Option<&str>,
         settings: ConnSettings,
+        tls: &super::tls::TlsSettings,
     ) -> Result<PgTransport, Error> {
         let mut config = parse_url(url, &settings)?;
         if let Some(password) = password {
             config.password(password);
         }
+        let tls = if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            Tls::new(tls.rustls_config()?)
+        } else if tls.is_set() {
+            return Err(Error::Config(ConfigError::invalid(
+                "url",
+                format!(
+                    "{}: TLS options were given, but the URL does not ask for TLS (add \
+                     sslmode=require)",
+                    redact_url(url)
+                ),
+            )));
+        } else {
+            // Never used (no TLS is made with sslmode=disable): no CA store to load.
+            super::tls::install_crypto_provider();
+            Tls::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            )
+        };
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 // `Fast` trusts a connection the driver has not seen closed; a dead one fails
                 // its next statement with a connection error, which every caller retries.
@@ -163,6 +205,7 @@ impl PgTransport {
             })?;
         Ok(PgTransport {
             config,
+            tls,
             pool,
             endpoint: redact_url(url),
             settings,
@@ -190,6 +233,7 @@ impl PgTransport {
             let (tx, rx) = mpsc::unbounded_channel();
             self.tracker.spawn(listen_task(
                 self.config.clone(),
+                self.tls.clone(),
                 self.settings.clone(),
                 rx,
                 self.cancel.clone(),
@@ -334,14 +378,14 @@ impl PgTransport {
 
     /// A new connection of its own, never pooled and never shared (see the module docs).
     pub(crate) async fn dedicated(&self) -> Result<Dedicated, Error> {
-        connect_dedicated(&self.config).await
+        connect_dedicated(&self.config, &self.tls).await
     }
 }
 
 /// A new connection of its own to `config` (see [`PgTransport::dedicated`]).
-async fn connect_dedicated(config: &tokio_postgres::Config) -> Result<Dedicated, Error> {
+async fn connect_dedicated(config: &tokio_postgres::Config, tls: &Tls) -> Result<Dedicated, Error> {
     let (client, mut connection) = config
-        .connect(NoTls)
+        .connect(tls.clone())
         .await
         .map_err(|e| classify(e, "connecting"))?;
     let closed = CancellationToken::new();
@@ -427,6 +471,7 @@ type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::mailbox:
 /// client is cancelled or every [`PgTransport`] handle is gone.
 async fn listen_task(
     config: tokio_postgres::Config,
+    tls: Tls,
     settings: ConnSettings,
     mut cmds: mpsc::UnboundedReceiver<HubCmd>,
     cancel: CancellationToken,
@@ -437,7 +482,7 @@ async fn listen_task(
     loop {
         let opened = tokio::select! {
             _ = cancel.cancelled() => return,
-            opened = listen(&config, &settings) => opened,
+            opened = listen(&config, &tls, &settings) => opened,
         };
         let (client, mut notices, closed) = match opened {
             Ok(link) => link,
@@ -518,6 +563,7 @@ fn remove_waiter(waiters: &mut Waiters, topic: &str, id: u64) {
 /// connection), its notifications, and a token cancelled when it ends.
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: &Tls,
     settings: &ConnSettings,
 ) -> Result<
     (
@@ -527,7 +573,7 @@ async fn listen(
     ),
     Error,
 > {
-    let link = connect_dedicated(config).await?;
+    let link = connect_dedicated(config, tls).await?;
     let listen = format!("LISTEN {NOTIFY_CHANNEL}");
     match tokio::time::timeout(
         settings.response_timeout,
@@ -545,6 +591,14 @@ async fn listen(
 /// section); `during` names the step for timeouts.
 pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Error {
     let Some(db) = err.as_db_error() else {
+        // A failed TLS handshake (an untrusted or misnamed certificate, a server without TLS
+        // for sslmode=require) is never retried, as on Redis.
+        if let Some(why) = tls_failure(&err) {
+            return Error::Tls {
+                message: format!("PostgreSQL: {why}"),
+                source: Some(Arc::new(err)),
+            };
+        }
         // Not the server's answer: the connection failed, closed, or the reply was unreadable.
         let message = err.to_string();
         return Error::Connection {
@@ -564,6 +618,29 @@ pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Erro
         message,
         source: Some(Arc::new(err)),
     }
+}
+
+/// What rustls reported, if `err` is a failed TLS handshake; or that the server has no TLS.
+fn tls_failure(err: &tokio_postgres::Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    // A bound, not a loop forever on a strange self-referencing chain.
+    for _ in 0..16 {
+        let e = next?;
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r.to_string());
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                return Some(r.to_string());
+            }
+        }
+        // The driver's own words when the server refuses TLS under sslmode=require.
+        if e.to_string().contains("server does not support TLS") {
+            return Some("the server does not support TLS (sslmode=require)".into());
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// The classification of a SQLSTATE.
@@ -611,16 +688,59 @@ mod tests {
         for (url, why) in [
             ("redis://127.0.0.1/", "scheme"),
             ("postgres://u:secret@127.0.0.1:0/db", "port 0"),
-            (
-                "postgres://u:secret@127.0.0.1/db?sslmode=require",
-                "sslmode=require",
-            ),
             ("postgres://u:secret@127.0.0.1/db#x", "fragment"),
         ] {
             let err = parse_url(url, &settings()).unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
             assert!(!err.contains("secret"), "{url}: the password leaked: {err}");
         }
+    }
+
+    #[test]
+    fn tls_is_all_or_nothing() {
+        use tokio_postgres::config::SslMode;
+        let mode = |url: &str| parse_url(url, &settings()).unwrap().get_ssl_mode();
+        assert_eq!(
+            mode("postgres://127.0.0.1/db?sslmode=require"),
+            SslMode::Require
+        );
+        assert_eq!(
+            mode("postgres://127.0.0.1/db?sslmode=verify-full"),
+            SslMode::Require
+        );
+        assert_eq!(
+            mode("postgres://127.0.0.1/db?application_name=x&sslmode=verify-ca"),
+            SslMode::Require
+        );
+        // No opportunistic TLS: prefer (the default) and disable connect without.
+        assert_eq!(mode("postgres://127.0.0.1/db"), SslMode::Disable);
+        assert_eq!(
+            mode("postgres://127.0.0.1/db?sslmode=prefer"),
+            SslMode::Disable
+        );
+        assert_eq!(
+            mode("postgres://127.0.0.1/db?sslmode=disable"),
+            SslMode::Disable
+        );
+        // TLS options with a URL that does not ask for TLS are refused, never ignored.
+        let tls = crate::transport::tls::TlsSettings {
+            root_ca: Some(crate::transport::tls::Pem::bytes(b"x".to_vec())),
+            client: None,
+        };
+        let err = PgTransport::new("postgres://127.0.0.1/db", None, settings(), &tls)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sslmode=require"), "{err}");
+        // And unusable ones are refused before any I/O.
+        let err = PgTransport::new(
+            "postgres://127.0.0.1/db?sslmode=require",
+            None,
+            settings(),
+            &tls,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("tls_root_ca"), "{err}");
     }
 
     #[test]

@@ -87,12 +87,7 @@ impl TlsSettings {
             None => None,
             Some((cert, key)) => {
                 let chain = parse_certs("tls_client_cert", cert)?;
-                let der = PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|_| {
-                    ConfigError::invalid(
-                        "tls_client_key",
-                        format!("{key:?} is not a PEM private key (PKCS#8, PKCS#1 or SEC1)"),
-                    )
-                })?;
+                let der = parse_key(key)?;
                 // Loads the key with the provider baton installs, and compares its public half
                 // with the certificate's: a mismatch would otherwise surface only as a failed
                 // handshake.
@@ -118,6 +113,66 @@ impl TlsSettings {
             root_cert,
         })
     }
+}
+
+impl TlsSettings {
+    /// A rustls client configuration (for PostgreSQL): trusts `root_ca` if set, else the
+    /// system's CAs (rustls-native-certs, as redis-rs does for `rediss://`), and presents the
+    /// client certificate if set. The server's certificate is always verified, its name
+    /// included. Checked as [`certificates`](Self::certificates) checks.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `tls_root_ca`, `tls_client_cert` or `tls_client_key`, or `url`
+    /// when no CA is given and the system has none.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn rustls_config(&self) -> Result<rustls::ClientConfig, ConfigError> {
+        self.certificates()?;
+        install_crypto_provider();
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.root_ca {
+            Some(pem) => {
+                for cert in parse_certs("tls_root_ca", pem)? {
+                    roots.add(cert).map_err(|e| {
+                        ConfigError::invalid("tls_root_ca", format!("{pem:?}: {e}"))
+                    })?;
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                let (added, _) = roots.add_parsable_certificates(found.certs);
+                if added == 0 {
+                    return Err(ConfigError::invalid(
+                        "url",
+                        "sslmode=require, but the system has no CA certificates to verify the \
+                         server with (give one with tls_root_ca_pem/tls_root_ca_file)",
+                    ));
+                }
+            }
+        }
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        match &self.client {
+            None => Ok(builder.with_no_client_auth()),
+            Some((cert, key)) => {
+                let chain = parse_certs("tls_client_cert", cert)?;
+                let der = parse_key(key)?;
+                builder.with_client_auth_cert(chain, der).map_err(|e| {
+                    ConfigError::invalid(
+                        "tls_client_key",
+                        format!("{key:?} does not fit the client certificate {cert:?} ({e})"),
+                    )
+                })
+            }
+        }
+    }
+}
+
+fn parse_key(key: &Pem) -> Result<PrivateKeyDer<'static>, ConfigError> {
+    PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|_| {
+        ConfigError::invalid(
+            "tls_client_key",
+            format!("{key:?} is not a PEM private key (PKCS#8, PKCS#1 or SEC1)"),
+        )
+    })
 }
 
 fn parse_certs(
