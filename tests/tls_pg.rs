@@ -64,12 +64,20 @@ async fn require_with_the_private_ca_encrypts_every_connection() {
         .acquire(41i64, baton::AdvisoryMode::Exclusive, &Default::default())
         .await
         .expect("a session lock over TLS");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let sessions = baton_sessions(pg);
-    assert!(
-        sessions.contains("true"),
-        "no baton session at all: {sessions:?}"
-    );
+    // At least four sessions: a's pooled one and its session guard's, b's pooled one and its
+    // LISTEN connection (the waiter subscribes after its first try).
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let sessions = loop {
+        let sessions = baton_sessions(pg);
+        if sessions.split(',').filter(|s| s.trim() == "true").count() >= 4 {
+            break sessions;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "fewer than 4 baton sessions over TLS: {sessions:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         !sessions.contains("false"),
         "a baton session without TLS: {sessions:?}"
