@@ -21,6 +21,9 @@ fn baton(args: &[&str]) -> Command {
         .env_remove("BATON_REDIS_URL")
         .env_remove("BATON_URL")
         .env_remove("BATON_REDIS_PASSWORD_FILE")
+        .env_remove("BATON_TLS_CA_FILE")
+        .env_remove("BATON_TLS_CERT_FILE")
+        .env_remove("BATON_TLS_KEY_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -204,4 +207,46 @@ async fn baton_lock_on_a_postgres_url_is_the_table_mutex() {
         .parse()
         .unwrap();
     assert!(second > first, "{second} <= {first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_sslmode_require_and_the_ca_from_baton_tls_ca_file() {
+    let pg = baton::testing::PgServer::start().expect("start PostgreSQL");
+    let files = pg.enable_tls().expect("turn TLS on");
+    let url = format!("{}?sslmode=require", pg.url());
+    // PROGRAM sees its own session encrypted.
+    let check = "test \"$(psql -h 127.0.0.1 -p \"$PGPORT\" -U postgres -Atc \
+                 \"SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+                 WHERE application_name = 'baton'\")\" = t";
+    let mut cmd = baton(&["lock", "--url", &url, "--key", "k", "--", "sh", "-c", check]);
+    cmd.env("BATON_TLS_CA_FILE", &files.ca_cert)
+        .env("PGPORT", pg.port().to_string())
+        .env("PATH", psql_path());
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Without the private CA the system's are trusted, which do not know it: not connected,
+    // and the message says why.
+    let out = output(baton(&["lock", "--url", &url, "--key", "k", "--", "true"])).await;
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("TLS handshake failed"),
+        "{}",
+        text(&out)
+    );
+    // A certificate without its key is a usage error, before connecting.
+    let mut cmd = baton(&["lock", "--url", &url, "--key", "k", "--", "true"]);
+    cmd.env("BATON_TLS_CERT_FILE", &files.client_cert);
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+}
+
+/// PATH with the directory of PostgreSQL's `psql` first (Debian keeps it off PATH).
+fn psql_path() -> String {
+    let dir = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.path().join("bin").display().to_string())
+        .unwrap_or_default();
+    format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
 }

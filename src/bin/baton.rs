@@ -199,9 +199,12 @@ struct Cli {
     /// Sentinels monitor as SERVICE (credentials there are the data nodes'). PostgreSQL:
     /// postgres://[user[:password]@]host[:port]/database (tables created on first use; `lock`
     /// is then the table mutex and `leader` an election on the same table; --redlock is Redis
-    /// only). --redis-url is an alias, and
-    /// BATON_REDIS_URL is read when BATON_URL is not set. A password can also come from the
-    /// file named by BATON_REDIS_PASSWORD_FILE. Never printed.
+    /// only; add ?sslmode=require for TLS, the server's certificate always verified).
+    /// --redis-url is an alias, and BATON_REDIS_URL is read when BATON_URL is not set. A
+    /// password can also come from the file named by BATON_REDIS_PASSWORD_FILE. Never printed.
+    /// For TLS (rediss://, or postgres:// with sslmode=require) the system's CAs are trusted,
+    /// or the PEM file named by BATON_TLS_CA_FILE; BATON_TLS_CERT_FILE and BATON_TLS_KEY_FILE
+    /// name a client certificate and its key, for servers that want one.
     #[arg(
         long,
         visible_alias = "redis-url",
@@ -568,6 +571,23 @@ async fn connect(url: &str) -> Result<Client, u8> {
     let mut builder = Client::builder(url);
     if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
         builder = builder.password_file(path).map_err(usage)?;
+    }
+    if let Some(path) = std::env::var_os("BATON_TLS_CA_FILE") {
+        builder = builder.tls_root_ca_file(path).map_err(usage)?;
+    }
+    match (
+        std::env::var_os("BATON_TLS_CERT_FILE"),
+        std::env::var_os("BATON_TLS_KEY_FILE"),
+    ) {
+        (Some(cert), Some(key)) => {
+            builder = builder.tls_client_cert_files(cert, key).map_err(usage)?;
+        }
+        (None, None) => {}
+        _ => {
+            return Err(usage(
+                "BATON_TLS_CERT_FILE and BATON_TLS_KEY_FILE are set together or not at all",
+            ))
+        }
     }
     // The client retries connecting for a few seconds by itself; past that Redis is unavailable.
     match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
