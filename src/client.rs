@@ -936,6 +936,24 @@ pub mod seam {
             crate::transport::Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
         }
     }
+
+    /// The schema and the periodic cleanup statement of each PostgreSQL table a client keeps
+    /// (`baton_jobs`, `baton_locks`), for tests of the cleanup.
+    #[cfg(feature = "postgres")]
+    pub fn pg_schema_and_cleanup() -> [(&'static str, &'static str, &'static str); 2] {
+        [
+            (
+                crate::failover::pg::TABLE,
+                crate::failover::pg::SCHEMA,
+                crate::failover::pg::CLEANUP,
+            ),
+            (
+                crate::lease::pg::SCHEMA_NAME,
+                crate::lease::pg::SCHEMA,
+                crate::lease::pg::CLEANUP,
+            ),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -326,3 +326,66 @@ async fn migrate_creates_the_whole_schema_and_is_idempotent() {
         (true, true, true)
     );
 }
+
+/// The periodic cleanups delete only what may go: a job row past its expiry (it reads as
+/// absent already), and a lock row whose fence retention passed and whose lock is free
+/// (released, or its lease ended). A live lock is never deleted, whatever its retention.
+#[tokio::test]
+async fn the_cleanups_delete_only_expired_jobs_and_free_locks_past_their_retention() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let [jobs, locks] = baton::__seam::pg_schema_and_cleanup();
+    assert_eq!((jobs.0, locks.0), ("baton_jobs", "baton_locks"));
+    client
+        .batch_execute(jobs.1)
+        .await
+        .expect("the jobs' schema");
+    client
+        .batch_execute(locks.1)
+        .await
+        .expect("the locks' schema");
+    client
+        .batch_execute(
+            "INSERT INTO baton_jobs (key, state, expires_at) VALUES
+             ('baton:{old}', 'DONE', now() - interval '1 s'),
+             ('baton:{live}', '2', now() + interval '1 hour'),
+             ('baton:{done}', 'DONE', now() + interval '1 hour');
+             INSERT INTO baton_locks VALUES
+             ('released',    NULL, NULL,                      1, now() - interval '1 s'),
+             ('lease-ended', 't1', now() - interval '1 s',    2, now() - interval '1 s'),
+             ('held',        't2', now() + interval '1 hour', 3, now() - interval '1 s'),
+             ('fence-kept',  NULL, NULL,                      4, now() + interval '1 hour'),
+             ('held-kept',   't3', now() + interval '1 hour', 5, now() + interval '1 hour')",
+        )
+        .await
+        .expect("the rows");
+    client
+        .batch_execute(jobs.2)
+        .await
+        .expect("the jobs' cleanup");
+    client
+        .batch_execute(locks.2)
+        .await
+        .expect("the locks' cleanup");
+    let keys = |table: &str| {
+        let sql = format!("SELECT key FROM {table} ORDER BY key");
+        let client = &client;
+        async move {
+            client
+                .query(&sql, &[])
+                .await
+                .expect("read")
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(keys("baton_jobs").await, ["baton:{done}", "baton:{live}"]);
+    assert_eq!(
+        keys("baton_locks").await,
+        ["fence-kept", "held", "held-kept"]
+    );
+}
