@@ -204,59 +204,43 @@ impl Locks {
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
         let mut pending = Pending::arm(&backend, keys, &token);
         let limit = after(Instant::now(), backend.response_timeout());
-        let grant = match &self.backend {
-            Backend::Redis(transport) => {
+        let req = kernel::Acquire {
+            lock: &keys.lock,
+            fence: &keys.fence,
+            token: &token,
+            ttl,
+        };
+        let grant = match (wait, &self.backend) {
+            (None, _) => backend.acquire(&req, &keys.channel, limit).await,
+            (Some(w), Backend::Redis(transport)) => {
                 let node = transport.node(&keys.lock).await?;
-                let req = kernel::Acquire {
-                    lock: &keys.lock,
-                    fence: &keys.fence,
-                    token: &token,
-                    ttl,
-                };
-                match wait {
-                    None => kernel::acquire(&mut node.conn(), &req, limit).await,
-                    Some(w) => match node.pool.get(limit).await {
-                        Ok(mut conn) => {
-                            match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
-                                Ok((Grant::Granted { .. }, acked))
-                                    if acked < u64::from(w.replicas) =>
-                                {
-                                    // Never handed out: `pending`, still armed, releases it by
-                                    // token.
-                                    return Err(Error::NotReplicated {
-                                        what: "the lock".into(),
-                                        key: key.to_string(),
-                                        acked,
-                                        wanted: w.replicas,
-                                        timeout: w.timeout,
-                                    });
-                                }
-                                other => other.map(|(g, _)| g),
+                match node.pool.get(limit).await {
+                    Ok(mut conn) => {
+                        match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
+                            Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
+                                // Never handed out: `pending`, still armed, releases it by
+                                // token.
+                                return Err(Error::NotReplicated {
+                                    what: "the lock".into(),
+                                    key: key.to_string(),
+                                    acked,
+                                    wanted: w.replicas,
+                                    timeout: w.timeout,
+                                });
                             }
+                            other => other.map(|(g, _)| g),
                         }
-                        Err(e) => {
-                            pending.disarm();
-                            return Err(e);
-                        }
-                    },
+                    }
+                    Err(e) => {
+                        pending.disarm();
+                        return Err(e);
+                    }
                 }
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(transport) => {
-                if wait.is_some() {
-                    pending.disarm();
-                    return Err(replica_ack_unsupported());
-                }
-                crate::lease::pg::acquire(
-                    transport,
-                    &keys.lock,
-                    &keys.channel,
-                    &token,
-                    ttl,
-                    kernel::fence_ttl(ttl),
-                    limit,
-                )
-                .await
+            (Some(_), Backend::Postgres(_)) => {
+                pending.disarm();
+                return Err(replica_ack_unsupported());
             }
         };
         if !kernel::orphaned(&grant) {

@@ -70,16 +70,7 @@ impl TlsSettings {
         let root_cert = match &self.root_ca {
             None => None,
             Some(pem) => {
-                let certs = parse_certs("tls_root_ca", pem)?;
-                let mut store = rustls::RootCertStore::empty();
-                for cert in certs {
-                    store.add(cert).map_err(|e| {
-                        ConfigError::invalid(
-                            "tls_root_ca",
-                            format!("{pem:?} holds a certificate that is not a usable CA ({e})"),
-                        )
-                    })?;
-                }
+                root_store(pem)?;
                 Some(pem.bytes.clone())
             }
         };
@@ -128,16 +119,10 @@ impl TlsSettings {
     pub(crate) fn rustls_config(&self) -> Result<rustls::ClientConfig, ConfigError> {
         self.certificates()?;
         install_crypto_provider();
-        let mut roots = rustls::RootCertStore::empty();
-        match &self.root_ca {
-            Some(pem) => {
-                for cert in parse_certs("tls_root_ca", pem)? {
-                    roots.add(cert).map_err(|e| {
-                        ConfigError::invalid("tls_root_ca", format!("{pem:?}: {e}"))
-                    })?;
-                }
-            }
+        let roots = match &self.root_ca {
+            Some(pem) => root_store(pem)?,
             None => {
+                let mut roots = rustls::RootCertStore::empty();
                 let found = rustls_native_certs::load_native_certs();
                 let (added, _) = roots.add_parsable_certificates(found.certs);
                 if added == 0 {
@@ -147,8 +132,9 @@ impl TlsSettings {
                          server with (give one with tls_root_ca_pem/tls_root_ca_file)",
                     ));
                 }
+                roots
             }
-        }
+        };
         let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
         match &self.client {
             None => Ok(builder.with_no_client_auth()),
@@ -164,6 +150,20 @@ impl TlsSettings {
             }
         }
     }
+}
+
+/// The CA(s) in `pem` as a trust store.
+fn root_store(pem: &Pem) -> Result<rustls::RootCertStore, ConfigError> {
+    let mut store = rustls::RootCertStore::empty();
+    for cert in parse_certs("tls_root_ca", pem)? {
+        store.add(cert).map_err(|e| {
+            ConfigError::invalid(
+                "tls_root_ca",
+                format!("{pem:?} holds a certificate that is not a usable CA ({e})"),
+            )
+        })?;
+    }
+    Ok(store)
 }
 
 fn parse_key(key: &Pem) -> Result<PrivateKeyDer<'static>, ConfigError> {
