@@ -1234,3 +1234,128 @@ async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
         lines.join("\n")
     );
 }
+
+/// The crontab line of the README and of `--help`, run as cron runs it: the command after the
+/// five time fields, `\%` turned into `%` (an unescaped `%` would end the command there), by
+/// `/bin/sh -c`. Each "night" is simulated by a `date` on PATH that answers for a fixed epoch
+/// second, so two runs a day apart are seconds apart. The report must run once per night:
+/// the second night's run runs it again, and a duplicate run on one night does not.
+#[tokio::test]
+async fn the_readmes_crontab_line_runs_the_report_once_every_night() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("```cron\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```cron block in README.md");
+    let line = block
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .expect("a crontab line")
+        .trim()
+        .to_string();
+    let help = run(&mut plain(&["run", "--help"]), "run --help").await;
+    assert!(
+        stdout(&help).contains(&line),
+        "`baton run --help` shows another crontab line than README.md's {line:?}:\n{}",
+        stdout(&help)
+    );
+
+    // crontab(5): five time fields, then the command; `%` not escaped ends the command.
+    let command = line
+        .split_whitespace()
+        .skip(5)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let fields: Vec<&str> = line.split_whitespace().take(5).collect();
+    assert_eq!(fields.len(), 5, "{line:?}");
+    let mut unescaped = String::new();
+    let mut chars = command.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'%') => {
+                unescaped.push('%');
+                chars.next();
+            }
+            '%' => panic!("an unescaped % in the crontab line ends its command there: {line:?}"),
+            c => unescaped.push(c),
+        }
+    }
+    assert!(
+        unescaped.contains("/usr/local/bin/report"),
+        "the line runs /usr/local/bin/report: {line:?}"
+    );
+
+    let server = server();
+    let dir = TempDir::new("crontab");
+    let bin = dir.path("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BATON, bin.join("baton")).unwrap();
+    // `date` for a fixed second (FAKE_EPOCH), honouring the line's own options and format.
+    let date = bin.join("date");
+    std::fs::write(
+        &date,
+        "#!/bin/sh\nexec /bin/date -d \"@$FAKE_EPOCH\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&date, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ran = dir.path("ran");
+    let report = dir.path("report");
+    std::fs::write(
+        &report,
+        format!("#!/bin/sh\necho \"$BATON_KEY\" >> {}\n", shq(&ran)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&report, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let command = unescaped.replace("/usr/local/bin/report", &shq(&report));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let night = |epoch: u64| {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&command)
+            .env("PATH", &path)
+            .env("FAKE_EPOCH", epoch.to_string())
+            .env("BATON_URL", server.url())
+            .env_remove("BATON_REDIS_URL")
+            .env_remove("BATON_REDIS_PASSWORD_FILE")
+            .env_remove("BATON_TLS_CA_FILE")
+            .env_remove("BATON_TLS_CERT_FILE")
+            .env_remove("BATON_TLS_KEY_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        default_signals(&mut cmd);
+        cmd
+    };
+    let runs = || {
+        std::fs::read_to_string(&ran)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // 2026-11-26T02:00:00Z, then a duplicate a minute later, then the next night.
+    let first = 1_795_658_400;
+    for (epoch, expected) in [(first, 1), (first + 60, 1), (first + 86_400, 2)] {
+        let out = run(&mut night(epoch), "the crontab line").await;
+        assert_eq!(code(&out), 0, "at {epoch}: {}", describe(&out));
+        assert_eq!(
+            runs().len(),
+            expected,
+            "after the run at {epoch}, the report ran {:?}",
+            runs()
+        );
+    }
+    let keys = runs();
+    assert_ne!(
+        keys[0], keys[1],
+        "each night has a job of its own: {keys:?}"
+    );
+}

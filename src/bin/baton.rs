@@ -93,8 +93,10 @@ Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept
 On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
 killed and baton exits 74.
 
-Crontab example (every server runs it; exactly one runs the report, a backup retries on failure):
-  0 2 * * *  baton run --key nightly-report --lock-timeout 60s -- /usr/local/bin/report";
+Crontab example (every server runs it; exactly one runs the report, a backup retries on failure;
+the key names the UTC night, since a fixed key's DONE, kept for --retention, would make the next
+night run nothing; crontab wants % written \\%):
+  0 2 * * *  baton run --key \"nightly-report:$(date -u +\\%F)\" --lock-timeout 60s --max-attempts 3 -- /usr/local/bin/report";
 
 const LOCK_EXIT_STATUSES: &str = "\
 Exit statuses of `baton lock`:
