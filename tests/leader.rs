@@ -423,6 +423,28 @@ scenario! {
 
 // ----- The bad-input catalogue (RELIABILITY.md §c) for leader election -----------------------
 
+/// Two tasks campaigning on one elector at once get the same term: the second must not wait
+/// behind the lease the first just took for the same candidate (a 30 s lease here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_campaigns_of_one_elector_share_its_term() {
+    let server = server();
+    let c = client(&server).await;
+    let elector = c.leaders().elector("twice", &opts(30_000, "a")).unwrap();
+    let (first, second) = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::join!(elector.campaign(), elector.campaign())
+    })
+    .await
+    .expect("one campaign waited for the elector's own lease");
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.number(), second.number(), "two terms for one elector");
+    assert!(elector.is_leader());
+    assert_eq!(elector.term().map(|t| t.number()), Some(first.number()));
+    // The term both hold is the one the elector resigns.
+    assert!(elector.resign().await.unwrap());
+    assert!(first.stop_token().is_cancelled() && second.stop_token().is_cancelled());
+    assert!(!elector.resign().await.unwrap(), "nothing left to resign");
+}
+
 #[test]
 fn row_03_05_leader_options_and_names_are_rejected_before_any_io() {
     use baton::ConfigError;

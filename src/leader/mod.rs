@@ -132,6 +132,7 @@ impl Leaders {
         Ok(Elector {
             election: self.election(key, opts)?,
             current: Arc::new(Mutex::new(None)),
+            campaigning: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -606,6 +607,12 @@ impl Term {
 pub struct Elector {
     election: Arc<Election>,
     current: Arc<Mutex<Option<Arc<Held>>>>,
+    /// Held for the whole of a campaign. Two campaigns of one candidate at once would take two
+    /// tokens, and the second would then wait as a standby behind the lease the first just took
+    /// for the same candidate, until that term ended. Serialized, the second finds the first's
+    /// term and returns it. An async mutex because it is held across the campaign's awaits; a
+    /// dropped campaign drops its guard, so the next one proceeds.
+    campaigning: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -620,7 +627,8 @@ impl std::fmt::Debug for Elector {
 impl Elector {
     /// Campaigns until this candidate leads and returns the term (at once if it leads
     /// already). Standbys wait for the leader's lease to run out, woken early when it resigns.
-    /// Transient errors are retried.
+    /// Transient errors are retried. Concurrent campaigns of one elector take turns: the later
+    /// ones return the term the first one won.
     ///
     /// When renewals fail the term's [`Term::stop_token`] fires `stop_timeout` before the
     /// lease can end; the lease is then released at that end (or at once by
@@ -634,6 +642,7 @@ impl Elector {
     /// A dropped campaign never leaves a lease behind: one granted with its reply lost is
     /// released by token in the background.
     pub async fn campaign(&self) -> Result<Term, Error> {
+        let _turn = self.campaigning.lock().await;
         let ended = {
             let mut cur = lock(&self.current);
             match cur.as_ref() {
