@@ -7,6 +7,7 @@ use std::time::Duration;
 use baton::{ErrorKind, FairLocks, FairOptions};
 use common::{client, get, raw, server, Raw};
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 fn queue_key(name: &str) -> String {
     format!("baton:fair:{{{name}}}:queue")
@@ -379,6 +380,140 @@ async fn bad_names_ttls_and_lifetimes_are_rejected_before_any_io() {
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("lifetime"), "{err}");
     assert!(locks.with_prefix("nocolon").is_err());
+}
+
+/// A corrupt fence is found before anything changes: the contender that would be granted is
+/// refused with `CorruptState` and the lock key is never written, so no lock is taken that
+/// could not be fenced and no waiter's entry or reservation is consumed by a grant that did not
+/// happen (keyspace notifications show every write a script makes).
+#[tokio::test]
+async fn a_corrupt_fence_is_reported_before_the_lock_is_taken_or_the_queue_moved() {
+    let server = server();
+    let mut r = raw(&server).await;
+    let c = client(&server).await;
+    let locks = c.fair_locks();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("K$gz")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let holder = locks.acquire("bent", TTL, &quiet()).await.unwrap();
+    let reservation = locks
+        .reserve("bent", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let reserved_by = get(&mut r, "baton:fair:{bent}:reserved").await;
+    assert!(reserved_by.is_some());
+    let _: () = redis::cmd("SET")
+        .arg("baton:fair:{bent}:fence")
+        .arg("not-a-number")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    // Writes to the lock key and the reservation from here on.
+    let mut events = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    events
+        .psubscribe("__keyspace@0__:baton:fair:{bent}")
+        .await
+        .unwrap();
+    events
+        .psubscribe("__keyspace@0__:baton:fair:{bent}:reserved")
+        .await
+        .unwrap();
+    let mut events = events.into_on_message();
+    // The release is the last write expected on the lock key.
+    assert!(holder.release().await.unwrap());
+    let first = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("the release's DEL")
+        .expect("pub/sub");
+    assert_eq!(first.get_payload::<String>().unwrap(), "del");
+    // The reserver goes next and meets the corrupt fence.
+    let err = tokio::time::timeout(Duration::from_secs(5), reservation.acquire(TTL, &quiet()))
+        .await
+        .expect("the reserver was woken")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CorruptState, "{err}");
+    // The failed acquisition gives its reservation up (a DEL from its leave); before that, no
+    // script may have set the lock or consumed the reservation.
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), events.next()).await {
+        seen.push((
+            m.get_channel_name().to_string(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    let on_lock: Vec<_> = seen
+        .iter()
+        .filter(|(ch, _)| ch.ends_with(":{bent}"))
+        .collect();
+    assert!(
+        on_lock.is_empty(),
+        "the lock key was written although its fence was corrupt: {seen:?}"
+    );
+    assert_eq!(
+        get(&mut r, "baton:fair:{bent}:fence").await.as_deref(),
+        Some("not-a-number"),
+        "the corrupt value is left for an operator to see"
+    );
+}
+
+/// A reserver whose grant reply was lost finds the lock holding its own id when it tries
+/// again: it is granted (the lock renewed) even when the fence key is gone meanwhile (data
+/// loss, a `DEL` by hand), with a fence from the server's clock, instead of failing with an
+/// unexpected reply and then releasing a lock it holds.
+#[tokio::test]
+async fn a_lost_grant_is_resumed_even_when_the_fence_key_was_lost() {
+    let server = server();
+    let mut r = raw(&server).await;
+    let c = client(&server).await;
+    let locks = c.fair_locks();
+    let reservation = locks
+        .reserve("lost", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let id = get(&mut r, "baton:fair:{lost}:reserved")
+        .await
+        .expect("the reservation holds its id");
+    // As if a grant to this id had applied and its reply been lost, and the fence then lost.
+    let _: () = redis::cmd("SET")
+        .arg("baton:fair:{lost}")
+        .arg(&id)
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let g = tokio::time::timeout(Duration::from_secs(5), reservation.acquire(TTL, &quiet()))
+        .await
+        .expect("the reserver was answered")
+        .expect("granted: the lock holds its id");
+    assert!(
+        g.fencing_token() + 60_000_000 > before,
+        "the fence restarts from the server's clock (µs): {} vs {before}",
+        g.fencing_token()
+    );
+    assert_eq!(
+        get(&mut r, "baton:fair:{lost}").await.as_deref(),
+        Some(id.as_str()),
+        "still held"
+    );
+    assert_eq!(
+        get(&mut r, "baton:fair:{lost}:fence").await,
+        Some(g.fencing_token().to_string()),
+        "the fence is stored again"
+    );
+    assert!(g.release().await.unwrap());
 }
 
 #[tokio::test]

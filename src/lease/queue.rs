@@ -78,6 +78,21 @@ macro_rules! live_head {
     };
 }
 
+/// Returns `{2, stored}` when the fence (`KEYS[2]`) holds something baton never writes (not a
+/// canonical decimal of at most 18 digits, as `fence_step!` checks), and sets `f` to the stored
+/// fence (`false` when none) otherwise. Run before a grant writes anything: `fence_step!` finds
+/// a corrupt fence only after the lock was set, and a grant here has by then also taken the
+/// caller out of the queue and consumed its reservation, which a corrupt fence must not do.
+macro_rules! fence_checked {
+    () => {
+        r"local f = redis.call('GET', KEYS[2])
+if f and (#f > 18 or not string.match(f, '^[1-9][0-9]*$')) then
+  return {2, f}
+end
+"
+    };
+}
+
 /// `KEYS` = lock, fence, queue, alive, reservation; `ARGV` = id, lock ms, fence ms, liveness ms
 /// (the waiter's timeout, or the reservation's lifetime for the reserver), `1` for the
 /// reserver else `0`, the TTL (ms) the queue and liveness sets keep at least.
@@ -86,15 +101,24 @@ macro_rules! live_head {
 /// is the reserver and its reservation is gone; `{0, lock PTTL, rank, reservation PTTL}`
 /// waiting (rank −1 for the reserver, which never queues; reservation PTTL −2 when none).
 /// A lock that already holds the caller's id (a grant whose reply was lost) is renewed to the
-/// full ttl and reported granted with the stored fence.
+/// full ttl and reported granted with the stored fence; if the fence key is gone meanwhile (data
+/// loss, a `DEL` by hand), it is stepped anew from the server's clock, as any grant's is, so
+/// the caller is never told "unexpected reply" about a lock it holds (and never releases it
+/// on the way out).
 const ACQUIRE_SOURCE: &str = concat!(
     r"
 local id = ARGV[1]
 local holder = redis.call('GET', KEYS[1])
 if holder == id then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, redis.call('GET', KEYS[2])}
-end
+",
+    fence_checked!(),
+    r"  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if f then
+    return {1, f}
+  end
+",
+    fence_step!(),
+    r"end
 ",
     evict_dead!("3", "4"),
     r"
@@ -114,7 +138,9 @@ if not holder then
     go = (not head) or head == id
   end
   if go then
-    redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
+",
+    fence_checked!(),
+    r"    redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZREM', KEYS[4], id)
     if res then
