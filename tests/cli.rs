@@ -685,7 +685,12 @@ async fn help_documents_every_flag_and_exit_status() {
             "{what} does not document exit statuses {missing:?}:\n{text}"
         );
     }
+    // What can escape the guard of PROGRAM's process group is said, not left to find out.
     let top_text = format!("{}{}", stdout(&top), stderr(&top));
+    assert!(
+        top_text.contains("setsid or setpgid"),
+        "--help says what leaves PROGRAM's group:\n{top_text}"
+    );
     for sub in ["run", "status", "watch", "fail", "reset"] {
         assert!(top_text.contains(sub), "--help lists `{sub}`:\n{top_text}");
     }

@@ -18,7 +18,9 @@
 //! `waitid(2)`, stops included; it never uses tokio's child handling, so it knows exactly when
 //! PROGRAM's leader is reaped. Signals go to the whole group, and only while the leader is not
 //! reaped yet (a zombie at worst): a reaped leader's number can be reused by an unrelated process
-//! group. When PROGRAM exits, what is left of its group is killed before the leader is reaped.
+//! group. When PROGRAM exits, what is left of its group gets SIGTERM, then SIGKILL after
+//! --kill-grace, and is gone (as `/proc` shows) before the leader is reaped and the lease let
+//! go. A guard process (guard.rs) kills the whole group if baton dies, even by SIGKILL.
 //!
 //! Like a shell running a job: when stdin is a terminal and baton's own process group is in its
 //! foreground, PROGRAM's group is made the terminal's foreground group (by PROGRAM itself, right
@@ -85,14 +87,18 @@ the job ends EXHAUSTED.
 PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
 in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
 which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGKILL when the
-attempt is lost or runs out of time, and it is killed when `baton` dies, even by SIGKILL (Linux
-parent-death signal). PROGRAM's own children can escape that last guard: make PROGRAM wait for
-what it starts. A lease cannot stop a paused or partitioned holder in time: pass
+attempt is lost or runs out of time. Nothing in that group outlives baton: when PROGRAM exits,
+what it left running there gets SIGTERM, then SIGKILL after --kill-grace, and is gone before
+DONE is written or the attempt failed; when baton dies, even by SIGKILL (the OOM killer), a
+guard process (`baton-guard` in ps) kills the whole group at once. What leaves the group
+escapes both: a descendant that calls setsid or setpgid (a daemon's double fork, a shell with
+job control). A lease cannot stop a paused or partitioned holder in time: pass
 BATON_FENCING_TOKEN to what PROGRAM writes to.
 
 In a terminal, `baton run` is a well-behaved job: when stdin is a terminal and baton runs in the
 foreground, PROGRAM's process group gets the terminal (PROGRAM can read it; Ctrl-C and Ctrl-Z
-reach it) and baton takes it back before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+reach it, and PROGRAM ended by Ctrl-C fails the attempt with 130) and baton takes it back
+before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
 baton are forwarded to PROGRAM's group (unless baton started with them ignored, as under nohup).
 Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile.
 On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
@@ -134,7 +140,10 @@ partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to, 
 refuse smaller tokens. Terminal, job control and signals work as for `baton run`: PROGRAM runs
 in its own process group (which gets the terminal when baton is in the foreground), SIGHUP,
 SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
-meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), and PROGRAM dies with baton.
+meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), PROGRAM's whole group dies
+with baton (a descendant that calls setsid or setpgid escapes), and what PROGRAM leaves running
+in its group gets SIGTERM, then SIGKILL after --kill-grace, and is gone before the lock is
+released.
 
 --redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
 number, all distinct; instead of --url) so that it survives the loss of a minority of
@@ -153,7 +162,8 @@ Example (one backup at a time, whichever host gets there first):
 
 const LEADER_EXIT_STATUSES: &str = "\
 Exit statuses of `baton leader`:
-  0        baton got SIGTERM or SIGINT: PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
+  0        baton got SIGTERM or SIGINT (or Ctrl-C in a terminal: PROGRAM, which has the
+           terminal, ended by SIGINT): PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
            after --kill-grace, never past the lease's end), the leadership was resigned so a
            standby leads at once, and baton exited
   N        PROGRAM ended by itself: its own status (128+n when signal n ended it); the
@@ -164,7 +174,8 @@ Exit statuses of `baton leader`:
   65       the election's fence key holds a value baton never writes
   69       the server cannot be reached at start, or answered with an error that retrying cannot
            fix (an ACL denial, say)
-  129/131  baton got SIGHUP/SIGQUIT: as for SIGTERM, then this status
+  129/131  baton got SIGHUP/SIGQUIT (or Ctrl-\\ in a terminal, PROGRAM ended by SIGQUIT): as for
+           SIGTERM, then this status
 PROGRAM's own statuses can collide with these.
 
 `baton leader` runs a long-lived PROGRAM only while this process leads the election --key: it
@@ -174,7 +185,10 @@ term: larger than every earlier leader's) in its environment. When renewals fail
 SIGTERM --lease/5 before the lease could pass on and SIGKILL at the latest when it could: no
 PROGRAM outlives its leadership. baton then campaigns again and runs PROGRAM anew in the next
 term. Standbys are woken at once by a resignation, and by the lease running out when a leader
-dies. Terminal, job control and signals work as for `baton lock`.
+dies. Terminal, job control, signals and PROGRAM's process group work as for `baton lock`. In
+a terminal, Ctrl-C reaches only PROGRAM (its group has the terminal): PROGRAM ended by SIGINT
+there is taken for Ctrl-C typed at baton (stop, resign, exit 0); a PROGRAM that catches it and
+exits with a status of its own is taken at its word.
 
 Example (one scheduler at a time across the fleet, handed over on deploys):
   baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
@@ -315,9 +329,9 @@ struct RunArgs {
     /// Pause before a backup takes over a failed attempt.
     #[arg(long, default_value = "0s", value_parser = duration)]
     retry_delay: Duration,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day (never past the
-    /// lease's end; without keepalive SIGTERM comes this long, at most a quarter lease, before
-    /// the deadline).
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day (never past the lease's end; without
+    /// keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// This worker's name, shown by `baton status` (default host:pid).
@@ -355,8 +369,9 @@ struct LockArgs {
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     wait: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day; when the lock is
-    /// lost, never past the lease's end.
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day; when the lock is lost, never past the
+    /// lease's end.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
@@ -379,8 +394,9 @@ struct LeaderArgs {
     /// This candidate's name, shown to observers (default host:pid).
     #[arg(long)]
     name: Option<String>,
-    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, at most 1 day;
-    /// on a lost leadership PROGRAM is killed by the lease's end whatever this says.
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, or what PROGRAM
+    /// left running in its process group when it exits, at most 1 day; on a lost leadership
+    /// PROGRAM is killed by the lease's end whatever this says.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
