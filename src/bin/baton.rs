@@ -2038,6 +2038,15 @@ impl Program {
     }
 }
 
+impl Drop for Program {
+    /// A PROGRAM dropped before it was reaped (baton lost track of it and is giving up) is
+    /// killed with its whole group, while the unreaped leader still holds the group's number;
+    /// the guard is stopped only after that (its field drops after this body).
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
 /// What [`stop_change`] saw.
 #[derive(Debug, PartialEq)]
 enum StopChange {
