@@ -685,7 +685,12 @@ async fn help_documents_every_flag_and_exit_status() {
             "{what} does not document exit statuses {missing:?}:\n{text}"
         );
     }
+    // What can escape the guard of PROGRAM's process group is said, not left to find out.
     let top_text = format!("{}{}", stdout(&top), stderr(&top));
+    assert!(
+        top_text.contains("setsid or setpgid"),
+        "--help says what leaves PROGRAM's group:\n{top_text}"
+    );
     for sub in ["run", "status", "watch", "fail", "reset"] {
         assert!(top_text.contains(sub), "--help lists `{sub}`:\n{top_text}");
     }
@@ -1357,5 +1362,68 @@ async fn the_readmes_crontab_line_runs_the_report_once_every_night() {
     assert_ne!(
         keys[0], keys[1],
         "each night has a job of its own: {keys:?}"
+    );
+}
+
+/// What PROGRAM starts dies with a SIGKILLed baton too, even while PROGRAM waits for it: the
+/// parent-death signal kills PROGRAM alone, and its child (`sleep` here) would run on with init
+/// as its parent, beside the next attempt's PROGRAM.
+#[tokio::test]
+async fn a_sigkilled_baton_takes_what_its_program_started_down_too() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("crash-child");
+    let pidfile = dir.path("pid");
+    let script = format!("sleep 100 & echo $! > {}; wait", shq(&pidfile));
+    let mut holder =
+        spawn(baton("run", &url).args(["--key", "crash-child", "--", "sh", "-c", &script]));
+    let sleeper = read_pid(&pidfile, QUICK).await;
+    assert!(alive(sleeper));
+    holder.start_kill().expect("SIGKILL baton");
+    let status = tokio::time::timeout(QUICK, holder.wait())
+        .await
+        .expect("baton reaped")
+        .unwrap();
+    assert_eq!(status.code(), None, "baton was killed by a signal");
+    assert!(
+        gone_within(sleeper, Duration::from_secs(2)).await,
+        "PROGRAM's child (pid {sleeper}) outlived the SIGKILLed baton"
+    );
+}
+
+/// What PROGRAM leaves running when it exits gets SIGTERM (and time to clean up) before the job
+/// is recorded DONE and baton exits; nothing of it is left running then.
+#[tokio::test]
+async fn what_program_leaves_running_is_stopped_before_baton_records_done() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("leftover");
+    let pidfile = dir.path("pid");
+    let log = dir.path("log");
+    let script = format!(
+        "(trap 'sleep 0.2; echo cleaned >> {log}; exit 0' TERM; while :; do sleep 0.05; done) &
+         echo $! > {pid}
+         echo exits >> {log}",
+        log = shq(&log),
+        pid = shq(&pidfile),
+    );
+    let o = run(
+        baton("run", &url).args(["--key", "leftover", "--", "sh", "-c", &script]),
+        "run with a leftover",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    let left = read_pid(&pidfile, QUICK).await;
+    assert!(!alive(left), "the leftover (pid {left}) outlived baton");
+    assert_eq!(
+        lines(&log),
+        ["exits", "cleaned"],
+        "the leftover got SIGTERM and baton waited for it: {}",
+        describe(&o)
+    );
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("leftover")).await.as_deref(),
+        Some("DONE")
     );
 }

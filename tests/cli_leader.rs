@@ -249,3 +249,38 @@ async fn the_help_lists_every_exit_status() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(64));
 }
+
+/// What PROGRAM starts dies with a SIGKILLed leader too, even while PROGRAM waits for it (the
+/// parent-death signal kills PROGRAM alone; `sleep` here would run on beside the next leader's
+/// PROGRAM).
+#[tokio::test]
+async fn a_sigkilled_leader_takes_what_its_program_started_down_too() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("leader-crash-child");
+    let pidfile = dir.path("pid");
+    let mut cmd = leader(
+        &url,
+        &[
+            "--key",
+            "E",
+            "--",
+            "sh",
+            "-c",
+            "sh -c 'echo $$ > \"$PIDFILE\"; exec sleep 100'; true",
+        ],
+    );
+    cmd.env("PIDFILE", &pidfile);
+    let mut a = spawn(&mut cmd);
+    let sleeper = read_pid(&pidfile, QUICK).await;
+    assert!(alive(sleeper));
+    a.start_kill().expect("SIGKILL baton");
+    tokio::time::timeout(QUICK, a.wait())
+        .await
+        .expect("baton reaped")
+        .unwrap();
+    assert!(
+        gone_within(sleeper, Duration::from_secs(2)).await,
+        "PROGRAM's child (pid {sleeper}) outlived the SIGKILLed baton"
+    );
+}

@@ -393,3 +393,99 @@ async fn bad_settings_exit_64_without_redis() {
         assert!(!err.contains("redis"), "refused before connecting: {err}");
     }
 }
+
+/// What PROGRAM starts dies with a SIGKILLed baton too, even while PROGRAM waits for it (the
+/// parent-death signal kills PROGRAM alone).
+#[tokio::test]
+async fn a_sigkilled_baton_takes_what_its_program_started_down_too() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("lock-crash-child");
+    let pidfile = dir.path("pid");
+    let script = format!("sleep 100 & echo $! > {}; wait", shq(&pidfile));
+    let mut holder = spawn(&mut lock(&url, &["--key", "cc", "--", "sh", "-c", &script]));
+    let sleeper = read_pid(&pidfile, QUICK).await;
+    assert!(alive(sleeper));
+    holder.start_kill().expect("SIGKILL baton");
+    tokio::time::timeout(QUICK, holder.wait())
+        .await
+        .expect("baton reaped")
+        .unwrap();
+    assert!(
+        gone_within(sleeper, Duration::from_secs(2)).await,
+        "PROGRAM's child (pid {sleeper}) outlived the SIGKILLed baton"
+    );
+}
+
+/// What PROGRAM leaves running when it exits is stopped before the lock is released: it gets
+/// SIGTERM and time to clean up, and the next holder's PROGRAM starts only after it is gone.
+#[tokio::test]
+async fn what_program_leaves_running_is_stopped_before_the_lock_is_released() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("lock-leftover");
+    let (log, go, pidfile) = (dir.path("log"), dir.path("go"), dir.path("pid"));
+    // The leftover takes a moment to clean up: a lock released at once would let the next
+    // holder's PROGRAM overtake it.
+    let first = format!(
+        "(trap 'sleep 0.3; echo cleaned >> {log}; exit 0' TERM; while :; do sleep 0.05; done) &
+         echo $! > {pid}
+         while [ ! -e {go} ]; do sleep 0.05; done
+         echo first-exits >> {log}",
+        log = shq(&log),
+        pid = shq(&pidfile),
+        go = shq(&go),
+    );
+    let first = spawn(&mut lock(&url, &["--key", "lo", "--", "sh", "-c", &first]));
+    let left = read_pid(&pidfile, QUICK).await;
+    let second = format!("echo second >> {}", shq(&log));
+    let second = spawn(&mut lock(&url, &["--key", "lo", "--", "sh", "-c", &second]));
+    std::fs::write(&go, "").unwrap();
+    let o = finish_by(first, Instant::now() + QUICK, "first holder").await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert!(!alive(left), "the leftover (pid {left}) outlived its baton");
+    let o2 = finish_by(second, Instant::now() + QUICK, "second holder").await;
+    assert_eq!(code(&o2), 0, "{}", describe(&o2));
+    assert_eq!(
+        lines(&log),
+        ["first-exits", "cleaned", "second"],
+        "{}",
+        describe(&o)
+    );
+}
+
+/// A leftover that ignores SIGTERM gets SIGKILL after --kill-grace; baton still exits with
+/// PROGRAM's status.
+#[tokio::test]
+async fn a_leftover_ignoring_sigterm_is_killed_after_the_kill_grace() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("lock-stubborn");
+    let pidfile = dir.path("pid");
+    let script = format!(
+        "(trap '' TERM; exec sleep 100) & echo $! > {}; exit 3",
+        shq(&pidfile)
+    );
+    let o = run(
+        &mut lock(
+            &url,
+            &[
+                "--key",
+                "sb",
+                "--kill-grace",
+                "500ms",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ),
+        "stubborn leftover",
+    )
+    .await;
+    assert_eq!(code(&o), 3, "{}", describe(&o));
+    let left = read_pid(&pidfile, QUICK).await;
+    assert!(!alive(left), "the leftover (pid {left}) outlived its baton");
+    let mut conn = raw(&srv).await;
+    assert_eq!(get(&mut conn, &lock_key("sb")).await, None);
+}

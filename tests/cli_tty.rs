@@ -92,11 +92,11 @@ impl Pty {
     }
 }
 
-/// `baton run --redis-url URL ARGS...` in a new session whose controlling terminal is `pty`.
-fn baton_on(pty: &Pty, url: &str, args: &[&str]) -> Child {
+/// `baton SUB --redis-url URL ARGS...` in a new session whose controlling terminal is `pty`.
+fn baton_on(pty: &Pty, sub: &str, url: &str, args: &[&str]) -> Child {
     let stdio = |pty: &Pty| Stdio::from(pty.slave.try_clone().expect("dup the pty slave"));
     let mut cmd = Command::new(BATON);
-    cmd.arg("run")
+    cmd.arg(sub)
         .arg("--redis-url")
         .arg(url)
         .args(args)
@@ -150,8 +150,13 @@ struct Run {
 }
 
 impl Run {
+    /// `baton run ARGS...`.
     fn start(pty: &Pty, url: &str, args: &[&str]) -> Run {
-        let baton = baton_on(pty, url, args);
+        Run::start_sub(pty, "run", url, args)
+    }
+
+    fn start_sub(pty: &Pty, sub: &str, url: &str, args: &[&str]) -> Run {
+        let baton = baton_on(pty, sub, url, args);
         let baton_pid = baton.id().expect("baton's pid");
         Run {
             baton,
@@ -383,5 +388,41 @@ async fn ctrl_z_then_a_continue_within_the_lease_resumes_the_program_with_the_te
     assert_eq!(
         get(&mut conn, &state_key("tty-cont")).await.as_deref(),
         Some("DONE")
+    );
+}
+
+/// `baton leader` in a terminal: Ctrl-C reaches PROGRAM's group only (it has the terminal), yet
+/// it keeps the meaning `baton leader --help` gives SIGINT: PROGRAM stopped, the leadership
+/// resigned at once (not left to run out its lease), exit 0.
+#[tokio::test]
+async fn ctrl_c_on_a_leader_stops_the_program_resigns_and_exits_0() {
+    let srv = server().into_single();
+    let dir = TempDir::new("tty-leader");
+    let pidfile = dir.path("pid");
+    let script = format!("echo $$ > {}; read x; echo after-read", shq(&pidfile));
+    let mut pty = Pty::open();
+    let args = [
+        "--key", "tty-lead", "--lease", "30s", "--", "sh", "-c", &script,
+    ];
+    let mut run = Run::start_sub(&pty, "leader", &srv.url(), &args);
+    let program = run.program_started(&mut pty, &pidfile).await;
+    run.until(&mut pty, QUICK, "PROGRAM waits in read", |_, _| {
+        state(program) == Some('S')
+    })
+    .await;
+    let mut conn = raw(&srv).await;
+    let key = "baton:leader:{tty-lead}";
+    assert!(get(&mut conn, key).await.is_some(), "baton leads");
+    pty.type_bytes(&[CTRL_C]);
+    let status = run.exit(&mut pty, QUICK, "baton exits after Ctrl-C").await;
+    let text = pty.text();
+    assert_eq!(status.code(), Some(0), "{status:?}; terminal:\n{text}");
+    assert!(!alive(program), "PROGRAM (pid {program}) outlived Ctrl-C");
+    assert!(!text.contains("after-read"), "{text}");
+    // Resigned: the 30 s lease is gone now, so a standby would lead at once.
+    assert_eq!(
+        get(&mut conn, key).await,
+        None,
+        "the leadership was resigned"
     );
 }

@@ -18,7 +18,9 @@
 //! `waitid(2)`, stops included; it never uses tokio's child handling, so it knows exactly when
 //! PROGRAM's leader is reaped. Signals go to the whole group, and only while the leader is not
 //! reaped yet (a zombie at worst): a reaped leader's number can be reused by an unrelated process
-//! group. When PROGRAM exits, what is left of its group is killed before the leader is reaped.
+//! group. When PROGRAM exits, what is left of its group gets SIGTERM, then SIGKILL after
+//! --kill-grace, and is gone (as `/proc` shows) before the leader is reaped and the lease let
+//! go. A guard process (guard.rs) kills the whole group if baton dies, even by SIGKILL.
 //!
 //! Like a shell running a job: when stdin is a terminal and baton's own process group is in its
 //! foreground, PROGRAM's group is made the terminal's foreground group (by PROGRAM itself, right
@@ -54,6 +56,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
+// Not `mod guard;`: from this crate root that would be src/bin/guard.rs, which cargo would
+// take for a binary of its own.
+#[path = "baton/guard.rs"]
+mod guard;
+
 const EXIT_STATUSES: &str = "\
 Exit statuses of `baton run`:
   0        the job ended DONE (by this process or another one)
@@ -80,14 +87,18 @@ the job ends EXHAUSTED.
 PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
 in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
 which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGKILL when the
-attempt is lost or runs out of time, and it is killed when `baton` dies, even by SIGKILL (Linux
-parent-death signal). PROGRAM's own children can escape that last guard: make PROGRAM wait for
-what it starts. A lease cannot stop a paused or partitioned holder in time: pass
+attempt is lost or runs out of time. Nothing in that group outlives baton: when PROGRAM exits,
+what it left running there gets SIGTERM, then SIGKILL after --kill-grace, and is gone before
+DONE is written or the attempt failed; when baton dies, even by SIGKILL (the OOM killer), a
+guard process (`baton-guard` in ps) kills the whole group at once. What leaves the group
+escapes both: a descendant that calls setsid or setpgid (a daemon's double fork, a shell with
+job control). A lease cannot stop a paused or partitioned holder in time: pass
 BATON_FENCING_TOKEN to what PROGRAM writes to.
 
 In a terminal, `baton run` is a well-behaved job: when stdin is a terminal and baton runs in the
 foreground, PROGRAM's process group gets the terminal (PROGRAM can read it; Ctrl-C and Ctrl-Z
-reach it) and baton takes it back before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+reach it, and PROGRAM ended by Ctrl-C fails the attempt with 130) and baton takes it back
+before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
 baton are forwarded to PROGRAM's group (unless baton started with them ignored, as under nohup).
 Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile.
 On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
@@ -131,7 +142,10 @@ partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to, 
 refuse smaller tokens. Terminal, job control and signals work as for `baton run`: PROGRAM runs
 in its own process group (which gets the terminal when baton is in the foreground), SIGHUP,
 SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
-meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), and PROGRAM dies with baton.
+meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), PROGRAM's whole group dies
+with baton (a descendant that calls setsid or setpgid escapes), and what PROGRAM leaves running
+in its group gets SIGTERM, then SIGKILL after --kill-grace, and is gone before the lock is
+released.
 
 --redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
 number, all distinct; instead of --url) so that it survives the loss of a minority of
@@ -150,7 +164,8 @@ Example (one backup at a time, whichever host gets there first):
 
 const LEADER_EXIT_STATUSES: &str = "\
 Exit statuses of `baton leader`:
-  0        baton got SIGTERM or SIGINT: PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
+  0        baton got SIGTERM or SIGINT (or Ctrl-C in a terminal: PROGRAM, which has the
+           terminal, ended by SIGINT): PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
            after --kill-grace, never past the lease's end), the leadership was resigned so a
            standby leads at once, and baton exited
   N        PROGRAM ended by itself: its own status (128+n when signal n ended it); the
@@ -161,7 +176,8 @@ Exit statuses of `baton leader`:
   65       the election's fence key holds a value baton never writes
   69       the server cannot be reached at start, or answered with an error that retrying cannot
            fix (an ACL denial, say)
-  129/131  baton got SIGHUP/SIGQUIT: as for SIGTERM, then this status
+  129/131  baton got SIGHUP/SIGQUIT (or Ctrl-\\ in a terminal, PROGRAM ended by SIGQUIT): as for
+           SIGTERM, then this status
 PROGRAM's own statuses can collide with these.
 
 `baton leader` runs a long-lived PROGRAM only while this process leads the election --key: it
@@ -171,7 +187,10 @@ term: larger than every earlier leader's) in its environment. When renewals fail
 SIGTERM --lease/5 before the lease could pass on and SIGKILL at the latest when it could: no
 PROGRAM outlives its leadership. baton then campaigns again and runs PROGRAM anew in the next
 term. Standbys are woken at once by a resignation, and by the lease running out when a leader
-dies. Terminal, job control and signals work as for `baton lock`.
+dies. Terminal, job control, signals and PROGRAM's process group work as for `baton lock`. In
+a terminal, Ctrl-C reaches only PROGRAM (its group has the terminal): PROGRAM ended by SIGINT
+there is taken for Ctrl-C typed at baton (stop, resign, exit 0); a PROGRAM that catches it and
+exits with a status of its own is taken at its word.
 
 Example (one scheduler at a time across the fleet, handed over on deploys):
   baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
@@ -190,6 +209,11 @@ const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 const FAR: Duration = Duration::from_secs(86_400 * 365);
 /// How long a resumed baton waits for Redis to confirm it still holds its attempt.
 const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often baton looks (in `/proc`) whether what PROGRAM left running in its group has ended.
+const LEFTOVER_POLL: Duration = Duration::from_millis(50);
+/// How long after SIGKILL a process of PROGRAM's group may take to be gone before baton stops
+/// waiting for it (it exits as soon as it leaves the kernel; one that does not was out of reach).
+const KILL_SETTLE: Duration = Duration::from_secs(2);
 
 /// Run any program under attempt-counted failover coordination through Redis or PostgreSQL.
 #[derive(Parser, Debug)]
@@ -307,9 +331,9 @@ struct RunArgs {
     /// Pause before a backup takes over a failed attempt.
     #[arg(long, default_value = "0s", value_parser = duration)]
     retry_delay: Duration,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day (never past the
-    /// lease's end; without keepalive SIGTERM comes this long, at most a quarter lease, before
-    /// the deadline).
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day (never past the lease's end; without
+    /// keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// This worker's name, shown by `baton status` (default host:pid).
@@ -347,8 +371,9 @@ struct LockArgs {
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     wait: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, at most 1 day; when the lock is
-    /// lost, never past the lease's end.
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day; when the lock is lost, never past the
+    /// lease's end.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
@@ -371,8 +396,9 @@ struct LeaderArgs {
     /// This candidate's name, shown to observers (default host:pid).
     #[arg(long)]
     name: Option<String>,
-    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, at most 1 day;
-    /// on a lost leadership PROGRAM is killed by the lease's end whatever this says.
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, or what PROGRAM
+    /// left running in its process group when it exits, at most 1 day; on a lost leadership
+    /// PROGRAM is killed by the lease's end whatever this says.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
@@ -396,6 +422,10 @@ fn kill_grace(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    // The guard of a PROGRAM's process group is this binary, re-executed (see guard.rs).
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(guard::ARG)) {
+        return guard::main();
+    }
     // BATON_REDIS_URL, the variable's name before PostgreSQL, still works when BATON_URL is
     // not set. Set before any other thread exists (the runtime starts later).
     if std::env::var_os("BATON_URL").is_none() {
@@ -927,6 +957,9 @@ struct Supervised {
     stopping: Option<Stopping>,
     /// What to record as the reason of a [`Stopping::Lost`].
     why: String,
+    /// Whether PROGRAM's group had the terminal when PROGRAM ended (its SIGINT then most
+    /// likely came from Ctrl-C, which reaches PROGRAM's group only).
+    had_terminal: bool,
 }
 
 /// Runs PROGRAM to its end: forwards signals, follows job control, stops PROGRAM when the lease
@@ -957,6 +990,10 @@ impl Supervisor<'_> {
         let mut reason = Stopping::Lost;
         let mut kill_at = far;
         let mut stopping: Option<Stopping> = None;
+        // Once PROGRAM's leader ended: whether what it left running in its group got SIGTERM,
+        // and when the group got SIGKILL (if it did).
+        let mut draining = false;
+        let mut killed_at: Option<Instant> = None;
         // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -972,22 +1009,29 @@ impl Supervisor<'_> {
             tokio::select! {
                 _ = self.sigchld.recv() => {}
                 _ = recheck.tick() => {}
+                // No SIGCHLD tells of PROGRAM's leftovers ending (they are not baton's children).
+                _ = tokio::time::sleep(LEFTOVER_POLL), if program.ended => {}
                 loss = lease.lost(self.sink) => {
                     // The lease has ended or is about to: PROGRAM must be gone before it could
-                    // pass on. Whatever stopped PROGRAM before, this is now a lost lease.
-                    stopping = Some(Stopping::Lost);
+                    // pass on. Whatever stopped PROGRAM before, this is now a lost lease; once
+                    // PROGRAM ended by itself, its status stands (the lost lease still fails the
+                    // record of a success, or the lock's release) and only its leftovers go.
+                    if !program.ended {
+                        stopping = Some(Stopping::Lost);
+                    }
                     if loss.term {
                         program.signal(libc::SIGTERM);
                     }
                     if loss.kill_at <= Instant::now() {
                         program.signal(libc::SIGKILL);
+                        killed_at.get_or_insert_with(Instant::now);
                         kill_at = far;
                     } else {
                         kill_at = kill_at.min(loss.kill_at);
                     }
                     continue;
                 }
-                _ = tokio::time::sleep_until(term_at), if stopping.is_none() => {
+                _ = tokio::time::sleep_until(term_at), if stopping.is_none() && !program.ended => {
                     self.sink.note(&format!("stopping PROGRAM: {why_text}"));
                     stopping = Some(reason);
                     program.signal(libc::SIGTERM);
@@ -996,16 +1040,28 @@ impl Supervisor<'_> {
                 }
                 _ = tokio::time::sleep_until(kill_at) => {
                     program.signal(libc::SIGKILL);
+                    killed_at.get_or_insert_with(Instant::now);
                     kill_at = far;
                     continue;
                 }
                 _ = recv_or_pending(&mut sigtstp) => {
-                    if stopping.is_none() {
+                    if stopping.is_none() && !program.ended {
                         program.signal(libc::SIGTSTP);
                     }
                     continue;
                 }
                 sig = self.signals.recv() => {
+                    if program.ended {
+                        // PROGRAM's status is settled; the signal only hurries its leftovers.
+                        self.sink.note(&format!(
+                            "got {}; forwarding it to what PROGRAM left running",
+                            signal_name(sig)
+                        ));
+                        program.signal(sig);
+                        kill_at =
+                            kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                        continue;
+                    }
                     self.sink.note(&format!("got {}; forwarding it to PROGRAM", signal_name(sig)));
                     reason = Stopping::Signal(sig);
                     // A lost lease stays the reason: PROGRAM is already being killed for it.
@@ -1017,11 +1073,11 @@ impl Supervisor<'_> {
                     continue;
                 }
             }
-            // SIGCHLD (or the safety-net tick): collect what happened to PROGRAM.
+            // SIGCHLD (or a tick): collect what happened to PROGRAM.
             loop {
                 match program.poll() {
                     Ok(None) => break,
-                    Ok(Some(Change::Exited(status))) => break 'watch Ok(status),
+                    Ok(Some(Change::Ended)) => break,
                     Err(e) => break 'watch Err(e),
                     Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
                         if stopping.is_some() {
@@ -1038,12 +1094,51 @@ impl Supervisor<'_> {
                     Ok(Some(_)) => {}
                 }
             }
+            if !program.ended {
+                continue;
+            }
+            // PROGRAM's leader ended: nothing it started may outlive it (the lease is released
+            // or DONE written only after this returns). What is left in its group gets SIGTERM,
+            // then SIGKILL after --kill-grace (never past the lease's end), as PROGRAM would.
+            match program.leftovers() {
+                Ok(false) => break 'watch program.reap(),
+                Err(e) => {
+                    self.sink.warn(&format!(
+                        "cannot look for what PROGRAM left running ({e}); killing its process group"
+                    ));
+                    break 'watch program.reap();
+                }
+                Ok(true) if !draining => {
+                    draining = true;
+                    self.sink.note(&format!(
+                        "PROGRAM ended; stopping what it left running in its process group \
+                         (SIGTERM, then SIGKILL after {:?})",
+                        self.kill_grace
+                    ));
+                    program.signal(libc::SIGTERM);
+                    kill_at = kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                }
+                Ok(true) => {
+                    // SIGKILL cannot be ignored; what survives it a while is out of baton's
+                    // reach (a set-user-ID program it may not signal): waiting longer would not
+                    // help, and would hold the lease forever.
+                    if killed_at.is_some_and(|at| at.elapsed() >= KILL_SETTLE) {
+                        self.sink.warn(
+                            "something PROGRAM left running in its process group survived \
+                             SIGKILL (baton may not signal it); going on without it",
+                        );
+                        break 'watch program.reap();
+                    }
+                }
+            }
         };
+        let had_terminal = program.has_terminal;
         program.take_terminal_back();
         Supervised {
             status,
             stopping,
             why: why_text,
+            had_terminal,
         }
     }
 
@@ -1236,6 +1331,7 @@ impl Holder<'_> {
             status,
             stopping,
             why: why_text,
+            ..
         } = supervisor
             .supervise(&mut program, &mut lease, term_at, why_text)
             .await;
@@ -1609,7 +1705,7 @@ async fn leader(
                 return EX_LOST;
             }
         };
-        match done.stopping {
+        match done.stopping.or_else(|| terminal_signal(&done, &status)) {
             Some(Stopping::Lost) => {
                 sink.warn(&format!(
                     "term {} ended; PROGRAM was stopped; campaigning again",
@@ -1620,6 +1716,17 @@ async fn leader(
             None => return exit_code(&status),
         }
     }
+}
+
+/// In a terminal, Ctrl-C and Ctrl-\ reach only the foreground group, PROGRAM's, never baton:
+/// PROGRAM ended by SIGINT or SIGQUIT while it had the terminal is taken for that key typed at
+/// baton, so `baton leader` keeps the meaning its help gives those signals (SIGINT: stop
+/// PROGRAM, resign, exit 0). A PROGRAM that catches them and exits with a status of its own is
+/// taken at its word.
+fn terminal_signal(done: &Supervised, status: &std::process::ExitStatus) -> Option<Stopping> {
+    let sig = status.signal()?;
+    (done.had_terminal && matches!(sig, libc::SIGINT | libc::SIGQUIT))
+        .then_some(Stopping::Signal(sig))
 }
 
 /// `--redlock`'s URLs: at least 3, an odd number, all distinct (checked before connecting).
@@ -1835,12 +1942,18 @@ struct Program {
     /// Whether PROGRAM's group was made the terminal's foreground group by baton (which then
     /// takes the terminal back).
     has_terminal: bool,
+    /// Whether the leader has ended (it is a zombie, kept so until [`Program::reap`]).
+    ended: bool,
+    /// Kills the group if baton dies; stopped right before the leader is reaped. `None` when it
+    /// could not be started (PROGRAM then runs with only its own parent-death signal).
+    guard: Option<guard::Guard>,
 }
 
 /// A status change of PROGRAM.
 enum Change {
-    /// It ended and was reaped.
-    Exited(std::process::ExitStatus),
+    /// Its leader ended; it is a zombie until [`Program::reap`], so the group's number still
+    /// names PROGRAM's group (and what PROGRAM left running in it can be stopped).
+    Ended,
     /// It was stopped by this signal.
     Stopped(libc::c_int),
     /// It was continued (or traced).
@@ -1864,21 +1977,19 @@ impl Program {
         }
     }
 
-    /// The next status change of PROGRAM, without blocking (`None`: nothing new).
+    /// The next status change of PROGRAM, without blocking (`None`: nothing new; always once
+    /// the leader has ended).
     fn poll(&mut self) -> std::io::Result<Option<Change>> {
-        if self.group.is_none() {
+        if self.group.is_none() || self.ended {
             return Ok(None);
         }
         loop {
             // Has it ended? Look without reaping it: while the leader is a zombie its number
-            // cannot be reused, so what is left of its group can still be killed by that number.
+            // cannot be reused, so what is left of its group can still be signalled by that
+            // number.
             if waitid(self.pid, libc::WEXITED | libc::WNOWAIT)?.is_some() {
-                self.signal(libc::SIGKILL);
-                let status = reap(self.pid)?;
-                self.group = None;
-                return Ok(Some(Change::Exited(std::process::ExitStatus::from_raw(
-                    status,
-                ))));
+                self.ended = true;
+                return Ok(Some(Change::Ended));
             }
             match stop_change(self.pid)? {
                 StopChange::Ended => continue,
@@ -1887,6 +1998,28 @@ impl Program {
                 StopChange::Other => return Ok(Some(Change::Other)),
             }
         }
+    }
+
+    /// Whether anything PROGRAM started still runs in its group, its leader having ended.
+    /// `Err`: `/proc` cannot tell.
+    fn leftovers(&self) -> std::io::Result<bool> {
+        match self.group {
+            Some(group) if self.ended => guard::group_has_live_members(group),
+            _ => Ok(false),
+        }
+    }
+
+    /// Reaps the ended leader (see [`Change::Ended`]) and returns its status. A last SIGKILL to
+    /// the group first, for whatever the `/proc` scan could not see, then the guard is stopped:
+    /// from the reap on, the group's number may name another group.
+    fn reap(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.signal(libc::SIGKILL);
+        if let Some(guard) = self.guard.take() {
+            guard.stop();
+        }
+        let status = reap(self.pid)?;
+        self.group = None;
+        Ok(std::process::ExitStatus::from_raw(status))
     }
 
     /// Makes PROGRAM's group the terminal's foreground group again, if baton is in the
@@ -1904,6 +2037,15 @@ impl Program {
         if std::mem::take(&mut self.has_terminal) {
             set_foreground(own_group());
         }
+    }
+}
+
+impl Drop for Program {
+    /// A PROGRAM dropped before it was reaped (baton lost track of it and is giving up) is
+    /// killed with its whole group, while the unreaped leader still holds the group's number;
+    /// the guard is stopped only after that (its field drops after this body).
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
     }
 }
 
@@ -2012,18 +2154,32 @@ fn set_foreground(group: libc::pid_t) -> bool {
     }
 }
 
-/// Starts PROGRAM as the leader of a new process group; with `terminal`, that group takes the
-/// terminal before PROGRAM runs (so its first read cannot meet SIGTTIN).
+/// Starts PROGRAM as the leader of a new process group, with a guard that kills that group if
+/// baton dies (see guard.rs); with `terminal`, that group takes the terminal before PROGRAM runs
+/// (so its first read cannot meet SIGTTIN).
 /// `program` is PROGRAM and its arguments (at least one element); `env` is added to baton's.
 fn spawn(program: &[OsString], env: &[(&str, String)], terminal: bool) -> std::io::Result<Program> {
+    // Started first, so that it knows PROGRAM's group before PROGRAM can start anything.
+    let guard = match guard::Guard::start() {
+        Ok(g) => Some(g),
+        Err(e) => {
+            // Without /proc, say. PROGRAM still dies with baton; what it starts may not.
+            eprintln!(
+                "baton: cannot start the guard of PROGRAM's process group ({e}): what PROGRAM \
+                 starts may outlive baton"
+            );
+            None
+        }
+    };
+    let pipe = guard.as_ref().map(guard::Guard::pipe);
     let mut cmd = std::process::Command::new(&program[0]);
     cmd.args(&program[1..])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .process_group(0);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls the
-    // async-signal-safe prctl(2), getppid(2), getpid(2), sigemptyset/sigaddset/sigprocmask and
-    // tcsetpgrp(3), allocating nothing.
+    // async-signal-safe prctl(2), getppid(2), getpid(2), sigemptyset/sigaddset/sigprocmask,
+    // tcsetpgrp(3), and `guard::announce` (getpgrp, signal, write), allocating nothing.
     unsafe {
         cmd.pre_exec(move || {
             // Die with baton, even when baton is SIGKILLed.
@@ -2041,6 +2197,10 @@ fn spawn(program: &[OsString], env: &[(&str, String)], terminal: bool) -> std::i
             if libc::getppid() != parent {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
+            // std made the process group before running this: the guard learns it now.
+            if let Some(pipe) = pipe {
+                guard::announce(pipe)?;
+            }
             if terminal {
                 // Best effort: without the terminal PROGRAM still runs (SIGTTIN if it reads).
                 set_foreground(libc::getpid());
@@ -2048,13 +2208,16 @@ fn spawn(program: &[OsString], env: &[(&str, String)], terminal: bool) -> std::i
             Ok(())
         });
     }
-    // std's Child neither kills nor reaps on drop: `Program` does both.
+    // std's Child neither kills nor reaps on drop: `Program` does both. On an error the guard
+    // is dropped (stopped) with it: std reaped the child that could not exec.
     let child = cmd.spawn()?;
     let pid = child.id() as libc::pid_t;
     Ok(Program {
         pid,
         group: Some(pid),
         has_terminal: terminal,
+        ended: false,
+        guard,
     })
 }
 
@@ -2281,11 +2444,18 @@ mod tests {
             pid,
             group: Some(pid),
             has_terminal: false,
+            ended: false,
+            guard: None,
         };
         match program.poll().unwrap() {
-            Some(Change::Exited(status)) => assert_eq!(status.code(), Some(3)),
-            _ => panic!("the ended child was not reported as exited"),
+            Some(Change::Ended) => {}
+            _ => panic!("the ended child was not reported as ended"),
         }
+        assert!(
+            !program.leftovers().unwrap(),
+            "nothing else was in its group"
+        );
+        assert_eq!(program.reap().unwrap().code(), Some(3));
         assert!(program.group.is_none());
     }
 
