@@ -141,6 +141,7 @@ impl Node {
             inner,
             generation,
             node: self.clone(),
+            asked: None,
         }
     }
 
@@ -229,6 +230,10 @@ pub(crate) struct NodeConn {
     /// Which of the node's connections `inner` is (see [`Node::stalled`]).
     generation: u64,
     node: Arc<Node>,
+    /// Where the last `ASK` through this handle pointed: a script loaded through the handle
+    /// afterwards (redis' script call answers `NOSCRIPT` by loading it on the connection it
+    /// was given, this one) is loaded there too, so the retried call finds it.
+    asked: Option<Box<NodeConn>>,
 }
 
 impl NodeConn {
@@ -291,17 +296,29 @@ impl ConnectionLike for NodeConn {
             let flight = InFlight::new(&self.node, self.generation);
             let r = self.inner.req_packed_command(cmd).await;
             flight.finish(r.as_ref().err());
-            match r {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => {
-                    match self.ask_target(&e) {
-                        Some(mut target) => match target.asking(cmd).await? {
-                            Value::ServerError(e) => Err(e.into()),
-                            v => Ok(v),
-                        },
-                        None => Err(e),
-                    }
+            let v = r?;
+            // A server error comes back as a value (the caller's `query_async` turns it into
+            // an error).
+            self.node.stale.note_values(std::slice::from_ref(&v));
+            match v {
+                Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::Ask) => {
+                    let e = redis::RedisError::from(e);
+                    let Some(mut target) = self.ask_target(&e) else {
+                        return Err(e);
+                    };
+                    let reply = target.asking(cmd).await;
+                    self.asked = Some(Box::new(target));
+                    reply
                 }
-                r => r,
+                v => {
+                    if is_script_load(cmd) && !matches!(v, Value::ServerError(_)) {
+                        if let Some(target) = self.asked.as_mut() {
+                            // Loading needs no ASKING (it names no key).
+                            target.inner.req_packed_command(cmd).await?;
+                        }
+                    }
+                    Ok(v)
+                }
             }
         })
     }
@@ -344,6 +361,18 @@ impl ConnectionLike for NodeConn {
     fn get_db(&self) -> i64 {
         self.inner.get_db()
     }
+}
+
+/// Whether `cmd` is `SCRIPT LOAD`.
+fn is_script_load(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    });
+    matches!(
+        (args.next(), args.next()),
+        (Some(a), Some(b)) if a.eq_ignore_ascii_case(b"SCRIPT") && b.eq_ignore_ascii_case(b"LOAD")
+    )
 }
 
 impl NodeConn {
