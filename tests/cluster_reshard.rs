@@ -280,3 +280,58 @@ async fn killing_the_jobs_primary_mid_attempt_work_continues_after_the_replica_i
     assert_ne!(new_owner, owner);
     assert_eq!(state_on(&c, new_owner).await.as_deref(), Some("DONE"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_released_mid_migration_follows_ask_to_the_importing_node() {
+    let mut c = cluster().await;
+    let client = Client::connect(c.cluster_url_for(TEST_USER, TEST_PASSWORD))
+        .await
+        .expect("connect to the cluster");
+    let locks = client.locks();
+    let guard = locks
+        .acquire(JOB, Duration::from_secs(30), &Default::default())
+        .await
+        .expect("the lock");
+    // The lock's keys move to another primary; the slot stays assigned to the old owner, which
+    // now answers ASK for them, until the test ends (no MOVED will come to help).
+    let (c, from, to) = tokio::task::spawn_blocking(move || {
+        c.refresh_roles().expect("roles");
+        let key = format!("lock:{{{JOB}}}");
+        let s = slot(key.as_bytes());
+        let owner = c.node_for_key(key.as_bytes()).expect("an owner");
+        let to = *c
+            .primaries()
+            .iter()
+            .find(|&&p| p != owner)
+            .expect("another primary");
+        let from = c.begin_slot_migration(s, to).expect("begin");
+        let moved = c.migrate_slot_keys(s, from, to).expect("migrate keys");
+        assert!(moved >= 2, "the lock's keys moved ({moved})");
+        (c, from, to)
+    })
+    .await
+    .unwrap();
+    // One request, no retry: the release script is refused with ASK by the old owner and runs
+    // on the importing node after ASKING (the script is loaded there on the way).
+    assert!(
+        guard.release().await.expect("released through ASK"),
+        "the lock was ours on the importing node"
+    );
+    let lock_key = format!("baton:lock:{{{JOB}}}");
+    let mut conn = redis::Client::open(c.nodes()[to].url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let left: i64 = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("EXISTS")
+        .arg(&lock_key)
+        .query_async::<(i64,)>(&mut conn)
+        .await
+        .expect("EXISTS on the importing node")
+        .0;
+    assert_eq!(left, 0, "the lock key is gone from the importing node");
+    drop((c, from));
+}

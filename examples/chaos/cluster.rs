@@ -1,4 +1,5 @@
-//! The cluster profile's node faults (primary kill and failover, primary pause, resharding) and
+//! The cluster profile's node faults (primary kill and failover, primary pause, a pause until
+//! the replica is promoted, resharding) and
 //! its final-state read, on a [`RedisCluster`] fixture.
 
 use std::collections::BTreeMap;
@@ -153,6 +154,90 @@ impl Ctx {
         })
         .await;
         self.stop(id, Kind::PausePrimary, json!({"err":r.err()}));
+    }
+
+    /// SIGSTOPs a primary that has a replica and keeps it stopped until the replica is promoted
+    /// (or [`FAILOVER_WAIT`] passed), a little longer, then SIGCONTs it: it learns of the
+    /// failover by gossip and comes back as a replica of the promoted node. Unlike a kill, the
+    /// node's sockets stay open and silent meanwhile, so only timeouts tell a client it is gone.
+    pub(crate) async fn pause_until_promotion(&self, rng: &mut Rng) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let r = rng.next_u64();
+        let extra = rng.range(0.2, 1.5);
+        let paused = blocking(&cluster, move |c| {
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let pairs: Vec<(usize, usize)> = c
+                .replicas()
+                .into_iter()
+                .filter_map(|i| Some((c.primary_of(i)?, i)))
+                .collect();
+            let (n, replica) = *pairs
+                .get(r as usize % pairs.len().max(1))
+                .ok_or("no primary with a replica")?;
+            c.nodes()[n].pause().map_err(|e| e.to_string())?;
+            Ok((n, replica))
+        })
+        .await;
+        let id = self.start(
+            Kind::PauseUntilPromotion,
+            &self.all(),
+            json!({"node":paused.as_ref().ok().map(|p| p.0),
+                "replica":paused.as_ref().ok().map(|p| p.1),
+                "secs_after_promotion":extra,"err":paused.as_ref().err()}),
+        );
+        let Ok((n, replica)) = paused else {
+            self.stop(id, Kind::PauseUntilPromotion, json!({}));
+            return;
+        };
+        let t_pause = Instant::now();
+        let mut failover_ms = None;
+        while t_pause.elapsed() < FAILOVER_WAIT {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // The paused node does not answer: refresh_roles leaves it out.
+            let promoted = blocking(&cluster, move |c| {
+                c.refresh_roles().map_err(|e| e.to_string())?;
+                Ok(c.primaries().contains(&replica))
+            })
+            .await
+            .unwrap_or(false);
+            if promoted {
+                failover_ms = Some(t_pause.elapsed().as_millis() as u64);
+                break;
+            }
+        }
+        self.log
+            .write(json!({"p":"nemesis","type":"info","f":"failover","id":id,
+            "node":n,"replica":replica,"failover_ms":failover_ms}));
+        tokio::time::sleep(secs(extra)).await;
+        let t_resume = Instant::now();
+        let res = blocking(&cluster, move |c| {
+            c.nodes()[n].resume().map_err(|e| format!("resume: {e}"))?;
+            let healthy = c
+                .wait_healthy(Duration::from_secs(15))
+                .map_err(|e| e.to_string());
+            c.refresh_roles().map_err(|e| e.to_string())?;
+            let role = if c.primaries().contains(&n) {
+                "primary"
+            } else if c.replicas().contains(&n) {
+                "replica"
+            } else {
+                "unknown"
+            };
+            Ok((role, healthy.err()))
+        })
+        .await;
+        let (role, err) = match res {
+            Ok((role, healthy_err)) => (Some(role), healthy_err),
+            Err(e) => (None, Some(e)),
+        };
+        self.stop(
+            id,
+            Kind::PauseUntilPromotion,
+            json!({"failover_ms":failover_ms,"paused_ms":t_pause.elapsed().as_millis() as u64,
+                "rejoin_ms":t_resume.elapsed().as_millis() as u64,"role_after":role,"err":err}),
+        );
     }
 
     /// Moves the slot of a job released in the last few seconds (likely running) to another

@@ -170,7 +170,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             );
         }
         // The same workload and checker against a 6-node Redis Cluster: primaries killed (and
-        // failed over, then restarted as replicas), paused below the node timeout, job slots
+        // failed over, then restarted as replicas), paused below the node timeout or until their
+        // replica is promoted (then resumed: they come back as replicas), job slots
         // resharded mid-run; worker pauses and kills as in `quick`. No proxies (a cluster client
         // follows the nodes' own addresses), so no link faults.
         phases.push(PhaseCfg {

@@ -38,6 +38,9 @@ pub enum Kind {
     ResetNode,
     /// Cluster profile: SIGSTOP a primary for less than the node timeout (no failover).
     PausePrimary,
+    /// Cluster profile: SIGSTOP a primary until its replica is promoted, then SIGCONT it (it
+    /// comes back as a replica): a node that hangs instead of dying.
+    PauseUntilPromotion,
     /// Cluster profile: move an in-use job's slot to another primary (IMPORTING/MIGRATING,
     /// MIGRATE, SETSLOT NODE), with short random pauses between the steps.
     Reshard,
@@ -73,6 +76,7 @@ impl Kind {
             Kind::LatencyNode => "latency_node",
             Kind::ResetNode => "reset_node",
             Kind::PausePrimary => "pause_primary",
+            Kind::PauseUntilPromotion => "pause_until_promotion",
             Kind::Reshard => "reshard",
             Kind::PgBackendKill => "pg_backend_kill",
             Kind::CrashRestartPg => "crash_restart_pg",
@@ -110,7 +114,12 @@ impl Kind {
     pub const CLUSTER_WORKER_LANE: [Kind; 2] = [Kind::PauseWorker, Kind::KillWorker];
     /// The cluster profile's node lane (one lane: node faults never overlap, so a reshard never
     /// meets a failover half-way).
-    pub const CLUSTER_LANE: [Kind; 3] = [Kind::KillPrimary, Kind::PausePrimary, Kind::Reshard];
+    pub const CLUSTER_LANE: [Kind; 4] = [
+        Kind::KillPrimary,
+        Kind::PausePrimary,
+        Kind::PauseUntilPromotion,
+        Kind::Reshard,
+    ];
     /// The cluster profile's network lane: per-node proxies (each node announces its proxy's
     /// port with `cluster-announce-port`, so clients reach it only through the proxy).
     pub const CLUSTER_NET_LANE: [Kind; 3] =
@@ -447,6 +456,7 @@ impl Ctx {
             }
             Kind::KillPrimary => self.kill_primary(rng).await,
             Kind::PausePrimary => self.pause_primary(rng).await,
+            Kind::PauseUntilPromotion => self.pause_until_promotion(rng).await,
             Kind::Reshard => self.reshard(rng).await,
             Kind::PartitionNode | Kind::LatencyNode | Kind::ResetNode => {
                 self.node_link_fault(kind, rng).await

@@ -53,8 +53,10 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "spublish",
     "ssubscribe",
     "sunsubscribe",
-    // Reading a Redis Cluster's slot map.
+    // Reading a Redis Cluster's slot map, and following an `ASK` redirect while a slot
+    // migrates.
     "cluster|slots",
+    "asking",
     // The fair lock's waiter queue and liveness sets (inside its scripts; `ZRANGE` with
     // `BYSCORE` needs Redis 6.2+).
     "zadd",

@@ -3,25 +3,27 @@
 //!
 //! redis-rs' cluster client is not used for commands: it sends `WATCH` on shared per-node
 //! multiplexed connections (where another task's `EXEC` ends it), has no transactions, and hides
-//! which node a key went to. baton reads the slot map itself (`CLUSTER SLOTS`, asked of any node
-//! that answers: the known primaries first, then the seeds), places a key by CRC16 of its hash
+//! which node a key went to. baton reads the slot map itself (`CLUSTER SLOTS`, asked of the
+//! known primaries and the seeds), places a key by CRC16 of its hash
 //! tag ([`crate::util::slot`]), and sends each operation to the primary that owns the slot.
 //!
-//! A reply that says the map is out of date (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-//! `READONLY`, a dropped connection) marks it [`Stale`]; the next lookup reads the map again (at
-//! most one read per [`MIN_REFRESH`] while the cluster settles, e.g. while a failover promotes a
-//! replica). The refused operation fails with a retryable error; its caller backs off and
-//! observes again on the new owner.
+//! A reply that says the map is out of date (`MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`, a
+//! dropped connection, a timeout) marks it [`Stale`]; the next lookup starts a refresh in the
+//! background and waits for it at most one refresh round (at most one read per [`MIN_REFRESH`]
+//! while the cluster settles, e.g. while a failover promotes a replica). A refresh asks
+//! [`FANOUT`] nodes at once and takes the first full answer, so a node that hangs (paused,
+//! swapping) never stalls it, nor any lookup. The refused operation fails with a retryable
+//! error; its caller backs off and observes again on the new owner.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use redis::{ConnectionAddr, Value};
 use tokio::time::Instant;
 
 use super::connection::Pool;
-use super::route::{Node, Stale};
+use super::route::{Node, Redirects, Stale};
 use super::ConnSettings;
 use crate::error::{Error, ErrorKind};
 use crate::util::lock;
@@ -30,6 +32,10 @@ use crate::util::slot::{slot, SLOTS};
 /// Fewest time between two reads of the slot map (a dead primary marks the map stale on every
 /// request until the cluster promotes its replica).
 pub(crate) const MIN_REFRESH: Duration = Duration::from_millis(100);
+
+/// How to reach each primary of the last slot map (the hub's seeds: they answered lately,
+/// unlike a seed that may hang).
+pub(crate) type Primaries = Arc<Vec<redis::ConnectionInfo>>;
 
 /// Which primary serves each slot: `(first slot, last slot, node)`, sorted by first slot.
 #[derive(Default)]
@@ -47,8 +53,25 @@ impl SlotMap {
     }
 }
 
+/// How many nodes are asked for the slot map at once. A hung node (paused, swapping) answers
+/// nothing until its timeout: asked alone, one after another, it would hold every lookup; asked
+/// beside others, the first good answer wins and the hung one is simply dropped.
+const FANOUT: usize = 3;
+
+/// Where the background refresh stands.
+#[derive(Default)]
+struct RefreshState {
+    /// A refresh task is running (or sleeping until [`MIN_REFRESH`] has passed).
+    running: bool,
+    /// When the last refresh started.
+    last: Option<Instant>,
+}
+
 /// The routing of one client over a cluster.
 pub(crate) struct Cluster {
+    /// This router, for the refresh task and the nodes' `ASK` redirects (which must not keep
+    /// it alive).
+    me: Weak<Cluster>,
     /// What every node connection is built from (credentials, TLS, protocol): a seed's client,
     /// with the address replaced.
     template: redis::Client,
@@ -58,11 +81,13 @@ pub(crate) struct Cluster {
     map: RwLock<Arc<SlotMap>>,
     /// Nodes by `host:port`, kept across refreshes so their connections are reused.
     nodes: Mutex<HashMap<String, Arc<Node>>>,
-    /// Serializes refreshes; holds when the last one ended.
-    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    refresh: Mutex<RefreshState>,
+    /// Bumped when a refresh ends (whatever it found): lookups that wait for one watch it.
+    refreshed: tokio::sync::watch::Sender<u64>,
     stale: Arc<Stale>,
-    /// Bumped when a refresh finds other primaries than before.
-    moved: tokio::sync::watch::Sender<u64>,
+    /// The primaries of the slot map; receivers are told when a refresh finds another layout
+    /// than before (a failover, a reshard).
+    moved: tokio::sync::watch::Sender<Primaries>,
 }
 
 impl Cluster {
@@ -82,24 +107,35 @@ impl Cluster {
                 "a cluster needs at least one seed node",
             ))
         })?;
-        let cluster = Arc::new(Cluster {
+        let cluster = Arc::new_cyclic(|me| Cluster {
+            me: me.clone(),
             template,
             seeds,
             settings,
             map: RwLock::default(),
             nodes: Mutex::default(),
-            refreshing: tokio::sync::Mutex::new(None),
+            refresh: Mutex::default(),
+            refreshed: tokio::sync::watch::channel(0).0,
             stale: Arc::default(),
-            moved: tokio::sync::watch::channel(0).0,
+            moved: tokio::sync::watch::channel(Primaries::default()).0,
         });
-        cluster.refresh(true).await?;
+        lock(&cluster.refresh).last = Some(Instant::now());
+        let ranges = cluster.fetch().await?;
+        cluster.install(ranges)?;
         Ok(cluster)
     }
 
-    /// The primary that serves `key`'s slot (refreshing the map first if it was marked stale).
+    /// The primary that serves `key`'s slot. When the map was marked stale, a refresh is
+    /// started (in the background: a lookup never waits for a hung node) and awaited for at
+    /// most one refresh round; if it has not ended by then, the last map answers (a request
+    /// sent by it at worst meets the same trouble again, and is retried).
     pub(crate) async fn node(&self, key: &str) -> Result<Arc<Node>, Error> {
         if self.stale.is_set() {
-            self.refresh(false).await?;
+            let mut refreshed = self.refreshed.subscribe();
+            refreshed.mark_unchanged();
+            self.start_refresh();
+            let round = self.settings.connect_timeout + self.settings.response_timeout;
+            let _ = tokio::time::timeout(MIN_REFRESH + round, refreshed.changed()).await;
         }
         let slot = slot(key.as_bytes());
         let map = self
@@ -121,8 +157,9 @@ impl Cluster {
         }
     }
 
-    /// Changes whenever a refresh finds other primaries than before (for the hub).
-    pub(crate) fn moved(&self) -> tokio::sync::watch::Receiver<u64> {
+    /// Changes whenever a refresh finds another layout than before (for the hub), and holds
+    /// the primaries of the last map.
+    pub(crate) fn moved(&self) -> tokio::sync::watch::Receiver<Primaries> {
         self.moved.subscribe()
     }
 
@@ -142,130 +179,136 @@ impl Cluster {
         out
     }
 
-    /// Reads the slot map again. With `must`, an error is returned when no node answers;
-    /// otherwise the old map stays in use (and stays marked stale) and only a map with no
-    /// primary at all is an error.
-    async fn refresh(&self, must: bool) -> Result<(), Error> {
-        let mut last = self.refreshing.lock().await;
-        if !must {
-            if !self.stale.is_set() {
-                // Another task refreshed while this one waited.
-                return Ok(());
+    /// Starts a refresh task unless one is running. It waits until [`MIN_REFRESH`] has passed
+    /// since the last one began (while a failover settles, every request marks the map stale),
+    /// then reads the map; the mark is cleared when it starts, so a mark made meanwhile leads
+    /// to another refresh. It runs on its own, so a caller that gives up does not abandon it,
+    /// and holds the router only weakly while it waits.
+    fn start_refresh(&self) {
+        let wait = {
+            let mut state = lock(&self.refresh);
+            if state.running {
+                return;
             }
-            if last.is_some_and(|t| t.elapsed() < MIN_REFRESH) {
-                return Ok(());
+            state.running = true;
+            state
+                .last
+                .map(|t| MIN_REFRESH.saturating_sub(t.elapsed()))
+                .unwrap_or_default()
+        };
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(cluster) = me.upgrade() else { return };
+            {
+                let mut state = lock(&cluster.refresh);
+                state.last = Some(Instant::now());
             }
-        }
-        self.stale.clear();
-        let fetched = self.fetch().await;
-        *last = Some(Instant::now());
-        match fetched {
-            Ok(map) => {
-                tracing::debug!(ranges = map.ranges.len(), "cluster slot map read");
-                let layout = |m: &SlotMap| -> Vec<(u16, u16, String)> {
-                    m.ranges
-                        .iter()
-                        .map(|(s, e, n)| (*s, *e, n.addr.clone()))
-                        .collect()
-                };
-                let new = layout(&map);
-                let old = std::mem::replace(
-                    &mut *self
-                        .map
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                    Arc::new(map),
-                );
-                if !old.ranges.is_empty() && layout(&old) != new {
-                    tracing::info!("the cluster's slot map changed");
-                    self.moved.send_modify(|g| *g += 1);
-                }
-                Ok(())
+            cluster.stale.clear();
+            let fetched = cluster.fetch().await;
+            let outcome = fetched.and_then(|ranges| cluster.install(ranges));
+            if let Err(e) = outcome {
+                cluster.stale.set();
+                tracing::warn!(error = %e, "cannot read the cluster's slot map; the last one stays in use");
             }
-            Err(e) => {
-                self.stale.set();
-                tracing::warn!(error = %e, "cannot read the cluster's slot map");
-                let empty = self
-                    .map
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .ranges
-                    .is_empty();
-                if must || empty {
-                    Err(e)
-                } else {
-                    Ok(())
-                }
-            }
-        }
+            lock(&cluster.refresh).running = false;
+            cluster.refreshed.send_modify(|g| *g = g.wrapping_add(1));
+        });
     }
 
-    /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`; the first full answer wins.
-    async fn fetch(&self) -> Result<SlotMap, Error> {
-        let mut candidates: Vec<redis::Client> = self
+    /// Makes `ranges` (a full `CLUSTER SLOTS` answer) the slot map, reusing the nodes already
+    /// known; tells the hub when the primaries changed.
+    fn install(&self, ranges: Vec<(u16, u16, String, u16)>) -> Result<(), Error> {
+        let map = {
+            let mut nodes = lock(&self.nodes);
+            let mut map = SlotMap::default();
+            for (start, end, host, port) in ranges {
+                let addr = format!("{host}:{port}");
+                let node = match nodes.get(&addr) {
+                    Some(n) => n.clone(),
+                    None => {
+                        let n = self.open_node(&host, port, &addr)?;
+                        nodes.insert(addr, n.clone());
+                        n
+                    }
+                };
+                map.ranges.push((start, end, node));
+            }
+            map.ranges.sort_by_key(|(start, _, _)| *start);
+            // Nodes that serve no slot any more (a demoted primary) are let go.
+            nodes.retain(|_, n| map.ranges.iter().any(|(_, _, m)| Arc::ptr_eq(n, m)));
+            map
+        };
+        tracing::debug!(ranges = map.ranges.len(), "cluster slot map read");
+        let layout = |m: &SlotMap| -> Vec<(u16, u16, String)> {
+            m.ranges
+                .iter()
+                .map(|(s, e, n)| (*s, *e, n.addr.clone()))
+                .collect()
+        };
+        let new = layout(&map);
+        let old = std::mem::replace(
+            &mut *self
+                .map
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            Arc::new(map),
+        );
+        let changed = !old.ranges.is_empty() && layout(&old) != new;
+        if changed {
+            tracing::info!("the cluster's slot map changed");
+        }
+        let primaries: Primaries = Arc::new(
+            self.primaries()
+                .iter()
+                .map(|n| n.pool.client().get_connection_info().clone())
+                .collect(),
+        );
+        // The first map is recorded without telling anyone: nothing moved.
+        self.moved.send_if_modified(|p| {
+            *p = primaries;
+            changed
+        });
+        Ok(())
+    }
+
+    /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`, [`FANOUT`] at a time
+    /// (another one joins as soon as one fails); the first full answer wins and the others
+    /// are dropped.
+    async fn fetch(&self) -> Result<Vec<(u16, u16, String, u16)>, Error> {
+        let mut candidates: Vec<(String, redis::Client)> = self
             .primaries()
             .iter()
-            .filter_map(|n| self.client_for_addr(&n.addr))
+            .filter_map(|n| Some((n.addr.clone(), self.client_for_addr(&n.addr)?)))
             .collect();
-        candidates.extend(self.seeds.iter().cloned());
+        for seed in &self.seeds {
+            let addr = seed.get_connection_info().addr().to_string();
+            if !candidates.iter().any(|(a, _)| *a == addr) {
+                candidates.push((addr, seed.clone()));
+            }
+        }
+        let mut waiting = candidates.into_iter().map(|(_, c)| c);
+        // Each question runs as its own task: dropping the set (a good answer came) aborts
+        // the others.
+        let mut asking = tokio::task::JoinSet::new();
+        for c in waiting.by_ref().take(FANOUT) {
+            asking.spawn(ask(self.settings.clone(), c));
+        }
         let mut last_err = None;
-        for c in candidates {
-            match self.ask(&c).await {
-                Ok(map) => return Ok(map),
-                Err(e) => last_err = Some(e),
+        while let Some(answer) = asking.join_next().await {
+            match answer {
+                Ok(Ok(ranges)) => return Ok(ranges),
+                Ok(Err(e)) => last_err = Some(e),
+                Err(_) => {}
+            }
+            if let Some(c) = waiting.next() {
+                asking.spawn(ask(self.settings.clone(), c));
             }
         }
         Err(last_err.unwrap_or(Error::Connection {
             message: "no cluster node to ask for the slot map".into(),
             source: None,
         }))
-    }
-
-    /// `CLUSTER SLOTS` on a short-lived connection to `client`'s node.
-    async fn ask(&self, client: &redis::Client) -> Result<SlotMap, Error> {
-        let config = self.settings.async_config();
-        let limit = self.settings.connect_timeout + self.settings.response_timeout;
-        let asked_host = match client.get_connection_info().addr() {
-            ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
-            other => other.to_string(),
-        };
-        let reply: Value = match tokio::time::timeout(limit, async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async::<Value>(&mut conn)
-                .await
-        })
-        .await
-        {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    during: "reading the cluster's slot map",
-                })
-            }
-        };
-        let ranges = parse_slots(&reply, &asked_host)?;
-        let mut nodes = lock(&self.nodes);
-        let mut map = SlotMap::default();
-        for (start, end, host, port) in ranges {
-            let addr = format!("{host}:{port}");
-            let node = match nodes.get(&addr) {
-                Some(n) => n.clone(),
-                None => {
-                    let n = self.open_node(&host, port, &addr)?;
-                    nodes.insert(addr, n.clone());
-                    n
-                }
-            };
-            map.ranges.push((start, end, node));
-        }
-        map.ranges.sort_by_key(|(start, _, _)| *start);
-        // Nodes that serve no slot any more (a demoted primary) are let go.
-        nodes.retain(|_, n| map.ranges.iter().any(|(_, _, m)| Arc::ptr_eq(n, m)));
-        Ok(map)
     }
 
     /// A client for `host:port` with the template's credentials, TLS and protocol.
@@ -287,14 +330,65 @@ impl Cluster {
             self.stale.clone(),
             "SPUBLISH",
         );
-        Ok(Node::new(
+        let node = Node::new(
             manager,
             pool,
             addr.to_string(),
             "SPUBLISH",
             self.stale.clone(),
-        ))
+        );
+        let me: Weak<dyn Redirects> = self.me.clone();
+        node.follow_redirects(me);
+        Ok(node)
     }
+}
+
+impl Redirects for Cluster {
+    /// The node at `addr`: a primary of the map, or (a slot migrating to a node that serves
+    /// none yet) a node opened for the purpose and kept until the next refresh.
+    fn node_at(&self, addr: &str) -> Option<Arc<Node>> {
+        let mut nodes = lock(&self.nodes);
+        if let Some(n) = nodes.get(addr) {
+            return Some(n.clone());
+        }
+        let (host, port) = addr.rsplit_once(':')?;
+        let node = self.open_node(host, port.parse().ok()?, addr).ok()?;
+        nodes.insert(addr.to_string(), node.clone());
+        Some(node)
+    }
+}
+
+/// `CLUSTER SLOTS` on a short-lived connection to `client`'s node, within one connect and
+/// one response timeout.
+async fn ask(
+    settings: ConnSettings,
+    client: redis::Client,
+) -> Result<Vec<(u16, u16, String, u16)>, Error> {
+    let config = settings.async_config();
+    let limit = settings.connect_timeout + settings.response_timeout;
+    let asked_host = match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
+        other => other.to_string(),
+    };
+    let reply: Value = match tokio::time::timeout(limit, async {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(&mut conn)
+            .await
+    })
+    .await
+    {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "reading the cluster's slot map",
+            })
+        }
+    };
+    parse_slots(&reply, &asked_host)
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply: `(first, last, host, port)` of each range's primary.

@@ -81,9 +81,15 @@ impl Pool {
         // Waiting for a permit is what thousands of workers do at once (all started together,
         // or woken by one failure), so that wait is kept small: opening a connection is a big
         // future, boxed and allocated only by the few that get a permit and find no idle one.
+        // A timeout here (every permit held by transitions stuck on the node, or a connect
+        // that hangs) is what a hung server looks like: the routing is marked stale, so a
+        // cluster asks again who serves the slot.
         let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
             .await
-            .map_err(|_| timeout())?
+            .map_err(|_| {
+                self.stale.set();
+                timeout()
+            })?
             .map_err(|_| Error::Stopped)?;
         let idle = lock(&self.idle).pop();
         let (conn, unwatch_first) = match idle {
@@ -101,7 +107,10 @@ impl Pool {
                         self.stale.note(&e);
                         return Err(e);
                     }
-                    Err(_) => return Err(timeout()),
+                    Err(_) => {
+                        self.stale.set();
+                        return Err(timeout());
+                    }
                 };
                 (conn, false)
             }
@@ -111,14 +120,20 @@ impl Pool {
             clean: false,
             unwatch_first,
             deadline: None,
+            sent: None,
             pool: self.clone(),
             _permit: permit,
         })
     }
 
+    /// The settings the pool's connections are opened with.
+    pub(crate) fn settings(&self) -> &ConnSettings {
+        &self.settings
+    }
+
     /// Forgets idle connections (after one failed, the others very likely point at the same dead
     /// server; reopening beats a string of errors).
-    fn flush(&self) {
+    pub(crate) fn flush(&self) {
         lock(&self.idle).clear();
     }
 }
@@ -135,6 +150,9 @@ pub(crate) struct Dedicated {
     unwatch_first: bool,
     /// No request on this connection may outlive it (see [`Dedicated::set_deadline`]).
     deadline: Option<Instant>,
+    /// When the request now on the wire left (`None` between requests): a `Dedicated`
+    /// dropped while one waits (its caller's deadline passed) reports it like a timeout.
+    sent: Option<Instant>,
     pool: Arc<Pool>,
     _permit: OwnedSemaphorePermit,
 }
@@ -159,6 +177,7 @@ impl Dedicated {
     ) -> Result<T, Error> {
         self.clean = false;
         let conn = self.conn.as_mut().ok_or(Error::Stopped)?;
+        self.sent = Some(Instant::now());
         let fut = pipe.query_async(conn);
         let result = match self.deadline {
             Some(d) => match tokio::time::timeout_at(d, fut).await {
@@ -169,6 +188,7 @@ impl Dedicated {
             },
             None => fut.await.map_err(Error::from),
         };
+        self.sent = None;
         match result {
             Ok(v) => {
                 self.unwatch_first = false;
@@ -402,6 +422,14 @@ impl Dedicated {
 
 impl Drop for Dedicated {
     fn drop(&mut self) {
+        if self
+            .sent
+            .is_some_and(|t| t.elapsed() >= self.pool.settings.response_timeout / 4)
+        {
+            // Dropped while a request went unanswered for a while: as a timeout (the caller
+            // gave up first). The connection itself is not pooled (`clean` is false).
+            self.pool.stale.set();
+        }
         if self.clean {
             if let Some(c) = self.conn.take() {
                 lock(&self.pool.idle).push((c, self.unwatch_first));
@@ -533,7 +561,8 @@ pub(crate) enum HubSource {
         seeds: Vec<redis::ConnectionInfo>,
         /// Changes when baton's slot map names other primaries (a failover, a reshard): the
         /// hub's waiters then look again, since messages published meanwhile may be lost.
-        moved: tokio::sync::watch::Receiver<u64>,
+        /// Holds the map's primaries, which the hub connects through rather than the seeds.
+        moved: tokio::sync::watch::Receiver<super::cluster::Primaries>,
     },
     /// A Sentinel-monitored primary (feature `sentinel`): `SUBSCRIBE` on whichever server is
     /// the primary, moving there when it changes.
@@ -573,7 +602,7 @@ enum Link {
     Sharded {
         conn: redis::cluster_async::ClusterConnection,
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-        moved: tokio::sync::watch::Receiver<u64>,
+        moved: tokio::sync::watch::Receiver<super::cluster::Primaries>,
     },
 }
 
@@ -603,9 +632,17 @@ impl Link {
             #[cfg(feature = "cluster")]
             HubSource::Sharded { seeds, moved } => {
                 let mut moved = moved.clone();
-                moved.mark_unchanged();
+                // The primaries of baton's last slot map, when known: redis' cluster client
+                // waits for every seed it is given, so a seed that hangs (a paused node, a
+                // demoted primary) would hold every reconnect until its connect timeout.
+                let live = moved.borrow_and_update().clone();
+                let seeds = if live.is_empty() {
+                    seeds.clone()
+                } else {
+                    live.to_vec()
+                };
                 let (tx, pushes) = mpsc::unbounded_channel();
-                let conn = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+                let conn = redis::cluster::ClusterClientBuilder::new(seeds)
                     .use_protocol(redis::ProtocolVersion::RESP3)
                     .connection_timeout(settings.connect_timeout)
                     .response_timeout(settings.response_timeout)
@@ -770,8 +807,10 @@ async fn hub_task(
         if cancel.is_cancelled() {
             return;
         }
-        let opened =
-            tokio::time::timeout(settings.connect_timeout, Link::open(&source, &settings)).await;
+        // A connect and a first request (a cluster client reads the slot map once connected),
+        // with room for one node that hangs until its connect timeout.
+        let limit = settings.connect_timeout * 2 + settings.response_timeout;
+        let opened = tokio::time::timeout(limit, Link::open(&source, &settings)).await;
         let mut link = match opened {
             Ok(Ok(l)) => l,
             failed => {
