@@ -1619,14 +1619,51 @@ const PG_INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the postmaster has for an immediate shutdown (`SIGQUIT`) before it is `SIGKILL`ed.
 const PG_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The fixture's `pg_hba.conf`: the superuser `postgres` is trusted on loopback and the socket
+/// (no password, as [`PgServer::url`] has none), every other role logs in over TCP with a
+/// password (SCRAM), so a wrong or missing one is refused as on a real server.
+const PG_HBA: &str = "\
+local all all trust
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+";
+
+/// The role the workers of [`PgServer::worker_database`] log in as: a password, no `CREATE`
+/// anywhere (PostgreSQL 15's `public` schema grants none to `PUBLIC`), and only `SELECT`,
+/// `INSERT`, `UPDATE` and `DELETE` on baton's tables (plus `USAGE` on the schema and the
+/// fencing sequence): what the README tells an operator to give a worker role.
+pub const PG_WORKER_ROLE: &str = "baton_dml";
+/// [`PG_WORKER_ROLE`]'s password.
+pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
+
+/// The grants [`PgServer::worker_database`] gives [`PG_WORKER_ROLE`] in a migrated database.
+const PG_WORKER_GRANTS: &str = "
+GRANT USAGE ON SCHEMA public TO baton_dml;
+GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_locks TO baton_dml;
+GRANT USAGE ON SEQUENCE baton_advisory_fence TO baton_dml;
+";
+
+/// A database of [`PgServer::worker_database`]: migrated by its owner, used by a DML-only role.
+#[derive(Debug, Clone)]
+pub struct PgWorkerDatabase {
+    /// The database's name.
+    pub name: String,
+    /// The superuser `postgres`, who owns the database and baton's tables in it.
+    pub owner_url: String,
+    /// [`PG_WORKER_ROLE`] with its password: may only read and write baton's tables.
+    pub worker_url: String,
+}
+
 /// A private PostgreSQL server for tests: a fresh cluster made by `initdb` in a temporary
 /// directory, and a `postgres` child process listening on a free port of 127.0.0.1, with its unix
 /// socket in that directory.
 ///
-/// * **Authentication**: `trust` for TCP on loopback and for the socket (`initdb -A trust`), so
-///   no password: [`url`](Self::url) is `postgres://postgres@127.0.0.1:<port>/postgres` (the
-///   superuser `postgres`, the database `postgres`). Any local user can connect as the superuser
-///   while the server runs; that is what a throwaway test server is for, never for real data.
+/// * **Authentication**: `trust` for the superuser `postgres` over TCP on loopback and for
+///   everyone on the socket, so no password: [`url`](Self::url) is
+///   `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser `postgres`, the database
+///   `postgres`). Any local user can connect as the superuser while the server runs; that is
+///   what a throwaway test server is for, never for real data. Every other role needs its
+///   password over TCP (SCRAM), as [`worker_database`](Self::worker_database)'s worker does.
 /// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
 ///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data,
 ///   and so can a crash of the server process (an immediate shutdown drops the last commits
@@ -1920,6 +1957,14 @@ impl PgServer {
     /// Fails if `psql` cannot be run, or exits unsuccessfully (an SQL error, a failed connection);
     /// the message quotes its stderr.
     pub fn psql(&self, sql: &str) -> io::Result<String> {
+        self.psql_in(PG_DATABASE, sql)
+    }
+
+    /// As [`psql`](Self::psql), connected to the database `database`.
+    ///
+    /// # Errors
+    /// As [`psql`](Self::psql).
+    pub fn psql_in(&self, database: &str, sql: &str) -> io::Result<String> {
         let bin = {
             let in_dir = self.bin_dir.join("psql");
             if is_executable(&in_dir) {
@@ -1935,7 +1980,7 @@ impl PgServer {
             .args(["-X", "-v", "ON_ERROR_STOP=1", "--no-align", "--tuples-only"])
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
-            .args(["-U", PG_USER, "-d", PG_DATABASE, "-f", "-"])
+            .args(["-U", PG_USER, "-d", database, "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -1973,6 +2018,85 @@ impl PgServer {
             )))
         }
     }
+}
+
+impl PgServer {
+    /// The URL of `user` with `password` in `database` over TCP.
+    pub fn url_as(&self, user: &str, password: &str, database: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/{database}",
+            self.port
+        )
+    }
+
+    /// Makes [`PG_WORKER_ROLE`] (once per server; concurrent callers are fine).
+    ///
+    /// # Errors
+    /// As [`psql`](Self::psql).
+    pub fn create_worker_role(&self) -> io::Result<()> {
+        // A concurrent CREATE ROLE of the same name can fail on the catalog's unique index
+        // instead of with duplicate_object: both mean it exists.
+        self.psql(&format!(
+            "DO $$ BEGIN CREATE ROLE {PG_WORKER_ROLE} LOGIN PASSWORD '{PG_WORKER_PASSWORD}'; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        ))
+        .map(drop)
+    }
+
+    /// Sets up `database` (which must exist) the way an operator would: `Client::migrate` as
+    /// its owner (the superuser), then [`PG_WORKER_ROLE`] granted only `SELECT`, `INSERT`,
+    /// `UPDATE` and `DELETE` on baton's tables and `USAGE` on the schema and the fencing
+    /// sequence. Returns both URLs.
+    ///
+    /// # Errors
+    /// If the migration or `psql` fails.
+    #[cfg(feature = "postgres")]
+    pub fn prepare_worker_database(&self, database: &str) -> io::Result<PgWorkerDatabase> {
+        let owner_url = format!("postgres://{PG_USER}@127.0.0.1:{}/{database}", self.port);
+        migrate_as_owner(&owner_url)?;
+        self.create_worker_role()?;
+        self.psql_in(database, PG_WORKER_GRANTS)?;
+        Ok(PgWorkerDatabase {
+            name: database.to_string(),
+            owner_url,
+            worker_url: self.url_as(PG_WORKER_ROLE, PG_WORKER_PASSWORD, database),
+        })
+    }
+
+    /// Creates the database `name` and sets it up as
+    /// [`prepare_worker_database`](Self::prepare_worker_database) does.
+    ///
+    /// # Errors
+    /// If `CREATE DATABASE`, the migration or `psql` fails.
+    #[cfg(feature = "postgres")]
+    pub fn worker_database(&self, name: &str) -> io::Result<PgWorkerDatabase> {
+        self.psql(&format!("CREATE DATABASE {name}"))?;
+        self.prepare_worker_database(name)
+    }
+}
+
+/// `Client::migrate` on `url`, on a runtime of its own in a thread of its own (callers may be
+/// inside a runtime, where blocking on another is not allowed).
+#[cfg(feature = "postgres")]
+fn migrate_as_owner(url: &str) -> io::Result<()> {
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async {
+                    let client = crate::Client::connect(url)
+                        .await
+                        .map_err(io::Error::other)?;
+                    let migrated = client.migrate().await.map_err(io::Error::other);
+                    client.shutdown(Duration::from_secs(5)).await;
+                    migrated
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the migration thread panicked")))
+    })
 }
 
 /// The process-wide server of [`PgServer::shared`].
@@ -2316,6 +2440,8 @@ fn pg_init_and_start(
             )));
         }
     }
+    // Written after initdb (which writes its own), read by the postmaster at start.
+    fs::write(data.join("pg_hba.conf"), PG_HBA)?;
 
     let mut last_err = None;
     for _ in 0..START_ATTEMPTS {
