@@ -1621,11 +1621,13 @@ const PG_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fixture's `pg_hba.conf`: the superuser `postgres` is trusted on loopback and the socket
 /// (no password, as [`PgServer::url`] has none), every other role logs in over TCP with a
-/// password (SCRAM), so a wrong or missing one is refused as on a real server.
+/// password, so a wrong or missing one is refused as on a real server. `password` (sent in
+/// clear, on loopback only) rather than SCRAM: the client's side of SCRAM (thousands of HMAC
+/// rounds per connection) is slow in a debug build, and tests open many connections.
 const PG_HBA: &str = "\
 local all all trust
 host all postgres 127.0.0.1/32 trust
-host all all 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 password
 ";
 
 /// The role the workers of [`PgServer::worker_database`] log in as: a password, no `CREATE`
@@ -1663,7 +1665,7 @@ pub struct PgWorkerDatabase {
 ///   `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser `postgres`, the database
 ///   `postgres`). Any local user can connect as the superuser while the server runs; that is
 ///   what a throwaway test server is for, never for real data. Every other role needs its
-///   password over TCP (SCRAM), as [`worker_database`](Self::worker_database)'s worker does.
+///   password over TCP, as [`worker_database`](Self::worker_database)'s worker does.
 /// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
 ///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data,
 ///   and so can a crash of the server process (an immediate shutdown drops the last commits
