@@ -15,8 +15,20 @@ fn pg() -> &'static PgServer {
     PgServer::shared().expect("start PostgreSQL (install it: apt-get install postgresql)")
 }
 
+/// The workers' URL: the DML-only role on the shared server's database, which its owner
+/// migrated once (`PgServer::prepare_worker_database`). `pg().url()` stays the owner's.
+fn worker_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        pg().prepare_worker_database("postgres")
+            .expect("migrate and grant the worker role")
+            .worker_url
+    })
+    .clone()
+}
+
 async fn client() -> Client {
-    Client::connect(pg().url())
+    Client::connect(worker_url())
         .await
         .expect("connect to PostgreSQL")
 }
@@ -100,7 +112,10 @@ async fn drain(w: &mut baton::Worker, within: Duration) -> Vec<Event> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice() {
     let mut pg = PgServer::start_durable().expect("start a durable PostgreSQL");
-    let url = pg.url();
+    let url = pg
+        .prepare_worker_database("postgres")
+        .expect("migrate and grant the worker role")
+        .worker_url;
     let clients = [
         Client::connect(url.clone()).await.unwrap(),
         Client::connect(url.clone()).await.unwrap(),

@@ -18,8 +18,21 @@ async fn client_at(url: &str) -> Client {
     Client::connect(url).await.expect("connect to PostgreSQL")
 }
 
+/// The workers' URL: the DML-only role on the shared server's database, which its owner
+/// migrated once (`PgServer::prepare_worker_database`). `pg().url()` stays the owner's, for
+/// looking at and breaking what baton stored.
+fn worker_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        pg().prepare_worker_database("postgres")
+            .expect("migrate and grant the worker role")
+            .worker_url
+    })
+    .clone()
+}
+
 async fn client() -> Client {
-    client_at(&pg().url()).await
+    client_at(&worker_url()).await
 }
 
 async fn sql(url: &str) -> tokio_postgres::Client {
@@ -107,7 +120,10 @@ async fn sixteen_tasks_increment_a_row_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_across_clients_and_a_crash_of_a_durable_server() {
     let mut server = PgServer::start_durable().expect("start a durable PostgreSQL");
-    let url = server.url();
+    let url = server
+        .prepare_worker_database("postgres")
+        .expect("migrate and grant the worker role")
+        .worker_url;
     let clients = [
         client_at(&url).await,
         client_at(&url).await,

@@ -68,8 +68,9 @@
 //!   holder's `nextval` runs after the previous holder's, since the lock orders them), and are
 //!   unique across all keys. The sequence is created on
 //!   first use (`CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence` in the first schema of the
-//!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once
-//!   yourself and grant `USAGE` on it.
+//!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once with
+//!   `baton migrate` ([`AdvisoryLocks::migrate`]) and grant `USAGE` on it (a role that may not
+//!   create it gets [`ErrorKind::Misconfigured`] naming that step).
 //! - A session lock survives a rolled-back transaction on its connection (PostgreSQL's rule):
 //!   statements you run on [`AdvisoryGuard::client`] (`BEGIN … ROLLBACK` included) leave it
 //!   held.
