@@ -1639,6 +1639,7 @@ pub const PG_WORKER_ROLE: &str = "baton_dml";
 pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
 
 /// The grants [`PgServer::worker_database`] gives [`PG_WORKER_ROLE`] in a migrated database.
+#[cfg(feature = "postgres")]
 const PG_WORKER_GRANTS: &str = "
 GRANT USAGE ON SCHEMA public TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_locks TO baton_dml;
