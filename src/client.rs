@@ -978,6 +978,25 @@ mod tests {
         }
     }
 
+    /// What `migrate` and the first operation look for is read from each schema's DDL: every
+    /// table and index of baton's PostgreSQL schemas is found there.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
+        use crate::transport::pg::created_relations;
+        assert_eq!(
+            created_relations(crate::lease::pg::SCHEMA),
+            [
+                ("TABLE", "baton_locks"),
+                ("INDEX", "baton_locks_fence_expires_at")
+            ]
+        );
+        assert_eq!(
+            created_relations(crate::failover::pg::SCHEMA),
+            [("TABLE", "baton_jobs"), ("INDEX", "baton_jobs_expires_at")]
+        );
+    }
+
     #[test]
     fn client_settings_are_validated() {
         let b = || Client::builder("redis://127.0.0.1:6379/");

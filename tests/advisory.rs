@@ -16,7 +16,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 static PG: Mutex<Option<PgServer>> = Mutex::new(None);
 static URL: OnceLock<String> = OnceLock::new();
 /// The workers' URL: the DML-only role, on the database its owner migrated once.
-static WORKER_URL: OnceLock<String> = OnceLock::new();
+static WORKER_URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
 
 extern "C" fn stop_pg() {
     if let Ok(mut pg) = PG.lock() {
@@ -30,10 +30,7 @@ fn url() -> String {
         let pg = PgServer::start().expect("start PostgreSQL");
         let url = pg.url();
         eprintln!("PgServer::start took {:?}", t0.elapsed());
-        let worker = pg
-            .prepare_worker_database("postgres")
-            .expect("migrate and grant the worker role");
-        let _ = WORKER_URL.set(worker.worker_url);
+
         *PG.lock().unwrap() = Some(pg);
         // SAFETY: `stop_pg` is an `extern "C" fn()` that only takes a mutex and drops a value.
         unsafe { libc::atexit(stop_pg) };
@@ -50,8 +47,18 @@ fn psql(sql: &str) -> String {
 
 /// A client as the DML-only worker role.
 async fn client() -> Client {
-    url();
-    let worker = WORKER_URL.get().expect("set with the server").clone();
+    let worker = WORKER_URL
+        .get_or_init(|| async {
+            let owner = Client::connect(url()).await.expect("connect as the owner");
+            owner.migrate().await.expect("migrate as the owner");
+            let pg = PG.lock().unwrap();
+            pg.as_ref()
+                .expect("started by url()")
+                .grant_worker_role("postgres")
+                .expect("grant the worker role")
+        })
+        .await
+        .clone();
     Client::builder(worker)
         .connect()
         .await

@@ -433,7 +433,7 @@ async fn baton_migrate_is_idempotent_and_waits_for_locks_only_briefly() {
 
     // Beside a worker holding a lock.
     let pg = baton::testing::PgServer::shared().unwrap();
-    let worker = pg.prepare_worker_database(&db.name).unwrap().worker_url;
+    let worker = pg.grant_worker_role(&db.name).unwrap();
     let mut holder = baton(&[
         "lock",
         "--url",

@@ -90,14 +90,16 @@ pub async fn run_phase(
         // fsync on: a crash-restart loses nothing acknowledged. Set up as an operator would:
         // the owner (the superuser, trusted on loopback) migrates once, and the workers log in
         // as the fixture's DML-only role, which may not create tables.
-        let server = tokio::task::spawn_blocking(|| {
-            let server = PgServer::start_durable()?;
-            server.prepare_worker_database("postgres")?;
-            Ok::<_, std::io::Error>(server)
-        })
-        .await??;
+        let server = tokio::task::spawn_blocking(PgServer::start_durable).await??;
         let port = server.port();
         let admin_url = server.url();
+        let owner = baton::Client::connect(&admin_url).await?;
+        owner.migrate().await?;
+        owner.shutdown(Duration::from_secs(5)).await;
+        let server = tokio::task::spawn_blocking(move || {
+            server.grant_worker_role("postgres").map(|_| server)
+        })
+        .await??;
         log.write(
             json!({"p":"control","type":"info","f":"postgres","port":port,
             "pid":server.pid()}),

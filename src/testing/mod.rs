@@ -1630,7 +1630,7 @@ host all postgres 127.0.0.1/32 trust
 host all all 127.0.0.1/32 password
 ";
 
-/// The role the workers of [`PgServer::worker_database`] log in as: a password, no `CREATE`
+/// The role the workers of [`PgServer::grant_worker_role`] log in as: a password, no `CREATE`
 /// anywhere (PostgreSQL 15's `public` schema grants none to `PUBLIC`), and only `SELECT`,
 /// `INSERT`, `UPDATE` and `DELETE` on baton's tables (plus `USAGE` on the schema and the
 /// fencing sequence): what the README tells an operator to give a worker role.
@@ -1638,24 +1638,12 @@ pub const PG_WORKER_ROLE: &str = "baton_dml";
 /// [`PG_WORKER_ROLE`]'s password.
 pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
 
-/// The grants [`PgServer::worker_database`] gives [`PG_WORKER_ROLE`] in a migrated database.
-#[cfg(feature = "postgres")]
+/// The grants [`PgServer::grant_worker_role`] gives [`PG_WORKER_ROLE`] in a migrated database.
 const PG_WORKER_GRANTS: &str = "
 GRANT USAGE ON SCHEMA public TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_locks TO baton_dml;
 GRANT USAGE ON SEQUENCE baton_advisory_fence TO baton_dml;
 ";
-
-/// A database of [`PgServer::worker_database`]: migrated by its owner, used by a DML-only role.
-#[derive(Debug, Clone)]
-pub struct PgWorkerDatabase {
-    /// The database's name.
-    pub name: String,
-    /// The superuser `postgres`, who owns the database and baton's tables in it.
-    pub owner_url: String,
-    /// [`PG_WORKER_ROLE`] with its password: may only read and write baton's tables.
-    pub worker_url: String,
-}
 
 /// A private PostgreSQL server for tests: a fresh cluster made by `initdb` in a temporary
 /// directory, and a `postgres` child process listening on a free port of 127.0.0.1, with its unix
@@ -1666,7 +1654,7 @@ pub struct PgWorkerDatabase {
 ///   `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser `postgres`, the database
 ///   `postgres`). Any local user can connect as the superuser while the server runs; that is
 ///   what a throwaway test server is for, never for real data. Every other role needs its
-///   password over TCP, as [`worker_database`](Self::worker_database)'s worker does.
+///   password over TCP, as [`grant_worker_role`](Self::grant_worker_role)'s worker does.
 /// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
 ///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data,
 ///   and so can a crash of the server process (an immediate shutdown drops the last commits
@@ -2046,60 +2034,19 @@ impl PgServer {
         .map(drop)
     }
 
-    /// Sets up `database` (which must exist) the way an operator would: `Client::migrate` as
-    /// its owner (the superuser), then [`PG_WORKER_ROLE`] granted only `SELECT`, `INSERT`,
-    /// `UPDATE` and `DELETE` on baton's tables and `USAGE` on the schema and the fencing
-    /// sequence. Returns both URLs.
+    /// Gives [`PG_WORKER_ROLE`] (made if missing) what a worker needs in `database`, once the
+    /// owner migrated it (`Client::migrate`, what `baton migrate` runs; the fixture cannot run
+    /// it itself, being below the client): `USAGE` on the schema `public`, `SELECT`, `INSERT`,
+    /// `UPDATE` and `DELETE` on baton's tables, `USAGE` on the fencing sequence, and nothing
+    /// more. Returns the worker's URL.
     ///
     /// # Errors
-    /// If the migration or `psql` fails.
-    #[cfg(feature = "postgres")]
-    pub fn prepare_worker_database(&self, database: &str) -> io::Result<PgWorkerDatabase> {
-        let owner_url = format!("postgres://{PG_USER}@127.0.0.1:{}/{database}", self.port);
-        migrate_as_owner(&owner_url)?;
+    /// If `psql` fails, e.g. because the tables are not there yet.
+    pub fn grant_worker_role(&self, database: &str) -> io::Result<String> {
         self.create_worker_role()?;
         self.psql_in(database, PG_WORKER_GRANTS)?;
-        Ok(PgWorkerDatabase {
-            name: database.to_string(),
-            owner_url,
-            worker_url: self.url_as(PG_WORKER_ROLE, PG_WORKER_PASSWORD, database),
-        })
+        Ok(self.url_as(PG_WORKER_ROLE, PG_WORKER_PASSWORD, database))
     }
-
-    /// Creates the database `name` and sets it up as
-    /// [`prepare_worker_database`](Self::prepare_worker_database) does.
-    ///
-    /// # Errors
-    /// If `CREATE DATABASE`, the migration or `psql` fails.
-    #[cfg(feature = "postgres")]
-    pub fn worker_database(&self, name: &str) -> io::Result<PgWorkerDatabase> {
-        self.psql(&format!("CREATE DATABASE {name}"))?;
-        self.prepare_worker_database(name)
-    }
-}
-
-/// `Client::migrate` on `url`, on a runtime of its own in a thread of its own (callers may be
-/// inside a runtime, where blocking on another is not allowed).
-#[cfg(feature = "postgres")]
-fn migrate_as_owner(url: &str) -> io::Result<()> {
-    thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                runtime.block_on(async {
-                    let client = crate::Client::connect(url)
-                        .await
-                        .map_err(io::Error::other)?;
-                    let migrated = client.migrate().await.map_err(io::Error::other);
-                    client.shutdown(Duration::from_secs(5)).await;
-                    migrated
-                })
-            })
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the migration thread panicked")))
-    })
 }
 
 /// The process-wide server of [`PgServer::shared`].

@@ -731,7 +731,8 @@ pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Erro
             };
         }
         // The server asked for a password and the URL has none: the credentials, which no
-        // retry changes (the driver says only "invalid configuration", its source why).
+        // retry changes (the driver says only "invalid configuration", its source why). Given
+        // the SQLSTATE of a failed password login, which is what the server would answer.
         if std::error::Error::source(&err).is_some_and(|s| s.to_string() == "password missing") {
             return Error::Postgres {
                 kind: ErrorKind::Permission,
@@ -890,20 +891,16 @@ mod tests {
 
     #[test]
     fn the_relations_a_schema_creates_are_read_from_its_ddl() {
+        let ddl = "
+            CREATE TABLE IF NOT EXISTS t (
+                key text PRIMARY KEY
+            );
+            CREATE INDEX IF NOT EXISTS t_key ON t (key);
+            CREATE SEQUENCE IF NOT EXISTS s;
+            SELECT 1";
         assert_eq!(
-            created_relations(crate::lease::pg::SCHEMA),
-            [
-                ("TABLE", "baton_locks"),
-                ("INDEX", "baton_locks_fence_expires_at")
-            ]
-        );
-        assert_eq!(
-            created_relations(crate::failover::pg::SCHEMA),
-            [("TABLE", "baton_jobs"), ("INDEX", "baton_jobs_expires_at")]
-        );
-        assert_eq!(
-            created_relations("CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence"),
-            [("SEQUENCE", "baton_advisory_fence")]
+            created_relations(ddl),
+            [("TABLE", "t"), ("INDEX", "t_key"), ("SEQUENCE", "s")]
         );
     }
 

@@ -67,9 +67,28 @@ pub enum Deployment {
     Postgres(PgDatabase),
 }
 
+/// `Client::migrate` on `url` (what `baton migrate` runs), on a runtime of its own in a thread
+/// of its own: callers are inside a test's runtime, where blocking on another is not allowed.
+#[cfg(feature = "postgres")]
+pub fn migrate_as_owner(url: &str) {
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let owner = Client::connect(url).await.expect("connect as the owner");
+                    owner.migrate().await.expect("migrate as the owner");
+                    owner.shutdown(Duration::from_secs(5)).await;
+                })
+        });
+    });
+}
+
 /// A database of its own on the test binary's shared PostgreSQL server, set up as an operator
 /// would: `baton migrate` (`Client::migrate`) run once by the owner, then workers connecting as
-/// a role that may only read and write baton's tables (`PgServer::worker_database`).
+/// a role that may only read and write baton's tables (`PgServer::grant_worker_role`).
 #[cfg(feature = "postgres")]
 pub struct PgDatabase {
     /// The workers' URL: the DML-only role (`baton::testing::PG_WORKER_ROLE`).
@@ -87,15 +106,12 @@ impl PgDatabase {
     pub fn create() -> PgDatabase {
         let pg = baton::testing::PgServer::shared()
             .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"));
-        let name = PgDatabase::next_name();
-        let db = pg
-            .worker_database(&name)
-            .unwrap_or_else(|e| panic!("set up database {name}: {e}"));
-        PgDatabase {
-            url: db.worker_url,
-            owner_url: db.owner_url,
-            name,
-        }
+        let mut db = PgDatabase::create_empty();
+        migrate_as_owner(&db.owner_url);
+        db.url = pg
+            .grant_worker_role(&db.name)
+            .unwrap_or_else(|e| panic!("grant the worker role in {}: {e}", db.name));
+        db
     }
 
     /// A fresh, empty database (no migration, no grants): `url` is the owner's too.
