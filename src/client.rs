@@ -404,10 +404,7 @@ impl ClientBuilder {
         }
         let client = self.validate()?;
         let settings = self.settings;
-        #[cfg(feature = "tls")]
-        if self.url.starts_with("rediss://") {
-            tls_handshake_check(&client, &settings).await?;
-        }
+        first_connection_check(&client, &settings).await?;
         let manager = connect_manager(&client, &settings).await?;
         // Fail closed, and at connect: with no password given, redis-rs sends no AUTH, so a
         // server that requires one accepts the connection and only the first request fails
@@ -622,10 +619,14 @@ fn endpoint_of(client: &redis::Client) -> String {
     )
 }
 
-/// One direct connection before the connection manager (which retries): a failed TLS handshake
-/// is returned at once as [`Error::Tls`]; anything else is left to the manager's usual path.
-#[cfg(feature = "tls")]
-async fn tls_handshake_check(client: &redis::Client, settings: &ConnSettings) -> Result<(), Error> {
+/// One direct connection before the connection manager, which retries whatever fails: an
+/// error no retry can fix (a failed TLS handshake, a wrong password or unknown user, a
+/// database index out of range) is returned at once, so the server sees one failed login, not
+/// one per retry; anything else is left to the manager's usual path.
+async fn first_connection_check(
+    client: &redis::Client,
+    settings: &ConnSettings,
+) -> Result<(), Error> {
     let cfg = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout));
@@ -633,7 +634,12 @@ async fn tls_handshake_check(client: &redis::Client, settings: &ConnSettings) ->
     match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
         Ok(Err(e)) => {
             let e = Error::from(e);
-            if e.kind() == crate::ErrorKind::Tls {
+            if matches!(
+                e.kind(),
+                crate::ErrorKind::Tls
+                    | crate::ErrorKind::Permission
+                    | crate::ErrorKind::Misconfigured
+            ) {
                 return Err(e);
             }
             Ok(())
@@ -816,12 +822,17 @@ impl Client {
     }
 
     /// Creates the schema of every primitive this client's backend needs, if missing: on
-    /// PostgreSQL the tables `baton_jobs` and `baton_locks` and the sequence
-    /// `baton_advisory_fence`; on Redis nothing. See [`Failover::migrate`] and
+    /// PostgreSQL the tables `baton_jobs` and `baton_locks`, their indexes and the sequence
+    /// `baton_advisory_fence`, in the connection's default schema (the first of its
+    /// `search_path`); on Redis nothing. What `baton migrate` runs. Idempotent and safe while
+    /// workers run: it takes no lock when everything exists, and its DDL waits for a lock at
+    /// most a second before it tries again (a few times). See [`Failover::migrate`] and
     /// [`Locks::migrate`].
     ///
     /// # Errors
-    /// Connection and permission errors.
+    /// Connection errors; [`ErrorKind::Permission`](crate::ErrorKind::Permission) for a role
+    /// that may not create them; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when other
+    /// transactions kept a table locked through every try.
     pub async fn migrate(&self) -> Result<(), Error> {
         self.failover().migrate().await?;
         self.locks().migrate().await?;
@@ -965,6 +976,25 @@ mod tests {
             Err(ConfigError::Invalid { field, .. }) => field,
             Ok(_) => "accepted",
         }
+    }
+
+    /// What `migrate` and the first operation look for is read from each schema's DDL: every
+    /// table and index of baton's PostgreSQL schemas is found there.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
+        use crate::transport::pg::created_relations;
+        assert_eq!(
+            created_relations(crate::lease::pg::SCHEMA),
+            [
+                ("TABLE", "baton_locks"),
+                ("INDEX", "baton_locks_fence_expires_at")
+            ]
+        );
+        assert_eq!(
+            created_relations(crate::failover::pg::SCHEMA),
+            [("TABLE", "baton_jobs"), ("INDEX", "baton_jobs_expires_at")]
+        );
     }
 
     #[test]

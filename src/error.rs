@@ -74,6 +74,10 @@ pub enum ErrorKind {
     Oom,
     /// The server denied the command (ACL) or the credentials.
     Permission,
+    /// The server rejects this configuration: an unknown PostgreSQL database, a Redis
+    /// database index out of range, baton's PostgreSQL tables missing where this role may not
+    /// create them (run `baton migrate`). Not retryable: an operator must change something.
+    Misconfigured,
     /// The TLS handshake failed (unknown issuer, a name not in the certificate, a missing client
     /// certificate). Never retried without TLS.
     Tls,

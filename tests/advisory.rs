@@ -15,6 +15,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The file's server, dropped (stopped, its directory removed) at process exit.
 static PG: Mutex<Option<PgServer>> = Mutex::new(None);
 static URL: OnceLock<String> = OnceLock::new();
+/// The workers' URL: the DML-only role, on the database its owner migrated once.
+static WORKER_URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
 
 extern "C" fn stop_pg() {
     if let Ok(mut pg) = PG.lock() {
@@ -28,6 +30,7 @@ fn url() -> String {
         let pg = PgServer::start().expect("start PostgreSQL");
         let url = pg.url();
         eprintln!("PgServer::start took {:?}", t0.elapsed());
+
         *PG.lock().unwrap() = Some(pg);
         // SAFETY: `stop_pg` is an `extern "C" fn()` that only takes a mutex and drops a value.
         unsafe { libc::atexit(stop_pg) };
@@ -42,8 +45,21 @@ fn psql(sql: &str) -> String {
     pg.as_ref().unwrap().psql(sql).expect("psql")
 }
 
+/// A client as the DML-only worker role.
 async fn client() -> Client {
-    Client::builder(url())
+    let worker = WORKER_URL
+        .get_or_init(|| async {
+            let owner = Client::connect(url()).await.expect("connect as the owner");
+            owner.migrate().await.expect("migrate as the owner");
+            let pg = PG.lock().unwrap();
+            pg.as_ref()
+                .expect("started by url()")
+                .grant_worker_role("postgres")
+                .expect("grant the worker role")
+        })
+        .await
+        .clone();
+    Client::builder(worker)
         .connect()
         .await
         .expect("connect to PostgreSQL")
@@ -193,7 +209,9 @@ fn session_rounds() -> usize {
 fn counter_row(id: &str) {
     psql(&format!(
         "CREATE TABLE IF NOT EXISTS adv_counter (id text PRIMARY KEY, n bigint NOT NULL); \
-         INSERT INTO adv_counter VALUES ('{id}', 0) ON CONFLICT (id) DO UPDATE SET n = 0"
+         GRANT SELECT, UPDATE ON adv_counter TO {}; \
+         INSERT INTO adv_counter VALUES ('{id}', 0) ON CONFLICT (id) DO UPDATE SET n = 0",
+        baton::testing::PG_WORKER_ROLE
     ));
 }
 

@@ -550,6 +550,122 @@ async fn an_unreachable_redis_exits_69_with_a_message_and_no_panic() {
     assert!(!stderr(&o).contains("panicked"), "{}", describe(&o));
 }
 
+/// The `count` of the `ACL LOG` entries of failed logins (`reason` `auth`) as `user`: how many
+/// times the server refused that login (entries of one user and reason are merged).
+async fn refused_logins(conn: &mut common::Raw, user: &str) -> i64 {
+    let entries: Vec<HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let text = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    };
+    entries
+        .iter()
+        .filter(|e| text(e.get("reason")) == "auth" && text(e.get("username")) == user)
+        .map(|e| match e.get("count") {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("ACL LOG count: {other:?}"),
+        })
+        .sum()
+}
+
+/// Refusals that no retry fixes are told apart from an unreachable server (69), which a
+/// supervisor retries forever: credentials and ACL denials exit 77 (EX_NOPERM), a database the
+/// server rejects 78 (EX_CONFIG); and a refused login is tried once, not once per retry.
+#[tokio::test]
+async fn refused_credentials_exit_77_and_a_rejected_database_78_never_69() {
+    let srv = server();
+    let mut admin = raw(&srv).await;
+    // A user that may do everything but run scripts and transactions, which every baton
+    // command that writes needs.
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noscripts",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+            "-@transaction",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let cases = [
+        (
+            "a wrong password",
+            srv.url_for(common::TEST_USER, "wrong"),
+            77,
+            "AUTH",
+        ),
+        ("an unknown user", srv.url_for("nobody", "pw"), 77, "AUTH"),
+        (
+            "an ACL denial",
+            srv.url_for("noscripts", "pw"),
+            77,
+            "NOPERM",
+        ),
+        (
+            "a database index out of range",
+            format!("redis://127.0.0.1:{}/99", srv.port()),
+            78,
+            "DB index is out of range",
+        ),
+    ];
+    for (what, url, status, says) in &cases {
+        for sub in [
+            &["lock", "--key", "k", "--", "true"][..],
+            &["run", "--key", "k", "--", "true"],
+            &["leader", "--key", "k", "--", "true"],
+            &["status", "--key", "k"],
+        ] {
+            if sub[0] == "status" && *says == "NOPERM" {
+                // `status` only reads, which that user may.
+                continue;
+            }
+            let o = run(
+                baton(sub[0], url).args(&sub[1..]),
+                &format!("{} with {what}", sub[0]),
+            )
+            .await;
+            assert_eq!(
+                code(&o),
+                *status,
+                "{} with {what}: {}",
+                sub[0],
+                describe(&o)
+            );
+            assert!(
+                stderr(&o).contains(says),
+                "{} with {what}: {}",
+                sub[0],
+                describe(&o)
+            );
+        }
+    }
+    // One wrong password, one refused login: the connect loop does not try it again.
+    let before = refused_logins(&mut admin, common::TEST_USER).await;
+    let o = run(
+        baton("status", &srv.url_for(common::TEST_USER, "wrong")).args(["--key", "k"]),
+        "status with a wrong password",
+    )
+    .await;
+    assert_eq!(code(&o), 77, "{}", describe(&o));
+    let after = refused_logins(&mut admin, common::TEST_USER).await;
+    assert_eq!(
+        after - before,
+        1,
+        "the server refused the login {} times",
+        after - before
+    );
+}
+
 #[tokio::test]
 async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
     let srv = server();
@@ -667,7 +783,7 @@ async fn help_documents_every_flag_and_exit_status() {
         "--json",
         "--events",
     ];
-    let statuses = [64, 65, 69, 74, 75, 126, 127, 129, 130, 131, 143];
+    let statuses = [64, 65, 69, 74, 75, 77, 78, 126, 127, 129, 130, 131, 143];
 
     let top = run(&mut plain(&["--help"]), "--help").await;
     let run_help = run(&mut plain(&["run", "--help"]), "run --help").await;
@@ -691,7 +807,7 @@ async fn help_documents_every_flag_and_exit_status() {
         top_text.contains("setsid or setpgid"),
         "--help says what leaves PROGRAM's group:\n{top_text}"
     );
-    for sub in ["run", "status", "watch", "fail", "reset"] {
+    for sub in ["run", "status", "watch", "fail", "reset", "migrate"] {
         assert!(top_text.contains(sub), "--help lists `{sub}`:\n{top_text}");
     }
     let run_text = format!("{}{}", stdout(&run_help), stderr(&run_help));

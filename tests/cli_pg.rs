@@ -250,3 +250,266 @@ fn psql_path() -> String {
         .unwrap_or_default();
     format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
 }
+
+/// The README's SQL for a worker role ("Schema and roles" in the PostgreSQL section): the
+/// first ```` ```sql ```` block after that paragraph's title, as written.
+fn readme_worker_role_sql() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let readme = std::fs::read_to_string(path).expect("read README.md");
+    let (_, after) = readme
+        .split_once("**Schema and roles.**")
+        .expect("README.md has no **Schema and roles.** paragraph; update tests/cli_pg.rs");
+    let (_, block) = after
+        .split_once("```sql\n")
+        .expect("no ```sql block after **Schema and roles.**");
+    let (sql, _) = block.split_once("```").expect("an unclosed ```sql block");
+    sql.to_string()
+}
+
+/// `ARGS` for `lock`, `run` and `leader`, each running `true` once on `key`.
+fn lock_run_leader(url: &str, key: &str) -> [Vec<String>; 3] {
+    let with = |sub: &str| {
+        [sub, "--url", url, "--key", key, "--", "true"]
+            .map(String::from)
+            .to_vec()
+    };
+    [with("lock"), with("run"), with("leader")]
+}
+
+/// Issue 22, 1.1: a role with only SELECT, INSERT, UPDATE and DELETE on baton's tables (and
+/// USAGE on the schema and sequence) got `42501: permission denied for schema public`, exit 69,
+/// for every command, because every client ran the schema's DDL on first use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dml_only_role_runs_lock_run_and_leader_once_the_owner_made_the_tables() {
+    let db = PgDatabase::create_empty();
+    let pg = baton::testing::PgServer::shared().unwrap();
+    // The owner uses each command once: the tables are made on first use.
+    for args in lock_run_leader(&db.owner_url, "owner") {
+        let out = output(baton(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    }
+    // The sequence of advisory locks, which those commands do not use, by the migration the
+    // README asks for first (what `baton migrate` runs).
+    let owner = baton::Client::connect(&db.owner_url).await.unwrap();
+    owner.migrate().await.unwrap();
+    // The README's grants, as written.
+    pg.psql_in(&db.name, &readme_worker_role_sql())
+        .expect("the README's worker role SQL");
+    let worker = pg.url_as("baton_worker", "change-me", &db.name);
+    for args in lock_run_leader(&worker, "worker") {
+        let out = output(baton(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    }
+    // Advisory locks take their fencing token from the sequence the README grants.
+    let client = baton::Client::connect(&worker).await.unwrap();
+    let guard = client
+        .advisory_locks()
+        .try_acquire(7_i64, baton::AdvisoryMode::Exclusive, &Default::default())
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(guard.fencing_token() > 0);
+    guard.release().await.unwrap();
+}
+
+/// A worker role on a database nobody migrated: it may not create the tables, so every command
+/// fails at once with exit 78 (the configuration, which no retry fixes) naming `baton migrate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dml_only_role_on_an_unmigrated_database_exits_78_naming_baton_migrate() {
+    let db = PgDatabase::create_empty();
+    let pg = baton::testing::PgServer::shared().unwrap();
+    pg.create_worker_role().unwrap();
+    let worker = pg.url_as(
+        baton::testing::PG_WORKER_ROLE,
+        baton::testing::PG_WORKER_PASSWORD,
+        &db.name,
+    );
+    for args in lock_run_leader(&worker, "k") {
+        let out = output(baton(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("baton migrate"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    // `baton migrate` as that role is refused for the privilege (77), not the configuration.
+    let out = output(baton(&["migrate", "--url", &worker])).await;
+    assert_eq!(out.status.code(), Some(77), "{}", text(&out));
+}
+
+/// The rows of the exit-status table for PostgreSQL: credentials and privileges 77, a database
+/// the server does not have 78; before, all of them were 69 ("cannot be reached").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_exit_77_and_an_unknown_database_78_never_69() {
+    let db = PgDatabase::create();
+    let pg = baton::testing::PgServer::shared().unwrap();
+    // A role that may read baton's tables but not write them: 42501 on the first write.
+    pg.psql(
+        "DO $$ BEGIN CREATE ROLE baton_reader LOGIN PASSWORD 'reader-pw'; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    )
+    .unwrap();
+    pg.psql_in(
+        &db.name,
+        "GRANT USAGE ON SCHEMA public TO baton_reader; \
+         GRANT SELECT ON baton_jobs, baton_locks TO baton_reader;",
+    )
+    .unwrap();
+    let worker = baton::testing::PG_WORKER_ROLE;
+    let cases = [
+        (
+            "a wrong password",
+            pg.url_as(worker, "wrong", &db.name),
+            77,
+            "28P01",
+        ),
+        (
+            "an unknown role",
+            pg.url_as("nobody", "pw", &db.name),
+            77,
+            "28P01",
+        ),
+        (
+            "no password",
+            format!("postgres://{worker}@127.0.0.1:{}/{}", pg.port(), db.name),
+            77,
+            "password",
+        ),
+        (
+            "a missing privilege",
+            pg.url_as("baton_reader", "reader-pw", &db.name),
+            77,
+            "42501",
+        ),
+        (
+            "an unknown database",
+            pg.url_as(worker, baton::testing::PG_WORKER_PASSWORD, "nodb"),
+            78,
+            "3D000",
+        ),
+    ];
+    for (what, url, status, says) in &cases {
+        for args in lock_run_leader(url, "k") {
+            let out = output(baton(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+            assert_eq!(
+                out.status.code(),
+                Some(*status),
+                "{what}, {args:?}: {}",
+                text(&out)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(says),
+                "{what}, {args:?}: {}",
+                text(&out)
+            );
+        }
+    }
+}
+
+/// `baton migrate` twice is idempotent, and safe while workers run: beside a lock holder it runs
+/// no DDL at all; when it has DDL to run and a transaction holds the table, it waits at most its
+/// `lock_timeout` at a time (never queueing writers behind it for longer), tries again, and
+/// succeeds once the table is free; a Redis URL has nothing to migrate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_migrate_is_idempotent_and_waits_for_locks_only_briefly() {
+    let db = PgDatabase::create_empty();
+    for _ in 0..2 {
+        let out = output(baton(&["migrate", "--url", &db.owner_url])).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    }
+    let owner = db.connect().await;
+    let relations: i64 = owner
+        .query_one(
+            "SELECT count(*) FROM unnest(ARRAY['baton_jobs', 'baton_locks', \
+             'baton_jobs_expires_at', 'baton_locks_fence_expires_at', 'baton_advisory_fence']) n \
+             WHERE to_regclass(n) IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(relations, 5);
+
+    // Beside a worker holding a lock.
+    let pg = baton::testing::PgServer::shared().unwrap();
+    let worker = pg.grant_worker_role(&db.name).unwrap();
+    let mut holder = baton(&[
+        "lock",
+        "--url",
+        &worker,
+        "--key",
+        "held",
+        "--",
+        "sh",
+        "-c",
+        "echo held; sleep 30",
+    ])
+    .spawn()
+    .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(holder.stdout.take().unwrap()));
+    let first = tokio::time::timeout(QUICK, lines.next_line()).await;
+    assert!(
+        matches!(first, Ok(Ok(Some(ref l))) if l == "held"),
+        "{first:?}"
+    );
+    let out = output(baton(&["migrate", "--url", &db.owner_url])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    holder.kill().await.unwrap();
+
+    // With DDL to run (an index gone) behind a transaction that holds the table.
+    owner
+        .batch_execute("DROP INDEX baton_locks_fence_expires_at")
+        .await
+        .unwrap();
+    let mut blocker = db.connect().await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE baton_locks IN ROW EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let migrate = baton(&["migrate", "--url", &db.owner_url]).spawn().unwrap();
+    // Its CREATE INDEX waits for the table; then gives the wait up (lock_timeout) and waits
+    // again (the next try): seen as its backend waiting, then not, then waiting again.
+    let waiting = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                   WHERE c.relname = 'baton_locks' AND NOT l.granted";
+    for want in [1, 0, 1] {
+        let deadline = tokio::time::Instant::now() + QUICK;
+        while owner
+            .query_one(waiting, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            != want
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {want} waiter on baton_locks in time"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tx.commit().await.unwrap();
+    let out = tokio::time::timeout(QUICK, migrate.wait_with_output())
+        .await
+        .expect("migrate did not finish")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(owner
+        .query_one(
+            "SELECT to_regclass('baton_locks_fence_expires_at') IS NOT NULL",
+            &[]
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0));
+
+    // Nothing to migrate on Redis: exit 0 without connecting (nothing listens on port 1).
+    let out = output(baton(&["migrate", "--url", "redis://127.0.0.1:1/"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nothing to migrate"),
+        "{}",
+        text(&out)
+    );
+}

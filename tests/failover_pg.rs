@@ -15,8 +15,27 @@ fn pg() -> &'static PgServer {
     PgServer::shared().expect("start PostgreSQL (install it: apt-get install postgresql)")
 }
 
+/// The workers' URL: the DML-only role on the shared server's database, which its owner
+/// migrated once (`PgServer::grant_worker_role`). `pg().url()` stays the owner's.
+async fn worker_url() -> String {
+    static URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    URL.get_or_init(|| worker_url_of(pg())).await.clone()
+}
+
+/// Migrates `server`'s database `postgres` as its owner, grants the DML-only worker role what
+/// it needs there, and returns that role's URL.
+async fn worker_url_of(server: &PgServer) -> String {
+    let owner = Client::connect(server.url())
+        .await
+        .expect("connect as the owner");
+    owner.migrate().await.expect("migrate as the owner");
+    server
+        .grant_worker_role("postgres")
+        .expect("grant the worker role")
+}
+
 async fn client() -> Client {
-    Client::connect(pg().url())
+    Client::connect(worker_url().await)
         .await
         .expect("connect to PostgreSQL")
 }
@@ -100,7 +119,7 @@ async fn drain(w: &mut baton::Worker, within: Duration) -> Vec<Event> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice() {
     let mut pg = PgServer::start_durable().expect("start a durable PostgreSQL");
-    let url = pg.url();
+    let url = worker_url_of(&pg).await;
     let clients = [
         Client::connect(url.clone()).await.unwrap(),
         Client::connect(url.clone()).await.unwrap(),

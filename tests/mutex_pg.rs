@@ -18,8 +18,28 @@ async fn client_at(url: &str) -> Client {
     Client::connect(url).await.expect("connect to PostgreSQL")
 }
 
+/// The workers' URL: the DML-only role on the shared server's database, which its owner
+/// migrated once (`PgServer::grant_worker_role`). `pg().url()` stays the owner's, for
+/// looking at and breaking what baton stored.
+async fn worker_url() -> String {
+    static URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    URL.get_or_init(|| worker_url_of(pg())).await.clone()
+}
+
+/// Migrates `server`'s database `postgres` as its owner, grants the DML-only worker role what
+/// it needs there, and returns that role's URL.
+async fn worker_url_of(server: &PgServer) -> String {
+    let owner = Client::connect(server.url())
+        .await
+        .expect("connect as the owner");
+    owner.migrate().await.expect("migrate as the owner");
+    server
+        .grant_worker_role("postgres")
+        .expect("grant the worker role")
+}
+
 async fn client() -> Client {
-    client_at(&pg().url()).await
+    client_at(&worker_url().await).await
 }
 
 async fn sql(url: &str) -> tokio_postgres::Client {
@@ -107,7 +127,7 @@ async fn sixteen_tasks_increment_a_row_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_across_clients_and_a_crash_of_a_durable_server() {
     let mut server = PgServer::start_durable().expect("start a durable PostgreSQL");
-    let url = server.url();
+    let url = worker_url_of(&server).await;
     let clients = [
         client_at(&url).await,
         client_at(&url).await,

@@ -6,7 +6,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::testing::{Persistence, PgServer, RedisCluster, RedisServer};
+use baton::testing::{
+    Persistence, PgServer, RedisCluster, RedisServer, PG_WORKER_PASSWORD, PG_WORKER_ROLE,
+};
 use serde_json::json;
 
 use crate::fleet::{ExitRec, Fleet};
@@ -85,12 +87,19 @@ pub async fn run_phase(
     let mut node_links = Vec::new();
     let mut pg = None;
     let (redis, cluster, redis_port, admin_url, worker_url) = if cfg.postgres {
-        // fsync on: a crash-restart loses nothing acknowledged. The fixture trusts loopback
-        // connections (no password, no least-privilege role): the workers connect as the
-        // superuser `postgres`.
+        // fsync on: a crash-restart loses nothing acknowledged. Set up as an operator would:
+        // the owner (the superuser, trusted on loopback) migrates once, and the workers log in
+        // as the fixture's DML-only role, which may not create tables.
         let server = tokio::task::spawn_blocking(PgServer::start_durable).await??;
         let port = server.port();
         let admin_url = server.url();
+        let owner = baton::Client::connect(&admin_url).await?;
+        owner.migrate().await?;
+        owner.shutdown(Duration::from_secs(5)).await;
+        let server = tokio::task::spawn_blocking(move || {
+            server.grant_worker_role("postgres").map(|_| server)
+        })
+        .await??;
         log.write(
             json!({"p":"control","type":"info","f":"postgres","port":port,
             "pid":server.pid()}),
@@ -101,7 +110,7 @@ pub async fn run_phase(
             None,
             port,
             admin_url,
-            "postgres://postgres@127.0.0.1:{port}/postgres".to_string(),
+            format!("postgres://{PG_WORKER_ROLE}:{PG_WORKER_PASSWORD}@127.0.0.1:{{port}}/postgres"),
         )
     } else if cfg.cluster {
         let c = tokio::task::spawn_blocking(move || {

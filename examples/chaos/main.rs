@@ -37,8 +37,9 @@
 //! `lease_expires` 0.5–2 leases back) and holder pauses; then its controls on fresh servers
 //! (`control-postgres-fencing-off`: C1 must flag; `control-postgres-volatile`: every job row
 //! truncated after a crash-restart, worker 0 restarted: C3/C4 or a StateLost event must show
-//! it). The fixture trusts loopback, so its workers connect as the superuser: there is no
-//! counterpart of the Redis profiles' least-privilege ACL user. About 75 s in all. Profile
+//! it). The owner migrates once and the workers log in as a role that may only read and write
+//! baton's tables, the counterpart of the Redis profiles' least-privilege ACL user (in
+//! `postgres-locks` too). About 75 s in all. Profile
 //! `postgres-locks` (same feature; not in CI) runs the mutex and the leader-election workloads
 //! the same way against a durable PostgreSQL, their locks rows of `baton_locks` (20 s of chaos
 //! each; `--seconds` overrides): the worker lane, the PostgreSQL lane without the lease clock

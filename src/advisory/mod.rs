@@ -68,8 +68,9 @@
 //!   holder's `nextval` runs after the previous holder's, since the lock orders them), and are
 //!   unique across all keys. The sequence is created on
 //!   first use (`CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence` in the first schema of the
-//!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once
-//!   yourself and grant `USAGE` on it.
+//!   `search_path`), which needs the `CREATE` privilege there; otherwise create it once with
+//!   `baton migrate` ([`AdvisoryLocks::migrate`]) and grant `USAGE` on it (a role that may not
+//!   create it gets [`ErrorKind::Misconfigured`] naming that step).
 //! - A session lock survives a rolled-back transaction on its connection (PostgreSQL's rule):
 //!   statements you run on [`AdvisoryGuard::client`] (`BEGIN … ROLLBACK` included) leave it
 //!   held.
@@ -103,7 +104,7 @@ use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind};
-use crate::transport::pg::{classify, kind_of, Dedicated, PgTransport, Pooled};
+use crate::transport::pg::{classify, kind_of, not_creatable, Dedicated, PgTransport, Pooled};
 use crate::transport::Backend;
 
 pub use key::AdvisoryKey;
@@ -291,13 +292,7 @@ impl AdvisoryLocks {
     /// # Errors
     /// [`Error::Unsupported`] on a Redis client; connection and permission errors.
     pub async fn migrate(&self) -> Result<(), Error> {
-        let t = self.transport()?;
-        let conn = t.pooled().await?;
-        t.timed(
-            "creating the fencing sequence",
-            conn.batch_execute(CREATE_FENCE),
-        )
-        .await
+        self.transport()?.migrate_schema(CREATE_FENCE).await
     }
 
     /// Takes `key` in `mode` if it is free: `Ok(None)` when another session holds it in a
@@ -640,7 +635,7 @@ async fn next_fence(t: &PgTransport, client: &tokio_postgres::Client) -> Result<
                 Err(Error::Postgres { code, .. })
                     if code == SqlState::UNIQUE_VIOLATION.code()
                         || code == SqlState::DUPLICATE_TABLE.code() => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(not_creatable(e, &[FENCE_SEQUENCE])),
             }
             t.timed(
                 "taking a fencing token",

@@ -71,18 +71,25 @@ Exit statuses of `baton run`:
            URL's backend does not have
   65       the job's stored state is corrupt (a value baton never writes)
   69       the server (Redis or PostgreSQL) cannot be reached, or kept failing for a few
-           seconds
+           seconds (transient: trying again later may help)
   74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
            Ctrl-Z, for longer than the lease), deadline passed (--no-keepalive), --max-run
            reached, a success that could no longer be recorded, or a success whose outcome is
            unknown (the job may or may not be DONE: check `baton status`)
   75       the job is exhausted and this process ran no attempt
+  77       the server refused the credentials or a command: a wrong password or unknown user
+           (Redis WRONGPASS, PostgreSQL 28P01/28000), an ACL denial (Redis NOPERM), a missing
+           privilege (PostgreSQL 42501); no retry helps
+  78       the server rejects the configuration: a database index out of range (Redis), an
+           unknown database (PostgreSQL 3D000), baton's tables missing where this role may not
+           create them (run `baton migrate` as their owner); no retry helps
   129/130/131/143
            baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
 PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
 `status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
-job needs --yes), 65 on a corrupt state, 69 when the server is unreachable; `watch` exits 75 when
-the job ends EXHAUSTED.
+job needs --yes), 65 on a corrupt state, 69 when the server is unreachable, 77 and 78 as above;
+`watch` exits 75 when the job ends EXHAUSTED. `migrate` exits 0 when the tables exist (made now
+or before; with a Redis URL there is nothing to make), 69, 77 or 78 as above.
 
 PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
 in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
@@ -120,6 +127,7 @@ Exit statuses of `baton lock`:
   69       the server cannot be reached, or failed while the lock was being acquired; with
            --redlock: too many masters failed for a quorum (masters/2+1) to be possible (the
            message names the quorum); a master that is down at start is one failed vote
+           (transient: trying again later may help)
   74       the lock was lost while PROGRAM ran: an extension found another token (or none),
            or no extension was confirmed before the lease's end (also when baton was stopped,
            e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
@@ -128,6 +136,9 @@ Exit statuses of `baton lock`:
            --redlock: an extension round found no quorum still holding the lock, or no quorum
            extension was confirmed before the validity deadline (SIGKILL by then)
   75       --wait ran out while the lock was held elsewhere (nothing was run)
+  77       the server refused the credentials or a command (as for `baton run`; nothing was
+           run)
+  78       the server rejects the configuration (as for `baton run`; nothing was run)
   129/130/131/143
            baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the lock is released
            once PROGRAM exits; while still waiting for the lock, nothing was run)
@@ -174,8 +185,10 @@ Exit statuses of `baton leader`:
   64       usage or configuration error (checked before connecting), or an operation the
            URL's backend does not have
   65       the election's fence key holds a value baton never writes
-  69       the server cannot be reached at start, or answered with an error that retrying cannot
-           fix (an ACL denial, say)
+  69       the server cannot be reached at start, or answered with another error that
+           retrying did not fix
+  77       the server refused the credentials or a command (as for `baton run`)
+  78       the server rejects the configuration (as for `baton run`)
   129/131  baton got SIGHUP/SIGQUIT (or Ctrl-\\ in a terminal, PROGRAM ended by SIGQUIT): as for
            SIGTERM, then this status
 PROGRAM's own statuses can collide with these.
@@ -195,10 +208,31 @@ exits with a status of its own is taken at its word.
 Example (one scheduler at a time across the fleet, handed over on deploys):
   baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
 
+const MIGRATE_HELP: &str = "\
+`baton migrate --url postgres://owner@host/db` creates baton_jobs, baton_locks, their indexes
+and the sequence baton_advisory_fence in the connection's default schema (the first of its
+search_path), where missing. It is idempotent and safe while workers run: when everything
+exists it runs no DDL and takes no lock; otherwise each lock its DDL needs is waited for at most
+1 s (a DDL waiting on a long transaction would queue every writer behind it), then tried again
+with a pause, 5 times at most. Workers create a missing table themselves where their role may;
+a role that may only read and write gets exit 78 naming this command instead.
+
+With a Redis URL there is nothing to create (keys need no schema): it says so and exits 0
+without connecting, so one deploy step fits both backends.
+
+Exit statuses: 0 done (or nothing to do); 64 usage; 69 the server cannot be reached, or the
+tables stayed locked through every try; 77 the role may not create them (run it as their
+owner) or the credentials were refused; 78 the server rejects the configuration (an unknown
+database).";
+
 const EX_USAGE: u8 = 64;
 const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
 const EX_LOST: u8 = 74;
+/// Refused credentials or privileges (sysexits' EX_NOPERM).
+const EX_NOPERM: u8 = 77;
+/// Configuration the server rejects (sysexits' EX_CONFIG).
+const EX_CONFIG: u8 = 78;
 const EX_EXHAUSTED: u8 = 75;
 /// `baton lock`: --wait ran out (EX_TEMPFAIL: try again later).
 const EX_TEMPFAIL: u8 = 75;
@@ -223,7 +257,8 @@ struct Cli {
     /// for TLS, unix:// for a socket), redis+cluster://host:port,host:port/ for a Redis
     /// Cluster's seed nodes, or redis+sentinel://host:port,host:port/SERVICE for the primary
     /// Sentinels monitor as SERVICE (credentials there are the data nodes'). PostgreSQL:
-    /// postgres://[user[:password]@]host[:port]/database (tables created on first use; `lock`
+    /// postgres://[user[:password]@]host[:port]/database (tables made by `baton migrate`, or on
+    /// first use where the role may; `lock`
     /// is then the table mutex and `leader` an election on the same table; --redlock is Redis
     /// only; add ?sslmode=require for TLS, the server's certificate always verified).
     /// --redis-url is an alias, and BATON_REDIS_URL is read when BATON_URL is not set. A
@@ -295,6 +330,10 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Create baton's PostgreSQL tables, indexes and sequence where missing (as their owner,
+    /// once per database, before workers run with a role that may only read and write them).
+    #[command(after_long_help = MIGRATE_HELP)]
+    Migrate,
     /// Forget a job's state, so the next `baton run` runs it again as attempt 1.
     Reset {
         /// The job name.
@@ -476,6 +515,7 @@ enum Plan<'a> {
     Watch(FailoverConfig, bool),
     Fail(FailoverConfig, &'a str, bool),
     Reset(FailoverConfig, bool),
+    Migrate,
 }
 
 /// Checks everything that can be checked without Redis; `Err` is the exit status.
@@ -533,6 +573,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
         Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
         Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
         Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
+        Command::Migrate => Plan::Migrate,
     })
 }
 
@@ -560,6 +601,12 @@ async fn dispatch(cli: Cli) -> u8 {
         }
         other => other,
     };
+    if let Plan::Migrate = plan {
+        if !(cli.url.starts_with("postgres://") || cli.url.starts_with("postgresql://")) {
+            eprintln!("baton: nothing to migrate: Redis keys need no schema");
+            return 0;
+        }
+    }
     let client = match connect(&cli.url).await {
         Ok(c) => c,
         Err(code) => return code,
@@ -574,6 +621,13 @@ async fn dispatch(cli: Cli) -> u8 {
         Plan::Watch(cfg, json) => watch(&client, cfg, json).await,
         Plan::Fail(cfg, reason, yes) => admin_fail(&client, cfg, reason, yes).await,
         Plan::Reset(cfg, yes) => reset(&client, cfg, yes).await,
+        Plan::Migrate => match client.migrate().await {
+            Ok(()) => {
+                eprintln!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
+                0
+            }
+            Err(e) => fail_with(&e),
+        },
     }
 }
 
@@ -595,6 +649,9 @@ fn exit_for(kind: ErrorKind) -> u8 {
         ErrorKind::Config | ErrorKind::Unsupported => EX_USAGE,
         ErrorKind::CorruptState | ErrorKind::WrongType | ErrorKind::StateLost => EX_DATAERR,
         ErrorKind::LeaseLost | ErrorKind::OutcomeUnknown => EX_LOST,
+        // No retry helps: a supervisor must not restart baton in a loop on these.
+        ErrorKind::Permission => EX_NOPERM,
+        ErrorKind::Misconfigured => EX_CONFIG,
         _ => EX_UNAVAILABLE,
     }
 }
@@ -2411,6 +2468,22 @@ mod tests {
         assert_eq!(exit_for(ErrorKind::OutcomeUnknown), EX_LOST);
         assert_eq!(exit_for(ErrorKind::LeaseLost), EX_LOST);
         assert!(EXIT_STATUSES.contains("may or may not be DONE"));
+    }
+
+    #[test]
+    fn refusals_no_retry_fixes_have_their_own_statuses_in_every_table() {
+        assert_eq!(exit_for(ErrorKind::Permission), EX_NOPERM);
+        assert_eq!(exit_for(ErrorKind::Misconfigured), EX_CONFIG);
+        assert_eq!(exit_for(ErrorKind::Connection), EX_UNAVAILABLE);
+        assert_eq!(exit_for(ErrorKind::Busy), EX_UNAVAILABLE);
+        for table in [
+            EXIT_STATUSES,
+            LOCK_EXIT_STATUSES,
+            LEADER_EXIT_STATUSES,
+            MIGRATE_HELP,
+        ] {
+            assert!(table.contains("77") && table.contains("78"), "{table}");
+        }
     }
 
     /// A child that ends between `poll`'s exit check and its stop check: Linux answers that

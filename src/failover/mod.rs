@@ -84,16 +84,22 @@ impl Failover {
 
     /// Creates what the coordinator stores in its backend, if missing: on PostgreSQL the table
     /// `baton_jobs` and its index (README, "PostgreSQL"); on Redis nothing (keys need no
-    /// schema). Workers do it themselves on first use; call it at deploy time to create the
-    /// schema with a role that may, and run the workers with one that may not.
+    /// schema). Workers create a missing table themselves on first use where their role may;
+    /// call it at deploy time to create the schema with a role that may, and run the workers
+    /// with one that may not. Idempotent, and takes no lock when everything exists; DDL waits
+    /// for locks only briefly, and is tried again a few times.
     ///
     /// # Errors
-    /// Connection and permission errors.
+    /// Connection and permission errors; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when
+    /// other transactions kept the table locked through every try.
     pub async fn migrate(&self) -> Result<(), crate::Error> {
         match &self.backend {
             Backend::Redis(_) => Ok(()),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => pg::ensure_schema(t).await,
+            Backend::Postgres(t) => {
+                t.migrate_schema(pg::SCHEMA).await?;
+                pg::ensure_schema(t).await
+            }
         }
     }
 

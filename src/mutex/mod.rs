@@ -114,16 +114,21 @@ impl Locks {
     }
 
     /// Creates what the mutex stores in its backend, if missing: on PostgreSQL the table
-    /// `baton_locks` (README, "PostgreSQL"); on Redis nothing. Acquisitions do it themselves on
-    /// first use.
+    /// `baton_locks` and its index (README, "PostgreSQL"); on Redis nothing. Acquisitions
+    /// create a missing table themselves on first use where their role may. Idempotent, as
+    /// [`Failover::migrate`](crate::Failover::migrate).
     ///
     /// # Errors
-    /// Connection and permission errors.
+    /// Connection and permission errors; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when
+    /// other transactions kept the table locked through every try.
     pub async fn migrate(&self) -> Result<(), Error> {
         match &self.backend {
             Backend::Redis(_) => Ok(()),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => crate::lease::pg::ensure_schema(t).await,
+            Backend::Postgres(t) => {
+                t.migrate_schema(crate::lease::pg::SCHEMA).await?;
+                crate::lease::pg::ensure_schema(t).await
+            }
         }
     }
 

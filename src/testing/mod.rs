@@ -1619,14 +1619,42 @@ const PG_INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the postmaster has for an immediate shutdown (`SIGQUIT`) before it is `SIGKILL`ed.
 const PG_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The fixture's `pg_hba.conf`: the superuser `postgres` is trusted on loopback and the socket
+/// (no password, as [`PgServer::url`] has none), every other role logs in over TCP with a
+/// password, so a wrong or missing one is refused as on a real server. `password` (sent in
+/// clear, on loopback only) rather than SCRAM: the client's side of SCRAM (thousands of HMAC
+/// rounds per connection) is slow in a debug build, and tests open many connections.
+const PG_HBA: &str = "\
+local all all trust
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 password
+";
+
+/// The role the workers of [`PgServer::grant_worker_role`] log in as: a password, no `CREATE`
+/// anywhere (PostgreSQL 15's `public` schema grants none to `PUBLIC`), and only `SELECT`,
+/// `INSERT`, `UPDATE` and `DELETE` on baton's tables (plus `USAGE` on the schema and the
+/// fencing sequence): what the README tells an operator to give a worker role.
+pub const PG_WORKER_ROLE: &str = "baton_dml";
+/// [`PG_WORKER_ROLE`]'s password.
+pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
+
+/// The grants [`PgServer::grant_worker_role`] gives [`PG_WORKER_ROLE`] in a migrated database.
+const PG_WORKER_GRANTS: &str = "
+GRANT USAGE ON SCHEMA public TO baton_dml;
+GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_locks TO baton_dml;
+GRANT USAGE ON SEQUENCE baton_advisory_fence TO baton_dml;
+";
+
 /// A private PostgreSQL server for tests: a fresh cluster made by `initdb` in a temporary
 /// directory, and a `postgres` child process listening on a free port of 127.0.0.1, with its unix
 /// socket in that directory.
 ///
-/// * **Authentication**: `trust` for TCP on loopback and for the socket (`initdb -A trust`), so
-///   no password: [`url`](Self::url) is `postgres://postgres@127.0.0.1:<port>/postgres` (the
-///   superuser `postgres`, the database `postgres`). Any local user can connect as the superuser
-///   while the server runs; that is what a throwaway test server is for, never for real data.
+/// * **Authentication**: `trust` for the superuser `postgres` over TCP on loopback and for
+///   everyone on the socket, so no password: [`url`](Self::url) is
+///   `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser `postgres`, the database
+///   `postgres`). Any local user can connect as the superuser while the server runs; that is
+///   what a throwaway test server is for, never for real data. Every other role needs its
+///   password over TCP, as [`grant_worker_role`](Self::grant_worker_role)'s worker does.
 /// * **Speed over durability**: `initdb --no-sync`, and the server runs with `fsync=off`,
 ///   `synchronous_commit=off` and `full_page_writes=off`: a crash of the machine loses data,
 ///   and so can a crash of the server process (an immediate shutdown drops the last commits
@@ -1920,6 +1948,14 @@ impl PgServer {
     /// Fails if `psql` cannot be run, or exits unsuccessfully (an SQL error, a failed connection);
     /// the message quotes its stderr.
     pub fn psql(&self, sql: &str) -> io::Result<String> {
+        self.psql_in(PG_DATABASE, sql)
+    }
+
+    /// As [`psql`](Self::psql), connected to the database `database`.
+    ///
+    /// # Errors
+    /// As [`psql`](Self::psql).
+    pub fn psql_in(&self, database: &str, sql: &str) -> io::Result<String> {
         let bin = {
             let in_dir = self.bin_dir.join("psql");
             if is_executable(&in_dir) {
@@ -1935,7 +1971,7 @@ impl PgServer {
             .args(["-X", "-v", "ON_ERROR_STOP=1", "--no-align", "--tuples-only"])
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
-            .args(["-U", PG_USER, "-d", PG_DATABASE, "-f", "-"])
+            .args(["-U", PG_USER, "-d", database, "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -1972,6 +2008,44 @@ impl PgServer {
                 String::from_utf8_lossy(&output.stderr).trim()
             )))
         }
+    }
+}
+
+impl PgServer {
+    /// The URL of `user` with `password` in `database` over TCP.
+    pub fn url_as(&self, user: &str, password: &str, database: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/{database}",
+            self.port
+        )
+    }
+
+    /// Makes [`PG_WORKER_ROLE`] (once per server; concurrent callers are fine).
+    ///
+    /// # Errors
+    /// As [`psql`](Self::psql).
+    pub fn create_worker_role(&self) -> io::Result<()> {
+        // A concurrent CREATE ROLE of the same name can fail on the catalog's unique index
+        // instead of with duplicate_object: both mean it exists.
+        self.psql(&format!(
+            "DO $$ BEGIN CREATE ROLE {PG_WORKER_ROLE} LOGIN PASSWORD '{PG_WORKER_PASSWORD}'; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        ))
+        .map(drop)
+    }
+
+    /// Gives [`PG_WORKER_ROLE`] (made if missing) what a worker needs in `database`, once the
+    /// owner migrated it (`Client::migrate`, what `baton migrate` runs; the fixture cannot run
+    /// it itself, being below the client): `USAGE` on the schema `public`, `SELECT`, `INSERT`,
+    /// `UPDATE` and `DELETE` on baton's tables, `USAGE` on the fencing sequence, and nothing
+    /// more. Returns the worker's URL.
+    ///
+    /// # Errors
+    /// If `psql` fails, e.g. because the tables are not there yet.
+    pub fn grant_worker_role(&self, database: &str) -> io::Result<String> {
+        self.create_worker_role()?;
+        self.psql_in(database, PG_WORKER_GRANTS)?;
+        Ok(self.url_as(PG_WORKER_ROLE, PG_WORKER_PASSWORD, database))
     }
 }
 
@@ -2316,6 +2390,8 @@ fn pg_init_and_start(
             )));
         }
     }
+    // Written after initdb (which writes its own), read by the postmaster at start.
+    fs::write(data.join("pg_hba.conf"), PG_HBA)?;
 
     let mut last_err = None;
     for _ in 0..START_ATTEMPTS {

@@ -35,6 +35,17 @@ impl From<redis::RedisError> for Error {
             };
         }
         match err.kind() {
+            // The `SELECT` of the URL's database, refused while connecting: the server will
+            // refuse it every time, so this is the configuration, never a transient failure.
+            redis::ErrorKind::Server(_) if refused_database(&err) => Error::Redis {
+                kind: ErrorKind::Misconfigured,
+                code: err.code().unwrap_or("ERR").to_string(),
+                message: format!(
+                    "the server refused to switch to the URL's database: {}",
+                    err.detail().unwrap_or_default()
+                ),
+                source: Some(std::sync::Arc::new(err)),
+            },
             redis::ErrorKind::Server(server) => Error::Redis {
                 kind: server_kind(Some(server), err.code()),
                 code: err.code().unwrap_or("ERR").to_string(),
@@ -68,6 +79,14 @@ impl From<redis::RedisError> for Error {
             },
         }
     }
+}
+
+/// Whether `err` is the server refusing the `SELECT` redis-rs sends for the URL's database
+/// (`ERR DB index is out of range`; redis-rs adds "refused to switch database").
+fn refused_database(err: &redis::RedisError) -> bool {
+    err.detail()
+        .is_some_and(|d| d.contains("DB index is out of range"))
+        || err.to_string().contains("refused to switch database")
 }
 
 /// Maps a server error (from a reply inside a pipeline) to a typed error.
@@ -149,6 +168,20 @@ mod tests {
             assert_eq!(e.kind(), kind, "{code}: {e:?}");
             assert!(!e.is_indeterminate(), "{code}: a reply, not a lost one");
         }
+    }
+
+    #[test]
+    fn a_database_index_out_of_range_is_the_configuration() {
+        // The shape redis-rs 1.8 returns when the SELECT of its connection setup is refused.
+        let err = redis::RedisError::from((
+            redis::ServerErrorKind::ResponseError.into(),
+            "Redis server refused to switch database",
+            "DB index is out of range".to_string(),
+        ));
+        let e = Error::from(err);
+        assert_eq!(e.kind(), ErrorKind::Misconfigured, "{e:?}");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("DB index is out of range"), "{e}");
     }
 
     #[test]

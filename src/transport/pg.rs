@@ -272,10 +272,14 @@ impl PgTransport {
         .await
     }
 
-    /// Runs `sql` (fixed text, no parameters: DDL) in one transaction holding a transaction-level
-    /// advisory lock on `lock`, once per client for each `name`: the schema of a primitive,
-    /// created on first use. The lock serializes clients that create it at the same moment
-    /// (concurrent `CREATE TABLE IF NOT EXISTS` can fail on the catalog's unique index).
+    /// Makes sure the schema `sql` (fixed text, no parameters: `CREATE … IF NOT EXISTS`
+    /// statements) is there before a primitive's first operation, once per client for each
+    /// `name`: one catalog read finds the tables and sequences it creates, and only when one is
+    /// missing is the DDL run (see [`create_schema`](Self::create_schema)). So a role that may
+    /// only read and write the tables never runs DDL, and neither does the owner once they
+    /// exist (a `CREATE INDEX IF NOT EXISTS` takes a `SHARE` lock on its table even when the
+    /// index exists, which would queue every writer behind a long transaction). A missing
+    /// table the role may not create is [`ErrorKind::Misconfigured`], naming `baton migrate`.
     ///
     /// `maintenance`, when given, is a statement run every interval from then on while the
     /// client lives (deleting expired rows), its errors logged at debug level.
@@ -288,30 +292,17 @@ impl PgTransport {
         if crate::util::lock(&self.schemas).contains(name) {
             return Ok(());
         }
-        let mut conn = self.pooled().await?;
-        let tx = self
-            .timed("creating baton's tables", conn.transaction())
-            .await?;
-        let script = format!("SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}");
-        // DDL may wait for other sessions' locks; bounded by the connect timeout, not the
-        // (shorter) response timeout.
-        match tokio::time::timeout(
-            self.settings
-                .connect_timeout
-                .max(self.settings.response_timeout)
-                * 5,
-            tx.batch_execute(&script),
-        )
-        .await
-        {
-            Ok(result) => result.map_err(|e| classify(e, "creating baton's tables"))?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    during: "creating baton's tables",
-                })
-            }
+        // The indexes are left to `migrate`: operations are correct without them.
+        let needed: Vec<&str> = created_relations(sql)
+            .into_iter()
+            .filter(|(kind, _)| *kind != "INDEX")
+            .map(|(_, name)| name)
+            .collect();
+        if !self.relations_exist(&needed).await? {
+            self.create_schema(sql)
+                .await
+                .map_err(|e| not_creatable(e, &needed))?;
         }
-        self.timed("creating baton's tables", tx.commit()).await?;
         let first = crate::util::lock(&self.schemas).insert(name);
         if let (true, Some((statement, every))) = (first, maintenance) {
             let (pool, cancel) = (self.pool.clone(), self.cancel.clone());
@@ -335,6 +326,97 @@ impl PgTransport {
             });
         }
         Ok(())
+    }
+
+    /// Creates whatever of the schema `sql` is missing (tables, indexes, sequences), for
+    /// `migrate`: nothing at all, not even a lock, when everything exists, so it is idempotent
+    /// and cheap to run on every deploy while workers run.
+    ///
+    /// # Errors
+    /// Connection errors; [`ErrorKind::Permission`] for a role that may not create them;
+    /// [`ErrorKind::Busy`] when the tables stayed locked by other transactions through every
+    /// try (see [`create_schema`](Self::create_schema)).
+    pub(crate) async fn migrate_schema(&self, sql: &str) -> Result<(), Error> {
+        let all: Vec<&str> = created_relations(sql)
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
+        if self.relations_exist(&all).await? {
+            return Ok(());
+        }
+        self.create_schema(sql).await
+    }
+
+    /// Whether every relation in `names` (unqualified: looked up in the `search_path`, as the
+    /// statements that use them are) exists and is visible to this role; one catalog read.
+    async fn relations_exist(&self, names: &[&str]) -> Result<bool, Error> {
+        const DURING: &str = "looking for baton's tables";
+        let conn = self.pooled().await?;
+        let row = self
+            .timed(
+                DURING,
+                conn.query_one(
+                    "SELECT bool_and(to_regclass(n) IS NOT NULL) FROM unnest($1::text[]) AS n",
+                    &[&names],
+                ),
+            )
+            .await?;
+        let all: Option<bool> = row.try_get(0).map_err(|e| Error::UnexpectedReply {
+            context: "to_regclass",
+            reply: e.to_string(),
+        })?;
+        Ok(all.unwrap_or(true))
+    }
+
+    /// Runs the DDL `sql` in one transaction holding a transaction-level advisory lock, which
+    /// serializes clients creating it at the same moment (concurrent `CREATE TABLE IF NOT
+    /// EXISTS` can fail on the catalog's unique index).
+    ///
+    /// Every lock it waits for is bounded by a short `lock_timeout` ([`DDL_LOCK_TIMEOUT`]): a
+    /// DDL statement queued behind a long transaction would queue every later writer of the
+    /// table behind itself. A try that times out on a lock is rolled back and tried again after
+    /// a pause, [`DDL_TRIES`] times at most.
+    async fn create_schema(&self, sql: &str) -> Result<(), Error> {
+        const DURING: &str = "creating baton's tables";
+        let script = format!(
+            "SET LOCAL lock_timeout = '{}ms'; \
+             SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}",
+            DDL_LOCK_TIMEOUT.as_millis()
+        );
+        let mut pause = Duration::from_millis(200);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut conn = self.pooled().await?;
+            let tx = self.timed(DURING, conn.transaction()).await?;
+            // Bounded by the connect timeout, not the (shorter) response timeout: DDL writes
+            // the catalog, and may wait up to `lock_timeout` for each lock.
+            let ran = match tokio::time::timeout(
+                self.settings
+                    .connect_timeout
+                    .max(self.settings.response_timeout)
+                    .max(DDL_LOCK_TIMEOUT)
+                    * 5,
+                tx.batch_execute(&script),
+            )
+            .await
+            {
+                Ok(result) => result.map_err(|e| classify(e, DURING)),
+                Err(_) => Err(Error::Timeout { during: DURING }),
+            };
+            match ran {
+                Ok(()) => return self.timed(DURING, tx.commit()).await,
+                Err(Error::Postgres { ref code, .. })
+                    if code == SqlState::LOCK_NOT_AVAILABLE.code() && tries < DDL_TRIES =>
+                {
+                    drop(tx);
+                    tracing::debug!(tries, "baton's DDL timed out on a lock; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Runs the test seam's hook, if one is installed (feature `testing`); see
@@ -587,6 +669,55 @@ async fn listen(
     Ok((link.client, link.notices, link.closed))
 }
 
+/// How long baton's DDL waits for any one lock before it gives up the try (see
+/// [`PgTransport::create_schema`]).
+pub(crate) const DDL_LOCK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many times baton's DDL is tried when it times out on a lock.
+pub(crate) const DDL_TRIES: u32 = 5;
+
+/// The relations a schema's DDL creates, `(kind, name)` for each `CREATE <kind> IF NOT EXISTS
+/// <name>` (`TABLE`, `INDEX`, `SEQUENCE`): read from the DDL itself, so the check before it
+/// can never drift from what it creates.
+pub(crate) fn created_relations(sql: &str) -> Vec<(&str, &str)> {
+    sql.split(';')
+        .filter_map(|statement| {
+            let words: Vec<&str> = statement.split_whitespace().take(6).collect();
+            match words.as_slice() {
+                ["CREATE", kind, "IF", "NOT", "EXISTS", name] => {
+                    Some((*kind, name.trim_end_matches('(')))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// `err`, from creating baton's missing relations `names` for an operation: a refusal for lack
+/// of privilege becomes [`ErrorKind::Misconfigured`] naming `baton migrate`, the step that
+/// creates them with a role that may.
+pub(crate) fn not_creatable(err: Error, names: &[&str]) -> Error {
+    match err {
+        Error::Postgres {
+            kind: ErrorKind::Permission,
+            code,
+            message,
+            source,
+        } => Error::Postgres {
+            kind: ErrorKind::Misconfigured,
+            code,
+            message: format!(
+                "{message}: {} not found (missing, or in a schema this role may not use), and \
+                 this role may not create it; run `baton migrate --url …` (Client::migrate) once \
+                 as their owner, and grant this role SELECT, INSERT, UPDATE, DELETE on them \
+                 (README, \"PostgreSQL\")",
+                names.join(", ")
+            ),
+            source,
+        },
+        other => other,
+    }
+}
+
 /// A driver error as a typed [`Error`], classified by SQLSTATE (see the README's PostgreSQL
 /// section); `during` names the step for timeouts.
 pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Error {
@@ -596,6 +727,17 @@ pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Erro
         if let Some(why) = tls_failure(&err) {
             return Error::Tls {
                 message: format!("PostgreSQL: {why}"),
+                source: Some(Arc::new(err)),
+            };
+        }
+        // The server asked for a password and the URL has none: the credentials, which no
+        // retry changes (the driver says only "invalid configuration", its source why). Given
+        // the SQLSTATE of a failed password login, which is what the server would answer.
+        if std::error::Error::source(&err).is_some_and(|s| s.to_string() == "password missing") {
+            return Error::Postgres {
+                kind: ErrorKind::Permission,
+                code: "28P01".into(),
+                message: "the server asks for a password and none was given".into(),
                 source: Some(Arc::new(err)),
             };
         }
@@ -656,7 +798,11 @@ pub(crate) fn kind_of(code: &SqlState) -> ErrorKind {
     } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
         ErrorKind::ReadOnly
     } else if *code == SqlState::INSUFFICIENT_PRIVILEGE || class == "28" {
+        // 28000 (no such role, no pg_hba.conf entry), 28P01 (wrong password), 42501.
         ErrorKind::Permission
+    } else if *code == SqlState::INVALID_CATALOG_NAME {
+        // 3D000: the URL's database does not exist.
+        ErrorKind::Misconfigured
     } else if class == "08" || class == "57" {
         // Connection exceptions; operator intervention (admin shutdown, crash shutdown,
         // cannot connect now): the session is gone or going.
@@ -744,6 +890,21 @@ mod tests {
     }
 
     #[test]
+    fn the_relations_a_schema_creates_are_read_from_its_ddl() {
+        let ddl = "
+            CREATE TABLE IF NOT EXISTS t (
+                key text PRIMARY KEY
+            );
+            CREATE INDEX IF NOT EXISTS t_key ON t (key);
+            CREATE SEQUENCE IF NOT EXISTS s;
+            SELECT 1";
+        assert_eq!(
+            created_relations(ddl),
+            [("TABLE", "t"), ("INDEX", "t_key"), ("SEQUENCE", "s")]
+        );
+    }
+
+    #[test]
     fn sqlstates_are_classified() {
         assert_eq!(
             kind_of(&SqlState::T_R_SERIALIZATION_FAILURE),
@@ -759,6 +920,14 @@ mod tests {
             ErrorKind::Permission
         );
         assert_eq!(kind_of(&SqlState::INVALID_PASSWORD), ErrorKind::Permission);
+        assert_eq!(
+            kind_of(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+            ErrorKind::Permission
+        );
+        assert_eq!(
+            kind_of(&SqlState::INVALID_CATALOG_NAME),
+            ErrorKind::Misconfigured
+        );
         assert_eq!(kind_of(&SqlState::DISK_FULL), ErrorKind::Oom);
         assert_eq!(kind_of(&SqlState::QUERY_CANCELED), ErrorKind::Timeout);
         assert_eq!(kind_of(&SqlState::UNIQUE_VIOLATION), ErrorKind::Server);

@@ -67,31 +67,79 @@ pub enum Deployment {
     Postgres(PgDatabase),
 }
 
-/// A database of its own on the test binary's shared PostgreSQL server.
+/// `Client::migrate` on `url` (what `baton migrate` runs), on a runtime of its own in a thread
+/// of its own: callers are inside a test's runtime, where blocking on another is not allowed.
+#[cfg(feature = "postgres")]
+pub fn migrate_as_owner(url: &str) {
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let owner = Client::connect(url).await.expect("connect as the owner");
+                    owner.migrate().await.expect("migrate as the owner");
+                    owner.shutdown(Duration::from_secs(5)).await;
+                })
+        });
+    });
+}
+
+/// A database of its own on the test binary's shared PostgreSQL server, set up as an operator
+/// would: `baton migrate` (`Client::migrate`) run once by the owner, then workers connecting as
+/// a role that may only read and write baton's tables (`PgServer::grant_worker_role`).
 #[cfg(feature = "postgres")]
 pub struct PgDatabase {
+    /// The workers' URL: the DML-only role (`baton::testing::PG_WORKER_ROLE`).
     pub url: String,
+    /// The owner's URL (the superuser), for what a worker may not do: DDL, breaking things.
+    pub owner_url: String,
+    /// The database's name.
+    pub name: String,
 }
 
 #[cfg(feature = "postgres")]
 impl PgDatabase {
-    /// A fresh database (`CREATE DATABASE`, ~0.1 s) on the shared server (started on first use).
+    /// A fresh database (`CREATE DATABASE`, ~0.1 s) on the shared server (started on first use),
+    /// migrated by its owner, with the DML-only worker role granted its tables.
     pub fn create() -> PgDatabase {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let pg = baton::testing::PgServer::shared()
             .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"));
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("t{n}");
+        let mut db = PgDatabase::create_empty();
+        migrate_as_owner(&db.owner_url);
+        db.url = pg
+            .grant_worker_role(&db.name)
+            .unwrap_or_else(|e| panic!("grant the worker role in {}: {e}", db.name));
+        db
+    }
+
+    /// A fresh, empty database (no migration, no grants): `url` is the owner's too.
+    pub fn create_empty() -> PgDatabase {
+        let pg = baton::testing::PgServer::shared()
+            .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"));
+        let name = PgDatabase::next_name();
         pg.psql(&format!("CREATE DATABASE {name}"))
             .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        let owner_url = format!("postgres://postgres@127.0.0.1:{}/{name}", pg.port());
         PgDatabase {
-            url: format!("postgres://postgres@127.0.0.1:{}/{name}", pg.port()),
+            url: owner_url.clone(),
+            owner_url,
+            name,
         }
     }
 
-    /// A driver connection to the database, for looking at what baton stored.
+    fn next_name() -> String {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        format!(
+            "t{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        )
+    }
+
+    /// A driver connection to the database as its owner, for looking at what baton stored.
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+        let (client, connection) = tokio_postgres::connect(&self.owner_url, tokio_postgres::NoTls)
             .await
             .expect("connect to the test database");
         tokio::spawn(connection);
@@ -154,7 +202,8 @@ impl Deployment {
         }
     }
 
-    /// The URL of the deployment for the default user (an administrator, no password).
+    /// The URL of the deployment for the default user (an administrator, no password); on
+    /// PostgreSQL the DML-only worker role's (see [`PgDatabase`]).
     pub fn url(&self) -> String {
         match self {
             Deployment::Single(s) => s.url(),
@@ -162,6 +211,8 @@ impl Deployment {
             Deployment::Cluster(c) => c.cluster_url(),
             #[cfg(feature = "sentinel")]
             Deployment::Sentinel(s) => s.url(),
+            // The DML-only worker role: the PostgreSQL arm's clients never own the tables
+            // (what a scenario inspects goes through `stored`/`holder`, as the owner).
             #[cfg(feature = "postgres")]
             Deployment::Postgres(d) => d.url.clone(),
         }
@@ -180,7 +231,8 @@ impl Deployment {
                 s.sentinel_addrs().join(","),
                 s.service()
             ),
-            // The fixture's server trusts loopback: one superuser, no passwords.
+            // Every scenario's client is the DML-only worker role, whatever the name asked:
+            // the PostgreSQL arm runs as a role that may not create tables.
             #[cfg(feature = "postgres")]
             Deployment::Postgres(d) => {
                 let _ = (user, password);
