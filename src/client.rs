@@ -954,6 +954,37 @@ pub mod seam {
             ),
         ]
     }
+
+    /// The lock acquisition statement of `baton_locks` (`$1` key, `$2` token, `$3` lock ms,
+    /// `$4` fence retention ms), for tests that interleave it with the cleanup.
+    #[cfg(feature = "postgres")]
+    pub fn pg_lock_acquire() -> &'static str {
+        crate::lease::pg::ACQUIRE
+    }
+
+    /// A backup's grant of `attempt` (fencing token `fence`, lease `token`) to job row `key`
+    /// observed at `version` (`None`: no row), as the statement and parameters a worker sends;
+    /// for tests that interleave it with the cleanup.
+    ///
+    /// # Errors
+    /// A fence that does not fit a `bigint`.
+    #[cfg(feature = "postgres")]
+    #[allow(clippy::type_complexity)]
+    pub fn pg_job_grant(
+        key: &str,
+        version: Option<i64>,
+        attempt: u64,
+        fence: u64,
+        token: &str,
+    ) -> Result<
+        (
+            String,
+            Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
+        ),
+        crate::Error,
+    > {
+        crate::failover::pg::grant_statement(key, version, attempt, fence, token)
+    }
 }
 
 #[cfg(test)]

@@ -447,3 +447,93 @@ async fn extend_moves_the_lease_on_the_server_and_the_deadline() {
     assert!(!g.lost_token().is_cancelled());
     assert!(g.release().await.unwrap());
 }
+
+/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
+/// until `finished` says its statement ended without waiting; panics at the deadline.
+async fn wait_until_blocked(
+    observer: &tokio_postgres::Client,
+    pid: i32,
+    finished: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = observer
+            .query_one(
+                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
+                 WHERE pid = $1), false)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return true;
+        }
+        if finished() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "session {pid} never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The cleanup races a grant: session A acquires a free lock whose fence retention has passed,
+/// in a transaction left open; session B's cleanup picked that row from its snapshot and waits
+/// for A's row lock; A commits. The cleanup must then see that the row is held and keep it: a
+/// deleted row would let the next acquisition insert a second holder of the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_never_deletes_a_lock_granted_while_it_waited() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let (observer, a, b) = (sql(&url).await, sql(&url).await, sql(&url).await);
+    let [_, locks] = baton::__seam::pg_schema_and_cleanup();
+    observer.batch_execute(locks.1).await.expect("the schema");
+    observer
+        .batch_execute(
+            "INSERT INTO baton_locks VALUES ('race', NULL, NULL, 5, now() - interval '1 s')",
+        )
+        .await
+        .unwrap();
+    let acquire = baton::__seam::pg_lock_acquire();
+    let (ttl_ms, retention_ms) = (60_000.0f64, 3_600_000.0f64);
+
+    a.batch_execute("BEGIN").await.unwrap();
+    let granted: Option<i64> = a
+        .query_one(acquire, &[&"race", &"token-a", &ttl_ms, &retention_ms])
+        .await
+        .expect("A's acquisition")
+        .get(0);
+    assert!(granted.is_some(), "A should be granted the free lock");
+
+    let b_pid: i32 = b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let cleanup = tokio::spawn(async move { b.execute(locks.2, &[]).await });
+    let blocked = wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
+    assert!(blocked, "the cleanup should wait for A's row lock");
+    a.batch_execute("COMMIT").await.unwrap();
+    let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)
+        .await
+        .expect("the cleanup finishes once A committed")
+        .unwrap()
+        .expect("the cleanup");
+
+    let token: Option<String> = observer
+        .query_opt("SELECT token FROM baton_locks WHERE key = 'race'", &[])
+        .await
+        .unwrap()
+        .and_then(|r| r.get(0));
+    assert_eq!(
+        (deleted, token.as_deref()),
+        (0, Some("token-a")),
+        "the cleanup deleted the row granted to A"
+    );
+    let second: Option<i64> = observer
+        .query_one(acquire, &[&"race", &"token-b", &ttl_ms, &retention_ms])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(second, None, "a second holder was granted the lock");
+}

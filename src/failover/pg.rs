@@ -63,10 +63,16 @@ CREATE INDEX IF NOT EXISTS baton_jobs_expires_at ON baton_jobs (expires_at);
 ";
 
 /// Deletes rows past their expiry (they read as absent already), a bounded batch at a time.
+///
+/// The expiry is checked again in the outer `WHERE`: a `DELETE` that waited for a transition
+/// in flight re-evaluates only its own `WHERE` on the row's new version (READ COMMITTED's
+/// EvalPlanQual), not the subquery, so without it a grant that refreshed `expires_at` meanwhile
+/// would be deleted and the attempt granted again.
 pub(crate) const CLEANUP: &str = "
 DELETE FROM baton_jobs WHERE key IN (
     SELECT key FROM baton_jobs WHERE expires_at < clock_timestamp() LIMIT 1000
-)";
+)
+  AND expires_at < clock_timestamp()";
 
 /// How often a client deletes expired rows.
 pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
@@ -247,6 +253,33 @@ impl Statement {
 }
 
 impl PgStore {
+    /// The statement for `writes` given what was observed (see [`RowWriter::render`]).
+    fn render(
+        &self,
+        observed: (Option<i64>, bool),
+        writes: &[Write],
+        token: &str,
+        failure: &str,
+    ) -> Result<Statement, Error> {
+        RowWriter {
+            key: &self.key,
+            name: &self.name,
+            lock_timeout: self.lock_timeout,
+            retention: self.retention,
+        }
+        .render(observed, writes, token, failure)
+    }
+}
+
+/// What a job row's writes are made of: its key, the worker's name and the job's durations.
+struct RowWriter<'a> {
+    key: &'a str,
+    name: &'a str,
+    lock_timeout: Duration,
+    retention: Duration,
+}
+
+impl RowWriter<'_> {
     /// The statement for `writes` given what was observed (see the module docs).
     fn render(
         &self,
@@ -259,7 +292,7 @@ impl PgStore {
             sql: String::new(),
             params: Vec::new(),
         };
-        let key = st.bind(self.key.clone());
+        let key = st.bind(self.key.to_string());
         let retention = format!(
             "c.now + {}::float8 * interval '1 millisecond'",
             st.bind(self.retention.as_secs_f64() * 1000.0)
@@ -366,6 +399,32 @@ impl PgStore {
         st.sql = format!("WITH c AS (SELECT clock_timestamp() AS now), u AS ({written}) {tail}");
         Ok(st)
     }
+}
+
+/// The statement and parameters of a backup's grant of `attempt` with fencing token `fence` to
+/// job row `key` observed at `version` (`None`: no row), as a worker would send it; for tests
+/// that interleave it with [`CLEANUP`] (feature `testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn grant_statement(
+    key: &str,
+    version: Option<i64>,
+    attempt: u64,
+    fence: u64,
+    token: &str,
+) -> Result<(String, Vec<Box<dyn ToSql + Sync + Send>>), Error> {
+    let st = RowWriter {
+        key,
+        name: "test",
+        lock_timeout: Duration::from_secs(10),
+        retention: Duration::from_secs(3600),
+    }
+    .render(
+        (version, false),
+        &super::protocol::grant_writes(attempt, fence),
+        token,
+        "",
+    )?;
+    Ok((st.sql, st.params))
 }
 
 impl JobStore for PgStore {

@@ -59,13 +59,23 @@ CREATE INDEX IF NOT EXISTS baton_locks_fence_expires_at ON baton_locks (fence_ex
 
 /// Deletes rows whose fence retention has passed and whose lock is free, a bounded batch at a
 /// time.
+///
+/// The conditions are stated twice on purpose. The subquery picks a batch from its snapshot;
+/// the outer `WHERE` is what protects a grant. When a picked row is locked by an acquisition in
+/// flight, the `DELETE` waits for it and then, under READ COMMITTED, re-evaluates only its own
+/// `WHERE` against the row's new version (EvalPlanQual): the subquery's result is not
+/// recomputed. Without the outer conditions, a row granted meanwhile (token set, retention
+/// refreshed) would still match `key IN (…)` and be deleted, and the next acquisition would
+/// insert a second holder.
 pub(crate) const CLEANUP: &str = "
 DELETE FROM baton_locks WHERE key IN (
     SELECT key FROM baton_locks
     WHERE fence_expires_at < clock_timestamp()
       AND (token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())
     LIMIT 1000
-)";
+)
+  AND fence_expires_at < clock_timestamp()
+  AND (token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())";
 
 /// How often a client runs [`CLEANUP`].
 pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
@@ -77,7 +87,7 @@ pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
 /// attempting the `INSERT` (a read takes no row lock and no transaction id, so contention is
 /// cheap). Only a lock free in the snapshot is attempted, and the `ON CONFLICT … WHERE` re-checks
 /// it on the row's latest version under the row lock: exclusion rests on that, not on `h`.
-const ACQUIRE: &str = "
+pub(crate) const ACQUIRE: &str = "
 WITH c AS (SELECT clock_timestamp() AS now),
 h AS (
     SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint AS ms
