@@ -537,3 +537,104 @@ async fn the_cleanup_never_deletes_a_lock_granted_while_it_waited() {
         .get(0);
     assert_eq!(second, None, "a second holder was granted the lock");
 }
+
+/// The backends of `baton` connections waiting for a lock.
+async fn baton_backends_waiting(observer: &tokio_postgres::Client) -> Vec<i32> {
+    observer
+        .query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE application_name = 'baton' AND wait_event_type = 'Lock' ORDER BY pid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// An acquisition that times out on the client must not keep running on the server: another
+/// session holds the lock row, the client gives up at its response timeout, and then the
+/// server ends the statement (`statement_timeout`) and the client closes that connection
+/// rather than lending it out with the statement queued on it: its backend goes away while
+/// the row is still locked. The outcome is reported as unknown (a timeout, which may have
+/// taken the lock), never as "held by someone else", and the client keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_acquisition_ends_on_the_server_and_its_connection_is_retired() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let client = Client::builder(url.clone())
+        .response_timeout(Duration::from_millis(500))
+        .pool_size(1)
+        .connect()
+        .await
+        .expect("connect");
+    let ttl = Duration::from_secs(30);
+    let first = client.locks().try_acquire("stuck", ttl).await.unwrap();
+    first.expect("a free lock").release().await.unwrap();
+
+    let (observer, blocker) = (sql(&url).await, sql(&url).await);
+    blocker.batch_execute("BEGIN").await.unwrap();
+    blocker
+        .query_one(
+            "SELECT 1 FROM baton_locks WHERE key = $1 FOR UPDATE",
+            &[&row("stuck")],
+        )
+        .await
+        .unwrap();
+
+    let locks = client.locks();
+    let attempt = tokio::spawn(async move { locks.try_acquire("stuck", ttl).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stuck = loop {
+        if let Some(pid) = baton_backends_waiting(&observer).await.first() {
+            break *pid;
+        }
+        assert!(Instant::now() < deadline, "the acquisition never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let outcome = attempt.await.unwrap();
+    match &outcome {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Timeout, "{e}"),
+        Ok(found) => panic!(
+            "a timed-out acquisition was reported as {}",
+            if found.is_some() { "granted" } else { "held" }
+        ),
+    }
+
+    // The row is still locked: only the server's timeout and a closed socket end that backend.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: bool = observer
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                &[&stuck],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if !alive {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "backend {stuck} still runs the timed-out acquisition (or waits in the pool)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        client
+            .locks()
+            .try_acquire("unrelated", ttl)
+            .await
+            .expect("the next operation runs on a healthy connection")
+            .is_some(),
+        "an unrelated lock is free"
+    );
+    blocker.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        pg.log()
+            .contains("canceling statement due to statement timeout"),
+        "the server did not cancel the statement by its timeout"
+    );
+}

@@ -131,6 +131,7 @@ pub(crate) async fn observe_row(
     // Prepared once per pooled connection (its statement cache), then one round trip.
     let statement = timed(
         transport,
+        conn,
         deadline,
         "reading the job",
         conn.prepare_cached(OBSERVE),
@@ -138,6 +139,7 @@ pub(crate) async fn observe_row(
     .await?;
     let row = timed(
         transport,
+        conn,
         deadline,
         "reading the job",
         conn.query_one(&statement, &[&key]),
@@ -196,9 +198,11 @@ fn unexpected(e: tokio_postgres::Error) -> Error {
     }
 }
 
-/// `fut` bounded by the response timeout and, when given, `deadline`.
+/// `fut`, a statement on `conn`, bounded by the response timeout and, when given, `deadline`;
+/// a timeout retires `conn` ([`Pooled::by`]).
 async fn timed<T>(
     transport: &PgTransport,
+    conn: &Pooled,
     deadline: Option<Instant>,
     during: &'static str,
     fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
@@ -207,10 +211,7 @@ async fn timed<T>(
     if let Some(d) = deadline {
         limit = limit.min(d);
     }
-    match tokio::time::timeout_at(limit, fut).await {
-        Ok(result) => result.map_err(|e| crate::transport::pg::classify(e, during)),
-        Err(_) => Err(Error::Timeout { during }),
-    }
+    conn.by(limit, during, fut).await
 }
 
 /// Makes sure the table exists (once per client) and the client deletes expired rows.
@@ -499,6 +500,7 @@ impl JobStore for PgStore {
         let st = self.render(observed, writes, token, failure)?;
         let statement = timed(
             &self.transport,
+            &conn.conn,
             conn.deadline,
             context,
             conn.conn.prepare_cached(&st.sql),
@@ -511,6 +513,7 @@ impl JobStore for PgStore {
             .collect();
         let rows = timed(
             &self.transport,
+            &conn.conn,
             conn.deadline,
             context,
             conn.conn.query(&statement, &params),
@@ -565,6 +568,7 @@ impl JobStore for PgStore {
             };
             let statement = timed(
                 &transport,
+                &conn,
                 deadline,
                 "extending the lease",
                 conn.prepare_cached(EXTEND),
@@ -574,6 +578,7 @@ impl JobStore for PgStore {
             let attempt = held.attempt.to_string();
             let rows = timed(
                 &transport,
+                &conn,
                 deadline,
                 "extending the lease",
                 conn.query(
@@ -705,11 +710,12 @@ pub(crate) async fn reset_job(
     ensure_schema(transport).await?;
     let store = store_for(transport, &config);
     let conn = transport.pooled().await?;
-    transport
-        .timed(
-            "forgetting a job",
-            conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
-        )
-        .await?;
+    let limit = Instant::now() + transport.settings.response_timeout;
+    conn.by(
+        limit,
+        "forgetting a job",
+        conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
+    )
+    .await?;
     Ok(())
 }

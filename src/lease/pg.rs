@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use super::lock::{Grant, Stored};
 use super::Extension;
 use crate::error::Error;
-use crate::transport::pg::{classify, PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::pg::{PgTransport, Pooled, NOTIFY_CHANNEL};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";
@@ -147,18 +147,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// `fut` bounded by `limit`, its driver errors classified.
-async fn by<T>(
-    limit: Instant,
-    during: &'static str,
-    fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, Error> {
-    match tokio::time::timeout_at(limit, fut).await {
-        Ok(result) => result.map_err(|e| classify(e, during)),
-        Err(_) => Err(Error::Timeout { during }),
-    }
-}
-
 /// Creates the lock table if missing (once per client), and starts the client's cleanup.
 ///
 /// # Errors
@@ -218,7 +206,7 @@ pub(crate) async fn acquire(
 ) -> Result<Grant, Error> {
     const DURING: &str = "acquiring the lock";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
     let mut behind = ReleaseBehind {
         conn: Some(conn),
         key,
@@ -231,12 +219,13 @@ pub(crate) async fn acquire(
         return Err(Error::Timeout { during: DURING });
     };
     let sent = Instant::now();
-    let row = by(
-        limit,
-        DURING,
-        conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
-    )
-    .await;
+    let row = conn
+        .by(
+            limit,
+            DURING,
+            conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+        )
+        .await;
     let row = match row {
         Ok(row) => {
             behind.conn = None;
@@ -297,14 +286,21 @@ impl Drop for ReleaseBehind<'_> {
         let response = self.response;
         self.tracker.spawn_on(
             async move {
-                let released = tokio::time::timeout(response, async {
-                    let st = conn.prepare_cached(RELEASE).await?;
-                    conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
-                        .await
-                })
+                let limit = Instant::now() + response;
+                let released = async {
+                    let st = conn
+                        .by(limit, "releasing the lock", conn.prepare_cached(RELEASE))
+                        .await?;
+                    conn.by(
+                        limit,
+                        "releasing the lock",
+                        conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
+                    )
+                    .await
+                }
                 .await;
                 match released {
-                    Ok(Ok(rows)) => tracing::debug!(
+                    Ok(rows) => tracing::debug!(
                         key,
                         ours = !rows.is_empty(),
                         "an abandoned acquisition released on its own connection"
@@ -336,14 +332,15 @@ pub(crate) async fn release(
 ) -> Result<bool, Error> {
     const DURING: &str = "releasing the lock";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
     let payload = format!("{topic}\nreleased");
-    let rows = by(
-        limit,
-        DURING,
-        conn.query(&statement, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
-    )
-    .await?;
+    let rows = conn
+        .by(
+            limit,
+            DURING,
+            conn.query(&statement, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
+        )
+        .await?;
     match rows.first() {
         None => Ok(false),
         Some(row) => {
@@ -374,14 +371,15 @@ pub(crate) async fn extend(
 ) -> Result<Extension, Error> {
     const DURING: &str = "extending the lease";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(EXTEND)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(EXTEND)).await?;
     let sent = Instant::now();
-    let rows = by(
-        limit,
-        DURING,
-        conn.query(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
-    )
-    .await?;
+    let rows = conn
+        .by(
+            limit,
+            DURING,
+            conn.query(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+        )
+        .await?;
     if rows.is_empty() {
         // What was read is not reported on PostgreSQL: the row said no, nothing more.
         Ok(Extension::Refused {
@@ -403,8 +401,10 @@ pub(crate) async fn read(t: &PgTransport, key: &str) -> Result<Stored, Error> {
     const DURING: &str = "reading the lock";
     let limit = Instant::now() + t.settings.response_timeout;
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(READ)).await?;
-    let row = by(limit, DURING, conn.query_opt(&statement, &[&key])).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(READ)).await?;
+    let row = conn
+        .by(limit, DURING, conn.query_opt(&statement, &[&key]))
+        .await?;
     let Some(row) = row else {
         return Ok(Stored {
             value: None,
@@ -430,14 +430,21 @@ pub(crate) async fn read(t: &PgTransport, key: &str) -> Result<Stored, Error> {
 /// Connection and server errors.
 pub(crate) async fn notify(t: &PgTransport, topic: &str, message: &str) -> Result<(), Error> {
     const DURING: &str = "notifying";
-    let conn = t.pooled().await?;
+    let limit = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, limit, DURING).await?;
     let payload = format!("{topic}\n{message}");
     let statement = conn
-        .prepare_cached("SELECT pg_notify($1, $2)")
-        .await
-        .map_err(|e| classify(e, DURING))?;
-    conn.execute(&statement, &[&NOTIFY_CHANNEL, &payload])
-        .await
-        .map_err(|e| classify(e, DURING))?;
+        .by(
+            limit,
+            DURING,
+            conn.prepare_cached("SELECT pg_notify($1, $2)"),
+        )
+        .await?;
+    conn.by(
+        limit,
+        DURING,
+        conn.execute(&statement, &[&NOTIFY_CHANNEL, &payload]),
+    )
+    .await?;
     Ok(())
 }

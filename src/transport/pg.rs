@@ -28,8 +28,84 @@ use super::url::redact_url;
 use super::{ConnSettings, HubCmd, HubMsg, Subscription};
 use crate::error::{ConfigError, Error, ErrorKind};
 
-/// A pooled connection; derefs to a [`tokio_postgres::Client`].
-pub(crate) type Pooled = deadpool_postgres::Object;
+/// A connection borrowed from the pool; derefs to a [`tokio_postgres::Client`]. Dropping it
+/// gives it back, unless it was [retired](Pooled::retire).
+pub(crate) struct Pooled {
+    /// `Some` until `drop` (the only place that takes it).
+    conn: Option<deadpool_postgres::Object>,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+impl Pooled {
+    fn new(conn: deadpool_postgres::Object) -> Self {
+        Pooled {
+            conn: Some(conn),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Closes the connection when it is dropped instead of giving it back to the pool: a
+    /// statement may still be running on it (its reply was not awaited), and the next borrower
+    /// would queue behind it, or inherit its effects seconds later. Closing the socket is the
+    /// only safe way out: a cancel request names a backend, not a statement, and once the
+    /// connection were reused it could cancel the next borrower's statement instead.
+    /// The server ends the statement itself by `statement_timeout` (see [`PgTransport::new`]).
+    pub(crate) fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `fut`, a statement on this connection, bounded by `limit`, its driver errors classified.
+    /// A timeout or a lost connection retires the connection (see [`Pooled::retire`]).
+    pub(crate) async fn by<T>(
+        &self,
+        limit: tokio::time::Instant,
+        during: &'static str,
+        fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        let outcome = match tokio::time::timeout_at(limit, fut).await {
+            Ok(result) => result.map_err(|e| classify(e, during)),
+            Err(_) => Err(Error::Timeout { during }),
+        };
+        if matches!(&outcome, Err(e) if e.is_indeterminate()) {
+            self.retire();
+        }
+        outcome
+    }
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        // Invariant: `conn` is `Some` until `drop`, and nothing can borrow `self` after that.
+        self.conn
+            .as_ref()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        // Invariant: as in `deref`.
+        self.conn
+            .as_mut()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+            // Detached from the pool and dropped: deadpool aborts its driver task, so the
+            // socket closes now, even with a reply still due.
+            drop(deadpool_postgres::Object::take(conn));
+        }
+    }
+}
 
 /// A `LISTEN` notification: its channel and payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,7 +266,26 @@ impl PgTransport {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Every pooled connection bounds its statements on the server too, at the client's
+        // response timeout: a statement the client gave up on ends by itself (a grant or an
+        // extension cannot apply seconds later), and its connection is retired meanwhile
+        // (`Pooled::retire`). A plain `SET`, not a startup option, so that `SET LOCAL
+        // statement_timeout TO DEFAULT` gives a transaction the role's own setting back (the
+        // advisory `xact` runs the caller's statements).
+        let statement_timeout = format!(
+            "SET statement_timeout = '{}ms'",
+            settings.response_timeout.as_millis().max(1)
+        );
         let pool = Pool::builder(manager)
+            .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+                let set = statement_timeout.clone();
+                Box::pin(async move {
+                    client
+                        .batch_execute(&set)
+                        .await
+                        .map_err(deadpool_postgres::HookError::Backend)
+                })
+            }))
             .max_size(settings.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(settings.connect_timeout + settings.response_timeout))
@@ -289,29 +384,40 @@ impl PgTransport {
             return Ok(());
         }
         let mut conn = self.pooled().await?;
-        let tx = self
-            .timed("creating baton's tables", conn.transaction())
-            .await?;
-        let script = format!("SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}");
         // DDL may wait for other sessions' locks; bounded by the connect timeout, not the
-        // (shorter) response timeout.
-        match tokio::time::timeout(
-            self.settings
-                .connect_timeout
-                .max(self.settings.response_timeout)
-                * 5,
-            tx.batch_execute(&script),
-        )
-        .await
-        {
-            Ok(result) => result.map_err(|e| classify(e, "creating baton's tables"))?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    during: "creating baton's tables",
-                })
+        // (shorter) response timeout, on the server as on the client.
+        let bound = self
+            .settings
+            .connect_timeout
+            .max(self.settings.response_timeout)
+            * 5;
+        let script = format!(
+            "SET LOCAL statement_timeout = '{}ms'; \
+             SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}",
+            bound.as_millis()
+        );
+        let created = async {
+            let tx = self
+                .timed("creating baton's tables", conn.transaction())
+                .await?;
+            match tokio::time::timeout(bound, tx.batch_execute(&script)).await {
+                Ok(result) => result.map_err(|e| classify(e, "creating baton's tables"))?,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        during: "creating baton's tables",
+                    })
+                }
             }
+            self.timed("creating baton's tables", tx.commit()).await
         }
-        self.timed("creating baton's tables", tx.commit()).await?;
+        .await;
+        if let Err(e) = created {
+            // A reply not awaited: the transaction may still be open on the connection.
+            if e.is_indeterminate() {
+                conn.retire();
+            }
+            return Err(e);
+        }
         let first = crate::util::lock(&self.schemas).insert(name);
         if let (true, Some((statement, every))) = (first, maintenance) {
             let (pool, cancel) = (self.pool.clone(), self.cancel.clone());
@@ -352,8 +458,11 @@ impl PgTransport {
 
     /// A connection from the pool.
     pub(crate) async fn pooled(&self) -> Result<Pooled, Error> {
-        self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => classify(e, "connecting"),
+        self.pool.get().await.map(Pooled::new).map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e)
+            | deadpool_postgres::PoolError::PostCreateHook(
+                deadpool_postgres::HookError::Backend(e),
+            ) => classify(e, "connecting"),
             deadpool_postgres::PoolError::Timeout(_) => Error::Timeout {
                 during: "waiting for a PostgreSQL connection",
             },
