@@ -955,6 +955,18 @@ pub mod seam {
         ]
     }
 
+    /// How many notifications `client`'s `LISTEN` connection has received, on any channel
+    /// (0 on Redis, or before anything subscribed).
+    pub fn pg_notifications_received(client: &super::Client) -> u64 {
+        match client.backend() {
+            crate::transport::Backend::Redis(_) => 0,
+            #[cfg(feature = "postgres")]
+            crate::transport::Backend::Postgres(t) => t
+                .notices_received
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
     /// The lock acquisition statement of `baton_locks` (`$1` key, `$2` token, `$3` lock ms,
     /// `$4` fence retention ms), for tests that interleave it with the cleanup.
     #[cfg(feature = "postgres")]

@@ -638,3 +638,73 @@ async fn a_timed_out_acquisition_ends_on_the_server_and_its_connection_is_retire
         "the server did not cancel the statement by its timeout"
     );
 }
+
+/// A client waiting on one lock hears a bounded share of the notifications about other locks:
+/// they are spread over 64 channels and it listens only on its lock's. 256 other locks are
+/// taken and released (each release notifies) while it waits; then its own lock is released,
+/// which wakes it after everything notified before (notifications arrive in commit order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_a_bounded_share_of_other_locks_notifications() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let (holder, waiter) = (client_at(&url).await, client_at(&url).await);
+    let observer = sql(&url).await;
+    let ttl = Duration::from_secs(30);
+    let watched = holder
+        .locks()
+        .try_acquire("watched", ttl)
+        .await
+        .unwrap()
+        .expect("free");
+    let opts = AcquireOptions::builder()
+        .max_backoff(Duration::from_secs(20))
+        .wait(Duration::from_secs(25))
+        .build()
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        w.locks()
+            .acquire("watched", ttl, &opts)
+            .await
+            .expect("the waiter's acquisition")
+    });
+    // The waiter's hub listens once it subscribed (only the waiter has one).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listening: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if listening > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never listened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    const OTHERS: u64 = 256;
+    for i in 0..OTHERS {
+        let g = holder
+            .locks()
+            .try_acquire(&format!("other-{i}"), ttl)
+            .await
+            .unwrap()
+            .expect("free");
+        assert!(g.release().await.unwrap());
+    }
+    assert!(watched.release().await.unwrap());
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    let heard = baton::__seam::pg_notifications_received(&waiter);
+    assert!(got.release().await.unwrap());
+    // 1/64 of 256 is 4 on average; 8 times that is a generous bound for a fixed hash.
+    assert!(
+        (1..=32).contains(&heard),
+        "the waiter heard {heard} notifications for one lock among {OTHERS} others"
+    );
+}

@@ -36,7 +36,7 @@ use super::protocol::{
 };
 use super::store::{Extended, ExtensionFuture, Held, JobStore};
 use crate::error::Error;
-use crate::transport::pg::{PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::pg::{channel_of, PgTransport, Pooled};
 use crate::transport::{ConnSettings, ReplicaWait, Subscription};
 
 /// The table's name in messages and docs.
@@ -328,7 +328,8 @@ impl RowWriter<'_> {
                 }
                 Write::SetFailure => failure_text = Some(st.bind(failure.to_string())),
                 Write::Publish(m) => {
-                    notify = Some(st.bind(format!("{}\n{}", self.key, m.text())));
+                    let payload = st.bind(format!("{}\n{}", self.key, m.text()));
+                    notify = Some((st.bind(channel_of(self.key)), payload));
                 }
             }
         }
@@ -394,7 +395,7 @@ impl RowWriter<'_> {
             }
         };
         let tail = match notify {
-            Some(payload) => format!("SELECT pg_notify('{NOTIFY_CHANNEL}', {payload}) FROM u"),
+            Some((channel, payload)) => format!("SELECT pg_notify({channel}, {payload}) FROM u"),
             None => "SELECT 1 FROM u".into(),
         };
         st.sql = format!("WITH c AS (SELECT clock_timestamp() AS now), u AS ({written}) {tail}");

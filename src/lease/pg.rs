@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use super::lock::{Grant, Stored};
 use super::Extension;
 use crate::error::Error;
-use crate::transport::pg::{PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::pg::{channel_of, PgTransport, Pooled};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";
@@ -112,7 +112,7 @@ g AS (
 )
 SELECT (SELECT fence FROM g), (SELECT ms FROM h)";
 
-/// `$1` key, `$2` token, `$3` notification payload, `$4` the channel. A row only if the token was ours:
+/// `$1` key, `$2` token, `$3` notification payload, `$4` its channel ([`channel_of`]). A row only if the token was ours:
 /// whether its lease had not ended yet.
 const RELEASE: &str = "
 WITH r AS (
@@ -283,6 +283,7 @@ impl Drop for ReleaseBehind<'_> {
         };
         let (key, token) = (self.key.to_string(), self.token.to_string());
         let payload = format!("{}\nreleased", self.topic);
+        let channel = channel_of(self.topic);
         let response = self.response;
         self.tracker.spawn_on(
             async move {
@@ -294,7 +295,7 @@ impl Drop for ReleaseBehind<'_> {
                     conn.by(
                         limit,
                         "releasing the lock",
-                        conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
+                        conn.query(&st, &[&key, &token, &payload, &channel]),
                     )
                     .await
                 }
@@ -334,11 +335,12 @@ pub(crate) async fn release(
     let conn = connection(t, limit, DURING).await?;
     let statement = conn.by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
     let payload = format!("{topic}\nreleased");
+    let channel = channel_of(topic);
     let rows = conn
         .by(
             limit,
             DURING,
-            conn.query(&statement, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
+            conn.query(&statement, &[&key, &token, &payload, &channel]),
         )
         .await?;
     match rows.first() {
@@ -443,7 +445,7 @@ pub(crate) async fn notify(t: &PgTransport, topic: &str, message: &str) -> Resul
     conn.by(
         limit,
         DURING,
-        conn.execute(&statement, &[&NOTIFY_CHANNEL, &payload]),
+        conn.execute(&statement, &[&channel_of(topic), &payload]),
     )
     .await?;
     Ok(())

@@ -135,17 +135,39 @@ pub(crate) struct PgTransport {
     schemas: Mutex<std::collections::HashSet<&'static str>>,
     #[cfg(feature = "testing")]
     pub before_exec: Mutex<Option<super::ExecHook>>,
+    /// How many notifications the hub's connection received, on any channel (for tests that
+    /// count what a client hears).
+    #[cfg(feature = "testing")]
+    pub notices_received: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How every connection of a client makes TLS: rustls through tokio-postgres-rustls. With
 /// `sslmode=disable` (what `prefer` becomes, see [`parse_url`]) it is never used.
 pub(crate) type Tls = tokio_postgres_rustls::MakeRustlsConnect;
 
-/// The one notification channel of baton on PostgreSQL: every message is
-/// `pg_notify(NOTIFY_CHANNEL, topic || E'\n' || message)`, and the hub hands it to the
-/// subscribers of `topic` (a primitive's own name for what it announces, e.g. a job's key).
-/// A message never contains a newline; a topic may (it is split off at the last one).
-pub(crate) const NOTIFY_CHANNEL: &str = "baton";
+/// How many notification channels baton's messages are spread over (see [`channel_of`]).
+pub(crate) const NOTIFY_SHARDS: u64 = 64;
+
+/// The notification channel of `topic` (a primitive's own name for what it announces, e.g. a
+/// job's key): every message is `pg_notify(channel_of(topic), topic || E'\n' || message)`,
+/// and the hub hands it to the subscribers of `topic`. A message never contains a newline; a
+/// topic may (it is split off at the last one).
+///
+/// Topics are hashed onto [`NOTIFY_SHARDS`] channels `baton_0` … `baton_63`, and a client
+/// `LISTEN`s only on the shards its subscribers use, so it receives a bounded share of
+/// everyone else's messages instead of all of them. Not one channel per topic: every
+/// `NOTIFY` makes each listening backend scan its list of channels, which would then hold
+/// thousands of entries. The channel is computed here and passed to the statements as a
+/// parameter (Rust cannot compute PostgreSQL's `hashtext`), with FNV-1a: fixed by its
+/// definition, so clients of any version and build agree (std's hasher promises no such thing).
+pub(crate) fn channel_of(topic: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in topic.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("baton_{}", hash % NOTIFY_SHARDS)
+}
 
 impl Drop for PgTransport {
     fn drop(&mut self) {
@@ -312,11 +334,13 @@ impl PgTransport {
             schemas: Mutex::new(std::collections::HashSet::new()),
             #[cfg(feature = "testing")]
             before_exec: Mutex::new(None),
+            #[cfg(feature = "testing")]
+            notices_received: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         })
     }
 
-    /// Subscribes to `topic` on [`NOTIFY_CHANNEL`] and returns once the hub's connection is
-    /// listening: a message committed after this returns is delivered. When the hub's
+    /// Subscribes to `topic` (on its channel, [`channel_of`]) and returns once the hub's
+    /// connection is listening: a message committed after this returns is delivered. When the hub's
     /// connection is re-established, every subscriber gets [`HubMsg::Reconnected`] (messages
     /// may have been missed meanwhile: look again).
     ///
@@ -332,6 +356,8 @@ impl PgTransport {
                 self.settings.clone(),
                 rx,
                 self.cancel.clone(),
+                #[cfg(feature = "testing")]
+                self.notices_received.clone(),
             ));
             tx
         });
@@ -575,23 +601,29 @@ impl Dedicated {
 /// Subscribers by topic.
 type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
 
-/// The hub: one connection `LISTEN`ing on [`NOTIFY_CHANNEL`], handing each notification to the
-/// subscribers of its topic; reconnects with backoff, telling every subscriber. Ends when the
-/// client is cancelled or every [`PgTransport`] handle is gone.
+/// The channels the hub listens on: how many subscribed topics each one carries.
+type Shards = std::collections::HashMap<String, usize>;
+
+/// The hub: one connection `LISTEN`ing on the channels of its subscribers' topics (see
+/// [`channel_of`]), handing each notification to the subscribers of its topic; reconnects with
+/// backoff, telling every subscriber. Ends when the client is cancelled or every
+/// [`PgTransport`] handle is gone.
 async fn listen_task(
     config: tokio_postgres::Config,
     tls: Tls,
     settings: ConnSettings,
     mut cmds: mpsc::UnboundedReceiver<HubCmd>,
     cancel: CancellationToken,
+    #[cfg(feature = "testing")] received: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut waiters: Waiters = Waiters::new();
+    let mut shards: Shards = Shards::new();
     let mut backoff = crate::util::backoff::Backoff::new(settings.max_backoff);
     let mut connected_before = false;
     loop {
         let opened = tokio::select! {
             _ = cancel.cancelled() => return,
-            opened = listen(&config, &tls, &settings) => opened,
+            opened = listen(&config, &tls, &settings, shards.keys()) => opened,
         };
         let (client, mut notices, closed) = match opened {
             Ok(link) => link,
@@ -609,7 +641,7 @@ async fn listen_task(
                                 let _ = ack.send(Err(err.clone()));
                             }
                             Some(HubCmd::Unsubscribe { channel, id }) => {
-                                remove_waiter(&mut waiters, &channel, id)
+                                remove_waiter(&mut waiters, &mut shards, &channel, id);
                             }
                             None => return,
                         },
@@ -632,17 +664,37 @@ async fn listen_task(
                 _ = cancel.cancelled() => return,
                 _ = closed.cancelled() => break,
                 cmd = cmds.recv() => match cmd {
-                    Some(HubCmd::Subscribe { channel, id, tx, ack }) => {
-                        waiters.entry(channel).or_default().push((id, tx));
+                    Some(HubCmd::Subscribe { channel: topic, id, tx, ack }) => {
+                        let shard = channel_of(&topic);
+                        if !waiters.contains_key(&topic) && !shards.contains_key(&shard) {
+                            // The first topic of its shard: acknowledged once listening.
+                            if let Err(e) = command(&client, &settings, "LISTEN", &shard).await {
+                                let _ = ack.send(Err(e));
+                                break;
+                            }
+                        }
+                        if !waiters.contains_key(&topic) {
+                            *shards.entry(shard).or_default() += 1;
+                        }
+                        waiters.entry(topic).or_default().push((id, tx));
                         let _ = ack.send(Ok(()));
                     }
                     Some(HubCmd::Unsubscribe { channel, id }) => {
-                        remove_waiter(&mut waiters, &channel, id)
+                        if let Some(shard) = remove_waiter(&mut waiters, &mut shards, &channel, id) {
+                            // The shard's last topic left. A failure leaves the connection
+                            // listening for nothing it hands out, until it is re-established.
+                            if let Err(e) = command(&client, &settings, "UNLISTEN", &shard).await {
+                                tracing::debug!(error = %e, "PostgreSQL UNLISTEN failed");
+                                break;
+                            }
+                        }
                     }
                     None => return,
                 },
                 notice = notices.recv() => match notice {
                     Some(n) => {
+                        #[cfg(feature = "testing")]
+                        received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         // The last newline: a topic (a key) may hold newlines, a message never.
                         let Some((topic, message)) = n.payload.rsplit_once('\n') else {
                             continue;
@@ -659,21 +711,56 @@ async fn listen_task(
     }
 }
 
-fn remove_waiter(waiters: &mut Waiters, topic: &str, id: u64) {
-    if let Some(list) = waiters.get_mut(topic) {
-        list.retain(|(i, _)| *i != id);
-        if list.is_empty() {
-            waiters.remove(topic);
-        }
+/// Removes subscriber `id` of `topic`; the topic's shard when that was its last topic (no
+/// longer counted in `shards`: the caller `UNLISTEN`s).
+fn remove_waiter(
+    waiters: &mut Waiters,
+    shards: &mut Shards,
+    topic: &str,
+    id: u64,
+) -> Option<String> {
+    let list = waiters.get_mut(topic)?;
+    list.retain(|(i, _)| *i != id);
+    if !list.is_empty() {
+        return None;
+    }
+    waiters.remove(topic);
+    let shard = channel_of(topic);
+    let count = shards.get_mut(&shard)?;
+    *count = count.saturating_sub(1);
+    if *count > 0 {
+        return None;
+    }
+    shards.remove(&shard);
+    Some(shard)
+}
+
+/// `LISTEN` or `UNLISTEN` on `shard` (a name of [`channel_of`]'s, safe as an identifier), bounded
+/// by the response timeout.
+async fn command(
+    client: &tokio_postgres::Client,
+    settings: &ConnSettings,
+    verb: &'static str,
+    shard: &str,
+) -> Result<(), Error> {
+    match tokio::time::timeout(
+        settings.response_timeout,
+        client.batch_execute(&format!("{verb} {shard}")),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|e| classify(e, verb)),
+        Err(_) => Err(Error::Timeout { during: verb }),
     }
 }
 
-/// A connection listening on [`NOTIFY_CHANNEL`]: its client (dropping it closes the
-/// connection), its notifications, and a token cancelled when it ends.
+/// A connection listening on `shards`: its client (dropping it closes the connection), its
+/// notifications, and a token cancelled when it ends.
 async fn listen(
     config: &tokio_postgres::Config,
     tls: &Tls,
     settings: &ConnSettings,
+    shards: impl Iterator<Item = &String>,
 ) -> Result<
     (
         tokio_postgres::Client,
@@ -682,16 +769,19 @@ async fn listen(
     ),
     Error,
 > {
+    // Collected before the first await: the iterator borrows the hub's state.
+    let script: String = shards.map(|s| format!("LISTEN {s};")).collect();
     let link = connect_dedicated(config, tls).await?;
-    let listen = format!("LISTEN {NOTIFY_CHANNEL}");
-    match tokio::time::timeout(
-        settings.response_timeout,
-        link.client.batch_execute(&listen),
-    )
-    .await
-    {
-        Ok(result) => result.map_err(|e| classify(e, "LISTEN"))?,
-        Err(_) => return Err(Error::Timeout { during: "LISTEN" }),
+    if !script.is_empty() {
+        match tokio::time::timeout(
+            settings.response_timeout,
+            link.client.batch_execute(&script),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(|e| classify(e, "LISTEN"))?,
+            Err(_) => return Err(Error::Timeout { during: "LISTEN" }),
+        }
     }
     Ok((link.client, link.notices, link.closed))
 }
@@ -850,6 +940,23 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("tls_root_ca"), "{err}");
+    }
+
+    #[test]
+    fn channels_are_a_fixed_hash_of_the_topic_over_64_shards() {
+        // Pinned: clients of every version must compute the same channel for a topic.
+        assert_eq!(
+            channel_of(""),
+            format!("baton_{}", 0xcbf2_9ce4_8422_2325u64 % 64)
+        );
+        assert_eq!(
+            channel_of("a"),
+            format!("baton_{}", 0xaf63_dc4c_8601_ec8cu64 % 64)
+        );
+        let shards: std::collections::HashSet<String> = (0..4096)
+            .map(|i| channel_of(&format!("baton:lock:{{{i}}}")))
+            .collect();
+        assert_eq!(shards.len(), 64, "every shard is used, and no other");
     }
 
     #[test]
