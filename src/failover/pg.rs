@@ -217,7 +217,11 @@ async fn timed<T>(
 /// Makes sure the table exists (once per client) and the client deletes expired rows.
 pub(crate) async fn ensure_schema(transport: &PgTransport) -> Result<(), Error> {
     transport
-        .ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
+        .ensure_schema(
+            SCHEMA_NAME,
+            SCHEMA,
+            Some((CLEANUP, transport.cleanup_every(CLEANUP_EVERY))),
+        )
         .await
 }
 

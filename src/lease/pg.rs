@@ -152,8 +152,12 @@ fn ms(d: Duration) -> f64 {
 /// # Errors
 /// Connection and permission errors.
 pub(crate) async fn ensure_schema(t: &PgTransport) -> Result<(), Error> {
-    t.ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
-        .await
+    t.ensure_schema(
+        SCHEMA_NAME,
+        SCHEMA,
+        Some((CLEANUP, t.cleanup_every(CLEANUP_EVERY))),
+    )
+    .await
 }
 
 /// Makes sure the table exists (once per client) and a pooled connection, by `limit`.
@@ -223,7 +227,10 @@ pub(crate) async fn acquire(
         .by(
             limit,
             DURING,
-            conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+            conn.query_one(
+                &statement,
+                &[&key, &token, &ms(ttl), &ms(t.fence_retention(retention))],
+            ),
         )
         .await;
     let row = match row {
@@ -379,7 +386,10 @@ pub(crate) async fn extend(
         .by(
             limit,
             DURING,
-            conn.query(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
+            conn.query(
+                &statement,
+                &[&key, &token, &ms(ttl), &ms(t.fence_retention(retention))],
+            ),
         )
         .await?;
     if rows.is_empty() {

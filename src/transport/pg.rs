@@ -139,6 +139,27 @@ pub(crate) struct PgTransport {
     /// count what a client hears).
     #[cfg(feature = "testing")]
     pub notices_received: Arc<std::sync::atomic::AtomicU64>,
+    /// Overrides of the lock rows' fence retention and of the cleanups' interval, from
+    /// [`TEST_FENCE_RETENTION_ENV`] and [`TEST_CLEANUP_EVERY_ENV`] (feature `testing` only).
+    #[cfg(feature = "testing")]
+    test_maintenance: (Option<Duration>, Option<Duration>),
+}
+
+/// With feature `testing`, the fence retention of lock rows in ms, instead of max(24 h,
+/// 2 × ttl): lets a test or the chaos run make free lock rows old enough to be cleaned up.
+#[cfg(feature = "testing")]
+pub const TEST_FENCE_RETENTION_ENV: &str = "BATON_TEST_PG_FENCE_RETENTION_MS";
+
+/// With feature `testing`, how often (ms) a client runs the tables' cleanups, instead of every
+/// minute: lets the cleanup race live grants.
+#[cfg(feature = "testing")]
+pub const TEST_CLEANUP_EVERY_ENV: &str = "BATON_TEST_PG_CLEANUP_EVERY_MS";
+
+/// The duration in ms in environment variable `name`, if set and valid.
+#[cfg(feature = "testing")]
+fn env_ms(name: &str) -> Option<Duration> {
+    let ms: u64 = std::env::var(name).ok()?.trim().parse().ok()?;
+    Some(Duration::from_millis(ms.max(1)))
 }
 
 /// How every connection of a client makes TLS: rustls through tokio-postgres-rustls. With
@@ -336,7 +357,32 @@ impl PgTransport {
             before_exec: Mutex::new(None),
             #[cfg(feature = "testing")]
             notices_received: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            #[cfg(feature = "testing")]
+            test_maintenance: (
+                env_ms(TEST_FENCE_RETENTION_ENV),
+                env_ms(TEST_CLEANUP_EVERY_ENV),
+            ),
         })
+    }
+
+    /// The fence retention of a lock row: `wanted`, unless a test overrides it (see
+    /// [`TEST_FENCE_RETENTION_ENV`]).
+    pub(crate) fn fence_retention(&self, wanted: Duration) -> Duration {
+        #[cfg(feature = "testing")]
+        if let Some(r) = self.test_maintenance.0 {
+            return r;
+        }
+        wanted
+    }
+
+    /// How often the cleanups run: `wanted`, unless a test overrides it (see
+    /// [`TEST_CLEANUP_EVERY_ENV`]).
+    pub(crate) fn cleanup_every(&self, wanted: Duration) -> Duration {
+        #[cfg(feature = "testing")]
+        if let Some(every) = self.test_maintenance.1 {
+            return every;
+        }
+        wanted
     }
 
     /// Subscribes to `topic` (on its channel, [`channel_of`]) and returns once the hub's
