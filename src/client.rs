@@ -965,6 +965,49 @@ pub mod seam {
             ),
         ]
     }
+
+    /// How many notifications `client`'s `LISTEN` connection has received, on any channel
+    /// (0 on Redis, or before anything subscribed).
+    pub fn pg_notifications_received(client: &super::Client) -> u64 {
+        match client.backend() {
+            crate::transport::Backend::Redis(_) => 0,
+            #[cfg(feature = "postgres")]
+            crate::transport::Backend::Postgres(t) => t
+                .notices_received
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// The lock acquisition statement of `baton_locks` (`$1` key, `$2` token, `$3` lock ms,
+    /// `$4` fence retention ms), for tests that interleave it with the cleanup.
+    #[cfg(feature = "postgres")]
+    pub fn pg_lock_acquire() -> &'static str {
+        crate::lease::pg::ACQUIRE
+    }
+
+    /// A backup's grant of `attempt` (fencing token `fence`, lease `token`) to job row `key`
+    /// observed at `version` (`None`: no row), as the statement and parameters a worker sends;
+    /// for tests that interleave it with the cleanup.
+    ///
+    /// # Errors
+    /// A fence that does not fit a `bigint`.
+    #[cfg(feature = "postgres")]
+    #[allow(clippy::type_complexity)]
+    pub fn pg_job_grant(
+        key: &str,
+        version: Option<i64>,
+        attempt: u64,
+        fence: u64,
+        token: &str,
+    ) -> Result<
+        (
+            String,
+            Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
+        ),
+        crate::Error,
+    > {
+        crate::failover::pg::grant_statement(key, version, attempt, fence, token)
+    }
 }
 
 #[cfg(test)]

@@ -408,3 +408,120 @@ async fn the_cleanups_delete_only_expired_jobs_and_free_locks_past_their_retenti
         ["fence-kept", "held", "held-kept"]
     );
 }
+
+/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
+/// until `finished` says its statement ended without waiting; panics at the deadline.
+async fn wait_until_blocked(
+    observer: &tokio_postgres::Client,
+    pid: i32,
+    finished: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = observer
+            .query_one(
+                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
+                 WHERE pid = $1), false)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return true;
+        }
+        if finished() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "session {pid} never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn session(url: &str) -> tokio_postgres::Client {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    c
+}
+
+/// Runs a worker's grant statement (see `baton::__seam::pg_job_grant`) on `db`; whether it
+/// wrote.
+async fn grant(
+    db: &tokio_postgres::Client,
+    key: &str,
+    version: Option<i64>,
+    fence: u64,
+    token: &str,
+) -> bool {
+    let (sql, params) = baton::__seam::pg_job_grant(key, version, 1, fence, token).unwrap();
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    !db.query(&sql, &params).await.expect("a grant").is_empty()
+}
+
+/// The cleanup races a grant: session A grants an attempt on an expired job row (which reads
+/// as absent) in a transaction left open; session B's cleanup picked that row from its snapshot
+/// and waits for A's row lock; A commits. The cleanup must then see the row's new expiry and
+/// keep it: a deleted row would let the next worker find no job and grant attempt 1 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_never_deletes_a_job_granted_while_it_waited() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let (observer, a, b) = (
+        session(&url).await,
+        session(&url).await,
+        session(&url).await,
+    );
+    let [jobs, _] = baton::__seam::pg_schema_and_cleanup();
+    observer.batch_execute(jobs.1).await.expect("the schema");
+    observer
+        .batch_execute(
+            "INSERT INTO baton_jobs (key, state, fence, expires_at, version) \
+             VALUES ('baton:{race}', 'DONE', 3, now() - interval '1 s', 7)",
+        )
+        .await
+        .unwrap();
+
+    a.batch_execute("BEGIN").await.unwrap();
+    assert!(
+        grant(&a, "baton:{race}", Some(7), 4, "token-a").await,
+        "A should be granted attempt 1 of the expired job"
+    );
+    let b_pid: i32 = b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let cleanup = tokio::spawn(async move { b.execute(jobs.2, &[]).await });
+    let blocked = wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
+    assert!(blocked, "the cleanup should wait for A's row lock");
+    a.batch_execute("COMMIT").await.unwrap();
+    let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)
+        .await
+        .expect("the cleanup finishes once A committed")
+        .unwrap()
+        .expect("the cleanup");
+
+    let holder: Option<String> = observer
+        .query_opt(
+            "SELECT lease_token FROM baton_jobs WHERE key = 'baton:{race}'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .and_then(|r| r.get(0));
+    assert_eq!(
+        (deleted, holder.as_deref()),
+        (0, Some("token-a")),
+        "the cleanup deleted the job row granted to A"
+    );
+    // A worker that now finds no row would insert attempt 1 again: a second holder.
+    assert!(
+        !grant(&observer, "baton:{race}", None, 5, "token-b").await,
+        "attempt 1 was granted twice"
+    );
+}

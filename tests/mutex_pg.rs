@@ -467,3 +467,264 @@ async fn extend_moves_the_lease_on_the_server_and_the_deadline() {
     assert!(!g.lost_token().is_cancelled());
     assert!(g.release().await.unwrap());
 }
+
+/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
+/// until `finished` says its statement ended without waiting; panics at the deadline.
+async fn wait_until_blocked(
+    observer: &tokio_postgres::Client,
+    pid: i32,
+    finished: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = observer
+            .query_one(
+                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
+                 WHERE pid = $1), false)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return true;
+        }
+        if finished() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "session {pid} never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The cleanup races a grant: session A acquires a free lock whose fence retention has passed,
+/// in a transaction left open; session B's cleanup picked that row from its snapshot and waits
+/// for A's row lock; A commits. The cleanup must then see that the row is held and keep it: a
+/// deleted row would let the next acquisition insert a second holder of the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_never_deletes_a_lock_granted_while_it_waited() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let (observer, a, b) = (sql(&url).await, sql(&url).await, sql(&url).await);
+    let [_, locks] = baton::__seam::pg_schema_and_cleanup();
+    observer.batch_execute(locks.1).await.expect("the schema");
+    observer
+        .batch_execute(
+            "INSERT INTO baton_locks VALUES ('race', NULL, NULL, 5, now() - interval '1 s')",
+        )
+        .await
+        .unwrap();
+    let acquire = baton::__seam::pg_lock_acquire();
+    let (ttl_ms, retention_ms) = (60_000.0f64, 3_600_000.0f64);
+
+    a.batch_execute("BEGIN").await.unwrap();
+    let granted: Option<i64> = a
+        .query_one(acquire, &[&"race", &"token-a", &ttl_ms, &retention_ms])
+        .await
+        .expect("A's acquisition")
+        .get(0);
+    assert!(granted.is_some(), "A should be granted the free lock");
+
+    let b_pid: i32 = b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let cleanup = tokio::spawn(async move { b.execute(locks.2, &[]).await });
+    let blocked = wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
+    assert!(blocked, "the cleanup should wait for A's row lock");
+    a.batch_execute("COMMIT").await.unwrap();
+    let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)
+        .await
+        .expect("the cleanup finishes once A committed")
+        .unwrap()
+        .expect("the cleanup");
+
+    let token: Option<String> = observer
+        .query_opt("SELECT token FROM baton_locks WHERE key = 'race'", &[])
+        .await
+        .unwrap()
+        .and_then(|r| r.get(0));
+    assert_eq!(
+        (deleted, token.as_deref()),
+        (0, Some("token-a")),
+        "the cleanup deleted the row granted to A"
+    );
+    let second: Option<i64> = observer
+        .query_one(acquire, &[&"race", &"token-b", &ttl_ms, &retention_ms])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(second, None, "a second holder was granted the lock");
+}
+
+/// The backends of `baton` connections waiting for a lock.
+async fn baton_backends_waiting(observer: &tokio_postgres::Client) -> Vec<i32> {
+    observer
+        .query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE application_name = 'baton' AND wait_event_type = 'Lock' ORDER BY pid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// An acquisition that times out on the client must not keep running on the server: another
+/// session holds the lock row, the client gives up at its response timeout, and then the
+/// server ends the statement (`statement_timeout`) and the client closes that connection
+/// rather than lending it out with the statement queued on it: its backend goes away while
+/// the row is still locked. The outcome is reported as unknown (a timeout, which may have
+/// taken the lock), never as "held by someone else", and the client keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_acquisition_ends_on_the_server_and_its_connection_is_retired() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let client = Client::builder(url.clone())
+        .response_timeout(Duration::from_millis(500))
+        .pool_size(1)
+        .connect()
+        .await
+        .expect("connect");
+    let ttl = Duration::from_secs(30);
+    let first = client.locks().try_acquire("stuck", ttl).await.unwrap();
+    first.expect("a free lock").release().await.unwrap();
+
+    let (observer, blocker) = (sql(&url).await, sql(&url).await);
+    blocker.batch_execute("BEGIN").await.unwrap();
+    blocker
+        .query_one(
+            "SELECT 1 FROM baton_locks WHERE key = $1 FOR UPDATE",
+            &[&row("stuck")],
+        )
+        .await
+        .unwrap();
+
+    let locks = client.locks();
+    let attempt = tokio::spawn(async move { locks.try_acquire("stuck", ttl).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stuck = loop {
+        if let Some(pid) = baton_backends_waiting(&observer).await.first() {
+            break *pid;
+        }
+        assert!(Instant::now() < deadline, "the acquisition never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let outcome = attempt.await.unwrap();
+    match &outcome {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Timeout, "{e}"),
+        Ok(found) => panic!(
+            "a timed-out acquisition was reported as {}",
+            if found.is_some() { "granted" } else { "held" }
+        ),
+    }
+
+    // The row is still locked: only the server's timeout and a closed socket end that backend.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive: bool = observer
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                &[&stuck],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if !alive {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "backend {stuck} still runs the timed-out acquisition (or waits in the pool)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        client
+            .locks()
+            .try_acquire("unrelated", ttl)
+            .await
+            .expect("the next operation runs on a healthy connection")
+            .is_some(),
+        "an unrelated lock is free"
+    );
+    blocker.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        pg.log()
+            .contains("canceling statement due to statement timeout"),
+        "the server did not cancel the statement by its timeout"
+    );
+}
+
+/// A client waiting on one lock hears a bounded share of the notifications about other locks:
+/// they are spread over 64 channels and it listens only on its lock's. 256 other locks are
+/// taken and released (each release notifies) while it waits; then its own lock is released,
+/// which wakes it after everything notified before (notifications arrive in commit order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_a_bounded_share_of_other_locks_notifications() {
+    let pg = PgServer::start().expect("start PostgreSQL");
+    let url = pg.url();
+    let (holder, waiter) = (client_at(&url).await, client_at(&url).await);
+    let observer = sql(&url).await;
+    let ttl = Duration::from_secs(30);
+    let watched = holder
+        .locks()
+        .try_acquire("watched", ttl)
+        .await
+        .unwrap()
+        .expect("free");
+    let opts = AcquireOptions::builder()
+        .max_backoff(Duration::from_secs(20))
+        .wait(Duration::from_secs(25))
+        .build()
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        w.locks()
+            .acquire("watched", ttl, &opts)
+            .await
+            .expect("the waiter's acquisition")
+    });
+    // The waiter's hub listens once it subscribed (only the waiter has one).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listening: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if listening > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never listened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    const OTHERS: u64 = 256;
+    for i in 0..OTHERS {
+        let g = holder
+            .locks()
+            .try_acquire(&format!("other-{i}"), ttl)
+            .await
+            .unwrap()
+            .expect("free");
+        assert!(g.release().await.unwrap());
+    }
+    assert!(watched.release().await.unwrap());
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    let heard = baton::__seam::pg_notifications_received(&waiter);
+    assert!(got.release().await.unwrap());
+    // 1/64 of 256 is 4 on average; 8 times that is a generous bound for a fixed hash.
+    assert!(
+        (1..=32).contains(&heard),
+        "the waiter heard {heard} notifications for one lock among {OTHERS} others"
+    );
+}

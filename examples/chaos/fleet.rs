@@ -89,6 +89,7 @@ impl Fleet {
             .args(args.to_args())
             .env(URL_ENV, self.url.replace("{port}", &proxy_port.to_string()))
             .env("RUST_BACKTRACE", "1")
+            .envs(pg_maintenance(&self.url))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -209,4 +210,19 @@ impl Fleet {
     pub fn all_exited(&self) -> bool {
         self.slots.iter().all(|s| !lock(s).running)
     }
+}
+
+/// On PostgreSQL, a fence retention of 2 s and a cleanup every 200 ms (testing overrides of
+/// max(24 h, 2 × ttl) and 60 s), so the cleanups delete free lock rows and race live grants
+/// during the run.
+fn pg_maintenance(url: &str) -> Vec<(&'static str, &'static str)> {
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres") {
+        return vec![
+            (baton::testing::TEST_FENCE_RETENTION_ENV, "2000"),
+            (baton::testing::TEST_CLEANUP_EVERY_ENV, "200"),
+        ];
+    }
+    let _ = url;
+    Vec::new()
 }

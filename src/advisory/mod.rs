@@ -251,7 +251,7 @@ impl Drop for PoolLease {
         if let Some(conn) = self.conn.take() {
             if !self.clean {
                 // Detached from the pool and dropped: the socket closes.
-                drop(deadpool_postgres::Object::take(conn));
+                conn.retire();
             }
         }
     }
@@ -509,6 +509,13 @@ impl AdvisoryLocks {
         let tx = t
             .timed("beginning a transaction", lease.client()?.transaction())
             .await?;
+        // The pool's connections bound baton's own statements at the response timeout; the
+        // wait and the caller's work get the role's own setting back.
+        t.timed(
+            "beginning a transaction",
+            tx.batch_execute("SET LOCAL statement_timeout TO DEFAULT"),
+        )
+        .await?;
         let client = tx.client();
         if try_only {
             let rows = t

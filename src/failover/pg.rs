@@ -36,7 +36,7 @@ use super::protocol::{
 };
 use super::store::{Extended, ExtensionFuture, Held, JobStore};
 use crate::error::Error;
-use crate::transport::pg::{PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::pg::{channel_of, PgTransport, Pooled};
 use crate::transport::{ConnSettings, ReplicaWait, Subscription};
 
 /// The table's name in messages and docs.
@@ -63,10 +63,16 @@ CREATE INDEX IF NOT EXISTS baton_jobs_expires_at ON baton_jobs (expires_at);
 ";
 
 /// Deletes rows past their expiry (they read as absent already), a bounded batch at a time.
+///
+/// The expiry is checked again in the outer `WHERE`: a `DELETE` that waited for a transition
+/// in flight re-evaluates only its own `WHERE` on the row's new version (READ COMMITTED's
+/// EvalPlanQual), not the subquery, so without it a grant that refreshed `expires_at` meanwhile
+/// would be deleted and the attempt granted again.
 pub(crate) const CLEANUP: &str = "
 DELETE FROM baton_jobs WHERE key IN (
     SELECT key FROM baton_jobs WHERE expires_at < clock_timestamp() LIMIT 1000
-)";
+)
+  AND expires_at < clock_timestamp()";
 
 /// How often a client deletes expired rows.
 pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
@@ -125,6 +131,7 @@ pub(crate) async fn observe_row(
     // Prepared once per pooled connection (its statement cache), then one round trip.
     let statement = timed(
         transport,
+        conn,
         deadline,
         "reading the job",
         conn.prepare_cached(OBSERVE),
@@ -132,6 +139,7 @@ pub(crate) async fn observe_row(
     .await?;
     let row = timed(
         transport,
+        conn,
         deadline,
         "reading the job",
         conn.query_one(&statement, &[&key]),
@@ -190,9 +198,11 @@ fn unexpected(e: tokio_postgres::Error) -> Error {
     }
 }
 
-/// `fut` bounded by the response timeout and, when given, `deadline`.
+/// `fut`, a statement on `conn`, bounded by the response timeout and, when given, `deadline`;
+/// a timeout retires `conn` ([`Pooled::by`]).
 async fn timed<T>(
     transport: &PgTransport,
+    conn: &Pooled,
     deadline: Option<Instant>,
     during: &'static str,
     fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
@@ -201,16 +211,17 @@ async fn timed<T>(
     if let Some(d) = deadline {
         limit = limit.min(d);
     }
-    match tokio::time::timeout_at(limit, fut).await {
-        Ok(result) => result.map_err(|e| crate::transport::pg::classify(e, during)),
-        Err(_) => Err(Error::Timeout { during }),
-    }
+    conn.by(limit, during, fut).await
 }
 
 /// Makes sure the table exists (once per client) and the client deletes expired rows.
 pub(crate) async fn ensure_schema(transport: &PgTransport) -> Result<(), Error> {
     transport
-        .ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
+        .ensure_schema(
+            SCHEMA_NAME,
+            SCHEMA,
+            Some((CLEANUP, transport.cleanup_every(CLEANUP_EVERY))),
+        )
         .await
 }
 
@@ -247,6 +258,33 @@ impl Statement {
 }
 
 impl PgStore {
+    /// The statement for `writes` given what was observed (see [`RowWriter::render`]).
+    fn render(
+        &self,
+        observed: (Option<i64>, bool),
+        writes: &[Write],
+        token: &str,
+        failure: &str,
+    ) -> Result<Statement, Error> {
+        RowWriter {
+            key: &self.key,
+            name: &self.name,
+            lock_timeout: self.lock_timeout,
+            retention: self.retention,
+        }
+        .render(observed, writes, token, failure)
+    }
+}
+
+/// What a job row's writes are made of: its key, the worker's name and the job's durations.
+struct RowWriter<'a> {
+    key: &'a str,
+    name: &'a str,
+    lock_timeout: Duration,
+    retention: Duration,
+}
+
+impl RowWriter<'_> {
     /// The statement for `writes` given what was observed (see the module docs).
     fn render(
         &self,
@@ -259,7 +297,7 @@ impl PgStore {
             sql: String::new(),
             params: Vec::new(),
         };
-        let key = st.bind(self.key.clone());
+        let key = st.bind(self.key.to_string());
         let retention = format!(
             "c.now + {}::float8 * interval '1 millisecond'",
             st.bind(self.retention.as_secs_f64() * 1000.0)
@@ -294,7 +332,8 @@ impl PgStore {
                 }
                 Write::SetFailure => failure_text = Some(st.bind(failure.to_string())),
                 Write::Publish(m) => {
-                    notify = Some(st.bind(format!("{}\n{}", self.key, m.text())));
+                    let payload = st.bind(format!("{}\n{}", self.key, m.text()));
+                    notify = Some((st.bind(channel_of(self.key)), payload));
                 }
             }
         }
@@ -360,12 +399,38 @@ impl PgStore {
             }
         };
         let tail = match notify {
-            Some(payload) => format!("SELECT pg_notify('{NOTIFY_CHANNEL}', {payload}) FROM u"),
+            Some((channel, payload)) => format!("SELECT pg_notify({channel}, {payload}) FROM u"),
             None => "SELECT 1 FROM u".into(),
         };
         st.sql = format!("WITH c AS (SELECT clock_timestamp() AS now), u AS ({written}) {tail}");
         Ok(st)
     }
+}
+
+/// The statement and parameters of a backup's grant of `attempt` with fencing token `fence` to
+/// job row `key` observed at `version` (`None`: no row), as a worker would send it; for tests
+/// that interleave it with [`CLEANUP`] (feature `testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn grant_statement(
+    key: &str,
+    version: Option<i64>,
+    attempt: u64,
+    fence: u64,
+    token: &str,
+) -> Result<(String, Vec<Box<dyn ToSql + Sync + Send>>), Error> {
+    let st = RowWriter {
+        key,
+        name: "test",
+        lock_timeout: Duration::from_secs(10),
+        retention: Duration::from_secs(3600),
+    }
+    .render(
+        (version, false),
+        &super::protocol::grant_writes(attempt, fence),
+        token,
+        "",
+    )?;
+    Ok((st.sql, st.params))
 }
 
 impl JobStore for PgStore {
@@ -440,6 +505,7 @@ impl JobStore for PgStore {
         let st = self.render(observed, writes, token, failure)?;
         let statement = timed(
             &self.transport,
+            &conn.conn,
             conn.deadline,
             context,
             conn.conn.prepare_cached(&st.sql),
@@ -452,6 +518,7 @@ impl JobStore for PgStore {
             .collect();
         let rows = timed(
             &self.transport,
+            &conn.conn,
             conn.deadline,
             context,
             conn.conn.query(&statement, &params),
@@ -506,6 +573,7 @@ impl JobStore for PgStore {
             };
             let statement = timed(
                 &transport,
+                &conn,
                 deadline,
                 "extending the lease",
                 conn.prepare_cached(EXTEND),
@@ -515,6 +583,7 @@ impl JobStore for PgStore {
             let attempt = held.attempt.to_string();
             let rows = timed(
                 &transport,
+                &conn,
                 deadline,
                 "extending the lease",
                 conn.query(
@@ -646,11 +715,12 @@ pub(crate) async fn reset_job(
     ensure_schema(transport).await?;
     let store = store_for(transport, &config);
     let conn = transport.pooled().await?;
-    transport
-        .timed(
-            "forgetting a job",
-            conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
-        )
-        .await?;
+    let limit = Instant::now() + transport.settings.response_timeout;
+    conn.by(
+        limit,
+        "forgetting a job",
+        conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
+    )
+    .await?;
     Ok(())
 }

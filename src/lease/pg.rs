@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use super::lock::{Grant, Stored};
 use super::Extension;
 use crate::error::Error;
-use crate::transport::pg::{classify, PgTransport, Pooled, NOTIFY_CHANNEL};
+use crate::transport::pg::{channel_of, PgTransport, Pooled};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";
@@ -59,13 +59,23 @@ CREATE INDEX IF NOT EXISTS baton_locks_fence_expires_at ON baton_locks (fence_ex
 
 /// Deletes rows whose fence retention has passed and whose lock is free, a bounded batch at a
 /// time.
+///
+/// The conditions are stated twice on purpose. The subquery picks a batch from its snapshot;
+/// the outer `WHERE` is what protects a grant. When a picked row is locked by an acquisition in
+/// flight, the `DELETE` waits for it and then, under READ COMMITTED, re-evaluates only its own
+/// `WHERE` against the row's new version (EvalPlanQual): the subquery's result is not
+/// recomputed. Without the outer conditions, a row granted meanwhile (token set, retention
+/// refreshed) would still match `key IN (…)` and be deleted, and the next acquisition would
+/// insert a second holder.
 pub(crate) const CLEANUP: &str = "
 DELETE FROM baton_locks WHERE key IN (
     SELECT key FROM baton_locks
     WHERE fence_expires_at < clock_timestamp()
       AND (token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())
     LIMIT 1000
-)";
+)
+  AND fence_expires_at < clock_timestamp()
+  AND (token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())";
 
 /// How often a client runs [`CLEANUP`].
 pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
@@ -77,7 +87,7 @@ pub(crate) const CLEANUP_EVERY: Duration = Duration::from_secs(60);
 /// attempting the `INSERT` (a read takes no row lock and no transaction id, so contention is
 /// cheap). Only a lock free in the snapshot is attempted, and the `ON CONFLICT … WHERE` re-checks
 /// it on the row's latest version under the row lock: exclusion rests on that, not on `h`.
-const ACQUIRE: &str = "
+pub(crate) const ACQUIRE: &str = "
 WITH c AS (SELECT clock_timestamp() AS now),
 h AS (
     SELECT ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint AS ms
@@ -102,7 +112,7 @@ g AS (
 )
 SELECT (SELECT fence FROM g), (SELECT ms FROM h)";
 
-/// `$1` key, `$2` token, `$3` notification payload, `$4` the channel. A row only if the token was ours:
+/// `$1` key, `$2` token, `$3` notification payload, `$4` its channel ([`channel_of`]). A row only if the token was ours:
 /// whether its lease had not ended yet.
 const RELEASE: &str = "
 WITH r AS (
@@ -137,25 +147,17 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// `fut` bounded by `limit`, its driver errors classified.
-async fn by<T>(
-    limit: Instant,
-    during: &'static str,
-    fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, Error> {
-    match tokio::time::timeout_at(limit, fut).await {
-        Ok(result) => result.map_err(|e| classify(e, during)),
-        Err(_) => Err(Error::Timeout { during }),
-    }
-}
-
 /// Creates the lock table if missing (once per client), and starts the client's cleanup.
 ///
 /// # Errors
 /// Connection and permission errors.
 pub(crate) async fn ensure_schema(t: &PgTransport) -> Result<(), Error> {
-    t.ensure_schema(SCHEMA_NAME, SCHEMA, Some((CLEANUP, CLEANUP_EVERY)))
-        .await
+    t.ensure_schema(
+        SCHEMA_NAME,
+        SCHEMA,
+        Some((CLEANUP, t.cleanup_every(CLEANUP_EVERY))),
+    )
+    .await
 }
 
 /// Makes sure the table exists (once per client) and a pooled connection, by `limit`.
@@ -208,7 +210,7 @@ pub(crate) async fn acquire(
 ) -> Result<Grant, Error> {
     const DURING: &str = "acquiring the lock";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(ACQUIRE)).await?;
     let mut behind = ReleaseBehind {
         conn: Some(conn),
         key,
@@ -221,12 +223,16 @@ pub(crate) async fn acquire(
         return Err(Error::Timeout { during: DURING });
     };
     let sent = Instant::now();
-    let row = by(
-        limit,
-        DURING,
-        conn.query_one(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
-    )
-    .await;
+    let row = conn
+        .by(
+            limit,
+            DURING,
+            conn.query_one(
+                &statement,
+                &[&key, &token, &ms(ttl), &ms(t.fence_retention(retention))],
+            ),
+        )
+        .await;
     let row = match row {
         Ok(row) => {
             behind.conn = None;
@@ -284,17 +290,25 @@ impl Drop for ReleaseBehind<'_> {
         };
         let (key, token) = (self.key.to_string(), self.token.to_string());
         let payload = format!("{}\nreleased", self.topic);
+        let channel = channel_of(self.topic);
         let response = self.response;
         self.tracker.spawn_on(
             async move {
-                let released = tokio::time::timeout(response, async {
-                    let st = conn.prepare_cached(RELEASE).await?;
-                    conn.query(&st, &[&key, &token, &payload, &NOTIFY_CHANNEL])
-                        .await
-                })
+                let limit = Instant::now() + response;
+                let released = async {
+                    let st = conn
+                        .by(limit, "releasing the lock", conn.prepare_cached(RELEASE))
+                        .await?;
+                    conn.by(
+                        limit,
+                        "releasing the lock",
+                        conn.query(&st, &[&key, &token, &payload, &channel]),
+                    )
+                    .await
+                }
                 .await;
                 match released {
-                    Ok(Ok(rows)) => tracing::debug!(
+                    Ok(rows) => tracing::debug!(
                         key,
                         ours = !rows.is_empty(),
                         "an abandoned acquisition released on its own connection"
@@ -326,14 +340,16 @@ pub(crate) async fn release(
 ) -> Result<bool, Error> {
     const DURING: &str = "releasing the lock";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(RELEASE)).await?;
     let payload = format!("{topic}\nreleased");
-    let rows = by(
-        limit,
-        DURING,
-        conn.query(&statement, &[&key, &token, &payload, &NOTIFY_CHANNEL]),
-    )
-    .await?;
+    let channel = channel_of(topic);
+    let rows = conn
+        .by(
+            limit,
+            DURING,
+            conn.query(&statement, &[&key, &token, &payload, &channel]),
+        )
+        .await?;
     match rows.first() {
         None => Ok(false),
         Some(row) => {
@@ -364,14 +380,18 @@ pub(crate) async fn extend(
 ) -> Result<Extension, Error> {
     const DURING: &str = "extending the lease";
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(EXTEND)).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(EXTEND)).await?;
     let sent = Instant::now();
-    let rows = by(
-        limit,
-        DURING,
-        conn.query(&statement, &[&key, &token, &ms(ttl), &ms(retention)]),
-    )
-    .await?;
+    let rows = conn
+        .by(
+            limit,
+            DURING,
+            conn.query(
+                &statement,
+                &[&key, &token, &ms(ttl), &ms(t.fence_retention(retention))],
+            ),
+        )
+        .await?;
     if rows.is_empty() {
         // What was read is not reported on PostgreSQL: the row said no, nothing more.
         Ok(Extension::Refused {
@@ -393,8 +413,10 @@ pub(crate) async fn read(t: &PgTransport, key: &str) -> Result<Stored, Error> {
     const DURING: &str = "reading the lock";
     let limit = Instant::now() + t.settings.response_timeout;
     let conn = connection(t, limit, DURING).await?;
-    let statement = by(limit, DURING, conn.prepare_cached(READ)).await?;
-    let row = by(limit, DURING, conn.query_opt(&statement, &[&key])).await?;
+    let statement = conn.by(limit, DURING, conn.prepare_cached(READ)).await?;
+    let row = conn
+        .by(limit, DURING, conn.query_opt(&statement, &[&key]))
+        .await?;
     let Some(row) = row else {
         return Ok(Stored {
             value: None,
@@ -420,14 +442,21 @@ pub(crate) async fn read(t: &PgTransport, key: &str) -> Result<Stored, Error> {
 /// Connection and server errors.
 pub(crate) async fn notify(t: &PgTransport, topic: &str, message: &str) -> Result<(), Error> {
     const DURING: &str = "notifying";
-    let conn = t.pooled().await?;
+    let limit = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, limit, DURING).await?;
     let payload = format!("{topic}\n{message}");
     let statement = conn
-        .prepare_cached("SELECT pg_notify($1, $2)")
-        .await
-        .map_err(|e| classify(e, DURING))?;
-    conn.execute(&statement, &[&NOTIFY_CHANNEL, &payload])
-        .await
-        .map_err(|e| classify(e, DURING))?;
+        .by(
+            limit,
+            DURING,
+            conn.prepare_cached("SELECT pg_notify($1, $2)"),
+        )
+        .await?;
+    conn.by(
+        limit,
+        DURING,
+        conn.execute(&statement, &[&channel_of(topic), &payload]),
+    )
+    .await?;
     Ok(())
 }

@@ -76,6 +76,8 @@ pub mod sentinel;
 mod sentinel_resolve_tests;
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub mod cluster;
+#[cfg(feature = "postgres")]
+pub use crate::transport::pg::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 
 /// Environment variable that overrides which `redis-server` binary is run.

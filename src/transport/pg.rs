@@ -28,8 +28,84 @@ use super::url::redact_url;
 use super::{ConnSettings, HubCmd, HubMsg, Subscription};
 use crate::error::{ConfigError, Error, ErrorKind};
 
-/// A pooled connection; derefs to a [`tokio_postgres::Client`].
-pub(crate) type Pooled = deadpool_postgres::Object;
+/// A connection borrowed from the pool; derefs to a [`tokio_postgres::Client`]. Dropping it
+/// gives it back, unless it was [retired](Pooled::retire).
+pub(crate) struct Pooled {
+    /// `Some` until `drop` (the only place that takes it).
+    conn: Option<deadpool_postgres::Object>,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+impl Pooled {
+    fn new(conn: deadpool_postgres::Object) -> Self {
+        Pooled {
+            conn: Some(conn),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Closes the connection when it is dropped instead of giving it back to the pool: a
+    /// statement may still be running on it (its reply was not awaited), and the next borrower
+    /// would queue behind it, or inherit its effects seconds later. Closing the socket is the
+    /// only safe way out: a cancel request names a backend, not a statement, and once the
+    /// connection were reused it could cancel the next borrower's statement instead.
+    /// The server ends the statement itself by `statement_timeout` (see [`PgTransport::new`]).
+    pub(crate) fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `fut`, a statement on this connection, bounded by `limit`, its driver errors classified.
+    /// A timeout or a lost connection retires the connection (see [`Pooled::retire`]).
+    pub(crate) async fn by<T>(
+        &self,
+        limit: tokio::time::Instant,
+        during: &'static str,
+        fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        let outcome = match tokio::time::timeout_at(limit, fut).await {
+            Ok(result) => result.map_err(|e| classify(e, during)),
+            Err(_) => Err(Error::Timeout { during }),
+        };
+        if matches!(&outcome, Err(e) if e.is_indeterminate()) {
+            self.retire();
+        }
+        outcome
+    }
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        // Invariant: `conn` is `Some` until `drop`, and nothing can borrow `self` after that.
+        self.conn
+            .as_ref()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        // Invariant: as in `deref`.
+        self.conn
+            .as_mut()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+            // Detached from the pool and dropped: deadpool aborts its driver task, so the
+            // socket closes now, even with a reply still due.
+            drop(deadpool_postgres::Object::take(conn));
+        }
+    }
+}
 
 /// A `LISTEN` notification: its channel and payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,17 +135,60 @@ pub(crate) struct PgTransport {
     schemas: Mutex<std::collections::HashSet<&'static str>>,
     #[cfg(feature = "testing")]
     pub before_exec: Mutex<Option<super::ExecHook>>,
+    /// How many notifications the hub's connection received, on any channel (for tests that
+    /// count what a client hears).
+    #[cfg(feature = "testing")]
+    pub notices_received: Arc<std::sync::atomic::AtomicU64>,
+    /// Overrides of the lock rows' fence retention and of the cleanups' interval, from
+    /// [`TEST_FENCE_RETENTION_ENV`] and [`TEST_CLEANUP_EVERY_ENV`] (feature `testing` only).
+    #[cfg(feature = "testing")]
+    test_maintenance: (Option<Duration>, Option<Duration>),
+}
+
+/// With feature `testing`, the fence retention of lock rows in ms, instead of max(24 h,
+/// 2 × ttl): lets a test or the chaos run make free lock rows old enough to be cleaned up.
+#[cfg(feature = "testing")]
+pub const TEST_FENCE_RETENTION_ENV: &str = "BATON_TEST_PG_FENCE_RETENTION_MS";
+
+/// With feature `testing`, how often (ms) a client runs the tables' cleanups, instead of every
+/// minute: lets the cleanup race live grants.
+#[cfg(feature = "testing")]
+pub const TEST_CLEANUP_EVERY_ENV: &str = "BATON_TEST_PG_CLEANUP_EVERY_MS";
+
+/// The duration in ms in environment variable `name`, if set and valid.
+#[cfg(feature = "testing")]
+fn env_ms(name: &str) -> Option<Duration> {
+    let ms: u64 = std::env::var(name).ok()?.trim().parse().ok()?;
+    Some(Duration::from_millis(ms.max(1)))
 }
 
 /// How every connection of a client makes TLS: rustls through tokio-postgres-rustls. With
 /// `sslmode=disable` (what `prefer` becomes, see [`parse_url`]) it is never used.
 pub(crate) type Tls = tokio_postgres_rustls::MakeRustlsConnect;
 
-/// The one notification channel of baton on PostgreSQL: every message is
-/// `pg_notify(NOTIFY_CHANNEL, topic || E'\n' || message)`, and the hub hands it to the
-/// subscribers of `topic` (a primitive's own name for what it announces, e.g. a job's key).
-/// A message never contains a newline; a topic may (it is split off at the last one).
-pub(crate) const NOTIFY_CHANNEL: &str = "baton";
+/// How many notification channels baton's messages are spread over (see [`channel_of`]).
+pub(crate) const NOTIFY_SHARDS: u64 = 64;
+
+/// The notification channel of `topic` (a primitive's own name for what it announces, e.g. a
+/// job's key): every message is `pg_notify(channel_of(topic), topic || E'\n' || message)`,
+/// and the hub hands it to the subscribers of `topic`. A message never contains a newline; a
+/// topic may (it is split off at the last one).
+///
+/// Topics are hashed onto [`NOTIFY_SHARDS`] channels `baton_0` … `baton_63`, and a client
+/// `LISTEN`s only on the shards its subscribers use, so it receives a bounded share of
+/// everyone else's messages instead of all of them. Not one channel per topic: every
+/// `NOTIFY` makes each listening backend scan its list of channels, which would then hold
+/// thousands of entries. The channel is computed here and passed to the statements as a
+/// parameter (Rust cannot compute PostgreSQL's `hashtext`), with FNV-1a: fixed by its
+/// definition, so clients of any version and build agree (std's hasher promises no such thing).
+pub(crate) fn channel_of(topic: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in topic.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("baton_{}", hash % NOTIFY_SHARDS)
+}
 
 impl Drop for PgTransport {
     fn drop(&mut self) {
@@ -190,7 +309,26 @@ impl PgTransport {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Every pooled connection bounds its statements on the server too, at the client's
+        // response timeout: a statement the client gave up on ends by itself (a grant or an
+        // extension cannot apply seconds later), and its connection is retired meanwhile
+        // (`Pooled::retire`). A plain `SET`, not a startup option, so that `SET LOCAL
+        // statement_timeout TO DEFAULT` gives a transaction the role's own setting back (the
+        // advisory `xact` runs the caller's statements).
+        let statement_timeout = format!(
+            "SET statement_timeout = '{}ms'",
+            settings.response_timeout.as_millis().max(1)
+        );
         let pool = Pool::builder(manager)
+            .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+                let set = statement_timeout.clone();
+                Box::pin(async move {
+                    client
+                        .batch_execute(&set)
+                        .await
+                        .map_err(deadpool_postgres::HookError::Backend)
+                })
+            }))
             .max_size(settings.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(settings.connect_timeout + settings.response_timeout))
@@ -217,11 +355,38 @@ impl PgTransport {
             schemas: Mutex::new(std::collections::HashSet::new()),
             #[cfg(feature = "testing")]
             before_exec: Mutex::new(None),
+            #[cfg(feature = "testing")]
+            notices_received: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            #[cfg(feature = "testing")]
+            test_maintenance: (
+                env_ms(TEST_FENCE_RETENTION_ENV),
+                env_ms(TEST_CLEANUP_EVERY_ENV),
+            ),
         })
     }
 
-    /// Subscribes to `topic` on [`NOTIFY_CHANNEL`] and returns once the hub's connection is
-    /// listening: a message committed after this returns is delivered. When the hub's
+    /// The fence retention of a lock row: `wanted`, unless a test overrides it (see
+    /// [`TEST_FENCE_RETENTION_ENV`]).
+    pub(crate) fn fence_retention(&self, wanted: Duration) -> Duration {
+        #[cfg(feature = "testing")]
+        if let Some(r) = self.test_maintenance.0 {
+            return r;
+        }
+        wanted
+    }
+
+    /// How often the cleanups run: `wanted`, unless a test overrides it (see
+    /// [`TEST_CLEANUP_EVERY_ENV`]).
+    pub(crate) fn cleanup_every(&self, wanted: Duration) -> Duration {
+        #[cfg(feature = "testing")]
+        if let Some(every) = self.test_maintenance.1 {
+            return every;
+        }
+        wanted
+    }
+
+    /// Subscribes to `topic` (on its channel, [`channel_of`]) and returns once the hub's
+    /// connection is listening: a message committed after this returns is delivered. When the hub's
     /// connection is re-established, every subscriber gets [`HubMsg::Reconnected`] (messages
     /// may have been missed meanwhile: look again).
     ///
@@ -237,6 +402,8 @@ impl PgTransport {
                 self.settings.clone(),
                 rx,
                 self.cancel.clone(),
+                #[cfg(feature = "testing")]
+                self.notices_received.clone(),
             ));
             tx
         });
@@ -378,9 +545,19 @@ impl PgTransport {
     /// a pause, [`DDL_TRIES`] times at most.
     async fn create_schema(&self, sql: &str) -> Result<(), Error> {
         const DURING: &str = "creating baton's tables";
+        // Bounded by the connect timeout, not the (shorter) response timeout: DDL writes the
+        // catalog, and may wait up to `lock_timeout` for each lock. The same bound holds on the
+        // server (`statement_timeout`), so a try the client gave up on does not run on.
+        let bound = self
+            .settings
+            .connect_timeout
+            .max(self.settings.response_timeout)
+            .max(DDL_LOCK_TIMEOUT)
+            * 5;
         let script = format!(
-            "SET LOCAL lock_timeout = '{}ms'; \
+            "SET LOCAL statement_timeout = '{}ms'; SET LOCAL lock_timeout = '{}ms'; \
              SELECT pg_advisory_xact_lock(hashtext('baton schema')); {sql}",
+            bound.as_millis(),
             DDL_LOCK_TIMEOUT.as_millis()
         );
         let mut pause = Duration::from_millis(200);
@@ -388,28 +565,25 @@ impl PgTransport {
         loop {
             tries += 1;
             let mut conn = self.pooled().await?;
-            let tx = self.timed(DURING, conn.transaction()).await?;
-            // Bounded by the connect timeout, not the (shorter) response timeout: DDL writes
-            // the catalog, and may wait up to `lock_timeout` for each lock.
-            let ran = match tokio::time::timeout(
-                self.settings
-                    .connect_timeout
-                    .max(self.settings.response_timeout)
-                    .max(DDL_LOCK_TIMEOUT)
-                    * 5,
-                tx.batch_execute(&script),
-            )
-            .await
-            {
-                Ok(result) => result.map_err(|e| classify(e, DURING)),
-                Err(_) => Err(Error::Timeout { during: DURING }),
-            };
+            let ran = async {
+                let tx = self.timed(DURING, conn.transaction()).await?;
+                match tokio::time::timeout(bound, tx.batch_execute(&script)).await {
+                    Ok(result) => result.map_err(|e| classify(e, DURING))?,
+                    Err(_) => return Err(Error::Timeout { during: DURING }),
+                }
+                self.timed(DURING, tx.commit()).await
+            }
+            .await;
             match ran {
-                Ok(()) => return self.timed(DURING, tx.commit()).await,
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_indeterminate() => {
+                    // A reply not awaited: the transaction may still be open on the connection.
+                    conn.retire();
+                    return Err(e);
+                }
                 Err(Error::Postgres { ref code, .. })
                     if code == SqlState::LOCK_NOT_AVAILABLE.code() && tries < DDL_TRIES =>
                 {
-                    drop(tx);
                     tracing::debug!(tries, "baton's DDL timed out on a lock; trying again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
@@ -434,8 +608,11 @@ impl PgTransport {
 
     /// A connection from the pool.
     pub(crate) async fn pooled(&self) -> Result<Pooled, Error> {
-        self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => classify(e, "connecting"),
+        self.pool.get().await.map(Pooled::new).map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e)
+            | deadpool_postgres::PoolError::PostCreateHook(
+                deadpool_postgres::HookError::Backend(e),
+            ) => classify(e, "connecting"),
             deadpool_postgres::PoolError::Timeout(_) => Error::Timeout {
                 during: "waiting for a PostgreSQL connection",
             },
@@ -548,23 +725,29 @@ impl Dedicated {
 /// Subscribers by topic.
 type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
 
-/// The hub: one connection `LISTEN`ing on [`NOTIFY_CHANNEL`], handing each notification to the
-/// subscribers of its topic; reconnects with backoff, telling every subscriber. Ends when the
-/// client is cancelled or every [`PgTransport`] handle is gone.
+/// The channels the hub listens on: how many subscribed topics each one carries.
+type Shards = std::collections::HashMap<String, usize>;
+
+/// The hub: one connection `LISTEN`ing on the channels of its subscribers' topics (see
+/// [`channel_of`]), handing each notification to the subscribers of its topic; reconnects with
+/// backoff, telling every subscriber. Ends when the client is cancelled or every
+/// [`PgTransport`] handle is gone.
 async fn listen_task(
     config: tokio_postgres::Config,
     tls: Tls,
     settings: ConnSettings,
     mut cmds: mpsc::UnboundedReceiver<HubCmd>,
     cancel: CancellationToken,
+    #[cfg(feature = "testing")] received: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut waiters: Waiters = Waiters::new();
+    let mut shards: Shards = Shards::new();
     let mut backoff = crate::util::backoff::Backoff::new(settings.max_backoff);
     let mut connected_before = false;
     loop {
         let opened = tokio::select! {
             _ = cancel.cancelled() => return,
-            opened = listen(&config, &tls, &settings) => opened,
+            opened = listen(&config, &tls, &settings, shards.keys()) => opened,
         };
         let (client, mut notices, closed) = match opened {
             Ok(link) => link,
@@ -582,7 +765,7 @@ async fn listen_task(
                                 let _ = ack.send(Err(err.clone()));
                             }
                             Some(HubCmd::Unsubscribe { channel, id }) => {
-                                remove_waiter(&mut waiters, &channel, id)
+                                remove_waiter(&mut waiters, &mut shards, &channel, id);
                             }
                             None => return,
                         },
@@ -605,17 +788,37 @@ async fn listen_task(
                 _ = cancel.cancelled() => return,
                 _ = closed.cancelled() => break,
                 cmd = cmds.recv() => match cmd {
-                    Some(HubCmd::Subscribe { channel, id, tx, ack }) => {
-                        waiters.entry(channel).or_default().push((id, tx));
+                    Some(HubCmd::Subscribe { channel: topic, id, tx, ack }) => {
+                        let shard = channel_of(&topic);
+                        if !waiters.contains_key(&topic) && !shards.contains_key(&shard) {
+                            // The first topic of its shard: acknowledged once listening.
+                            if let Err(e) = command(&client, &settings, "LISTEN", &shard).await {
+                                let _ = ack.send(Err(e));
+                                break;
+                            }
+                        }
+                        if !waiters.contains_key(&topic) {
+                            *shards.entry(shard).or_default() += 1;
+                        }
+                        waiters.entry(topic).or_default().push((id, tx));
                         let _ = ack.send(Ok(()));
                     }
                     Some(HubCmd::Unsubscribe { channel, id }) => {
-                        remove_waiter(&mut waiters, &channel, id)
+                        if let Some(shard) = remove_waiter(&mut waiters, &mut shards, &channel, id) {
+                            // The shard's last topic left. A failure leaves the connection
+                            // listening for nothing it hands out, until it is re-established.
+                            if let Err(e) = command(&client, &settings, "UNLISTEN", &shard).await {
+                                tracing::debug!(error = %e, "PostgreSQL UNLISTEN failed");
+                                break;
+                            }
+                        }
                     }
                     None => return,
                 },
                 notice = notices.recv() => match notice {
                     Some(n) => {
+                        #[cfg(feature = "testing")]
+                        received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         // The last newline: a topic (a key) may hold newlines, a message never.
                         let Some((topic, message)) = n.payload.rsplit_once('\n') else {
                             continue;
@@ -632,21 +835,56 @@ async fn listen_task(
     }
 }
 
-fn remove_waiter(waiters: &mut Waiters, topic: &str, id: u64) {
-    if let Some(list) = waiters.get_mut(topic) {
-        list.retain(|(i, _)| *i != id);
-        if list.is_empty() {
-            waiters.remove(topic);
-        }
+/// Removes subscriber `id` of `topic`; the topic's shard when that was its last topic (no
+/// longer counted in `shards`: the caller `UNLISTEN`s).
+fn remove_waiter(
+    waiters: &mut Waiters,
+    shards: &mut Shards,
+    topic: &str,
+    id: u64,
+) -> Option<String> {
+    let list = waiters.get_mut(topic)?;
+    list.retain(|(i, _)| *i != id);
+    if !list.is_empty() {
+        return None;
+    }
+    waiters.remove(topic);
+    let shard = channel_of(topic);
+    let count = shards.get_mut(&shard)?;
+    *count = count.saturating_sub(1);
+    if *count > 0 {
+        return None;
+    }
+    shards.remove(&shard);
+    Some(shard)
+}
+
+/// `LISTEN` or `UNLISTEN` on `shard` (a name of [`channel_of`]'s, safe as an identifier), bounded
+/// by the response timeout.
+async fn command(
+    client: &tokio_postgres::Client,
+    settings: &ConnSettings,
+    verb: &'static str,
+    shard: &str,
+) -> Result<(), Error> {
+    match tokio::time::timeout(
+        settings.response_timeout,
+        client.batch_execute(&format!("{verb} {shard}")),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|e| classify(e, verb)),
+        Err(_) => Err(Error::Timeout { during: verb }),
     }
 }
 
-/// A connection listening on [`NOTIFY_CHANNEL`]: its client (dropping it closes the
-/// connection), its notifications, and a token cancelled when it ends.
+/// A connection listening on `shards`: its client (dropping it closes the connection), its
+/// notifications, and a token cancelled when it ends.
 async fn listen(
     config: &tokio_postgres::Config,
     tls: &Tls,
     settings: &ConnSettings,
+    shards: impl Iterator<Item = &String>,
 ) -> Result<
     (
         tokio_postgres::Client,
@@ -655,16 +893,19 @@ async fn listen(
     ),
     Error,
 > {
+    // Collected before the first await: the iterator borrows the hub's state.
+    let script: String = shards.map(|s| format!("LISTEN {s};")).collect();
     let link = connect_dedicated(config, tls).await?;
-    let listen = format!("LISTEN {NOTIFY_CHANNEL}");
-    match tokio::time::timeout(
-        settings.response_timeout,
-        link.client.batch_execute(&listen),
-    )
-    .await
-    {
-        Ok(result) => result.map_err(|e| classify(e, "LISTEN"))?,
-        Err(_) => return Err(Error::Timeout { during: "LISTEN" }),
+    if !script.is_empty() {
+        match tokio::time::timeout(
+            settings.response_timeout,
+            link.client.batch_execute(&script),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(|e| classify(e, "LISTEN"))?,
+            Err(_) => return Err(Error::Timeout { during: "LISTEN" }),
+        }
     }
     Ok((link.client, link.notices, link.closed))
 }
@@ -902,6 +1143,23 @@ mod tests {
             created_relations(ddl),
             [("TABLE", "t"), ("INDEX", "t_key"), ("SEQUENCE", "s")]
         );
+    }
+
+    #[test]
+    fn channels_are_a_fixed_hash_of_the_topic_over_64_shards() {
+        // Pinned: clients of every version must compute the same channel for a topic.
+        assert_eq!(
+            channel_of(""),
+            format!("baton_{}", 0xcbf2_9ce4_8422_2325u64 % 64)
+        );
+        assert_eq!(
+            channel_of("a"),
+            format!("baton_{}", 0xaf63_dc4c_8601_ec8cu64 % 64)
+        );
+        let shards: std::collections::HashSet<String> = (0..4096)
+            .map(|i| channel_of(&format!("baton:lock:{{{i}}}")))
+            .collect();
+        assert_eq!(shards.len(), 64, "every shard is used, and no other");
     }
 
     #[test]
