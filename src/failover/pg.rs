@@ -46,7 +46,8 @@ pub(crate) const TABLE: &str = "baton_jobs";
 pub(crate) const SCHEMA_NAME: &str = "baton_jobs";
 
 /// The schema of the failover coordinator (no extension needed). `CREATE … IF NOT EXISTS`:
-/// run on first use by every client, and by [`migrate`](crate::Failover::migrate).
+/// run by [`migrate`](crate::Failover::migrate), and on first use only by a client that finds
+/// the table missing (see `PgTransport::ensure_schema`).
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS baton_jobs (
     key           text PRIMARY KEY,

@@ -45,7 +45,8 @@ use crate::transport::pg::{channel_of, PgTransport, Pooled};
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";
 
-/// The schema of the lock table (no extension needed), created on first use by every client.
+/// The schema of the lock table (no extension needed): created by `migrate`, and on first use
+/// only by a client that finds the table missing (see `PgTransport::ensure_schema`).
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS baton_locks (
     key              text PRIMARY KEY,
