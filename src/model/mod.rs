@@ -7,6 +7,8 @@
 //! - `failover`: the failover protocol. Later primitives add their model beside it (a
 //!   `Model` impl on the same store) and a line to `cases`: `mutex`, `leader`, `fair` (the fair
 //!   lock and its reservation), `queue` (run-or-enqueue).
+//! - `pgrows`: PostgreSQL's lock table under its retention cleanup (row versions and what a
+//!   waiting `DELETE` re-checks), where a statement is not atomic against an open transaction.
 //!
 //! Not part of the API: compiled for the crate's tests and behind the hidden feature `model`,
 //! which `examples/model.rs` (the CI step and the on-demand random walks) uses.
@@ -18,6 +20,7 @@ pub(crate) mod failover;
 pub(crate) mod fair;
 pub(crate) mod leader;
 pub(crate) mod mutex;
+pub(crate) mod pgrows;
 pub(crate) mod queue;
 pub(crate) mod store;
 
@@ -43,6 +46,7 @@ enum Subject {
     Leader(leader::LeaderModel),
     Fair(fair::FairModel),
     Queue(queue::QueueModel),
+    PgRows(pgrows::PgRowsModel),
 }
 
 fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
@@ -125,6 +129,16 @@ fn queue_case(clients: u8, rounds: u8, faults: queue::Faults, ci: bool) -> Case 
         ),
         model: Subject::Queue(queue::QueueModel::new(clients, rounds, faults)),
         ci,
+    }
+}
+
+fn pg_rows_case(clients: u8, rounds: u8, runs: u8) -> Case {
+    Case {
+        name: format!(
+            "postgres lock rows {clients} clients x {rounds} rounds, {runs} retention cleanups racing grants in flight"
+        ),
+        model: Subject::PgRows(pgrows::PgRowsModel::new(clients, rounds, runs, true)),
+        ci: true,
     }
 }
 
@@ -318,6 +332,8 @@ fn cases() -> Vec<Case> {
         true,
     ));
     cases.push(queue_case(3, 2, one, false));
+    // The lock table's cleanup against grants in open transactions (well under a second).
+    cases.push(pg_rows_case(3, 2, 3));
 
     cases
 }
@@ -353,6 +369,7 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
                     Subject::Leader(m) => report(&case.name, m, &limits),
                     Subject::Fair(m) => report(&case.name, m, &limits),
                     Subject::Queue(m) => report(&case.name, m, &limits),
+                    Subject::PgRows(m) => report(&case.name, m, &limits),
                 };
                 if !ok {
                     failed.store(true, std::sync::atomic::Ordering::Relaxed);
