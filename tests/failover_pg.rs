@@ -3,6 +3,8 @@
 //! (`baton::testing::PgServer::shared`), each test on its own job names.
 #![cfg(all(feature = "postgres", feature = "testing"))]
 
+mod common;
+
 use std::time::Duration;
 
 use baton::testing::PgServer;
@@ -409,35 +411,6 @@ async fn the_cleanups_delete_only_expired_jobs_and_free_locks_past_their_retenti
     );
 }
 
-/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
-/// until `finished` says its statement ended without waiting; panics at the deadline.
-async fn wait_until_blocked(
-    observer: &tokio_postgres::Client,
-    pid: i32,
-    finished: impl Fn() -> bool,
-) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: bool = observer
-            .query_one(
-                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
-                 WHERE pid = $1), false)",
-                &[&pid],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting {
-            return true;
-        }
-        if finished() {
-            return false;
-        }
-        assert!(Instant::now() < deadline, "session {pid} never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn session(url: &str) -> tokio_postgres::Client {
     let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -497,7 +470,7 @@ async fn the_cleanup_never_deletes_a_job_granted_while_it_waited() {
         .unwrap()
         .get(0);
     let cleanup = tokio::spawn(async move { b.execute(jobs.2, &[]).await });
-    let blocked = wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
+    let blocked = common::wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
     assert!(blocked, "the cleanup should wait for A's row lock");
     a.batch_execute("COMMIT").await.unwrap();
     let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)

@@ -4,6 +4,8 @@
 //! of its own.
 #![cfg(all(feature = "postgres", feature = "testing"))]
 
+mod common;
+
 use std::time::Duration;
 
 use baton::testing::PgServer;
@@ -468,35 +470,6 @@ async fn extend_moves_the_lease_on_the_server_and_the_deadline() {
     assert!(g.release().await.unwrap());
 }
 
-/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
-/// until `finished` says its statement ended without waiting; panics at the deadline.
-async fn wait_until_blocked(
-    observer: &tokio_postgres::Client,
-    pid: i32,
-    finished: impl Fn() -> bool,
-) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: bool = observer
-            .query_one(
-                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
-                 WHERE pid = $1), false)",
-                &[&pid],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting {
-            return true;
-        }
-        if finished() {
-            return false;
-        }
-        assert!(Instant::now() < deadline, "session {pid} never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The cleanup races a grant: session A acquires a free lock whose fence retention has passed,
 /// in a transaction left open; session B's cleanup picked that row from its snapshot and waits
 /// for A's row lock; A commits. The cleanup must then see that the row is held and keep it: a
@@ -531,7 +504,7 @@ async fn the_cleanup_never_deletes_a_lock_granted_while_it_waited() {
         .unwrap()
         .get(0);
     let cleanup = tokio::spawn(async move { b.execute(locks.2, &[]).await });
-    let blocked = wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
+    let blocked = common::wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
     assert!(blocked, "the cleanup should wait for A's row lock");
     a.batch_execute("COMMIT").await.unwrap();
     let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)

@@ -807,3 +807,36 @@ async fn node_command_calls(
         })
         .collect()
 }
+
+#[cfg(feature = "postgres")]
+/// Waits until backend `pid` waits for a lock held by another session (`pg_stat_activity`), or
+/// until `finished` says its statement ended without waiting; panics at the deadline.
+pub async fn wait_until_blocked(
+    observer: &tokio_postgres::Client,
+    pid: i32,
+    finished: impl Fn() -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = observer
+            .query_one(
+                "SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity \
+                 WHERE pid = $1), false)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return true;
+        }
+        if finished() {
+            return false;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "session {pid} never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
