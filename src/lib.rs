@@ -1,4 +1,4 @@
-//! # baton: hand a job between workers safely, through Redis
+//! # baton: hand a job between workers safely, through Redis or PostgreSQL
 //!
 //! A fleet of identical workers receives the same job (send message 42, run the nightly report).
 //! Exactly one of them must do it; if that one fails or dies, a backup takes over, but only after
@@ -87,11 +87,21 @@
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
 //! # Features
-//! - `testing`: exports `testing::RedisServer`, used by this crate's tests, examples and
-//!   benchmarks.
+//! None is on by default: the default build talks to a single Redis (or Valkey) server.
 //! - `tls`: `rediss://` URLs through rustls (ring), with a private CA and client certificates
 //!   set on [`ClientBuilder`] (`tls_root_ca_pem`, `tls_client_cert_pem`, and `_file` variants).
 //!   redis' `tls-rustls-insecure` is never enabled, and a `#insecure` URL is always refused.
+//! - `cluster`: Redis Cluster (`redis+cluster://` URLs): baton's own slot map, a pool per
+//!   primary, sharded pub/sub.
+//! - `sentinel`: a Sentinel-monitored primary (`redis+sentinel://` URLs), followed across
+//!   failovers.
+//! - `postgres`: PostgreSQL as a backend (`postgres://` URLs): advisory locks, and the failover
+//!   coordinator, the mutex and leader election on tables (`Client::migrate` creates them);
+//!   brings `tls` for `sslmode=require`.
+//! - `cli`: the `baton` command (brings `cluster`, `sentinel` and `postgres`).
+//! - `testing`: the fixtures of this crate's tests, examples, benchmarks and fault harness
+//!   (`testing::RedisServer`, `RedisCluster`, `RedisSentinel`, `PgServer`): private servers
+//!   on free loopback ports.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
