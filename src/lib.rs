@@ -100,8 +100,8 @@
 //!   brings `tls` for `sslmode=require`.
 //! - `cli`: the `baton` command (brings `cluster`, `sentinel` and `postgres`).
 //! - `testing`: the fixtures of this crate's tests, examples, benchmarks and fault harness
-//!   (`testing::RedisServer`, `RedisCluster`, `RedisSentinel`, `PgServer`): private servers
-//!   on free loopback ports.
+//!   (`testing::RedisServer`, `RedisCluster`, `PgServer`, and `RedisSentinel` with
+//!   `sentinel`): private servers on free loopback ports.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
