@@ -464,20 +464,7 @@ async fn the_cleanup_never_deletes_a_job_granted_while_it_waited() {
         grant(&a, "baton:{race}", Some(7), 4, "token-a").await,
         "A should be granted attempt 1 of the expired job"
     );
-    let b_pid: i32 = b
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let cleanup = tokio::spawn(async move { b.execute(jobs.2, &[]).await });
-    let blocked = common::wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
-    assert!(blocked, "the cleanup should wait for A's row lock");
-    a.batch_execute("COMMIT").await.unwrap();
-    let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)
-        .await
-        .expect("the cleanup finishes once A committed")
-        .unwrap()
-        .expect("the cleanup");
+    let deleted = common::cleanup_racing_open_grant(&observer, &a, b, jobs.2).await;
 
     let holder: Option<String> = observer
         .query_opt(

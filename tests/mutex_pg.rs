@@ -498,20 +498,7 @@ async fn the_cleanup_never_deletes_a_lock_granted_while_it_waited() {
         .get(0);
     assert!(granted.is_some(), "A should be granted the free lock");
 
-    let b_pid: i32 = b
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let cleanup = tokio::spawn(async move { b.execute(locks.2, &[]).await });
-    let blocked = common::wait_until_blocked(&observer, b_pid, || cleanup.is_finished()).await;
-    assert!(blocked, "the cleanup should wait for A's row lock");
-    a.batch_execute("COMMIT").await.unwrap();
-    let deleted = tokio::time::timeout(Duration::from_secs(10), cleanup)
-        .await
-        .expect("the cleanup finishes once A committed")
-        .unwrap()
-        .expect("the cleanup");
+    let deleted = common::cleanup_racing_open_grant(&observer, &a, b, locks.2).await;
 
     let token: Option<String> = observer
         .query_opt("SELECT token FROM baton_locks WHERE key = 'race'", &[])

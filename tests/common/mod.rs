@@ -840,3 +840,29 @@ pub async fn wait_until_blocked(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Runs `cleanup` on session `b` while session `a` holds an open transaction that granted the
+/// row the cleanup's snapshot sees as deletable: waits until `b` waits for `a`'s row lock,
+/// commits `a`, and returns how many rows the cleanup then deleted.
+#[cfg(feature = "postgres")]
+pub async fn cleanup_racing_open_grant(
+    observer: &tokio_postgres::Client,
+    a: &tokio_postgres::Client,
+    b: tokio_postgres::Client,
+    cleanup: &'static str,
+) -> u64 {
+    let b_pid: i32 = b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let run = tokio::spawn(async move { b.execute(cleanup, &[]).await });
+    let blocked = wait_until_blocked(observer, b_pid, || run.is_finished()).await;
+    assert!(blocked, "the cleanup should wait for A's row lock");
+    a.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the cleanup finishes once A committed")
+        .unwrap()
+        .expect("the cleanup")
+}
