@@ -32,6 +32,24 @@ async fn blocking<T: Send + 'static>(
         .and_then(|r| r)
 }
 
+/// After node `n` came back (restarted or resumed): waits for the cluster to be healthy and
+/// reads which role `n` has now, with the wait's error if it did not become healthy; `Err` only
+/// when the roles cannot be read.
+fn rejoined(c: &mut RedisCluster, n: usize) -> Result<(&'static str, Option<String>), String> {
+    let healthy = c
+        .wait_healthy(Duration::from_secs(15))
+        .map_err(|e| e.to_string());
+    c.refresh_roles().map_err(|e| e.to_string())?;
+    let role = if c.primaries().contains(&n) {
+        "primary"
+    } else if c.replicas().contains(&n) {
+        "replica"
+    } else {
+        "unknown"
+    };
+    Ok((role, healthy.err()))
+}
+
 impl Ctx {
     /// SIGKILLs a primary, waits for its replica's promotion, keeps it down a little longer,
     /// restarts it (it rejoins as a replica of the promoted node) and waits for a healthy cluster.
@@ -98,18 +116,7 @@ impl Ctx {
             c.node_mut(n)
                 .restart()
                 .map_err(|e| format!("restart: {e}"))?;
-            let healthy = c
-                .wait_healthy(Duration::from_secs(15))
-                .map_err(|e| e.to_string());
-            c.refresh_roles().map_err(|e| e.to_string())?;
-            let role = if c.primaries().contains(&n) {
-                "primary"
-            } else if c.replicas().contains(&n) {
-                "replica"
-            } else {
-                "unknown"
-            };
-            Ok((role, healthy.err()))
+            rejoined(c, n)
         })
         .await;
         let (role, err) = match res {
@@ -214,18 +221,7 @@ impl Ctx {
         let t_resume = Instant::now();
         let res = blocking(&cluster, move |c| {
             c.nodes()[n].resume().map_err(|e| format!("resume: {e}"))?;
-            let healthy = c
-                .wait_healthy(Duration::from_secs(15))
-                .map_err(|e| e.to_string());
-            c.refresh_roles().map_err(|e| e.to_string())?;
-            let role = if c.primaries().contains(&n) {
-                "primary"
-            } else if c.replicas().contains(&n) {
-                "replica"
-            } else {
-                "unknown"
-            };
-            Ok((role, healthy.err()))
+            rejoined(c, n)
         })
         .await;
         let (role, err) = match res {
