@@ -1,9 +1,15 @@
-//! # baton: hand a job between workers safely, through Redis or PostgreSQL
+//! # baton: hand work between processes safely, through Redis or PostgreSQL
 //!
-//! A fleet of identical workers receives the same job (send message 42, run the nightly report).
-//! Exactly one of them must do it; if that one fails or dies, a backup takes over, but only after
-//! the holder's attempt has visibly failed, and only up to `max_attempts` attempts. baton is the
-//! Rust successor of yahoo's `redis-locking-worker`, with the original's races fixed.
+//! baton coordinates a fleet of workers through Redis (one server, Valkey, a Redis Cluster or a
+//! Sentinel-monitored primary) or PostgreSQL. Its first primitive is an attempt-counted failover
+//! coordinator: many workers receive the same job (send message 42, run the nightly report),
+//! exactly one does it, a backup takes over only once the holder's attempt has visibly failed,
+//! and never more than `max_attempts` times. Next to it sit a fenced mutex, a fair lock, leader
+//! election, Redlock, run-or-enqueue and PostgreSQL advisory locks. Every lease comes with a
+//! fencing token that only grows, so the resource you write to can refuse a holder that was
+//! paused past its lease. baton is the Rust successor of yahoo's `redis-locking-worker`, with
+//! the original's races fixed; the `baton` command (feature `cli`) puts any program under the
+//! same coordination.
 //!
 //! ```no_run
 //! use baton::{Client, FailoverConfig, RunOutcome};
@@ -30,13 +36,29 @@
 //! # async fn send_message(_: u64, _: u64) -> Result<(), std::io::Error> { Ok(()) }
 //! ```
 //!
-//! # The protocol
-//! Job `J` has a state key `baton:{J}` holding the number of the latest attempt started, then
-//! `DONE` or `EXHAUSTED`; a lease key `baton:{J}:lease` with the holder's random token and a TTL
-//! (`lock_timeout`); a fence key with the last fencing token; and a pub/sub channel that wakes
-//! backups. Every transition is `WATCH` + reads, a pure decision, then `MULTI … EXEC` on a
-//! dedicated connection, so two backups can never both win one attempt. See
-//! [`Event`] for what a worker reports and [`FailoverConfig`] for the settings.
+//! `run` keeps the lease alive while the closure runs, cancels the closure the moment the
+//! attempt is lost, turns `Ok` into `done()` and `Err` or a panic into `fail()`. The same code
+//! runs on `postgres://` URLs (feature `postgres`).
+//!
+//! # Primitives, backends and guides
+//! Each primitive has a guide in the repository's `docs/` folder (linked from its README), with
+//! examples, guarantees and limits; the API of each is in its module here.
+//!
+//! | primitive | handle | Redis, Valkey, Cluster, Sentinel | PostgreSQL | guide |
+//! | --- | --- | --- | --- | --- |
+//! | failover coordinator | [`Client::failover`] | yes | yes | `docs/failover.md` |
+//! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
+//! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
+//! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
+//! | Redlock | [`Client::redlock`] | independent single servers | no | `docs/redlock.md` |
+//! | run-or-enqueue | [`Client::queues`] | yes | no | `docs/run-or-enqueue.md` |
+//! | advisory locks | `Client::advisory_locks` (feature `postgres`) | no | yes | `docs/advisory-locks.md` |
+//!
+//! A primitive refused by a backend returns [`ErrorKind::Unsupported`]. The other guides in
+//! `docs/`: `cli.md` (the `baton` command), `operating.md` (durability settings, ACL users,
+//! PostgreSQL roles and `baton migrate`, TLS, Cluster and Sentinel), `protocol.md` (the keys and
+//! rows each primitive writes), `reliability.md` (the model checker, the chaos harness, the test
+//! suite) and `benchmarks.md`.
 //!
 //! # Guarantees
 //! - Each attempt number is granted to at most one worker, and at most `max_attempts` attempts
@@ -135,6 +157,45 @@ pub use client::seam as __seam;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+// The guides' code blocks (docs/*.md), compiled as doctests like the README's: one item per
+// file, so a failing block names its guide.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/failover.md")]
+pub struct DocsFailover;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/mutex.md")]
+pub struct DocsMutex;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fair-lock.md")]
+pub struct DocsFairLock;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/leader-election.md")]
+pub struct DocsLeaderElection;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/redlock.md")]
+pub struct DocsRedlock;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/run-or-enqueue.md")]
+pub struct DocsRunOrEnqueue;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/advisory-locks.md")]
+pub struct DocsAdvisoryLocks;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+pub struct DocsCli;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+pub struct DocsOperating;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/protocol.md")]
+pub struct DocsProtocol;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/reliability.md")]
+pub struct DocsReliability;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/benchmarks.md")]
+pub struct DocsBenchmarks;
 
 #[cfg(feature = "postgres")]
 pub use advisory::{

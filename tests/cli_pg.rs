@@ -251,17 +251,17 @@ fn psql_path() -> String {
     format!("{dir}:{}", std::env::var("PATH").unwrap_or_default())
 }
 
-/// The README's SQL for a worker role ("Schema and roles" in the PostgreSQL section): the
-/// first ```` ```sql ```` block after that paragraph's title, as written.
+/// The SQL for a worker role in docs/operating.md ("PostgreSQL roles and `baton migrate`"):
+/// the first ```` ```sql ```` block after that section's heading, as written.
 fn readme_worker_role_sql() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let readme = std::fs::read_to_string(path).expect("read README.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operating.md");
+    let readme = std::fs::read_to_string(path).expect("read docs/operating.md");
     let (_, after) = readme
-        .split_once("**Schema and roles.**")
-        .expect("README.md has no **Schema and roles.** paragraph; update tests/cli_pg.rs");
+        .split_once("### PostgreSQL roles and `baton migrate`")
+        .expect("docs/operating.md has no roles section; update tests/cli_pg.rs");
     let (_, block) = after
         .split_once("```sql\n")
-        .expect("no ```sql block after **Schema and roles.**");
+        .expect("no ```sql block after the roles heading");
     let (sql, _) = block.split_once("```").expect("an unclosed ```sql block");
     sql.to_string()
 }
@@ -289,18 +289,18 @@ async fn a_dml_only_role_runs_lock_run_and_leader_once_the_owner_made_the_tables
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
     }
     // The sequence of advisory locks, which those commands do not use, by the migration the
-    // README asks for first (what `baton migrate` runs).
+    // operating guide asks for first (what `baton migrate` runs).
     let owner = baton::Client::connect(&db.owner_url).await.unwrap();
     owner.migrate().await.unwrap();
-    // The README's grants, as written.
+    // The operating guide's grants, as written.
     pg.psql_in(&db.name, &readme_worker_role_sql())
-        .expect("the README's worker role SQL");
+        .expect("the operating guide's worker role SQL");
     let worker = pg.url_as("baton_worker", "change-me", &db.name);
     for args in lock_run_leader(&worker, "worker") {
         let out = output(baton(&args.iter().map(String::as_str).collect::<Vec<_>>())).await;
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
     }
-    // Advisory locks take their fencing token from the sequence the README grants.
+    // Advisory locks take their fencing token from the sequence the operating guide grants.
     let client = baton::Client::connect(&worker).await.unwrap();
     let guard = client
         .advisory_locks()

@@ -1,24 +1,24 @@
-//! README's PostgreSQL snippet for the resource's side of fencing ("## Locks"), run against a
+//! The mutex guide's PostgreSQL snippet for the resource's side of fencing, run against a
 //! private PostgreSQL (`baton::testing::PgServer`, `--features testing`).
 //!
-//! The snippet is read from README.md itself (the first ```` ```sql ```` block after the
-//! `## Locks` heading), so the docs and this test cannot drift apart: change the snippet and this
+//! The snippet is read from docs/mutex.md itself (the first ```` ```sql ```` block after its
+//! title), so the docs and this test cannot drift apart: change the snippet and this
 //! test runs the new one. It is prepared as `fenced_write(id, value, token)` and executed
 //! through `psql`, whose command tags give the rows affected (`INSERT 0 1`, `INSERT 0 0`).
 #![cfg(feature = "testing")]
 
 use baton::testing::PgServer;
 
-/// The first ```` ```sql ```` block after the `## Locks` heading of README.md, without its
+/// The first ```` ```sql ```` block after the title of docs/mutex.md, without its
 /// fences and with each line's indentation (it sits in a list item) removed.
 fn readme_snippet() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let readme = std::fs::read_to_string(path).expect("read README.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/mutex.md");
+    let readme = std::fs::read_to_string(path).expect("read docs/mutex.md");
     let mut lines = readme.lines();
     lines
         .by_ref()
-        .find(|line| line.trim_end() == "## Locks")
-        .expect("README.md has no `## Locks` heading; update tests/fencing_sql.rs");
+        .find(|line| line.starts_with("# Fenced mutex"))
+        .expect("docs/mutex.md has no `# Fenced mutex` title; update tests/fencing_sql.rs");
     let mut in_block = false;
     let mut block = Vec::new();
     for line in lines {
@@ -30,16 +30,13 @@ fn readme_snippet() -> String {
             continue;
         }
         if trimmed == "```" {
-            assert!(
-                !block.is_empty(),
-                "README.md's sql block under ## Locks is empty"
-            );
+            assert!(!block.is_empty(), "docs/mutex.md's sql block is empty");
             return block.join("\n");
         }
         block.push(trimmed.to_owned());
     }
     panic!(
-        "README.md has no complete ```sql block after `## Locks` (the PostgreSQL fencing \
+        "docs/mutex.md has no complete ```sql block after its title (the PostgreSQL fencing \
          snippet); update tests/fencing_sql.rs if it moved"
     );
 }
@@ -55,11 +52,11 @@ fn statement(snippet: &str) -> String {
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end();
     assert!(
         !sql.contains(';'),
-        "README's snippet should be one statement, got:\n{sql}"
+        "The guide's snippet should be one statement, got:\n{sql}"
     );
     assert!(
         sql.contains("$1") && sql.contains("$2") && sql.contains("$3"),
-        "README's snippet should take $1 (id), $2 (value), $3 (fencing token), got:\n{sql}"
+        "The guide's snippet should take $1 (id), $2 (value), $3 (fencing token), got:\n{sql}"
     );
     sql.to_owned()
 }
