@@ -4,7 +4,7 @@
 //! when it wakes it does not know that its lock expired and someone else took it. Every lock
 //! grant carries a fencing token that only grows; a resource that keeps the highest token it has
 //! accepted refuses the stale holder's write. Here the resource is a Redis hash written with
-//! [`baton::Locks::write_fenced`]; the README has the same rule as one PostgreSQL statement.
+//! [`baton::Locks::write_fenced`]; docs/mutex.md has the same rule as one PostgreSQL statement.
 //!
 //! ```text
 //! cargo run --example fencing --features testing    # a private redis-server (on PATH)

@@ -4,7 +4,7 @@
 //! scenario several times against baton and against a *floor* (the same commands in the same
 //! round trips on as many connections, hand-written on the `redis` crate: see `floor.rs`),
 //! prints a table and writes `target/bench/latest.json`. Nothing here asserts a timing; every
-//! figure is computed in the run. See BENCHMARKS.md for what each number means.
+//! figure is computed in the run. See docs/benchmarks.md for what each number means.
 //!
 //! Scenarios: `roundtrips`, `uncontended`, `concurrent`, `handover`, `takeover`, `idle`;
 //! the locks' `lock-uncontended`, `lock-distinct`, `lock-contended`, `redlock` (baton's mutex
