@@ -5,8 +5,8 @@
 //! coordinator: many workers receive the same job (send message 42, run the nightly report),
 //! exactly one does it, a backup takes over only once the holder's attempt has visibly failed,
 //! and never more than `max_attempts` times. Next to it sit a fenced mutex, a fair lock, leader
-//! election, Redlock, run-or-enqueue and PostgreSQL advisory locks. Every lease comes with a
-//! fencing token that only grows, so the resource you write to can refuse a holder that was
+//! election, Redlock, run-or-enqueue and PostgreSQL advisory locks. Every grant but Redlock's
+//! comes with a fencing token that only grows, so the resource you write to can refuse a holder that was
 //! paused past its lease. baton is the Rust successor of yahoo's `redis-locking-worker`, with
 //! the original's races fixed; the `baton` command (feature `cli`) puts any program under the
 //! same coordination.
