@@ -3,7 +3,7 @@
 
 use baton::{Client, FailoverConfig};
 
-use crate::exit::{fail_with, EX_USAGE};
+use super::exit::{fail_with, EX_USAGE};
 
 pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
     let key = job.key().to_string();

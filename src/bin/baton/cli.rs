@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::help::{EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP};
+use super::help::{EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP};
 
 /// The longest `--kill-grace` accepted.
 pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);

@@ -6,8 +6,8 @@ use std::os::unix::process::ExitStatusExt;
 
 use baton::{ConfigError, ErrorKind};
 
-use crate::signals::signal_status;
-use crate::text;
+use super::signals::signal_status;
+use super::text;
 
 pub(crate) const EX_USAGE: u8 = 64;
 pub(crate) const EX_DATAERR: u8 = 65;
@@ -64,8 +64,10 @@ pub(crate) fn exit_code(status: &std::process::ExitStatus) -> u8 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::help::{
+        EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
+    };
     use super::*;
-    use crate::help::{EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP};
 
     #[test]
     fn an_unknown_outcome_exits_74_and_the_help_says_the_job_may_or_may_not_be_done() {

@@ -8,9 +8,9 @@ use std::time::Duration;
 use baton::{LockGuard, RedlockGuard, Term};
 use tokio::time::Instant;
 
-use crate::sink::Sink;
-use crate::supervisor::later;
-use crate::text::human;
+use super::sink::Sink;
+use super::supervisor::later;
+use super::text::human;
 
 /// How the lease PROGRAM runs under was lost.
 pub(crate) struct Loss {

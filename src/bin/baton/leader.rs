@@ -6,15 +6,15 @@ use std::os::unix::process::ExitStatusExt;
 use baton::{Client, ElectionOptions};
 use tokio::time::Instant;
 
-use crate::cli::LeaderArgs;
-use crate::exit::{exit_code, fail_with, EX_LOST};
-use crate::held::LockLease;
-use crate::program::{in_foreground, spawn, spawn_failed};
-use crate::signals::{install_signals, signal_status};
-use crate::sink::Sink;
-use crate::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
-use crate::text;
-use crate::LEASE_CHECK_TIMEOUT;
+use super::cli::LeaderArgs;
+use super::exit::{exit_code, fail_with, EX_LOST};
+use super::held::LockLease;
+use super::program::{in_foreground, spawn, spawn_failed};
+use super::signals::{install_signals, signal_status};
+use super::sink::Sink;
+use super::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
+use super::text;
+use super::LEASE_CHECK_TIMEOUT;
 
 /// `baton leader`: campaign, run PROGRAM while leading, campaign again after a loss.
 pub(crate) async fn leader(

@@ -5,17 +5,17 @@
 use baton::{AcquireOptions, Client, ConfigError, ErrorKind, RedlockOptions};
 use tokio::time::Instant;
 
-use crate::cli::LockArgs;
-use crate::exit::{
+use super::cli::LockArgs;
+use super::exit::{
     exit_code, fail_with, usage, usage_config, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE,
 };
-use crate::held::LockLease;
-use crate::program::{in_foreground, spawn, spawn_failed};
-use crate::signals::{install_signals, signal_status};
-use crate::sink::Sink;
-use crate::supervisor::{later, Stopping, Supervisor, FAR};
-use crate::text::{self, human};
-use crate::LEASE_CHECK_TIMEOUT;
+use super::held::LockLease;
+use super::program::{in_foreground, spawn, spawn_failed};
+use super::signals::{install_signals, signal_status};
+use super::sink::Sink;
+use super::supervisor::{later, Stopping, Supervisor, FAR};
+use super::text::{self, human};
+use super::LEASE_CHECK_TIMEOUT;
 
 /// Checks `lock`'s durations (before connecting) and sets up its output.
 pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {

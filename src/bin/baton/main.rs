@@ -66,10 +66,10 @@ use std::time::Duration;
 use baton::{AcquireOptions, Client, ElectionOptions, FailoverConfig, RedlockOptions};
 use clap::FromArgMatches;
 
-use crate::cli::{Cli, Command};
-use crate::cli::{LeaderArgs, LockArgs, RunArgs};
-use crate::exit::{fail_with, usage, usage_config, EX_UNAVAILABLE, EX_USAGE};
-use crate::sink::Sink;
+use cli::{Cli, Command};
+use cli::{LeaderArgs, LockArgs, RunArgs};
+use exit::{fail_with, usage, usage_config, EX_UNAVAILABLE, EX_USAGE};
+use sink::Sink;
 
 mod admin;
 mod cli;

@@ -6,8 +6,8 @@
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
-use crate::guard;
-use crate::signals::FORWARDED;
+use super::guard;
+use super::signals::FORWARDED;
 
 /// PROGRAM could not be started: gives the terminal back (the child made its group the
 /// foreground one before its exec failed), says why, and returns 127 (not found) or 126.

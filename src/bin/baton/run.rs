@@ -8,17 +8,17 @@ use baton::{Client, ErrorKind, Event, FailoverConfig, JobState};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-use crate::cli::RunArgs;
-use crate::exit::{
+use super::cli::RunArgs;
+use super::exit::{
     exit_code, exit_for, usage, usage_config, EX_EXHAUSTED, EX_LOST, EX_UNAVAILABLE,
 };
-use crate::held::{Lease, Loss};
-use crate::program::{in_foreground, spawn, spawn_failed};
-use crate::signals::{install_signals, signal_name, signal_status, Signals};
-use crate::sink::Sink;
-use crate::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
-use crate::text::{self, human};
-use crate::LEASE_CHECK_TIMEOUT;
+use super::held::{Lease, Loss};
+use super::program::{in_foreground, spawn, spawn_failed};
+use super::signals::{install_signals, signal_name, signal_status, Signals};
+use super::sink::Sink;
+use super::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
+use super::text::{self, human};
+use super::LEASE_CHECK_TIMEOUT;
 
 /// Builds and checks `run`'s job configuration and opens its events file.
 pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
@@ -107,7 +107,7 @@ pub(crate) async fn run(
             }
             Event::Error { kind, message, .. } => {
                 if args.json {
-                    eprintln!("baton: {message}");
+                    eprintln!("baton: {}", text::reword(&message));
                 }
                 return exit_for(kind);
             }

@@ -6,7 +6,7 @@ use std::task::Poll;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::exit::EX_UNAVAILABLE;
+use super::exit::EX_UNAVAILABLE;
 
 /// The signals baton forwards to PROGRAM's group; each ends the attempt (exit 128 + n).
 pub(crate) const FORWARDED: [libc::c_int; 4] =

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use baton::Event;
 
-use crate::text::human_ms;
+use super::text::{human_ms, reword};
 
 /// Where events go.
 pub(crate) struct Sink {
@@ -74,22 +74,28 @@ pub(crate) fn describe(event: &Event) -> String {
             "attempt {attempt} runs elsewhere; waiting as a backup ({} lease left)",
             lease_remaining_ms.map_or("? ms".into(), human_ms)
         ),
-        Event::Status { message, .. } => message.clone(),
+        // The library's own words, with its durations and field names in the CLI's.
+        Event::Status { message, .. } => reword(message),
         Event::Error {
             kind,
             message,
             retryable,
         } => format!(
-            "error ({kind:?}{}): {message}",
-            if *retryable { ", retrying" } else { "" }
+            "error ({kind:?}{}): {}",
+            if *retryable { ", retrying" } else { "" },
+            reword(message)
         ),
         Event::DeadlinePassed { attempt } => format!("attempt {attempt} ran out of time"),
         Event::Lagged { dropped } => format!("{dropped} events dropped"),
         Event::Completed { attempt: Some(n) } => format!("done (attempt {n})"),
         Event::Completed { attempt: None } => "done by another worker".into(),
         Event::Exhausted { attempts } => format!("exhausted after {attempts} attempts"),
-        Event::Failed { attempt, reason } => format!("attempt {attempt} failed: {reason}"),
-        Event::LeaseLost { attempt, reason } => format!("lost attempt {attempt}: {reason}"),
+        Event::Failed { attempt, reason } => {
+            format!("attempt {attempt} failed: {}", reword(reason))
+        }
+        Event::LeaseLost { attempt, reason } => {
+            format!("lost attempt {attempt}: {}", reword(reason))
+        }
         Event::Stopped => "stopped".into(),
         other => format!("{other:?}"),
     }

@@ -3,8 +3,8 @@
 
 use baton::{Client, FailoverConfig, JobState, JobStatus};
 
-use crate::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
-use crate::text::{self, human_ms};
+use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
+use super::text::{self, human_ms};
 
 pub(crate) fn status_json(s: &JobStatus) -> serde_json::Value {
     let (state, attempt, holder, lease) = state_parts(&s.state);

@@ -8,13 +8,13 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use crate::held::Lease;
-use crate::program::{Change, Program};
-use crate::signals::{
+use super::held::Lease;
+use super::program::{Change, Program};
+use super::signals::{
     inherited_ignored, is_job_control_stop, recv_or_pending, signal_name, Signals,
 };
-use crate::sink::Sink;
-use crate::text::human;
+use super::sink::Sink;
+use super::text::human;
 
 /// "Never", for timers that are not armed.
 pub(crate) const FAR: Duration = Duration::from_secs(86_400 * 365);
