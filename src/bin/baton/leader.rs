@@ -4,15 +4,12 @@
 use std::os::unix::process::ExitStatusExt;
 
 use baton::{Client, ElectionOptions};
-use tokio::time::Instant;
 
 use super::cli::LeaderArgs;
 use super::exit::{exit_code, fail_with, EX_LOST};
-use super::held::LockLease;
-use super::program::{in_foreground, spawn, spawn_failed};
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
-use super::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
+use super::supervisor::{run_held, Stopping, Supervised};
 use super::text;
 use super::LEASE_CHECK_TIMEOUT;
 
@@ -64,35 +61,27 @@ pub(crate) async fn leader(
             }
         };
         sink.note(&format!("elected (term {})", term.number()));
-        let tty = in_foreground();
         let env = [
             ("BATON_LEADER_KEY", args.key.clone()),
             ("BATON_FENCING_TOKEN", term.number().to_string()),
         ];
-        let mut program = match spawn(&args.program, &env, tty) {
-            Ok(p) => p,
-            Err(e) => {
-                let code = spawn_failed(&args.program, &e, tty);
+        let done = match run_held(
+            &term,
+            &args.program,
+            &env,
+            args.kill_grace,
+            &mut sink,
+            &mut signals,
+            &mut sigchld,
+        )
+        .await
+        {
+            Ok(done) => done,
+            Err(code) => {
                 let _ = elector.resign().await;
                 return code;
             }
         };
-        let mut lease = LockLease {
-            guard: &term,
-            kill_grace: args.kill_grace,
-            reported: false,
-        };
-        let mut supervisor = Supervisor {
-            sink: &mut sink,
-            signals: &mut signals,
-            sigchld: &mut sigchld,
-            kill_grace: args.kill_grace,
-            lease_end: None,
-        };
-        let far = later(Instant::now(), FAR);
-        let done = supervisor
-            .supervise(&mut program, &mut lease, far, String::new())
-            .await;
         // Resigned in every case: after a loss the token check makes this a no-op on a lease
         // that passed on, and it lets a standby lead at once otherwise.
         if let Err(e) = elector.resign().await {

@@ -3,17 +3,14 @@
 //! the same exit statuses, only the acquisition and the release's answer differ.
 
 use baton::{AcquireOptions, Client, ConfigError, ErrorKind, RedlockOptions};
-use tokio::time::Instant;
 
 use super::cli::LockArgs;
 use super::exit::{
     exit_code, fail_with, usage, usage_config, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE,
 };
-use super::held::LockLease;
-use super::program::{in_foreground, spawn, spawn_failed};
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
-use super::supervisor::{later, Stopping, Supervisor, FAR};
+use super::supervisor::{run_held, Stopping};
 use super::text::{self, human};
 use super::LEASE_CHECK_TIMEOUT;
 
@@ -82,36 +79,27 @@ pub(crate) async fn lock(
     };
     let fence = guard.fencing_token();
     sink.note(&format!("acquired (fencing token {fence})"));
-    let tty = in_foreground();
     let env = [
         ("BATON_LOCK_KEY", args.key.clone()),
         ("BATON_FENCING_TOKEN", fence.to_string()),
     ];
-    let mut program = match spawn(&args.program, &env, tty) {
-        Ok(p) => p,
-        Err(e) => {
-            let code = spawn_failed(&args.program, &e, tty);
+    let done = match run_held(
+        &guard,
+        &args.program,
+        &env,
+        args.kill_grace,
+        &mut sink,
+        &mut signals,
+        &mut sigchld,
+    )
+    .await
+    {
+        Ok(done) => done,
+        Err(code) => {
             let _ = guard.release().await;
             return code;
         }
     };
-    let mut lease = LockLease {
-        guard: &guard,
-        kill_grace: args.kill_grace,
-        reported: false,
-    };
-    let mut supervisor = Supervisor {
-        sink: &mut sink,
-        signals: &mut signals,
-        sigchld: &mut sigchld,
-        kill_grace: args.kill_grace,
-        // The watchdog keeps the lease: its loss signal, not a fixed end, bounds PROGRAM.
-        lease_end: None,
-    };
-    let far = later(Instant::now(), FAR);
-    let done = supervisor
-        .supervise(&mut program, &mut lease, far, String::new())
-        .await;
     // Released in every case: after a loss the token check makes this a no-op on a lock that
     // passed on, and it frees at once a lock whose loss was only a missed deadline.
     let released = guard.release().await;
@@ -269,32 +257,24 @@ pub(crate) async fn redlock_with(
         rl.quorum(),
         rl.masters()
     ));
-    let tty = in_foreground();
     let env = [("BATON_LOCK_KEY", args.key.clone())];
-    let mut program = match spawn(&args.program, &env, tty) {
-        Ok(p) => p,
-        Err(e) => {
-            let code = spawn_failed(&args.program, &e, tty);
+    let done = match run_held(
+        &guard,
+        &args.program,
+        &env,
+        args.kill_grace,
+        sink,
+        &mut signals,
+        &mut sigchld,
+    )
+    .await
+    {
+        Ok(done) => done,
+        Err(code) => {
             let _ = guard.release().await;
             return code;
         }
     };
-    let mut lease = LockLease {
-        guard: &guard,
-        kill_grace: args.kill_grace,
-        reported: false,
-    };
-    let mut supervisor = Supervisor {
-        sink,
-        signals: &mut signals,
-        sigchld: &mut sigchld,
-        kill_grace: args.kill_grace,
-        lease_end: None,
-    };
-    let far = later(Instant::now(), FAR);
-    let done = supervisor
-        .supervise(&mut program, &mut lease, far, String::new())
-        .await;
     let quorum = rl.quorum();
     let released = guard.release().await;
     let status = match done.status {

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use super::held::Lease;
-use super::program::{Change, Program};
+use std::ffi::OsString;
+
+use super::held::{HeldLock, Lease, LockLease};
+use super::program::{in_foreground, spawn, spawn_failed, Change, Program};
 use super::signals::{
     inherited_ignored, is_job_control_stop, recv_or_pending, signal_name, Signals,
 };
@@ -279,4 +281,36 @@ pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
         Some(end) => at.min(end),
         None => at,
     }
+}
+
+/// Starts PROGRAM and runs it to its end under a held lock (the mutex, a Redlock, a leader's
+/// term): the watchdog's loss signal, not a fixed end, bounds it. `Err` is the exit status when
+/// PROGRAM could not be started (said already; the caller lets the lock go).
+pub(crate) async fn run_held<G: HeldLock>(
+    guard: &G,
+    program: &[OsString],
+    env: &[(&str, String)],
+    kill_grace: Duration,
+    sink: &mut Sink,
+    signals: &mut Signals,
+    sigchld: &mut tokio::signal::unix::Signal,
+) -> Result<Supervised, u8> {
+    let tty = in_foreground();
+    let mut child = spawn(program, env, tty).map_err(|e| spawn_failed(program, &e, tty))?;
+    let mut lease = LockLease {
+        guard,
+        kill_grace,
+        reported: false,
+    };
+    let mut supervisor = Supervisor {
+        sink,
+        signals,
+        sigchld,
+        kill_grace,
+        lease_end: None,
+    };
+    let far = later(Instant::now(), FAR);
+    Ok(supervisor
+        .supervise(&mut child, &mut lease, far, String::new())
+        .await)
 }
