@@ -1543,3 +1543,210 @@ async fn what_program_leaves_running_is_stopped_before_baton_records_done() {
         Some("DONE")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Messages: flags by their names, durations in words
+// ---------------------------------------------------------------------------------------------
+
+/// The words of `text` that are Rust `Debug` durations (`4.006396222s`, `10ms`, `1.5µs`):
+/// baton's messages say `4.0 s`, `10 ms` instead.
+fn debug_durations(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == 'µ'))
+        .filter(|w| {
+            let unit = ["ns", "µs", "ms", "s"].into_iter().find(|u| w.ends_with(u));
+            unit.is_some_and(|u| {
+                let number = &w[..w.len() - u.len()];
+                number.starts_with(|c: char| c.is_ascii_digit()) && number.parse::<f64>().is_ok()
+            })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_debug_duration_finder_finds_them_and_only_them() {
+    assert_eq!(
+        debug_durations("took 4.006396222s, then 10ms (1.5µs); 4.0 s, 250 ms, job w30s"),
+        ["4.006396222s", "10ms", "1.5µs"]
+    );
+}
+
+#[tokio::test]
+async fn refused_settings_are_named_by_their_flags_with_durations_in_words() {
+    let srv = server();
+    let url = srv.url();
+    let cases: [(&str, &[&str], &[&str]); 6] = [
+        (
+            "run",
+            &["--lock-timeout", "5ms"],
+            &["invalid --lock-timeout: 5 ms is outside 10 ms ..= 1 day"],
+        ),
+        (
+            "run",
+            &["--max-run", "1s", "--lock-timeout", "10s"],
+            &["invalid --max-run: 1.0 s must exceed --lock-timeout (10.0 s)"],
+        ),
+        (
+            "run",
+            &["--lock-timeout", "10s", "--retention", "1s"],
+            &["invalid --retention: 1.0 s", "--lock-timeout"],
+        ),
+        ("run", &["--name", " "], &["invalid --name"]),
+        (
+            "leader",
+            &["--lease", "1ms"],
+            &["invalid --lease: 1 ms is outside 10 ms ..= 1 day"],
+        ),
+        (
+            "lock",
+            &["--ttl", "1ms"],
+            &["invalid --ttl: 1 ms is outside 10 ms ..= 1 day"],
+        ),
+    ];
+    for (sub, args, said) in cases {
+        let o = run(
+            baton(sub, &url)
+                .args(["--key", "flags"])
+                .args(args)
+                .args(["--", "true"]),
+            &format!("{sub} {args:?}"),
+        )
+        .await;
+        assert_eq!(code(&o), 64, "{sub} {args:?}: {}", describe(&o));
+        let err = stderr(&o);
+        for words in said {
+            assert!(
+                err.contains(words),
+                "{sub} {args:?} should say {words:?}: {err}"
+            );
+        }
+        assert!(
+            !err.contains('`') && !err.contains('_'),
+            "{sub} {args:?} names a library field instead of its flag: {err}"
+        );
+        assert_eq!(
+            debug_durations(&err),
+            [] as [String; 0],
+            "{sub} {args:?}: {err}"
+        );
+    }
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("flags")).await,
+        None,
+        "nothing ran"
+    );
+}
+
+#[tokio::test]
+async fn a_max_run_stop_is_told_and_the_status_reads_in_words() {
+    let srv = server();
+    let url = srv.url();
+    let o = run(
+        baton("run", &url).args([
+            "--key",
+            "words",
+            "-v",
+            "--max-run",
+            "1500ms",
+            "--lock-timeout",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ]),
+        "run --max-run 1500ms",
+    )
+    .await;
+    assert_eq!(code(&o), 74, "{}", describe(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("stopping PROGRAM: --max-run of 1.5 s reached"),
+        "{err}"
+    );
+    assert_eq!(debug_durations(&err), [] as [String; 0], "{err}");
+    let status = run(baton("status", &url).args(["--key", "words"]), "status").await;
+    assert_eq!(code(&status), 0, "{}", describe(&status));
+    let text = stdout(&status);
+    // Kept for --retention (24 h by default): hours and minutes, not `23h 59m 58s 917ms`.
+    assert!(text.contains("retained:     23 h 59 min more"), "{text}");
+    assert_eq!(debug_durations(&text), [] as [String; 0], "{text}");
+}
+
+#[tokio::test]
+async fn a_lock_wait_running_out_says_how_long_it_waited_in_words() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("wait-words");
+    let pid = dir.path("pid");
+    let script = format!("echo $$ > {}; sleep 30", shq(&pid));
+    let holder = spawn(baton("lock", &url).args(["--key", "w", "--", "sh", "-c", &script]));
+    read_pid(&pid, QUICK).await;
+    let o = run(
+        baton("lock", &url).args(["--key", "w", "--wait", "300ms", "--", "true"]),
+        "lock --wait 300ms",
+    )
+    .await;
+    assert_eq!(code(&o), 75, "{}", describe(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("not acquired") && err.contains(" ms)"),
+        "{err}"
+    );
+    assert_eq!(debug_durations(&err), [] as [String; 0], "{err}");
+    drop(holder);
+}
+
+/// The lines of `text` about `flag`: its own line and, in `--help`'s layout, the indented
+/// paragraphs under it up to the next flag.
+fn help_of(text: &str, flag: &str) -> String {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with(flag));
+    let first = lines.next().unwrap_or_default().to_string();
+    // A flag's own line is indented at most 6 columns; its paragraphs, 10.
+    let rest: Vec<&str> = lines
+        .take_while(|l| !(l.trim_start().starts_with('-') && l.len() - l.trim_start().len() <= 6))
+        .collect();
+    format!("{first}\n{}", rest.join("\n"))
+}
+
+#[tokio::test]
+async fn url_help_is_one_line_with_h_and_prefix_help_names_each_commands_keys() {
+    let short = run(&mut plain(&["run", "-h"]), "run -h").await;
+    let long = run(&mut plain(&["run", "--help"]), "run --help").await;
+    assert_eq!(code(&short), 0, "{}", describe(&short));
+    let url_short = help_of(&stdout(&short), "--url");
+    assert_eq!(url_short.trim().lines().count(), 1, "{url_short}");
+    assert!(!url_short.contains("BATON_TLS_CA_FILE"), "{url_short}");
+    let url_long = help_of(&stdout(&long), "--url");
+    for words in [
+        "redis+sentinel://host:port",
+        "sslmode=require",
+        "BATON_TLS_CA_FILE",
+    ] {
+        assert!(
+            url_long.contains(words),
+            "--help on --url says {words}: {url_long}"
+        );
+    }
+
+    let keys = [
+        ("run", "job's keys"),
+        ("status", "job's keys"),
+        ("watch", "job's keys"),
+        ("fail", "job's keys"),
+        ("reset", "job's keys"),
+        ("lock", "lock's keys"),
+        ("leader", "election's keys"),
+    ];
+    for (sub, whose) in keys {
+        let o = run(&mut plain(&[sub, "-h"]), &format!("{sub} -h")).await;
+        let prefix = help_of(&stdout(&o), "--prefix");
+        assert!(prefix.contains(whose), "{sub}: {prefix}");
+        assert!(prefix.contains("PostgreSQL"), "{sub}: {prefix}");
+        assert!(!prefix.contains("job's Redis keys"), "{sub}: {prefix}");
+    }
+    let o = run(&mut plain(&["lock", "-h"]), "lock -h").await;
+    assert!(help_of(&stdout(&o), "--prefix").contains("redlock:{KEY}"));
+}

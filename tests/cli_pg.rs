@@ -513,3 +513,55 @@ async fn baton_migrate_is_idempotent_and_waits_for_locks_only_briefly() {
         text(&out)
     );
 }
+
+/// What `--prefix`'s help says of PostgreSQL: it prefixes the key of the job's row, so two
+/// prefixes are two jobs. And a `--wait` that runs out on the table mutex says how long it
+/// waited in words (`… in 1000 ms)` or `1.0 s`), never Rust's `1.000812s`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prefix_keys_postgres_rows_and_a_lock_wait_is_told_in_words() {
+    let db = PgDatabase::create();
+    let ran = output(baton(&[
+        "run", "--url", &db.url, "--prefix", "team:", "--key", "job", "--", "true",
+    ]))
+    .await;
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    for (prefix, state) in [("team:", "done"), ("baton:", "absent")] {
+        let o = output(baton(&[
+            "status", "--url", &db.url, "--prefix", prefix, "--key", "job", "--json",
+        ]))
+        .await;
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+        assert_eq!(json["state"], state, "{prefix}: {json}");
+    }
+
+    let holder = baton(&[
+        "lock",
+        "--url",
+        &db.url,
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "echo held; sleep 5",
+    ])
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let waiter = output(baton(&[
+        "lock", "--url", &db.url, "--key", "k", "--wait", "500ms", "--", "true",
+    ]))
+    .await;
+    assert_eq!(waiter.status.code(), Some(75), "{}", text(&waiter));
+    let err = String::from_utf8_lossy(&waiter.stderr);
+    assert!(err.contains("not acquired"), "{err}");
+    let debug = err
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .find(|w| {
+            w.ends_with('s') && w.contains('.') && w.starts_with(|c: char| c.is_ascii_digit())
+        });
+    assert_eq!(debug, None, "a Debug duration: {err}");
+    assert!(err.contains(" ms)") || err.contains(" s)"), "{err}");
+    drop(holder);
+}

@@ -1,0 +1,271 @@
+//! The command line: commands, flags and their help, and the duration parsers. Only the shape
+//! of the command line lives here; checking the values against the library's rules is `plan` in
+//! main.rs, before anything connects.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use super::help::{EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP};
+
+/// The longest `--kill-grace` accepted.
+pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
+/// election's), and so does what PostgreSQL does with it.
+const PREFIX_HELP: [(&str, &str); 7] = [
+    ("run", JOB_PREFIX),
+    ("status", JOB_PREFIX),
+    ("watch", JOB_PREFIX),
+    ("fail", JOB_PREFIX),
+    ("reset", JOB_PREFIX),
+    (
+        "lock",
+        "Key prefix of the lock's keys: PREFIXlock:{KEY} on Redis (PREFIXredlock:{KEY} on each \
+         --redlock master); on PostgreSQL the key of the lock's row in baton_locks (must end \
+         with `:`)",
+    ),
+    (
+        "leader",
+        "Key prefix of the election's keys: PREFIXleader:{KEY} on Redis; on PostgreSQL the key \
+         of the election's row in baton_locks (must end with `:`)",
+    ),
+];
+
+const JOB_PREFIX: &str = "Key prefix of the job's keys: PREFIX{KEY} and the keys beside it on \
+    Redis; on PostgreSQL the key of the job's row in baton_jobs (must end with `:`)";
+
+/// The command line, with each command's own help for the global `--prefix` (a copy of it in
+/// the subcommand, which clap then does not propagate over; its value still reaches
+/// [`Cli::prefix`], as a global's does).
+pub(crate) fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let prefix = cmd
+        .get_arguments()
+        .find(|a| a.get_id() == "prefix")
+        .cloned();
+    if let Some(prefix) = prefix {
+        for (name, help) in PREFIX_HELP {
+            cmd = cmd.mut_subcommand(name, |sub| sub.arg(prefix.clone().help(help)));
+        }
+    }
+    cmd
+}
+
+/// Run any program under attempt-counted failover coordination through Redis or PostgreSQL.
+#[derive(Parser, Debug)]
+#[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
+pub(crate) struct Cli {
+    /// Where the coordination lives: a redis://, rediss://, unix://, redis+cluster://,
+    /// redis+sentinel:// or postgres:// URL (--help for each form, TLS and credentials).
+    ///
+    /// Redis: redis://[user:password@]host:port/[db] (rediss:// for TLS, unix:// for a socket),
+    /// redis+cluster://host:port,host:port/ for a Redis Cluster's seed nodes, or
+    /// redis+sentinel://host:port,host:port/SERVICE for the primary Sentinels monitor as SERVICE
+    /// (credentials there are the data nodes'). PostgreSQL:
+    /// postgres://[user[:password]@]host[:port]/database (tables made by `baton migrate`, or on
+    /// first use where the role may; `lock` is then the table mutex and `leader` an election on
+    /// the same table; --redlock is Redis only; add ?sslmode=require for TLS, the server's
+    /// certificate always verified).
+    ///
+    /// --redis-url is an alias, and BATON_REDIS_URL is read when BATON_URL is not set. A
+    /// password can also come from the file named by BATON_REDIS_PASSWORD_FILE. Never printed.
+    /// For TLS (rediss://, or postgres:// with sslmode=require) the system's CAs are trusted,
+    /// or the PEM file named by BATON_TLS_CA_FILE; BATON_TLS_CERT_FILE and BATON_TLS_KEY_FILE
+    /// name a client certificate and its key, for servers that want one.
+    #[arg(
+        long,
+        visible_alias = "redis-url",
+        global = true,
+        env = "BATON_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        hide_env_values = true,
+        hide_default_value = false
+    )]
+    pub(crate) url: String,
+    /// Key prefix of everything baton stores: the names of its Redis keys, and of its rows'
+    /// keys on PostgreSQL (must end with `:`; each command's --help says which keys).
+    #[arg(long, global = true, default_value = "baton:")]
+    pub(crate) prefix: String,
+    /// Whether --url was given on the command line (not by default or environment).
+    #[arg(skip)]
+    pub(crate) url_given: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Run PROGRAM if this process wins an attempt of the job; otherwise wait as a backup and
+    /// take over when an attempt fails.
+    #[command(after_long_help = EXIT_STATUSES)]
+    Run(RunArgs),
+    /// Run PROGRAM holding a fenced mutex: one holder at a time per key, kept alive by a
+    /// watchdog; PROGRAM is stopped if the lock is lost.
+    #[command(after_long_help = LOCK_EXIT_STATUSES)]
+    Lock(LockArgs),
+    /// Run a long-lived PROGRAM only while this process is the elected leader of --key; stop it
+    /// on loss and campaign again; on SIGTERM stop it, resign and exit 0.
+    #[command(after_long_help = LEADER_EXIT_STATUSES)]
+    Leader(LeaderArgs),
+    /// Show a job's state: attempt, holder, last failure, TTLs, fencing token.
+    Status {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a job's changes (grants, done, failures) until it ends.
+    Watch {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a hung holder's attempt so a backup takes over at once.
+    Fail {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Why (kept in the job's failure note).
+        #[arg(long, default_value = "released by an operator")]
+        reason: String,
+        /// Confirm releasing a live attempt.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Create baton's PostgreSQL tables, indexes and sequence where missing (as their owner,
+    /// once per database, before workers run with a role that may only read and write them).
+    #[command(after_long_help = MIGRATE_HELP)]
+    Migrate,
+    /// Forget a job's state, so the next `baton run` runs it again as attempt 1.
+    Reset {
+        /// The job name.
+        #[arg(long)]
+        key: String,
+        /// Confirm resetting a live job.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// The job name (e.g. nightly-report); every server running the job uses the same key.
+    #[arg(long)]
+    pub(crate) key: String,
+    /// The lease: how long a silent holder keeps the job before a backup may take over
+    /// (10ms ..= 1 day).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub(crate) lock_timeout: Duration,
+    /// The maximum number of attempts.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) max_attempts: u64,
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years).
+    #[arg(long, default_value = "24h", value_parser = duration)]
+    pub(crate) retention: Duration,
+    /// Do not extend the lease: the attempt must finish within --lock-timeout of its grant
+    /// (PROGRAM is stopped when it does not).
+    #[arg(long)]
+    pub(crate) no_keepalive: bool,
+    /// Cap on one attempt's run time, counted from its grant (must exceed --lock-timeout).
+    #[arg(long, value_parser = duration)]
+    pub(crate) max_run: Option<Duration>,
+    /// Pause before a backup takes over a failed attempt.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub(crate) retry_delay: Duration,
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day (never past the lease's end; without
+    /// keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
+    pub(crate) kill_grace: Duration,
+    /// This worker's name, shown by `baton status` (default host:pid).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Write events as JSON lines on stderr.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write events as JSON lines to FILE (appended).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) events: Option<PathBuf>,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub(crate) program: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LockArgs {
+    /// The lock's name; every process that must not run at the same time uses the same key.
+    #[arg(long)]
+    pub(crate) key: String,
+    /// Use Redlock over these independent masters (comma-separated, at least 3, an odd number,
+    /// all distinct) instead of --url. BATON_FENCING_TOKEN is then not set: Redlock has
+    /// no monotonic token (see below).
+    /// (Conflicts with --url on the command line; BATON_URL is ignored with it.)
+    #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',')]
+    pub(crate) redlock: Vec<String>,
+    /// The lease: how long the lock outlives a holder that went silent (10ms ..= 1 day). The
+    /// watchdog extends it every ttl/3 while PROGRAM runs.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for the lock at most, then exit 75 [default: wait forever].
+    #[arg(long, value_parser = duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
+    /// process group when it exits, at most 1 day; when the lock is lost, never past the
+    /// lease's end.
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
+    pub(crate) kill_grace: Duration,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub(crate) program: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct LeaderArgs {
+    /// The election's name; every process that may lead uses the same key.
+    #[arg(long)]
+    pub(crate) key: String,
+    /// The lease: how long a silent leader keeps leading (10ms ..= 1 day), renewed every
+    /// lease/3.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub(crate) lease: Duration,
+    /// This candidate's name, shown to observers (default host:pid).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM on a signal, or what PROGRAM
+    /// left running in its process group when it exits, at most 1 day; on a lost leadership
+    /// PROGRAM is killed by the lease's end whatever this says.
+    #[arg(long, default_value = "10s", value_parser = kill_grace)]
+    pub(crate) kill_grace: Duration,
+    /// More human-readable output on stderr (repeat for library traces).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub(crate) program: Vec<OsString>,
+}
+
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 30s, 5m, 24h)"))
+}
+
+pub(crate) fn kill_grace(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d > MAX_KILL_GRACE {
+        return Err(format!("{s} is above the maximum of 1 day"));
+    }
+    Ok(d)
+}

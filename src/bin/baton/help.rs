@@ -1,0 +1,167 @@
+//! The long help texts (`baton --help`, `baton lock --help`, …): the exit status tables and what
+//! each command promises about PROGRAM. Prose this long would bury the flag definitions in
+//! cli.rs; the tests check the tables against the statuses in exit.rs.
+
+pub(crate) const EXIT_STATUSES: &str = "\
+Exit statuses of `baton run`:
+  0        the job ended DONE (by this process or another one)
+  N        PROGRAM's own status when this process ran an attempt that failed
+           (128+n when signal n ended it, e.g. 130 after Ctrl-C in a terminal)
+  126/127  PROGRAM could not be executed / was not found (the attempt is failed)
+  64       usage or configuration error (checked before connecting), or an operation the
+           URL's backend does not have
+  65       the job's stored state is corrupt (a value baton never writes)
+  69       the server (Redis or PostgreSQL) cannot be reached, or kept failing for a few
+           seconds (transient: trying again later may help)
+  74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
+           Ctrl-Z, for longer than the lease), deadline passed (--no-keepalive), --max-run
+           reached, a success that could no longer be recorded, or a success whose outcome is
+           unknown (the job may or may not be DONE: check `baton status`)
+  75       the job is exhausted and this process ran no attempt
+  77       the server refused the credentials or a command: a wrong password or unknown user
+           (Redis WRONGPASS, PostgreSQL 28P01/28000), an ACL denial (Redis NOPERM), a missing
+           privilege (PostgreSQL 42501); no retry helps
+  78       the server rejects the configuration: a database index out of range (Redis), an
+           unknown database (PostgreSQL 3D000), baton's tables missing where this role may not
+           create them (run `baton migrate` as their owner); no retry helps
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
+PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
+`status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
+job needs --yes), 65 on a corrupt state, 69 when the server is unreachable, 77 and 78 as above;
+`watch` exits 75 when the job ends EXHAUSTED. `migrate` exits 0 when the tables exist (made now
+or before; with a Redis URL there is nothing to make), 69, 77 or 78 as above.
+
+PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
+in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
+which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGKILL when the
+attempt is lost or runs out of time. Nothing in that group outlives baton: when PROGRAM exits,
+what it left running there gets SIGTERM, then SIGKILL after --kill-grace, and is gone before
+DONE is written or the attempt failed; when baton dies, even by SIGKILL (the OOM killer), a
+guard process (`baton-guard` in ps) kills the whole group at once. What leaves the group
+escapes both: a descendant that calls setsid or setpgid (a daemon's double fork, a shell with
+job control). A lease cannot stop a paused or partitioned holder in time: pass
+BATON_FENCING_TOKEN to what PROGRAM writes to.
+
+In a terminal, `baton run` is a well-behaved job: when stdin is a terminal and baton runs in the
+foreground, PROGRAM's process group gets the terminal (PROGRAM can read it; Ctrl-C and Ctrl-Z
+reach it, and PROGRAM ended by Ctrl-C fails the attempt with 130) and baton takes it back
+before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
+baton are forwarded to PROGRAM's group (unless baton started with them ignored, as under nohup).
+Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile.
+On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
+killed and baton exits 74.
+
+Crontab example (every server runs it; exactly one runs the report, a backup retries on failure;
+the key names the UTC night, since a fixed key's DONE, kept for --retention, would make the next
+night run nothing; crontab wants % written \\%):
+  0 2 * * *  baton run --key \"nightly-report:$(date -u +\\%F)\" --lock-timeout 60s --max-attempts 3 -- /usr/local/bin/report";
+
+pub(crate) const LOCK_EXIT_STATUSES: &str = "\
+Exit statuses of `baton lock`:
+  N        PROGRAM's own status (0 on success; 128+n when signal n ended it, e.g. 130 after
+           Ctrl-C in a terminal); the lock is released when PROGRAM exits
+  126/127  PROGRAM could not be executed / was not found (the lock is released)
+  64       usage or configuration error (durations are checked before connecting), or an
+           operation the URL's backend does not have
+  65       the lock's fence key holds a value baton never writes
+  69       the server cannot be reached, or failed while the lock was being acquired; with
+           --redlock: too many masters failed for a quorum (masters/2+1) to be possible (the
+           message names the quorum); a master that is down at start is one failed vote
+           (transient: trying again later may help)
+  74       the lock was lost while PROGRAM ran: an extension found another token (or none),
+           or no extension was confirmed before the lease's end (also when baton was stopped,
+           e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
+           latest when the lease could pass on. Also when PROGRAM ended but the release found
+           the lock held by another token (mutual exclusion may have been broken). With
+           --redlock: an extension round found no quorum still holding the lock, or no quorum
+           extension was confirmed before the validity deadline (SIGKILL by then)
+  75       --wait ran out while the lock was held elsewhere (nothing was run)
+  77       the server refused the credentials or a command (as for `baton run`; nothing was
+           run)
+  78       the server rejects the configuration (as for `baton run`; nothing was run)
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the lock is released
+           once PROGRAM exits; while still waiting for the lock, nothing was run)
+PROGRAM's own statuses can collide with these.
+
+Without --wait, `baton lock` waits for the lock as long as it takes.
+
+While PROGRAM runs, a watchdog extends the lock every --ttl/3. PROGRAM gets BATON_LOCK_KEY and
+BATON_FENCING_TOKEN (a number larger than any earlier holder's of the same key) in its
+environment; its stdin, stdout and stderr pass through. A lease cannot stop a paused or
+partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to, and let it
+refuse smaller tokens. Terminal, job control and signals work as for `baton run`: PROGRAM runs
+in its own process group (which gets the terminal when baton is in the foreground), SIGHUP,
+SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
+meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), PROGRAM's whole group dies
+with baton (a descendant that calls setsid or setpgid escapes), and what PROGRAM leaves running
+in its group gets SIGTERM, then SIGKILL after --kill-grace, and is gone before the lock is
+released.
+
+--redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
+number, all distinct; instead of --url) so that it survives the loss of a minority of
+them. PROGRAM then gets BATON_LOCK_KEY but no BATON_FENCING_TOKEN: Redlock has no monotonic
+token. No counter grows across grants on a majority of masters: a master restarted without
+persistence forgets the lock, a quorum can form again for a second holder while the first
+still runs, and no token could be made to increase across that. Mutual exclusion then rests
+on timing alone (clock rates, pauses): use it to avoid duplicate work, and the single-server
+lock (with its fencing token) to protect data. The watchdog extends by quorum every --ttl/3;
+the lock is lost when a round finds no quorum still holding it, or when no quorum extension is
+confirmed before the validity (ttl − elapsed − drift) runs out.
+
+Example (one backup at a time, whichever host gets there first):
+  baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup
+  baton lock --redlock redis://a:6379/,redis://b:6379/,redis://c:6379/ --key dedupe -- job";
+
+pub(crate) const LEADER_EXIT_STATUSES: &str = "\
+Exit statuses of `baton leader`:
+  0        baton got SIGTERM or SIGINT (or Ctrl-C in a terminal: PROGRAM, which has the
+           terminal, ended by SIGINT): PROGRAM (if it ran) was stopped (SIGTERM, then SIGKILL
+           after --kill-grace, never past the lease's end), the leadership was resigned so a
+           standby leads at once, and baton exited
+  N        PROGRAM ended by itself: its own status (128+n when signal n ended it); the
+           leadership is resigned first
+  126/127  PROGRAM could not be executed / was not found (the leadership is resigned)
+  64       usage or configuration error (checked before connecting), or an operation the
+           URL's backend does not have
+  65       the election's fence key holds a value baton never writes
+  69       the server cannot be reached at start, or answered with another error that
+           retrying did not fix
+  77       the server refused the credentials or a command (as for `baton run`)
+  78       the server rejects the configuration (as for `baton run`)
+  129/131  baton got SIGHUP/SIGQUIT (or Ctrl-\\ in a terminal, PROGRAM ended by SIGQUIT): as for
+           SIGTERM, then this status
+PROGRAM's own statuses can collide with these.
+
+`baton leader` runs a long-lived PROGRAM only while this process leads the election --key: it
+campaigns (waiting as a standby while another process leads), runs PROGRAM once elected, and
+renews the lease every --lease/3. PROGRAM gets BATON_LEADER_KEY and BATON_FENCING_TOKEN (the
+term: larger than every earlier leader's) in its environment. When renewals fail, PROGRAM gets
+SIGTERM --lease/5 before the lease could pass on and SIGKILL at the latest when it could: no
+PROGRAM outlives its leadership. baton then campaigns again and runs PROGRAM anew in the next
+term. Standbys are woken at once by a resignation, and by the lease running out when a leader
+dies. Terminal, job control, signals and PROGRAM's process group work as for `baton lock`. In
+a terminal, Ctrl-C reaches only PROGRAM (its group has the terminal): PROGRAM ended by SIGINT
+there is taken for Ctrl-C typed at baton (stop, resign, exit 0); a PROGRAM that catches it and
+exits with a status of its own is taken at its word.
+
+Example (one scheduler at a time across the fleet, handed over on deploys):
+  baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
+
+pub(crate) const MIGRATE_HELP: &str = "\
+`baton migrate --url postgres://owner@host/db` creates baton_jobs, baton_locks, their indexes
+and the sequence baton_advisory_fence in the connection's default schema (the first of its
+search_path), where missing. It is idempotent and safe while workers run: when everything
+exists it runs no DDL and takes no lock; otherwise each lock its DDL needs is waited for at most
+1 s (a DDL waiting on a long transaction would queue every writer behind it), then tried again
+with a pause, 5 times at most. Workers create a missing table themselves where their role may;
+a role that may only read and write gets exit 78 naming this command instead.
+
+With a Redis URL there is nothing to create (keys need no schema): it says so and exits 0
+without connecting, so one deploy step fits both backends.
+
+Exit statuses: 0 done (or nothing to do); 64 usage; 69 the server cannot be reached, or the
+tables stayed locked through every try; 77 the role may not create them (run it as their
+owner) or the credentials were refused; 78 the server rejects the configuration (an unknown
+database).";

@@ -1,0 +1,310 @@
+//! `baton lock`: take the fenced mutex (or a Redlock, with --redlock), run PROGRAM while the
+//! watchdog keeps it, release it when PROGRAM ends. One file for both locks: the same flags,
+//! the same exit statuses, only the acquisition and the release's answer differ.
+
+use baton::{AcquireOptions, Client, ConfigError, ErrorKind, RedlockOptions};
+
+use super::cli::LockArgs;
+use super::exit::{
+    exit_code, fail_with, usage, usage_config, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE,
+};
+use super::signals::{install_signals, signal_status};
+use super::sink::Sink;
+use super::supervisor::{run_held, Stopping};
+use super::text::{self, human};
+use super::LEASE_CHECK_TIMEOUT;
+
+/// Checks `lock`'s durations (before connecting) and sets up its output.
+pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
+    if args.ttl < baton::mutex::MIN_TTL || args.ttl > baton::mutex::MAX_TTL {
+        return Err(usage(format!(
+            "invalid --ttl: {} is outside 10 ms ..= 1 day",
+            human(args.ttl)
+        )));
+    }
+    // The watchdog is started here, not by `acquire`: it must run from the grant on, and the
+    // loss it reports is what stops PROGRAM.
+    let mut opts = AcquireOptions::builder().watchdog(true);
+    if let Some(wait) = args.wait {
+        opts = opts.wait(wait);
+    }
+    let opts = opts.build().map_err(|e| usage_config(&e))?;
+    let sink = Sink {
+        json: false,
+        file: None,
+        verbose: args.verbose,
+        key: args.key.clone(),
+    };
+    Ok((opts, sink))
+}
+
+pub(crate) async fn lock(
+    client: &Client,
+    args: &LockArgs,
+    opts: AcquireOptions,
+    mut sink: Sink,
+    prefix: &str,
+) -> u8 {
+    let locks = match client.locks().with_prefix(prefix) {
+        Ok(l) => l,
+        Err(e) => return usage_config(&e),
+    };
+    let (mut signals, mut sigchld) = match install_signals() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    sink.note("waiting for the lock");
+    let got = tokio::select! {
+        sig = signals.recv() => Err(sig),
+        got = locks.acquire(&args.key, args.ttl, &opts) => Ok(got),
+    };
+    let guard = match got {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+            eprintln!(
+                "baton: {}: not acquired: {}",
+                args.key,
+                text::error_message(&e)
+            );
+            return EX_TEMPFAIL;
+        }
+        Ok(Err(e)) => return fail_with(&e),
+        Err(sig) => {
+            // The dropped acquisition releases a lock its script may just have taken, by token,
+            // in a task of the client: let it finish (bounded) rather than leave the lock
+            // blocking everyone for its ttl.
+            client.shutdown(LEASE_CHECK_TIMEOUT).await;
+            return signal_status(sig);
+        }
+    };
+    let fence = guard.fencing_token();
+    sink.note(&format!("acquired (fencing token {fence})"));
+    let env = [
+        ("BATON_LOCK_KEY", args.key.clone()),
+        ("BATON_FENCING_TOKEN", fence.to_string()),
+    ];
+    let done = match run_held(
+        &guard,
+        &args.program,
+        &env,
+        args.kill_grace,
+        &mut sink,
+        &mut signals,
+        &mut sigchld,
+    )
+    .await
+    {
+        Ok(done) => done,
+        Err(code) => {
+            let _ = guard.release().await;
+            return code;
+        }
+    };
+    // Released in every case: after a loss the token check makes this a no-op on a lock that
+    // passed on, and it frees at once a lock whose loss was only a missed deadline.
+    let released = guard.release().await;
+    let status = match done.status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: lost track of PROGRAM: {e}");
+            return EX_LOST;
+        }
+    };
+    match done.stopping {
+        Some(Stopping::Lost) => EX_LOST,
+        Some(Stopping::Signal(sig)) => signal_status(sig),
+        None => match released {
+            Ok(true) => exit_code(&status),
+            Ok(false) => {
+                eprintln!(
+                    "baton: {}: PROGRAM ended, but the lock was held by another token by then \
+                     (mutual exclusion may have been broken)",
+                    args.key
+                );
+                EX_LOST
+            }
+            Err(e) => {
+                // PROGRAM finished while the lock was ours; it expires by its ttl.
+                eprintln!(
+                    "baton: {}: the release failed (the lock expires by its ttl): {}",
+                    args.key,
+                    text::error_message(&e)
+                );
+                exit_code(&status)
+            }
+        },
+    }
+}
+
+/// `--redlock`'s URLs: at least 3, an odd number, all distinct (checked before connecting).
+pub(crate) fn redlock_urls(urls: &[String]) -> Result<(), u8> {
+    let n = urls.len();
+    if n < 3 {
+        return Err(usage(format!(
+            "--redlock needs at least 3 independent masters, got {n}"
+        )));
+    }
+    if n % 2 == 0 {
+        return Err(usage(format!(
+            "--redlock needs an odd number of masters (3, 5, …), got {n}: one more master \
+             raises the quorum without tolerating one more failure"
+        )));
+    }
+    for (i, u) in urls.iter().enumerate() {
+        if u.trim().is_empty() {
+            return Err(usage("--redlock: an empty URL"));
+        }
+        if urls[..i].contains(u) {
+            return Err(usage(
+                "--redlock: a master is given twice (one server counted twice would fake a quorum)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A client per `--redlock` master, built without connecting: a master that is down at start
+/// is one failed vote, not a reason not to start (the acquisition says when too many are down,
+/// exit 69 naming the quorum). `Err` is the exit status (64 for a bad URL or password file).
+pub(crate) fn masters(urls: &[String]) -> Result<Vec<Client>, u8> {
+    let mut clients = Vec::with_capacity(urls.len());
+    for (i, u) in urls.iter().enumerate() {
+        let bad = |what: String| usage(format!("--redlock master {i}: {what}"));
+        let mut builder = Client::builder(u.clone());
+        if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
+            builder = builder
+                .password_file(path)
+                .map_err(|e| bad(text::config_message(&e)))?;
+        }
+        let client = builder.build_lazy().map_err(|e| match &e {
+            // The master's URL is one of --redlock's, not --url.
+            baton::Error::Config(ConfigError::Invalid {
+                field: "url",
+                reason,
+            }) => bad(format!("invalid URL: {}", text::reword(reason))),
+            _ => bad(text::error_message(&e)),
+        })?;
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
+pub(crate) async fn redlock(
+    args: &LockArgs,
+    opts: RedlockOptions,
+    mut sink: Sink,
+    prefix: &str,
+) -> u8 {
+    let clients = match masters(&args.redlock) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let code = redlock_with(&clients, args, opts, &mut sink, prefix).await;
+    for c in &clients {
+        c.shutdown(LEASE_CHECK_TIMEOUT).await;
+    }
+    code
+}
+
+pub(crate) async fn redlock_with(
+    clients: &[Client],
+    args: &LockArgs,
+    opts: RedlockOptions,
+    sink: &mut Sink,
+    prefix: &str,
+) -> u8 {
+    let rl = match Client::redlock(clients).and_then(|r| r.with_prefix(prefix)) {
+        Ok(r) => r,
+        Err(e) => return usage_config(&e),
+    };
+    let (mut signals, mut sigchld) = match install_signals() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    sink.note("waiting for the Redlock");
+    let got = tokio::select! {
+        sig = signals.recv() => Err(sig),
+        got = rl.acquire(&args.key, args.ttl, &opts) => Ok(got),
+    };
+    let mut guard = match got {
+        Ok(Ok(guard)) => guard,
+        Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
+            eprintln!(
+                "baton: {}: not acquired: {}",
+                args.key,
+                text::error_message(&e)
+            );
+            return EX_TEMPFAIL;
+        }
+        Ok(Err(e)) if e.kind() == ErrorKind::QuorumUnavailable => {
+            eprintln!(
+                "baton: {}: the Redlock needs a quorum of {} of {} masters: {}",
+                args.key,
+                rl.quorum(),
+                rl.masters(),
+                text::error_message(&e)
+            );
+            return EX_UNAVAILABLE;
+        }
+        Ok(Err(e)) => return fail_with(&e),
+        // The dropped acquisition releases on every master in a client task; the caller's
+        // shutdown lets it finish.
+        Err(sig) => return signal_status(sig),
+    };
+    guard.start_watchdog();
+    sink.note(&format!(
+        "acquired on a quorum of {} of {} masters (no fencing token: Redlock has none)",
+        rl.quorum(),
+        rl.masters()
+    ));
+    let env = [("BATON_LOCK_KEY", args.key.clone())];
+    let done = match run_held(
+        &guard,
+        &args.program,
+        &env,
+        args.kill_grace,
+        sink,
+        &mut signals,
+        &mut sigchld,
+    )
+    .await
+    {
+        Ok(done) => done,
+        Err(code) => {
+            let _ = guard.release().await;
+            return code;
+        }
+    };
+    let quorum = rl.quorum();
+    let released = guard.release().await;
+    let status = match done.status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: lost track of PROGRAM: {e}");
+            return EX_LOST;
+        }
+    };
+    match done.stopping {
+        Some(Stopping::Lost) => EX_LOST,
+        Some(Stopping::Signal(sig)) => signal_status(sig),
+        None => match released {
+            Ok(held) if held >= quorum => exit_code(&status),
+            Ok(held) => {
+                eprintln!(
+                    "baton: {}: PROGRAM ended, but only {held} masters still held the lock \
+                     (a quorum is {quorum}; mutual exclusion may have been broken)",
+                    args.key
+                );
+                EX_LOST
+            }
+            Err(e) => {
+                eprintln!(
+                    "baton: {}: the release failed (the lock expires by its ttl): {}",
+                    args.key,
+                    text::error_message(&e)
+                );
+                exit_code(&status)
+            }
+        },
+    }
+}

@@ -1,0 +1,295 @@
+//! `baton`: run any program under failover coordination, inspect and administer jobs.
+//!
+//! ```text
+//! baton run --key nightly-report -- /usr/local/bin/report --since yesterday
+//! baton lock --key backups --wait 5m -- /usr/local/bin/backup
+//! baton status --key nightly-report
+//! ```
+//!
+//! Built with the `cli` feature. See `baton --help` for every flag and exit status.
+//!
+//! Every command checks its whole configuration (job name, durations, flags) before it connects,
+//! so a usage error is reported as one (exit 64) even when Redis is unreachable.
+//!
+//! # PROGRAM, signals and the terminal
+//!
+//! `baton run` and `baton lock` run PROGRAM the same way (one [`Supervisor`] over either
+//! lease: a failover attempt or a fenced mutex). `baton run` starts PROGRAM as the leader of its own process group and follows it with
+//! `waitid(2)`, stops included; it never uses tokio's child handling, so it knows exactly when
+//! PROGRAM's leader is reaped. Signals go to the whole group, and only while the leader is not
+//! reaped yet (a zombie at worst): a reaped leader's number can be reused by an unrelated process
+//! group. When PROGRAM exits, what is left of its group gets SIGTERM, then SIGKILL after
+//! --kill-grace, and is gone (as `/proc` shows) before the leader is reaped and the lease let
+//! go. A guard process (guard.rs) kills the whole group if baton dies, even by SIGKILL.
+//!
+//! Like a shell running a job: when stdin is a terminal and baton's own process group is in its
+//! foreground, PROGRAM's group is made the terminal's foreground group (by PROGRAM itself, right
+//! before its `exec`, with SIGTTOU blocked), so it can read the terminal and Ctrl-C, Ctrl-\ and
+//! Ctrl-Z reach it; baton takes the terminal back before it exits. SIGHUP, SIGINT, SIGQUIT and
+//! SIGTERM sent to baton are forwarded to PROGRAM's group and end the attempt (exit 128 + n); a
+//! signal baton inherited as ignored (`nohup`, a script's `&`) stays ignored, for PROGRAM too.
+//! A terminating signal is always followed by SIGCONT, so a stopped PROGRAM acts on it.
+//!
+//! A SIGTSTP sent to baton itself (Ctrl-Z when stdin is not the terminal) is passed on to
+//! PROGRAM's group instead of stopping baton alone, which would let the lease lapse while
+//! PROGRAM runs. When PROGRAM is stopped by job control (SIGTSTP, SIGTTIN, SIGTTOU), baton takes
+//! the terminal back and stops itself with SIGSTOP (SIGTSTP would be discarded in an orphaned
+//! process group), so the shell sees the job stopped. Its lease is not extended while stopped. Once
+//! continued, it first checks that it still holds its attempt (no-keepalive deadline, then the
+//! job's state in Redis): if not, PROGRAM is killed and baton exits 74; otherwise PROGRAM's group
+//! gets the terminal back (if baton is in the foreground again) and SIGCONT.
+
+//!
+//! # Layout
+//!
+//! One file per command and one per concern, so a change to how PROGRAM is supervised does not
+//! touch the commands, and a command reads top to bottom without the process plumbing:
+//!
+//! | file | what |
+//! |---|---|
+//! | `main.rs` | parse, check every setting before connecting ([`Plan`]), connect, dispatch |
+//! | `cli.rs` | the command line: flags, their help, duration parsers |
+//! | `help.rs` | the long help texts: exit status tables, `migrate`'s manual |
+//! | `exit.rs` | exit statuses and the mapping of library errors to them |
+//! | `text.rs` | how messages word things: durations in human form, settings by their flags |
+//! | `sink.rs` | where `run`'s events go (stderr, JSON lines, a file) |
+//! | `signals.rs` | the signals baton forwards to PROGRAM, and their statuses |
+//! | `program.rs` | PROGRAM as a child: spawn, process group, `waitid`, the terminal |
+//! | `supervisor.rs` | runs PROGRAM to its end under a lease |
+//! | `held.rs` | the lease adapters over the library's held locks (mutex, Redlock, leader term) |
+//! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
+//! | `run.rs`, `lock.rs`, `leader.rs`, `status.rs`, `admin.rs` | the commands |
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use baton::{AcquireOptions, Client, ElectionOptions, FailoverConfig, RedlockOptions};
+use clap::FromArgMatches;
+
+use cli::{Cli, Command};
+use cli::{LeaderArgs, LockArgs, RunArgs};
+use exit::{fail_with, usage, usage_config, EX_UNAVAILABLE, EX_USAGE};
+use sink::Sink;
+
+mod admin;
+mod cli;
+mod exit;
+mod guard;
+mod held;
+mod help;
+mod leader;
+mod lock;
+mod program;
+mod run;
+mod signals;
+mod sink;
+mod status;
+mod supervisor;
+mod text;
+
+/// How long a resumed baton waits for Redis to confirm it still holds its attempt.
+pub(crate) const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn main() -> ExitCode {
+    // The guard of a PROGRAM's process group is this binary, re-executed (see guard.rs).
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(guard::ARG)) {
+        return guard::main();
+    }
+    // BATON_REDIS_URL, the variable's name before PostgreSQL, still works when BATON_URL is
+    // not set. Set before any other thread exists (the runtime starts later).
+    if std::env::var_os("BATON_URL").is_none() {
+        if let Some(url) = std::env::var_os("BATON_REDIS_URL") {
+            std::env::set_var("BATON_URL", url);
+        }
+    }
+    let parsed = cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let cli = match parsed {
+        Ok((mut cli, m)) => {
+            // --url is global: its source is recorded on the subcommand's matches.
+            let given = |m: &clap::ArgMatches| {
+                m.value_source("url") == Some(clap::parser::ValueSource::CommandLine)
+            };
+            cli.url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
+            cli
+        }
+        Err(e) => {
+            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    // One thread: PROGRAM is forked from the main thread, which lives as long as the process,
+    // so the parent-death signal (which follows the forking *thread*) fires only when baton dies.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("baton: cannot start the runtime: {e}");
+            return ExitCode::from(EX_UNAVAILABLE);
+        }
+    };
+    ExitCode::from(runtime.block_on(dispatch(cli)))
+}
+
+/// A command with its configuration checked, ready to run once connected.
+enum Plan<'a> {
+    Run(&'a RunArgs, FailoverConfig, Sink),
+    Lock(&'a LockArgs, AcquireOptions, Sink),
+    Redlock(&'a LockArgs, RedlockOptions, Sink),
+    Leader(&'a LeaderArgs, ElectionOptions, Sink),
+    Status(FailoverConfig, bool),
+    Watch(FailoverConfig, bool),
+    Fail(FailoverConfig, &'a str, bool),
+    Reset(FailoverConfig, bool),
+    Migrate,
+}
+
+/// Checks everything that can be checked without Redis; `Err` is the exit status.
+fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
+    let job = |key: &str| {
+        FailoverConfig::builder(key)
+            .prefix(cli.prefix.clone())
+            .build()
+            .map_err(|e| usage_config(&e))
+    };
+    Ok(match &cli.command {
+        Command::Run(args) => {
+            let (config, sink) = run::config(args, &cli.prefix)?;
+            Plan::Run(args, config, sink)
+        }
+        Command::Lock(args) => {
+            // Lock names and prefixes follow the rules of job names (1..=1024 bytes, not blank,
+            // no `{`/`}`; a prefix ends with `:`): checked here, before connecting, so a bad one
+            // is a usage error even when Redis is unreachable.
+            job(&args.key)?;
+            let (opts, sink) = lock::config(args)?;
+            if args.redlock.is_empty() {
+                Plan::Lock(args, opts, sink)
+            } else {
+                if cli.url_given {
+                    return Err(usage(
+                        "--redlock and --url cannot be used together: --redlock names \
+                         every master",
+                    ));
+                }
+                lock::redlock_urls(&args.redlock)?;
+                let mut ropts = RedlockOptions::default();
+                if let Some(wait) = args.wait {
+                    ropts = ropts.wait(wait);
+                }
+                Plan::Redlock(args, ropts, sink)
+            }
+        }
+        Command::Leader(args) => {
+            job(&args.key)?;
+            let mut opts = ElectionOptions::builder().lease(args.lease);
+            if let Some(name) = &args.name {
+                opts = opts.name(name.clone());
+            }
+            let opts = opts.build().map_err(|e| usage_config(&e))?;
+            let sink = Sink {
+                json: false,
+                file: None,
+                verbose: args.verbose,
+                key: args.key.clone(),
+            };
+            Plan::Leader(args, opts, sink)
+        }
+        Command::Status { key, json } => Plan::Status(job(key)?, *json),
+        Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
+        Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
+        Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
+        Command::Migrate => Plan::Migrate,
+    })
+}
+
+async fn dispatch(cli: Cli) -> u8 {
+    let verbose = match &cli.command {
+        Command::Run(args) => args.verbose,
+        Command::Lock(args) => args.verbose,
+        Command::Leader(args) => args.verbose,
+        _ => 0,
+    };
+    if verbose >= 2 {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter("baton=debug")
+            .try_init();
+    }
+    let plan = match plan(&cli) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // Redlock connects to its own masters, never to --url.
+    let plan = match plan {
+        Plan::Redlock(args, opts, sink) => {
+            return lock::redlock(args, opts, sink, &cli.prefix).await;
+        }
+        other => other,
+    };
+    if let Plan::Migrate = plan {
+        if !(cli.url.starts_with("postgres://") || cli.url.starts_with("postgresql://")) {
+            eprintln!("baton: nothing to migrate: Redis keys need no schema");
+            return 0;
+        }
+    }
+    let client = match connect(&cli.url).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match plan {
+        Plan::Run(args, config, sink) => run::run(&client, args, config, sink).await,
+        Plan::Lock(args, opts, sink) => lock::lock(&client, args, opts, sink, &cli.prefix).await,
+        Plan::Leader(args, opts, sink) => {
+            leader::leader(&client, args, opts, sink, &cli.prefix).await
+        }
+        // Returned above.
+        Plan::Redlock(..) => EX_USAGE,
+        Plan::Status(cfg, json) => status::status(&client, cfg, &cli.prefix, json).await,
+        Plan::Watch(cfg, json) => status::watch(&client, cfg, json).await,
+        Plan::Fail(cfg, reason, yes) => admin::fail(&client, cfg, reason, yes).await,
+        Plan::Reset(cfg, yes) => admin::reset(&client, cfg, yes).await,
+        Plan::Migrate => admin::migrate(&client).await,
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, u8> {
+    let mut builder = Client::builder(url);
+    if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
+        builder = builder.password_file(path).map_err(|e| usage_config(&e))?;
+    }
+    if let Some(path) = std::env::var_os("BATON_TLS_CA_FILE") {
+        builder = builder
+            .tls_root_ca_file(path)
+            .map_err(|e| usage_config(&e))?;
+    }
+    match (
+        std::env::var_os("BATON_TLS_CERT_FILE"),
+        std::env::var_os("BATON_TLS_KEY_FILE"),
+    ) {
+        (Some(cert), Some(key)) => {
+            builder = builder
+                .tls_client_cert_files(cert, key)
+                .map_err(|e| usage_config(&e))?;
+        }
+        (None, None) => {}
+        _ => {
+            return Err(usage(
+                "BATON_TLS_CERT_FILE and BATON_TLS_KEY_FILE are set together or not at all",
+            ))
+        }
+    }
+    // The client retries connecting for a few seconds by itself; past that Redis is unavailable.
+    match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(fail_with(&e)),
+        Err(_) => {
+            eprintln!("baton: the server did not answer within 8 s");
+            Err(EX_UNAVAILABLE)
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The signals baton forwards to PROGRAM's group (SIGHUP, SIGINT, SIGQUIT, SIGTERM), the ones
+//! it inherited as ignored, and the shell's status for a signal. Separate from program.rs: these
+//! are baton's own signals, which arrive whatever PROGRAM does.
+
+use std::task::Poll;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::exit::EX_UNAVAILABLE;
+
+/// The signals baton forwards to PROGRAM's group; each ends the attempt (exit 128 + n).
+pub(crate) const FORWARDED: [libc::c_int; 4] =
+    [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
+
+/// The forwarded signals baton listens to.
+pub(crate) struct Signals(Vec<(libc::c_int, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Listens to every forwarded signal that baton did not inherit as ignored: `nohup` leaves
+    /// SIGHUP ignored, a script's `&` SIGINT and SIGQUIT. Those stay ignored, for PROGRAM too
+    /// (an ignored signal stays ignored across `exec`).
+    pub(crate) fn install() -> std::io::Result<Signals> {
+        let mut streams = Vec::new();
+        for sig in FORWARDED {
+            if !inherited_ignored(sig) {
+                streams.push((sig, signal(SignalKind::from_raw(sig))?));
+            }
+        }
+        Ok(Signals(streams))
+    }
+
+    /// The next forwarded signal received. Cancel safe (as `Signal::recv`).
+    pub(crate) async fn recv(&mut self) -> libc::c_int {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.0 {
+                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                    return Poll::Ready(*sig);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The next delivery of `sig`, or never without a stream. Cancel safe.
+pub(crate) async fn recv_or_pending(sig: &mut Option<tokio::signal::unix::Signal>) {
+    if let Some(s) = sig {
+        if s.recv().await.is_some() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+pub(crate) fn inherited_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: an all-zero `sigaction` is a valid value to write into; sigaction(2) with a null
+    // new action only reads the current disposition into it.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// 128 + n, the shell's status for signal n.
+pub(crate) fn signal_status(sig: libc::c_int) -> u8 {
+    u8::try_from(128 + sig).unwrap_or(255)
+}
+
+pub(crate) fn signal_name(sig: libc::c_int) -> String {
+    match sig {
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGTSTP => "SIGTSTP".into(),
+        libc::SIGTTIN => "SIGTTIN".into(),
+        libc::SIGTTOU => "SIGTTOU".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The forwarded signals and SIGCHLD, listened to before PROGRAM exists so none of its status
+/// changes can be missed; `Err` is the exit status (reported).
+pub(crate) fn install_signals() -> Result<(Signals, tokio::signal::unix::Signal), u8> {
+    let installed = Signals::install().and_then(|s| Ok((s, signal(SignalKind::child())?)));
+    installed.map_err(|e| {
+        eprintln!("baton: cannot install signal handlers: {e}");
+        EX_UNAVAILABLE
+    })
+}
+
+pub(crate) fn is_job_control_stop(sig: libc::c_int) -> bool {
+    matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(crate) fn forwarded_signals_exit_128_plus_n() {
+        let codes: Vec<u8> = FORWARDED.iter().map(|&s| signal_status(s)).collect();
+        assert_eq!(codes, [129, 130, 131, 143]);
+    }
+}

@@ -1,0 +1,316 @@
+//! The supervisor: runs PROGRAM to its end under a lease, whatever the lease (a failover
+//! attempt, a lock, a leader's term). It forwards signals, follows job control, stops PROGRAM
+//! when the lease is lost or a time limit passes, and stops what PROGRAM left in its group. The
+//! commands only say what the lease is (held.rs) and what PROGRAM's end means.
+
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+
+use std::ffi::OsString;
+
+use super::held::{HeldLock, Lease, LockLease};
+use super::program::{in_foreground, spawn, spawn_failed, Change, Program};
+use super::signals::{
+    inherited_ignored, is_job_control_stop, recv_or_pending, signal_name, Signals,
+};
+use super::sink::Sink;
+use super::text::human;
+
+/// "Never", for timers that are not armed.
+pub(crate) const FAR: Duration = Duration::from_secs(86_400 * 365);
+
+/// How often baton looks (in `/proc`) whether what PROGRAM left running in its group has ended.
+pub(crate) const LEFTOVER_POLL: Duration = Duration::from_millis(50);
+/// How long after SIGKILL a process of PROGRAM's group may take to be gone before baton stops
+/// waiting for it (it exits as soon as it leaves the kernel; one that does not was out of reach).
+pub(crate) const KILL_SETTLE: Duration = Duration::from_secs(2);
+
+/// `at + d`, saturating far in the future instead of overflowing.
+pub(crate) fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(FAR))
+        .unwrap_or(at)
+}
+
+/// Why PROGRAM is being stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stopping {
+    /// The attempt is lost or out of time: exit 74.
+    Lost,
+    /// baton got this forwarded signal: exit 128 + n.
+    Signal(libc::c_int),
+}
+
+/// How PROGRAM's supervision ended.
+pub(crate) struct Supervised {
+    /// PROGRAM's wait status (`Err`: baton lost track of it).
+    pub(crate) status: std::io::Result<std::process::ExitStatus>,
+    /// Why baton stopped PROGRAM, if it did.
+    pub(crate) stopping: Option<Stopping>,
+    /// What to record as the reason of a [`Stopping::Lost`].
+    pub(crate) why: String,
+    /// Whether PROGRAM's group had the terminal when PROGRAM ended (its SIGINT then most
+    /// likely came from Ctrl-C, which reaches PROGRAM's group only).
+    pub(crate) had_terminal: bool,
+}
+
+/// Runs PROGRAM to its end: forwards signals, follows job control, stops PROGRAM when the lease
+/// is lost or a time limit passes. Shared by `baton run` and `baton lock`.
+pub(crate) struct Supervisor<'a> {
+    pub(crate) sink: &'a mut Sink,
+    pub(crate) signals: &'a mut Signals,
+    pub(crate) sigchld: &'a mut tokio::signal::unix::Signal,
+    /// Time between SIGTERM and SIGKILL when baton stops PROGRAM (signal or time limit).
+    pub(crate) kill_grace: Duration,
+    /// When the lease ends for sure (no keepalive): PROGRAM is dead by then, whatever the grace.
+    pub(crate) lease_end: Option<Instant>,
+}
+
+impl Supervisor<'_> {
+    /// Watches `program` until it is reaped. `term_at` (SIGTERM, then SIGKILL `kill_grace`
+    /// later, never past `lease_end`) stops it for `why`, e.g. a deadline or --max-run.
+    pub(crate) async fn supervise<L: Lease>(
+        &mut self,
+        program: &mut Program,
+        lease: &mut L,
+        term_at: Instant,
+        why: String,
+    ) -> Supervised {
+        let far = later(Instant::now(), FAR);
+        let lease_end = self.lease_end;
+        let mut why_text = why;
+        let mut reason = Stopping::Lost;
+        let mut kill_at = far;
+        let mut stopping: Option<Stopping> = None;
+        // Once PROGRAM's leader ended: whether what it left running in its group got SIGTERM,
+        // and when the group got SIGKILL (if it did).
+        let mut draining = false;
+        let mut killed_at: Option<Instant> = None;
+        // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
+        // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
+        // PROGRAM's stop then stops baton too (below).
+        let mut sigtstp = if inherited_ignored(libc::SIGTSTP) {
+            None
+        } else {
+            signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
+        };
+        let status = 'watch: loop {
+            tokio::select! {
+                _ = self.sigchld.recv() => {}
+                _ = recheck.tick() => {}
+                // No SIGCHLD tells of PROGRAM's leftovers ending (they are not baton's children).
+                _ = tokio::time::sleep(LEFTOVER_POLL), if program.ended => {}
+                loss = lease.lost(self.sink) => {
+                    // The lease has ended or is about to: PROGRAM must be gone before it could
+                    // pass on. Whatever stopped PROGRAM before, this is now a lost lease; once
+                    // PROGRAM ended by itself, its status stands (the lost lease still fails the
+                    // record of a success, or the lock's release) and only its leftovers go.
+                    if !program.ended {
+                        stopping = Some(Stopping::Lost);
+                    }
+                    if loss.term {
+                        program.signal(libc::SIGTERM);
+                    }
+                    if loss.kill_at <= Instant::now() {
+                        program.signal(libc::SIGKILL);
+                        killed_at.get_or_insert_with(Instant::now);
+                        kill_at = far;
+                    } else {
+                        kill_at = kill_at.min(loss.kill_at);
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(term_at), if stopping.is_none() && !program.ended => {
+                    self.sink.note(&format!("stopping PROGRAM: {why_text}"));
+                    stopping = Some(reason);
+                    program.signal(libc::SIGTERM);
+                    kill_at = cap(later(Instant::now(), self.kill_grace), lease_end);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(kill_at) => {
+                    program.signal(libc::SIGKILL);
+                    killed_at.get_or_insert_with(Instant::now);
+                    kill_at = far;
+                    continue;
+                }
+                _ = recv_or_pending(&mut sigtstp) => {
+                    if stopping.is_none() && !program.ended {
+                        program.signal(libc::SIGTSTP);
+                    }
+                    continue;
+                }
+                sig = self.signals.recv() => {
+                    if program.ended {
+                        // PROGRAM's status is settled; the signal only hurries its leftovers.
+                        self.sink.note(&format!(
+                            "got {}; forwarding it to what PROGRAM left running",
+                            signal_name(sig)
+                        ));
+                        program.signal(sig);
+                        kill_at =
+                            kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                        continue;
+                    }
+                    self.sink.note(&format!("got {}; forwarding it to PROGRAM", signal_name(sig)));
+                    reason = Stopping::Signal(sig);
+                    // A lost lease stays the reason: PROGRAM is already being killed for it.
+                    if stopping != Some(Stopping::Lost) {
+                        stopping = Some(reason);
+                    }
+                    program.signal(sig);
+                    kill_at = kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                    continue;
+                }
+            }
+            // SIGCHLD (or a tick): collect what happened to PROGRAM.
+            loop {
+                match program.poll() {
+                    Ok(None) => break,
+                    Ok(Some(Change::Ended)) => break,
+                    Err(e) => break 'watch Err(e),
+                    Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
+                        if stopping.is_some() {
+                            // PROGRAM is on its way out: let it run so it can act on that.
+                            program.signal(libc::SIGCONT);
+                        } else if let Err(why) = self.suspend(program, sig, lease).await {
+                            self.sink.warn(&format!("{why}; killing PROGRAM"));
+                            why_text = why;
+                            stopping = Some(Stopping::Lost);
+                            program.signal(libc::SIGTERM);
+                            program.signal(libc::SIGKILL);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                }
+            }
+            if !program.ended {
+                continue;
+            }
+            // PROGRAM's leader ended: nothing it started may outlive it (the lease is released
+            // or DONE written only after this returns). What is left in its group gets SIGTERM,
+            // then SIGKILL after --kill-grace (never past the lease's end), as PROGRAM would.
+            match program.leftovers() {
+                Ok(false) => break 'watch program.reap(),
+                Err(e) => {
+                    self.sink.warn(&format!(
+                        "cannot look for what PROGRAM left running ({e}); killing its process group"
+                    ));
+                    break 'watch program.reap();
+                }
+                Ok(true) if !draining => {
+                    draining = true;
+                    self.sink.note(&format!(
+                        "PROGRAM ended; stopping what it left running in its process group \
+                         (SIGTERM, then SIGKILL after {})",
+                        human(self.kill_grace)
+                    ));
+                    program.signal(libc::SIGTERM);
+                    kill_at = kill_at.min(cap(later(Instant::now(), self.kill_grace), lease_end));
+                }
+                Ok(true) => {
+                    // SIGKILL cannot be ignored; what survives it a while is out of baton's
+                    // reach (a set-user-ID program it may not signal): waiting longer would not
+                    // help, and would hold the lease forever.
+                    if killed_at.is_some_and(|at| at.elapsed() >= KILL_SETTLE) {
+                        self.sink.warn(
+                            "something PROGRAM left running in its process group survived \
+                             SIGKILL (baton may not signal it); going on without it",
+                        );
+                        break 'watch program.reap();
+                    }
+                }
+            }
+        };
+        let had_terminal = program.has_terminal;
+        program.take_terminal_back();
+        Supervised {
+            status,
+            stopping,
+            why: why_text,
+            had_terminal,
+        }
+    }
+
+    /// PROGRAM was stopped by job control (Ctrl-Z, or it read the terminal in the background):
+    /// stop baton as well, as the shell expects of a job, and once continued resume PROGRAM only
+    /// if this process still holds its lease. `Err` says why it does not.
+    pub(crate) async fn suspend<L: Lease>(
+        &mut self,
+        program: &mut Program,
+        sig: libc::c_int,
+        lease: &mut L,
+    ) -> Result<(), String> {
+        self.sink.note(&format!(
+            "PROGRAM was stopped by {}; stopping baton too (the lease is not extended meanwhile)",
+            signal_name(sig)
+        ));
+        program.take_terminal_back();
+        let stopped_at = Instant::now();
+        // SAFETY: raise(3) has no memory-safety preconditions. SIGSTOP cannot be caught, and
+        // unlike SIGTSTP it is not discarded in an orphaned process group: this process stops
+        // here until a SIGCONT, and raise returns then.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        let away = stopped_at.elapsed();
+        self.sink.note(&format!(
+            "continued after {}; checking the lease",
+            human(away)
+        ));
+        if self.lease_end.is_some_and(|end| Instant::now() >= end) {
+            return Err(format!(
+                "the lease ran out while baton was stopped ({})",
+                human(away)
+            ));
+        }
+        lease.still_held(away).await?;
+        program.give_terminal();
+        program.signal(libc::SIGCONT);
+        Ok(())
+    }
+}
+
+/// `at`, but never later than the lease's end (if the lease is not kept alive).
+pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
+    match lease_end {
+        Some(end) => at.min(end),
+        None => at,
+    }
+}
+
+/// Starts PROGRAM and runs it to its end under a held lock (the mutex, a Redlock, a leader's
+/// term): the watchdog's loss signal, not a fixed end, bounds it. `Err` is the exit status when
+/// PROGRAM could not be started (said already; the caller lets the lock go).
+pub(crate) async fn run_held<G: HeldLock>(
+    guard: &G,
+    program: &[OsString],
+    env: &[(&str, String)],
+    kill_grace: Duration,
+    sink: &mut Sink,
+    signals: &mut Signals,
+    sigchld: &mut tokio::signal::unix::Signal,
+) -> Result<Supervised, u8> {
+    let tty = in_foreground();
+    let mut child = spawn(program, env, tty).map_err(|e| spawn_failed(program, &e, tty))?;
+    let mut lease = LockLease {
+        guard,
+        kill_grace,
+        reported: false,
+    };
+    let mut supervisor = Supervisor {
+        sink,
+        signals,
+        sigchld,
+        kill_grace,
+        lease_end: None,
+    };
+    let far = later(Instant::now(), FAR);
+    Ok(supervisor
+        .supervise(&mut child, &mut lease, far, String::new())
+        .await)
+}
