@@ -827,10 +827,7 @@ fn pg_launch(
     };
     pg_stop(child);
     let text = read_log_from(&log, log_start);
-    let kind = match outcome {
-        WaitFailure::TimedOut(_) => io::ErrorKind::TimedOut,
-        WaitFailure::Exited(_) | WaitFailure::Io(_) => io::ErrorKind::Other,
-    };
+    let kind = outcome.kind();
     let reason = match &outcome {
         WaitFailure::TimedOut(last) => format!(
             "was not ready within {} s ({last})",

@@ -295,14 +295,22 @@ pub(super) fn wait_until_ready(
 pub(super) enum WaitFailure {
     /// The child exited.
     Exited(ExitStatus),
-    /// No `PONG` from our server within [`READY_TIMEOUT`]; the last reason it
-    /// was not ready is attached.
+    /// Our server was not ready within [`READY_TIMEOUT`] (no `PONG` naming our PID, no `ready`
+    /// in `postmaster.pid`); the last reason it was not ready is attached.
     TimedOut(String),
     /// `try_wait` itself failed.
     Io(io::Error),
 }
 
 impl WaitFailure {
+    /// The error kind of a failed start that ends so: a timeout, or anything else.
+    pub(super) fn kind(&self) -> io::ErrorKind {
+        match self {
+            WaitFailure::TimedOut(_) => io::ErrorKind::TimedOut,
+            WaitFailure::Exited(_) | WaitFailure::Io(_) => io::ErrorKind::Other,
+        }
+    }
+
     pub(super) fn reason(&self) -> String {
         match self {
             WaitFailure::Exited(status) => format!("exited during startup ({status})"),

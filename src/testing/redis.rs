@@ -944,10 +944,7 @@ fn launch(config: &Config, dir: &Path, port: u16) -> Result<Child, Failure> {
     // and does not signal the (possibly recycled) PID again.
     reap(child);
     let log = read_log_from(&log_path, log_start);
-    let kind = match outcome {
-        WaitFailure::TimedOut(_) => io::ErrorKind::TimedOut,
-        WaitFailure::Exited(_) | WaitFailure::Io(_) => io::ErrorKind::Other,
-    };
+    let kind = outcome.kind();
     let err = io::Error::new(
         kind,
         format!(
@@ -1031,5 +1028,43 @@ pub fn url_from_env_or_start() -> io::Result<(String, Option<RedisServer>)> {
             eprintln!("REDIS_URL not set: started a private redis-server at {url}");
             Ok((url, Some(server)))
         }
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    /// The probe behind every start, on a live server: ready only for our PID and with the
+    /// password; any other answer says why not.
+    #[test]
+    fn the_probe_accepts_only_our_pid_and_the_right_password() {
+        let server = RedisServer::builder()
+            .requirepass("pw with space")
+            .start()
+            .expect("start redis-server");
+        let addr = ConnectionAddr::Tcp("127.0.0.1".to_owned(), server.port());
+        let pid = server.pid().expect("running");
+        assert_eq!(probe(&addr, Some("pw with space"), pid), Ok(()));
+
+        let other = probe(&addr, Some("pw with space"), pid + 1).expect_err("another PID");
+        assert!(
+            other.contains("is served by another redis-server")
+                && other.contains(&format!("pid {pid}")),
+            "{other}"
+        );
+        let unauthenticated = probe(&addr, None, pid).expect_err("no password");
+        assert!(unauthenticated.contains("NOAUTH"), "{unauthenticated}");
+        let wrong = probe(&addr, Some("wrong"), pid).expect_err("a wrong password");
+        assert!(wrong.starts_with("connect:"), "{wrong}");
+    }
+
+    /// A port nobody listens on is "not yet", with the connect error.
+    #[test]
+    fn the_probe_of_a_closed_port_says_connect() {
+        let port = free_port().expect("a free port");
+        let addr = ConnectionAddr::Tcp("127.0.0.1".to_owned(), port);
+        let err = probe(&addr, None, 1).expect_err("nobody listens");
+        assert!(err.starts_with("connect:"), "{err}");
     }
 }
