@@ -30,9 +30,11 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{find_binary, Flavor, PortChoice, RedisServer, RedisServerBuilder};
+use super::process::{is_executable, read_log_from, reap, spawn_dying_with_process, wait_bounded};
+use super::redis::{find_binary, PortChoice};
+use super::{Flavor, RedisServer, RedisServerBuilder};
 
-pub use crate::util::slot::SLOTS;
+pub use super::internals::SLOTS;
 /// How many primaries the cluster has; each gets one replica.
 const PRIMARIES: usize = 3;
 /// How many nodes the cluster has.
@@ -570,7 +572,7 @@ impl fmt::Debug for RedisCluster {
     }
 }
 
-pub use crate::util::slot::slot;
+pub use super::internals::slot;
 
 /// A random free port in [`PORT_RANGE`] whose bus port (+10000) is free too, both checked by
 /// binding them on 127.0.0.1. As with any probe, another process may take either before redis
@@ -603,7 +605,7 @@ fn find_cli(flavor: Flavor) -> io::Result<PathBuf> {
         if let Some(cli) = find_binary(flavor)
             .ok()
             .and_then(|bin| bin.parent().map(|dir| dir.join("valkey-cli")))
-            .filter(|cli| super::is_executable(cli))
+            .filter(|cli| is_executable(cli))
         {
             return Ok(cli);
         }
@@ -611,7 +613,7 @@ fn find_cli(flavor: Flavor) -> io::Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join("redis-cli"))
-        .find(|cli| super::is_executable(cli))
+        .find(|cli| is_executable(cli))
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -639,13 +641,13 @@ fn create(cli: &Path, nodes: &[RedisServer]) -> io::Result<()> {
         .stdin(Stdio::null())
         .stdout(Stdio::from(file.try_clone()?))
         .stderr(Stdio::from(file));
-    let mut child = super::spawn_dying_with_process(command, libc::SIGKILL).map_err(|err| {
+    let mut child = spawn_dying_with_process(command, libc::SIGKILL).map_err(|err| {
         io::Error::new(err.kind(), format!("cannot run {}: {err}", cli.display()))
     })?;
-    let outcome = super::wait_bounded(&mut child, CREATE_TIMEOUT);
+    let outcome = wait_bounded(&mut child, CREATE_TIMEOUT);
     // Kills it if it is still running (never a recycled PID: std knows whether it was reaped).
-    super::reap(child);
-    let output = super::read_log_from(&log, 0);
+    reap(child);
+    let output = read_log_from(&log, 0);
     match outcome {
         Ok(Some(status)) if status.success() && !output.contains("[ERR]") => Ok(()),
         Ok(Some(status)) => Err(io::Error::other(format!(

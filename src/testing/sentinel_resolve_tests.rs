@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::internals::{
+    is_primary, parse, resolve_primary, watch_switch_master, DataTemplate, Target, WatchSettings,
+};
 use super::RedisSentinel;
 use crate::error::ErrorKind;
-use crate::transport::sentinel::{is_primary, resolve_primary, watch_switch_master, WatchSettings};
-use crate::transport::topology_url::{parse, DataTemplate, Target};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a failover may take (down-after 1 s, then election and promotion).
