@@ -147,11 +147,14 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
-pub use fair::{FairGuard, FairLocks, FairOptions, FairOptionsBuilder, Reservation};
+pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
-pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
+pub use lease::guard::{Fenced, LeaseGuard};
+pub use mutex::{
+    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks,
+};
 pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
-pub use redlock::{Redlock, RedlockGuard, RedlockOptions};
+pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};

@@ -547,11 +547,11 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
                     ));
                 }
                 redlock_urls(&args.redlock)?;
-                let mut ropts = RedlockOptions::default();
+                let mut ropts = RedlockOptions::builder();
                 if let Some(wait) = args.wait {
                     ropts = ropts.wait(wait);
                 }
-                Plan::Redlock(args, ropts, sink)
+                Plan::Redlock(args, ropts.build().map_err(usage)?, sink)
             }
         }
         Command::Leader(args) => {
@@ -1503,7 +1503,7 @@ impl HeldLock for RedlockGuard {
         RedlockGuard::loss_reason(self)
     }
     fn deadline(&self) -> Instant {
-        self.validity_deadline()
+        self.lease_deadline()
     }
 }
 
@@ -1886,7 +1886,7 @@ async fn redlock_with(
         // shutdown lets it finish.
         Err(sig) => return signal_status(sig),
     };
-    guard.start_watchdog();
+    guard.start_watchdog(None);
     sink.note(&format!(
         "acquired on a quorum of {} of {} masters (no fencing token: Redlock has none)",
         rl.quorum(),
@@ -1931,11 +1931,11 @@ async fn redlock_with(
         Some(Stopping::Lost) => EX_LOST,
         Some(Stopping::Signal(sig)) => signal_status(sig),
         None => match released {
-            Ok(held) if held >= quorum => exit_code(&status),
-            Ok(held) => {
+            Ok(true) => exit_code(&status),
+            Ok(false) => {
                 eprintln!(
-                    "baton: {}: PROGRAM ended, but only {held} masters still held the lock \
-                     (a quorum is {quorum}; mutual exclusion may have been broken)",
+                    "baton: {}: PROGRAM ended, but fewer than a quorum ({quorum}) of masters \
+                     still held the lock (mutual exclusion may have been broken)",
                     args.key
                 );
                 EX_LOST
