@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use baton::testing::RedisServer;
-use baton::{Client, ConfigError, Error, ErrorKind, Redlock, RedlockOptions};
+use baton::{Client, ConfigError, Error, ErrorKind, Fenced, LeaseGuard, Redlock, RedlockOptions};
 use common::{client, get, pttl, raw, server, Deployment, Raw};
 use tokio::time::Instant;
 
@@ -339,11 +339,12 @@ scenario! {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Config);
-        let e = rl
-            .acquire("k", TTL, &RedlockOptions::builder().max_tries(0).build().unwrap())
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
+        // Refused when built, naming the field: never at acquire time.
+        let e = RedlockOptions::builder().max_tries(0).build().unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Invalid { field: "max_tries", .. }),
+            "{e}"
+        );
     }
 }
 
@@ -551,4 +552,95 @@ fn build_lazy_outside_a_runtime_is_a_config_error() {
         .build_lazy()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+/// Generic over the guard: would not compile without [`LeaseGuard`]. Checks what every held
+/// lease answers, then releases it.
+async fn hold_then_release(mut guard: impl LeaseGuard) -> (String, bool) {
+    assert!(!guard.is_lost() && guard.loss_reason().is_none());
+    assert!(!guard.lost_token().is_cancelled());
+    assert!(guard.lease_deadline() > Instant::now());
+    let before = guard.lease_deadline();
+    assert!(guard.extend(TTL * 2).await.unwrap());
+    assert!(
+        guard.lease_deadline() > before,
+        "the extension moved the deadline"
+    );
+    guard.start_watchdog(Some(Duration::from_secs(60)));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), guard.lost())
+            .await
+            .is_err(),
+        "not lost while held"
+    );
+    let key = guard.key().to_string();
+    (key, guard.release().await.unwrap())
+}
+
+fn fence(guard: &impl Fenced) -> u64 {
+    guard.fencing_token()
+}
+
+scenario! {
+    single:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_lease_guard_answers_the_same_trait() {
+        let fleet = Fleet::start(3).await;
+        let c = &fleet.clients[0];
+        let m = c.locks().try_acquire("g-m", TTL).await.unwrap().expect("free");
+        let f = c.fair_locks().try_acquire("g-f", TTL).await.unwrap().expect("free");
+        let r = fleet.redlock().try_acquire("g-r", TTL).await.unwrap().expect("free");
+        assert!(fence(&m) > 0 && fence(&f) > 0);
+        assert_eq!(hold_then_release(m).await, ("g-m".to_string(), true));
+        assert_eq!(hold_then_release(f).await, ("g-f".to_string(), true));
+        assert_eq!(hold_then_release(r).await, ("g-r".to_string(), true));
+        // Released for real: each is free again.
+        assert!(c.locks().try_acquire("g-m", TTL).await.unwrap().is_some());
+        assert!(c.fair_locks().try_acquire("g-f", TTL).await.unwrap().is_some());
+        assert!(fleet.redlock().try_acquire("g-r", TTL).await.unwrap().is_some());
+    }
+}
+
+scenario! {
+    single:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_lock_runs_the_work_once_and_releases_on_every_master() {
+        let fleet = Fleet::start(3).await;
+        let rl = fleet.redlock();
+        let runs = std::sync::atomic::AtomicU32::new(0);
+        let out = rl
+            .with_lock("w", TTL, &RedlockOptions::default(), || {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { 42 }
+            })
+            .await
+            .unwrap();
+        assert_eq!((out, runs.load(std::sync::atomic::Ordering::SeqCst)), (42, 1));
+        let mut raws = fleet.raws().await;
+        for c in raws.iter_mut() {
+            assert!(!exists(c, &lock_key("w")).await, "released everywhere");
+        }
+        // Taken over on every master during the work: the watchdog's next round finds no
+        // quorum, the work is dropped, and the loss is reported without a fencing token.
+        let lost = rl
+            .with_lock("w", Duration::from_millis(300), &RedlockOptions::default(), || async {
+                for c in fleet.raws().await.iter_mut() {
+                    let _: () = redis::cmd("SET")
+                        .arg(lock_key("w"))
+                        .arg("someone else")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(c)
+                        .await
+                        .unwrap();
+                }
+                std::future::pending::<()>().await
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(lost, Error::LeaseLost { fencing_token: None, .. }),
+            "{lost:?}"
+        );
+    }
 }

@@ -4,9 +4,11 @@
 //! - [`keys`]: the key layout (`baton:fair:{K}`, `…:queue`, `…:alive`, `…:reserved`, …).
 //! - [`options`]: [`FairOptions`] (validated, serde).
 //! - [`FairLocks`]: the handle ([`Client::fair_locks`](crate::Client::fair_locks)):
-//!   [`FairLocks::acquire`], [`FairLocks::reserve`].
-//! - [`FairGuard`]: the held lock (token, fencing token, lease deadline, `release`, `extend`,
-//!   the watchdog and its loss signal), as the mutex's guard.
+//!   [`FairLocks::try_acquire`], [`FairLocks::acquire`], [`FairLocks::with_lock`],
+//!   [`FairLocks::reserve`].
+//! - [`LockGuard`]: the held lock, the mutex's guard type (token, fencing token, lease
+//!   deadline, `release`, `extend`, the watchdog and its loss signal); its `release` leaves the
+//!   queue and wakes the next waiter.
 //! - [`Reservation`]: a held priority reservation; [`Reservation::acquire`] goes next.
 //!
 //! The scripts live in the lease kernel (`lease::queue`), with the fence step shared with the

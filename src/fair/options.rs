@@ -159,7 +159,7 @@ impl FairOptionsBuilder {
         self
     }
 
-    /// Starts the guard's watchdog (see [`FairGuard::start_watchdog`](super::FairGuard::start_watchdog)).
+    /// Starts the guard's watchdog (see [`LockGuard::start_watchdog`](super::LockGuard::start_watchdog)).
     /// Defaults to off.
     pub fn watchdog(mut self, on: bool) -> Self {
         self.raw.watchdog = on;

@@ -211,7 +211,18 @@ pub(crate) async fn fenced_write_on(
     fenced_write(&mut conn, resource, fencing_token, value, limit).await
 }
 
-/// Reads a fenced resource (`HMGET resource value fencing_token`) on the node of `transport`
+/// Reads the value and the token of a resource hash in one step (a script, so the two fields
+/// are read together, with the `HGET` the ACL already grants the fenced write): `{value,
+/// token}`, each nil when missing.
+static FENCED_READ_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+return {redis.call('HGET', KEYS[1], 'value'), redis.call('HGET', KEYS[1], 'fencing_token')}
+",
+    )
+});
+
+/// Reads a fenced resource (both fields of the hash, in one script) on the node of `transport`
 /// that serves it, bounded by its response timeout: `None` when nothing was written.
 ///
 /// # Errors
@@ -224,9 +235,9 @@ pub(crate) async fn fenced_read_on(
 ) -> Result<Option<FencedValue>, Error> {
     let mut conn = transport.node(resource).await?.conn();
     let limit = crate::util::time::after(Instant::now(), transport.settings.response_timeout);
-    let mut cmd = redis::cmd("HMGET");
-    cmd.arg(resource).arg("value").arg("fencing_token");
-    let reply: Value = match tokio::time::timeout_at(limit, cmd.query_async(&mut conn)).await {
+    let mut call = FENCED_READ_SCRIPT.prepare_invoke();
+    call.key(resource);
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(&mut conn)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
