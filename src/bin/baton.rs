@@ -1919,7 +1919,7 @@ async fn redlock_with(
         .supervise(&mut program, &mut lease, far, String::new())
         .await;
     let quorum = rl.quorum();
-    let released = guard.release().await;
+    let released = guard.release_counted().await;
     let status = match done.status {
         Ok(s) => s,
         Err(e) => {
@@ -1931,11 +1931,11 @@ async fn redlock_with(
         Some(Stopping::Lost) => EX_LOST,
         Some(Stopping::Signal(sig)) => signal_status(sig),
         None => match released {
-            Ok(true) => exit_code(&status),
-            Ok(false) => {
+            Ok(held) if held >= quorum => exit_code(&status),
+            Ok(held) => {
                 eprintln!(
-                    "baton: {}: PROGRAM ended, but fewer than a quorum ({quorum}) of masters \
-                     still held the lock (mutual exclusion may have been broken)",
+                    "baton: {}: PROGRAM ended, but only {held} masters still held the lock \
+                     (a quorum is {quorum}; mutual exclusion may have been broken)",
                     args.key
                 );
                 EX_LOST
