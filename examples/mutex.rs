@@ -4,7 +4,7 @@
 //! counter under the lock with `with_lock`: read, think, write back. The counter ends exact.
 //! Then a holder with the watchdog loses its lock on purpose (another process overwrites the
 //! key, as an operator or an eviction could): the watchdog's next extension finds a foreign
-//! token, the loss signal fires, and `with_lock` cancels the work and returns `LockLost`.
+//! token, the loss signal fires, and `with_lock` cancels the work and returns `LeaseLost`.
 //!
 //! ```text
 //! cargo run --example mutex --features testing    # a private redis-server (on PATH)
@@ -114,7 +114,7 @@ async fn demo(url: &str) -> Result<(), BoxError> {
         Err(e) if e.kind() == ErrorKind::LeaseLost => {
             println!("after {:?} the work was cancelled: {e}", started.elapsed())
         }
-        other => return Err(format!("expected LockLost, got {other:?}").into()),
+        other => return Err(format!("expected LeaseLost, got {other:?}").into()),
     }
     let _: i64 = redis::cmd("DEL")
         .arg(&counter)

@@ -88,15 +88,13 @@ async fn demo(servers: &mut [RedisServer]) -> Result<Summary, BoxError> {
     summary.a_acquired = true;
     println!(
         "1. a acquired `{KEY}`: valid for {:?} of its {TTL:?} ttl",
-        guard_a
-            .validity_deadline()
-            .saturating_duration_since(started)
+        guard_a.lease_deadline().saturating_duration_since(started)
     );
 
     summary.b_contended = b.try_acquire(KEY, TTL).await?.is_none();
     println!("2. b tried: held elsewhere (Ok(None), not an error)");
 
-    summary.a_released_on = guard_a.release().await?;
+    summary.a_released_on = guard_a.release_counted().await?;
     println!(
         "3. a released: it still held the lock on {} masters",
         summary.a_released_on
@@ -115,7 +113,7 @@ async fn demo(servers: &mut [RedisServer]) -> Result<Summary, BoxError> {
         "4. master 0 killed: b extended by quorum (2 of 3): {}",
         summary.b_extended_with_one_down
     );
-    summary.b_released_on = guard_b.release().await?;
+    summary.b_released_on = guard_b.release_counted().await?;
     println!(
         "   b released: held on the {} masters left",
         summary.b_released_on

@@ -54,7 +54,7 @@ pub enum ErrorKind {
     NoExpiry,
     /// The job's state vanished or went back after this worker had seen it.
     StateLost,
-    /// This worker no longer holds the attempt.
+    /// A lease is no longer held: a failover attempt, a lock, a leader's term.
     LeaseLost,
     /// `done()` or `fail()` was already called on this attempt.
     AttemptEnded,
@@ -170,13 +170,19 @@ pub enum Error {
         /// What Redis holds now.
         now: String,
     },
-    /// This worker no longer holds the attempt.
-    #[error("attempt {attempt} of `{key}` is no longer held: {reason}")]
+    /// A lease this process held is no longer (or may no longer be) held: a failover attempt,
+    /// a lock (mutex, fair lock, Redlock, advisory lock), a leader's term or a queue's hold. An
+    /// extension found another token, no extension was confirmed before the lease could end,
+    /// or (advisory) the session that held the lock ended.
+    #[error("{}", lease_lost_message(.key, *.attempt, *.fencing_token, .reason))]
     LeaseLost {
-        /// The state key.
+        /// The failover job's state key, or the lock's key.
         key: String,
-        /// The attempt that was lost.
+        /// The failover attempt that was lost; 0 for a lock (locks have no attempts).
         attempt: u64,
+        /// The fencing token of the lost grant, when the primitive has one (Redlock does not)
+        /// and it was at hand.
+        fencing_token: Option<u64>,
         /// Why.
         reason: String,
     },
@@ -300,17 +306,6 @@ pub enum Error {
         /// What happened, e.g. "another contender holds the reservation".
         reason: String,
     },
-    /// A lock this process held is no longer (or may no longer be) held: an extension found
-    /// another token, or no extension was confirmed before the lease could end.
-    #[error("lock `{key}` (fencing token {fencing_token}) is no longer held: {reason}")]
-    LockLost {
-        /// The lock key.
-        key: String,
-        /// The fencing token of the lost grant.
-        fencing_token: u64,
-        /// Why.
-        reason: String,
-    },
     /// A terminal error the worker reported as an `Error` event (used by the closure form).
     #[error("{message}")]
     Reported {
@@ -322,6 +317,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// A lost lock: `LeaseLost` with no attempt (locks have none).
+    pub(crate) fn lock_lost(
+        key: impl Into<String>,
+        fencing_token: Option<u64>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::LeaseLost {
+            key: key.into(),
+            attempt: 0,
+            fencing_token,
+            reason: reason.into(),
+        }
+    }
+
     /// The stable classification of this error (what `Error` events carry).
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -345,7 +354,6 @@ impl Error {
             Error::QuorumUnavailable { .. } => ErrorKind::QuorumUnavailable,
             Error::NotReplicated { .. } => ErrorKind::NotReplicated,
             Error::Reserved { .. } => ErrorKind::Reserved,
-            Error::LockLost { .. } => ErrorKind::LeaseLost,
             Error::Reported { kind, .. } => *kind,
         }
     }
@@ -373,6 +381,34 @@ impl Error {
     /// Whether a write may or may not have been applied (the reply was lost).
     pub(crate) fn is_indeterminate(&self) -> bool {
         matches!(self.kind(), ErrorKind::Connection | ErrorKind::Timeout)
+    }
+}
+
+/// `attempt 3 of `k` is no longer held: …` for a failover attempt, `lock `k` (fencing token
+/// 7) is no longer held: …` for a lock.
+fn lease_lost_message(key: &str, attempt: u64, fencing_token: Option<u64>, reason: &str) -> String {
+    let what = if attempt == 0 {
+        format!("lock `{key}`")
+    } else {
+        format!("attempt {attempt} of `{key}`")
+    };
+    match fencing_token {
+        Some(t) => format!("{what} (fencing token {t}) is no longer held: {reason}"),
+        None => format!("{what} is no longer held: {reason}"),
+    }
+}
+
+/// An error as JSON: `{"kind": "LeaseLost", "message": "…", "retryable": false}`. The message is
+/// the `Display` text, which never holds a credential or a full lock token; the source chain is
+/// left out (its types are not baton's API).
+impl Serialize for Error {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Error", 3)?;
+        s.serialize_field("kind", &self.kind())?;
+        s.serialize_field("message", &self.to_string())?;
+        s.serialize_field("retryable", &self.is_retryable())?;
+        s.end()
     }
 }
 
@@ -419,6 +455,51 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Tls);
         assert!(!e.is_retryable());
         assert!(!e.is_indeterminate());
+    }
+
+    #[test]
+    fn errors_serialize_as_kind_message_and_retryable() {
+        let lost = Error::lock_lost("k", Some(7), "an extension found another token");
+        assert_eq!(
+            serde_json::to_value(&lost).unwrap(),
+            serde_json::json!({
+                "kind": "LeaseLost",
+                "message": "lock `k` (fencing token 7) is no longer held: an extension found another token",
+                "retryable": false,
+            })
+        );
+        let timeout = Error::Timeout { during: "x" };
+        assert_eq!(
+            serde_json::to_value(&timeout).unwrap(),
+            serde_json::json!({
+                "kind": "Timeout",
+                "message": "the server did not answer in time while x",
+                "retryable": true,
+            })
+        );
+        assert_eq!(
+            serde_json::to_string(&ErrorKind::LeaseLost).unwrap(),
+            r#""LeaseLost""#
+        );
+    }
+
+    #[test]
+    fn lost_leases_say_what_was_lost() {
+        let attempt = Error::LeaseLost {
+            key: "baton:{j}:state".into(),
+            attempt: 3,
+            fencing_token: None,
+            reason: "gone".into(),
+        };
+        assert_eq!(
+            attempt.to_string(),
+            "attempt 3 of `baton:{j}:state` is no longer held: gone"
+        );
+        assert_eq!(
+            Error::lock_lost("r", None, "no quorum").to_string(),
+            "lock `r` is no longer held: no quorum"
+        );
+        assert_eq!(attempt.kind(), ErrorKind::LeaseLost);
     }
 
     #[test]

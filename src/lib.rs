@@ -89,7 +89,7 @@
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
 //! - [`fair`]: the fair lock, a primitive: waiters in arrival order, only the next one woken,
-//!   a priority reservation ([`FairLocks`], [`FairGuard`], [`Reservation`]).
+//!   a priority reservation ([`FairLocks`], [`LockGuard`], [`Reservation`]).
 //! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
 //!   work stopped before anyone else can lead ([`Leaders`], [`Elector`], [`LeaderWorker`]).
 //! - [`queue`]: run-or-enqueue, a primitive: one runner per key, posts queued in a Redis Stream
@@ -100,7 +100,8 @@
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
-//!   time, the one-command extension script, fencing tokens, the lock scripts and the watchdog.
+//!   time, the one-command extension script, fencing tokens, the lock scripts and the watchdog,
+//!   and the one guard shape ([`LeaseGuard`], [`Fenced`]).
 //! - `transport`: the multiplexed connection, the dedicated-connection pool for `WATCH … EXEC`,
 //!   the pub/sub hub, TLS, URL checks, the classification of server errors, and [`acl`] (the
 //!   exact commands baton sends, for a least-privilege ACL user). It imports no primitive.
@@ -208,11 +209,14 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
     IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
 };
-pub use fair::{FairGuard, FairLocks, FairOptions, FairOptionsBuilder, Reservation};
+pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
-pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
+pub use lease::guard::{Fenced, LeaseGuard};
+pub use mutex::{
+    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks,
+};
 pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
-pub use redlock::{Redlock, RedlockGuard, RedlockOptions};
+pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};

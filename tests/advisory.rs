@@ -368,9 +368,8 @@ async fn row_34_a_terminated_session_fires_the_loss_signal_and_release_says_lost
     eprintln!("loss signal after {:?}", t0.elapsed());
     assert!(guard.is_lost());
     assert!(guard.loss_reason().is_some());
-    let err = guard.release().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
-    assert!(err.to_string().contains("no longer held"), "{err}");
+    // Lost before the release: it says so, it was no longer held.
+    assert!(!guard.release().await.unwrap());
     // The server frees it as the terminated backend exits (just after its FATAL message).
     let deadline = Instant::now() + Duration::from_secs(5);
     let next = loop {
@@ -411,8 +410,7 @@ async fn a_silent_backend_is_found_by_the_heartbeat() {
         "{:?}",
         guard.loss_reason()
     );
-    let err = guard.release().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(!guard.release().await.unwrap());
 }
 
 #[tokio::test]
@@ -655,7 +653,6 @@ async fn a_release_after_an_unlock_behind_the_guards_back_reports_the_loss() {
         .unwrap()
         .get(0);
     assert!(unlocked);
-    let err = guard.release().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
-    assert!(err.to_string().contains("did not hold it"), "{err}");
+    // PostgreSQL says this session did not hold it any more.
+    assert!(!guard.release().await.unwrap());
 }

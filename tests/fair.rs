@@ -721,3 +721,64 @@ scenario! {
         assert_eq!(one, ten, "10 waiters cost more per handoff than 1");
     }
 }
+
+scenario! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn try_acquire_is_none_while_held_and_gives_its_place_up() {
+        let server = server();
+        let mut r = raw(&server).await;
+        let c = client(&server).await;
+        let locks = c.fair_locks();
+        let held = locks.try_acquire("try", TTL).await.unwrap().expect("free");
+        assert!(locks.try_acquire("try", TTL).await.unwrap().is_none());
+        // The failed try left the queue (through a task of the client).
+        queued(&mut r, "try", 0).await;
+        let first = held.fencing_token();
+        assert!(held.release().await.unwrap());
+        let again = locks.try_acquire("try", TTL).await.unwrap().expect("free again");
+        assert!(again.fencing_token() > first);
+        assert!(again.release().await.unwrap());
+    }
+}
+
+scenario! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_lock_runs_the_work_once_with_its_token_and_releases() {
+        let server = server();
+        let mut r = raw(&server).await;
+        let c = client(&server).await;
+        let locks = c.fair_locks();
+        let runs = std::sync::atomic::AtomicU32::new(0);
+        let token = locks
+            .with_lock("with", TTL, &quiet(), |token| {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move { token }
+            })
+            .await
+            .unwrap();
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(token > 0);
+        assert_eq!(get(&mut r, "baton:fair:{with}").await, None, "released");
+        // Taken over during the work: the work is dropped and the loss reported.
+        let lost = locks
+            .with_lock("with", Duration::from_millis(300), &quiet(), |_| async {
+                let mut r = raw(&server).await;
+                let _: () = redis::cmd("SET")
+                    .arg("baton:fair:{with}")
+                    .arg("someone else")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut r)
+                    .await
+                    .unwrap();
+                std::future::pending::<()>().await
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(lost.kind(), ErrorKind::LeaseLost, "{lost}");
+        assert!(
+            matches!(lost, baton::Error::LeaseLost { fencing_token: Some(t), .. } if t > token),
+            "{lost:?}"
+        );
+    }
+}

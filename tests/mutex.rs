@@ -378,6 +378,63 @@ scenario! {
     }
 }
 
+// Redis only: fenced resources are Redis hashes (Unsupported on PostgreSQL).
+scenario! {
+    #[tokio::test]
+    async fn read_fenced_returns_what_write_fenced_wrote_from_either_lock() {
+        let server = server();
+        let c = client(&server).await;
+        let locks = c.locks();
+        let res = "baton:resource:read";
+        assert_eq!(locks.read_fenced(res).await.unwrap(), None, "nothing yet");
+        let guard = locks.try_acquire("read", Duration::from_secs(10)).await.unwrap().expect("free");
+        assert_eq!(
+            guard.write_fenced(res, "from the mutex").await.unwrap(),
+            baton::FencedWrite::Written
+        );
+        let read = locks.read_fenced(res).await.unwrap().expect("written");
+        assert_eq!(read.value, b"from the mutex");
+        assert_eq!(read.fencing_token, guard.fencing_token());
+        // The guard reads the same; a read is never refused, whatever the reader's token.
+        assert_eq!(guard.read_fenced(res).await.unwrap(), Some(read.clone()));
+        assert!(guard.release().await.unwrap());
+        assert_eq!(locks.read_fenced(res).await.unwrap(), Some(read.clone()));
+        // A fair lock's guard writes and reads the same resource, with its own (larger) token.
+        let fair = c
+            .fair_locks()
+            .try_acquire("read", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("free");
+        let high = read.fencing_token.max(fair.fencing_token()).saturating_add(1);
+        // A token above the fair guard's wrote last: the fair guard is refused, and still reads.
+        assert_eq!(
+            locks.write_fenced(res, high, "newer").await.unwrap(),
+            baton::FencedWrite::Written
+        );
+        assert_eq!(
+            fair.write_fenced(res, "stale").await.unwrap(),
+            baton::FencedWrite::Rejected { highest: high }
+        );
+        let now = fair.read_fenced(res).await.unwrap().expect("written");
+        assert_eq!((now.value.as_slice(), now.fencing_token), (&b"newer"[..], high));
+        assert!(fair.release().await.unwrap());
+        // A value without a canonical token is reported, as the write does.
+        let mut r = raw(&server).await;
+        let _: () = redis::cmd("HSET")
+            .arg("baton:resource:odd-read")
+            .arg("value")
+            .arg("x")
+            .arg("fencing_token")
+            .arg("007")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        let err = locks.read_fenced("baton:resource:odd-read").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptState);
+    }
+}
+
 // Single server only: pauses THE server (SIGSTOP) while the acquisition's script is in flight.
 scenario! {
     single:

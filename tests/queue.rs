@@ -279,7 +279,7 @@ async fn a_handler_error_keeps_the_item_queued_and_frees_the_key() {
 }
 
 /// Someone else takes the key from under the holder (its lock rewritten): the watchdog's next
-/// extension is refused, the running handler is dropped, the call reports `LockLost`, and the
+/// extension is refused, the running handler is dropped, the call reports `LeaseLost`, and the
 /// item stays queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_stops_the_drain_and_keeps_the_item() {

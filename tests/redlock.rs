@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use baton::testing::RedisServer;
-use baton::{Client, ConfigError, Error, ErrorKind, Redlock, RedlockOptions};
+use baton::{Client, ConfigError, Error, ErrorKind, Fenced, LeaseGuard, Redlock, RedlockOptions};
 use common::{client, get, pttl, raw, server, Deployment, Raw};
 use tokio::time::Instant;
 
@@ -84,8 +84,8 @@ scenario! {
         assert_eq!((rl.masters(), rl.quorum()), (5, 3));
         let start = Instant::now();
         let guard = rl.try_acquire("a", TTL).await.unwrap().expect("acquired");
-        assert!(guard.validity_deadline() < start + TTL);
-        assert!(guard.validity_deadline() > Instant::now());
+        assert!(guard.lease_deadline() < start + TTL);
+        assert!(guard.lease_deadline() > Instant::now());
         let mut raws = fleet.raws().await;
         assert_eq!(holding(&mut raws, &lock_key("a"), guard.token()).await, 5);
         for c in raws.iter_mut() {
@@ -101,22 +101,22 @@ scenario! {
         let rl2 = Client::redlock(&others).unwrap();
         assert!(rl2.try_acquire("a", TTL).await.unwrap().is_none());
         let err = rl2
-            .acquire("a", TTL, &RedlockOptions::default().max_tries(2))
+            .acquire("a", TTL, &RedlockOptions::builder().max_tries(2).build().unwrap())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
         // The contender left nothing behind, ours is intact.
         assert_eq!(holding(&mut raws, &lock_key("a"), guard.token()).await, 5);
-        assert_eq!(guard.release().await.unwrap(), 5);
+        assert_eq!(guard.release_counted().await.unwrap(), 5);
         for c in raws.iter_mut() {
             assert!(!exists(c, &lock_key("a")).await);
         }
         // Now free for the other one.
         let g2 = rl2
-            .acquire("a", TTL, &RedlockOptions::default().max_tries(1))
+            .acquire("a", TTL, &RedlockOptions::builder().max_tries(1).build().unwrap())
             .await
             .unwrap();
-        assert_eq!(g2.release().await.unwrap(), 5);
+        assert_eq!(g2.release_counted().await.unwrap(), 5);
     }
 }
 
@@ -130,7 +130,7 @@ scenario! {
         fleet.servers[0].kill();
         fleet.servers[1].kill();
         let guard = rl.try_acquire("b", TTL).await.unwrap().expect("3 of 5");
-        assert_eq!(guard.release().await.unwrap(), 3);
+        assert_eq!(guard.release_counted().await.unwrap(), 3);
 
         fleet.servers[2].kill();
         let started = Instant::now();
@@ -167,7 +167,7 @@ scenario! {
         }
         // acquire() returns the error at once instead of NotAcquired.
         let err = rl
-            .acquire("b", TTL, &RedlockOptions::default().max_tries(3))
+            .acquire("b", TTL, &RedlockOptions::builder().max_tries(3).build().unwrap())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::QuorumUnavailable);
@@ -214,9 +214,9 @@ scenario! {
             .await
             .unwrap()
             .unwrap();
-        let before = guard.validity_deadline();
+        let before = guard.lease_deadline();
         assert!(guard.extend(Duration::from_secs(30)).await.unwrap());
-        assert!(guard.validity_deadline() > before + Duration::from_secs(20));
+        assert!(guard.lease_deadline() > before + Duration::from_secs(20));
         for c in raws.iter_mut() {
             assert!(pttl(c, &lock_key("d")).await > 20_000);
         }
@@ -236,16 +236,16 @@ scenario! {
             .query_async(&mut raws[2])
             .await
             .unwrap();
-        let kept = guard.validity_deadline();
+        let kept = guard.lease_deadline();
         assert!(!guard.extend(Duration::from_secs(30)).await.unwrap());
-        assert_eq!(guard.validity_deadline(), kept);
+        assert_eq!(guard.lease_deadline(), kept);
         assert_eq!(
             get(&mut raws[2], &lock_key("d")).await.as_deref(),
             Some("foreign")
         );
         assert_eq!(holding(&mut raws, &lock_key("d"), guard.token()).await, 2);
         // Release reports the two masters that still held it and leaves the foreign one.
-        assert_eq!(guard.release().await.unwrap(), 2);
+        assert_eq!(guard.release_counted().await.unwrap(), 2);
         assert_eq!(
             get(&mut raws[2], &lock_key("d")).await.as_deref(),
             Some("foreign")
@@ -339,11 +339,12 @@ scenario! {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Config);
-        let e = rl
-            .acquire("k", TTL, &RedlockOptions::default().max_tries(0))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Config);
+        // Refused when built, naming the field: never at acquire time.
+        let e = RedlockOptions::builder().max_tries(0).build().unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Invalid { field: "max_tries", .. }),
+            "{e}"
+        );
     }
 }
 
@@ -361,7 +362,7 @@ scenario! {
             .unwrap()
             .expect("the mutex has its own keys");
         assert!(m.release().await.unwrap());
-        assert_eq!(g.release().await.unwrap(), 3);
+        assert_eq!(g.release_counted().await.unwrap(), 3);
     }
 }
 
@@ -384,12 +385,12 @@ scenario! {
             "{elapsed:?}"
         );
         // validity = ttl − elapsed − drift, counted from before the first request.
-        let validity = guard.validity_deadline().saturating_duration_since(start);
+        let validity = guard.lease_deadline().saturating_duration_since(start);
         assert!(validity <= TTL - Duration::from_millis(450) - Duration::from_millis(102));
         assert!(validity >= TTL - elapsed - Duration::from_millis(103));
         fleet.servers[0].resume().unwrap();
         fleet.servers[1].resume().unwrap();
-        assert!(guard.release().await.unwrap() >= 3);
+        assert!(guard.release_counted().await.unwrap() >= 3);
     }
 }
 
@@ -432,9 +433,9 @@ scenario! {
         let fleet = Fleet::start(3).await;
         let rl = fleet.redlock();
         let mut guard = rl.try_acquire("w", ttl).await.unwrap().expect("acquired");
-        guard.start_watchdog();
+        guard.start_watchdog(None);
         assert!(guard.has_watchdog());
-        let first = guard.validity_deadline();
+        let first = guard.lease_deadline();
         let mut others = Vec::new();
         for s in &fleet.servers {
             others.push(client(s).await);
@@ -453,12 +454,12 @@ scenario! {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(guard.validity_deadline() > first, "the deadline moved");
-        assert!(guard.validity_deadline() > Instant::now());
+        assert!(guard.lease_deadline() > first, "the deadline moved");
+        assert!(guard.lease_deadline() > Instant::now());
         assert!(guard.loss_reason().is_none());
         let mut raws = fleet.raws().await;
         assert_eq!(holding(&mut raws, &lock_key("w"), guard.token()).await, 3);
-        assert_eq!(guard.release().await.unwrap(), 3);
+        assert_eq!(guard.release_counted().await.unwrap(), 3);
     }
 }
 
@@ -470,7 +471,7 @@ scenario! {
         let fleet = Fleet::start(3).await;
         let rl = fleet.redlock();
         let mut guard = rl.try_acquire("q", ttl).await.unwrap().expect("acquired");
-        guard.start_watchdog();
+        guard.start_watchdog(None);
         let lost = guard.lost_token();
         tokio::time::sleep(ttl).await;
         assert!(!lost.is_cancelled(), "{:?}", guard.loss_reason());
@@ -502,7 +503,7 @@ scenario! {
             get(&mut raws[1], &lock_key("q")).await.as_deref(),
             Some("foreign")
         );
-        assert_eq!(guard.release().await.unwrap(), 1);
+        assert_eq!(guard.release_counted().await.unwrap(), 1);
         assert_eq!(
             get(&mut raws[0], &lock_key("q")).await.as_deref(),
             Some("foreign")
@@ -527,13 +528,13 @@ scenario! {
             .collect();
         let rl = Client::redlock(&clients).expect("3 masters");
         let guard = rl.try_acquire("late", TTL).await.unwrap().expect("2 of 3");
-        assert_eq!(guard.release().await.unwrap(), 2);
+        assert_eq!(guard.release_counted().await.unwrap(), 2);
         // Back on the same port: it votes again.
         servers[0].restart().unwrap();
         let start = Instant::now();
         loop {
             let guard = rl.try_acquire("late", TTL).await.unwrap().expect("free");
-            if guard.release().await.unwrap() == 3 {
+            if guard.release_counted().await.unwrap() == 3 {
                 break;
             }
             assert!(
@@ -551,4 +552,95 @@ fn build_lazy_outside_a_runtime_is_a_config_error() {
         .build_lazy()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+/// Generic over the guard: would not compile without [`LeaseGuard`]. Checks what every held
+/// lease answers, then releases it.
+async fn hold_then_release(mut guard: impl LeaseGuard) -> (String, bool) {
+    assert!(!guard.is_lost() && guard.loss_reason().is_none());
+    assert!(!guard.lost_token().is_cancelled());
+    assert!(guard.lease_deadline() > Instant::now());
+    let before = guard.lease_deadline();
+    assert!(guard.extend(TTL * 2).await.unwrap());
+    assert!(
+        guard.lease_deadline() > before,
+        "the extension moved the deadline"
+    );
+    guard.start_watchdog(Some(Duration::from_secs(60)));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), guard.lost())
+            .await
+            .is_err(),
+        "not lost while held"
+    );
+    let key = guard.key().to_string();
+    (key, guard.release().await.unwrap())
+}
+
+fn fence(guard: &impl Fenced) -> u64 {
+    guard.fencing_token()
+}
+
+scenario! {
+    single:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_lease_guard_answers_the_same_trait() {
+        let fleet = Fleet::start(3).await;
+        let c = &fleet.clients[0];
+        let m = c.locks().try_acquire("g-m", TTL).await.unwrap().expect("free");
+        let f = c.fair_locks().try_acquire("g-f", TTL).await.unwrap().expect("free");
+        let r = fleet.redlock().try_acquire("g-r", TTL).await.unwrap().expect("free");
+        assert!(fence(&m) > 0 && fence(&f) > 0);
+        assert_eq!(hold_then_release(m).await, ("g-m".to_string(), true));
+        assert_eq!(hold_then_release(f).await, ("g-f".to_string(), true));
+        assert_eq!(hold_then_release(r).await, ("g-r".to_string(), true));
+        // Released for real: each is free again.
+        assert!(c.locks().try_acquire("g-m", TTL).await.unwrap().is_some());
+        assert!(c.fair_locks().try_acquire("g-f", TTL).await.unwrap().is_some());
+        assert!(fleet.redlock().try_acquire("g-r", TTL).await.unwrap().is_some());
+    }
+}
+
+scenario! {
+    single:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_lock_runs_the_work_once_and_releases_on_every_master() {
+        let fleet = Fleet::start(3).await;
+        let rl = fleet.redlock();
+        let runs = std::sync::atomic::AtomicU32::new(0);
+        let out = rl
+            .with_lock("w", TTL, &RedlockOptions::default(), || {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { 42 }
+            })
+            .await
+            .unwrap();
+        assert_eq!((out, runs.load(std::sync::atomic::Ordering::SeqCst)), (42, 1));
+        let mut raws = fleet.raws().await;
+        for c in raws.iter_mut() {
+            assert!(!exists(c, &lock_key("w")).await, "released everywhere");
+        }
+        // Taken over on every master during the work: the watchdog's next round finds no
+        // quorum, the work is dropped, and the loss is reported without a fencing token.
+        let lost = rl
+            .with_lock("w", Duration::from_millis(300), &RedlockOptions::default(), || async {
+                for c in fleet.raws().await.iter_mut() {
+                    let _: () = redis::cmd("SET")
+                        .arg(lock_key("w"))
+                        .arg("someone else")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(c)
+                        .await
+                        .unwrap();
+                }
+                std::future::pending::<()>().await
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(lost, Error::LeaseLost { fencing_token: None, .. }),
+            "{lost:?}"
+        );
+    }
 }

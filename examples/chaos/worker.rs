@@ -605,7 +605,7 @@ async fn mutex_task(
             }
             Err(e) => {
                 let token = match &e {
-                    baton::Error::LockLost { fencing_token, .. } => Some(*fencing_token),
+                    baton::Error::LeaseLost { fencing_token, .. } => *fencing_token,
                     _ => None,
                 };
                 ctx.write(

@@ -51,7 +51,7 @@
 //!   client's response timeout) fails or goes unanswered; the guard then closes its side of
 //!   the connection. A silently dead link is thus found within heartbeat + response timeout
 //!   (1.5 s with the defaults). After a loss, [`AdvisoryGuard::release`] returns
-//!   [`Error::LockLost`], never success. The server frees the lock when it notices the session
+//!   `Ok(false)` (it was no longer held), never `Ok(true)`. The server frees the lock when it notices the session
 //!   is gone (at once for a terminated backend; for a dead link, when its TCP keepalives or a
 //!   write fail). Statements you run on [`AdvisoryGuard::client`] share the connection with the
 //!   heartbeat: one running longer than the response timeout makes the heartbeat's answer late,
@@ -676,6 +676,12 @@ async fn next_fence(t: &PgTransport, client: &tokio_postgres::Client) -> Result<
 /// A session-scoped advisory lock, held on a dedicated connection the guard owns (see the
 /// [module docs](self)). Release it with [`release`](Self::release), which says whether it was
 /// still held; dropping it closes the connection, which frees the lock server-side.
+///
+/// Not a [`LeaseGuard`](crate::LeaseGuard): an advisory lock is not a lease. It lives exactly
+/// as long as its session, with no deadline to watch and nothing to extend, so
+/// `lease_deadline`, `extend` and a watchdog would have nothing to say. Its loss signal and
+/// release have the same names and answers as the leases' (`lost`, `lost_token`,
+/// `loss_reason`, `is_lost`, `fencing_token`, `release() -> Result<bool>`).
 pub struct AdvisoryGuard {
     key: AdvisoryKey,
     mode: AdvisoryMode,
@@ -804,24 +810,24 @@ impl AdvisoryGuard {
     }
 
     fn lost_error(&self, reason: String) -> Error {
-        Error::LockLost {
-            key: self.key.to_string(),
-            fencing_token: self.fencing_token,
-            reason,
-        }
+        Error::lock_lost(self.key.to_string(), Some(self.fencing_token), reason)
     }
 
     /// Unlocks on the guard's own connection (`pg_advisory_unlock[_shared]`), checks that
-    /// PostgreSQL says the lock was held, and closes the connection.
+    /// PostgreSQL says the lock was held, and closes the connection. `Ok(true)`: it was held
+    /// and is released; `Ok(false)`: it was no longer held, because the loss signal fired
+    /// before (see [`AdvisoryGuard::loss_reason`]; the session's end frees the lock) or because
+    /// PostgreSQL answered that this session did not hold it (it was unlocked through
+    /// [`client`](Self::client)). The same answer as the leases' `release`.
     ///
     /// # Errors
-    /// [`Error::LockLost`] (kind [`ErrorKind::LeaseLost`]) when the lock was lost before (the
-    /// loss signal fired), when the connection failed during the release (the session's end
-    /// frees the lock), or when PostgreSQL answered that this session did not hold it (it was
-    /// unlocked through [`client`](Self::client)). Never `Ok` for a lock that was not held.
-    pub async fn release(self) -> Result<(), Error> {
+    /// [`Error::LeaseLost`] (kind [`ErrorKind::LeaseLost`]) when the connection failed during
+    /// the release (whether it was still held is unknown; closing the connection ends the
+    /// session, which frees the lock); other server errors as they come.
+    pub async fn release(self) -> Result<bool, Error> {
         if let Some(reason) = self.loss_reason() {
-            return Err(self.lost_error(reason));
+            tracing::debug!(key = %self.key, %reason, "advisory lock was lost before its release");
+            return Ok(false);
         }
         self.stop.cancel();
         let result = self
@@ -833,22 +839,17 @@ impl AdvisoryGuard {
             .await;
         // `self` drops here, closing the connection in every case.
         match result {
-            Ok(rows) => match boolean(&rows, "pg_advisory_unlock")? {
-                true => Ok(()),
-                false => Err(self.lost_error(
-                    "PostgreSQL says this session did not hold it (unlocked through the guard's \
-                     client?)"
-                        .into(),
-                )),
-            },
-            Err(e) if e.is_indeterminate() || self.is_lost() => {
-                let reason = self
-                    .loss_reason()
-                    .unwrap_or_else(|| format!("the release failed ({e})"));
-                Err(self.lost_error(format!(
-                    "{reason}; the connection is closed, so the server frees the lock"
-                )))
+            Ok(rows) => {
+                let held = boolean(&rows, "pg_advisory_unlock")?;
+                if !held {
+                    tracing::warn!(key = %self.key, "PostgreSQL says this session did not hold the advisory lock (unlocked through the guard's client?)");
+                }
+                Ok(held)
             }
+            Err(_) if self.is_lost() => Ok(false),
+            Err(e) if e.is_indeterminate() => Err(self.lost_error(format!(
+                "the release failed ({e}); the connection is closed, so the server frees the lock"
+            ))),
             Err(e) => Err(e),
         }
     }

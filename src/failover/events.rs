@@ -319,6 +319,7 @@ impl AttemptHandle {
             .unwrap_or_else(|| Error::LeaseLost {
                 key: self.inner.key.clone(),
                 attempt: self.inner.attempt,
+                fencing_token: None,
                 reason: "the worker stopped".into(),
             })
     }

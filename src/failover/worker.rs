@@ -858,6 +858,7 @@ impl<S: JobStore> Task<S> {
             *slot = Some(Error::LeaseLost {
                 key: self.cfg.key.clone(),
                 attempt: g.attempt,
+                fencing_token: None,
                 reason: reason.to_string(),
             });
         }
@@ -869,6 +870,7 @@ impl<S: JobStore> Task<S> {
         *lock(ended) = Some(Error::LeaseLost {
             key: self.cfg.key.clone(),
             attempt: g.attempt,
+            fencing_token: None,
             reason: reason.clone(),
         });
         self.events.emit(Event::LeaseLost {
@@ -915,6 +917,7 @@ impl<S: JobStore> Task<S> {
                                 break Err(Error::LeaseLost {
                                     key: self.cfg.key.clone(),
                                     attempt: g.attempt,
+                                    fencing_token: None,
                                     reason: format!("another worker announced `{m}`"),
                                 });
                             }
@@ -956,6 +959,7 @@ impl<S: JobStore> Task<S> {
                             GaveUp::LeaseLost => Error::LeaseLost {
                                 key: self.cfg.key.clone(),
                                 attempt: g.attempt,
+                                fencing_token: None,
                                 reason: format!(
                                     "the lease deadline passed before the outcome could be \
                                      recorded: {e}"
@@ -1021,6 +1025,7 @@ impl<S: JobStore> Task<S> {
                 return Err(Error::LeaseLost {
                     key: self.cfg.key.clone(),
                     attempt: g.attempt,
+                    fencing_token: None,
                     reason,
                 });
             }
@@ -1090,6 +1095,7 @@ impl<S: JobStore> Task<S> {
                         HolderDecision::Lost(reason) => Err(Error::LeaseLost {
                             key: job,
                             attempt,
+                            fencing_token: None,
                             reason,
                         }),
                         HolderDecision::Fault(f) => Err(fault_error(&*store, f)),

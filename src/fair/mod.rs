@@ -4,9 +4,11 @@
 //! - [`keys`]: the key layout (`baton:fair:{K}`, `…:queue`, `…:alive`, `…:reserved`, …).
 //! - [`options`]: [`FairOptions`] (validated, serde).
 //! - [`FairLocks`]: the handle ([`Client::fair_locks`](crate::Client::fair_locks)):
-//!   [`FairLocks::acquire`], [`FairLocks::reserve`].
-//! - [`FairGuard`]: the held lock (token, fencing token, lease deadline, `release`, `extend`,
-//!   the watchdog and its loss signal), as the mutex's guard.
+//!   [`FairLocks::try_acquire`], [`FairLocks::acquire`], [`FairLocks::with_lock`],
+//!   [`FairLocks::reserve`].
+//! - [`LockGuard`]: the held lock, the mutex's guard type (token, fencing token, lease
+//!   deadline, `release`, `extend`, the watchdog and its loss signal); its `release` leaves the
+//!   queue and wakes the next waiter.
 //! - [`Reservation`]: a held priority reservation; [`Reservation::acquire`] goes next.
 //!
 //! The scripts live in the lease kernel (`lease::queue`), with the fence step shared with the
@@ -46,18 +48,21 @@
 pub mod keys;
 pub mod options;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
 use crate::lease::backend::LockBackend;
-use crate::lease::held::HeldLock;
+use crate::lease::guard::hold_while;
+pub use crate::lease::held::LockGuard;
+use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::transport::{Backend, Subscription, Transport};
 use crate::util::backoff::Backoff;
+use crate::util::drop_guard::Armed;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
 
@@ -146,11 +151,69 @@ impl FairLocks {
         key: &str,
         ttl: Duration,
         opts: &FairOptions,
-    ) -> Result<FairGuard, Error> {
+    ) -> Result<LockGuard, Error> {
         let keys = self.keys(key)?;
-        options::validate_ttl(ttl)?;
-        self.wait_turn(keys, key, new_token(), ttl, opts, None)
+        crate::lease::check_ttl("ttl", ttl)?;
+        self.wait_turn(keys, key, new_token(), ttl, Turns::Wait(opts), None)
+            .await?
+            .ok_or_else(|| Error::NotAcquired {
+                // `Turns::Wait` returns a guard or an error; kept typed all the same.
+                key: key.to_string(),
+                tries: 0,
+                waited: Duration::ZERO,
+            })
+    }
+
+    /// Tries once to take fair lock `key` for `ttl`, in one round trip: granted only if the
+    /// lock is free, nobody queues ahead and nobody reserved it, so a try never jumps the
+    /// queue. Contention is `Ok(None)` (the try's place in the queue is given up at once,
+    /// through a task of the client).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
+    /// [`Error::CorruptState`] when the fence holds something baton never writes; connection
+    /// errors and timeouts (the place, and a lock a lost reply may have granted, are given up
+    /// in the background).
+    ///
+    /// # Cancel safety
+    /// Dropping the future gives up the place (and a lock a lost reply may have granted)
+    /// through a task of the client.
+    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<LockGuard>, Error> {
+        let keys = self.keys(key)?;
+        crate::lease::check_ttl("ttl", ttl)?;
+        self.wait_turn(keys, key, new_token(), ttl, Turns::Once, None)
             .await
+    }
+
+    /// Runs `work` holding fair lock `key`: acquires as [`FairLocks::acquire`] does (with
+    /// `opts`, the watchdog always on), passes the fencing token to `work`, cancels `work` if
+    /// the lock is lost, and always releases (waking the next waiter).
+    ///
+    /// # Errors
+    /// As [`FairLocks::acquire`]; [`Error::LeaseLost`] when the loss signal fired during
+    /// `work` (which was dropped at that point) or when the release found the lock held by
+    /// another token (mutual exclusion may then have been broken, so `work`'s output is not
+    /// returned). A release that fails on the network is only logged: `work` finished in time
+    /// and the lock expires by its ttl.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and the guard, which releases in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &FairOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut opts = opts.clone();
+        opts.watchdog = true;
+        let guard = self.acquire(key, ttl, &opts).await?;
+        let token = guard.fencing_token();
+        hold_while(guard, work(token)).await
     }
 
     /// Takes the priority reservation of fair lock `key` for `lifetime` (one `SET NX PX`): the
@@ -167,8 +230,14 @@ impl FairLocks {
         let keys = self.keys(key)?;
         options::validate_timeout("lifetime", lifetime)?;
         let token = new_token();
+        let armed: Armed<Box<dyn FnOnce() + Send + Sync>> = {
+            let (transport, keys, token) = (self.transport()?.clone(), keys.clone(), token.clone());
+            Armed::new(Box::new(move || {
+                leave_in_background(&transport, &keys, token)
+            }))
+        };
         let mut pending = Reservation {
-            armed: Some(self.transport()?.clone()),
+            armed,
             locks: self.clone(),
             keys: keys.clone(),
             key: key.to_string(),
@@ -183,7 +252,7 @@ impl FairLocks {
                 Ok(pending)
             }
             Ok(false) => {
-                pending.armed = None;
+                pending.armed.disarm();
                 Err(Error::Reserved {
                     key: keys.reserved.clone(),
                     reason: "another contender holds the priority reservation".into(),
@@ -191,7 +260,7 @@ impl FairLocks {
             }
             Err(e) => {
                 if !e.is_indeterminate() {
-                    pending.armed = None;
+                    pending.armed.disarm();
                 }
                 Err(e)
             }
@@ -205,17 +274,25 @@ impl FairLocks {
         key: &str,
         id: String,
         ttl: Duration,
-        opts: &FairOptions,
+        turns: Turns<'_>,
         lifetime: Option<Duration>,
-    ) -> Result<FairGuard, Error> {
+    ) -> Result<Option<LockGuard>, Error> {
         // Armed for the whole wait: any exit but a grant (an error, the bound, a dropped
-        // future) leaves the queue, releases a lock a lost reply may have granted, and drops
-        // the reservation, through a task of the client.
-        let mut queued = Queued {
-            transport: Some(self.transport()?.clone()),
-            keys: keys.clone(),
-            id: id.clone(),
+        // future, a single try that found the lock taken) leaves the queue, releases a lock a
+        // lost reply may have granted, and drops the reservation, through a task of the client.
+        let mut queued = {
+            let (transport, keys, id) = (self.transport()?.clone(), keys.clone(), id.clone());
+            Armed::new(move || leave_in_background(&transport, &keys, id))
         };
+        let defaults;
+        let opts = match turns {
+            Turns::Wait(o) => o,
+            Turns::Once => {
+                defaults = FairOptions::default();
+                &defaults
+            }
+        };
+        let once = matches!(turns, Turns::Once);
         let reserver = lifetime.is_some();
         let liveness = lifetime.unwrap_or(opts.waiter_timeout);
         // Refresh a third of the way, so two refreshes may fail and a third still lands.
@@ -249,21 +326,19 @@ impl FairLocks {
                 Ok(Turn::Granted { fence, sent }) => {
                     queued.disarm();
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
-                    let mut guard = FairGuard {
-                        held: Some(HeldLock::new(
-                            LockBackend::Redis(self.transport()?.clone()),
-                            keys,
-                            key,
-                            id,
-                            fence,
-                            ttl,
-                            sent,
-                        )),
-                    };
+                    let mut guard = LockGuard::new(HeldLock::new(
+                        LockBackend::Redis(self.transport()?.clone()),
+                        keys,
+                        key,
+                        id,
+                        fence,
+                        ttl,
+                        sent,
+                    ));
                     if opts.watchdog {
                         guard.start_watchdog(opts.max_hold);
                     }
-                    return Ok(guard);
+                    return Ok(Some(guard));
                 }
                 Ok(Turn::ReservationGone) => {
                     return Err(Error::Reserved {
@@ -273,6 +348,8 @@ impl FairLocks {
                             .into(),
                     })
                 }
+                // One try only: `queued` gives the place up on the way out.
+                Ok(Turn::Waiting { .. }) if once => return Ok(None),
                 Ok(Turn::Waiting {
                     pttl,
                     rank,
@@ -295,7 +372,7 @@ impl FairLocks {
                     }
                     (waiting_nap(refresh, reserver, pttl, rank, reserved), None)
                 }
-                Err(e) if e.is_retryable() => {
+                Err(e) if e.is_retryable() && !once => {
                     tracing::debug!(key, error = %e, "fair acquire failed; retrying");
                     (backoff.next_delay().min(refresh), Some(e))
                 }
@@ -349,25 +426,11 @@ pub(crate) fn waiting_nap(
     nap
 }
 
-/// Leaves the queue by id, through a task of the client, unless disarmed (by a grant).
-struct Queued {
-    transport: Option<Arc<Transport>>,
-    keys: Arc<QueueKeys>,
-    id: String,
-}
-
-impl Queued {
-    fn disarm(&mut self) {
-        self.transport = None;
-    }
-}
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        if let Some(t) = self.transport.take() {
-            leave_in_background(&t, &self.keys, std::mem::take(&mut self.id));
-        }
-    }
+/// How long [`FairLocks::wait_turn`] waits: as the options say, or one try.
+#[derive(Clone, Copy)]
+enum Turns<'a> {
+    Wait(&'a FairOptions),
+    Once,
 }
 
 /// Spawns the leave script (release, leave the queue, drop the reservation, wake the next) on
@@ -390,8 +453,8 @@ fn leave_in_background(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, id: St
 /// [`Reservation::acquire`]. Dropping it gives the reservation up (in the background) and wakes
 /// the next waiter.
 pub struct Reservation {
-    /// Set while the reservation is this value's to give up.
-    armed: Option<Arc<Transport>>,
+    /// Gives the reservation up when dropped, while it is this value's to give up.
+    armed: Armed<Box<dyn FnOnce() + Send + Sync>>,
     locks: FairLocks,
     keys: Arc<QueueKeys>,
     key: String,
@@ -431,161 +494,54 @@ impl Reservation {
     /// # Cancel safety
     /// Dropping the future gives the reservation up (and leaves, releasing a lock a lost reply
     /// may have granted) through a task of the client.
-    pub async fn acquire(mut self, ttl: Duration, opts: &FairOptions) -> Result<FairGuard, Error> {
-        options::validate_ttl(ttl)?;
+    pub async fn acquire(mut self, ttl: Duration, opts: &FairOptions) -> Result<LockGuard, Error> {
+        crate::lease::check_ttl("ttl", ttl)?;
         // From here the wait's own leave-on-exit covers the reservation (same id).
-        self.armed = None;
+        self.armed.disarm();
         let keys = self.keys.clone();
         let id = std::mem::take(&mut self.token);
         self.locks
-            .wait_turn(keys, &self.key, id, ttl, opts, Some(self.lifetime))
-            .await
+            .wait_turn(
+                keys,
+                &self.key,
+                id,
+                ttl,
+                Turns::Wait(opts),
+                Some(self.lifetime),
+            )
+            .await?
+            .ok_or_else(|| Error::NotAcquired {
+                // `Turns::Wait` returns a guard or an error; kept typed all the same.
+                key: self.key.clone(),
+                tries: 0,
+                waited: Duration::ZERO,
+            })
     }
 }
 
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some(t) = self.armed.take() {
-            leave_in_background(&t, &self.keys, std::mem::take(&mut self.token));
-        }
-    }
-}
-
-/// A held fair lock. Release it with [`FairGuard::release`] (which wakes the next waiter);
-/// dropping it releases in the background.
-///
-/// The fencing token ([`FairGuard::fencing_token`]) is what the protected resource should
-/// check: a lease alone cannot stop a paused holder from writing after its lease ended.
-pub struct FairGuard {
-    held: Option<Held>,
-}
-
-type Held = HeldLock<QueueKeys>;
-
-impl std::fmt::Debug for FairGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the full token: it is what a holder proves itself with.
-        let mut d = f.debug_struct("FairGuard");
-        if let Some(h) = &self.held {
-            d.field("key", &h.key)
-                .field("token", &short(&h.token))
-                .field("fencing_token", &h.fence);
-        }
-        d.finish_non_exhaustive()
-    }
-}
-
-impl FairGuard {
-    // `held` is `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
-    fn held(&self) -> Option<&Held> {
-        self.held.as_ref()
+/// The fair lock's release: leave the queue (releasing the lock if this token holds it) and
+/// wake the next waiter, in one script.
+impl HeldKeys for QueueKeys {
+    fn what(&self) -> &'static str {
+        "fair lock"
     }
 
-    /// The lock's name, as given to acquire.
-    pub fn key(&self) -> &str {
-        self.held().map(|h| h.key.as_str()).unwrap_or_default()
+    fn release<'a>(
+        &'a self,
+        backend: &'a LockBackend,
+        token: &'a str,
+        limit: Instant,
+    ) -> ReleaseFuture<'a> {
+        Box::pin(async move {
+            let transport = backend.redis("the fair lock")?;
+            let mut conn = transport.node(&self.lock).await?.conn();
+            kernel::leave(&mut conn, self, token, limit).await
+        })
     }
 
-    /// This holder's random 128-bit token (hex), as stored in the lock key.
-    pub fn token(&self) -> &str {
-        self.held().map(|h| h.token.as_str()).unwrap_or_default()
-    }
-
-    /// The fencing token of this grant: larger than any earlier grant's on the same lock name.
-    pub fn fencing_token(&self) -> u64 {
-        self.held().map(|h| h.fence).unwrap_or_default()
-    }
-
-    /// When the lease can end at the earliest, on this host's monotonic clock: send time of the
-    /// granting (or last confirmed extending) request + ttl − max(1 %, 2 ms).
-    pub fn lease_deadline(&self) -> Instant {
-        self.held()
-            .map(|h| h.state.deadline())
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// The loss signal as a token: cancelled when an extension found another token, when the
-    /// watchdog could not confirm an extension before [`FairGuard::lease_deadline`], or at the
-    /// watchdog's hold cap. Without the watchdog it only fires on a refused extension.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.held()
-            .map(|h| h.state.lost().clone())
-            .unwrap_or_default()
-    }
-
-    /// Resolves when the loss signal fires (see [`FairGuard::lost_token`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        if let Some(h) = self.held() {
-            h.state.lost().cancelled().await;
-        }
-    }
-
-    /// Why the loss signal fired, once it did.
-    pub fn loss_reason(&self) -> Option<String> {
-        self.held().and_then(|h| h.state.reason())
-    }
-
-    /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
-    /// and fires the loss signal as [`FairGuard::lost_token`] describes. With `max_hold`, it
-    /// stops extending once the lock was held that long and fires the loss signal then.
-    pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
-        if let Some(h) = self.held.as_mut() {
-            h.start_watchdog(max_hold);
-        }
-    }
-
-    /// Extends the lock to `ttl` from now if it still holds this guard's token. `Ok(false)`: it
-    /// was no longer ours; nothing was written, and the loss signal fires.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
-    /// may or may not have applied; the deadline does not move) and connection errors.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped extension leaves the deadline where it was.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
-        options::validate_ttl(ttl)?;
-        match self.held.as_mut() {
-            Some(h) => h.extend(ttl).await,
-            None => Ok(false),
-        }
-    }
-
-    /// Releases the lock if it still holds this guard's token and wakes the next waiter (the
-    /// reserver, else the queue's live head), in one script. `Ok(false)`: it was no longer
-    /// ours; nothing was deleted.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] and connection errors: the release may or may not have applied; the
-    /// lock's ttl is the backstop.
-    ///
-    /// # Cancel safety
-    /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
-    /// the backstop.
-    pub async fn release(mut self) -> Result<bool, Error> {
-        let Some(h) = self.held.take() else {
-            return Ok(false);
-        };
-        h.stop_watchdog();
-        let transport = h.backend.redis("the fair lock")?;
-        let mut conn = transport.node(&h.keys.lock).await?.conn();
-        let limit = after(Instant::now(), transport.settings.response_timeout);
-        let ours = kernel::leave(&mut conn, &h.keys, &h.token, limit).await?;
-        tracing::info!(key = %h.key, token = short(&h.token), ours, "fair lock released");
-        Ok(ours)
-    }
-}
-
-impl Drop for FairGuard {
-    fn drop(&mut self) {
-        if let Some(h) = self.held.take() {
-            h.stop_watchdog();
-            if let Ok(t) = h.backend.redis("the fair lock") {
-                leave_in_background(t, &h.keys, h.token);
-            }
+    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String) {
+        if let Ok(t) = backend.redis("the fair lock") {
+            leave_in_background(t, &self, token);
         }
     }
 }

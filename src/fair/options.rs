@@ -8,10 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
-/// The shortest lock TTL.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lock TTL (one day).
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub use crate::lease::{MAX_TTL, MIN_TTL};
 /// The shortest waiter timeout and reservation lifetime.
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(30);
 /// The longest waiter timeout and reservation lifetime.
@@ -22,17 +19,6 @@ pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Ten years: far beyond any sane wait or hold.
 const MAX_SPAN: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// Checks a lock TTL: 10 ms ..= 1 day.
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), ConfigError> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(ConfigError::invalid(
-            "ttl",
-            format!("{ttl:?} is outside 10ms ..= 1 day"),
-        ));
-    }
-    Ok(())
-}
 
 /// Checks a waiter timeout or a reservation lifetime: 30 ms ..= 1 h.
 pub(crate) fn validate_timeout(field: &'static str, d: Duration) -> Result<(), ConfigError> {
@@ -173,7 +159,7 @@ impl FairOptionsBuilder {
         self
     }
 
-    /// Starts the guard's watchdog (see [`FairGuard::start_watchdog`](super::FairGuard::start_watchdog)).
+    /// Starts the guard's watchdog (see [`LockGuard::start_watchdog`](super::LockGuard::start_watchdog)).
     /// Defaults to off.
     pub fn watchdog(mut self, on: bool) -> Self {
         self.raw.watchdog = on;
@@ -269,9 +255,9 @@ mod tests {
 
     #[test]
     fn ttls_and_lifetimes_are_checked() {
-        assert!(validate_ttl(MIN_TTL).is_ok());
-        assert!(validate_ttl(MAX_TTL).is_ok());
-        assert!(validate_ttl(Duration::from_millis(9)).is_err());
+        assert!(crate::lease::check_ttl("ttl", MIN_TTL).is_ok());
+        assert!(crate::lease::check_ttl("ttl", MAX_TTL).is_ok());
+        assert!(crate::lease::check_ttl("ttl", Duration::from_millis(9)).is_err());
         assert!(validate_timeout("lifetime", MIN_TIMEOUT).is_ok());
         assert!(validate_timeout("lifetime", MAX_TIMEOUT + Duration::from_millis(1)).is_err());
     }

@@ -1,8 +1,11 @@
-//! A granted lock as its guard holds it: what the mutex's and the fair lock's guards share (the
-//! token, the fencing token, the lease deadline and loss signal, the watchdog, the
-//! token-checked extension). Each guard adds its own release (the mutex's compare-and-delete,
-//! the fair lock's leave that wakes the next waiter).
+//! A granted lock as its guard holds it: [`LockGuard`], the one guard of the mutex and the fair
+//! lock (the token, the fencing token, the lease deadline and loss signal, the watchdog, the
+//! token-checked extension). What differs between them is only how a release is done (the
+//! mutex's compare-and-delete, the fair lock's leave that wakes the next waiter), which their
+//! key sets provide ([`HeldKeys`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,9 +13,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::LockBackend;
-use super::lock::fence_ttl;
+use super::guard::{sealed, Fenced, LeaseGuard};
+use super::lock::{fence_ttl, FencedValue, FencedWrite};
 use super::watchdog::{self, LeaseState, Watch};
-use super::{deadline, Extend, Extension};
+use super::{check_ttl, deadline, Extend, Extension};
 use crate::error::Error;
 use crate::util::time::after;
 use crate::util::token::short;
@@ -26,11 +30,30 @@ pub(crate) trait FencedAt: Send + Sync + 'static {
     fn fence_key(&self) -> &str;
 }
 
+/// A boxed release future (a trait object's async method).
+pub(crate) type ReleaseFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, Error>> + Send + 'a>>;
+
+/// How a primitive lets go of a grant: what its guard calls on `release` and on drop.
+pub(crate) trait HeldKeys: FencedAt {
+    /// What the logs call it ("lock", "fair lock").
+    fn what(&self) -> &'static str;
+    /// Releases `token` if it still holds the lock, in one round trip that gives up at
+    /// `limit`; `Ok(false)` when it was no longer ours.
+    fn release<'a>(
+        &'a self,
+        backend: &'a LockBackend,
+        token: &'a str,
+        limit: Instant,
+    ) -> ReleaseFuture<'a>;
+    /// The same, through a task of the client; never blocks (a dropped guard).
+    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String);
+}
+
 /// One grant, held.
-pub(crate) struct HeldLock<K: FencedAt> {
+pub(crate) struct HeldLock {
     /// Where the lock lives (the seam: Redis or PostgreSQL).
     pub backend: LockBackend,
-    pub keys: Arc<K>,
+    pub keys: Arc<dyn HeldKeys>,
     /// The lock's name, as given to acquire.
     pub key: String,
     pub token: String,
@@ -43,7 +66,7 @@ pub(crate) struct HeldLock<K: FencedAt> {
     pub watchdog: Option<CancellationToken>,
 }
 
-impl<K: FencedAt> std::fmt::Debug for HeldLock<K> {
+impl std::fmt::Debug for HeldLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the full token: it is what a holder proves itself with.
         f.debug_struct("HeldLock")
@@ -54,11 +77,11 @@ impl<K: FencedAt> std::fmt::Debug for HeldLock<K> {
     }
 }
 
-impl<K: FencedAt> HeldLock<K> {
+impl HeldLock {
     /// The grant of `token` on `keys`, with fencing token `fence`, by a request sent at `sent`.
     pub(crate) fn new(
         backend: LockBackend,
-        keys: Arc<K>,
+        keys: Arc<dyn HeldKeys>,
         key: &str,
         token: String,
         fence: u64,
@@ -138,5 +161,239 @@ impl<K: FencedAt> HeldLock<K> {
                 Ok(false)
             }
         }
+    }
+}
+
+/// A held lock of the mutex ([`Locks`](crate::Locks)) or of the fair lock
+/// ([`FairLocks`](crate::FairLocks)): one guard type for both. Release it with
+/// [`LockGuard::release`]; dropping it releases in the background (the fair lock's release also
+/// wakes the next waiter).
+///
+/// The fencing token ([`LockGuard::fencing_token`]) is what the protected resource should
+/// check: a lease alone cannot stop a paused holder from writing after its lease ended.
+/// [`LockGuard::write_fenced`] and [`LockGuard::read_fenced`] are that check for a resource
+/// kept in Redis.
+pub struct LockGuard {
+    // `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
+    held: Option<HeldLock>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the full token: it is what a holder proves itself with.
+        let mut d = f.debug_struct("LockGuard");
+        if let Some(h) = &self.held {
+            d.field("key", &h.key)
+                .field("token", &short(&h.token))
+                .field("fencing_token", &h.fence);
+        }
+        d.finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    /// The guard of a grant (the primitives' only way to make one).
+    pub(crate) fn new(held: HeldLock) -> Self {
+        LockGuard { held: Some(held) }
+    }
+
+    fn held(&self) -> Option<&HeldLock> {
+        self.held.as_ref()
+    }
+
+    /// The lock's name, as given to acquire.
+    pub fn key(&self) -> &str {
+        self.held().map(|h| h.key.as_str()).unwrap_or_default()
+    }
+
+    /// This holder's random 128-bit token (hex), as stored in the lock key.
+    pub fn token(&self) -> &str {
+        self.held().map(|h| h.token.as_str()).unwrap_or_default()
+    }
+
+    /// The fencing token of this grant: larger than any earlier grant's on the same lock name.
+    pub fn fencing_token(&self) -> u64 {
+        self.held().map(|h| h.fence).unwrap_or_default()
+    }
+
+    /// When the lease can end at the earliest, on this host's monotonic clock: send time of the
+    /// granting (or last confirmed extending) request + ttl − max(1 %, 2 ms).
+    pub fn lease_deadline(&self) -> Instant {
+        self.held()
+            .map(|h| h.state.deadline())
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// The loss signal as a token: cancelled when an extension (the watchdog's or
+    /// [`LockGuard::extend`]'s) found another token, or when the watchdog could not confirm an
+    /// extension before [`LockGuard::lease_deadline`], or at the watchdog's hold cap. Without
+    /// the watchdog it only fires on a refused extension: watch the deadline yourself.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.held()
+            .map(|h| h.state.lost_token())
+            .unwrap_or_default()
+    }
+
+    /// Resolves when the loss signal fires (see [`LockGuard::lost_token`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        if let Some(h) = self.held() {
+            h.state.wait_lost().await;
+        }
+    }
+
+    /// Why the loss signal fired, once it did.
+    pub fn loss_reason(&self) -> Option<String> {
+        self.held().and_then(|h| h.state.reason())
+    }
+
+    /// Whether the loss signal fired.
+    pub fn is_lost(&self) -> bool {
+        self.held().is_some_and(|h| h.state.is_lost())
+    }
+
+    /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
+    /// (on Redis on the shared multiplexed connection, on PostgreSQL on a pooled one) and
+    /// fires the loss signal as [`LockGuard::lost_token`] describes. With `max_hold`, it stops
+    /// extending once the lock was held that long (counted from the grant) and fires the loss
+    /// signal then.
+    pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
+        if let Some(h) = self.held.as_mut() {
+            h.start_watchdog(max_hold);
+        }
+    }
+
+    /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
+    /// compare, then `PEXPIRE`; on PostgreSQL one `UPDATE … WHERE token = …`). `Ok(false)`: it
+    /// was no longer ours; nothing was written (a failed extension never deletes anything), and
+    /// the loss signal fires. On success the lease deadline moves (counted from this request's
+    /// send time).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
+    /// may or may not have applied; the deadline does not move) and connection errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped extension leaves the deadline where it was.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
+        check_ttl("ttl", ttl)?;
+        match self.held.as_mut() {
+            Some(h) => h.extend(ttl).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the lock if it still holds this guard's token: the mutex's compare-and-delete
+    /// (then a `released` message wakes waiters), or the fair lock's leave, which wakes the next
+    /// waiter (the reserver, else the queue's live head), in one script. `Ok(false)`: it was no
+    /// longer ours; nothing was deleted.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] and connection errors: the release may or may not have applied; the
+    /// lock's ttl is the backstop.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
+    /// the backstop.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        let Some(h) = self.held.take() else {
+            return Ok(false);
+        };
+        h.stop_watchdog();
+        let limit = after(Instant::now(), h.backend.response_timeout());
+        let ours = h.keys.release(&h.backend, &h.token, limit).await?;
+        let what = h.keys.what();
+        tracing::info!(key = %h.key, token = short(&h.token), ours, "{what} released");
+        Ok(ours)
+    }
+
+    /// Writes `value` to the Redis hash `resource` with this guard's fencing token, only if no
+    /// larger token wrote it before ([`Locks::write_fenced`](crate::Locks::write_fenced) with
+    /// [`LockGuard::fencing_token`]). A holder whose lock was taken over meanwhile gets
+    /// [`FencedWrite::Rejected`], and nothing changes.
+    ///
+    /// # Errors
+    /// As [`Locks::write_fenced`](crate::Locks::write_fenced); [`Error::Unsupported`] on a
+    /// PostgreSQL client.
+    pub async fn write_fenced(
+        &self,
+        resource: &str,
+        value: impl AsRef<[u8]>,
+    ) -> Result<FencedWrite, Error> {
+        let backend = self.backend()?;
+        let transport = backend.redis("write_fenced")?;
+        super::lock::fenced_write_on(transport, resource, self.fencing_token(), value.as_ref())
+            .await
+    }
+
+    /// Reads the Redis hash `resource` a fenced write keeps: the value and the fencing token it
+    /// was written with, `None` if nothing was written yet. A read is never refused, whatever
+    /// this guard's token ([`Locks::read_fenced`](crate::Locks::read_fenced)).
+    ///
+    /// # Errors
+    /// As [`Locks::read_fenced`](crate::Locks::read_fenced); [`Error::Unsupported`] on a
+    /// PostgreSQL client.
+    pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
+        let backend = self.backend()?;
+        let transport = backend.redis("read_fenced")?;
+        super::lock::fenced_read_on(transport, resource).await
+    }
+
+    fn backend(&self) -> Result<&LockBackend, Error> {
+        // Only a released guard has no backend, and `release` consumes the guard.
+        self.held().map(|h| &h.backend).ok_or(Error::Stopped)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.held.take() {
+            h.stop_watchdog();
+            h.keys.release_in_background(&h.backend, h.token);
+        }
+    }
+}
+
+impl sealed::Sealed for LockGuard {
+    fn fence_of(&self) -> Option<u64> {
+        Some(self.fencing_token())
+    }
+}
+
+impl LeaseGuard for LockGuard {
+    fn key(&self) -> &str {
+        LockGuard::key(self)
+    }
+    fn lease_deadline(&self) -> Instant {
+        LockGuard::lease_deadline(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        LockGuard::lost(self)
+    }
+    fn lost_token(&self) -> CancellationToken {
+        LockGuard::lost_token(self)
+    }
+    fn loss_reason(&self) -> Option<String> {
+        LockGuard::loss_reason(self)
+    }
+    fn is_lost(&self) -> bool {
+        LockGuard::is_lost(self)
+    }
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
+        LockGuard::extend(self, ttl)
+    }
+    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
+        LockGuard::release(self)
+    }
+    fn start_watchdog(&mut self, max_hold: Option<Duration>) {
+        LockGuard::start_watchdog(self, max_hold)
+    }
+}
+
+impl Fenced for LockGuard {
+    fn fencing_token(&self) -> u64 {
+        LockGuard::fencing_token(self)
     }
 }

@@ -118,8 +118,10 @@ return {1}
     )
 });
 
-/// What a fenced write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a fenced write did. Serializes as `{"outcome":"written"}` or
+/// `{"outcome":"rejected","highest":17}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum FencedWrite {
     /// Written: the token was at least the highest the resource had seen.
     Written,
@@ -173,6 +175,104 @@ fn parse_fenced_write(resource: &str, reply: &Value) -> Result<FencedWrite, Erro
             value: preview(&string_of(v).unwrap_or_default()),
         }),
         _ => Err(crate::transport::unexpected("the fenced write", reply)),
+    }
+}
+
+/// What a fenced resource holds: the last value written and the fencing token it was written
+/// with (see [`Locks::read_fenced`](crate::Locks::read_fenced)).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct FencedValue {
+    /// The value, as written.
+    pub value: Vec<u8>,
+    /// The fencing token of the write that stored it: the highest the resource has accepted.
+    pub fencing_token: u64,
+}
+
+/// Why fenced resources are Redis-only, and what to do on PostgreSQL instead.
+pub(crate) const FENCED_ON_POSTGRES: &str = "the resource is a Redis hash; for a resource in \
+     PostgreSQL, check the fencing token in the resource's own statement (README, \"Locks\", \
+     \"The resource's side of fencing\": one INSERT … ON CONFLICT … WHERE fencing_token <= the \
+     new token)";
+
+/// [`fenced_write`] on the node of `transport` that serves `resource`, bounded by its response
+/// timeout.
+///
+/// # Errors
+/// As [`fenced_write`].
+pub(crate) async fn fenced_write_on(
+    transport: &crate::transport::Transport,
+    resource: &str,
+    fencing_token: u64,
+    value: &[u8],
+) -> Result<FencedWrite, Error> {
+    let mut conn = transport.node(resource).await?.conn();
+    let limit = crate::util::time::after(Instant::now(), transport.settings.response_timeout);
+    fenced_write(&mut conn, resource, fencing_token, value, limit).await
+}
+
+/// Reads the value and the token of a resource hash in one step (a script, so the two fields
+/// are read together, with the `HGET` the ACL already grants the fenced write): `{value,
+/// token}`, each nil when missing.
+static FENCED_READ_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+return {redis.call('HGET', KEYS[1], 'value'), redis.call('HGET', KEYS[1], 'fencing_token')}
+",
+    )
+});
+
+/// Reads a fenced resource (both fields of the hash, in one script) on the node of `transport`
+/// that serves it, bounded by its response timeout: `None` when nothing was written.
+///
+/// # Errors
+/// [`Error::CorruptState`] when the stored token is not one baton writes, or a token is stored
+/// without a value; [`Error::Timeout`]; connection and server errors (`WRONGTYPE` when the key
+/// is not a hash).
+pub(crate) async fn fenced_read_on(
+    transport: &crate::transport::Transport,
+    resource: &str,
+) -> Result<Option<FencedValue>, Error> {
+    let mut conn = transport.node(resource).await?.conn();
+    let limit = crate::util::time::after(Instant::now(), transport.settings.response_timeout);
+    let mut call = FENCED_READ_SCRIPT.prepare_invoke();
+    call.key(resource);
+    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(&mut conn)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                during: "a fenced read",
+            })
+        }
+    };
+    parse_fenced_read(resource, reply)
+}
+
+fn parse_fenced_read(resource: &str, reply: Value) -> Result<Option<FencedValue>, Error> {
+    let corrupt = |v: Option<&Value>| Error::CorruptState {
+        key: resource.to_string(),
+        value: preview(&v.and_then(string_of).unwrap_or_default()),
+    };
+    match &reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Nil, Value::Nil] => Ok(None),
+            [Value::BulkString(value), t] => {
+                let token = string_of(t).unwrap_or_default();
+                // The canonical form the write script accepts: no sign, no leading zero.
+                let canonical = token.starts_with(|c: char| ('1'..='9').contains(&c))
+                    && token.bytes().all(|b| b.is_ascii_digit());
+                match token.parse::<u64>() {
+                    Ok(fencing_token) if canonical => Ok(Some(FencedValue {
+                        value: value.clone(),
+                        fencing_token,
+                    })),
+                    _ => Err(corrupt(Some(t))),
+                }
+            }
+            [Value::Nil, t] => Err(corrupt(Some(t))),
+            _ => Err(crate::transport::unexpected("the fenced read", &reply)),
+        },
+        _ => Err(crate::transport::unexpected("the fenced read", &reply)),
     }
 }
 
@@ -438,6 +538,51 @@ mod tests {
                 crate::error::ErrorKind::UnexpectedReply
             );
         }
+    }
+
+    #[test]
+    fn fenced_read_replies_are_parsed_without_panicking() {
+        let arr = Value::Array;
+        assert_eq!(
+            parse_fenced_read("r", arr(vec![Value::Nil, Value::Nil])).unwrap(),
+            None
+        );
+        assert_eq!(
+            parse_fenced_read("r", arr(vec![bulk("v"), bulk("17")])).unwrap(),
+            Some(FencedValue {
+                value: b"v".to_vec(),
+                fencing_token: 17
+            })
+        );
+        for corrupt in [
+            arr(vec![bulk("v"), bulk("017")]),
+            arr(vec![bulk("v"), bulk("-1")]),
+            arr(vec![bulk("v"), Value::Nil]),
+            arr(vec![Value::Nil, bulk("3")]),
+        ] {
+            assert_eq!(
+                parse_fenced_read("r", corrupt).unwrap_err().kind(),
+                crate::error::ErrorKind::CorruptState
+            );
+        }
+        for bad in [Value::Nil, arr(vec![]), arr(vec![Value::Int(1), bulk("1")])] {
+            assert_eq!(
+                parse_fenced_read("r", bad).unwrap_err().kind(),
+                crate::error::ErrorKind::UnexpectedReply
+            );
+        }
+    }
+
+    #[test]
+    fn fenced_writes_serialize_with_their_outcome() {
+        assert_eq!(
+            serde_json::to_string(&FencedWrite::Rejected { highest: 17 }).unwrap(),
+            r#"{"outcome":"rejected","highest":17}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&FencedWrite::Written).unwrap(),
+            r#"{"outcome":"written"}"#
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! flight is doing.
 
 pub(crate) mod backend;
+pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod items;
 pub(crate) mod lock;
@@ -32,9 +33,69 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::transport::Conn;
 use crate::util::time::after;
+
+/// The shortest lease (lock TTL) a lease-holding primitive accepts.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lease (lock TTL) a lease-holding primitive accepts: one day.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Checks a lease's TTL: [`MIN_TTL`] ..= [`MAX_TTL`]. Below 10 ms a round trip eats the lease;
+/// above a day a crashed holder blocks the lock for longer than anyone would wait. One check
+/// for every primitive, so they accept and word the same range.
+///
+/// # Errors
+/// A [`ConfigError`] naming `field` when `ttl` is out of range.
+pub(crate) fn check_ttl(field: &'static str, ttl: Duration) -> Result<(), ConfigError> {
+    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Err(ConfigError::invalid(
+            field,
+            format!("{ttl:?} is outside 10ms ..= 1 day"),
+        ));
+    }
+    Ok(())
+}
+
+/// Ten years: far beyond any sane wait or hold, and small enough that `now + d` stays
+/// representable as a monotonic instant.
+const MAX_SPAN: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Checks how a lease-holding primitive's `acquire` waits and holds, the same for each
+/// options builder: `wait` at most 10 years, `max_tries` at least 1, `max_backoff` 1 ms ..= 1
+/// min, `max_hold` 1 ms ..= 10 years.
+///
+/// # Errors
+/// A [`ConfigError`] naming the first field out of range.
+pub(crate) fn check_waiting(
+    wait: Option<Duration>,
+    max_tries: Option<u32>,
+    max_backoff: Duration,
+    max_hold: Option<Duration>,
+) -> Result<(), ConfigError> {
+    if wait.is_some_and(|w| w > MAX_SPAN) {
+        return Err(ConfigError::invalid("wait", "is above 10 years"));
+    }
+    if max_tries == Some(0) {
+        return Err(ConfigError::invalid("max_tries", "must be at least 1"));
+    }
+    if max_backoff < Duration::from_millis(1) || max_backoff > Duration::from_secs(60) {
+        return Err(ConfigError::invalid(
+            "max_backoff",
+            format!("{max_backoff:?} is outside 1ms ..= 1 min"),
+        ));
+    }
+    if let Some(h) = max_hold {
+        if h.is_zero() || h > MAX_SPAN {
+            return Err(ConfigError::invalid(
+                "max_hold",
+                format!("{h:?} is outside 1ms ..= 10 years"),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `from + ttl − max(1 %, 2 ms)`: when a lease granted or extended by a request sent at `from`
 /// can end at the earliest, as this host's monotonic clock measures it.
@@ -169,6 +230,15 @@ mod tests {
             t + Duration::from_millis(98)
         );
         assert_eq!(deadline(t, Duration::ZERO), t);
+    }
+
+    #[test]
+    fn ttls_are_bounded_and_the_field_is_named() {
+        assert!(check_ttl("ttl", MIN_TTL).is_ok());
+        assert!(check_ttl("ttl", MAX_TTL).is_ok());
+        assert!(check_ttl("ttl", Duration::from_millis(9)).is_err());
+        let e = check_ttl("lease", MAX_TTL + Duration::from_millis(1)).unwrap_err();
+        assert!(e.to_string().contains("`lease`"), "{e}");
     }
 
     #[test]

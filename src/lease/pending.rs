@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::backend::LockBackend;
 use super::lock;
 use crate::transport::Transport;
+use crate::util::drop_guard::Armed;
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -21,34 +22,18 @@ pub(crate) trait LockAt: Send + Sync + 'static {
 }
 
 /// Releases by token through a task of the client when an acquisition's outcome is unknown
-/// (dropped future, lost reply); [`Pending::disarm`] once the reply is known.
-pub(crate) struct Pending<K: LockAt> {
-    backend: Option<LockBackend>,
-    at: Arc<K>,
-    token: String,
-}
+/// (dropped future, lost reply); [`Armed::disarm`] once the reply is known.
+pub(crate) struct Pending;
 
-impl<K: LockAt> Pending<K> {
-    /// Armed: dropped before [`Pending::disarm`], it releases `token` from `at`.
-    pub(crate) fn arm(backend: &LockBackend, at: &Arc<K>, token: &str) -> Self {
-        Pending {
-            backend: Some(backend.clone()),
-            at: at.clone(),
-            token: token.to_string(),
-        }
-    }
-
-    /// The outcome is known: nothing to release.
-    pub(crate) fn disarm(&mut self) {
-        self.backend = None;
-    }
-}
-
-impl<K: LockAt> Drop for Pending<K> {
-    fn drop(&mut self) {
-        if let Some(b) = self.backend.take() {
-            release_in_background(&b, &self.at, std::mem::take(&mut self.token));
-        }
+impl Pending {
+    /// Armed: dropped before [`Armed::disarm`], it releases `token` from `at`.
+    pub(crate) fn arm<K: LockAt>(
+        backend: &LockBackend,
+        at: &Arc<K>,
+        token: &str,
+    ) -> Armed<impl FnOnce() + Send + Sync + 'static> {
+        let (backend, at, token) = (backend.clone(), at.clone(), token.to_string());
+        Armed::new(move || release_in_background(&backend, &at, token))
     }
 }
 

@@ -18,7 +18,8 @@
 //!
 //! The task has one owner (the guard, through `stop`) and also ends with the client.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,12 +31,22 @@ use crate::util::backoff::Backoff;
 use crate::util::lock;
 
 /// What a holder and its watchdog share: the lease's current deadline and the loss signal.
+///
+/// The loss signal's `CancellationToken` is made only when someone asks for it: most guards
+/// are released without anyone holding their token, and a token is a heap node of its own per
+/// guard. The flag and the `Notify` carry the signal meanwhile (`lost()` futures and
+/// `is_lost` need no token).
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     /// Moves forward with each confirmed extension; watchers (a leader's renewal events and its
     /// work's stop timer) see each move.
     deadline: tokio::sync::watch::Sender<Instant>,
-    lost: CancellationToken,
+    /// Set once, when the signal fires.
+    lost: AtomicBool,
+    /// Wakes the `wait_lost` futures when the signal fires.
+    fired: tokio::sync::Notify,
+    /// The signal as a token, made on first request (cancelled at once if it already fired).
+    token: OnceLock<CancellationToken>,
     reason: Mutex<Option<String>>,
 }
 
@@ -43,7 +54,9 @@ impl LeaseState {
     pub(crate) fn new(deadline: Instant) -> Arc<Self> {
         Arc::new(LeaseState {
             deadline: tokio::sync::watch::Sender::new(deadline),
-            lost: CancellationToken::new(),
+            lost: AtomicBool::new(false),
+            fired: tokio::sync::Notify::new(),
+            token: OnceLock::new(),
             reason: Mutex::new(None),
         })
     }
@@ -79,12 +92,51 @@ impl LeaseState {
                 *r = Some(reason.into());
             }
         }
-        self.lost.cancel();
+        self.lost.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `lost`: either that side sees the flag, or this side sees
+        // the token it made; never neither (a token that stays uncancelled).
+        fence(Ordering::SeqCst);
+        self.fired.notify_waiters();
+        if let Some(t) = self.token.get() {
+            t.cancel();
+        }
     }
 
-    /// The loss signal.
+    /// The loss signal as a token (made now if nobody asked before).
     pub(crate) fn lost(&self) -> &CancellationToken {
-        &self.lost
+        let t = self.token.get_or_init(CancellationToken::new);
+        fence(Ordering::SeqCst);
+        if self.lost.load(Ordering::SeqCst) {
+            t.cancel();
+        }
+        t
+    }
+
+    /// The loss signal as an owned token.
+    pub(crate) fn lost_token(&self) -> CancellationToken {
+        self.lost().clone()
+    }
+
+    /// Whether the loss signal fired.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the loss signal fired.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn wait_lost(&self) {
+        loop {
+            // Registered before the flag is read, so a `lose` in between still wakes it.
+            let fired = self.fired.notified();
+            tokio::pin!(fired);
+            fired.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            fired.await;
+        }
     }
 
     /// Why the loss signal fired, once it did.
@@ -235,9 +287,42 @@ pub(crate) fn after_extension(outcome: &Result<Extension, crate::error::Error>) 
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
+pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_loss_signal_reaches_tokens_made_before_and_after_it_fired() {
+        let s = LeaseState::new(Instant::now());
+        let early = s.lost_token();
+        assert!(!s.is_lost() && !early.is_cancelled());
+        s.lose("first");
+        s.lose("second");
+        assert!(s.is_lost() && early.is_cancelled());
+        assert!(
+            s.lost_token().is_cancelled(),
+            "a token made after the loss is cancelled"
+        );
+        assert_eq!(s.reason().as_deref(), Some("first"));
+        // Resolves at once once fired, and for a waiter registered before.
+        s.wait_lost().await;
+        let s2 = LeaseState::new(Instant::now());
+        let waiter = {
+            let s2 = s2.clone();
+            tokio::spawn(async move { s2.wait_lost().await })
+        };
+        tokio::task::yield_now().await;
+        s2.lose("late");
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("no panic");
     }
 }

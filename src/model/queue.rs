@@ -11,7 +11,7 @@
 //! the holder retries, uncertain), holders pausing past their lease (a stale holder may keep
 //! going until it notices), crashes (the process restarts and calls `drain` until it once
 //! holds the key: the documented recovery). A lock no valid holder vouches for may run out at
-//! any step. A caller whose hold ended with the lease lost (`Error::LockLost`) recovers as after
+//! any step. A caller whose hold ended with the lease lost (`Error::LeaseLost`) recovers as after
 //! a crash: it calls `drain` until it holds the key once (without that, the items posted under
 //! its stale lock wait for the next call on the key: the checker finds that too).
 //!
@@ -230,7 +230,7 @@ impl QueueModel {
         };
     }
 
-    /// After a hold ends with its lease lost ([`Error::LockLost`]): the caller recovers as
+    /// After a hold ends with its lease lost ([`Error::LeaseLost`]): the caller recovers as
     /// after a crash, with `drain` until it holds the key once (the documented recovery: the
     /// items it left, and those posted meanwhile under its stale lock, wait for it).
     fn after_loss(s: &mut Sys, i: usize) {

@@ -42,13 +42,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
 use crate::lease::backend::LockBackend;
-use crate::lease::held::HeldLock;
-pub use crate::lease::lock::FencedWrite;
+use crate::lease::guard::hold_while;
+pub use crate::lease::held::LockGuard;
+use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 use crate::lease::lock::{self as kernel, Grant};
+pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::pending::{release_in_background, Pending};
 use crate::transport::wake::{WakeOne, Woken};
 use crate::transport::{Backend, ReplicaWait, Transport};
@@ -157,20 +158,29 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let transport = self.redis(
-            "write_fenced",
-            "the resource is a Redis hash; for a resource in PostgreSQL, check the fencing token \
-             in the resource's own statement (README, \"Locks\", \"The resource's side of \
-             fencing\": one INSERT … ON CONFLICT … WHERE fencing_token <= the new token)",
-        )?;
-        let mut conn = transport.node(resource).await?.conn();
-        let limit = after(Instant::now(), transport.settings.response_timeout);
-        kernel::fenced_write(&mut conn, resource, fencing_token, value.as_ref(), limit).await
+        let transport = self.redis("write_fenced", kernel::FENCED_ON_POSTGRES)?;
+        kernel::fenced_write_on(transport, resource, fencing_token, value.as_ref()).await
+    }
+
+    /// The read side of [`Locks::write_fenced`]: what the Redis hash `resource` holds, the
+    /// value and the fencing token it was written with (`None` when nothing was written yet),
+    /// in one round trip. A read is never refused: readers need no lock, and the token says how
+    /// recent the value is.
+    ///
+    /// On a PostgreSQL client this method is [`Error::Unsupported`], as `write_fenced`.
+    ///
+    /// # Errors
+    /// [`Error::CorruptState`] when the stored token is not one baton writes (or a token is
+    /// stored without a value); `WrongType` when `resource` is not a hash; [`Error::Timeout`]
+    /// after the response timeout; connection errors.
+    pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
+        let transport = self.redis("read_fenced", kernel::FENCED_ON_POSTGRES)?;
+        kernel::fenced_read_on(transport, resource).await
     }
 
     fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<LockKeys>, Error> {
         crate::util::names::check_name("key", key)?;
-        options::validate_ttl(ttl)?;
+        crate::lease::check_ttl("ttl", ttl)?;
         Ok(Arc::new(LockKeys::new(&self.prefix, key)))
     }
 
@@ -254,17 +264,15 @@ impl Locks {
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
-                Ok(Ok(LockGuard {
-                    held: Some(HeldLock::new(
-                        backend,
-                        keys.clone(),
-                        key,
-                        token,
-                        fence,
-                        ttl,
-                        sent,
-                    )),
-                }))
+                Ok(Ok(LockGuard::new(HeldLock::new(
+                    backend,
+                    keys.clone(),
+                    key,
+                    token,
+                    fence,
+                    ttl,
+                    sent,
+                ))))
             }
             Ok(Grant::Held { pttl }) => Ok(Err(pttl)),
             // An indeterminate error may have taken the lock: `pending` (still armed) releases
@@ -414,7 +422,7 @@ impl Locks {
     /// lost, and always releases.
     ///
     /// # Errors
-    /// As [`Locks::acquire`]; [`Error::LockLost`] when the watchdog fired during `work` (which
+    /// As [`Locks::acquire`]; [`Error::LeaseLost`] when the watchdog fired during `work` (which
     /// was dropped at that point) or when the release found the lock held by another token
     /// (mutual exclusion may then have been broken, so `work`'s output is not returned). A
     /// release that fails on the network is only logged: `work` finished in time and the lock
@@ -435,32 +443,8 @@ impl Locks {
     {
         let opts = opts.clone().with_watchdog();
         let guard = self.acquire(key, ttl, &opts).await?;
-        let lost = guard.lost_token();
-        let out = tokio::select! {
-            biased;
-            _ = lost.cancelled() => None,
-            out = work(guard.fencing_token()) => Some(out),
-        };
-        let fence = guard.fencing_token();
-        let reason = guard.loss_reason();
-        let released = guard.release().await;
-        match (out, released) {
-            (Some(out), Ok(true)) => Ok(out),
-            (Some(out), Err(e)) => {
-                tracing::warn!(key, error = %e, "release after the work failed; the lock expires by its ttl");
-                Ok(out)
-            }
-            (Some(_), Ok(false)) => Err(Error::LockLost {
-                key: key.to_string(),
-                fencing_token: fence,
-                reason: "the release found the lock held by another token".into(),
-            }),
-            (None, _) => Err(Error::LockLost {
-                key: key.to_string(),
-                fencing_token: fence,
-                reason: reason.unwrap_or_else(|| "lost".into()),
-            }),
-        }
+        let token = guard.fencing_token();
+        hold_while(guard, work(token)).await
     }
 }
 
@@ -477,143 +461,23 @@ fn replica_ack_unsupported() -> Error {
     }
 }
 
-/// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
-///
-/// The fencing token ([`LockGuard::fencing_token`]) is what the protected resource should
-/// check: a lease alone cannot stop a paused holder from writing after its lease ended.
-pub struct LockGuard {
-    held: Option<Held>,
-}
-
-type Held = HeldLock<LockKeys>;
-
-impl std::fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the full token: it is what a holder proves itself with.
-        let mut d = f.debug_struct("LockGuard");
-        if let Some(h) = &self.held {
-            d.field("key", &h.key)
-                .field("token", &short(&h.token))
-                .field("fencing_token", &h.fence);
-        }
-        d.finish_non_exhaustive()
-    }
-}
-
-impl LockGuard {
-    // `held` is `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
-    fn held(&self) -> Option<&Held> {
-        self.held.as_ref()
+/// The mutex's release: compare-and-delete by token, then a `released` message wakes waiters
+/// (on PostgreSQL one `UPDATE` with `pg_notify`).
+impl HeldKeys for LockKeys {
+    fn what(&self) -> &'static str {
+        "lock"
     }
 
-    /// The lock's name, as given to acquire.
-    pub fn key(&self) -> &str {
-        self.held().map(|h| h.key.as_str()).unwrap_or_default()
+    fn release<'a>(
+        &'a self,
+        backend: &'a LockBackend,
+        token: &'a str,
+        limit: Instant,
+    ) -> ReleaseFuture<'a> {
+        Box::pin(backend.release(&self.lock, &self.channel, token, limit))
     }
 
-    /// This holder's random 128-bit token (hex), as stored in the lock key.
-    pub fn token(&self) -> &str {
-        self.held().map(|h| h.token.as_str()).unwrap_or_default()
-    }
-
-    /// The fencing token of this grant: larger than any earlier grant's on the same lock name.
-    pub fn fencing_token(&self) -> u64 {
-        self.held().map(|h| h.fence).unwrap_or_default()
-    }
-
-    /// When the lease can end at the earliest, on this host's monotonic clock: send time of the
-    /// granting (or last confirmed extending) request + ttl − max(1 %, 2 ms).
-    pub fn lease_deadline(&self) -> Instant {
-        self.held()
-            .map(|h| h.state.deadline())
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// The loss signal as a token: cancelled when an extension (the watchdog's or
-    /// [`LockGuard::extend`]'s) found another token, or when the watchdog could not confirm an
-    /// extension before [`LockGuard::lease_deadline`], or at the watchdog's hold cap. Without
-    /// the watchdog it only fires on a refused extension: watch the deadline yourself.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.held()
-            .map(|h| h.state.lost().clone())
-            .unwrap_or_default()
-    }
-
-    /// Resolves when the loss signal fires (see [`LockGuard::lost_token`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        if let Some(h) = self.held() {
-            h.state.lost().cancelled().await;
-        }
-    }
-
-    /// Why the loss signal fired, once it did.
-    pub fn loss_reason(&self) -> Option<String> {
-        self.held().and_then(|h| h.state.reason())
-    }
-
-    /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
-    /// (on Redis on the shared multiplexed connection, on PostgreSQL on a pooled one) and fires the loss signal as
-    /// [`LockGuard::lost_token`] describes. With `max_hold`, it stops extending once the lock
-    /// was held that long (counted from the grant) and fires the loss signal then.
-    pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
-        if let Some(h) = self.held.as_mut() {
-            h.start_watchdog(max_hold);
-        }
-    }
-
-    /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
-    /// compare, then `PEXPIRE`; on PostgreSQL one `UPDATE … WHERE token = …`). `Ok(false)`: it was no longer ours; nothing was written (a
-    /// failed extension never deletes anything), and the loss signal fires. On success the
-    /// lease deadline moves (counted from this request's send time).
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
-    /// may or may not have applied; the deadline does not move) and connection errors.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a dropped extension leaves the deadline where it was.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
-        options::validate_ttl(ttl)?;
-        match self.held.as_mut() {
-            Some(h) => h.extend(ttl).await,
-            None => Ok(false),
-        }
-    }
-
-    /// Releases the lock if it still holds this guard's token (compare-and-delete, then a
-    /// `released` message wakes waiters). `Ok(false)`: it was no longer ours; nothing was
-    /// deleted.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] and connection errors: the release may or may not have applied; the
-    /// lock's ttl is the backstop.
-    ///
-    /// # Cancel safety
-    /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
-    /// the backstop.
-    pub async fn release(mut self) -> Result<bool, Error> {
-        let Some(h) = self.held.take() else {
-            return Ok(false);
-        };
-        h.stop_watchdog();
-        let limit = after(Instant::now(), h.backend.response_timeout());
-        let ours = h
-            .backend
-            .release(&h.keys.lock, &h.keys.channel, &h.token, limit)
-            .await?;
-        tracing::info!(key = %h.key, token = short(&h.token), ours, "lock released");
-        Ok(ours)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(h) = self.held.take() {
-            h.stop_watchdog();
-            release_in_background(&h.backend, &h.keys, h.token);
-        }
+    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String) {
+        release_in_background(backend, &self, token);
     }
 }

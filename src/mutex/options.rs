@@ -9,26 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
-/// The shortest and longest lock TTL.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lock TTL (one day, as for a failover lease).
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub use crate::lease::{MAX_TTL, MIN_TTL};
 /// The default cap of the backoff between tries.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// Ten years: far beyond any sane wait or hold, and small enough that `now + d` stays
-/// representable as a monotonic instant.
-const MAX_SPAN: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// Checks a lock TTL: 10 ms ..= 1 day.
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), ConfigError> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(ConfigError::invalid(
-            "ttl",
-            format!("{ttl:?} is outside 10ms ..= 1 day"),
-        ));
-    }
-    Ok(())
-}
 
 /// How [`Locks::acquire`](super::Locks::acquire) waits for a held lock, and what the guard does
 /// while held.
@@ -216,28 +199,9 @@ impl AcquireOptionsBuilder {
     pub fn build(self) -> Result<AcquireOptions, ConfigError> {
         let r = self.raw;
         let wait = r.wait_ms.map(Duration::from_millis);
-        if wait.is_some_and(|w| w > MAX_SPAN) {
-            return Err(ConfigError::invalid("wait", "is above 10 years"));
-        }
-        if r.max_tries == Some(0) {
-            return Err(ConfigError::invalid("max_tries", "must be at least 1"));
-        }
         let max_backoff = Duration::from_millis(r.max_backoff_ms);
-        if max_backoff < Duration::from_millis(1) || max_backoff > Duration::from_secs(60) {
-            return Err(ConfigError::invalid(
-                "max_backoff",
-                format!("{max_backoff:?} is outside 1ms ..= 1 min"),
-            ));
-        }
         let max_hold = r.max_hold_ms.map(Duration::from_millis);
-        if let Some(h) = max_hold {
-            if h.is_zero() || h > MAX_SPAN {
-                return Err(ConfigError::invalid(
-                    "max_hold",
-                    format!("{h:?} is outside 1ms ..= 10 years"),
-                ));
-            }
-        }
+        crate::lease::check_waiting(wait, r.max_tries, max_backoff, max_hold)?;
         let replica_ack = match r.replica_ack {
             0 => None,
             n if n > 100 => {
@@ -309,10 +273,10 @@ mod tests {
 
     #[test]
     fn ttls_are_checked() {
-        assert!(validate_ttl(Duration::from_millis(10)).is_ok());
-        assert!(validate_ttl(MAX_TTL).is_ok());
-        assert!(validate_ttl(Duration::from_millis(9)).is_err());
-        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(crate::lease::check_ttl("ttl", Duration::from_millis(10)).is_ok());
+        assert!(crate::lease::check_ttl("ttl", MAX_TTL).is_ok());
+        assert!(crate::lease::check_ttl("ttl", Duration::from_millis(9)).is_err());
+        assert!(crate::lease::check_ttl("ttl", MAX_TTL + Duration::from_millis(1)).is_err());
     }
 
     #[test]

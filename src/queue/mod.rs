@@ -24,7 +24,7 @@
 //!   the atomic post this closes the race with an item arriving while the holder finishes.
 //! - While it drains, the holder keeps its lease with the kernel's watchdog (every ttl / 3). If
 //!   the lease is lost, the running handler is dropped and the call returns
-//!   [`Error::LockLost`]; the unfinished items stay queued for the next holder.
+//!   [`Error::LeaseLost`]; the unfinished items stay queued for the next holder.
 //!
 //! # Crashes and recovery
 //! Items live in Redis, not in the holder: a holder that crashes leaves them queued, and its
@@ -144,7 +144,7 @@ pub enum Drain {
 /// An error of [`Queues::run_or_enqueue`] or [`Queues::drain`]: baton's own, or the handler's.
 #[derive(Debug)]
 pub enum QueueError<E> {
-    /// Redis, configuration, or a lost lease ([`Error::LockLost`]); see each method.
+    /// Redis, configuration, or a lost lease ([`Error::LeaseLost`]); see each method.
     Baton(Error),
     /// The handler failed on item `id`: the item stays queued, the drain stopped, the key was
     /// released.
@@ -292,7 +292,7 @@ impl Queues {
     /// # Errors
     /// - [`Error::Config`] (as `QueueError::Baton`) for an invalid name or an item above
     ///   [`MAX_ITEM_BYTES`] (nothing posted).
-    /// - [`Error::LockLost`] when the lease was lost while draining (the running handler was
+    /// - [`Error::LeaseLost`] when the lease was lost while draining (the running handler was
     ///   dropped; unfinished items stay queued).
     /// - [`QueueError::Handler`]: see "Handler errors" in the module documentation.
     /// - [`Error::CorruptState`] for a fence or an item baton never writes; connection errors
@@ -455,11 +455,11 @@ impl Queues {
         let lost = state.lost().clone();
         let token = hold.token.clone();
         let lost_error = |reason: Option<String>| -> QueueError<E> {
-            QueueError::Baton(Error::LockLost {
-                key: key.to_string(),
-                fencing_token: fence,
-                reason: reason.unwrap_or_else(|| "lost".into()),
-            })
+            QueueError::Baton(Error::lock_lost(
+                key,
+                Some(fence),
+                reason.unwrap_or_else(|| "lost".into()),
+            ))
         };
         let mut handled: u64 = 0;
         loop {

@@ -2,8 +2,10 @@
 //!
 //! - [`keys`]: the key layout (`baton:redlock:{K}` on every master).
 //! - [`Redlock`]: the handle ([`Client::redlock`](crate::Client::redlock)):
-//!   [`Redlock::try_acquire`], [`Redlock::acquire`].
-//! - [`RedlockGuard`]: the held lock: token, validity deadline, `release`, `extend`.
+//!   [`Redlock::try_acquire`], [`Redlock::acquire`], [`Redlock::with_lock`].
+//! - [`options`]: [`RedlockOptions`] (a validated builder, as the mutex's).
+//! - [`RedlockGuard`]: the held lock ([`LeaseGuard`]): token, lease deadline, `release`,
+//!   `extend`, the watchdog and its loss signal; no fencing token.
 //!
 //! # How it works
 //! An acquisition picks a random 128-bit token and sends `SET key token NX PX ttl` to every
@@ -34,7 +36,7 @@
 //! # What Redlock gives, and what it does not
 //! - **Mutual exclusion only under timing assumptions**: the masters' clocks must advance at
 //!   about the same rate (the drift allowance is 1 % + 2 ms), and the holder must stop using the
-//!   lock before [`RedlockGuard::validity_deadline`]. A process paused (GC, swap, `SIGSTOP`) or a
+//!   lock before [`RedlockGuard::lease_deadline`]. A process paused (GC, swap, `SIGSTOP`) or a
 //!   network delay longer than the remaining validity lets a second holder in while the first
 //!   still believes it holds the lock. Nothing in Redlock can detect that afterwards.
 //! - **No fencing token.** There is no counter that grows across grants on a majority of
@@ -57,6 +59,7 @@
 //! fewer than 3, an even count and one server given twice (bad-input catalogue, row 9).
 
 pub mod keys;
+pub mod options;
 mod quorum;
 mod watchdog;
 
@@ -71,34 +74,24 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConfigError, Error};
+use crate::lease::guard::{hold_while, sealed, LeaseGuard};
 use crate::lease::lock as kernel;
 use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
 use crate::transport::Transport;
 use crate::util::backoff::Backoff;
+use crate::util::drop_guard::Armed;
 use crate::util::time::{after, ms};
 use crate::util::token::{new_token, short};
 
 use keys::RedlockKeys;
 pub use keys::DEFAULT_PREFIX;
+pub use options::{RedlockOptions, RedlockOptionsBuilder};
 use quorum::{decide, node_timeout, Decision};
 
-/// The shortest lock TTL accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lock TTL accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+pub use crate::lease::{MAX_TTL, MIN_TTL};
 /// The fewest masters a Redlock accepts.
 pub const MIN_MASTERS: usize = 3;
-
-fn validate_ttl(ttl: Duration) -> Result<(), ConfigError> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(ConfigError::invalid(
-            "ttl",
-            format!("must be 10ms..=1day, got {ttl:?}"),
-        ));
-    }
-    Ok(())
-}
 
 type Masters = Arc<[Arc<Transport>]>;
 
@@ -118,49 +111,6 @@ impl std::fmt::Debug for Redlock {
             .field("quorum", &self.quorum())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-/// How [`Redlock::acquire`] retries: exponential backoff with full jitter (from 50 ms up to
-/// `max_backoff`, default 1 s), bounded by a number of tries and/or a wait. Without either
-/// bound (the default) it tries until it gets the lock or an error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedlockOptions {
-    max_tries: Option<u32>,
-    wait: Option<Duration>,
-    max_backoff: Duration,
-}
-
-impl Default for RedlockOptions {
-    fn default() -> Self {
-        RedlockOptions {
-            max_tries: None,
-            wait: None,
-            max_backoff: Duration::from_secs(1),
-        }
-    }
-}
-
-impl RedlockOptions {
-    /// Gives up after `n` tries (at least 1).
-    #[must_use]
-    pub fn max_tries(mut self, n: u32) -> Self {
-        self.max_tries = Some(n);
-        self
-    }
-
-    /// Gives up once `wait` has passed since the first try.
-    #[must_use]
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// The longest sleep between two tries.
-    #[must_use]
-    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
-        self.max_backoff = max_backoff;
-        self
     }
 }
 
@@ -230,7 +180,7 @@ impl Redlock {
 
     fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<RedlockKeys>, Error> {
         crate::util::names::check_name("key", key)?;
-        validate_ttl(ttl)?;
+        crate::lease::check_ttl("ttl", ttl)?;
         Ok(Arc::new(RedlockKeys::new(&self.prefix, key)))
     }
 
@@ -266,10 +216,9 @@ impl Redlock {
         let token = new_token();
         // Armed before any request leaves: an early return or a dropped future releases by
         // token on every master unless disarmed.
-        let mut pending = Pending {
-            masters: Some(self.masters.clone()),
-            keys: keys.clone(),
-            token: token.clone(),
+        let mut pending = {
+            let (masters, keys, token) = (self.masters.clone(), keys.clone(), token.clone());
+            Armed::new(move || release_in_background(masters, keys, token))
         };
         let start = Instant::now();
         let replies = join_all(
@@ -304,6 +253,7 @@ impl Redlock {
                     token,
                     ttl,
                     round_start: start,
+                    granted: start,
                     state: LeaseState::new(after(start, validity)),
                     watchdog: None,
                 }),
@@ -339,8 +289,7 @@ impl Redlock {
     ///
     /// # Errors
     /// [`Error::NotAcquired`] when the bound ran out with the lock held elsewhere (never a
-    /// master failure in disguise); [`Error::Config`] for `max_tries(0)`; otherwise as
-    /// [`Redlock::try_acquire`], returned at once.
+    /// master failure in disguise); otherwise as [`Redlock::try_acquire`], returned at once.
     ///
     /// # Cancel safety
     /// As [`Redlock::try_acquire`].
@@ -351,16 +300,16 @@ impl Redlock {
         opts: &RedlockOptions,
     ) -> Result<RedlockGuard, Error> {
         let keys = self.keys(key, ttl)?;
-        if opts.max_tries == Some(0) {
-            return Err(ConfigError::invalid("max_tries", "must be at least 1").into());
-        }
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
         let mut backoff = Backoff::new(opts.max_backoff);
         let mut tries: u32 = 0;
         loop {
             tries = tries.saturating_add(1);
-            if let Some(guard) = self.try_once(&keys, key, ttl).await? {
+            if let Some(mut guard) = self.try_once(&keys, key, ttl).await? {
+                if opts.watchdog {
+                    guard.start_watchdog(opts.max_hold);
+                }
                 return Ok(guard);
             }
             let now = Instant::now();
@@ -377,6 +326,37 @@ impl Redlock {
             }
             tokio::time::sleep_until(wake).await;
         }
+    }
+
+    /// Runs `work` holding lock `key`: acquires as [`Redlock::acquire`] does (with `opts`, the
+    /// watchdog always on), cancels `work` if the lock is lost (no quorum extension confirmed
+    /// before the lease deadline, or a round found it held elsewhere), and always releases.
+    /// `work` gets no fencing token: Redlock has none (see the [module docs](self)).
+    ///
+    /// # Errors
+    /// As [`Redlock::acquire`]; [`Error::LeaseLost`] when the loss signal fired during `work`
+    /// (which was dropped at that point) or when the release found no quorum still holding the
+    /// lock (mutual exclusion may then have been broken, so `work`'s output is not returned). A
+    /// release that fails on the network is only logged: `work` finished in time and the lock
+    /// expires by its ttl.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and the guard, which releases in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        opts: &RedlockOptions,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut opts = opts.clone();
+        opts.watchdog = true;
+        let guard = self.acquire(key, ttl, &opts).await?;
+        hold_while(guard, work()).await
     }
 }
 
@@ -514,29 +494,6 @@ async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     out.into_iter().flatten().collect()
 }
 
-/// Releases by token on every master, through a task of the first live master's client, when an
-/// acquisition's outcome is unknown (dropped future, a release that failed); disarmed once
-/// settled.
-struct Pending {
-    masters: Option<Masters>,
-    keys: Arc<RedlockKeys>,
-    token: String,
-}
-
-impl Pending {
-    fn disarm(&mut self) {
-        self.masters = None;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(m) = self.masters.take() {
-            release_in_background(m, self.keys.clone(), std::mem::take(&mut self.token));
-        }
-    }
-}
-
 /// Spawns a token-checked release on every master on the tracker of the first master whose
 /// client is not shut down (so `shutdown` waits for it); never blocks. Without a runtime or a
 /// live client, the ttl is the backstop.
@@ -565,8 +522,11 @@ fn release_in_background(masters: Masters, keys: Arc<RedlockKeys>, token: String
 /// A held Redlock. Release it with [`RedlockGuard::release`]; dropping it releases on every
 /// master in the background.
 ///
-/// There is no fencing token (see the [module docs](self)): stop using the lock before
-/// [`RedlockGuard::validity_deadline`].
+/// It implements [`LeaseGuard`] but not [`Fenced`](crate::Fenced): there is no fencing token.
+/// A token would have to grow across grants on a quorum of independent masters, and a master
+/// restarted without persistence forgets what it held, so no counter kept on them could be
+/// made monotonic (see the [module docs](self)). Stop using the lock before
+/// [`RedlockGuard::lease_deadline`].
 pub struct RedlockGuard {
     held: Option<Held>,
 }
@@ -579,6 +539,8 @@ struct Held {
     ttl: Duration,
     /// When the granting (or last confirmed extending) round started.
     round_start: Instant,
+    /// When the granting round started (a watchdog's hold cap counts from it).
+    granted: Instant,
     /// The validity deadline and the loss signal, shared with the watchdog.
     state: Arc<LeaseState>,
     /// Stops the watchdog, when one runs.
@@ -615,9 +577,10 @@ impl RedlockGuard {
         self.held().map(|h| h.token.as_str()).unwrap_or_default()
     }
 
-    /// Until when the lock is valid, on this host's monotonic clock: start of the granting (or
-    /// last successful extending) round + ttl − elapsed − drift. Always before `start + ttl`.
-    pub fn validity_deadline(&self) -> Instant {
+    /// Until when the lock is valid (its validity, in Redlock's words), on this host's
+    /// monotonic clock: start of the granting (or last successful extending) round + ttl −
+    /// elapsed − drift. Always before `start + ttl`.
+    pub fn lease_deadline(&self) -> Instant {
         self.held()
             .map(|h| h.state.deadline())
             .unwrap_or_else(Instant::now)
@@ -626,12 +589,12 @@ impl RedlockGuard {
     /// The loss signal as a token: cancelled when an extension round (the watchdog's or
     /// [`RedlockGuard::extend`]'s) found no quorum still holding this guard's token, when the
     /// watchdog could not confirm a quorum extension before
-    /// [`RedlockGuard::validity_deadline`] (its own timer: a hung master never delays it), or
+    /// [`RedlockGuard::lease_deadline`] (its own timer: a hung master never delays it), or
     /// when non-retryable errors (ACL, wrong type) made a quorum impossible. Without the
     /// watchdog it only fires on a refused extension: watch the deadline yourself.
     pub fn lost_token(&self) -> CancellationToken {
         self.held()
-            .map(|h| h.state.lost().clone())
+            .map(|h| h.state.lost_token())
             .unwrap_or_default()
     }
 
@@ -641,7 +604,7 @@ impl RedlockGuard {
     /// Cancel safe.
     pub async fn lost(&self) {
         if let Some(h) = self.held() {
-            h.state.lost().cancelled().await;
+            h.state.wait_lost().await;
         }
     }
 
@@ -650,16 +613,23 @@ impl RedlockGuard {
         self.held().and_then(|h| h.state.reason())
     }
 
+    /// Whether the loss signal fired.
+    pub fn is_lost(&self) -> bool {
+        self.held().is_some_and(|h| h.state.is_lost())
+    }
+
     /// Starts the watchdog (once; later calls do nothing). It extends the lock by quorum every
     /// `ttl / 3`, counted from the start of the last confirmed round, moves
-    /// [`RedlockGuard::validity_deadline`] with each confirmed quorum extension, retries
+    /// [`RedlockGuard::lease_deadline`] with each confirmed quorum extension, retries
     /// transient failures (masters down, timeouts, a round too slow to leave validity) with
     /// backoff until the validity deadline, and fires the loss signal as
     /// [`RedlockGuard::lost_token`] describes. It runs on the task tracker of the first
     /// master's client that is not shut down, stops on `release` or drop, and fires the loss
     /// signal if that client shuts down. Without a live client or a runtime it fires the loss
-    /// signal at once: nobody would extend.
-    pub fn start_watchdog(&mut self) {
+    /// signal at once: nobody would extend. With `max_hold`, it stops extending once the lock
+    /// was held that long (counted from the granting round's start; no extension reaches past
+    /// it) and fires the loss signal then.
+    pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
         let Some(h) = self.held.as_mut() else {
             return;
         };
@@ -675,6 +645,7 @@ impl RedlockGuard {
                 token: h.token.clone(),
                 ttl: h.ttl,
                 round_start: h.round_start,
+                hold_until: max_hold.map(|m| after(h.granted, m)),
             },
             h.state.clone(),
             stop.clone(),
@@ -700,7 +671,7 @@ impl RedlockGuard {
     /// # Cancel safety
     /// Cancel safe: a dropped extension leaves the deadline where it was.
     pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
-        validate_ttl(ttl)?;
+        crate::lease::check_ttl("ttl", ttl)?;
         let Some(h) = self.held.as_mut() else {
             return Ok(false);
         };
@@ -742,9 +713,10 @@ impl RedlockGuard {
     }
 
     /// Releases the lock on every master (compare-and-delete by token, every master at once,
-    /// each bounded by its client's response timeout). Returns on how many masters it was
-    /// still held by this guard's token; failures on a minority are logged (the lock expires
-    /// there by its ttl).
+    /// each bounded by its client's response timeout). `Ok(true)` when a quorum of masters
+    /// still held this guard's token (it was still ours), `Ok(false)` when fewer did (it may
+    /// have been taken over; nothing of another holder's was deleted). Failures on a minority
+    /// are logged (the lock expires there by its ttl).
     ///
     /// # Errors
     /// [`Error::QuorumUnavailable`] when fewer than a quorum of masters answered: the lock may
@@ -753,7 +725,20 @@ impl RedlockGuard {
     /// # Cancel safety
     /// Dropping the future after the guard was moved in leaves the outcome unknown; the ttl is
     /// the backstop.
-    pub async fn release(mut self) -> Result<usize, Error> {
+    pub async fn release(self) -> Result<bool, Error> {
+        let needed = quorum::quorum(self.held().map_or(0, |h| h.masters.len()));
+        Ok(self.release_counted().await? >= needed.max(1))
+    }
+
+    /// [`RedlockGuard::release`], answering on how many masters the lock was still held by this
+    /// guard's token (for a caller that reports how far a loss went, e.g. "held on 2 of 3").
+    ///
+    /// # Errors
+    /// As [`RedlockGuard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`RedlockGuard::release`].
+    pub async fn release_counted(mut self) -> Result<usize, Error> {
         let Some(h) = self.held.take() else {
             return Ok(0);
         };
@@ -796,6 +781,42 @@ impl Drop for RedlockGuard {
     }
 }
 
+impl sealed::Sealed for RedlockGuard {
+    fn fence_of(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl LeaseGuard for RedlockGuard {
+    fn key(&self) -> &str {
+        RedlockGuard::key(self)
+    }
+    fn lease_deadline(&self) -> Instant {
+        RedlockGuard::lease_deadline(self)
+    }
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        RedlockGuard::lost(self)
+    }
+    fn lost_token(&self) -> CancellationToken {
+        RedlockGuard::lost_token(self)
+    }
+    fn loss_reason(&self) -> Option<String> {
+        RedlockGuard::loss_reason(self)
+    }
+    fn is_lost(&self) -> bool {
+        RedlockGuard::is_lost(self)
+    }
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
+        RedlockGuard::extend(self, ttl)
+    }
+    fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
+        RedlockGuard::release(self)
+    }
+    fn start_watchdog(&mut self, max_hold: Option<Duration>) {
+        RedlockGuard::start_watchdog(self, max_hold)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,14 +836,6 @@ mod tests {
                 crate::error::ErrorKind::UnexpectedReply
             );
         }
-    }
-
-    #[test]
-    fn ttls_are_bounded() {
-        assert!(validate_ttl(MIN_TTL).is_ok());
-        assert!(validate_ttl(MAX_TTL).is_ok());
-        assert!(validate_ttl(Duration::from_millis(9)).is_err());
-        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::keys::RedlockKeys;
 use super::quorum::{decide, quorum, Decision};
 use super::{extend_round, summary, Masters};
-use crate::lease::watchdog::LeaseState;
+use crate::lease::watchdog::{sleep_until_opt, LeaseState};
 use crate::lease::Extension;
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
@@ -32,6 +32,8 @@ pub(super) struct Watch {
     pub ttl: Duration,
     /// When the granting (or last confirmed extending) round started.
     pub round_start: Instant,
+    /// No extension reaches past this instant; the signal fires there.
+    pub hold_until: Option<Instant>,
 }
 
 /// Starts the watchdog on the tracker of the first master whose client is not shut down; it
@@ -67,15 +69,32 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
     let mut backoff = Backoff::new(interval);
     let mut due = after(watch.round_start, interval);
     let lost_deadline = "no quorum extension was confirmed before the lock's validity ended";
+    let held_long_enough = "held for the maximum hold time";
     loop {
         let end = state.deadline();
+        if watch.hold_until.is_some_and(|cap| Instant::now() >= cap) {
+            state.lose(held_long_enough);
+            return;
+        }
         tokio::select! {
             biased;
             _ = tokio::time::sleep_until(end) => {
                 state.lose(lost_deadline);
                 return;
             }
+            _ = sleep_until_opt(watch.hold_until) => {
+                state.lose(held_long_enough);
+                return;
+            }
             _ = tokio::time::sleep_until(due) => {}
+        }
+        // Never extend past the cap: the last extension is shortened to end there.
+        let ttl = match watch.hold_until {
+            Some(cap) => watch.ttl.min(cap.saturating_duration_since(Instant::now())),
+            None => watch.ttl,
+        };
+        if ttl < Duration::from_millis(1) {
+            continue;
         }
         let (start, replies) = tokio::select! {
             biased;
@@ -83,7 +102,7 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
                 state.lose(lost_deadline);
                 return;
             }
-            r = extend_round(&watch.masters, &watch.keys, &watch.token, watch.ttl) => r,
+            r = extend_round(&watch.masters, &watch.keys, &watch.token, ttl) => r,
         };
         let yes = replies
             .iter()
@@ -99,7 +118,7 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
             yes,
             failed,
             fatal,
-            watch.ttl,
+            ttl,
             start.elapsed(),
         );
         match step {

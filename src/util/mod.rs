@@ -3,6 +3,7 @@
 //! talks to Redis or knows a primitive.
 
 pub(crate) mod backoff;
+pub(crate) mod drop_guard;
 pub(crate) mod mailbox;
 pub(crate) mod names;
 // Used by the cluster routing and the cluster test fixture.

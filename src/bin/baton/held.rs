@@ -62,7 +62,7 @@ impl HeldLock for RedlockGuard {
         RedlockGuard::loss_reason(self)
     }
     fn deadline(&self) -> Instant {
-        self.validity_deadline()
+        self.lease_deadline()
     }
 }
 

@@ -251,7 +251,7 @@ pub(crate) async fn redlock_with(
         // shutdown lets it finish.
         Err(sig) => return signal_status(sig),
     };
-    guard.start_watchdog();
+    guard.start_watchdog(None);
     sink.note(&format!(
         "acquired on a quorum of {} of {} masters (no fencing token: Redlock has none)",
         rl.quorum(),
@@ -276,7 +276,7 @@ pub(crate) async fn redlock_with(
         }
     };
     let quorum = rl.quorum();
-    let released = guard.release().await;
+    let released = guard.release_counted().await;
     let status = match done.status {
         Ok(s) => s,
         Err(e) => {

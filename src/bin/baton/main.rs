@@ -177,11 +177,11 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
                     ));
                 }
                 lock::redlock_urls(&args.redlock)?;
-                let mut ropts = RedlockOptions::default();
+                let mut ropts = RedlockOptions::builder();
                 if let Some(wait) = args.wait {
                     ropts = ropts.wait(wait);
                 }
-                Plan::Redlock(args, ropts, sink)
+                Plan::Redlock(args, ropts.build().map_err(|e| usage_config(&e))?, sink)
             }
         }
         Command::Leader(args) => {
