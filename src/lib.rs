@@ -12,10 +12,11 @@
 //! # async fn demo() -> Result<(), baton::Error> {
 //! let client = Client::connect("redis://127.0.0.1:6379/").await?;
 //! let job = FailoverConfig::builder("msg:42")
-//!     .lock_timeout(Duration::from_secs(10))
+//!     .lease(Duration::from_secs(10))
 //!     .max_attempts(3)
 //!     .build()?;
 //! let outcome = client
+//!     .failover()
 //!     .run(job, |attempt| async move {
 //!         // Pass attempt.fencing_token to whatever you write to.
 //!         send_message(42, attempt.fencing_token).await
@@ -86,6 +87,14 @@
 //!   (backoff, deadlines, tokens, the mailbox).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
+//! # Errors
+//! One rule for every method that runs your code ([`Failover::run`], [`Queues::run_or_enqueue`],
+//! [`Queues::drain`]): baton's own failures come back as `Err(`[`Error`]`)`; everything your
+//! code returns, its error included, comes back inside `Ok(...)` as an outcome
+//! ([`RunOutcome::Failed`], [`RunOrEnqueue::HandlerFailed`], [`Drain::HandlerFailed`]), so
+//! `?` on the call never mixes the two. [`Error::kind`] gives the stable classification and
+//! [`Error::is_retryable`] says whether trying again can help.
+//!
 //! # Features
 //! None is on by default: the default build talks to a single Redis (or Valkey) server.
 //! - `tls`: `rediss://` URLs through rustls (ring), with a private CA and client certificates
@@ -145,7 +154,7 @@ pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
-    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
+    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
 };
 pub use fair::{FairGuard, FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
@@ -153,5 +162,5 @@ pub use leader::{
     Observer, Term,
 };
 pub use mutex::{AcquireOptions, AcquireOptionsBuilder, FencedWrite, LockGuard, Locks};
-pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
+pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions};

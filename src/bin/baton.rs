@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use baton::{
     AcquireOptions, Client, ElectionOptions, ErrorKind, Event, FailoverConfig, JobState, JobStatus,
-    LockGuard, RedlockGuard, RedlockOptions, Term,
+    LockGuard, Redlock, RedlockGuard, RedlockOptions, Term,
 };
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
@@ -780,7 +780,7 @@ fn describe(event: &Event) -> String {
 fn run_config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
-        .lock_timeout(args.lock_timeout)
+        .lease(args.lock_timeout)
         .max_attempts(args.max_attempts)
         .retention(args.retention)
         .keepalive(!args.no_keepalive)
@@ -901,7 +901,7 @@ async fn run(client: &Client, args: &RunArgs, config: FailoverConfig, mut sink: 
         Ok(s) => s,
         Err(code) => return code,
     };
-    let mut worker = client.start(config.clone());
+    let mut worker = client.failover().start(config.clone());
     let mut failing_since: Option<Instant> = None;
     loop {
         let event = tokio::select! {
@@ -1288,7 +1288,7 @@ impl Lease for RunLease<'_> {
         let lost = |what: String| Err(format!("{what} while baton was stopped ({away:?})"));
         let status = tokio::time::timeout(
             LEASE_CHECK_TIMEOUT,
-            self.client.job_status(self.config.clone()),
+            self.client.failover().job_status(self.config.clone()),
         )
         .await;
         match status {
@@ -1509,10 +1509,10 @@ impl HeldLock for RedlockGuard {
 
 impl HeldLock for Term {
     async fn lost(&self) {
-        self.stopped().await;
+        Term::lost(self).await;
     }
     fn loss_reason(&self) -> Option<String> {
-        self.stop_reason()
+        Term::loss_reason(self)
     }
     fn deadline(&self) -> Instant {
         self.lease_deadline()
@@ -1853,7 +1853,7 @@ async fn redlock_with(
     sink: &mut Sink,
     prefix: &str,
 ) -> u8 {
-    let rl = match Client::redlock(clients).and_then(|r| r.with_prefix(prefix)) {
+    let rl = match Redlock::new(clients).and_then(|r| r.with_prefix(prefix)) {
         Ok(r) => r,
         Err(e) => return usage(e),
     };
@@ -2345,7 +2345,7 @@ fn ms_text(ms: u64) -> String {
 }
 
 async fn status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
-    match client.job_status(job).await {
+    match client.failover().job_status(job).await {
         Ok(s) => {
             if json {
                 println!("{}", status_json(&s));
@@ -2366,12 +2366,12 @@ async fn status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) 
 }
 
 async fn watch(client: &Client, job: FailoverConfig, json: bool) -> u8 {
-    let mut changes = match client.watch_job(job.clone()).await {
+    let mut changes = match client.failover().watch_job(job.clone()).await {
         Ok(w) => w,
         Err(e) => return fail_with(&e),
     };
     // Subscribed first, then read: nothing that happens in between is missed.
-    let mut last = match client.job_status(job).await {
+    let mut last = match client.failover().job_status(job).await {
         Ok(s) => s,
         Err(e) => return fail_with(&e),
     };
@@ -2416,7 +2416,7 @@ fn print_change(json: bool, message: &str, status: &JobStatus) {
 
 async fn admin_fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
     let key = job.key().to_string();
-    match client.job_status(job.clone()).await {
+    match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
             eprintln!(
                 "baton: {key} is live ({}); pass --yes to release its attempt",
@@ -2427,7 +2427,7 @@ async fn admin_fail(client: &Client, job: FailoverConfig, reason: &str, yes: boo
         Ok(_) => {}
         Err(e) => return fail_with(&e),
     }
-    match client.fail_attempt(job, reason).await {
+    match client.failover().fail_attempt(job, reason).await {
         Ok(Some(n)) => {
             println!("released attempt {n} of {key}");
             0
@@ -2442,7 +2442,7 @@ async fn admin_fail(client: &Client, job: FailoverConfig, reason: &str, yes: boo
 
 async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
     let key = job.key().to_string();
-    match client.job_status(job.clone()).await {
+    match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
             eprintln!("baton: {key} is live ({}); pass --yes to reset it", s.state);
             return EX_USAGE;
@@ -2450,7 +2450,7 @@ async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
         Ok(_) => {}
         Err(e) => return fail_with(&e),
     }
-    match client.reset_job(job).await {
+    match client.failover().reset_job(job).await {
         Ok(()) => {
             println!("reset {key}");
             0
