@@ -862,6 +862,44 @@ pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn decisions_read_as_text_not_debug_output() {
+        let said = [
+            Decision::Grant {
+                attempt: 2,
+                last: true,
+                fence: 7,
+            }
+            .describe(),
+            Decision::Wait {
+                attempt: 1,
+                pttl_ms: Some(4_006),
+            }
+            .describe(),
+            Decision::Wait {
+                attempt: 1,
+                pttl_ms: None,
+            }
+            .describe(),
+            Decision::Fault(Fault::Corrupt {
+                which: Which::State,
+                value: "03".into(),
+            })
+            .describe(),
+        ];
+        assert_eq!(
+            said[0],
+            "Grant: take attempt 2 (the last) with fencing token 7"
+        );
+        assert_eq!(
+            said[1],
+            "Wait: attempt 1 runs elsewhere, its lease ends in 4.0 s"
+        );
+        for s in &said {
+            assert!(!s.contains("Some(") && !s.contains('{'), "{s}");
+        }
+    }
+
     const T: &str = "0123456789abcdef0123456789abcdef";
     const OTHER: &str = "ffffffffffffffffffffffffffffffff";
 
