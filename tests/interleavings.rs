@@ -161,14 +161,21 @@ async fn a_lost_done_reply_without_evidence_is_outcome_unknown() {
     );
     // The closure form.
     lose_exec_then(&client, server.url(), "finish", ruin("unknown-run"));
-    let err = client
+    // The work's success is the user's value, so it comes back inside `Ok`, with the kind.
+    let out = client
         .failover()
         .run(job("unknown-run").build().unwrap(), |_| async {
             Ok::<_, std::io::Error>(())
         })
         .await
-        .expect_err("run() returns OutcomeUnknown as Err");
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+        .expect("run() returns the value with OutcomeUnknown inside Ok");
+    let baton::RunOutcome::DoneUnconfirmed {
+        kind, value: (), ..
+    } = out
+    else {
+        panic!("expected DoneUnconfirmed, got {out:?}");
+    };
+    assert_eq!(kind, ErrorKind::OutcomeUnknown, "{out:?}");
 }
 
 /// Defect 3: a `done()` queued at the same instant as `stop()` is served first: the finished

@@ -303,6 +303,8 @@ impl FailoverConfigBuilder {
     /// `WAIT` narrows the window in which an acknowledged write can be lost to a failover; it
     /// does not close it (Redis replication stays asynchronous: no rollback, and Sentinel or the
     /// cluster may promote a replica that had not received the write).
+    ///
+    /// Defaults to off (0 replicas).
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.raw.replica_ack = replicas;
         self.raw.replica_ack_timeout_ms = duration_ms(timeout);
