@@ -195,7 +195,7 @@ async fn worker(
     name: &'static str,
     config: FailoverConfig,
 ) -> Result<String, BoxError> {
-    let mut events = client.start(config);
+    let mut events = client.failover().start(config);
     while let Some(event) = events.next().await {
         shared.print(name, serde_json::to_value(&event)?)?;
         match event {
@@ -236,7 +236,7 @@ pub async fn demo(url: &str, run: &str, seed: u64, p_success: f64) -> Result<Sum
     let mut tasks = Vec::new();
     for (name, client) in WORKERS.into_iter().zip(&clients) {
         let config = FailoverConfig::builder(&key)
-            .lock_timeout(Duration::from_secs(2))
+            .lease(Duration::from_secs(2))
             .max_attempts(MAX_ATTEMPTS)
             // DONE/EXHAUSTED are kept this long (default 24 h), so a late duplicate is not re-run;
             // short here so the demo's keys do not pile up in a long-lived Redis.
@@ -254,7 +254,13 @@ pub async fn demo(url: &str, run: &str, seed: u64, p_success: f64) -> Result<Sum
     for (name, task) in WORKERS.into_iter().zip(tasks) {
         ends.push((name.to_string(), task.await??));
     }
-    let state = Some(clients[0].job_state(key.as_str()).await?.to_string());
+    let state = Some(
+        clients[0]
+            .failover()
+            .job_state(key.as_str())
+            .await?
+            .to_string(),
+    );
     let runs = lock(&shared.runs).clone();
     Ok(Summary {
         key,

@@ -301,7 +301,7 @@ async fn clients(url: &str, n: usize) -> Result<Vec<Client>, BoxError> {
 
 fn job(key: &str, worker: &str) -> Result<FailoverConfig, BoxError> {
     Ok(FailoverConfig::builder(key)
-        .lock_timeout(LEASE)
+        .lease(LEASE)
         .max_attempts(3)
         // DONE/EXHAUSTED are kept this long (default 24 h), so a late duplicate is not re-run;
         // short here so the demo's keys do not pile up in a long-lived Redis.
@@ -312,7 +312,7 @@ fn job(key: &str, worker: &str) -> Result<FailoverConfig, BoxError> {
 
 /// `GET baton:{KEY}`: the job's state (an attempt number, `DONE` or `EXHAUSTED`).
 async fn state(client: &Client, key: &str) -> Result<Option<String>, BoxError> {
-    Ok(Some(client.job_state(key).await?.to_string()))
+    Ok(Some(client.failover().job_state(key).await?.to_string()))
 }
 
 /// Runs both scenes against the Redis server at `url`; `run` makes the job keys unique.
@@ -331,7 +331,7 @@ async fn primary_fails(url: &str, key: &str) -> Result<Scene, BoxError> {
     let (won_tx, won_rx) = oneshot::channel();
     let primary = tokio::spawn(drive(
         "w1",
-        clients[0].start(job(key, "w1")?),
+        clients[0].failover().start(job(key, "w1")?),
         Plan::Fail("upstream timed out"),
         PRIMARY_WORK,
         timeline.clone(),
@@ -344,7 +344,7 @@ async fn primary_fails(url: &str, key: &str) -> Result<Scene, BoxError> {
     for (i, name) in [(1, "w2"), (2, "w3")] {
         backups.push(tokio::spawn(drive(
             name,
-            clients[i].start(job(key, name)?),
+            clients[i].failover().start(job(key, name)?),
             Plan::Done,
             BACKUP_WORK,
             timeline.clone(),
@@ -387,7 +387,7 @@ async fn primary_crashes(url: &str, key: &str) -> Result<Scene, BoxError> {
         for (client, name) in clients.iter().zip(["w2", "w3"]) {
             backups.push(tokio::spawn(drive(
                 name,
-                client.start(job(key, name)?),
+                client.failover().start(job(key, name)?),
                 Plan::Done,
                 BACKUP_WORK,
                 timeline.clone(),
@@ -436,7 +436,7 @@ fn crashing_holder(
         .build()?;
     rt.block_on(async {
         let client = Client::connect(url).await?;
-        let mut worker = client.start(cfg);
+        let mut worker = client.failover().start(cfg);
         loop {
             let Some(event) = worker.next().await else {
                 return Err::<(), BoxError>("the holder's stream ended early".into());

@@ -55,7 +55,7 @@ fn standby(
     Ok(client.leaders().lead(election, &opts, move |term| {
         let (writer, resource) = (writer.clone(), resource.clone());
         async move {
-            while !term.stop_token().is_cancelled() {
+            while !term.lost_token().is_cancelled() {
                 let _ = writer
                     .write_fenced(&resource, term.fencing_token(), term.name())
                     .await;

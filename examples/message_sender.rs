@@ -15,8 +15,8 @@
 //! attempt of every 3rd message fails with `fail("smtp timeout")`, so a backup on another sender
 //! takes over as attempt 2.
 //!
-//! `s1` and `s2` read the [`baton::Event`] stream of each worker ([`baton::Client::start`]);
-//! `s3` uses the closure form ([`baton::Client::run`]), which does the same wiring for you.
+//! `s1` and `s2` read the [`baton::Event`] stream of each worker ([`baton::Failover::start`]);
+//! `s3` uses the closure form ([`baton::Failover::run`]), which does the same wiring for you.
 //!
 //! stdout gets one JSON line per event (`worker`, `key`, `t_ms` since the start, and the
 //! event's fields); lines with `action` are the sends, lines with `outcome` are `s3`'s
@@ -243,7 +243,7 @@ impl Service {
 
 fn job(key: &str, sender: &str) -> Result<FailoverConfig, BoxError> {
     Ok(FailoverConfig::builder(key)
-        .lock_timeout(Duration::from_secs(2))
+        .lease(Duration::from_secs(2))
         .max_attempts(3)
         // DONE/EXHAUSTED are kept this long (default 24 h), so a late duplicate is not re-run;
         // short here so the demo's keys do not pile up in a long-lived Redis.
@@ -260,7 +260,7 @@ async fn send_with_events(
     index: u64,
     key: String,
 ) -> Result<String, BoxError> {
-    let mut worker = client.start(job(&key, sender)?);
+    let mut worker = client.failover().start(job(&key, sender)?);
     while let Some(event) = worker.next().await {
         service.event(sender, &key, &event)?;
         match event {
@@ -295,6 +295,7 @@ async fn send_with_run(
 ) -> Result<String, BoxError> {
     let work_service = service.clone();
     let outcome = client
+        .failover()
         .run(job(&key, sender)?, move |attempt| {
             let service = work_service.clone();
             async move {
@@ -369,7 +370,13 @@ pub async fn demo(url: &str, run: &str) -> Result<Summary, BoxError> {
 
     let mut states = Vec::new();
     for key in &keys {
-        states.push(Some(clients[0].job_state(key.as_str()).await?.to_string()));
+        states.push(Some(
+            clients[0]
+                .failover()
+                .job_state(key.as_str())
+                .await?
+                .to_string(),
+        ));
     }
     let tries = lock(&service.tries).clone();
     let outbox = lock(&service.outbox).sent.clone();

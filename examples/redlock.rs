@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use baton::testing::RedisServer;
-use baton::{Client, Error};
+use baton::{Client, Error, Redlock};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -73,8 +73,8 @@ async fn clients(servers: &[RedisServer]) -> Result<Vec<Client>, BoxError> {
 async fn demo(servers: &mut [RedisServer]) -> Result<Summary, BoxError> {
     let mut summary = Summary::default();
     // `a` and `b` as if in two processes: each has its own clients.
-    let a = Client::redlock(&clients(servers).await?)?;
-    let b = Client::redlock(&clients(servers).await?)?;
+    let a = Redlock::new(&clients(servers).await?)?;
+    let b = Redlock::new(&clients(servers).await?)?;
     println!(
         "redlock over {} masters, quorum {}",
         a.masters(),

@@ -9,10 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{ConfigError, Error};
-use crate::failover::{
-    Attempt, Failover, FailoverConfig, IntoJob, JobState, JobStatus, JobWatch, RunError,
-    RunOutcome, Worker,
-};
+use crate::failover::Failover;
 use crate::mutex::Locks;
 use crate::queue::Queues;
 use crate::redlock::Redlock;
@@ -784,43 +781,6 @@ impl Client {
         Queues::new(self.backend.clone())
     }
 
-    /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
-    /// one another), one client each. The quorum is `masters.len() / 2 + 1`.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut masters = Vec::new();
-    /// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
-    ///     // A master that is down now is one failed vote (see `ClientBuilder::build_lazy`).
-    ///     masters.push(baton::Client::builder(url).build_lazy()?);
-    /// }
-    /// let redlock = baton::Client::redlock(&masters)?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming `masters` for fewer than 3 masters, an even count (it adds a
-    /// master without tolerating one more failure), or the same `host:port/db` twice (one
-    /// server counted twice would fake a quorum). Two spellings of one server (`localhost` and
-    /// `127.0.0.1`, a DNS alias) are not detected: give each master once.
-    pub fn redlock(masters: &[Client]) -> Result<Redlock, ConfigError> {
-        let mut transports = Vec::with_capacity(masters.len());
-        for master in masters {
-            match &master.backend {
-                Backend::Redis(t) => transports.push(t.clone()),
-                #[cfg(feature = "postgres")]
-                Backend::Postgres(_) => {
-                    return Err(ConfigError::invalid(
-                        "masters",
-                        "Redlock needs independent Redis masters; a postgres:// client is one \
-                         server with real locks (use `locks()` or `advisory_locks()` on it)",
-                    ))
-                }
-            }
-        }
-        Redlock::new(transports)
-    }
-
     /// Creates the schema of every primitive this client's backend needs, if missing: on
     /// PostgreSQL the tables `baton_jobs` and `baton_locks`, their indexes and the sequence
     /// `baton_advisory_fence`, in the connection's default schema (the first of its
@@ -843,76 +803,10 @@ impl Client {
         Ok(())
     }
 
-    /// Starts a worker for one job; see [`Failover::start`].
-    pub fn start(&self, config: FailoverConfig) -> Worker {
-        self.failover().start(config)
-    }
-
-    /// Runs `work` if this worker wins an attempt of the job; see [`Failover::run`].
-    ///
-    /// # Errors
-    /// As [`Failover::run`].
-    pub async fn run<J, F, Fut, T, E>(
-        &self,
-        job: J,
-        work: F,
-    ) -> Result<RunOutcome<T, E>, RunError<T>>
-    where
-        J: IntoJob,
-        F: FnMut(Attempt) -> Fut,
-        Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
-        T: Send + 'static,
-        E: std::fmt::Display + Send + 'static,
-    {
-        self.failover().run(job, work).await
-    }
-
-    /// Everything stored about a job; see [`Failover::job_status`].
-    ///
-    /// # Errors
-    /// As [`Failover::job_status`].
-    pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
-        self.failover().job_status(job).await
-    }
-
-    /// A job's state; see [`Failover::job_state`].
-    ///
-    /// # Errors
-    /// As [`Failover::job_state`].
-    pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, Error> {
-        self.failover().job_state(job).await
-    }
-
-    /// Follows a job's changes; see [`Failover::watch_job`].
-    ///
-    /// # Errors
-    /// As [`Failover::watch_job`].
-    pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
-        self.failover().watch_job(job).await
-    }
-
-    /// Releases a job's current attempt as an operator; see [`Failover::fail_attempt`].
-    ///
-    /// # Errors
-    /// As [`Failover::fail_attempt`].
-    pub async fn fail_attempt(
-        &self,
-        job: impl IntoJob,
-        reason: &str,
-    ) -> Result<Option<u64>, Error> {
-        self.failover().fail_attempt(job, reason).await
-    }
-
-    /// Forgets a job; see [`Failover::reset_job`].
-    ///
-    /// # Errors
-    /// As [`Failover::reset_job`].
-    pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
-        self.failover().reset_job(job).await
-    }
-
-    /// Stops every worker of this client (holders release their attempts, so backups elsewhere
-    /// take over at once) and waits up to `deadline` for them to finish.
+    /// Stops every worker of this client and waits up to `deadline` for them to finish: failover
+    /// holders release their attempts, and every live [`Elector`](crate::Elector) and
+    /// [`LeaderWorker`](crate::LeaderWorker) resigns its term, so backups and standbys elsewhere
+    /// take over at once rather than after a lease.
     ///
     /// Returns `true` if every worker ended in time.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
@@ -927,6 +821,47 @@ impl Client {
     #[cfg(feature = "testing")]
     pub(crate) fn backend(&self) -> &Backend {
         &self.backend
+    }
+}
+
+/// Redlock's constructor lives with the client: a primitive never imports the client, and
+/// handing out a handle over clients' connections is the client's job.
+impl Redlock {
+    /// A [Redlock](crate::redlock) over `masters`: independent Redis servers (not replicas of
+    /// one another), one client each. The quorum is `masters.len() / 2 + 1`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut masters = Vec::new();
+    /// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
+    ///     // A master that is down now is one failed vote (see `ClientBuilder::build_lazy`).
+    ///     masters.push(baton::Client::builder(url).build_lazy()?);
+    /// }
+    /// let redlock = baton::Redlock::new(&masters)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `masters` for fewer than 3 masters, an even count (it adds a
+    /// master without tolerating one more failure), or the same `host:port/db` twice (one
+    /// server counted twice would fake a quorum). Two spellings of one server (`localhost` and
+    /// `127.0.0.1`, a DNS alias) are not detected: give each master once.
+    pub fn new(masters: &[Client]) -> Result<Redlock, ConfigError> {
+        let mut transports = Vec::with_capacity(masters.len());
+        for master in masters {
+            match &master.backend {
+                Backend::Redis(t) => transports.push(t.clone()),
+                #[cfg(feature = "postgres")]
+                Backend::Postgres(_) => {
+                    return Err(ConfigError::invalid(
+                        "masters",
+                        "Redlock needs independent Redis masters; a postgres:// client is one \
+                         server with real locks (use `locks()` or `advisory_locks()` on it)",
+                    ))
+                }
+            }
+        }
+        Redlock::from_transports(transports)
     }
 }
 

@@ -18,10 +18,11 @@
 //! # async fn demo() -> Result<(), baton::Error> {
 //! let client = Client::connect("redis://127.0.0.1:6379/").await?;
 //! let job = FailoverConfig::builder("msg:42")
-//!     .lock_timeout(Duration::from_secs(10))
+//!     .lease(Duration::from_secs(10))
 //!     .max_attempts(3)
 //!     .build()?;
 //! let outcome = client
+//!     .failover()
 //!     .run(job, |attempt| async move {
 //!         // Pass attempt.fencing_token to whatever you write to.
 //!         send_message(42, attempt.fencing_token).await
@@ -50,7 +51,7 @@
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
-//! | Redlock | [`Client::redlock`] | independent single servers | no | `docs/redlock.md` |
+//! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
 //! | run-or-enqueue | [`Client::queues`] | yes | no | `docs/run-or-enqueue.md` |
 //! | advisory locks | `Client::advisory_locks` (feature `postgres`) | no | yes | `docs/advisory-locks.md` |
 //!
@@ -68,7 +69,7 @@
 //! - A job ends `DONE` at most once; `DONE`/`EXHAUSTED` are kept for `retention`, so late
 //!   duplicates of the job are not re-run.
 //! - A worker that loses its attempt learns it: `LeaseLost` as soon as it is seen, and at the
-//!   latest by its lease deadline (send time of the last confirmed extension + `lock_timeout` −
+//!   latest by its lease deadline (send time of the last confirmed extension + `lease` −
 //!   max(1 %, 2 ms)) whatever a request in flight is doing; `done()` then returns an error and
 //!   writes nothing. A `done()` whose reply was lost is judged by the fencing token read back:
 //!   never a success that was another attempt's ([`ErrorKind::OutcomeUnknown`] when nothing
@@ -108,6 +109,14 @@
 //! - leaves: [`error`] ([`Error`] with [`Error::is_retryable`], [`ConfigError`]) and `util`
 //!   (backoff, deadlines, tokens, the mailbox).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
+//!
+//! # Errors
+//! One rule for every method that runs your code ([`Failover::run`], [`Queues::run_or_enqueue`],
+//! [`Queues::drain`]): baton's own failures come back as `Err(`[`Error`]`)`; everything your
+//! code returns, its error included, comes back inside `Ok(...)` as an outcome
+//! ([`RunOutcome::Failed`], [`RunOrEnqueue::HandlerFailed`], [`Drain::HandlerFailed`]), so
+//! `?` on the call never mixes the two. [`Error::kind`] gives the stable classification and
+//! [`Error::is_retryable`] says whether trying again can help.
 //!
 //! # Features
 //! None is on by default: the default build talks to a single Redis (or Valkey) server.
@@ -207,7 +216,7 @@ pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
     Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
-    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunError, RunOutcome, StatusLevel, Worker,
+    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
@@ -218,5 +227,5 @@ pub use lease::guard::{Fenced, LeaseGuard};
 pub use mutex::{
     AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks,
 };
-pub use queue::{Drain, QueueError, QueueItem, Queues, RunOrEnqueue};
+pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};

@@ -81,7 +81,7 @@ async fn foreign_value_is_reported_and_left_untouched(
     let mut conn = raw(srv).await;
     run_cmds(&mut conn, setup).await;
     let before = snapshot(&mut conn, key).await;
-    let mut w = client.start(job(job_name).build().unwrap());
+    let mut w = client.failover().start(job(job_name).build().unwrap());
     let evs = until_end(&mut w, WAKE).await;
     match evs.as_slice() {
         [Event::Error {
@@ -146,13 +146,13 @@ async fn least_privilege_user_runs_the_whole_protocol_and_the_list_matches_acl_g
         "CONFIG GET is in the list"
     );
     let cfg = FailoverConfig::builder("acl")
-        .lock_timeout(Duration::from_millis(600))
+        .lease(Duration::from_millis(600))
         .keepalive(true)
         .build()
         .unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let first = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg.clone());
+    let mut b = client.failover().start(cfg.clone());
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     // Let a keepalive or two happen as this user.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -167,12 +167,19 @@ async fn least_privilege_user_runs_the_whole_protocol_and_the_list_matches_acl_g
         );
     }
     // The operator tools too.
-    let status = client.job_status("acl").await.unwrap();
+    let status = client.failover().job_status("acl").await.unwrap();
     assert_eq!(status.state, baton::JobState::Done);
-    let mut held = client.start(job("acl2").build().unwrap());
+    let mut held = client.failover().start(job("acl2").build().unwrap());
     let _h = acquired(&mut held, WAKE).await;
-    assert_eq!(client.fail_attempt("acl2", "test").await.unwrap(), Some(1));
-    client.reset_job("acl").await.unwrap();
+    assert_eq!(
+        client
+            .failover()
+            .fail_attempt("acl2", "test")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    client.failover().reset_job("acl").await.unwrap();
 
     // The constant is exactly what the server granted.
     let mut conn = raw(&srv).await;
@@ -228,7 +235,7 @@ fn row_01_zero_max_attempts_is_rejected_at_build_time() {
     // A config file goes through the same validation.
     let file = serde_json::from_str::<FailoverConfig>(r#"{"key":"k","max_attempts":0}"#);
     assert!(file.unwrap_err().to_string().contains("max_attempts"));
-    // Seen as the crate error (e.g. from `Client::run`), it is a stable, final kind.
+    // Seen as the crate error (e.g. from `Failover::run`), it is a stable, final kind.
     let err = baton::Error::from(err.unwrap_err());
     assert_eq!(err.kind(), ErrorKind::Config);
     assert!(!err.is_retryable());
@@ -246,7 +253,9 @@ async fn row_02_huge_max_attempts_is_rejected_and_the_counter_never_passes_the_c
     let mut conn = raw(&srv).await;
     run_cmds(&mut conn, &[cmd(&["SET", &state_key("cap"), "1000000"])]).await;
     let client = client(&srv).await;
-    let mut w = client.start(job("cap").max_attempts(1_000_000).build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("cap").max_attempts(1_000_000).build().unwrap());
     let evs = until_end(&mut w, WAKE).await;
     assert!(
         matches!(
@@ -274,7 +283,7 @@ fn row_03_ttls_of_zero_or_out_of_range_are_rejected_so_px_0_is_never_sent() {
         Duration::from_millis(i64::MAX as u64),
         Duration::MAX,
     ] {
-        let (field, reason) = rejected(b().lock_timeout(d).retention(Duration::MAX).build());
+        let (field, reason) = rejected(b().lease(d).retention(Duration::MAX).build());
         assert_eq!(field, "lock_timeout", "{d:?}");
         assert!(reason.contains("10ms ..= 1 day"), "{reason}");
     }
@@ -292,8 +301,8 @@ fn row_03_ttls_of_zero_or_out_of_range_are_rejected_so_px_0_is_never_sent() {
             "{text}"
         );
     }
-    let edge = b().lock_timeout(Duration::from_millis(10)).build().unwrap();
-    assert_eq!(edge.lock_timeout(), Duration::from_millis(10));
+    let edge = b().lease(Duration::from_millis(10)).build().unwrap();
+    assert_eq!(edge.lease(), Duration::from_millis(10));
 }
 
 #[test]
@@ -301,7 +310,7 @@ fn row_04_the_keepalive_interval_is_always_a_third_of_the_lease() {
     for ms in [10, 11, 100, 5_000, 86_400_000] {
         let lease = Duration::from_millis(ms);
         let cfg = FailoverConfig::builder("k")
-            .lock_timeout(lease)
+            .lease(lease)
             .retention(lease * 2)
             .keepalive(true)
             .build()
@@ -361,7 +370,7 @@ async fn row_06_oversized_keys_and_payloads_are_refused_or_truncated_client_side
     // bulk limit to bound what it writes.
     let srv = server();
     let client = client(&srv).await;
-    let mut w = client.start(job("big-reason").build().unwrap());
+    let mut w = client.failover().start(job("big-reason").build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     a.fail("r".repeat(600 * 1024)).await.unwrap();
     until_end(&mut w, WAKE).await;
@@ -369,6 +378,43 @@ async fn row_06_oversized_keys_and_payloads_are_refused_or_truncated_client_side
     let stored = get(&mut conn, "baton:{big-reason}:failure").await.unwrap();
     assert!(stored.len() <= 2048, "{} bytes stored", stored.len());
     assert!(stored.ends_with(&"r".repeat(1024)), "{stored:.80}");
+}
+
+/// Row 8: a URL of an unknown scheme is refused before any I/O with the schemes this build
+/// accepts, exactly (all features are on here, so `postgres://` among them; schemes of features
+/// that are not compiled in are never offered).
+#[cfg(all(
+    feature = "tls",
+    feature = "cluster",
+    feature = "sentinel",
+    feature = "postgres"
+))]
+#[test]
+fn row_08_an_unknown_scheme_lists_exactly_the_compiled_schemes() {
+    for url in ["http://127.0.0.1:6379/", "memcache://h:1/"] {
+        let err = Client::builder(url).build_lazy().expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::Config, "{url}: {err}");
+        let message = err.to_string();
+        let listed = message
+            .split_once("the scheme must be ")
+            .unwrap_or_else(|| panic!("{message}"))
+            .1;
+        let schemes: BTreeSet<&str> = listed
+            .split([',', ' '])
+            .filter(|w| w.ends_with("://"))
+            .collect();
+        let expected: BTreeSet<&str> = [
+            "redis://",
+            "rediss://",
+            "unix://",
+            "redis+cluster://",
+            "redis+sentinel://",
+            "postgres://",
+            "postgresql://",
+        ]
+        .into();
+        assert_eq!(schemes, expected, "{message}");
+    }
 }
 
 #[tokio::test]
@@ -383,7 +429,7 @@ async fn row_07_unicode_and_binary_job_names_round_trip_byte_exact() {
         " spaces in the name ",
         "\u{1b}[31mescape",
     ] {
-        let mut w = client.start(job(name).build().unwrap());
+        let mut w = client.failover().start(job(name).build().unwrap());
         let a = acquired(&mut w, WAKE).await;
         // The exact bytes are the key: `baton:{<name>}`.
         let key = format!("baton:{{{name}}}");
@@ -395,11 +441,14 @@ async fn row_07_unicode_and_binary_job_names_round_trip_byte_exact() {
             Some("DONE"),
             "{name:?}"
         );
-        assert_eq!(client.job_state(name).await.unwrap(), JobState::Done);
+        assert_eq!(
+            client.failover().job_state(name).await.unwrap(),
+            JobState::Done
+        );
         // A name one byte away is another job.
         let twin = format!("{name}x");
         assert_eq!(
-            client.job_state(twin.as_str()).await.unwrap(),
+            client.failover().job_state(twin.as_str()).await.unwrap(),
             JobState::Absent
         );
     }
@@ -449,7 +498,9 @@ async fn row_11_a_count_above_our_maximum_is_exhausted_for_us_and_never_acquired
     let mut conn = raw(&srv).await;
     run_cmds(&mut conn, &[cmd(&["SET", &state_key("big"), "99"])]).await;
     let before = snapshot(&mut conn, &state_key("big")).await;
-    let mut w = client.start(job("big").max_attempts(3).build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("big").max_attempts(3).build().unwrap());
     let evs = until_end(&mut w, WAKE).await;
     assert!(
         matches!(evs.as_slice(), [Event::Exhausted { attempts: 99 }]),
@@ -501,7 +552,7 @@ async fn row_14_only_the_exact_done_sentinel_means_done() {
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     run_cmds(&mut conn, &[cmd(&["SET", &state_key("exact"), "DONE"])]).await;
-    let mut w = client.start(job("exact").build().unwrap());
+    let mut w = client.failover().start(job("exact").build().unwrap());
     let evs = until_end(&mut w, WAKE).await;
     assert!(
         matches!(evs.as_slice(), [Event::Completed { attempt: None }]),
@@ -559,9 +610,9 @@ async fn row_16_a_lease_without_ttl_is_reported_rechecked_and_never_made_to_expi
     )
     .await;
     let before = snapshot(&mut conn, &lease_key("nottl")).await;
-    let mut w = client.start(
+    let mut w = client.failover().start(
         FailoverConfig::builder("nottl")
-            .lock_timeout(Duration::from_millis(200))
+            .lease(Duration::from_millis(200))
             .build()
             .unwrap(),
     );
@@ -608,7 +659,7 @@ async fn row_17_fencing_tokens_never_go_back_when_the_fence_key_is_deleted_or_re
     let cfg = job("fence").max_attempts(10).build().unwrap();
     let mut last = 0;
     for i in 0..4 {
-        let mut w = client.start(cfg.clone());
+        let mut w = client.failover().start(cfg.clone());
         let a = acquired(&mut w, WAKE).await;
         assert_eq!(a.attempt, i + 1);
         assert!(a.fencing_token > last, "{} <= {last}", a.fencing_token);
@@ -629,9 +680,9 @@ async fn row_18_baton_sends_no_lua_so_a_script_flush_mid_handover_changes_nothin
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     let cfg = job("noscript").build().unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let first = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
@@ -673,7 +724,7 @@ async fn row_19_readonly_replica_is_retryable_and_never_counts_as_an_attempt() {
         .start()
         .unwrap();
     let client = client(&replica).await;
-    let mut w = client.start(job("ro").build().unwrap());
+    let mut w = client.failover().start(job("ro").build().unwrap());
     let mut readonly = 0;
     while readonly < 2 {
         match next(&mut w, WAKE).await {
@@ -720,7 +771,7 @@ async fn row_20_a_full_server_is_a_retryable_oom_error_and_nothing_is_half_writt
         }
     }
     let client = client(&srv).await;
-    let mut w = client.start(job("oom").build().unwrap());
+    let mut w = client.failover().start(job("oom").build().unwrap());
     match next(&mut w, WAKE).await {
         Event::Error {
             kind,
@@ -834,7 +885,7 @@ async fn row_23_a_user_lacking_a_command_gets_a_final_permission_error_naming_it
     args.push("-publish".into());
     admin(&srv, &args).await;
     let client = Client::connect(user_url(&srv, "weak", "pw")).await.unwrap();
-    let mut w = client.start(job("noperm").build().unwrap());
+    let mut w = client.failover().start(job("noperm").build().unwrap());
     let evs = until_end(&mut w, WAKE).await;
     // One final error, naming the command; not retried in a loop.
     match evs.as_slice() {
@@ -882,7 +933,7 @@ async fn row_24_connection_refused_is_a_retryable_connection_error_with_backoff_
     let mut srv = server();
     let client = client(&srv).await;
     srv.kill();
-    let mut w = client.start(job("refused").build().unwrap());
+    let mut w = client.failover().start(job("refused").build().unwrap());
     let (cpu0, t0) = (thread_cpu(), Instant::now());
     let mut refused = 0;
     while t0.elapsed() < Duration::from_secs(3) {
@@ -939,7 +990,7 @@ async fn row_25_a_grant_whose_exec_timed_out_is_re_read_and_recognised_as_ours()
         })),
     );
     let t0 = Instant::now();
-    let mut w = client.start(job("lostreply").build().unwrap());
+    let mut w = client.failover().start(job("lostreply").build().unwrap());
     let mut timeouts = 0;
     let got = loop {
         match next(&mut w, WAKE).await {
@@ -991,12 +1042,12 @@ async fn row_26_a_late_reply_after_a_timeout_is_never_taken_for_the_next_request
     srv.pause().unwrap();
     // Two reads time out; their replies are still owed and arrive after the resume.
     for name in ["a", "b"] {
-        let err = client.job_state(name).await.unwrap_err();
+        let err = client.failover().job_state(name).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
         assert!(err.is_retryable());
     }
     // A worker's transition times out too (on a dedicated connection).
-    let mut w = client.start(job("b").build().unwrap());
+    let mut w = client.failover().start(job("b").build().unwrap());
     match next(&mut w, WAKE).await {
         Event::Error {
             kind: ErrorKind::Timeout | ErrorKind::Connection,
@@ -1008,12 +1059,15 @@ async fn row_26_a_late_reply_after_a_timeout_is_never_taken_for_the_next_request
     srv.resume().unwrap();
     // Each later request gets its own reply: `c` is not given the late reply meant for `a`.
     assert!(matches!(
-        client.job_state("c").await.unwrap(),
+        client.failover().job_state("c").await.unwrap(),
         JobState::Attempt { number: 7, .. }
     ));
-    assert_eq!(client.job_state("b").await.unwrap(), JobState::Done);
+    assert_eq!(
+        client.failover().job_state("b").await.unwrap(),
+        JobState::Done
+    );
     assert!(matches!(
-        client.job_state("a").await.unwrap(),
+        client.failover().job_state("a").await.unwrap(),
         JobState::Attempt { number: 1, .. }
     ));
     // The worker re-reads `b` and finds it DONE; it never acquires.
@@ -1053,7 +1107,7 @@ async fn row_27_a_lost_watch_race_or_a_reset_exec_consumes_no_attempt() {
         let client = client(&srv).await;
         run_cmds(&mut conn, &[cmd(&["SET", &state_key(name), "1"])]).await;
         inject_before_exec(&client, srv.url(), "grant", injected);
-        let mut w = client.start(
+        let mut w = client.failover().start(
             job(name)
                 .max_attempts(10)
                 .status_level(baton::StatusLevel::Verbose)
@@ -1112,13 +1166,13 @@ async fn row_28_redis_restarted_without_persistence_is_state_lost_never_a_rerun(
     let mut srv = server();
     let client = client(&srv).await;
     let cfg = FailoverConfig::builder("lost")
-        .lock_timeout(Duration::from_secs(10))
+        .lease(Duration::from_secs(10))
         .keepalive(true)
         .build()
         .unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let _got = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     assert!(matches!(
         next(&mut b, WAKE).await,
         Event::Locked { attempt: 1, .. }
@@ -1156,13 +1210,13 @@ async fn row_29_client_pause_write_times_out_the_holder_which_then_carries_on_al
     let mut conn = raw(&srv).await;
     // Keepalive every 4 s / 3; the pause covers the first extension and its retries.
     let cfg = job("paused")
-        .lock_timeout(Duration::from_secs(4))
+        .lease(Duration::from_secs(4))
         .keepalive(true)
         .build()
         .unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let got = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
@@ -1207,12 +1261,12 @@ async fn row_30_a_server_clock_jump_hands_over_and_the_holder_hears_lease_lost_a
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     let cfg = FailoverConfig::builder("jump")
-        .lock_timeout(Duration::from_secs(2))
+        .lease(Duration::from_secs(2))
         .build()
         .unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let old = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     run_cmds(&mut conn, &[cmd(&["PEXPIRE", &lease_key("jump"), "1"])]).await;
     let new = acquired(&mut b, WAKE).await;
@@ -1249,12 +1303,12 @@ async fn row_31_a_monotonic_jump_past_the_lease_is_lease_lost_without_panicking(
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     let cfg = FailoverConfig::builder("mono")
-        .lock_timeout(Duration::from_millis(300))
+        .lease(Duration::from_millis(300))
         .keepalive(true)
         .max_run(Some(ten_years))
         .build()
         .unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let got = acquired(&mut a, WAKE).await;
     std::thread::sleep(Duration::from_millis(900));
     // The overdue keepalive finds the lease gone: the holder does not assume it still holds.
@@ -1271,7 +1325,7 @@ async fn row_31_a_monotonic_jump_past_the_lease_is_lease_lost_without_panicking(
         get(&mut conn, &state_key("mono")).await.as_deref(),
         Some("1")
     );
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     let next_one = acquired(&mut b, WAKE).await;
     assert_eq!(next_one.attempt, 2);
     next_one.done().await.unwrap();
@@ -1283,9 +1337,9 @@ async fn row_32_a_killed_pubsub_link_is_resubscribed_and_the_state_re_read() {
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     let cfg = job("pubsub").build().unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let _first = acquired(&mut a, WAKE).await;
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     assert!(matches!(
         next(&mut b, WAKE).await,
         Event::Locked { attempt: 1, .. }
@@ -1322,6 +1376,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
         let (client, cfg, go) = (client.clone(), cfg.clone(), go.clone());
         tokio::spawn(async move {
             client
+                .failover()
                 .run(cfg, move |_| {
                     let go = go.clone();
                     async move {
@@ -1336,7 +1391,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
         })
     };
     let other = self::client(&srv).await;
-    let mut backup = other.start(cfg.clone());
+    let mut backup = other.failover().start(cfg.clone());
     assert!(matches!(
         next(&mut backup, WAKE).await,
         Event::Locked { attempt: 1, .. }
@@ -1361,6 +1416,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
     second.fail("handing on").await.unwrap();
     // A closure that panics before it returns a future is contained the same way.
     let out = client
+        .failover()
         .run(cfg.clone(), |_| -> std::future::Ready<Result<(), String>> {
             panic!("boom before the future")
         })
@@ -1377,6 +1433,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
     }
     // The same client keeps coordinating.
     let done = client
+        .failover()
         .run(cfg, |a| async move { Ok::<_, String>(a.number) })
         .await
         .unwrap();

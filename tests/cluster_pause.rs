@@ -70,14 +70,14 @@ where
         .try_init();
     let job = || {
         FailoverConfig::builder(NAME)
-            .lock_timeout(Duration::from_secs(10))
+            .lease(Duration::from_secs(10))
             .keepalive(true)
             .build()
             .unwrap()
     };
-    let mut holder = client.start(job());
+    let mut holder = client.failover().start(job());
     let attempt = acquired(&mut holder).await;
-    let mut backup = client.start(job());
+    let mut backup = client.failover().start(job());
     locked(&mut backup).await;
 
     let locks = client.locks();

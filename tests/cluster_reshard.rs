@@ -28,7 +28,7 @@ async fn cluster() -> RedisCluster {
 }
 
 fn config(lease: Duration, replica_ack: bool) -> FailoverConfig {
-    let b = FailoverConfig::builder(JOB).lock_timeout(lease);
+    let b = FailoverConfig::builder(JOB).lease(lease);
     let b = if replica_ack {
         b.replica_ack(1, Duration::from_secs(2))
     } else {
@@ -48,7 +48,7 @@ async fn workers_with(c: &RedisCluster, lease: Duration, replica_ack: bool) -> V
         let client = Client::connect(c.cluster_url_for(TEST_USER, TEST_PASSWORD))
             .await
             .expect("connect to the cluster");
-        out.push(client.start(config(lease, replica_ack)));
+        out.push(client.failover().start(config(lease, replica_ack)));
     }
     out
 }

@@ -23,9 +23,9 @@ async fn jobs_and_locks_run_on_a_cluster() {
     let client = Client::connect(url).await.expect("connect");
     for i in 0..6 {
         let key = format!("job-{i}");
-        let mut w = client.start(
+        let mut w = client.failover().start(
             FailoverConfig::builder(&key)
-                .lock_timeout(Duration::from_secs(10))
+                .lease(Duration::from_secs(10))
                 .build()
                 .unwrap(),
         );
@@ -75,11 +75,11 @@ async fn a_job_survives_a_sentinel_failover() {
     let client = Client::connect(set.url()).await.expect("connect");
     let cfg = |k: &str| {
         FailoverConfig::builder(k)
-            .lock_timeout(Duration::from_secs(10))
+            .lease(Duration::from_secs(10))
             .build()
             .unwrap()
     };
-    let mut w = client.start(cfg("before"));
+    let mut w = client.failover().start(cfg("before"));
     loop {
         if let Some(Event::Acquired(a)) = w.next().await {
             a.done().await.expect("done");
@@ -90,7 +90,7 @@ async fn a_job_survives_a_sentinel_failover() {
     let old = set.primary_addr().unwrap();
     set.nodes_mut()[primary].kill();
     let started = std::time::Instant::now();
-    let mut w = client.start(cfg("after"));
+    let mut w = client.failover().start(cfg("after"));
     let mut n = 0;
     loop {
         match tokio::time::timeout(Duration::from_secs(30), w.next()).await {

@@ -16,7 +16,7 @@ scenario! {
     async fn absent_key_first_worker_acquires_and_the_others_are_locked_once() {
         let srv = server();
         let client = client(&srv).await;
-        let mut a = client.start(job("j").build().unwrap());
+        let mut a = client.failover().start(job("j").build().unwrap());
         let got = acquired(&mut a, WAKE).await;
         assert_eq!(got.attempt, 1);
         assert!(!got.last);
@@ -26,7 +26,7 @@ scenario! {
         assert!(before.lease.is_some());
 
         let mut backups: Vec<_> = (0..3)
-            .map(|_| client.start(job("j").build().unwrap()))
+            .map(|_| client.failover().start(job("j").build().unwrap()))
             .collect();
         for b in &mut backups {
             match next(b, WAKE).await {
@@ -74,10 +74,10 @@ scenario! {
             .retention(Duration::from_secs(3600))
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg.clone());
-        let mut c = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
+        let mut c = client.failover().start(cfg.clone());
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         assert!(matches!(next(&mut c, WAKE).await, Event::Locked { .. }));
         let t0 = Instant::now();
@@ -96,7 +96,7 @@ scenario! {
         assert!(ttl > 3_500_000 && ttl <= 3_600_000, "state TTL {ttl}");
         assert_eq!(after.lease_ttl_ms, -2, "lease deleted");
         // A worker started later ends Completed without running.
-        let mut late = client.start(cfg);
+        let mut late = client.failover().start(cfg);
         let evs = until_end(&mut late, WAKE).await;
         assert!(
             matches!(evs.as_slice(), [Event::Completed { attempt: None }]),
@@ -112,10 +112,10 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = job("f").build().unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg.clone());
-        let mut c = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
+        let mut c = client.failover().start(cfg.clone());
         assert!(matches!(
             next(&mut b, WAKE).await,
             Event::Locked { attempt: 1, .. }
@@ -170,9 +170,9 @@ scenario! {
         for round in 0..20u64 {
             let key = format!("race:{round}");
             let cfg = job(&key).build().unwrap();
-            let mut a = client.start(cfg.clone());
+            let mut a = client.failover().start(cfg.clone());
             let got = acquired(&mut a, WAKE).await;
-            let mut b = client.start(cfg);
+            let mut b = client.failover().start(cfg);
             tokio::time::sleep(Duration::from_micros(round * 150)).await;
             let t0 = Instant::now();
             got.fail("x").await.unwrap();
@@ -200,7 +200,7 @@ scenario! {
         let url = srv.url();
         let lease = Duration::from_millis(1500);
         let cfg = FailoverConfig::builder("crash")
-            .lock_timeout(lease)
+            .lease(lease)
             .build()
             .unwrap();
         // The holder runs on its own runtime, which is then dropped: its tasks stop mid-attempt
@@ -210,7 +210,7 @@ scenario! {
             let rt = tokio::runtime::Runtime::new().unwrap();
             let fence = rt.block_on(async move {
                 let client = baton::Client::connect(url).await.unwrap();
-                let mut w = client.start(cfg2);
+                let mut w = client.failover().start(cfg2);
                 let a = acquired(&mut w, WAKE).await;
                 let f = a.fencing_token;
                 // Keep the handle alive past the runtime so nothing fails the attempt politely.
@@ -225,7 +225,7 @@ scenario! {
         .unwrap();
         let crashed_at = Instant::now();
         let client = client(&srv).await;
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         assert!(matches!(
             next(&mut b, WAKE).await,
             Event::Locked { attempt: 1, .. }
@@ -253,10 +253,10 @@ scenario! {
             let key = format!("k8:{round}");
             let cfg = job(&key).build().unwrap();
             // Attempt 1 failed (its lease is gone): eight backups race for attempt 2.
-            let mut first = client.start(cfg.clone());
+            let mut first = client.failover().start(cfg.clone());
             acquired(&mut first, WAKE).await.fail("x").await.unwrap();
             until_end(&mut first, WAKE).await;
-            let mut workers: Vec<_> = (0..8).map(|_| client.start(cfg.clone())).collect();
+            let mut workers: Vec<_> = (0..8).map(|_| client.failover().start(cfg.clone())).collect();
             let mut grants = 0;
             let mut handles = Vec::new();
             for w in &mut workers {
@@ -292,7 +292,7 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = job("ex").max_attempts(3).build().unwrap();
-        let mut workers: Vec<_> = (0..5).map(|_| client.start(cfg.clone())).collect();
+        let mut workers: Vec<_> = (0..5).map(|_| client.failover().start(cfg.clone())).collect();
         let mut seen_attempts = Vec::new();
         let mut ends = Vec::new();
         // Every worker that wins an attempt fails it.
@@ -330,7 +330,7 @@ scenario! {
             Some("EXHAUSTED")
         );
         // A later worker ends Exhausted too, while the state is retained.
-        let mut late = client.start(cfg);
+        let mut late = client.failover().start(cfg);
         let evs = until_end(&mut late, WAKE).await;
         assert!(
             matches!(evs.as_slice(), [Event::Exhausted { .. }]),
@@ -346,14 +346,14 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("late-ex")
-            .lock_timeout(Duration::from_millis(300))
+            .lease(Duration::from_millis(300))
             .max_attempts(1)
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
         assert!(got.last);
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         // The lease runs out; the backup sees the last attempt failed and writes EXHAUSTED.
         let evs = until_end(&mut b, WAKE).await;
         assert!(
@@ -384,12 +384,12 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("stale")
-            .lock_timeout(Duration::from_millis(300))
+            .lease(Duration::from_millis(300))
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let old = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
         let new = loop {
             match next(&mut b, WAKE).await {
                 Event::Acquired(x) => break x,
@@ -410,9 +410,9 @@ scenario! {
         new.done().await.unwrap();
 
         // Late, but nobody took over: still a success.
-        let mut c = client.start(
+        let mut c = client.failover().start(
             FailoverConfig::builder("late")
-                .lock_timeout(Duration::from_millis(200))
+                .lease(Duration::from_millis(200))
                 .build()
                 .unwrap(),
         );
@@ -454,7 +454,7 @@ scenario! {
                 "grant",
                 vec![cmd(&["SET", &state_key(&key), value])],
             );
-            let mut w = client.start(job(&key).max_attempts(10).build().unwrap());
+            let mut w = client.failover().start(job(&key).max_attempts(10).build().unwrap());
             let evs = until_end_or_acquired(&mut w).await;
             let got = match evs.last().unwrap() {
                 Event::Acquired(a) => format!("Acquired{}", a.attempt),
@@ -503,7 +503,7 @@ scenario! {
             .rejoin_after_fail(true)
             .build()
             .unwrap();
-        let mut a = client.start(cfg);
+        let mut a = client.failover().start(cfg);
         let first = acquired(&mut a, WAKE).await;
         first.fail("once").await.unwrap();
         // With nobody else around, the same worker takes attempt 2.
@@ -526,9 +526,9 @@ scenario! {
         let client = client(&srv).await;
         let delay = Duration::from_millis(400);
         let cfg = job("delay").retry_delay(delay).build().unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         let t0 = Instant::now();
         got.fail("x").await.unwrap();
@@ -546,9 +546,9 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = job("drop").build().unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         drop(got);
         assert!(matches!(
@@ -557,7 +557,7 @@ scenario! {
         ));
         let second = acquired(&mut b, WAKE).await;
         assert_eq!(second.attempt, 2);
-        let mut c = client.start(cfg);
+        let mut c = client.failover().start(cfg);
         assert!(matches!(
             next(&mut c, WAKE).await,
             Event::Locked { attempt: 2, .. }
@@ -579,9 +579,9 @@ scenario! {
         let client = client(&srv).await;
         let other = common::client(&srv).await;
         let cfg = job("stop").build().unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = other.start(cfg.clone());
+        let mut b = other.failover().start(cfg.clone());
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         a.stop();
         assert!(matches!(
@@ -596,7 +596,7 @@ scenario! {
         assert_eq!(x.attempt, 2);
         // Shutdown of the holder's client releases its attempt too (the handle is kept: a dropped
         // handle would fail the attempt before the shutdown, as a queued command is served first).
-        let mut c = client.start(cfg);
+        let mut c = client.failover().start(cfg);
         let _x = x;
         let _ = c;
         assert!(other.shutdown(WAKE).await);
@@ -604,7 +604,7 @@ scenario! {
             until_end(&mut b, WAKE).await.last(),
             Some(Event::Stopped)
         ));
-        c = client.start(job("stop2").build().unwrap());
+        c = client.failover().start(job("stop2").build().unwrap());
         let _held = acquired(&mut c, WAKE).await;
         assert!(client.shutdown(WAKE).await);
         assert!(matches!(
@@ -620,7 +620,7 @@ scenario! {
     async fn events_serialize_as_json_lines() {
         let srv = server();
         let client = client(&srv).await;
-        let mut a = client.start(job("json").build().unwrap());
+        let mut a = client.failover().start(job("json").build().unwrap());
         let got = acquired(&mut a, WAKE).await;
         let line = serde_json::to_string(&Event::Acquired(got.clone())).unwrap();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();

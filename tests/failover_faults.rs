@@ -18,13 +18,13 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("ka")
-            .lock_timeout(LEASE)
+            .lease(LEASE)
             .keepalive(true)
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         assert!(matches!(
             next(&mut b, WAKE).await,
             Event::Locked { attempt: 1, .. }
@@ -62,15 +62,15 @@ scenario! {
         let client = client(&srv).await;
         let max_run = Duration::from_millis(2500);
         let cfg = FailoverConfig::builder("maxrun")
-            .lock_timeout(LEASE)
+            .lease(LEASE)
             .keepalive(true)
             .max_run(Some(max_run))
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
         let t0 = Instant::now();
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         let evs = until_end(&mut a, Duration::from_secs(10)).await;
         assert!(t0.elapsed() >= max_run - Duration::from_millis(100));
         assert!(
@@ -107,12 +107,12 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("deadline")
-            .lock_timeout(LEASE)
+            .lease(LEASE)
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         assert!(matches!(
             next(&mut a, WAKE).await,
@@ -145,13 +145,13 @@ scenario! {
         let mut srv = durable_server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("restart")
-            .lock_timeout(Duration::from_secs(3))
+            .lease(Duration::from_secs(3))
             .keepalive(true)
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let got = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         srv.kill();
         // Let the holder's keepalive hit the outage.
@@ -182,7 +182,7 @@ scenario! {
             "{evs:?}"
         );
         // And the client keeps working for new jobs.
-        let mut c = client.start(FailoverConfig::builder("after").build().unwrap());
+        let mut c = client.failover().start(FailoverConfig::builder("after").build().unwrap());
         acquired(&mut c, WAKE).await.done().await.unwrap();
     }
 }
@@ -215,10 +215,10 @@ scenario! {
         let mut srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("giveup")
-            .lock_timeout(Duration::from_secs(1))
+            .lease(Duration::from_secs(1))
             .build()
             .unwrap();
-        let mut w = client.start(cfg);
+        let mut w = client.failover().start(cfg);
         let got = acquired(&mut w, WAKE).await;
         let t0 = Instant::now();
         srv.kill();

@@ -28,7 +28,7 @@ async fn two_hundred_jobs_by_three_workers_on_one_client_each_done_exactly_once(
     for j in 0..JOBS {
         for w in 0..WORKERS {
             let cfg = job(&format!("load:{j}")).build().unwrap();
-            let mut stream = client.start(cfg);
+            let mut stream = client.failover().start(cfg);
             tasks.push(tokio::spawn(async move {
                 let mut grants = Vec::new();
                 let mut completed_by_us = 0;
@@ -222,15 +222,15 @@ async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_leas
     let srv = server();
     let client = client(&srv).await;
     let cfg = baton::FailoverConfig::builder("idle")
-        .lock_timeout(LEASE)
+        .lease(LEASE)
         .keepalive(true)
         .build()
         .unwrap();
-    let mut holder = client.start(cfg.clone());
+    let mut holder = client.failover().start(cfg.clone());
     let held = acquired(&mut holder, WAKE).await;
     let mut backups = Vec::new();
     for _ in 0..BACKUPS {
-        let mut b = client.start(cfg.clone());
+        let mut b = client.failover().start(cfg.clone());
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         backups.push(b);
     }
@@ -278,11 +278,11 @@ async fn a_kept_alive_holder_sends_one_command_per_extension() {
     let srv = server();
     let client = client(&srv).await;
     let cfg = baton::FailoverConfig::builder("kept")
-        .lock_timeout(LEASE)
+        .lease(LEASE)
         .keepalive(true)
         .build()
         .unwrap();
-    let mut holder = client.start(cfg);
+    let mut holder = client.failover().start(cfg);
     let held = acquired(&mut holder, WAKE).await;
     let mut admin = raw(&srv).await;
     // Let the first extension load the script (SCRIPT LOAD after NOSCRIPT happens once).
@@ -323,11 +323,15 @@ async fn a_decision_that_writes_nothing_sends_its_unwatch_with_the_next_observat
     let srv = server();
     let holder_client = client(&srv).await;
     let backup_client = client(&srv).await;
-    let mut holder = holder_client.start(job("deferred").build().unwrap());
+    let mut holder = holder_client
+        .failover()
+        .start(job("deferred").build().unwrap());
     let held = acquired(&mut holder, WAKE).await;
     let mut admin = raw(&srv).await;
     let before = command_calls(&mut admin).await;
-    let mut backup = backup_client.start(job("deferred").build().unwrap());
+    let mut backup = backup_client
+        .failover()
+        .start(job("deferred").build().unwrap());
     assert!(matches!(
         next(&mut backup, WAKE).await,
         Event::Locked { .. }

@@ -44,7 +44,7 @@ async fn client() -> Client {
 
 fn job(key: &str) -> FailoverConfig {
     FailoverConfig::builder(key)
-        .lock_timeout(Duration::from_secs(10))
+        .lease(Duration::from_secs(10))
         .build()
         .unwrap()
 }
@@ -59,13 +59,13 @@ async fn next(w: &mut baton::Worker, within: Duration) -> Event {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_acquires_backups_are_locked_and_done_ends_them_all() {
     let client = client().await;
-    let mut a = client.start(job("pg:first"));
+    let mut a = client.failover().start(job("pg:first"));
     let got = match next(&mut a, WAKE).await {
         Event::Acquired(x) => x,
         other => panic!("expected Acquired, got {other:?}"),
     };
     assert_eq!(got.attempt, 1);
-    let mut b = client.start(job("pg:first"));
+    let mut b = client.failover().start(job("pg:first"));
     assert!(
         matches!(next(&mut b, WAKE).await, Event::Locked { attempt: 1, .. }),
         "the backup should be locked"
@@ -86,12 +86,12 @@ async fn one_worker_acquires_backups_are_locked_and_done_ends_them_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_hands_over_at_once_and_fencing_tokens_increase() {
     let client = client().await;
-    let mut a = client.start(job("pg:fail"));
+    let mut a = client.failover().start(job("pg:fail"));
     let first = match next(&mut a, WAKE).await {
         Event::Acquired(x) => x,
         other => panic!("expected Acquired, got {other:?}"),
     };
-    let mut b = client.start(job("pg:fail"));
+    let mut b = client.failover().start(job("pg:fail"));
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     let fence1 = first.fencing_token;
     let t0 = Instant::now();
@@ -133,7 +133,7 @@ async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice()
             let client = clients[(i + w) % 2].clone();
             let cfg = job(key);
             tasks.push(tokio::spawn(async move {
-                let mut worker = client.start(cfg);
+                let mut worker = client.failover().start(cfg);
                 let mut granted = Vec::new();
                 let mut events = Vec::new();
                 let deadline = Instant::now() + Duration::from_secs(60);
@@ -192,7 +192,11 @@ async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice()
             "{key}: an attempt was granted twice: {attempts:?}"
         );
         assert!(!numbers.is_empty(), "{key} was never granted");
-        let status = clients[0].job_status(key.as_str()).await.unwrap();
+        let status = clients[0]
+            .failover()
+            .job_status(key.as_str())
+            .await
+            .unwrap();
         assert_eq!(status.state, baton::JobState::Done, "{key}: {status:?}");
     }
 }
@@ -202,12 +206,12 @@ async fn an_immediate_restart_mid_run_loses_no_job_and_grants_no_attempt_twice()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_listen_connection_is_re_established_and_wake_ups_still_arrive() {
     let client = client().await;
-    let mut a = client.start(job("pg:listen"));
+    let mut a = client.failover().start(job("pg:listen"));
     let held = match next(&mut a, WAKE).await {
         Event::Acquired(x) => x,
         other => panic!("expected Acquired, got {other:?}"),
     };
-    let mut b = client.start(job("pg:listen"));
+    let mut b = client.failover().start(job("pg:listen"));
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     let killed = pg()
         .psql(
@@ -242,12 +246,12 @@ async fn a_terminated_listen_connection_is_re_established_and_wake_ups_still_arr
 async fn unicode_and_newline_names_work_and_a_nul_is_refused() {
     let client = client().await;
     let name = "pg:line\nbreak:ジョブ";
-    let mut a = client.start(job(name));
+    let mut a = client.failover().start(job(name));
     let held = match next(&mut a, WAKE).await {
         Event::Acquired(x) => x,
         other => panic!("expected Acquired, got {other:?}"),
     };
-    let mut b = client.start(job(name));
+    let mut b = client.failover().start(job(name));
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     let t0 = Instant::now();
     held.fail("x").await.unwrap();
@@ -257,10 +261,10 @@ async fn unicode_and_newline_names_work_and_a_nul_is_refused() {
     }
     assert!(t0.elapsed() < WAKE, "the wake-up was lost");
     assert_eq!(
-        client.job_status(name).await.unwrap().state,
+        client.failover().job_status(name).await.unwrap().state,
         baton::JobState::Done
     );
-    let mut nul = client.start(job("pg:nul\0byte"));
+    let mut nul = client.failover().start(job("pg:nul\0byte"));
     match next(&mut nul, WAKE).await {
         Event::Error { kind, message, .. } => {
             assert_eq!(kind, baton::ErrorKind::Unsupported);

@@ -27,7 +27,9 @@ async fn a_refused_watch_is_a_permission_error_and_nothing_is_written() {
     let client = baton::Client::connect(server.url_for("nowatch", "nw-pw"))
         .await
         .expect("connect");
-    let mut w = client.start(job("refused-watch").build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("refused-watch").build().unwrap());
     let events = until_end(&mut w, WAKE).await;
     match events.last() {
         Some(Event::Error {
@@ -55,6 +57,7 @@ async fn a_refused_watch_is_a_permission_error_and_nothing_is_written() {
     }
     // The operator tool's transaction is guarded the same way.
     let err = client
+        .failover()
         .fail_attempt("refused-watch", "test")
         .await
         .expect_err("fail_attempt with WATCH refused");
@@ -97,7 +100,7 @@ fn lose_exec_then(client: &baton::Client, url: String, what: &'static str, cmds:
 async fn a_lost_done_reply_does_not_claim_a_later_attempts_completion() {
     let server = server();
     let client = client(&server).await;
-    let mut w = client.start(job("lost-done").build().unwrap());
+    let mut w = client.failover().start(job("lost-done").build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     let theirs = (a.fencing_token + 1000).to_string();
     // What B does while H's request is lost: its grant of attempt 2 (the lease ran out), then
@@ -136,7 +139,9 @@ async fn a_lost_done_reply_without_evidence_is_outcome_unknown() {
             cmd(&["SET", &state_key(job), "DONE"]),
         ]
     };
-    let mut w = client.start(job("unknown-done").build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("unknown-done").build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     lose_exec_then(&client, server.url(), "finish", ruin("unknown-done"));
     let err = a.done().await.expect_err("no evidence either way");
@@ -156,13 +161,21 @@ async fn a_lost_done_reply_without_evidence_is_outcome_unknown() {
     );
     // The closure form.
     lose_exec_then(&client, server.url(), "finish", ruin("unknown-run"));
-    let err = client
+    // The work's success is the user's value, so it comes back inside `Ok`, with the kind.
+    let out = client
+        .failover()
         .run(job("unknown-run").build().unwrap(), |_| async {
             Ok::<_, std::io::Error>(())
         })
         .await
-        .expect_err("run() returns OutcomeUnknown as Err");
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+        .expect("run() returns the value with OutcomeUnknown inside Ok");
+    let baton::RunOutcome::DoneUnconfirmed {
+        kind, value: (), ..
+    } = out
+    else {
+        panic!("expected DoneUnconfirmed, got {out:?}");
+    };
+    assert_eq!(kind, ErrorKind::OutcomeUnknown, "{out:?}");
 }
 
 /// Defect 3: a `done()` queued at the same instant as `stop()` is served first: the finished
@@ -172,7 +185,7 @@ async fn a_lost_done_reply_without_evidence_is_outcome_unknown() {
 async fn a_done_queued_before_stop_is_served() {
     let server = server();
     let client = client(&server).await;
-    let mut w = client.start(job("stop-race").build().unwrap());
+    let mut w = client.failover().start(job("stop-race").build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     let done = a.done();
     tokio::pin!(done);
@@ -234,11 +247,11 @@ async fn frozen_right_after_an_extension(
         .await
         .unwrap();
     let cfg = job(key)
-        .lock_timeout(Duration::from_secs(3))
+        .lease(Duration::from_secs(3))
         .keepalive(true)
         .build()
         .unwrap();
-    let mut w = client.start(cfg);
+    let mut w = client.failover().start(cfg);
     let a = acquired(&mut w, WAKE).await;
     let mut admin = raw(server).await;
     let expires = right_after_an_extension(&mut admin, key).await;
@@ -307,12 +320,8 @@ async fn a_starved_pool_does_not_stop_a_holders_keepalive() {
         .await
         .unwrap();
     let lease = Duration::from_millis(900);
-    let cfg = job("kept")
-        .lock_timeout(lease)
-        .keepalive(true)
-        .build()
-        .unwrap();
-    let mut holder = client.start(cfg);
+    let cfg = job("kept").lease(lease).keepalive(true).build().unwrap();
+    let mut holder = client.failover().start(cfg);
     let _a = acquired(&mut holder, WAKE).await;
     let release = std::sync::Arc::new(tokio::sync::Notify::new());
     let gate = release.clone();
@@ -328,7 +337,7 @@ async fn a_starved_pool_does_not_stop_a_holders_keepalive() {
         })),
     );
     // This worker's grant takes the only dedicated connection and hangs in the hook.
-    let mut starving = client.start(job("starving").build().unwrap());
+    let mut starving = client.failover().start(job("starving").build().unwrap());
     tokio::time::sleep(lease * 3).await;
     let mut admin = raw(&server).await;
     let left = pttl(&mut admin, &lease_key("kept")).await;
@@ -354,7 +363,9 @@ async fn release_and_exhaustion_refresh_the_fence_ttl() {
     let client = client(&server).await;
     let mut admin = raw(&server).await;
     // A failed attempt (a backup takes over later).
-    let mut w = client.start(job("fence-ttl").max_attempts(3).build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("fence-ttl").max_attempts(3).build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     run_cmds(
         &mut admin,
@@ -367,7 +378,9 @@ async fn release_and_exhaustion_refresh_the_fence_ttl() {
         "fail() refreshes the fence"
     );
     // The last attempt's lease runs out; a backup writes EXHAUSTED.
-    let mut w = client.start(job("fence-ex").max_attempts(1).build().unwrap());
+    let mut w = client
+        .failover()
+        .start(job("fence-ex").max_attempts(1).build().unwrap());
     let _a = acquired(&mut w, WAKE).await;
     run_cmds(
         &mut admin,
@@ -377,7 +390,9 @@ async fn release_and_exhaustion_refresh_the_fence_ttl() {
         ],
     )
     .await;
-    let mut b = client.start(job("fence-ex").max_attempts(1).build().unwrap());
+    let mut b = client
+        .failover()
+        .start(job("fence-ex").max_attempts(1).build().unwrap());
     let events = until_end(&mut b, WAKE).await;
     assert!(
         matches!(events.last(), Some(Event::Exhausted { .. })),
@@ -396,7 +411,7 @@ async fn the_attempt_handle_reports_loss_without_the_event_stream() {
     let server = server();
     let client = client(&server).await;
     let cfg = job("handle-loss").keepalive(true).build().unwrap();
-    let mut w = client.start(cfg);
+    let mut w = client.failover().start(cfg);
     let a = acquired(&mut w, WAKE).await;
     let token = a.handle.cancellation();
     assert!(!token.is_cancelled());
@@ -429,8 +444,8 @@ async fn the_attempt_handle_reports_loss_without_the_event_stream() {
 async fn a_job_watch_is_a_stream_that_ends_with_the_job() {
     let server = server();
     let client = client(&server).await;
-    let mut watch = client.watch_job("watched").await.unwrap();
-    let mut w = client.start(job("watched").build().unwrap());
+    let mut watch = client.failover().watch_job("watched").await.unwrap();
+    let mut w = client.failover().start(job("watched").build().unwrap());
     let a = acquired(&mut w, WAKE).await;
     a.done().await.unwrap();
     let mut changes = Vec::new();
@@ -489,8 +504,8 @@ async fn a_timeout_does_not_empty_the_pool() {
             })
         })),
     );
-    let mut a = client.start(job("pool-a").build().unwrap());
-    let mut b = client.start(job("pool-b").build().unwrap());
+    let mut a = client.failover().start(job("pool-a").build().unwrap());
+    let mut b = client.failover().start(job("pool-b").build().unwrap());
     let (ga, gb) = (acquired(&mut a, WAKE).await, acquired(&mut b, WAKE).await);
     let mut admin = raw(&server).await;
     let before = connections_received(&mut admin).await;
@@ -511,7 +526,7 @@ async fn a_timeout_does_not_empty_the_pool() {
 async fn a_holder_rechecks_its_attempt_after_the_pubsub_link_comes_back() {
     let server = server();
     let client = client(&server).await;
-    let mut w = client.start(job("relink").build().unwrap());
+    let mut w = client.failover().start(job("relink").build().unwrap());
     let _a = acquired(&mut w, WAKE).await;
     let mut admin = raw(&server).await;
     // Wait until the holder's subscription is live on the server.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::{ElectionOptions, FencedWrite, LeaderEvent, Observed};
-use common::{client, server, Deployment, WAKE};
+use common::{client, server, Deployment, Endpoint, WAKE};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
@@ -150,7 +150,7 @@ scenario! {
         assert!(!waiting.is_finished(), "two leaders at once");
         let resigned_at = Instant::now();
         assert!(leader.resign().await.unwrap());
-        assert!(t1.stop_token().is_cancelled(), "resigning stops the term's work");
+        assert!(t1.lost_token().is_cancelled(), "resigning stops the term's work");
         assert!(!leader.is_leader());
         let (t2, led_at, standby) = tokio::time::timeout(WAKE, waiting)
             .await
@@ -167,14 +167,32 @@ scenario! {
         let server = server();
         let (a, b) = (client(&server).await, client(&server).await);
         let lease = Duration::from_millis(800);
-        let leader = a.leaders().elector("crash", &opts(800, "a")).unwrap();
-        let t1 = leader.campaign().await.unwrap();
+        drop(a);
+        // The leader runs on a runtime of its own, so that it can "die" (a `shutdown` would
+        // resign, which is a handover, not a crash).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = server.user_url(common::TEST_USER, common::TEST_PASSWORD);
+        let (a, leader, t1) = rt
+            .spawn(async move {
+                let a = baton::Client::connect(url).await.unwrap();
+                let leader = a.leaders().elector("crash", &opts(800, "a")).unwrap();
+                let t1 = leader.campaign().await.unwrap();
+                (a, leader, t1)
+            })
+            .await
+            .unwrap();
         // Renewals keep it past several leases.
         tokio::time::sleep(lease * 2).await;
         assert!(leader.is_leader());
-        // The leader's process "dies": nothing renews or releases any more.
+        // The leader's process "dies": its runtime stops, and nothing renews or releases any
+        // more.
         let crashed_at = Instant::now();
-        a.shutdown(Duration::from_secs(2)).await;
+        rt.shutdown_background();
+        std::mem::forget((a, leader));
         let standby = b.leaders().elector("crash", &opts(800, "b")).unwrap();
         let t2 = tokio::time::timeout(lease + WAKE, standby.campaign())
             .await
@@ -200,7 +218,7 @@ scenario! {
                 let (s1, s2) = (s1.clone(), s2.clone());
                 async move {
                     s1.fetch_add(1, Ordering::SeqCst);
-                    term.stopped().await;
+                    term.lost().await;
                     s2.fetch_add(1, Ordering::SeqCst);
                 }
             })
@@ -257,6 +275,67 @@ scenario! {
             tokio::time::timeout(WAKE, seen.next()).await.unwrap(),
             Some(Observed::NoLeader)
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_shutdown_resigns_its_electors_term_so_a_standby_leads_at_once() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let leader = a.leaders().elector("bye", &opts(10_000, "a")).unwrap();
+        let standby = b.leaders().elector("bye", &opts(10_000, "b")).unwrap();
+        let t1 = leader.campaign().await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let t = standby.campaign().await.unwrap();
+            (t, Instant::now(), standby)
+        });
+        // The standby is parked on the 10 s lease by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "two leaders at once");
+        assert!(a.shutdown(WAKE).await, "the shutdown did not finish in time");
+        assert!(t1.is_lost(), "the shutdown ends the term's work");
+        assert!(
+            t1.loss_reason().unwrap_or_default().contains("shut down"),
+            "{:?}",
+            t1.loss_reason()
+        );
+        let (t2, led_at, standby) = tokio::time::timeout(WAKE, waiting)
+            .await
+            .expect("the standby was not woken by the shutdown")
+            .unwrap();
+        assert!(
+            led_at < t1.lease_deadline(),
+            "the standby led only {:?} after the old lease's deadline",
+            led_at - t1.lease_deadline()
+        );
+        assert!(t2.number() > t1.number());
+        assert!(standby.resign().await.unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_observer_reads_changes_with_next_event_tagged_event_in_json() {
+        let server = server();
+        let (a, o) = (client(&server).await, client(&server).await);
+        let mut seen = o.leaders().observe("next").unwrap();
+        let first = tokio::time::timeout(WAKE, seen.next_event()).await.unwrap();
+        assert_eq!(first, Some(Observed::NoLeader));
+        let e = a.leaders().elector("next", &opts(10_000, "api-2")).unwrap();
+        let t = e.campaign().await.unwrap();
+        let change = tokio::time::timeout(WAKE, seen.next_event())
+            .await
+            .unwrap()
+            .expect("the stream goes on");
+        assert_eq!(
+            serde_json::to_value(&change).unwrap(),
+            serde_json::json!({"event": "Leader", "name": "api-2", "term": t.number()})
+        );
+        e.resign().await.unwrap();
+        // The shutdown ends the stream.
+        o.shutdown(WAKE).await;
+        let mut rest = Vec::new();
+        while let Some(ev) = tokio::time::timeout(WAKE, seen.next_event()).await.unwrap() {
+            rest.push(ev);
+        }
+        assert!(rest.len() <= 1, "{rest:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +432,7 @@ scenario! {
             .lead("paused", &o, move |term| {
                 let s = s.clone();
                 async move {
-                    term.stopped().await;
+                    term.lost().await;
                     *s.lock().unwrap() = Some((Instant::now(), term.lease_deadline()));
                 }
             })
@@ -441,7 +520,7 @@ async fn concurrent_campaigns_of_one_elector_share_its_term() {
     assert_eq!(elector.term().map(|t| t.number()), Some(first.number()));
     // The term both hold is the one the elector resigns.
     assert!(elector.resign().await.unwrap());
-    assert!(first.stop_token().is_cancelled() && second.stop_token().is_cancelled());
+    assert!(first.lost_token().is_cancelled() && second.lost_token().is_cancelled());
     assert!(!elector.resign().await.unwrap(), "nothing left to resign");
 }
 

@@ -9,9 +9,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::{Drain, ErrorKind, QueueError, QueueItem, Queues, RunOrEnqueue};
+use baton::{Drain, ErrorKind, QueueItem, Queues, RunOrEnqueue};
 use common::{client, raw, server, Raw, WAKE};
 use tokio::time::Instant;
+
+/// A holder's lease where a test does not say otherwise.
+const TTL: Duration = Duration::from_secs(10);
 
 fn lock_key(name: &str) -> String {
     format!("baton:queue:{{{name}}}")
@@ -54,6 +57,9 @@ fn parse_id(id: &str) -> (u64, u64) {
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
+/// What a poster got back, and how long its call took.
+type Posted = Arc<Mutex<Vec<(RunOrEnqueue<String>, Duration)>>>;
+
 /// What a handler saw: (id, body, fencing token), in order.
 type Seen = Arc<Mutex<Vec<(String, String, u64)>>>;
 
@@ -73,6 +79,7 @@ fn bodies(seen: &Seen) -> Vec<String> {
 async fn drain_until_ran<F, Fut>(
     q: &Queues,
     key: &str,
+    ttl: Duration,
     within: Duration,
     mut handler: F,
 ) -> (u64, u64)
@@ -82,7 +89,7 @@ where
 {
     let deadline = Instant::now() + within;
     loop {
-        match q.drain(key, &mut handler).await.expect("drain") {
+        match q.drain(key, ttl, &mut handler).await.expect("drain") {
             Drain::Ran {
                 handled,
                 fencing_token,
@@ -94,6 +101,7 @@ where
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            other => panic!("`{key}`: {other:?}"),
         }
     }
 }
@@ -108,7 +116,7 @@ scenario! {
         let seen: Seen = Arc::default();
         let s = seen.clone();
         let out = q
-            .run_or_enqueue("solo", "hello", move |item| {
+            .run_or_enqueue("solo", "hello", TTL, move |item| {
                 let s = s.clone();
                 async move {
                     record(&s, &item);
@@ -141,18 +149,18 @@ scenario! {
         let other = client(&srv).await.queues();
         let mut admin = raw(&srv).await;
         let seen: Seen = Arc::default();
-        let posted: Arc<Mutex<Vec<(RunOrEnqueue, Duration)>>> = Arc::default();
+        let posted: Posted = Arc::default();
         let (s, p) = (seen.clone(), posted.clone());
         let out = holder
             .queues()
-            .run_or_enqueue("race", "a", move |item| {
+            .run_or_enqueue("race", "a", TTL, move |item| {
                 let (s, p, other) = (s.clone(), p.clone(), other.clone());
                 async move {
                     record(&s, &item);
                     if item.body == b"a" {
                         let t = Instant::now();
                         let r = other
-                            .run_or_enqueue("race", "b", |_| async {
+                            .run_or_enqueue("race", "b", TTL, |_| async {
                                 Err::<(), String>("the poster must not run: the key is held".into())
                             })
                             .await
@@ -192,9 +200,9 @@ scenario! {
         let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
         let started_tx = Arc::new(Mutex::new(Some(started_tx)));
         let f = first.clone();
-        let qa = a.queues().with_ttl(Duration::from_secs(10)).unwrap();
+        let qa = a.queues();
         let task = tokio::spawn(async move {
-            qa.run_or_enqueue("crash", "x", move |item| {
+            qa.run_or_enqueue("crash", "x", TTL, move |item| {
                 let (f, tx) = (f.clone(), started_tx.clone());
                 async move {
                     record(&f, &item);
@@ -214,7 +222,7 @@ scenario! {
         let second: Seen = Arc::default();
         let s = second.clone();
         // The dropped holder released by token in the background: well before its 10 s lease.
-        let (handled, fence) = drain_until_ran(&b.queues(), "crash", WAKE, move |item| {
+        let (handled, fence) = drain_until_ran(&b.queues(), "crash", TTL, WAKE, move |item| {
             let s = s.clone();
             async move {
                 record(&s, &item);
@@ -238,24 +246,30 @@ async fn a_handler_error_keeps_the_item_queued_and_frees_the_key() {
     let srv = server();
     let c = client(&srv).await;
     let q = c.queues();
-    let err = q
-        .run_or_enqueue("err", "bad", |_| async { Err::<(), &str>("sink down") })
+    // The handler's failure is the user's, so it comes back inside `Ok`, with the item's id.
+    let out = q
+        .run_or_enqueue("err", "bad", TTL, |_| async {
+            Err::<(), &str>("sink down")
+        })
         .await
-        .unwrap_err();
-    let QueueError::Handler {
-        id, handled, error, ..
-    } = &err
+        .expect("a handler error is not baton's");
+    let RunOrEnqueue::HandlerFailed {
+        id,
+        handled,
+        error,
+        fencing_token,
+    } = &out
     else {
-        panic!("expected a handler error, got {err:?}");
+        panic!("expected a handler failure, got {out:?}");
     };
     assert_eq!((*handled, *error), (0, "sink down"));
-    assert!(err.to_string().contains("stays queued"), "{err}");
+    assert!(*fencing_token > 0, "{out:?}");
     assert_eq!(q.pending("err").await.unwrap(), 1);
     // Released at once: a drain right away runs and gets the same item.
     let got: Seen = Arc::default();
     let g = got.clone();
     let out = q
-        .drain("err", move |item| {
+        .drain("err", TTL, move |item| {
             let g = g.clone();
             async move {
                 record(&g, &item);
@@ -269,7 +283,7 @@ async fn a_handler_error_keeps_the_item_queued_and_frees_the_key() {
     assert_eq!(q.pending("err").await.unwrap(), 0);
     // A drain of an empty queue runs nothing and lets go.
     let out = q
-        .drain("err", |_| async {
+        .drain("err", TTL, |_| async {
             Err::<(), String>("nothing is queued".into())
         })
         .await
@@ -286,11 +300,11 @@ async fn a_lost_lease_stops_the_drain_and_keeps_the_item() {
     let srv = server();
     let c = client(&srv).await;
     let mut admin = raw(&srv).await;
-    let q = c.queues().with_ttl(Duration::from_millis(600)).unwrap();
+    let q = c.queues();
     let admin_url = srv.url();
     let started = Instant::now();
     let err = q
-        .run_or_enqueue("lost", "item", move |_| {
+        .run_or_enqueue("lost", "item", Duration::from_millis(600), move |_| {
             let url = admin_url.clone();
             async move {
                 let mut conn = common::raw_at(&url).await;
@@ -308,8 +322,7 @@ async fn a_lost_lease_stops_the_drain_and_keeps_the_item() {
         })
         .await
         .unwrap_err();
-    let baton = err.baton().expect("baton's error");
-    assert_eq!(baton.kind(), ErrorKind::LeaseLost, "{baton}");
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
     assert!(
         started.elapsed() < WAKE,
         "noticed within {:?}",
@@ -337,7 +350,7 @@ async fn ids_grow_across_holds_and_queued_items_never_expire() {
         let seen: Seen = Arc::default();
         let (s, url) = (seen.clone(), srv.url());
         let out = q
-            .run_or_enqueue("ids", format!("{round}"), move |item| {
+            .run_or_enqueue("ids", format!("{round}"), TTL, move |item| {
                 let (s, url) = (s.clone(), url.clone());
                 async move {
                     record(&s, &item);
@@ -385,16 +398,12 @@ async fn a_foreign_items_key_is_a_typed_error_and_leaves_no_lock() {
         .unwrap();
     let e = c
         .queues()
-        .run_or_enqueue("foreign", "x", |_| async {
+        .run_or_enqueue("foreign", "x", TTL, |_| async {
             Err::<(), String>("must not run".into())
         })
         .await
         .unwrap_err();
-    assert_eq!(
-        e.baton().map(|e| e.kind()),
-        Some(ErrorKind::WrongType),
-        "{e}"
-    );
+    assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
     assert!(
         !exists(&mut admin, &lock_key("foreign")).await,
         "a lock was left behind"
@@ -415,25 +424,27 @@ async fn bad_input_is_rejected_before_anything_is_posted() {
     let q = c.queues();
     let never = |_: QueueItem| async { Err::<(), String>("must not run".into()) };
     let big = vec![0u8; baton::queue::MAX_ITEM_BYTES + 1];
-    let e = q.run_or_enqueue("big", &big, never).await.unwrap_err();
-    assert_eq!(e.baton().map(|e| e.kind()), Some(ErrorKind::Config), "{e}");
+    let e = q.run_or_enqueue("big", &big, TTL, never).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("item"), "{e}");
     assert!(!exists(&mut admin, &items_key("big")).await);
     for bad in ["", "a{b", "}"] {
-        let e = q.run_or_enqueue(bad, "x", never).await.unwrap_err();
-        assert_eq!(
-            e.baton().map(|e| e.kind()),
-            Some(ErrorKind::Config),
-            "{bad:?}"
-        );
+        let e = q.run_or_enqueue(bad, "x", TTL, never).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config, "{bad:?}");
     }
-    assert!(q.with_ttl(Duration::ZERO).is_err());
-    assert!(q.with_ttl(Duration::from_secs(86_401)).is_err());
+    for bad in [Duration::ZERO, Duration::from_secs(86_401)] {
+        let e = q.run_or_enqueue("ttl", "x", bad, never).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config, "{bad:?}");
+        assert!(e.to_string().contains("ttl"), "{e}");
+        let e = q.drain("ttl", bad, never).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config, "{bad:?}");
+    }
+    assert!(!exists(&mut admin, &items_key("ttl")).await);
     assert!(q.with_prefix("nocolon").is_err());
     // Exactly 1 MiB is fine.
     let ok = vec![7u8; baton::queue::MAX_ITEM_BYTES];
     let out = q
-        .run_or_enqueue("edge", &ok, |item| async move {
+        .run_or_enqueue("edge", &ok, TTL, |item| async move {
             assert_eq!(item.body.len(), baton::queue::MAX_ITEM_BYTES);
             Ok::<(), String>(())
         })
@@ -528,7 +539,7 @@ async fn queue_child() {
     let admin_url = parts[2].to_string();
     let victim = parts[3] == "1";
     let ttl = Duration::from_millis(parts[4].parse().unwrap());
-    let q = c.queues().with_ttl(ttl).unwrap();
+    let q = c.queues();
     let handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     for t in 0..TASKS {
@@ -538,7 +549,7 @@ async fn queue_child() {
             for n in 0..PER_TASK {
                 let body = format!("p{proc}-t{t}-{n}");
                 let out = q
-                    .run_or_enqueue(KEY, &body, |item| {
+                    .run_or_enqueue(KEY, &body, ttl, |item| {
                         let (mut sink, handled) = (sink.clone(), handled.clone());
                         async move {
                             apply(&mut sink, &item).await?;
@@ -568,8 +579,12 @@ async fn queue_child() {
                         }
                     })
                     .await;
-                if let Err(e) = out {
-                    panic!("process {proc} task {t} item {n}: {e}");
+                match out {
+                    Err(e) => panic!("process {proc} task {t} item {n}: {e}"),
+                    Ok(failed @ RunOrEnqueue::HandlerFailed { .. }) => {
+                        panic!("process {proc} task {t} item {n}: {failed:?}")
+                    }
+                    Ok(_) => {}
                 }
                 let _: () = redis::cmd("SADD")
                     .arg(POSTED)
@@ -710,7 +725,7 @@ async fn acceptance(kill: bool) -> Sink {
         let deadline = Instant::now() + Duration::from_secs(15);
         while q.pending(KEY).await.unwrap() > 0 {
             assert!(Instant::now() < deadline, "the queue was not drained");
-            let _ = drain_until_ran(&q, KEY, Duration::from_secs(10), |item| {
+            let _ = drain_until_ran(&q, KEY, TTL, Duration::from_secs(10), |item| {
                 let mut sink = sink.clone();
                 async move { apply(&mut sink, &item).await }
             })

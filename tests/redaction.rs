@@ -103,10 +103,10 @@ async fn connect_and_run(seen: &mut Seen, what: &str, b: ClientBuilder) -> Clien
     let client = b.connect().await.unwrap_or_else(|e| panic!("{what}: {e}"));
     seen.debug(&format!("{what} client"), &client);
     let cfg = job(&format!("redact-{what}")).build().unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let first = acquired(&mut a, WAKE).await;
     seen.debug(&format!("{what} acquired"), &first);
-    let mut b = client.start(cfg);
+    let mut b = client.failover().start(cfg);
     let locked = next(&mut b, WAKE).await;
     seen.event(what, &locked);
     first.fail(format!("{what} fails once")).await.unwrap();
@@ -221,10 +221,10 @@ async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
     // 7. Workers whose server dies under them: their error events.
     // A 1 s lease, so that `fail` on a dead server gives up soon.
     let short = baton::FailoverConfig::builder("redact-crash")
-        .lock_timeout(Duration::from_secs(1))
+        .lease(Duration::from_secs(1))
         .build()
         .unwrap();
-    let mut w = by_url.start(short);
+    let mut w = by_url.failover().start(short);
     let held = acquired(&mut w, WAKE).await;
     srv.kill();
     // `fail` keeps trying to record the outcome for a while; its error (if it comes within 2 s)
@@ -239,7 +239,9 @@ async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
     }
     let evs = drain(&mut seen, "crash", &mut w, Duration::from_secs(2)).await;
     drop(w);
-    let mut w2 = by_setter.start(job("redact-crash-2").build().unwrap());
+    let mut w2 = by_setter
+        .failover()
+        .start(job("redact-crash-2").build().unwrap());
     let evs2 = drain(&mut seen, "crash-2", &mut w2, Duration::from_secs(2)).await;
     drop(w2);
     let errors = evs
@@ -248,7 +250,7 @@ async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
         .filter(|e| matches!(e, Event::Error { .. }))
         .count();
     assert!(errors > 0, "expected error events: {evs:?} {evs2:?}");
-    let status = by_file.job_state("redact-crash").await;
+    let status = by_file.failover().job_state("redact-crash").await;
     seen.debug("job_state while down", &status);
 
     for c in [&by_url, &by_setter, &by_file] {

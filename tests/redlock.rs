@@ -43,7 +43,7 @@ impl Fleet {
     }
 
     fn redlock(&self) -> Redlock {
-        Client::redlock(&self.clients).expect("a valid fleet")
+        Redlock::new(&self.clients).expect("a valid fleet")
     }
 
     async fn raws(&self) -> Vec<Raw> {
@@ -98,7 +98,7 @@ scenario! {
         for s in &fleet.servers {
             others.push(client(s).await);
         }
-        let rl2 = Client::redlock(&others).unwrap();
+        let rl2 = Redlock::new(&others).unwrap();
         assert!(rl2.try_acquire("a", TTL).await.unwrap().is_none());
         let err = rl2
             .acquire("a", TTL, &RedlockOptions::builder().max_tries(2).build().unwrap())
@@ -305,17 +305,17 @@ scenario! {
             Err(ConfigError::Invalid { field, reason }) => (field, reason),
             other => panic!("{other:?}"),
         };
-        let (f, why) = field(Client::redlock(&fleet.clients[..2]));
+        let (f, why) = field(Redlock::new(&fleet.clients[..2]));
         assert_eq!(f, "masters");
         assert!(why.contains("at least 3"), "{why}");
-        let (f, why) = field(Client::redlock(&[]));
+        let (f, why) = field(Redlock::new(&[]));
         assert_eq!(f, "masters");
         assert!(why.contains("got 0"), "{why}");
         // Four: even.
         let extra = client(&fleet.servers[0]).await;
         let mut four = fleet.clients.clone();
         four.push(client(&server()).await);
-        let (_, why) = field(Client::redlock(&four));
+        let (_, why) = field(Redlock::new(&four));
         assert!(why.contains("odd"), "{why}");
         // The same server twice, through a second client: would fake a quorum.
         let dup = vec![
@@ -323,7 +323,7 @@ scenario! {
             fleet.clients[1].clone(),
             extra.clone(),
         ];
-        let (_, why) = field(Client::redlock(&dup));
+        let (_, why) = field(Redlock::new(&dup));
         assert!(why.contains("twice"), "{why}");
         assert!(!why.contains("test-pw"), "no credentials: {why}");
         // Bad names, prefixes and ttls.
@@ -440,7 +440,7 @@ scenario! {
         for s in &fleet.servers {
             others.push(client(s).await);
         }
-        let rl2 = Client::redlock(&others).unwrap();
+        let rl2 = Redlock::new(&others).unwrap();
         let until = Instant::now() + 5 * ttl;
         while Instant::now() < until {
             assert!(
@@ -526,7 +526,7 @@ scenario! {
             .iter()
             .map(|s| Client::builder(url(s)).build_lazy().expect("no I/O"))
             .collect();
-        let rl = Client::redlock(&clients).expect("3 masters");
+        let rl = Redlock::new(&clients).expect("3 masters");
         let guard = rl.try_acquire("late", TTL).await.unwrap().expect("2 of 3");
         assert_eq!(guard.release_counted().await.unwrap(), 2);
         // Back on the same port: it votes again.

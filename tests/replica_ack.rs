@@ -34,7 +34,7 @@ async fn client(set: &RedisSentinel) -> Client {
 
 fn job(key: &str, replicas: u32, max_attempts: u64) -> FailoverConfig {
     FailoverConfig::builder(key)
-        .lock_timeout(Duration::from_secs(10))
+        .lease(Duration::from_secs(10))
         .max_attempts(max_attempts)
         .replica_ack(replicas, Duration::from_millis(300))
         .build()
@@ -53,7 +53,7 @@ async fn admin(url: String) -> redis::aio::MultiplexedConnection {
 async fn a_grant_and_done_both_replicas_confirmed_are_handed_out_as_usual() {
     let set = sentinel_set().await;
     let c = client(&set).await;
-    let mut w = c.start(job("acked", 2, 3));
+    let mut w = c.failover().start(job("acked", 2, 3));
     let mut events = Vec::new();
     loop {
         let ev = tokio::time::timeout(Duration::from_secs(10), w.next())
@@ -93,7 +93,7 @@ async fn a_grant_fewer_replicas_confirmed_is_never_handed_out_and_the_job_ends_e
     let set = sentinel_set().await;
     let c = client(&set).await;
     // Three replicas asked for, two exist: no grant can ever be confirmed.
-    let mut w = c.start(job("short", 3, 2));
+    let mut w = c.failover().start(job("short", 3, 2));
     let mut not_replicated = 0;
     let end = loop {
         let ev = tokio::time::timeout(Duration::from_secs(20), w.next())
@@ -122,7 +122,7 @@ async fn a_grant_fewer_replicas_confirmed_is_never_handed_out_and_the_job_ends_e
 async fn a_done_no_replica_confirmed_is_reported_though_the_job_completes() {
     let set = sentinel_set().await;
     let c = client(&set).await;
-    let mut w = c.start(job("lonely", 1, 3));
+    let mut w = c.failover().start(job("lonely", 1, 3));
     let acquired = loop {
         match tokio::time::timeout(Duration::from_secs(10), w.next())
             .await

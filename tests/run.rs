@@ -1,4 +1,4 @@
-//! The closure form `Client::run`.
+//! The closure form `Failover::run`.
 #![cfg(feature = "testing")]
 
 mod common;
@@ -18,6 +18,7 @@ async fn run_records_done_and_later_runs_do_not_repeat_the_work() {
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let out = client
+        .failover()
         .run("nightly", move |attempt| {
             let c = c.clone();
             async move {
@@ -30,12 +31,18 @@ async fn run_records_done_and_later_runs_do_not_repeat_the_work() {
         .await
         .unwrap();
     assert_eq!(out, RunOutcome::Done(10));
+    // Serializable like every event, tagged `outcome`, the work's value as a field.
+    assert_eq!(
+        serde_json::to_value(&out).unwrap(),
+        serde_json::json!({"outcome": "Done", "value": 10})
+    );
     assert_eq!(
         get(&mut conn, &state_key("nightly")).await.as_deref(),
         Some("DONE")
     );
     let c = calls.clone();
     let again = client
+        .failover()
         .run("nightly", move |_| {
             let c = c.clone();
             async move {
@@ -55,6 +62,7 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
     let client = client(&srv).await;
     let cfg = job("flaky").max_attempts(3).build().unwrap();
     let first = client
+        .failover()
         .run(cfg.clone(), |_| async { Err::<(), _>("disk full") })
         .await
         .unwrap();
@@ -69,6 +77,7 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
         }
     );
     let second = client
+        .failover()
         .run(cfg.clone(), |_| async {
             if true {
                 panic!("boom");
@@ -87,6 +96,7 @@ async fn an_error_or_a_panic_fails_the_attempt_and_a_backup_takes_over() {
         other => panic!("{other:?}"),
     }
     let third = client
+        .failover()
         .run(cfg.clone(), |a| async move { Ok::<_, String>(a.last) })
         .await
         .unwrap();
@@ -99,6 +109,7 @@ async fn the_last_failure_ends_exhausted() {
     let client = client(&srv).await;
     let cfg = job("once").max_attempts(1).build().unwrap();
     let out = client
+        .failover()
         .run(cfg, |_| async { Err::<(), _>("no") })
         .await
         .unwrap();
@@ -114,13 +125,14 @@ async fn losing_the_lease_cancels_the_work() {
     let finished = Arc::new(AtomicBool::new(false));
     let (s, f) = (started.clone(), finished.clone());
     let cfg = FailoverConfig::builder("steal")
-        .lock_timeout(Duration::from_millis(600))
+        .lease(Duration::from_millis(600))
         .build()
         .unwrap();
     let run = tokio::spawn({
         let client = client.clone();
         async move {
             client
+                .failover()
                 .run(cfg, move |_| {
                     let (s, f) = (s.clone(), f.clone());
                     async move {
@@ -162,6 +174,7 @@ async fn run_rejects_an_invalid_job_name() {
     let srv = server();
     let client = client(&srv).await;
     let err = client
+        .failover()
         .run("bad{name}", |_| async { Ok::<_, String>(()) })
         .await
         .unwrap_err();
@@ -190,6 +203,7 @@ async fn a_success_whose_done_is_refused_keeps_the_works_result() {
         ],
     );
     let out = client
+        .failover()
         .run(job("taken").build().unwrap(), |_| async {
             Ok::<_, String>("the report")
         })

@@ -37,15 +37,15 @@ scenario! {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("s1")
-            .lock_timeout(Duration::from_millis(300))
+            .lease(Duration::from_millis(300))
             .build()
             .unwrap();
         let mut resource = FencedResource::default();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let old = acquired(&mut a, WAKE).await;
         assert!(resource.write("acct", old.fencing_token, "A"));
         // A "pauses" (does nothing) past its lease; B takes over and writes.
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         let new = loop {
             match next(&mut b, WAKE).await {
                 Event::Acquired(x) => break x,
@@ -77,13 +77,13 @@ scenario! {
         let client = client(&srv).await;
         let mut conn = raw(&srv).await;
         let cfg = FailoverConfig::builder("s8")
-            .lock_timeout(Duration::from_secs(3))
+            .lease(Duration::from_secs(3))
             .keepalive(true)
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         let old = acquired(&mut a, WAKE).await;
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
         let _: () = redis::cmd("PEXPIRE")
             .arg(lease_key("s8"))
@@ -144,10 +144,10 @@ scenario! {
             })),
         );
         let cfg = FailoverConfig::builder("s1b")
-            .lock_timeout(Duration::from_millis(300))
+            .lease(Duration::from_millis(300))
             .build()
             .unwrap();
-        let mut a = client.start(cfg.clone());
+        let mut a = client.failover().start(cfg.clone());
         match next(&mut a, WAKE).await {
             Event::LeaseLost { attempt, reason } => {
                 assert_eq!(attempt, 1);
@@ -159,7 +159,7 @@ scenario! {
             other => panic!("expected LeaseLost before any Acquired, got {other:?}"),
         }
         // The attempt stays counted; a backup takes the next one once the lease has run out.
-        let mut b = client.start(cfg);
+        let mut b = client.failover().start(cfg);
         let got = loop {
             match next(&mut b, WAKE).await {
                 Event::Acquired(x) => break x,

@@ -75,11 +75,11 @@ async fn row_33_right_ca_and_client_cert_run_the_whole_failover_protocol() {
         .await
         .expect("connect over TLS");
     let cfg = job("tls").build().unwrap();
-    let mut a = client.start(cfg.clone());
+    let mut a = client.failover().start(cfg.clone());
     let first = acquired(&mut a, WAKE).await;
     assert_eq!(first.attempt, 1);
     let first_token = first.fencing_token;
-    let mut b = client.start(cfg.clone());
+    let mut b = client.failover().start(cfg.clone());
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
     // The backup is woken through pub/sub, over TLS as well, well before the 10 s lease ends.
     first.fail("handing over").await.unwrap();
@@ -95,7 +95,7 @@ async fn row_33_right_ca_and_client_cert_run_the_whole_failover_protocol() {
         );
     }
     assert_eq!(
-        client.job_state("tls").await.unwrap(),
+        client.failover().job_state("tls").await.unwrap(),
         baton::JobState::Done
     );
     // And by the name in the certificate, through the plain unix socket for the raw check.
@@ -104,7 +104,7 @@ async fn row_33_right_ca_and_client_cert_run_the_whole_failover_protocol() {
         .await
         .expect("localhost");
     assert_eq!(
-        by_name.job_state("tls").await.unwrap(),
+        by_name.failover().job_state("tls").await.unwrap(),
         baton::JobState::Done
     );
     let unix = srv.unix_url().expect("a unix socket");

@@ -740,7 +740,7 @@ async fn baton_queue(client: &Client, key: &str, dur: Duration) -> (u64, u64, f6
             let mut posted = 0u64;
             while Instant::now() < end {
                 let h = handled.clone();
-                q.run_or_enqueue(&key, b"x", move |_item| {
+                q.run_or_enqueue(&key, b"x", Duration::from_secs(10), move |_item| {
                     h.fetch_add(1, Ordering::Relaxed);
                     async { Ok::<(), std::io::Error>(()) }
                 })

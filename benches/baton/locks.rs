@@ -1,5 +1,5 @@
 //! The lock scenarios: `lock-uncontended`, `lock-distinct`, `lock-contended` (baton's mutex,
-//! `Client::locks()`) and `redlock` (`Client::redlock` over 3 private masters), each measuring
+//! `Client::locks()`) and `redlock` (`Redlock::new` over 3 private masters), each measuring
 //! three sides against the same private redis-server(s), runs interleaved (the order rotates
 //! every run, round 0 is a warm-up):
 //!
@@ -441,7 +441,7 @@ async fn redlock_sides(urls: &[String]) -> (Sides, Vec<Client>) {
     let sides = vec![
         (
             "baton",
-            Locker::BatonRedlock(Client::redlock(&clients).expect("redlock over 3 masters")),
+            Locker::BatonRedlock(Redlock::new(&clients).expect("redlock over 3 masters")),
         ),
         ("floor", Locker::FloorRedlock(Arc::new(floors))),
         (

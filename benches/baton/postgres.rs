@@ -167,10 +167,10 @@ fn rand_u128() -> u128 {
 /// One baton cycle: a worker for `key` wins attempt 1 and finishes it.
 async fn baton_cycle(client: &Client, key: &str) {
     let cfg = FailoverConfig::builder(key)
-        .lock_timeout(Duration::from_secs(30))
+        .lease(Duration::from_secs(30))
         .build()
         .expect("valid config");
-    let mut w = client.start(cfg);
+    let mut w = client.failover().start(cfg);
     loop {
         match w.next_event().await {
             Some(Event::Acquired(a)) => {

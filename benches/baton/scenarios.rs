@@ -88,7 +88,7 @@ pub const POOL: usize = 8;
 
 pub(crate) fn cfg(job: &str, lease: Duration) -> FailoverConfig {
     FailoverConfig::builder(job)
-        .lock_timeout(lease)
+        .lease(lease)
         .retention(RETENTION)
         .worker_name(format!("bench-baton:{}", std::process::id()))
         .build()
@@ -121,7 +121,7 @@ pub(crate) async fn admin(url: &str) -> MultiplexedConnection {
 
 /// Runs one baton worker to its terminal event, calling `done()` as soon as it acquires.
 async fn baton_worker(client: Client, cfg: FailoverConfig) -> &'static str {
-    let mut w = client.start(cfg);
+    let mut w = client.failover().start(cfg);
     while let Some(ev) = w.next_event().await {
         match ev {
             Event::Acquired(a) => a.done().await.expect("done() of an uncontended attempt"),
@@ -523,11 +523,11 @@ async fn baton_handover(
     job: &str,
 ) -> Duration {
     let c = cfg(job, Duration::from_secs(10));
-    let mut holder = a.start(c.clone());
+    let mut holder = a.failover().start(c.clone());
     let Event::Acquired(att) = next_real(&mut holder).await else {
         panic!("holder did not acquire")
     };
-    let mut backup = b.start(c);
+    let mut backup = b.failover().start(c);
     assert!(matches!(next_real(&mut backup).await, Event::Locked { .. }));
     wait_numsub(adm, &format!("baton:{{{job}}}:events"), 2).await;
     // Let the backup finish its post-subscription read and sleep: idle before the fail().
@@ -645,12 +645,12 @@ async fn expiry_us(adm: &mut MultiplexedConnection, lease_key: &str) -> i64 {
 async fn baton_takeover(a: Client, b: Client, url: String, job: String, lease: Duration) -> f64 {
     let mut adm = admin(&url).await;
     let c = cfg(&job, lease); // keepalive off: the lease runs out unless done()/fail()
-    let mut holder = a.start(c.clone());
+    let mut holder = a.failover().start(c.clone());
     let Event::Acquired(att) = next_real(&mut holder).await else {
         panic!("holder did not acquire")
     };
     let expiry = expiry_us(&mut adm, &format!("baton:{{{job}}}:lease")).await;
-    let mut backup = b.start(c);
+    let mut backup = b.failover().start(c);
     assert!(matches!(next_real(&mut backup).await, Event::Locked { .. }));
     // The holder "crashes": it never calls done()/fail() and its handle stays alive (dropping
     // it would release the attempt), so the lease is left to expire.
@@ -831,12 +831,12 @@ pub(crate) fn spawn_idle_worker(
     unexpected: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<baton::Worker> {
     let c = FailoverConfig::builder(job)
-        .lock_timeout(lease)
+        .lease(lease)
         .retention(RETENTION)
         .keepalive(keepalive)
         .build()
         .expect("config");
-    let mut w = client.start(c);
+    let mut w = client.failover().start(c);
     let mut stop = stop.clone();
     tokio::spawn(async move {
         let mut keep = None;
@@ -1226,7 +1226,7 @@ async fn roundtrips(report: &mut Report) {
     // --- baton
     let j1 = format!("s6-{id}-1");
     let (grant, (mut h, att)) = phase(&mut adm, &mon, async {
-        let mut h = a.start(cfg(&j1, lease));
+        let mut h = a.failover().start(cfg(&j1, lease));
         match next_real(&mut h).await {
             Event::Acquired(x) => (h, x),
             other => panic!("{}", other.name()),
@@ -1239,12 +1239,12 @@ async fn roundtrips(report: &mut Report) {
     })
     .await;
     let j2 = format!("s6-{id}-2");
-    let mut h = a.start(cfg(&j2, lease));
+    let mut h = a.failover().start(cfg(&j2, lease));
     let Event::Acquired(att2) = next_real(&mut h).await else {
         panic!("holder 2")
     };
     let (wait, mut bk) = phase(&mut adm, &mon, async {
-        let mut bk = b.start(cfg(&j2, lease));
+        let mut bk = b.failover().start(cfg(&j2, lease));
         assert!(matches!(next_real(&mut bk).await, Event::Locked { .. }));
         bk
     })
@@ -1302,16 +1302,16 @@ async fn roundtrips(report: &mut Report) {
     let j3 = format!("s6-{id}-3");
     let short = Duration::from_millis(300);
     let keep = FailoverConfig::builder(&j3)
-        .lock_timeout(short)
+        .lease(short)
         .retention(RETENTION)
         .keepalive(true)
         .build()
         .expect("config");
-    let mut h3 = a.start(keep);
+    let mut h3 = a.failover().start(keep);
     let Event::Acquired(att3) = next_real(&mut h3).await else {
         panic!("holder 3")
     };
-    let mut b3 = b.start(cfg(&j3, short));
+    let mut b3 = b.failover().start(cfg(&j3, short));
     assert!(matches!(next_real(&mut b3).await, Event::Locked { .. }));
     // Steady state: the holder's first extension (redis-rs' `EVALSHA`, `NOSCRIPT`, `SCRIPT
     // LOAD`, `EVALSHA` on a server that never saw the script) and the backup's first re-check

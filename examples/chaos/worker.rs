@@ -265,7 +265,7 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
     let job = job_name(j);
     let mut cfg = FailoverConfig::builder(job.clone())
         .max_attempts(MAX_ATTEMPTS)
-        .lock_timeout(LEASE)
+        .lease(LEASE)
         .keepalive(true)
         .retention(Duration::from_secs(3600))
         .worker_name(ctx.holder.clone());
@@ -279,7 +279,7 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
         ctx.args.inc as u64,
         j as u64,
     ]));
-    let mut worker = client.start(cfg);
+    let mut worker = client.failover().start(cfg);
     ctx.write(json!({"type":"invoke","f":"start","job":job}));
     while let Some(ev) = worker.next_event().await {
         let mut line = serde_json::to_value(&ev)?;
@@ -466,7 +466,7 @@ async fn leader_task(
                         "detached":detached}),
                     );
                     for _ in 0..rounds {
-                        if term.stop_token().is_cancelled() {
+                        if term.lost_token().is_cancelled() {
                             return;
                         }
                         let begin = resource_write(&ctx, &name, fence, &format!("BEGIN-{n}")).await;
@@ -484,7 +484,7 @@ async fn leader_task(
                             tokio::spawn(commit).await.ok().flatten()
                         } else {
                             tokio::select! {
-                                _ = term.stopped() => None,
+                                _ = term.lost() => None,
                                 c = commit => c,
                             }
                         };

@@ -152,8 +152,8 @@ impl FailoverConfig {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
-    /// The lease time.
-    pub fn lock_timeout(&self) -> Duration {
+    /// The lease time ([`FailoverConfigBuilder::lease`]).
+    pub fn lease(&self) -> Duration {
         self.lock_timeout
     }
     /// The maximum number of attempts.
@@ -168,7 +168,7 @@ impl FailoverConfig {
     pub fn keepalive(&self) -> bool {
         self.keepalive
     }
-    /// How often a holder with keepalive extends its lease: always `lock_timeout / 3`.
+    /// How often a holder with keepalive extends its lease: always `lease / 3`.
     ///
     /// It is derived, not a setting, so the interval can never reach the lease time: two
     /// extensions can fail in a row (a slow reply, a reconnect) and the lease still has a third
@@ -221,8 +221,9 @@ impl FailoverConfigBuilder {
         self
     }
     /// The lease time: how long a silent holder keeps the job before a backup may take over.
-    /// 10 ms ..= 1 day. Defaults to 5 s.
-    pub fn lock_timeout(mut self, d: Duration) -> Self {
+    /// 10 ms ..= 1 day. Serialized as `lock_timeout_ms`, the CLI's `--lock-timeout`; errors
+    /// name it `lock_timeout`. Defaults to 5 s.
+    pub fn lease(mut self, d: Duration) -> Self {
         self.raw.lock_timeout_ms = duration_ms(d);
         self
     }
@@ -236,19 +237,19 @@ impl FailoverConfigBuilder {
         self
     }
     /// How long the counter, `DONE`/`EXHAUSTED` and the fence are kept after the last write, so
-    /// late duplicates of the job are not re-run. At least 2 × `lock_timeout`. Defaults to 24 h.
+    /// late duplicates of the job are not re-run. At least 2 × `lease`. Defaults to 24 h.
     pub fn retention(mut self, d: Duration) -> Self {
         self.raw.retention_ms = duration_ms(d);
         self
     }
-    /// Whether the holder extends its lease every `lock_timeout / 3` (see
+    /// Whether the holder extends its lease every `lease / 3` (see
     /// [`FailoverConfig::keepalive_interval`]) while its process lives.
-    /// Defaults to off (the original's model: an attempt must finish within `lock_timeout`).
+    /// Defaults to off (the original's model: an attempt must finish within `lease`).
     pub fn keepalive(mut self, on: bool) -> Self {
         self.raw.keepalive = on;
         self
     }
-    /// A cap on one attempt's run time; must exceed `lock_timeout` and be at most 10 years.
+    /// A cap on one attempt's run time; must exceed `lease` and be at most 10 years.
     /// Defaults to none.
     pub fn max_run(mut self, d: Option<Duration>) -> Self {
         self.raw.max_run_ms = d.map(duration_ms);
@@ -261,7 +262,7 @@ impl FailoverConfigBuilder {
         self
     }
     /// Whether a worker whose own attempt failed waits as a backup again (after giving the other
-    /// backups a head start of `lock_timeout / 10`, 10..=500 ms, or `retry_delay` if longer).
+    /// backups a head start of `lease / 10`, 10..=500 ms, or `retry_delay` if longer).
     /// Defaults to false.
     pub fn rejoin_after_fail(mut self, on: bool) -> Self {
         self.raw.rejoin_after_fail = on;
@@ -287,7 +288,7 @@ impl FailoverConfigBuilder {
 
     /// Replica acknowledgement: after each grant and each `DONE`, `WAIT replicas timeout` is
     /// pipelined right after the `EXEC`, on the connection that wrote. `replicas` 0 switches
-    /// it off (the default); 1 ..= 100 replicas, timeout 1 ms ..= `lock_timeout / 2` (and at
+    /// it off (the default); 1 ..= 100 replicas, timeout 1 ms ..= `lease / 2` (and at
     /// most three quarters of the client's response timeout, applied when sent).
     ///
     /// A grant fewer replicas confirmed is never handed to the caller: the worker reports an
@@ -302,6 +303,8 @@ impl FailoverConfigBuilder {
     /// `WAIT` narrows the window in which an acknowledged write can be lost to a failover; it
     /// does not close it (Redis replication stays asynchronous: no rollback, and Sentinel or the
     /// cluster may promote a replica that had not received the write).
+    ///
+    /// Defaults to off (0 replicas).
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.raw.replica_ack = replicas;
         self.raw.replica_ack_timeout_ms = duration_ms(timeout);
@@ -452,7 +455,7 @@ mod tests {
     fn defaults_follow_the_design() {
         let c = FailoverConfig::builder("msg:42").build().unwrap();
         assert_eq!(c.prefix(), "baton:");
-        assert_eq!(c.lock_timeout(), Duration::from_secs(5));
+        assert_eq!(c.lease(), Duration::from_secs(5));
         assert_eq!(c.max_attempts(), 5);
         assert_eq!(c.retention(), Duration::from_secs(86_400));
         assert!(!c.keepalive());
@@ -494,35 +497,26 @@ mod tests {
     #[test]
     fn lock_timeout_range() {
         let b = || FailoverConfig::builder("k");
+        assert_eq!(field(b().lease(Duration::ZERO).build()), "lock_timeout");
         assert_eq!(
-            field(b().lock_timeout(Duration::ZERO).build()),
+            field(b().lease(Duration::from_millis(9)).build()),
             "lock_timeout"
         );
         assert_eq!(
-            field(b().lock_timeout(Duration::from_millis(9)).build()),
-            "lock_timeout"
-        );
-        assert_eq!(
-            field(b().lock_timeout(Duration::from_millis(10)).build()),
+            field(b().lease(Duration::from_millis(10)).build()),
             "accepted"
         );
         let day = Duration::from_secs(86_400);
-        assert_eq!(
-            field(b().lock_timeout(day).retention(day * 2).build()),
-            "accepted"
-        );
+        assert_eq!(field(b().lease(day).retention(day * 2).build()), "accepted");
         assert_eq!(
             field(
-                b().lock_timeout(day + Duration::from_millis(1))
+                b().lease(day + Duration::from_millis(1))
                     .retention(day * 3)
                     .build()
             ),
             "lock_timeout"
         );
-        assert_eq!(
-            field(b().lock_timeout(Duration::MAX).build()),
-            "lock_timeout"
-        );
+        assert_eq!(field(b().lease(Duration::MAX).build()), "lock_timeout");
     }
 
     #[test]
@@ -537,7 +531,7 @@ mod tests {
 
     #[test]
     fn retention_at_least_twice_the_lease() {
-        let b = || FailoverConfig::builder("k").lock_timeout(Duration::from_secs(10));
+        let b = || FailoverConfig::builder("k").lease(Duration::from_secs(10));
         assert_eq!(
             field(b().retention(Duration::from_secs(19)).build()),
             "retention"
@@ -551,7 +545,7 @@ mod tests {
 
     #[test]
     fn max_run_must_exceed_the_lease() {
-        let b = || FailoverConfig::builder("k").lock_timeout(Duration::from_secs(1));
+        let b = || FailoverConfig::builder("k").lease(Duration::from_secs(1));
         assert_eq!(
             field(b().max_run(Some(Duration::from_secs(1))).build()),
             "max_run"
@@ -592,7 +586,7 @@ mod tests {
         let ok: FailoverConfig =
             serde_json::from_str(r#"{"key":"msg:1","lock_timeout_ms":1000,"max_attempts":3}"#)
                 .unwrap();
-        assert_eq!(ok.lock_timeout(), Duration::from_secs(1));
+        assert_eq!(ok.lease(), Duration::from_secs(1));
         assert_eq!(ok.max_attempts(), 3);
         let bad = serde_json::from_str::<FailoverConfig>(r#"{"key":"msg:1","max_attempts":0}"#);
         assert!(bad.unwrap_err().to_string().contains("max_attempts"));

@@ -2,15 +2,17 @@
 //!
 //! - [`config`]: [`FailoverConfig`] and its builder (validated, serde).
 //! - `protocol`: the pure decisions of every transition (unit-tested row by row).
-//! - `worker`: the task that does the I/O around them.
+//! - `worker`: the task that does the I/O around them; `backup` and `holder` are its two sides.
 //! - [`events`]: the [`Event`] stream, [`Acquired`] and [`AttemptHandle`].
-//! - `run`: the closure form, [`Client::run`](crate::Client::run).
-//! - `admin`: operator tools: [`Client::job_status`](crate::Client::job_status), `watch_job`,
-//!   `fail_attempt`, `reset_job`.
+//! - `run`: the closure form, [`Failover::run`].
+//! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
+//!   `reset_job`.
 
 mod admin;
+mod backup;
 pub mod config;
 pub mod events;
+mod holder;
 pub(crate) mod keys;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
@@ -26,7 +28,7 @@ use crate::transport::{Backend, Transport};
 pub use admin::{JobChange, JobState, JobStatus, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
-pub use run::{Attempt, IntoJob, RunError, RunOutcome};
+pub use run::{Attempt, IntoJob, RunOutcome};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.

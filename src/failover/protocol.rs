@@ -18,11 +18,14 @@
 //!   knows Redis lost data; granting then could run the job a second time as "attempt 1", so it
 //!   reports `StateLost` instead.
 
+use std::time::Duration;
+
 use redis::Value;
 
 use crate::error::{preview, Error};
 use crate::lease::next_fence;
 use crate::transport::classify::from_server_error;
+use crate::util::time::human;
 
 /// The sentinel stored once the job succeeded.
 pub(crate) const DONE: &str = "DONE";
@@ -182,6 +185,79 @@ pub(crate) enum Decision {
     Delay { attempt: u64 },
     /// Stop and report.
     Fault(Fault),
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::State => "state",
+            Which::Lease => "lease",
+            Which::Fence => "fence",
+        }
+    }
+}
+
+impl Fault {
+    /// The fault in words, for status messages.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Fault::Corrupt { which, value } => {
+                format!(
+                    "the {} key holds {value:?}, which baton never writes",
+                    which.name()
+                )
+            }
+            Fault::WrongType { which, detail } => {
+                format!("the {} key has the wrong type ({detail})", which.name())
+            }
+            Fault::StateLost { seen, now } => {
+                format!("the state went back from {seen} to {now}")
+            }
+        }
+    }
+}
+
+impl Decision {
+    /// The decision in words for `Verbose` status messages: its name first (`Grant`, `Wait`, …),
+    /// then what it means.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Decision::Grant {
+                attempt,
+                last,
+                fence,
+            } => format!(
+                "Grant: take attempt {attempt}{} with fencing token {fence}",
+                if *last { " (the last)" } else { "" }
+            ),
+            Decision::Resume { attempt, fence, .. } => format!(
+                "Resume: a grant whose reply was lost did apply; attempt {attempt} with fencing \
+                 token {fence} is ours"
+            ),
+            Decision::Completed => "Completed: the job is done".into(),
+            Decision::Exhausted { attempts } => {
+                format!("Exhausted: the job ended after {attempts} attempts")
+            }
+            Decision::WriteExhausted { attempts } => {
+                format!("WriteExhausted: the last of {attempts} attempts failed")
+            }
+            Decision::Wait {
+                attempt,
+                pttl_ms: Some(ms),
+            } => format!(
+                "Wait: attempt {attempt} runs elsewhere, its lease ends in {}",
+                human(Duration::from_millis(*ms))
+            ),
+            Decision::Wait {
+                attempt,
+                pttl_ms: None,
+            } => format!("Wait: attempt {attempt} runs elsewhere"),
+            Decision::Delay { attempt } => {
+                format!("Delay: attempt {attempt} failed; retry_delay passes before a takeover")
+            }
+            Decision::Fault(f) => format!("Fault: {}", f.describe()),
+        }
+    }
 }
 
 fn common_faults(obs: &Observation) -> Option<Fault> {
@@ -785,6 +861,44 @@ pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decisions_read_as_text_not_debug_output() {
+        let said = [
+            Decision::Grant {
+                attempt: 2,
+                last: true,
+                fence: 7,
+            }
+            .describe(),
+            Decision::Wait {
+                attempt: 1,
+                pttl_ms: Some(4_006),
+            }
+            .describe(),
+            Decision::Wait {
+                attempt: 1,
+                pttl_ms: None,
+            }
+            .describe(),
+            Decision::Fault(Fault::Corrupt {
+                which: Which::State,
+                value: "03".into(),
+            })
+            .describe(),
+        ];
+        assert_eq!(
+            said[0],
+            "Grant: take attempt 2 (the last) with fencing token 7"
+        );
+        assert_eq!(
+            said[1],
+            "Wait: attempt 1 runs elsewhere, its lease ends in 4.0 s"
+        );
+        for s in &said {
+            assert!(!s.contains("Some(") && !s.contains('{'), "{s}");
+        }
+    }
 
     const T: &str = "0123456789abcdef0123456789abcdef";
     const OTHER: &str = "ffffffffffffffffffffffffffffffff";

@@ -1,4 +1,4 @@
-//! The closure form: `client.run(job, |attempt| async { … })`.
+//! The closure form: `client.failover().run(job, |attempt| async { … })`.
 //!
 //! It wires the event stream for the common case: the lease is kept alive while the closure
 //! runs, the closure is cancelled the moment the attempt is lost, its result becomes `done()` or
@@ -6,15 +6,17 @@
 
 use std::future::Future;
 
+use serde::Serialize;
 use tokio_stream::StreamExt;
 
 use super::config::FailoverConfig;
 use super::events::Event;
 use super::Failover;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, ErrorKind};
 
-/// What the closure receives: which attempt this is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the closure receives: which attempt this is. Serializes as a plain object
+/// (`{"key":"report","number":1,"last":false,"fencing_token":7}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Attempt {
     /// The job name.
@@ -29,6 +31,14 @@ pub struct Attempt {
 
 /// How [`Failover::run`] ended for this worker. `T` is what the work returns on success, `E`
 /// its error type.
+///
+/// Everything the work returned comes back in here, its error included ([`RunOutcome::Failed`]);
+/// baton's own failures are the `Err` of [`Failover::run`].
+///
+/// Serializes (when `T` does) tagged `outcome` like [`Event`]'s `event`:
+/// `{"outcome":"Done","value":42}`, `{"outcome":"Failed","attempt":1,"reason":"…",
+/// "panicked":false}`. The work's error is serialized as its text (`reason`), so `E` need not be
+/// `Serialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RunOutcome<T, E = String> {
@@ -43,6 +53,20 @@ pub enum RunOutcome<T, E = String> {
         /// What the work returned.
         value: T,
         /// Why the `DONE` was refused.
+        reason: String,
+    },
+    /// The work succeeded, but recording its `DONE` failed with an error of baton's (a
+    /// connection error, a timeout, [`ErrorKind::OutcomeUnknown`]): whether the job is recorded
+    /// as done is not known, and a backup may run it again if it is not. The work's result is
+    /// kept.
+    DoneUnconfirmed {
+        /// The attempt.
+        attempt: u64,
+        /// What the work returned.
+        value: T,
+        /// The classification of the error that recording `DONE` returned.
+        kind: ErrorKind,
+        /// That error's text.
         reason: String,
     },
     /// Another worker completed the job.
@@ -76,58 +100,91 @@ pub enum RunOutcome<T, E = String> {
     Stopped,
 }
 
-/// Why [`Failover::run`] failed: the error and, when the work itself succeeded but its success
-/// could not be recorded (e.g. [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown)),
-/// the work's result, so it is never silently dropped. Converts into [`Error`] with `?`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct RunError<T> {
-    /// What went wrong.
-    pub error: Error,
-    /// The work's result, when the work succeeded.
-    pub value: Option<T>,
-}
-
-impl<T> RunError<T> {
-    /// The error's classification.
-    pub fn kind(&self) -> crate::ErrorKind {
-        self.error.kind()
+impl<T: Serialize, E> Serialize for RunOutcome<T, E> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        OutcomeJson::from(self).serialize(serializer)
     }
 }
 
-impl<T> From<Error> for RunError<T> {
-    fn from(error: Error) -> Self {
-        RunError { error, value: None }
-    }
+/// [`RunOutcome`]'s JSON form: internally tagged, which a tuple variant holding a number or a
+/// string cannot be (`Done`'s value becomes a field), and without the work's error object.
+#[derive(Serialize)]
+#[serde(tag = "outcome")]
+enum OutcomeJson<'a, T> {
+    Done {
+        value: &'a T,
+    },
+    NotRecorded {
+        attempt: u64,
+        value: &'a T,
+        reason: &'a str,
+    },
+    DoneUnconfirmed {
+        attempt: u64,
+        value: &'a T,
+        kind: ErrorKind,
+        reason: &'a str,
+    },
+    CompletedElsewhere,
+    Failed {
+        attempt: u64,
+        reason: &'a str,
+        panicked: bool,
+    },
+    Exhausted {
+        attempts: u64,
+    },
+    LeaseLost {
+        attempt: u64,
+        reason: &'a str,
+    },
+    Stopped,
 }
 
-impl<T> From<ConfigError> for RunError<T> {
-    fn from(error: ConfigError) -> Self {
-        RunError {
-            error: error.into(),
-            value: None,
+impl<'a, T, E> From<&'a RunOutcome<T, E>> for OutcomeJson<'a, T> {
+    fn from(outcome: &'a RunOutcome<T, E>) -> Self {
+        match outcome {
+            RunOutcome::Done(value) => OutcomeJson::Done { value },
+            RunOutcome::NotRecorded {
+                attempt,
+                value,
+                reason,
+            } => OutcomeJson::NotRecorded {
+                attempt: *attempt,
+                value,
+                reason,
+            },
+            RunOutcome::DoneUnconfirmed {
+                attempt,
+                value,
+                kind,
+                reason,
+            } => OutcomeJson::DoneUnconfirmed {
+                attempt: *attempt,
+                value,
+                kind: *kind,
+                reason,
+            },
+            RunOutcome::CompletedElsewhere => OutcomeJson::CompletedElsewhere,
+            RunOutcome::Failed {
+                attempt,
+                reason,
+                panicked,
+                ..
+            } => OutcomeJson::Failed {
+                attempt: *attempt,
+                reason,
+                panicked: *panicked,
+            },
+            RunOutcome::Exhausted { attempts } => OutcomeJson::Exhausted {
+                attempts: *attempts,
+            },
+            RunOutcome::LeaseLost { attempt, reason } => OutcomeJson::LeaseLost {
+                attempt: *attempt,
+                reason,
+            },
+            RunOutcome::Stopped => OutcomeJson::Stopped,
         }
-    }
-}
-
-impl<T> From<RunError<T>> for Error {
-    fn from(e: RunError<T>) -> Self {
-        e.error
-    }
-}
-
-impl<T> std::fmt::Display for RunError<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.value {
-            Some(_) => write!(f, "{} (the work itself succeeded)", self.error),
-            None => self.error.fmt(f),
-        }
-    }
-}
-
-impl<T: std::fmt::Debug> std::error::Error for RunError<T> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
     }
 }
 
@@ -176,6 +233,7 @@ impl Failover {
     /// # async fn demo() -> Result<(), baton::Error> {
     /// let client = baton::Client::connect("redis://127.0.0.1:6379/").await?;
     /// let outcome = client
+    ///     .failover()
     ///     .run("report:nightly", |attempt| async move {
     ///         println!("running attempt {} (fence {})", attempt.number, attempt.fencing_token);
     ///         Ok::<_, std::io::Error>(())
@@ -185,20 +243,19 @@ impl Failover {
     /// # Ok(()) }
     /// ```
     ///
+    /// Whatever `work` returns comes back inside `Ok`: its value ([`RunOutcome::Done`], or
+    /// [`RunOutcome::DoneUnconfirmed`] with the value when recording `DONE` failed) and its error
+    /// ([`RunOutcome::Failed`]).
+    ///
     /// # Errors
-    /// [`Error::Config`] for an invalid job; the worker's terminal error (corrupt state, lost
-    /// state, …) when the job cannot be coordinated; [`ErrorKind::OutcomeUnknown`](
-    /// crate::ErrorKind::OutcomeUnknown) (with the work's result in [`RunError::value`]) when
-    /// the work succeeded but whether its `DONE` was recorded cannot be known.
+    /// Baton's own failures only: [`Error::Config`] for an invalid job; the worker's terminal
+    /// error (corrupt state, lost state, …) when the job cannot be coordinated; connection
+    /// errors while failing an attempt.
     ///
     /// # Cancel safety
     /// Dropping the future drops the worker, which fails an attempt it holds (the lease is
     /// released so a backup takes over) and aborts `work`.
-    pub async fn run<J, F, Fut, T, E>(
-        &self,
-        job: J,
-        mut work: F,
-    ) -> Result<RunOutcome<T, E>, RunError<T>>
+    pub async fn run<J, F, Fut, T, E>(&self, job: J, mut work: F) -> Result<RunOutcome<T, E>, Error>
     where
         J: IntoJob,
         F: FnMut(Attempt) -> Fut,
@@ -262,9 +319,11 @@ impl Failover {
                                 })
                             }
                             Err(error) => {
-                                return Err(RunError {
-                                    error,
-                                    value: Some(value),
+                                return Ok(RunOutcome::DoneUnconfirmed {
+                                    attempt: number,
+                                    value,
+                                    kind: error.kind(),
+                                    reason: error.to_string(),
                                 })
                             }
                         },
@@ -286,7 +345,7 @@ impl Failover {
                 }
                 Event::Completed { attempt: None } => return Ok(RunOutcome::CompletedElsewhere),
                 other if other.is_terminal() => {
-                    return terminal(other, panicked_attempt, last_error).map_err(RunError::from)
+                    return terminal(other, panicked_attempt, last_error)
                 }
                 _ => {}
             }
@@ -351,5 +410,42 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_serialize_tagged_with_the_value_as_a_field_and_the_error_as_text() {
+        let done: RunOutcome<u64, std::io::Error> = RunOutcome::Done(42);
+        assert_eq!(
+            serde_json::to_string(&done).unwrap(),
+            r#"{"outcome":"Done","value":42}"#
+        );
+        let failed: RunOutcome<(), std::io::Error> = RunOutcome::Failed {
+            attempt: 2,
+            reason: "disk full".into(),
+            panicked: false,
+            error: Some(std::io::Error::other("disk full")),
+        };
+        assert_eq!(
+            serde_json::to_string(&failed).unwrap(),
+            r#"{"outcome":"Failed","attempt":2,"reason":"disk full","panicked":false}"#
+        );
+        let unconfirmed: RunOutcome<&str> = RunOutcome::DoneUnconfirmed {
+            attempt: 1,
+            value: "sent",
+            kind: ErrorKind::OutcomeUnknown,
+            reason: "timed out".into(),
+        };
+        let json = serde_json::to_value(&unconfirmed).unwrap();
+        assert_eq!(json["outcome"], "DoneUnconfirmed");
+        assert_eq!(json["value"], "sent");
+        assert_eq!(
+            json["kind"],
+            serde_json::to_value(ErrorKind::OutcomeUnknown).unwrap()
+        );
     }
 }

@@ -77,18 +77,21 @@ pub struct ElectionOptionsBuilder {
 
 impl ElectionOptionsBuilder {
     /// The lease (10 ms ..= 1 day). Also sets `stop_timeout` to `lease / 5` unless it was set.
+    /// Defaults to 10 s ([`DEFAULT_LEASE`]).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.raw.lease_ms = crate::util::time::ms(lease);
         self
     }
 
     /// How long before the lease can end the work is told to stop (at most `lease / 2`).
+    /// Defaults to `lease / 5`.
     pub fn stop_timeout(mut self, d: Duration) -> Self {
         self.raw.stop_timeout_ms = Some(crate::util::time::ms(d));
         self
     }
 
-    /// The candidate's name, shown to observers.
+    /// The candidate's name, shown to observers (1..=256 bytes, no control characters).
+    /// Defaults to `host:pid`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.raw.name = Some(name.into());
         self

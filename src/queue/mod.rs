@@ -22,19 +22,22 @@
 //! - Letting go is "release if empty", one script: the lock is deleted only if it holds the
 //!   holder's token and the stream is empty; otherwise the holder drains again. Together with
 //!   the atomic post this closes the race with an item arriving while the holder finishes.
-//! - While it drains, the holder keeps its lease with the kernel's watchdog (every ttl / 3). If
-//!   the lease is lost, the running handler is dropped and the call returns
+//! - While it drains, the holder keeps its lease (the call's `ttl`) with the kernel's watchdog
+//!   (every ttl / 3). If the lease is lost, the running handler is dropped and the call returns
 //!   [`Error::LeaseLost`]; the unfinished items stay queued for the next holder.
 //!
 //! # Crashes and recovery
 //! Items live in Redis, not in the holder: a holder that crashes leaves them queued, and its
-//! lock ends with its lease ([`Queues::with_ttl`]). The next `run_or_enqueue` on the key after
+//! lock ends with its lease (the `ttl` of the call that took it). The next `run_or_enqueue` on the key after
 //! that drains them; if none comes, [`Queues::drain`] (take the lock if free, drain, release)
 //! does: call it at start-up or periodically as a sweep.
 //!
 //! # Handler errors
 //! An error from `handler` stops the drain: the failing item (and every later one) stays
-//! queued, the lock is released at once, and the call returns [`QueueError::Handler`]. The next
+//! queued, the lock is released at once, and the call returns `Ok` with the outcome
+//! [`RunOrEnqueue::HandlerFailed`] ([`Drain::HandlerFailed`]) carrying the handler's error, as
+//! everything the user's code returns comes back inside `Ok` (baton's own failures are the
+//! `Err(Error)`). The next
 //! `run_or_enqueue` or `drain` on the key retries that item first: an item that always fails
 //! blocks the key until it is handled (there is no dead-letter queue).
 
@@ -46,6 +49,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use serde::Serialize;
 
 use crate::error::{ConfigError, Error};
 use crate::lease::backend::LockBackend;
@@ -62,9 +67,6 @@ use keys::QueueKeys;
 
 /// The largest item body accepted, in bytes (1 MiB).
 pub const MAX_ITEM_BYTES: usize = 1 << 20;
-/// The lease of a holder unless [`Queues::with_ttl`] says otherwise: how long a crashed
-/// holder's queue waits before another caller can drain it.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// The shortest lease accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// The longest lease accepted.
@@ -83,14 +85,12 @@ const BATCH: usize = 100;
 pub struct Queues {
     backend: Backend,
     prefix: Arc<str>,
-    ttl: Duration,
 }
 
 impl std::fmt::Debug for Queues {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queues")
             .field("prefix", &self.prefix)
-            .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
 }
@@ -109,9 +109,13 @@ pub struct QueueItem {
     pub fencing_token: u64,
 }
 
-/// What [`Queues::run_or_enqueue`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunOrEnqueue {
+/// What [`Queues::run_or_enqueue`] did. `E` is the handler's error type. Serializes with a tag
+/// `outcome` (`{"outcome":"Ran","handled":3,"fencing_token":7}`); the handler's error is
+/// serialized when `E` is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome")]
+#[non_exhaustive]
+pub enum RunOrEnqueue<E> {
     /// The caller was the holder: it handled `handled` items (its own among them) and released
     /// the key with nothing left queued.
     Ran {
@@ -125,11 +129,26 @@ pub enum RunOrEnqueue {
         /// The item's id, as its handler will see it.
         id: String,
     },
+    /// The handler failed on item `id`: the item (and every later one) stays queued, the drain
+    /// stopped and the key was released at once; the next call on the key retries it first.
+    HandlerFailed {
+        /// The item the handler failed on.
+        id: String,
+        /// The fencing token of this hold.
+        fencing_token: u64,
+        /// How many items this hold completed before.
+        handled: u64,
+        /// The handler's error.
+        error: E,
+    },
 }
 
-/// What [`Queues::drain`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Drain {
+/// What [`Queues::drain`] did. `E` is the handler's error type; serialized like
+/// [`RunOrEnqueue`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome")]
+#[non_exhaustive]
+pub enum Drain<E> {
     /// The key was free: this call drained it (`handled` may be 0) and released it.
     Ran {
         /// How many items the handler completed (and were removed).
@@ -139,19 +158,12 @@ pub enum Drain {
     },
     /// Someone holds the key (a live holder, or a crashed one whose lease has not ended yet).
     Busy,
-}
-
-/// An error of [`Queues::run_or_enqueue`] or [`Queues::drain`]: baton's own, or the handler's.
-#[derive(Debug)]
-pub enum QueueError<E> {
-    /// Redis, configuration, or a lost lease ([`Error::LeaseLost`]); see each method.
-    Baton(Error),
-    /// The handler failed on item `id`: the item stays queued, the drain stopped, the key was
-    /// released.
-    Handler {
+    /// The handler failed on item `id`: the item (and every later one) stays queued, the drain
+    /// stopped and the key was released at once; the next call on the key retries it first.
+    HandlerFailed {
         /// The item the handler failed on.
         id: String,
-        /// The fencing token of the hold.
+        /// The fencing token of this hold.
         fencing_token: u64,
         /// How many items this hold completed before.
         handled: u64,
@@ -160,49 +172,12 @@ pub enum QueueError<E> {
     },
 }
 
-impl<E> QueueError<E> {
-    /// Baton's error, when it is one.
-    pub fn baton(&self) -> Option<&Error> {
-        match self {
-            QueueError::Baton(e) => Some(e),
-            QueueError::Handler { .. } => None,
-        }
-    }
-}
-
-impl<E> From<Error> for QueueError<E> {
-    fn from(e: Error) -> Self {
-        QueueError::Baton(e)
-    }
-}
-
-impl<E> From<ConfigError> for QueueError<E> {
-    fn from(e: ConfigError) -> Self {
-        QueueError::Baton(Error::Config(e))
-    }
-}
-
-impl<E: std::fmt::Display> std::fmt::Display for QueueError<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            QueueError::Baton(e) => e.fmt(f),
-            QueueError::Handler { id, error, .. } => {
-                write!(
-                    f,
-                    "the handler failed on item {id} (it stays queued): {error}"
-                )
-            }
-        }
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for QueueError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            QueueError::Baton(e) => Some(e),
-            QueueError::Handler { error, .. } => Some(error),
-        }
-    }
+/// How a hold's drain ended (the two public outcomes' common part).
+enum Drained<E> {
+    /// Everything was handled and the key released.
+    All { handled: u64 },
+    /// The handler failed on `id`.
+    Failed { id: String, handled: u64, error: E },
 }
 
 impl Queues {
@@ -219,7 +194,6 @@ impl Queues {
         Queues {
             backend,
             prefix: Arc::from(crate::util::names::DEFAULT_PREFIX),
-            ttl: DEFAULT_TTL,
         }
     }
 
@@ -236,32 +210,9 @@ impl Queues {
         })
     }
 
-    /// The same handle with holders leasing the key for `ttl` (extended by a watchdog while
-    /// they drain). It bounds how long a crashed holder's items wait.
-    ///
-    /// # Errors
-    /// A [`ConfigError`] naming `ttl` outside 10 ms ..= 1 day.
-    pub fn with_ttl(&self, ttl: Duration) -> Result<Queues, ConfigError> {
-        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-            return Err(ConfigError::invalid(
-                "ttl",
-                format!("must be within {MIN_TTL:?} ..= {MAX_TTL:?}, got {ttl:?}"),
-            ));
-        }
-        Ok(Queues {
-            ttl,
-            ..self.clone()
-        })
-    }
-
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
-    }
-
-    /// The holders' lease. Defaults to [`DEFAULT_TTL`].
-    pub fn ttl(&self) -> Duration {
-        self.ttl
     }
 
     fn keys(&self, key: &str) -> Result<Arc<QueueKeys>, ConfigError> {
@@ -280,7 +231,9 @@ impl Queues {
         kernel::len(&mut node.conn(), &keys.items, limit).await
     }
 
-    /// Posts `item` to `key`, and runs `handler` on the queued items if the key was free.
+    /// Posts `item` to `key`, and runs `handler` on the queued items if the key was free,
+    /// holding it with a lease of `ttl` (renewed by a watchdog while it drains; it bounds how
+    /// long a crashed holder's items wait).
     ///
     /// Free: the caller becomes the holder, runs `handler` on every queued item oldest first
     /// (its own, and whatever arrives meanwhile, and what a crashed holder left), removing each
@@ -289,12 +242,16 @@ impl Queues {
     /// id ([`RunOrEnqueue::Enqueued`]). See the [module documentation](self) for the
     /// guarantees; under a steady stream of posts the holder keeps draining.
     ///
+    /// A failing handler is not an error of this call: it returns
+    /// `Ok(`[`RunOrEnqueue::HandlerFailed`]`)` with the handler's error (see "Handler errors"
+    /// in the module documentation).
+    ///
     /// # Errors
-    /// - [`Error::Config`] (as `QueueError::Baton`) for an invalid name or an item above
-    ///   [`MAX_ITEM_BYTES`] (nothing posted).
+    /// Baton's own failures only:
+    /// - [`Error::Config`] for an invalid name, a `ttl` outside [`MIN_TTL`] ..= [`MAX_TTL`] or
+    ///   an item above [`MAX_ITEM_BYTES`] (nothing posted).
     /// - [`Error::LeaseLost`] when the lease was lost while draining (the running handler was
     ///   dropped; unfinished items stay queued).
-    /// - [`QueueError::Handler`]: see "Handler errors" in the module documentation.
     /// - [`Error::CorruptState`] for a fence or an item baton never writes; connection errors
     ///   and timeouts. A timeout or a connection error while posting leaves it unknown whether
     ///   the item was queued (if it was, the next call on the key runs it; retrying may deliver
@@ -309,12 +266,14 @@ impl Queues {
         &self,
         key: &str,
         item: impl AsRef<[u8]>,
+        ttl: Duration,
         mut handler: F,
-    ) -> Result<RunOrEnqueue, QueueError<E>>
+    ) -> Result<RunOrEnqueue<E>, Error>
     where
         F: FnMut(QueueItem) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
+        crate::lease::check_ttl("ttl", ttl)?;
         let body = item.as_ref();
         if body.len() > MAX_ITEM_BYTES {
             return Err(ConfigError::invalid(
@@ -329,15 +288,9 @@ impl Queues {
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
         let node = self.transport()?.node(&keys.lock).await?;
         let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        let outcome = kernel::enqueue_or_acquire(
-            &mut node.conn(),
-            &keys.kernel(),
-            &token,
-            self.ttl,
-            body,
-            limit,
-        )
-        .await;
+        let outcome =
+            kernel::enqueue_or_acquire(&mut node.conn(), &keys.kernel(), &token, ttl, body, limit)
+                .await;
         match outcome {
             Ok(Enqueue::Granted { fence, sent, id }) => {
                 tracing::info!(
@@ -347,13 +300,24 @@ impl Queues {
                     id,
                     "queue held: draining"
                 );
-                let handled = self
-                    .drain_held(key, &keys, hold, fence, sent, &mut handler)
-                    .await?;
-                Ok(RunOrEnqueue::Ran {
-                    handled,
-                    fencing_token: fence,
-                })
+                let held = Held { fence, sent, ttl };
+                Ok(
+                    match self
+                        .drain_held(key, &keys, hold, held, &mut handler)
+                        .await?
+                    {
+                        Drained::All { handled } => RunOrEnqueue::Ran {
+                            handled,
+                            fencing_token: fence,
+                        },
+                        Drained::Failed { id, handled, error } => RunOrEnqueue::HandlerFailed {
+                            id,
+                            fencing_token: fence,
+                            handled,
+                            error,
+                        },
+                    },
+                )
             }
             Ok(Enqueue::Enqueued { id }) => {
                 hold.disarm();
@@ -364,26 +328,35 @@ impl Queues {
                 if !e.is_indeterminate() {
                     hold.disarm();
                 }
-                Err(e.into())
+                Err(e)
             }
         }
     }
 
-    /// Drains `key` if it is free: takes it, runs `handler` on every queued item as
-    /// [`Queues::run_or_enqueue`] does, and releases it. For recovery after a holder crashed
+    /// Drains `key` if it is free: takes it with a lease of `ttl`, runs `handler` on every
+    /// queued item as [`Queues::run_or_enqueue`] does, and releases it. For recovery after a holder crashed
     /// (its items wait until its lease ends and someone calls): at start-up, or periodically.
     /// [`Drain::Busy`] when it is held.
+    ///
+    /// A failing handler returns `Ok(`[`Drain::HandlerFailed`]`)`, as for
+    /// [`Queues::run_or_enqueue`].
     ///
     /// # Errors
     /// As [`Queues::run_or_enqueue`] (nothing is posted).
     ///
     /// # Cancel safety
     /// As [`Queues::run_or_enqueue`].
-    pub async fn drain<F, Fut, E>(&self, key: &str, mut handler: F) -> Result<Drain, QueueError<E>>
+    pub async fn drain<F, Fut, E>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        mut handler: F,
+    ) -> Result<Drain<E>, Error>
     where
         F: FnMut(QueueItem) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
+        crate::lease::check_ttl("ttl", ttl)?;
         let keys = self.keys(key)?;
         let token = new_token();
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
@@ -393,19 +366,30 @@ impl Queues {
             lock: &keys.lock,
             fence: &keys.fence,
             token: &token,
-            ttl: self.ttl,
+            ttl,
         };
         let grant = kernel_lock::acquire(&mut node.conn(), &req, limit).await;
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
                 tracing::info!(key, token = short(&token), fence, "queue held: draining");
-                let handled = self
-                    .drain_held(key, &keys, hold, fence, sent, &mut handler)
-                    .await?;
-                Ok(Drain::Ran {
-                    handled,
-                    fencing_token: fence,
-                })
+                let held = Held { fence, sent, ttl };
+                Ok(
+                    match self
+                        .drain_held(key, &keys, hold, held, &mut handler)
+                        .await?
+                    {
+                        Drained::All { handled } => Drain::Ran {
+                            handled,
+                            fencing_token: fence,
+                        },
+                        Drained::Failed { id, handled, error } => Drain::HandlerFailed {
+                            id,
+                            fencing_token: fence,
+                            handled,
+                            error,
+                        },
+                    },
+                )
             }
             Ok(Grant::Held { .. }) => {
                 hold.disarm();
@@ -415,7 +399,7 @@ impl Queues {
                 if !e.is_indeterminate() {
                     hold.disarm();
                 }
-                Err(e.into())
+                Err(e)
             }
         }
     }
@@ -427,25 +411,25 @@ impl Queues {
         key: &str,
         keys: &Arc<QueueKeys>,
         mut hold: Hold,
-        fence: u64,
-        sent: Instant,
+        held: Held,
         handler: &mut F,
-    ) -> Result<u64, QueueError<E>>
+    ) -> Result<Drained<E>, Error>
     where
         F: FnMut(QueueItem) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
-        let state = LeaseState::new(deadline(sent, self.ttl));
+        let Held { fence, sent, ttl } = held;
+        let state = LeaseState::new(deadline(sent, ttl));
         let stop = CancellationToken::new();
         watchdog::spawn(
             &LockBackend::Redis(self.transport()?.clone()),
             Watch {
                 lease: keys.lock.clone(),
                 value: hold.token.clone(),
-                ttl: self.ttl,
+                ttl,
                 sent,
                 refresh: vec![keys.fence.clone()],
-                retention: kernel_lock::fence_ttl(self.ttl),
+                retention: kernel_lock::fence_ttl(ttl),
                 hold_until: None,
             },
             state.clone(),
@@ -454,19 +438,15 @@ impl Queues {
         hold.watchdog = Some(stop);
         let lost = state.lost().clone();
         let token = hold.token.clone();
-        let lost_error = |reason: Option<String>| -> QueueError<E> {
-            QueueError::Baton(Error::lock_lost(
-                key,
-                Some(fence),
-                reason.unwrap_or_else(|| "lost".into()),
-            ))
+        let lost_error = |reason: Option<String>| {
+            Error::lock_lost(key, Some(fence), reason.unwrap_or_else(|| "lost".into()))
         };
         let mut handled: u64 = 0;
         loop {
             let batch: Vec<Stored> = {
                 let (t, k) = (self.transport()?.clone(), keys.clone());
                 let read = self
-                    .retrying(&lost, || {
+                    .retrying(&lost, ttl, || {
                         let (t, k) = (t.clone(), k.clone());
                         async move {
                             let node = t.node(&k.items).await?;
@@ -510,12 +490,7 @@ impl Queues {
                         // the lease.
                         hold.release_now(true).await;
                         tracing::warn!(key, id, "handler failed: the item stays queued");
-                        return Err(QueueError::Handler {
-                            id,
-                            fencing_token: fence,
-                            handled,
-                            error,
-                        });
+                        return Ok(Drained::Failed { id, handled, error });
                     }
                     Some(Ok(())) => {}
                 }
@@ -526,7 +501,7 @@ impl Queues {
                     id.clone(),
                 );
                 let acked = self
-                    .retrying(&lost, || {
+                    .retrying(&lost, ttl, || {
                         let (t, k, tok, i) = (t.clone(), k.clone(), tok.clone(), i.clone());
                         async move {
                             let node = t.node(&k.items).await?;
@@ -553,7 +528,7 @@ impl Queues {
             }
             // Release if empty: one script, so an item posted meanwhile is never stranded.
             let mut uncertain = false;
-            let mut backoff = Backoff::new(self.ttl / 4);
+            let mut backoff = Backoff::new(ttl / 4);
             let released = loop {
                 if lost.is_cancelled() {
                     hold.disarm();
@@ -568,7 +543,7 @@ impl Queues {
                             &keys.kernel(),
                             &token,
                             false,
-                            kernel_lock::fence_ttl(self.ttl),
+                            kernel_lock::fence_ttl(ttl),
                             limit,
                         )
                         .await
@@ -595,10 +570,9 @@ impl Queues {
                             _ = tokio::time::sleep(nap) => {}
                         }
                     }
+                    // A permanent error: `release_step` says `Fail` only for an `Err`.
                     ReleaseStep::Fail => {
-                        if let Err(e) = r {
-                            return Err(e.into());
-                        }
+                        r?;
                     }
                 }
             };
@@ -610,7 +584,7 @@ impl Queues {
                     handled,
                     "queue drained and released"
                 );
-                return Ok(handled);
+                return Ok(Drained::All { handled });
             }
         }
     }
@@ -620,13 +594,14 @@ impl Queues {
     async fn retrying<T, Op, Fut>(
         &self,
         lost: &CancellationToken,
+        ttl: Duration,
         mut op: Op,
     ) -> Result<Option<T>, Error>
     where
         Op: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut backoff = Backoff::new(self.ttl / 4);
+        let mut backoff = Backoff::new(ttl / 4);
         loop {
             let out = tokio::select! {
                 biased;
@@ -648,6 +623,13 @@ impl Queues {
             }
         }
     }
+}
+
+/// A granted hold: its fence, when its request was sent and its lease.
+struct Held {
+    fence: u64,
+    sent: Instant,
+    ttl: Duration,
 }
 
 /// The holder's next step after one "release if empty" ([`release_step`]).

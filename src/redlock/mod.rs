@@ -1,7 +1,7 @@
 //! Redlock: the mutex over several independent Redis masters, held by a quorum.
 //!
 //! - [`keys`]: the key layout (`baton:redlock:{K}` on every master).
-//! - [`Redlock`]: the handle ([`Client::redlock`](crate::Client::redlock)):
+//! - [`Redlock`]: the handle ([`Redlock::new`]):
 //!   [`Redlock::try_acquire`], [`Redlock::acquire`], [`Redlock::with_lock`].
 //! - [`options`]: [`RedlockOptions`] (a validated builder, as the mutex's).
 //! - [`RedlockGuard`]: the held lock ([`LeaseGuard`]): token, lease deadline, `release`,
@@ -55,7 +55,7 @@
 //! a rare double grant is acceptable (efficiency locks: avoiding duplicate work, not protecting
 //! data).
 //!
-//! Give an odd number of masters, 3 or 5: [`Client::redlock`](crate::Client::redlock) rejects
+//! Give an odd number of masters, 3 or 5: [`Redlock::new`] rejects
 //! fewer than 3, an even count and one server given twice (bad-input catalogue, row 9).
 
 pub mod keys;
@@ -96,7 +96,7 @@ pub const MIN_MASTERS: usize = 3;
 type Masters = Arc<[Arc<Transport>]>;
 
 /// The mutex over several independent masters (see the [module docs](self) for what it does
-/// and does not guarantee). Get it from [`Client::redlock`](crate::Client::redlock); cheap to
+/// and does not guarantee). Get it from [`Redlock::new`]; cheap to
 /// clone.
 #[derive(Clone)]
 pub struct Redlock {
@@ -116,7 +116,7 @@ impl std::fmt::Debug for Redlock {
 
 impl Redlock {
     /// A Redlock over `masters` (the client façade's only way in).
-    pub(crate) fn new(masters: Vec<Arc<Transport>>) -> Result<Self, ConfigError> {
+    pub(crate) fn from_transports(masters: Vec<Arc<Transport>>) -> Result<Self, ConfigError> {
         let n = masters.len();
         if n < MIN_MASTERS {
             return Err(ConfigError::invalid(

@@ -142,18 +142,19 @@ impl DataTemplate {
 pub(crate) fn parse(url: &str) -> Result<Target, ConfigError> {
     let bad = |why: &str| ConfigError::invalid("url", format!("{}: {why}", redact_url(url)));
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(bad(
-            "not a URL (expected redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://)",
-        ));
+        return Err(bad(&format!(
+            "not a URL (expected {})",
+            super::url::compiled_schemes()
+        )));
     };
     if matches!(scheme, "redis" | "rediss" | "unix") {
         return Ok(Target::Single(url.to_string()));
     }
     let Some((base, kind)) = scheme.split_once('+') else {
-        return Err(bad(
-            "the scheme must be redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// \
-             (rediss+… for TLS)",
-        ));
+        return Err(bad(&format!(
+            "the scheme must be {}",
+            super::url::compiled_schemes()
+        )));
     };
     let kind = match kind {
         "cluster" => Kind::Cluster,

@@ -27,7 +27,7 @@ pub(crate) fn check_url(url: &str, tls_options: bool) -> Result<Scheme, ConfigEr
                 "rediss:// needs baton's `tls` feature, which is not compiled in",
             ))
         }
-        _ => return Err(bad("the scheme must be redis://, rediss:// or unix://")),
+        _ => return Err(bad(&format!("the scheme must be {}", compiled_schemes()))),
     };
     if let Some((_, fragment)) = rest.split_once('#') {
         return Err(if fragment == "insecure" {
@@ -50,6 +50,27 @@ pub(crate) fn check_url(url: &str, tls_options: bool) -> Result<Scheme, ConfigEr
         ));
     }
     Ok(scheme)
+}
+
+/// The URL schemes this build accepts, for messages: only those of the features compiled in
+/// (naming `rediss://` to a build without `tls` would send the user to a dead end).
+pub(crate) fn compiled_schemes() -> String {
+    let schemes: Vec<&str> = [
+        ("redis://", true),
+        ("rediss://", cfg!(feature = "tls")),
+        ("unix://", true),
+        ("redis+cluster://", cfg!(feature = "cluster")),
+        ("redis+sentinel://", cfg!(feature = "sentinel")),
+        ("postgres://", cfg!(feature = "postgres")),
+        ("postgresql://", cfg!(feature = "postgres")),
+    ]
+    .into_iter()
+    .filter_map(|(scheme, compiled)| compiled.then_some(scheme))
+    .collect();
+    match schemes.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => schemes.join(""),
+    }
 }
 
 /// The URL for messages and `Debug`: credentials and the query (which may carry `pass=`) are

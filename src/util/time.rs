@@ -22,6 +22,22 @@ pub(crate) fn after(from: Instant, d: Duration) -> Instant {
 /// `after` falls back to it when a sum overflows.
 pub(crate) const FAR: Duration = Duration::from_secs(86_400 * 365);
 
+/// A duration for people, in messages and status text (`250 ms`, `4.0 s`, `2.5 min`, `3.0 h`),
+/// where `Debug` would print `4.006396222s`.
+pub(crate) fn human(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else if secs < 7_200.0 {
+        format!("{:.1} min", secs / 60.0)
+    } else {
+        format!("{:.1} h", secs / 3_600.0)
+    }
+}
+
+/// Whole milliseconds, saturating.
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -39,5 +55,15 @@ mod tests {
             now + Duration::from_secs(1)
         );
         assert!(after(now, Duration::MAX) > now);
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_micros(1_500)), "1 ms");
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+        assert_eq!(human(Duration::from_nanos(4_006_396_222)), "4.0 s");
+        assert_eq!(human(Duration::from_secs(90)), "90.0 s");
+        assert_eq!(human(Duration::from_secs(150)), "2.5 min");
+        assert_eq!(human(Duration::from_secs(3 * 3_600)), "3.0 h");
     }
 }

@@ -556,7 +556,7 @@ impl redis::aio::ConnectionLike for Raw {
 
 /// A job configuration with a 10 s lease (so any takeover under 5 s proves a wake-up).
 pub fn job(key: &str) -> FailoverConfigBuilder {
-    FailoverConfig::builder(key).lock_timeout(Duration::from_secs(10))
+    FailoverConfig::builder(key).lease(Duration::from_secs(10))
 }
 
 /// The next event that is not `Status`/`Lagged`, or a panic after `within`.

@@ -7,7 +7,7 @@ use super::exit::{fail_with, EX_USAGE};
 
 pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
     let key = job.key().to_string();
-    match client.job_status(job.clone()).await {
+    match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
             eprintln!(
                 "baton: {key} is live ({}); pass --yes to release its attempt",
@@ -18,7 +18,7 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes
         Ok(_) => {}
         Err(e) => return fail_with(&e),
     }
-    match client.fail_attempt(job, reason).await {
+    match client.failover().fail_attempt(job, reason).await {
         Ok(Some(n)) => {
             println!("released attempt {n} of {key}");
             0
@@ -33,7 +33,7 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes
 
 pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
     let key = job.key().to_string();
-    match client.job_status(job.clone()).await {
+    match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
             eprintln!("baton: {key} is live ({}); pass --yes to reset it", s.state);
             return EX_USAGE;
@@ -41,7 +41,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8
         Ok(_) => {}
         Err(e) => return fail_with(&e),
     }
-    match client.reset_job(job).await {
+    match client.failover().reset_job(job).await {
         Ok(()) => {
             println!("reset {key}");
             0

@@ -68,10 +68,10 @@ impl HeldLock for RedlockGuard {
 
 impl HeldLock for Term {
     async fn lost(&self) {
-        self.stopped().await;
+        Term::lost(self).await;
     }
     fn loss_reason(&self) -> Option<String> {
-        self.stop_reason()
+        Term::loss_reason(self)
     }
     fn deadline(&self) -> Instant {
         self.lease_deadline()

@@ -2,7 +2,7 @@
 //! watchdog keeps it, release it when PROGRAM ends. One file for both locks: the same flags,
 //! the same exit statuses, only the acquisition and the release's answer differ.
 
-use baton::{AcquireOptions, Client, ConfigError, ErrorKind, RedlockOptions};
+use baton::{AcquireOptions, Client, ConfigError, ErrorKind, Redlock, RedlockOptions};
 
 use super::cli::LockArgs;
 use super::exit::{
@@ -213,7 +213,7 @@ pub(crate) async fn redlock_with(
     sink: &mut Sink,
     prefix: &str,
 ) -> u8 {
-    let rl = match Client::redlock(clients).and_then(|r| r.with_prefix(prefix)) {
+    let rl = match Redlock::new(clients).and_then(|r| r.with_prefix(prefix)) {
         Ok(r) => r,
         Err(e) => return usage_config(&e),
     };

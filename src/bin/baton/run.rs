@@ -24,7 +24,7 @@ use super::LEASE_CHECK_TIMEOUT;
 pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
-        .lock_timeout(args.lock_timeout)
+        .lease(args.lock_timeout)
         .max_attempts(args.max_attempts)
         .retention(args.retention)
         .keepalive(!args.no_keepalive)
@@ -69,7 +69,7 @@ pub(crate) async fn run(
         Ok(s) => s,
         Err(code) => return code,
     };
-    let mut worker = client.start(config.clone());
+    let mut worker = client.failover().start(config.clone());
     let mut failing_since: Option<Instant> = None;
     loop {
         let event = tokio::select! {
@@ -191,7 +191,7 @@ impl Lease for RunLease<'_> {
         let lost = |what: String| Err(format!("{what} while baton was stopped ({})", human(away)));
         let status = tokio::time::timeout(
             LEASE_CHECK_TIMEOUT,
-            self.client.job_status(self.config.clone()),
+            self.client.failover().job_status(self.config.clone()),
         )
         .await;
         match status {

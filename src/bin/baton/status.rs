@@ -71,7 +71,7 @@ pub(crate) fn status_text(s: &JobStatus) -> String {
 }
 
 pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
-    match client.job_status(job).await {
+    match client.failover().job_status(job).await {
         Ok(s) => {
             if json {
                 println!("{}", status_json(&s));
@@ -92,12 +92,12 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
 }
 
 pub(crate) async fn watch(client: &Client, job: FailoverConfig, json: bool) -> u8 {
-    let mut changes = match client.watch_job(job.clone()).await {
+    let mut changes = match client.failover().watch_job(job.clone()).await {
         Ok(w) => w,
         Err(e) => return fail_with(&e),
     };
     // Subscribed first, then read: nothing that happens in between is missed.
-    let mut last = match client.job_status(job).await {
+    let mut last = match client.failover().job_status(job).await {
         Ok(s) => s,
         Err(e) => return fail_with(&e),
     };

@@ -1,0 +1,621 @@
+//! The holder's side of the worker task: keep the lease of a won attempt (keepalive) or watch
+//! its deadline, hand it to the user, and end it (done, fail, release) in the store.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::StatusLevel;
+use super::events::{Acquired, AttemptHandle, Event, HolderCmd};
+use super::protocol::{
+    decide_holder, finish_gave_up, finish_writes, later_grant, taken_over, GaveUp, HolderDecision,
+    HolderOp,
+};
+use super::store::{Extended, Held, JobStore};
+use super::worker::{fault_error, recv_sub, truncate, Flow, Task};
+use crate::error::Error;
+use crate::lease;
+use crate::transport::HubMsg;
+use crate::util::backoff::Backoff;
+use crate::util::lock;
+use crate::util::time::{after, human, ms, FAR};
+
+/// A won attempt.
+pub(super) struct Grant {
+    pub(super) attempt: u64,
+    pub(super) last: bool,
+    pub(super) fence: u64,
+    pub(super) token: String,
+    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
+    /// the server, so measuring from the send time on our clock errs early, never late.
+    pub(super) sent: Instant,
+    /// Set when fewer replicas than [`FailoverConfig::replica_ack`] asks for acknowledged the
+    /// grant: it is released, never handed out.
+    pub(super) unconfirmed: Option<Error>,
+}
+
+/// How a holder ends its attempt, with the reason kept for `status`.
+#[derive(Clone)]
+pub(super) enum Ending {
+    Done,
+    Fail(String),
+    /// Stopped, dropped handle, dropped receiver, `max_run`: like a failure, but announced as
+    /// `released` and never written as `EXHAUSTED` by the holder itself.
+    Release(String),
+}
+
+impl Ending {
+    pub(super) fn kind(&self) -> super::protocol::Ending {
+        use super::protocol::Ending as E;
+        match self {
+            Ending::Done => E::Done,
+            Ending::Fail(_) => E::Fail,
+            Ending::Release(_) => E::Release,
+        }
+    }
+
+    pub(super) fn reason(&self) -> &str {
+        match self {
+            Ending::Done => "",
+            Ending::Fail(r) | Ending::Release(r) => r,
+        }
+    }
+}
+
+impl<S: JobStore> Task<S> {
+    /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
+    /// backup after its own failure.
+    ///
+    /// Loss detection never waits on a request: with keepalive, the lease deadline (the send
+    /// time of the last confirmed extension + `lock_timeout` − max(1 %, 2 ms)) is a timer of its
+    /// own in the `select!`, armed whatever an extension in flight is doing (a hung reply, a
+    /// starved pool, a paused Redis). Extensions run as a separate future for that reason.
+    pub(super) async fn hold(&mut self, g: Grant) -> Flow {
+        let (cmd_tx, mut cmd_rx) = crate::util::mailbox::unbounded();
+        let ended = Arc::new(Mutex::new(None));
+        let released = CancellationToken::new();
+        // Whatever way this function returns, the attempt is no longer held by the user's code:
+        // the handle's `lost()`/`cancellation()` fire.
+        let _released_on_return = released.clone().drop_guard();
+        let lock_timeout = self.cfg.lock_timeout;
+        let deadline_at = lease::deadline(g.sent, lock_timeout);
+        // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
+        // and this point may have outlived the lease, and a backup may hold the next attempt by
+        // now: never hand out such a grant (found by the chaos harness's holder pauses).
+        if Instant::now() >= deadline_at {
+            let waited = g.sent.elapsed();
+            return self.lost(
+                &ended,
+                &g,
+                format!(
+                    "the lease ran out before the grant could be handed over ({} after its EXEC \
+                     was sent, lock_timeout {})",
+                    human(waited),
+                    human(lock_timeout)
+                ),
+            );
+        }
+        if let Some(e) = g.unconfirmed.clone() {
+            return self.give_back(&g, e, deadline_at).await;
+        }
+        let handle = AttemptHandle::new(
+            self.cfg.key.clone(),
+            g.attempt,
+            cmd_tx,
+            ended.clone(),
+            released.clone(),
+        );
+        let delivered = self.events.emit(Event::Acquired(Acquired {
+            attempt: g.attempt,
+            last: g.last,
+            fencing_token: g.fence,
+            lease_deadline: deadline_at,
+            lease_remaining_ms: ms(deadline_at.saturating_duration_since(Instant::now())),
+            handle,
+        }));
+        if !delivered {
+            let _ = self
+                .finish(
+                    &g,
+                    Ending::Release("the event receiver was dropped".into()),
+                    deadline_at,
+                )
+                .await;
+            return Flow::End;
+        }
+        let keepalive = self.cfg.keepalive;
+        let max_run_at = self.cfg.max_run.map(|m| after(g.sent, m));
+        let interval = self.cfg.keepalive_interval();
+        let mut next_extend = after(g.sent, interval);
+        // The lease deadline as this worker knows it: moved on by every confirmed extension.
+        let mut lease_end = deadline_at;
+        let mut deadline_reported = false;
+        let far = after(Instant::now(), FAR);
+        let mut extend_backoff = Backoff::new(lock_timeout / 6);
+        let mut extending: Option<ExtensionFuture> = None;
+        // The channel tells the holder at once when a backup takes over (its lease ran out, or
+        // an operator released the attempt), so `LeaseLost` is reported, and the work stopped,
+        // right away rather than at the next extension or at `done()`. The subscription is made
+        // alongside the work, not before it: a short job's `done()` need not wait for it.
+        let mut subscribing = if self.sub.is_none() {
+            let store = self.store.clone();
+            Some(Box::pin(async move { store.subscribe().await }))
+        } else {
+            None
+        };
+        loop {
+            let watch_sub = self.sub.as_mut();
+            let ending = tokio::select! {
+                biased;
+                // A `done()` or `fail()` already queued is served first, `stop()` included:
+                // finished work must be recorded, not released for a backup to run again.
+                cmd = cmd_rx.recv() => match cmd {
+                    Some(HolderCmd::Done(reply)) => (Ending::Done, Some(reply)),
+                    Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
+                    None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
+                },
+                _ = self.stop.cancelled() => {
+                    drop(extending.take());
+                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into()), lease_end).await;
+                    self.set_ended(&ended, &g, "the worker was stopped");
+                    self.events.emit(Event::Stopped);
+                    return Flow::End;
+                }
+                _ = self.events.closed() => {
+                    drop(extending.take());
+                    let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into()), lease_end).await;
+                    return Flow::End;
+                }
+                _ = tokio::time::sleep_until(max_run_at.unwrap_or(far)) => {
+                    drop(extending.take());
+                    let reason = format!("max_run of {} reached", human(self.cfg.max_run.unwrap_or_default()));
+                    self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
+                    let _ = self.finish(&g, Ending::Release(reason.clone()), lease_end).await;
+                    return self.lost(&ended, &g, reason);
+                }
+                // Whatever an extension in flight is doing, the lease may be over by now.
+                _ = tokio::time::sleep_until(lease_end), if keepalive => {
+                    return self.lost(&ended, &g, format!(
+                        "no extension was confirmed in time: the lease ({} from the last \
+                         confirmed one) may have run out",
+                        human(lock_timeout)
+                    ));
+                }
+                r = poll_extension(&mut extending), if extending.is_some() => {
+                    extending = None;
+                    match r {
+                        Ok(sent) => {
+                            lease_end = lease::deadline(sent, lock_timeout);
+                            next_extend = after(sent, interval);
+                            extend_backoff.reset();
+                            self.events.status(
+                                StatusLevel::Verbose,
+                                format!("extended the lease of attempt {}", g.attempt),
+                            );
+                        }
+                        Err(Error::LeaseLost {
+                            fencing_token: None, reason, .. }) => return self.lost(&ended, &g, reason),
+                        Err(e) if e.is_retryable() => {
+                            self.report(&e);
+                            next_extend = after(Instant::now(), extend_backoff.next_delay()).min(lease_end);
+                        }
+                        Err(e) => {
+                            *lock(&ended) = Some(e.clone());
+                            self.report(&e);
+                            return Flow::End;
+                        }
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(next_extend), if keepalive && extending.is_none() => {
+                    extending = Some(Box::pin(self.extension(&g, lease_end)));
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline_at), if !keepalive && !deadline_reported => {
+                    deadline_reported = true;
+                    tracing::warn!(attempt = g.attempt, "deadline passed without done() or fail()");
+                    self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
+                    continue;
+                }
+                subscribed = async { subscribing.as_mut()?.await.ok() }, if subscribing.is_some() => {
+                    subscribing = None;
+                    self.sub = subscribed;
+                    continue;
+                }
+                msg = recv_sub(watch_sub) => {
+                    match msg {
+                        Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
+                            return self.lost(&ended, &g, format!("another worker announced `{m}`"));
+                        }
+                        // Someone released an attempt while we hold ours (an operator's
+                        // `fail_attempt`): check our lease now instead of at the next extension.
+                        Some(HubMsg::Message(m)) if keepalive && (m == "failed" || m == "released") => {
+                            next_extend = Instant::now();
+                        }
+                        // The pub/sub link was re-established: a takeover announced while it was
+                        // down was missed, so look now. With keepalive the extension tells;
+                        // without, one plain read does.
+                        Some(HubMsg::Reconnected) if keepalive => next_extend = Instant::now(),
+                        Some(HubMsg::Reconnected) => {
+                            let check = Box::pin(self.still_ours(&g));
+                            if let Err(reason) = check.await {
+                                return self.lost(&ended, &g, reason);
+                            }
+                        }
+                        None => self.sub = None,
+                        _ => {}
+                    }
+                    continue;
+                }
+            };
+            // An extension still in flight is abandoned: the ending's own transition decides.
+            drop(extending.take());
+            let (ending, reply) = ending;
+            // A finish is bounded by the lease as last confirmed; without keepalive a late
+            // finish still gets its one try (`finish` always tries once).
+            let result = self.finish(&g, ending.clone(), lease_end).await;
+            if let Err(e) = &result {
+                *lock(&ended) = Some(e.clone());
+            }
+            if let Some(reply) = reply {
+                let _ = reply.send(result.clone());
+            }
+            return match (result, ending) {
+                (Ok(()), Ending::Done) => {
+                    tracing::info!(attempt = g.attempt, "done");
+                    self.events.emit(Event::Completed {
+                        attempt: Some(g.attempt),
+                    });
+                    Flow::End
+                }
+                (Ok(()), Ending::Fail(reason) | Ending::Release(reason)) => {
+                    tracing::info!(attempt = g.attempt, %reason, "attempt failed");
+                    if g.attempt >= self.cfg.max_attempts {
+                        self.events.emit(Event::Exhausted {
+                            attempts: g.attempt,
+                        });
+                        Flow::End
+                    } else if self.cfg.rejoin_after_fail {
+                        self.events.status(
+                            StatusLevel::Normal,
+                            format!(
+                                "attempt {} failed ({reason}); waiting as a backup again",
+                                g.attempt
+                            ),
+                        );
+                        // Give the backups woken by our `failed` a head start, so the worker
+                        // that just failed does not usually win the next attempt itself.
+                        let head_start = (self.cfg.lock_timeout / 10)
+                            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+                            .max(self.cfg.retry_delay);
+                        self.view.delay_served(g.attempt);
+                        Box::pin(self.sleep(head_start)).await
+                    } else {
+                        self.events.emit(Event::Failed {
+                            attempt: g.attempt,
+                            reason,
+                        });
+                        Flow::End
+                    }
+                }
+                (Err(e @ Error::NotReplicated { .. }), Ending::Done) => {
+                    // `DONE` is on the primary: the job is done here, but not safely so.
+                    self.report(&e);
+                    tracing::warn!(attempt = g.attempt, error = %e, "done, not replicated");
+                    self.events.emit(Event::Completed {
+                        attempt: Some(g.attempt),
+                    });
+                    Flow::End
+                }
+                (
+                    Err(Error::LeaseLost {
+                        fencing_token: None,
+                        reason,
+                        ..
+                    }),
+                    _,
+                ) => self.lost(&ended, &g, reason),
+                (Err(e), _) if e.is_retryable() => self.lost(
+                    &ended,
+                    &g,
+                    format!("the outcome could not be recorded: {e}"),
+                ),
+                (Err(e), _) => {
+                    self.report(&e);
+                    Flow::End
+                }
+            };
+        }
+    }
+
+    /// Whether another worker has taken the attempt over, by one plain read (no keepalive:
+    /// a lease that ran out with nobody else holding the job is still ours to finish).
+    /// `Err(reason)` when it was taken over; a failed read proves nothing (`Ok`).
+    pub(super) async fn still_ours(&self, g: &Grant) -> Result<(), String> {
+        let limit = after(Instant::now(), self.store.settings().response_timeout);
+        let Ok(obs) = self.store.holder_read(limit).await else {
+            return Ok(());
+        };
+        match decide_holder(&obs, g.attempt, &g.token, g.fence, HolderOp::Done, false) {
+            HolderDecision::Lost(reason) => Err(reason),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn set_ended(&self, ended: &Mutex<Option<Error>>, g: &Grant, reason: &str) {
+        let mut slot = lock(ended);
+        if slot.is_none() {
+            *slot = Some(Error::LeaseLost {
+                fencing_token: None,
+                key: self.cfg.key.clone(),
+                attempt: g.attempt,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Reports the loss of the attempt (terminal).
+    pub(super) fn lost(&mut self, ended: &Mutex<Option<Error>>, g: &Grant, reason: String) -> Flow {
+        tracing::warn!(attempt = g.attempt, %reason, "lease lost");
+        *lock(ended) = Some(Error::LeaseLost {
+            fencing_token: None,
+            key: self.cfg.key.clone(),
+            attempt: g.attempt,
+            reason: reason.clone(),
+        });
+        self.events.emit(Event::LeaseLost {
+            attempt: g.attempt,
+            reason,
+        });
+        Flow::End
+    }
+
+    /// Ends the attempt in Redis, retrying transient errors until `lease_end` (the lease
+    /// deadline as last confirmed), after one try at least.
+    ///
+    /// Past `lease_end` a backup may take over, so there is nothing left to wait for: a release
+    /// (`fail()`, stop, drop) gives up, and a `done()` whose `DONE` may have been applied without
+    /// a reply says so with [`Error::OutcomeUnknown`] instead of waiting on. While it runs, the
+    /// job's channel is watched: a grant of a later attempt proves the attempt lost at once (our
+    /// `WATCH`ed `EXEC` can no longer apply).
+    pub(super) async fn finish(
+        &mut self,
+        g: &Grant,
+        ending: Ending,
+        lease_end: Instant,
+    ) -> Result<(), Error> {
+        let mut pending = false;
+        let mut backoff = Backoff::new(self.store.settings().max_backoff);
+        let mut nil = 0u32;
+        let mut sub = self.sub.take();
+        let result = loop {
+            // Every request of this try ends by the lease deadline; a try that starts after it
+            // (a late finish without keepalive) gets one response timeout.
+            let try_deadline = if Instant::now() < lease_end {
+                lease_end
+            } else {
+                after(Instant::now(), self.store.settings().response_timeout)
+            };
+            let mut exec_sent = false;
+            let outcome = {
+                let one_try = self.finish_once(g, &ending, pending, try_deadline, &mut exec_sent);
+                tokio::pin!(one_try);
+                loop {
+                    tokio::select! {
+                        biased;
+                        r = &mut one_try => break r,
+                        // Only for `done()`: a later grant proves our WATCHed `DONE` did not and
+                        // cannot apply. A release's own `EXEC` may apply and be followed by a
+                        // backup's grant before its reply arrives, so there it proves nothing.
+                        msg = recv_sub(sub.as_mut()), if matches!(ending, Ending::Done) => match msg {
+                            Some(HubMsg::Message(m)) if later_grant(&m, g.attempt) => {
+                                break Err(Error::LeaseLost {
+                                    fencing_token: None,
+                                    key: self.cfg.key.clone(),
+                                    attempt: g.attempt,
+                                    reason: format!("another worker announced `{m}`"),
+                                });
+                            }
+                            None => sub = None,
+                            _ => {}
+                        },
+                    }
+                }
+            };
+            match outcome {
+                Ok(true) => break Ok(()),
+                Ok(false) => {
+                    // A watched key changed (a backup's failed race, an expiring key): look again.
+                    nil += 1;
+                    if nil > 100 {
+                        break Err(Error::Timeout {
+                            during: "ending the attempt under constant contention",
+                        });
+                    }
+                }
+                // `DONE` applied; retrying cannot make it better replicated.
+                Err(e @ Error::NotReplicated { .. }) => break Err(e),
+                Err(e) if e.is_retryable() => {
+                    // Only an `EXEC` whose reply was lost may have applied; a failed read or
+                    // checkout wrote nothing.
+                    pending |= exec_sent && e.is_indeterminate();
+                    self.report(&e);
+                    let now = Instant::now();
+                    if now >= lease_end {
+                        break Err(match finish_gave_up(ending.kind(), pending) {
+                            GaveUp::OutcomeUnknown => Error::OutcomeUnknown {
+                                key: self.cfg.key.clone(),
+                                attempt: g.attempt,
+                                reason: format!(
+                                    "the reply to DONE was lost and the lease deadline came \
+                                     before it could be read back: {e}"
+                                ),
+                            },
+                            GaveUp::LeaseLost => Error::LeaseLost {
+                                fencing_token: None,
+                                key: self.cfg.key.clone(),
+                                attempt: g.attempt,
+                                reason: format!(
+                                    "the lease deadline passed before the outcome could be \
+                                     recorded: {e}"
+                                ),
+                            },
+                        });
+                    }
+                    let delay = backoff.next_delay().min(lease_end - now);
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.sub = sub;
+        result
+    }
+
+    /// Releases a grant too few replicas acknowledged, without handing it out: reports why,
+    /// then waits as a backup again (the attempt counts as used), or reports `Exhausted` when
+    /// it was the last one.
+    pub(super) async fn give_back(&mut self, g: &Grant, why: Error, lease_end: Instant) -> Flow {
+        self.report(&why);
+        let reason = format!("released unused: {why}");
+        if let Err(e) = self.finish(g, Ending::Release(reason), lease_end).await {
+            // Not released: the lease runs out by itself, and a backup takes over then.
+            self.report(&e);
+        }
+        if g.attempt >= self.cfg.max_attempts {
+            self.events.emit(Event::Exhausted {
+                attempts: g.attempt,
+            });
+            return Flow::End;
+        }
+        // As after a failed attempt with rejoin: the other backups get a head start.
+        let head_start = (self.cfg.lock_timeout / 10)
+            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+            .max(self.cfg.retry_delay);
+        self.view.delay_served(g.attempt);
+        Box::pin(self.sleep(head_start)).await
+    }
+
+    /// One try of [`finish`](Self::finish); `Ok(false)` means observe again.
+    pub(super) async fn finish_once(
+        &self,
+        g: &Grant,
+        ending: &Ending,
+        pending: bool,
+        deadline: Instant,
+        exec_sent: &mut bool,
+    ) -> Result<bool, Error> {
+        let op = ending.kind().op();
+        let mut conn = self.store.checkout(deadline).await?;
+        S::set_deadline(&mut conn, deadline);
+        let obs = self.observe(&mut conn).await?;
+        match decide_holder(&obs, g.attempt, &g.token, g.fence, op, pending) {
+            HolderDecision::Commit => {}
+            HolderDecision::AlreadyApplied => {
+                S::abandon(&mut conn);
+                return Ok(true);
+            }
+            HolderDecision::Lost(reason) => {
+                S::abandon(&mut conn);
+                return Err(Error::LeaseLost {
+                    fencing_token: None,
+                    key: self.cfg.key.clone(),
+                    attempt: g.attempt,
+                    reason,
+                });
+            }
+            HolderDecision::Unknown(reason) => {
+                S::abandon(&mut conn);
+                return Err(Error::OutcomeUnknown {
+                    key: self.cfg.key.clone(),
+                    attempt: g.attempt,
+                    reason,
+                });
+            }
+            HolderDecision::Fault(f) => {
+                S::abandon(&mut conn);
+                return Err(fault_error(&*self.store, f));
+            }
+        }
+        let failure = format!(
+            "attempt {} by {}: {}",
+            g.attempt,
+            self.name,
+            truncate(ending.reason(), 1024)
+        );
+        let writes = finish_writes(ending.kind(), g.attempt, self.cfg.max_attempts);
+        self.before_exec("finish").await;
+        *exec_sent = true;
+        // Only `DONE` waits for replicas: a failure or release lost to a failover only makes a
+        // backup wait out the lease.
+        let wait = match ending {
+            Ending::Done => self.cfg.replica_ack,
+            _ => None,
+        };
+        let committed = self.store.commit(
+            &mut conn,
+            &writes,
+            &g.token,
+            &failure,
+            wait,
+            "ending the attempt",
+        );
+        match committed.await? {
+            None => Ok(false),
+            Some(acked) => match self.short_of_replicas(wait, acked, || "DONE".to_string()) {
+                Some(e) => Err(e),
+                None => Ok(true),
+            },
+        }
+    }
+
+    /// One lease extension, as a future that owns what it needs (it runs beside the holder's
+    /// other timers, see [`hold`](Self::hold)). Resolves to the send time of the confirmed
+    /// extension. When the store refuses it, [`decide_holder`] explains what it read (lost, or a
+    /// fault), as for any other holder transition.
+    pub(super) fn extension(&self, g: &Grant, lease_end: Instant) -> ExtensionFuture {
+        let held = Held {
+            attempt: g.attempt,
+            token: g.token.clone(),
+        };
+        let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
+        let job = self.cfg.key.clone();
+        let store = self.store.clone();
+        let extending = store.extension(held, lease_end);
+        Box::pin(async move {
+            match extending.await? {
+                Extended::Confirmed { sent } => Ok(sent),
+                Extended::Refused(obs) => {
+                    match decide_holder(&obs, attempt, &token, fence, HolderOp::Extend, false) {
+                        HolderDecision::Lost(reason) => Err(Error::LeaseLost {
+                            fencing_token: None,
+                            key: job,
+                            attempt,
+                            reason,
+                        }),
+                        HolderDecision::Fault(f) => Err(fault_error(&*store, f)),
+                        other => Err(Error::UnexpectedReply {
+                            context: "the lease extension",
+                            reply: format!("refused, yet the state reads as {other:?}"),
+                        }),
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// An extension in flight (see [`Task::extension`]).
+pub(super) type ExtensionFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Instant, Error>> + Send>>;
+
+/// Polls the extension in flight; pending forever without one (the `select!` branch is
+/// disabled then anyway).
+pub(super) async fn poll_extension(ext: &mut Option<ExtensionFuture>) -> Result<Instant, Error> {
+    match ext.as_mut() {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
