@@ -12,9 +12,10 @@
 //! leaves       error, util
 //! testing      fixtures behind a feature (may import transports and leaves: the fixture
 //!              builds its least-privilege user from the transport's ACL rules)
-//! model        the model checker (tests and a hidden feature): may import the primitives'
-//!              and the lease kernel's pure decisions and the leaves, never the I/O layers
-//!              (client, backend, transports), so what it checks is the decisions alone
+//! model_api    what the model checker (the workspace crate `baton-model` in `model/`, outside
+//!              `src/`) reads, hidden behind a feature: may re-export the primitives' and the
+//!              lease kernel's pure decisions and the leaves, never the I/O layers (client,
+//!              backend, transports), so what the model checks is the decisions alone
 //! lib.rs       the crate root: may reference anything (re-exports)
 //! ```
 //!
@@ -63,7 +64,7 @@ impl Layer {
             "backend" => Layer::Backend,
             "error" | "util" => Layer::Leaf,
             "testing" => Layer::Testing,
-            "model" => Layer::Model,
+            "model_api" => Layer::Model,
             _ if PRIMITIVES.contains(&top) => Layer::Primitive,
             _ if TRANSPORTS.contains(&top) => Layer::Transport,
             _ => Layer::Unknown,
@@ -79,7 +80,7 @@ impl Layer {
             Layer::Transport => "transport",
             Layer::Leaf => "leaf",
             Layer::Testing => "testing",
-            Layer::Model => "model",
+            Layer::Model => "model_api",
             Layer::Unknown => "unknown",
         }
     }
@@ -123,7 +124,7 @@ fn allowed_for(from: &str) -> &'static str {
         Layer::Leaf if from == "error" => "error is the bottom layer and imports no other module",
         Layer::Leaf => "util may import error only",
         Layer::Testing => "testing may import transports and leaves (error, util) only",
-        Layer::Model => "the model checker may import the primitives, lease and leaves (error, util) only: it checks pure decisions, never I/O",
+        Layer::Model => "model_api (what the model checker reads) may import the primitives, lease and leaves (error, util) only: the model checks pure decisions, never I/O",
         Layer::Unknown => "this module is in no layer yet (reported separately); until it is placed it may import leaves (error, util) only",
     }
 }

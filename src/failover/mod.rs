@@ -16,6 +16,8 @@ mod holder;
 pub(crate) mod keys;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
+// `pub` items for the hidden `crate::model_api` only (the model checker's crate).
+#[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
 mod run;
 pub(crate) mod store;

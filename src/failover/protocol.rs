@@ -28,13 +28,13 @@ use crate::transport::classify::from_server_error;
 use crate::util::time::human;
 
 /// The sentinel stored once the job succeeded.
-pub(crate) const DONE: &str = "DONE";
+pub const DONE: &str = "DONE";
 /// The sentinel stored once `max_attempts` attempts failed.
-pub(crate) const EXHAUSTED: &str = "EXHAUSTED";
+pub const EXHAUSTED: &str = "EXHAUSTED";
 
 /// What the state key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum State {
+pub enum State {
     Absent,
     Attempt(u64),
     Done,
@@ -46,7 +46,7 @@ pub(crate) enum State {
 }
 
 impl State {
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             State::Absent => "no state".into(),
             State::Attempt(n) => format!("attempt {n}"),
@@ -60,7 +60,7 @@ impl State {
 
 /// What the lease key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Lease {
+pub enum Lease {
     Absent,
     Held {
         token: String,
@@ -83,7 +83,7 @@ impl Lease {
 
 /// What the fence key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Fence {
+pub enum Fence {
     Absent,
     Value(u64),
     Corrupt(String),
@@ -92,7 +92,7 @@ pub(crate) enum Fence {
 
 /// Everything round trip 1 read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Observation {
+pub struct Observation {
     pub state: State,
     pub lease: Lease,
     pub fence: Fence,
@@ -102,7 +102,7 @@ pub(crate) struct Observation {
 
 /// Which key a fault concerns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Which {
+pub enum Which {
     State,
     Lease,
     Fence,
@@ -110,7 +110,7 @@ pub(crate) enum Which {
 
 /// A condition that stops the protocol: reported, never written over.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Fault {
+pub enum Fault {
     Corrupt { which: Which, value: String },
     WrongType { which: Which, detail: String },
     StateLost { seen: String, now: String },
@@ -118,7 +118,7 @@ pub(crate) enum Fault {
 
 /// What a backup (a worker not holding an attempt) remembers between observations.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub(crate) struct BackupView {
+pub struct BackupView {
     /// The highest attempt number this worker has seen in the state key.
     pub seen: Option<u64>,
     /// Grants whose `EXEC` reply was lost: each may have been applied (even after a later one
@@ -137,11 +137,11 @@ pub(crate) struct BackupView {
 
 /// How many grants of unknown outcome a worker remembers (each lost reply adds one; more than a
 /// few in a row means Redis is unreachable and the oldest are long expired).
-pub(crate) const MAX_PENDING: usize = 8;
+pub const MAX_PENDING: usize = 8;
 
 impl BackupView {
     /// Remembers a grant whose reply was lost, keeping the earlier ones.
-    pub(crate) fn remember_pending(&mut self, grant: PendingGrant) {
+    pub fn remember_pending(&mut self, grant: PendingGrant) {
         if self.pending.len() >= MAX_PENDING {
             self.pending.remove(0);
         }
@@ -151,7 +151,7 @@ impl BackupView {
 
 /// A grant that was sent but whose outcome is unknown.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct PendingGrant {
+pub struct PendingGrant {
     pub attempt: u64,
     pub token: String,
     pub fence: u64,
@@ -159,7 +159,7 @@ pub(crate) struct PendingGrant {
 
 /// What a backup does next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Decision {
+pub enum Decision {
     /// Write `s = attempt`, a new lease and `fence`.
     Grant {
         attempt: u64,
@@ -305,7 +305,7 @@ fn common_faults(obs: &Observation) -> Option<Fault> {
 }
 
 /// Decides a backup's next step from one observation.
-pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
+pub fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
     if let Some(fault) = common_faults(obs) {
         return Decision::Fault(fault);
     }
@@ -391,11 +391,11 @@ pub(crate) fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
 /// it can reach, and that dropping the state's and the fence's lets a late `done()` and a
 /// takeover both commit (`src/model/failover.rs`). The state stays watched: defence in depth
 /// that costs nothing in the same `WATCH` command.
-pub(crate) const WATCHED: [Which; 3] = [Which::State, Which::Lease, Which::Fence];
+pub const WATCHED: [Which; 3] = [Which::State, Which::Lease, Which::Fence];
 
 /// A message on the job's channel (`P{J}:events`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Message {
+pub enum Message {
     /// `acquired:<n>`: attempt `n` was granted.
     Acquired(u64),
     /// `done`: the job succeeded.
@@ -410,7 +410,7 @@ pub(crate) enum Message {
 
 impl Message {
     /// The text published.
-    pub(crate) fn text(self) -> std::borrow::Cow<'static, str> {
+    pub fn text(self) -> std::borrow::Cow<'static, str> {
         match self {
             Message::Acquired(n) => format!("acquired:{n}").into(),
             Message::Done => "done".into(),
@@ -423,7 +423,7 @@ impl Message {
 
 /// Whether a channel message announces the grant of a later attempt than ours (which proves
 /// that our `WATCH`ed `DONE` did not apply and no longer can).
-pub(crate) fn later_grant(message: &str, attempt: u64) -> bool {
+pub fn later_grant(message: &str, attempt: u64) -> bool {
     message
         .strip_prefix("acquired:")
         .and_then(|n| n.parse::<u64>().ok())
@@ -431,13 +431,13 @@ pub(crate) fn later_grant(message: &str, attempt: u64) -> bool {
 }
 
 /// Whether a channel message tells a holder of `attempt` that the job moved past it.
-pub(crate) fn taken_over(message: &str, attempt: u64) -> bool {
+pub fn taken_over(message: &str, attempt: u64) -> bool {
     later_grant(message, attempt) || message == "exhausted"
 }
 
 /// What a transition stores in the state key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum StateValue {
+pub enum StateValue {
     Attempt(u64),
     Done,
     Exhausted,
@@ -447,7 +447,7 @@ pub(crate) enum StateValue {
 /// into a Redis command; the model checker (`src/model/`) applies the same list to its store,
 /// so both carry out one plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Write {
+pub enum Write {
     /// `SET state <value> PX retention`.
     SetState(StateValue),
     /// `PEXPIRE state retention`.
@@ -467,7 +467,7 @@ pub(crate) enum Write {
 }
 
 /// A backup's grant of `attempt` with fencing token `fence`.
-pub(crate) fn grant_writes(attempt: u64, fence: u64) -> [Write; 4] {
+pub fn grant_writes(attempt: u64, fence: u64) -> [Write; 4] {
     [
         Write::SetState(StateValue::Attempt(attempt)),
         Write::SetLease,
@@ -477,7 +477,7 @@ pub(crate) fn grant_writes(attempt: u64, fence: u64) -> [Write; 4] {
 }
 
 /// A backup's record that the last attempt failed.
-pub(crate) fn exhaust_writes() -> [Write; 3] {
+pub fn exhaust_writes() -> [Write; 3] {
     [
         Write::SetState(StateValue::Exhausted),
         Write::KeepFence,
@@ -487,7 +487,7 @@ pub(crate) fn exhaust_writes() -> [Write; 3] {
 
 /// How a holder ends its attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Ending {
+pub enum Ending {
     /// `done()`.
     Done,
     /// `fail(reason)` (or a dropped handle).
@@ -499,7 +499,7 @@ pub(crate) enum Ending {
 
 impl Ending {
     /// The holder operation whose rules apply.
-    pub(crate) fn op(self) -> HolderOp {
+    pub fn op(self) -> HolderOp {
         match self {
             Ending::Done => HolderOp::Done,
             Ending::Fail | Ending::Release => HolderOp::Release,
@@ -509,7 +509,7 @@ impl Ending {
 
 /// The holder's writes for `ending` of `attempt`. A failed last attempt is recorded as
 /// `EXHAUSTED` at once, so the job reads exhausted even when no backup is left to notice.
-pub(crate) fn finish_writes(ending: Ending, attempt: u64, max_attempts: u64) -> Vec<Write> {
+pub fn finish_writes(ending: Ending, attempt: u64, max_attempts: u64) -> Vec<Write> {
     match ending {
         Ending::Done => vec![
             Write::SetState(StateValue::Done),
@@ -537,7 +537,7 @@ pub(crate) fn finish_writes(ending: Ending, attempt: u64, max_attempts: u64) -> 
 
 /// How a holder's finish that ran out of lease time ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum GaveUp {
+pub enum GaveUp {
     /// A `DONE` may have been applied without a reply: say so (`OutcomeUnknown`).
     OutcomeUnknown,
     /// Nothing of ours can have been applied, or it does not matter: `LeaseLost`.
@@ -546,7 +546,7 @@ pub(crate) enum GaveUp {
 
 /// What a finish that reached the lease deadline reports; `pending` says an `EXEC` of it was
 /// sent and its reply lost.
-pub(crate) fn finish_gave_up(ending: Ending, pending: bool) -> GaveUp {
+pub fn finish_gave_up(ending: Ending, pending: bool) -> GaveUp {
     if ending == Ending::Done && pending {
         GaveUp::OutcomeUnknown
     } else {
@@ -558,7 +558,7 @@ pub(crate) fn finish_gave_up(ending: Ending, pending: bool) -> GaveUp {
 /// `PTTL lease`, `lease` being `None` when it is gone and `Some(None)` when it has no TTL):
 /// `Some(pttl)` to sleep again while the same attempt's lease lives on (a kept-alive holder
 /// extended it); `None` when something changed and the full transition must decide.
-pub(crate) fn keep_waiting(state: &State, lease: Option<Option<u64>>, attempt: u64) -> Option<u64> {
+pub fn keep_waiting(state: &State, lease: Option<Option<u64>>, attempt: u64) -> Option<u64> {
     match (state, lease) {
         (State::Attempt(n), Some(Some(p))) if *n == attempt && p > 0 => Some(p),
         _ => None,
@@ -567,34 +567,34 @@ pub(crate) fn keep_waiting(state: &State, lease: Option<Option<u64>>, attempt: u
 
 impl BackupView {
     /// Records what an observation showed (the highest attempt seen), unless it was a fault.
-    pub(crate) fn observed(&mut self, obs: &Observation, decision: &Decision) {
+    pub fn observed(&mut self, obs: &Observation, decision: &Decision) {
         if let (State::Attempt(n), false) = (&obs.state, matches!(decision, Decision::Fault(_))) {
             self.seen = Some(self.seen.map_or(*n, |s| s.max(*n)));
         }
     }
 
     /// Records a confirmed grant.
-    pub(crate) fn granted(&mut self, attempt: u64, fence: u64) {
+    pub fn granted(&mut self, attempt: u64, fence: u64) {
         self.pending.clear();
         self.last_fence = fence;
         self.seen = Some(attempt);
     }
 
     /// Records that a grant whose reply was lost did apply ([`Decision::Resume`]).
-    pub(crate) fn resumed(&mut self, fence: u64) {
+    pub fn resumed(&mut self, fence: u64) {
         self.pending.clear();
         self.last_fence = self.last_fence.max(fence);
     }
 
     /// Records that `retry_delay` was waited for after `attempt` failed.
-    pub(crate) fn delay_served(&mut self, attempt: u64) {
+    pub fn delay_served(&mut self, attempt: u64) {
         self.delay_served_for = Some(attempt);
     }
 }
 
 /// What the holder wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HolderOp {
+pub enum HolderOp {
     /// Record success.
     Done,
     /// Give the attempt up (failure, stop, dropped handle).
@@ -605,7 +605,7 @@ pub(crate) enum HolderOp {
 
 /// What the holder's transition does next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum HolderDecision {
+pub enum HolderDecision {
     /// Write the outcome (or the extension).
     Commit,
     /// An earlier try whose reply was lost already took effect.
@@ -621,7 +621,7 @@ pub(crate) enum HolderDecision {
 
 /// Decides a holder's transition. `pending` says an earlier try of the same `op` may have been
 /// applied (its `EXEC` reply was lost).
-pub(crate) fn decide_holder(
+pub fn decide_holder(
     obs: &Observation,
     attempt: u64,
     token: &str,
@@ -698,7 +698,7 @@ pub(crate) fn decide_holder(
 
 /// Parses a canonical attempt number: decimal digits only, no sign, no leading zero, at least 1,
 /// at most `i64::MAX` (what Redis' `INCR` could ever produce).
-pub(crate) fn parse_attempt(bytes: &[u8]) -> Option<u64> {
+pub fn parse_attempt(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 19 || bytes[0] == b'0' {
         return None;
     }
@@ -742,7 +742,7 @@ fn raw<'a>(v: &'a Value, context: &'static str) -> Result<Raw<'a>, Error> {
 }
 
 /// Parses the state key's `GET` reply.
-pub(crate) fn parse_state(v: &Value) -> Result<State, Error> {
+pub fn parse_state(v: &Value) -> Result<State, Error> {
     Ok(match raw(v, "GET state")? {
         Raw::Nil => State::Absent,
         Raw::WrongType(d) => State::WrongType(d),
@@ -752,7 +752,7 @@ pub(crate) fn parse_state(v: &Value) -> Result<State, Error> {
 
 /// What a stored state value means (the same rules on every backend): `DONE`, `EXHAUSTED`, a
 /// canonical attempt number, else corrupt.
-pub(crate) fn state_of_bytes(b: &[u8]) -> State {
+pub fn state_of_bytes(b: &[u8]) -> State {
     if b == DONE.as_bytes() {
         State::Done
     } else if b == EXHAUSTED.as_bytes() {
@@ -766,7 +766,7 @@ pub(crate) fn state_of_bytes(b: &[u8]) -> State {
 }
 
 /// The stored text of a state value (what [`state_of_bytes`] reads back).
-pub(crate) fn state_text(v: StateValue) -> String {
+pub fn state_text(v: StateValue) -> String {
     match v {
         StateValue::Attempt(n) => n.to_string(),
         StateValue::Done => DONE.to_string(),
@@ -775,12 +775,12 @@ pub(crate) fn state_text(v: StateValue) -> String {
 }
 
 /// Formats the lease value: the token, a space, the holder's name.
-pub(crate) fn lease_value(token: &str, holder: &str) -> String {
+pub fn lease_value(token: &str, holder: &str) -> String {
     format!("{token} {holder}")
 }
 
 /// Parses the lease key's `GET` and `PTTL` replies.
-pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
+pub fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
     let bytes = match raw(get, "GET lease")? {
         Raw::Nil => return Ok(Lease::Absent),
         Raw::WrongType(d) => return Ok(Lease::WrongType(d)),
@@ -817,7 +817,7 @@ pub(crate) fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
 
 /// A live lease's token and holder, checked (the same rules on every backend): a token baton
 /// never writes is corrupt.
-pub(crate) fn lease_of(token: &str, holder: &str, pttl_ms: Option<u64>) -> Lease {
+pub fn lease_of(token: &str, holder: &str, pttl_ms: Option<u64>) -> Lease {
     if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Lease::Corrupt(preview(&lease_value(token, holder)));
     }
@@ -829,7 +829,7 @@ pub(crate) fn lease_of(token: &str, holder: &str, pttl_ms: Option<u64>) -> Lease
 }
 
 /// Parses the fence key's `GET` reply.
-pub(crate) fn parse_fence(v: &Value) -> Result<Fence, Error> {
+pub fn parse_fence(v: &Value) -> Result<Fence, Error> {
     Ok(match raw(v, "GET fence")? {
         Raw::Nil => Fence::Absent,
         Raw::WrongType(d) => Fence::WrongType(d),
@@ -841,7 +841,7 @@ pub(crate) fn parse_fence(v: &Value) -> Result<Fence, Error> {
 }
 
 /// Parses the `TIME` reply into µs since the epoch.
-pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
+pub fn parse_time(v: &Value) -> Result<u64, Error> {
     let parts = match v {
         Value::Array(parts) if parts.len() == 2 => parts,
         other => return Err(crate::transport::unexpected("TIME", other)),

@@ -297,7 +297,7 @@ pub(crate) fn fence_ttl(ttl: Duration) -> Duration {
 
 /// What an acquisition found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grant {
+pub enum Grant {
     /// Ours, with this fencing token; `sent` is when the request left (the lease's deadline
     /// counts from it).
     Granted { fence: u64, sent: Instant },
@@ -309,7 +309,7 @@ pub(crate) enum Grant {
 /// released by token: only a reply lost in a way that may have applied (a timeout, a broken
 /// connection). A grant is the guard's to release; contention and refusals wrote nothing.
 /// Shared by the mutex and the model checker.
-pub(crate) fn orphaned(outcome: &Result<Grant, Error>) -> bool {
+pub fn orphaned(outcome: &Result<Grant, Error>) -> bool {
     matches!(outcome, Err(e) if e.is_indeterminate())
 }
 

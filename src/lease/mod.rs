@@ -135,7 +135,7 @@ pub(crate) struct Extend<'a> {
 
 /// What an extension found.
 #[derive(Debug)]
-pub(crate) enum Extension {
+pub enum Extension {
     /// Extended; `sent` is when the request left (the new lease's deadline counts from it).
     Confirmed { sent: Instant },
     /// Not ours any more: what the guard, the lease and the lease's PTTL read.

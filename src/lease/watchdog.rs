@@ -266,7 +266,7 @@ async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, respons
 
 /// What the watchdog does after an extension (its own timer at the lease deadline aside).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum WatchStep {
+pub enum WatchStep {
     /// Extended: the new deadline counts from `sent`.
     Extended { sent: Instant },
     /// A transient failure: try again after a backoff, until the deadline.
@@ -276,7 +276,7 @@ pub(crate) enum WatchStep {
 }
 
 /// The watchdog's decision on one extension's outcome (shared with the model checker).
-pub(crate) fn after_extension(outcome: &Result<Extension, crate::error::Error>) -> WatchStep {
+pub fn after_extension(outcome: &Result<Extension, crate::error::Error>) -> WatchStep {
     match outcome {
         Ok(Extension::Confirmed { sent }) => WatchStep::Extended { sent: *sent },
         Ok(Extension::Refused { .. }) => {

@@ -26,7 +26,7 @@
 
 use super::check::{fx_hash, Model};
 use super::store::{Exec, Store, MAX_CONNS};
-use crate::failover::protocol::{
+use baton::model_api::{
     decide_backup, decide_holder, exhaust_writes, finish_gave_up, finish_writes, grant_writes,
     keep_waiting, later_grant, taken_over, BackupView, Decision, Ending, Fault, Fence, GaveUp,
     HolderDecision, HolderOp, Lease, Message, Observation, PendingGrant, State, StateValue, Which,
@@ -250,7 +250,7 @@ pub(crate) struct Sys {
 }
 
 /// One step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// `WATCH` and read, then decide.
     Observe(u8),
@@ -1106,7 +1106,7 @@ mod tests {
     //! step runs 3 × 3 optimized (`examples/model.rs`).
 
     use super::*;
-    use crate::model::check::{check_exhaustive, Counterexample, Limits, Outcome, Report};
+    use crate::check::{check_exhaustive, Counterexample, Limits, Outcome, Report};
     use std::time::Duration;
 
     fn check(model: &Failover) -> Report<Sys> {
@@ -1116,6 +1116,7 @@ mod tests {
                 max_states: 5_000_000,
                 timeout: Duration::from_secs(300),
                 liveness_steps: Some(64),
+                fair_cycles: true,
             },
         )
     }

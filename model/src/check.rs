@@ -11,8 +11,46 @@
 //! table holds 8-byte slots (an index into that `Vec` and 32 bits of the hash), the parent
 //! pointers an index and the action. With liveness on, every distinct fault-free edge costs
 //! 4 bytes during the search (8 while the reverse graph is built) plus 8 bytes per state.
+//! The fair-cycle check adds 4 bytes per such edge (its class) and, after the search, 8 bytes
+//! per state (Tarjan's number and low link) plus its stacks.
+//!
+//! # Fair cycles
+//!
+//! The bounded liveness check (every state reaches a terminal state within `n` fault-free
+//! steps) passes a livelock with one way out: a cycle that a run may go around forever, as long
+//! as the step out is not forced. Which steps are forced is weak fairness: a step (a class of
+//! actions, see below) that stays enabled in every state of a run from some point on is taken
+//! in it, as the real system does (a worker's next step happens, a timer fires, time passes).
+//! Faults are never forced, and not followed: the check runs on the graph of fault-free steps.
+//!
+//! A run that never ends goes around, from some point on, inside one strongly connected
+//! component (SCC) of that graph with no terminal state (a run through a terminal state ends).
+//! Such an SCC holds a weakly fair cycle if and only if every class enabled in *all* its states
+//! is taken by a step inside it: then the walk that goes through every state and every inner
+//! step of the SCC, repeated, is fair (each class is either taken on it or disabled at some
+//! state on it); and conversely a fair cycle in the SCC passes, for a class enabled in all its
+//! states, a state where it is enabled, so it must take it, inside the SCC. Unlike strong
+//! fairness, weak fairness needs no recursive splitting of the SCC. So: Tarjan's algorithm
+//! (iterative: no recursion over millions of states) over the stored forward graph, and per SCC
+//! of two or more states (a self-loop changes nothing and is not a step) with no terminal
+//! state, one pass over its members' steps: the classes enabled everywhere, intersected, must
+//! lie within the classes of its inner steps. The first fair SCC is reported with a path to it
+//! and a walk once around it that takes every inner class.
+//!
+//! Why this is sound for the models' step semantics: "enabled" is what the graph holds, the
+//! non-fault actions whose `next` is a different state (a `None` or a self-loop is no step:
+//! nothing to force); every step of a state is an edge, so the enabled classes of a state are
+//! its edges' classes, and "enabled throughout" is exact. A class is an action with the numbers
+//! in its `Debug` text erased (`Renew(1)` is `Renew`), because the models store states up to a
+//! permutation of their workers: `Renew(1)` names whichever worker sits in slot 1 of that
+//! state, and the same worker may sit in slot 0 of the next state on the cycle. Per-slot classes
+//! would take a leader renewing forever, while its `Release` stays enabled, for a fair cycle
+//! (its slot changes every step, so neither `Release(0)` nor `Release(1)` is enabled
+//! throughout). The price of erasing: two workers alternately enabled for the same kind of step
+//! count as that kind enabled throughout, so such a cycle must also take that kind of step
+//! to be judged fair; the toy livelock (`toy.rs`) shows a lockstep livelock is still found.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
@@ -21,8 +59,10 @@ use std::time::{Duration, Instant};
 pub(crate) trait Model {
     /// One global state of the system. Compared and hashed by full value.
     type State: Clone + Eq + Hash + fmt::Debug;
-    /// One step of one participant (or of the environment: a fault).
-    type Action: Clone + fmt::Debug;
+    /// One step of one participant (or of the environment: a fault). Equal actions are one
+    /// step for weak fairness (the fair-cycle check): `Exec(1)` is worker 1's `EXEC`, wherever
+    /// it is enabled.
+    type Action: Clone + fmt::Debug + Eq + Hash;
     /// Initial states.
     fn init(&self) -> Vec<Self::State>;
     /// Appends the actions enabled in `s` to `out`.
@@ -50,6 +90,10 @@ pub(crate) struct Limits {
     /// `Some(n)`: after the search, every reachable state must reach a terminal state in at
     /// most `n` non-fault steps. `None`: no liveness check (and no edges kept).
     pub(crate) liveness_steps: Option<u32>,
+    /// With `liveness_steps`: also look for a fair cycle of non-fault steps (see
+    /// [`fair_cycle`]), a run that never ends although every step enabled throughout it is
+    /// taken in it.
+    pub(crate) fair_cycles: bool,
 }
 
 /// A path from an initial state to a state that violates a property.
@@ -93,6 +137,9 @@ pub(crate) enum Outcome<S> {
     /// A reachable state cannot reach a terminal state within the bound by non-fault actions;
     /// the path is a shortest one to the first such state (in BFS order).
     LivenessViolation(Counterexample<S>),
+    /// A weakly fair cycle of non-fault steps through non-terminal states: a run that goes
+    /// around it forever never ends. The path reaches the cycle, then goes once around it.
+    FairCycle(Counterexample<S>),
     /// The search was cut short (state budget or timeout): nothing is proven. CI must fail.
     Incomplete {
         /// Which limit was hit, and where.
@@ -106,6 +153,7 @@ impl<S: fmt::Debug> fmt::Display for Outcome<S> {
             Outcome::Exhausted => write!(f, "exhausted: every property holds"),
             Outcome::Violation(cx) => write!(f, "safety violation: {cx}"),
             Outcome::LivenessViolation(cx) => write!(f, "liveness violation: {cx}"),
+            Outcome::FairCycle(cx) => write!(f, "fair cycle: {cx}"),
             Outcome::Incomplete { reason } => write!(f, "incomplete: {reason}"),
         }
     }
@@ -127,6 +175,9 @@ pub(crate) struct Report<S> {
     /// state, over the states that reach one. `None` when the liveness check did not run or no
     /// state reaches a terminal state.
     pub(crate) max_distance_to_terminal: Option<u32>,
+    /// The strongly connected components of non-fault steps with a cycle and no terminal
+    /// state, all checked for a fair cycle (`None`: the check did not run).
+    pub(crate) cyclic_components: Option<usize>,
     /// Wall-clock time of the whole check.
     pub(crate) elapsed: Duration,
 }
@@ -413,11 +464,14 @@ pub(crate) fn check_exhaustive<M: Model>(model: &M, limits: &Limits) -> Report<M
         n_init: 0,
     };
     let mut table = Table::new();
-    // Liveness only: the distinct non-fault successors of each state (`fwd_off[i]..` into
-    // `fwd`; states are expanded in index order, so this is the forward graph in CSR form), and
-    // the terminal states.
+    // Liveness only: the distinct non-fault steps of each state (`fwd_off[i]..` into `fwd`, the
+    // step's class in `fwd_class`; states are expanded in index order, so this is the forward
+    // graph in CSR form), and the terminal states. A class numbers one distinct action
+    // (`classes[c]`), the unit of weak fairness.
     let mut fwd: Vec<u32> = Vec::new();
+    let mut fwd_class: Vec<u32> = Vec::new();
     let mut fwd_off: Vec<usize> = Vec::new();
+    let mut classes = Classes::<M::Action>::default();
     let mut terminals: Vec<u32> = Vec::new();
     let mut edges = 0usize;
     let mut max_depth = 0u32;
@@ -428,6 +482,7 @@ pub(crate) fn check_exhaustive<M: Model>(model: &M, limits: &Limits) -> Report<M
         edges,
         max_depth,
         max_distance_to_terminal: dist,
+        cyclic_components: None,
         elapsed: start.elapsed(),
     };
     let budget = |n: usize, depth: u32| Outcome::Incomplete {
@@ -488,6 +543,7 @@ pub(crate) fn check_exhaustive<M: Model>(model: &M, limits: &Limits) -> Report<M
             }
             edges += 1;
             let follow = liveness.is_some() && !model.is_fault(&a);
+            let class = if follow { Some(classes.of(&a)) } else { None };
             let hash = fx_hash(&t);
             let to = match table.find(hash, |i| ex.states[i as usize] == t) {
                 Ok(to) => to,
@@ -512,8 +568,16 @@ pub(crate) fn check_exhaustive<M: Model>(model: &M, limits: &Limits) -> Report<M
                     index
                 }
             };
-            if follow && !fwd[fwd_off[cur]..].contains(&to) {
-                fwd.push(to);
+            if let Some(class) = class {
+                let mine = fwd_off[cur]..;
+                if !fwd[mine.clone()]
+                    .iter()
+                    .zip(&fwd_class[mine])
+                    .any(|(&t, &c)| t == to && c == class)
+                {
+                    fwd.push(to);
+                    fwd_class.push(class);
+                }
             }
         }
         cur += 1;
@@ -525,24 +589,368 @@ pub(crate) fn check_exhaustive<M: Model>(model: &M, limits: &Limits) -> Report<M
     };
     fwd_off.push(fwd.len());
     let dist = distances_to_terminal(ex.states.len(), &fwd, &fwd_off, &terminals);
-    drop((fwd, fwd_off, terminals));
     let max_dist = dist.iter().copied().filter(|&d| d != u32::MAX).max();
-    let outcome = match dist.iter().position(|&d| d > bound) {
+    let late = dist.iter().position(|&d| d > bound).map(|i| (i, dist[i]));
+    drop(dist);
+    let outcome = match late {
         None => Outcome::Exhausted,
-        Some(i) => {
-            let message = if dist[i] == u32::MAX {
+        Some((i, d)) => {
+            let message = if d == u32::MAX {
                 "liveness: no fault-free path from this state to a terminal state".to_string()
             } else {
                 format!(
                     "liveness: the shortest fault-free path from this state to a terminal state \
                      takes {} steps, more than the bound of {bound}",
-                    dist[i]
+                    d
                 )
             };
             Outcome::LivenessViolation(ex.trace(i, message))
         }
     };
-    report(outcome, &ex, edges, max_depth, max_dist)
+    if !matches!(outcome, Outcome::Exhausted) || !limits.fair_cycles {
+        return report(outcome, &ex, edges, max_depth, max_dist);
+    }
+    let graph = Graph {
+        fwd: &fwd,
+        class: &fwd_class,
+        off: &fwd_off,
+        classes: classes.list.len(),
+    };
+    let (cyclic, found) = fair_cycle(&graph, &terminals);
+    let outcome = match found {
+        None => Outcome::Exhausted,
+        Some(scc) => Outcome::FairCycle(scc.trace(model, &graph, &ex, &mut classes)),
+    };
+    Report {
+        cyclic_components: Some(cyclic),
+        ..report(outcome, &ex, edges, max_depth, max_dist)
+    }
+}
+
+/// The classes of the non-fault actions of a search, numbered in the order first met: the unit
+/// of weak fairness. A class is an action with its numbers erased (`Release(1)` and
+/// `Release(0)` are one class, `Release`): the models store each state up to a permutation of
+/// their workers (`canonical`), so a number names a slot of that state, not a worker, and the
+/// same worker may be slot 1 in one state of a cycle and slot 0 in the next.
+struct Classes<A> {
+    /// Action to class (each distinct action is named once, then looked up).
+    index: HashMap<A, u32, FxBuildHasher>,
+    /// Class name (the action's `Debug` text without digits) to class.
+    names: HashMap<String, u32>,
+    /// Class to the first action of it met (for traces).
+    list: Vec<A>,
+}
+
+impl<A> Default for Classes<A> {
+    fn default() -> Self {
+        Classes {
+            index: HashMap::default(),
+            names: HashMap::new(),
+            list: Vec::new(),
+        }
+    }
+}
+
+impl<A: Clone + Eq + Hash + fmt::Debug> Classes<A> {
+    /// The class of `a`.
+    fn of(&mut self, a: &A) -> u32 {
+        if let Some(&c) = self.index.get(a) {
+            return c;
+        }
+        let name: String = format!("{a:?}")
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect();
+        let next = self.list.len() as u32;
+        let c = *self.names.entry(name).or_insert(next);
+        if c == next {
+            self.list.push(a.clone());
+        }
+        self.index.insert(a.clone(), c);
+        c
+    }
+}
+
+/// The graph of non-fault steps in CSR form: the steps out of state `i` go to
+/// `fwd[off[i]..off[i + 1]]`, with the classes `class[off[i]..off[i + 1]]`.
+struct Graph<'a> {
+    /// Target states.
+    fwd: &'a [u32],
+    /// The class (numbered action) of each step.
+    class: &'a [u32],
+    /// Where each state's steps start (one more entry than states).
+    off: &'a [usize],
+    /// How many classes there are.
+    classes: usize,
+}
+
+impl Graph<'_> {
+    /// The steps out of `v`: (target, class).
+    fn steps(&self, v: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let r = self.off[v as usize]..self.off[v as usize + 1];
+        self.fwd[r.clone()]
+            .iter()
+            .copied()
+            .zip(self.class[r].iter().copied())
+    }
+}
+
+/// A set of classes (one bit each).
+#[derive(Clone, PartialEq)]
+struct ClassSet(Vec<u64>);
+
+impl ClassSet {
+    fn empty(classes: usize) -> ClassSet {
+        ClassSet(vec![0; classes.div_ceil(64)])
+    }
+    fn full(classes: usize) -> ClassSet {
+        let mut s = ClassSet::empty(classes);
+        for c in 0..classes {
+            s.insert(c as u32);
+        }
+        s
+    }
+    fn insert(&mut self, c: u32) {
+        self.0[c as usize / 64] |= 1 << (c % 64);
+    }
+    fn contains(&self, c: u32) -> bool {
+        self.0[c as usize / 64] & (1 << (c % 64)) != 0
+    }
+    fn clear(&mut self) {
+        self.0.iter_mut().for_each(|w| *w = 0);
+    }
+    /// `self ∩= other`.
+    fn keep(&mut self, other: &ClassSet) {
+        self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a &= b);
+    }
+    /// Whether every class of `self` is in `other`.
+    fn within(&self, other: &ClassSet) -> bool {
+        self.0.iter().zip(&other.0).all(|(a, b)| a & !b == 0)
+    }
+}
+
+/// A strongly connected component of non-fault steps that holds a fair cycle.
+struct FairScc {
+    /// Its states, ascending (the first is the one BFS met first).
+    members: Vec<u32>,
+    /// The classes enabled in every one of its states (each is taken inside it).
+    always: ClassSet,
+    /// The classes of its inner steps.
+    taken: ClassSet,
+}
+
+/// Marks of [`fair_cycle`]'s Tarjan: not visited yet, and assigned to a component.
+const UNSEEN: u32 = u32::MAX;
+const DONE: u32 = u32::MAX - 1;
+
+/// Looks for a weakly fair cycle among the non-terminal states (see the crate docs, "Fair
+/// cycles"): Tarjan's strongly connected components, iteratively (an explicit stack, as a
+/// component may hold millions of states), then per component with a cycle and no terminal
+/// state: the classes enabled in every state of it must all be taken by a step inside it.
+/// Returns how many such components there were, and the first fair one.
+fn fair_cycle(g: &Graph<'_>, terminals: &[u32]) -> (usize, Option<FairScc>) {
+    let n = g.off.len() - 1;
+    let mut terminal = vec![false; n];
+    for &t in terminals {
+        terminal[t as usize] = true;
+    }
+    // `index[v]`: Tarjan's number, UNSEEN, or DONE once v's component is known; `low[v]`: the
+    // low link, then the root of v's component (which names it).
+    let mut index = vec![UNSEEN; n];
+    let mut low = vec![0u32; n];
+    let mut stack: Vec<u32> = Vec::new();
+    let mut call: Vec<(u32, usize)> = Vec::new();
+    let mut next = 0u32;
+    let mut cyclic = 0usize;
+    let mut here = ClassSet::empty(g.classes);
+    for root in 0..n as u32 {
+        if index[root as usize] != UNSEEN {
+            continue;
+        }
+        index[root as usize] = next;
+        low[root as usize] = next;
+        next += 1;
+        stack.push(root);
+        call.push((root, g.off[root as usize]));
+        while let Some((v, e)) = call.last_mut() {
+            let v = *v;
+            if *e < g.off[v as usize + 1] {
+                let w = g.fwd[*e];
+                *e += 1;
+                match index[w as usize] {
+                    UNSEEN => {
+                        index[w as usize] = next;
+                        low[w as usize] = next;
+                        next += 1;
+                        stack.push(w);
+                        call.push((w, g.off[w as usize]));
+                    }
+                    DONE => {}
+                    i => low[v as usize] = low[v as usize].min(i),
+                }
+                continue;
+            }
+            call.pop();
+            if let Some(&(u, _)) = call.last() {
+                low[u as usize] = low[u as usize].min(low[v as usize]);
+            }
+            if low[v as usize] != index[v as usize] {
+                continue;
+            }
+            // v is the root of a component: the stack from v up.
+            let at = stack.iter().rposition(|&m| m == v).unwrap_or(0);
+            let members = stack.split_off(at);
+            for &m in &members {
+                index[m as usize] = DONE;
+                low[m as usize] = v;
+            }
+            // One state has no cycle (self-loops are not steps); a terminal state ends runs.
+            if members.len() < 2 || members.iter().any(|&m| terminal[m as usize]) {
+                continue;
+            }
+            cyclic += 1;
+            let mut always = ClassSet::full(g.classes);
+            let mut taken = ClassSet::empty(g.classes);
+            for &m in &members {
+                here.clear();
+                for (t, c) in g.steps(m) {
+                    here.insert(c);
+                    if index[t as usize] == DONE && low[t as usize] == v {
+                        taken.insert(c);
+                    }
+                }
+                always.keep(&here);
+            }
+            if always.within(&taken) {
+                let mut members = members;
+                members.sort_unstable();
+                let scc = FairScc {
+                    members,
+                    always,
+                    taken,
+                };
+                return (cyclic, Some(scc));
+            }
+        }
+    }
+    (cyclic, None)
+}
+
+impl FairScc {
+    /// A shortest path to the component's first state, then a walk around the component that
+    /// takes a step of every class taken inside it and passes a state where each other class is
+    /// disabled (so the walk, repeated, is a fair run), back to the first state.
+    fn trace<M: Model>(
+        &self,
+        model: &M,
+        g: &Graph<'_>,
+        ex: &Explored<M>,
+        classes: &mut Classes<M::Action>,
+    ) -> Counterexample<M::State> {
+        let inside: HashSet<u32, FxBuildHasher> = self.members.iter().copied().collect();
+        let entry = self.members[0];
+        let always: Vec<String> = (0..g.classes as u32)
+            .filter(|&c| self.always.contains(c))
+            .map(|c| format!("{:?}", classes.list[c as usize]))
+            .collect::<Vec<_>>();
+        let mut cx = ex.trace(entry as usize, String::new());
+        let prefix = cx.steps.len();
+        // The goals, in class order: a state with an inner step of class c (then that step),
+        // or a state where c, enabled elsewhere in the component, is not.
+        let mut cur = entry;
+        let mut walk: Vec<(u32, u32)> = Vec::new();
+        let mut enabled_somewhere = ClassSet::empty(g.classes);
+        for &m in &self.members {
+            g.steps(m).for_each(|(_, c)| enabled_somewhere.insert(c));
+        }
+        for c in 0..g.classes as u32 {
+            if self.taken.contains(c) {
+                let has = |v: u32| g.steps(v).any(|(t, k)| k == c && inside.contains(&t));
+                walk.extend(shortest_inside(g, &inside, cur, has));
+                cur = walk.last().map_or(cur, |&(t, _)| t);
+                if let Some(step) = g.steps(cur).find(|&(t, k)| k == c && inside.contains(&t)) {
+                    walk.push(step);
+                    cur = step.0;
+                }
+            } else if enabled_somewhere.contains(c) {
+                let off = |v: u32| g.steps(v).all(|(_, k)| k != c);
+                walk.extend(shortest_inside(g, &inside, cur, off));
+                cur = walk.last().map_or(cur, |&(t, _)| t);
+            }
+        }
+        walk.extend(shortest_inside(g, &inside, cur, |v| v == entry));
+        // The graph keeps classes only: find the action of each step again.
+        let mut from = entry;
+        let mut enabled = Vec::new();
+        for (t, c) in walk {
+            enabled.clear();
+            model.actions(&ex.states[from as usize], &mut enabled);
+            let action = enabled
+                .iter()
+                .find(|a| {
+                    !model.is_fault(a)
+                        && model.next(&ex.states[from as usize], a).as_ref()
+                            == Some(&ex.states[t as usize])
+                        && classes.of(a) == c
+                })
+                .map_or_else(
+                    || format!("{:?}", classes.list[c as usize]),
+                    |a| format!("{a:?}"),
+                );
+            cx.steps.push((action, ex.states[t as usize].clone()));
+            from = t;
+        }
+        cx.message = format!(
+            "fair cycle: {} states that no fault-free step leaves for good, none of them terminal: \
+             a run can go around them forever while every step enabled throughout ({}) is taken; \
+             steps 1..{prefix} reach them, steps {}..{} go once around",
+            self.members.len(),
+            if always.is_empty() {
+                "none".to_string()
+            } else {
+                always.join(", ")
+            },
+            prefix + 1,
+            cx.steps.len()
+        );
+        cx
+    }
+}
+
+/// A shortest path of steps within `inside` from `from` to a state where `goal` holds (empty
+/// when `from` is one), as (state reached, class taken) pairs.
+fn shortest_inside(
+    g: &Graph<'_>,
+    inside: &HashSet<u32, FxBuildHasher>,
+    from: u32,
+    goal: impl Fn(u32) -> bool,
+) -> Vec<(u32, u32)> {
+    if goal(from) {
+        return Vec::new();
+    }
+    let mut parent: HashMap<u32, (u32, u32), FxBuildHasher> = HashMap::default();
+    let mut queue = std::collections::VecDeque::from([from]);
+    while let Some(v) = queue.pop_front() {
+        for (t, c) in g.steps(v) {
+            if t == from || !inside.contains(&t) || parent.contains_key(&t) {
+                continue;
+            }
+            parent.insert(t, (v, c));
+            if goal(t) {
+                let mut path = vec![(t, c)];
+                let mut at = v;
+                while at != from {
+                    let (p, k) = parent[&at];
+                    path.push((at, k));
+                    at = p;
+                }
+                path.reverse();
+                return path;
+            }
+            queue.push_back(t);
+        }
+    }
+    Vec::new()
 }
 
 /// For each of the `n` states, the length of a shortest path to a terminal state in the graph
@@ -701,6 +1109,7 @@ mod tests {
             max_states: 1_000_000,
             timeout: Duration::from_secs(60),
             liveness_steps,
+            fair_cycles: false,
         }
     }
 
@@ -845,7 +1254,7 @@ mod tests {
     }
 
     /// An action of [`Crashy`].
-    #[derive(Clone, Debug)]
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
     enum JobStep {
         /// Idle to running.
         Start,
@@ -969,6 +1378,65 @@ mod tests {
         assert_eq!(cx.steps.len(), 3);
         assert!(cx.message.contains("takes 5 steps"), "{cx}");
         assert_eq!(r.max_distance_to_terminal, Some(5));
+    }
+
+    #[test]
+    fn a_ring_whose_exit_is_not_always_enabled_is_a_fair_cycle() {
+        // The exit is enabled at 2 only: going round and round takes `next`, the only step
+        // enabled all along, so that run is fair and never ends, although every state reaches
+        // the end within 5 steps.
+        let fair = Limits {
+            fair_cycles: true,
+            ..limits(Some(5))
+        };
+        let r = check_exhaustive(&Ring, &fair);
+        let Outcome::FairCycle(cx) = &r.outcome else {
+            panic!("expected a fair cycle: {r}");
+        };
+        assert_eq!(r.cyclic_components, Some(1));
+        assert!(cx.message.starts_with("fair cycle: 5 states"), "{cx}");
+        // Reached at 0 (the initial state), then once around: 1, 2, 3, 4, 0.
+        let around: Vec<u8> = cx.steps.iter().map(|(_, s)| *s).collect();
+        assert_eq!(around, [1, 2, 3, 4, 0], "{cx}");
+    }
+
+    /// A spinner: 0 and 1 alternate by `spin`; `go` (enabled at both) leads to 2, the end.
+    struct Spin;
+
+    impl Model for Spin {
+        type State = u8;
+        type Action = &'static str;
+        fn init(&self) -> Vec<u8> {
+            vec![0]
+        }
+        fn actions(&self, s: &u8, out: &mut Vec<&'static str>) {
+            if *s < 2 {
+                out.extend(["spin", "go"]);
+            }
+        }
+        fn next(&self, s: &u8, a: &&'static str) -> Option<u8> {
+            Some(if *a == "spin" { 1 - s } else { 2 })
+        }
+        fn is_fault(&self, _: &&'static str) -> bool {
+            false
+        }
+        fn check(&self, _: &u8) -> Result<(), String> {
+            Ok(())
+        }
+        fn is_terminal(&self, s: &u8) -> bool {
+            *s == 2
+        }
+    }
+
+    #[test]
+    fn a_cycle_that_never_takes_a_step_enabled_throughout_is_not_fair() {
+        let fair = Limits {
+            fair_cycles: true,
+            ..limits(Some(1))
+        };
+        let r = check_exhaustive(&Spin, &fair);
+        assert!(matches!(r.outcome, Outcome::Exhausted), "{r}");
+        assert_eq!(r.cyclic_components, Some(1));
     }
 
     /// A counter that counts forever.

@@ -1,9 +1,9 @@
-//! Model checking of baton's protocols (see `src/model/`), on the library's own decisions.
+//! Model checking of baton's protocols (see the crate's library), on the library's own decisions.
 //!
 //! ```text
-//! cargo run --release --features model --example model                  # the exhaustive suite (CI)
-//! cargo run --release --features model --example model -- check FILTER --all  # every case (minutes more) whose name contains FILTER
-//! cargo run --release --features model --example model -- walk --workers 6 --attempts 5 --seed 7 --walks 20000
+//! cargo run --profile model -p baton-model                  # the exhaustive suite (CI)
+//! cargo run --profile model -p baton-model -- check FILTER --all  # every case (minutes more) whose name contains FILTER
+//! cargo run --profile model -p baton-model -- walk --workers 6 --attempts 5 --seed 7 --walks 20000
 //! ```
 //!
 //! Exits 1 on any counterexample, and on an exhaustive search that ended on a bound (state limit
@@ -33,14 +33,14 @@ fn main() {
                 .filter(|a| !a.starts_with("--"))
                 .map(String::as_str)
                 .unwrap_or("");
-            baton::model::check_suite(
+            baton_model::check_suite(
                 filter,
                 all,
                 flag("--max-states", 60_000_000) as usize,
                 Duration::from_secs(flag("--timeout-secs", 600)),
             )
         }
-        Some("walk") => baton::model::walk(
+        Some("walk") => baton_model::walk(
             flag("--workers", 6) as u8,
             flag("--attempts", 5),
             flag("--seed", 1),
@@ -50,7 +50,7 @@ fn main() {
         ),
         Some("one") => {
             let budget: Vec<u8> = args[4..12].iter().map(|a| a.parse().unwrap_or(0)).collect();
-            baton::model::check_one(
+            baton_model::check_one(
                 args[1].parse().unwrap_or(3),
                 args[2].parse().unwrap_or(3),
                 args[3] == "keepalive",

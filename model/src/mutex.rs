@@ -23,12 +23,12 @@
 //! release by token must clean it up.
 
 use super::check::{fx_hash, Model};
-use crate::error::Error;
-use crate::lease::lock::{orphaned, Grant};
+use baton::model_api::Error;
+use baton::model_api::{orphaned, Grant};
 
-use crate::lease::watchdog::{after_extension, WatchStep};
-use crate::lease::Extension;
-use tokio::time::Instant;
+use baton::model_api::Extension;
+use baton::model_api::Instant;
+use baton::model_api::{after_extension, WatchStep};
 
 /// A lock token (only equality matters; names no client).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -125,7 +125,7 @@ pub(crate) struct Sys {
 }
 
 /// One step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// The acquire script, with its reply.
     Try(u8),
@@ -438,9 +438,9 @@ impl Model for MutexModel {
                     })
                 } else {
                     Ok(Extension::Refused {
-                        guard: redis::Value::Nil,
-                        lease: redis::Value::Nil,
-                        pttl: redis::Value::Int(-2),
+                        guard: baton::model_api::Value::Nil,
+                        lease: baton::model_api::Value::Nil,
+                        pttl: baton::model_api::Value::Int(-2),
                     })
                 };
                 match after_extension(&outcome) {
@@ -528,7 +528,7 @@ mod tests {
     //! here, unoptimized; CI's model step runs 3 clients optimized).
 
     use super::*;
-    use crate::model::check::{check_exhaustive, Limits, Outcome};
+    use crate::check::{check_exhaustive, Limits, Outcome};
     use std::time::Duration;
 
     fn run(model: &MutexModel) -> Outcome<Sys> {
@@ -538,6 +538,7 @@ mod tests {
                 max_states: 2_000_000,
                 timeout: Duration::from_secs(120),
                 liveness_steps: Some(64),
+                fair_cycles: true,
             },
         );
         eprintln!("{:?}: {} states", model.mutation, r.states);

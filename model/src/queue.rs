@@ -27,9 +27,9 @@
 //!   item posted while the holder finishes causes one more run, never zero).
 
 use super::check::Model;
-use crate::error::Error;
-use crate::lease::items::Release;
-use crate::queue::{release_step, ReleaseStep};
+use baton::model_api::Error;
+use baton::model_api::Release;
+use baton::model_api::{release_step, ReleaseStep};
 
 /// A lock token: client `c`'s `k`-th hold is `c * 8 + k`.
 type Tok = u8;
@@ -132,7 +132,7 @@ pub(crate) struct Sys {
 }
 
 /// One step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     Post(u8),
     /// The post's script ran; its reply was lost.
@@ -535,7 +535,7 @@ mod tests {
     //! Run-or-enqueue holds on small fleets, and each planted bug is found.
 
     use super::*;
-    use crate::model::check::{check_exhaustive, Limits, Outcome};
+    use crate::check::{check_exhaustive, Limits, Outcome};
     use std::time::Duration;
 
     fn run(model: &QueueModel) -> Outcome<Sys> {
@@ -545,6 +545,7 @@ mod tests {
                 max_states: 2_000_000,
                 timeout: Duration::from_secs(120),
                 liveness_steps: Some(64),
+                fair_cycles: true,
             },
         );
         eprintln!("{:?}: {} states", model.mutation, r.states);

@@ -94,7 +94,7 @@ pub(crate) struct State {
     next_tuple: u8,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// Client `c` runs the acquisition in its transaction.
     Acquire(u8),
@@ -339,6 +339,7 @@ mod tests {
             max_states: 1_000_000,
             timeout: std::time::Duration::from_secs(60),
             liveness_steps: Some(64),
+            fair_cycles: true,
         }
     }
 
@@ -369,38 +370,5 @@ mod tests {
             select.is_some() && delete.is_some() && select < delete,
             "{steps:?}"
         );
-    }
-
-    /// The model's `rechecks` is the library's: both cleanup statements repeat their
-    /// conditions after the subquery (in the outer `WHERE`), which PostgreSQL re-evaluates on
-    /// a row that changed while the `DELETE` waited for it.
-    #[cfg(feature = "postgres")]
-    #[test]
-    fn cleanup_statements_re_check_the_row_they_delete() {
-        for (statement, conditions) in [
-            (
-                crate::lease::pg::CLEANUP,
-                &[
-                    "fence_expires_at < clock_timestamp()",
-                    "(token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())",
-                ][..],
-            ),
-            (
-                crate::failover::pg::CLEANUP,
-                &["expires_at < clock_timestamp()"][..],
-            ),
-        ] {
-            // What follows the subquery (it ends with its `LIMIT`).
-            let outer = statement
-                .split_once("LIMIT 1000\n)")
-                .map(|(_, after)| after)
-                .unwrap_or_default();
-            for condition in conditions {
-                assert!(
-                    outer.contains(condition),
-                    "the outer WHERE of {statement:?} does not re-check {condition:?}"
-                );
-            }
-        }
     }
 }

@@ -29,14 +29,14 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use baton::model_api::Instant;
 
 use super::check::{fx_hash, Model};
-use crate::error::Error;
-use crate::leader::{after_try, handover, must_stop, stop_at, CampaignStep, Handover};
-use crate::lease::lock::orphaned;
-use crate::lease::watchdog::{after_extension, WatchStep};
-use crate::lease::Extension;
+use baton::model_api::Error;
+use baton::model_api::Extension;
+use baton::model_api::{after_extension, WatchStep};
+use baton::model_api::{after_try, handover, must_stop, stop_at, CampaignStep, Handover};
+use baton::model_api::{orphaned, Grant};
 
 /// A lease token (only equality matters; names no candidate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -145,7 +145,7 @@ pub(crate) struct Sys {
 }
 
 /// One step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// A campaign's try, with its reply.
     Try(u8),
@@ -470,7 +470,7 @@ impl Model for LeaderModel {
             Action::TryLost(i) => {
                 s.faults.lost_replies -= 1;
                 let tok = Self::fresh_token(&s);
-                let lost: Result<crate::lease::lock::Grant, Error> = Err(Error::Timeout {
+                let lost: Result<Grant, Error> = Err(Error::Timeout {
                     during: "acquiring the lock",
                 });
                 s.ghost.abandoned |= 1u64 << tok.0.min(63);
@@ -506,9 +506,9 @@ impl Model for LeaderModel {
                     })
                 } else {
                     Ok(Extension::Refused {
-                        guard: redis::Value::Nil,
-                        lease: redis::Value::Nil,
-                        pttl: redis::Value::Int(-2),
+                        guard: baton::model_api::Value::Nil,
+                        lease: baton::model_api::Value::Nil,
+                        pttl: baton::model_api::Value::Int(-2),
                     })
                 };
                 let Phase::Leading(l) = &mut s.cands[i as usize].phase else {
@@ -659,7 +659,7 @@ mod tests {
     //! terms here, unoptimized; CI's model step runs 3 candidates optimized).
 
     use super::*;
-    use crate::model::check::{check_exhaustive, Limits, Outcome};
+    use crate::check::{check_exhaustive, Limits, Outcome};
 
     fn run(model: &LeaderModel) -> Outcome<Sys> {
         let r = check_exhaustive(
@@ -668,6 +668,7 @@ mod tests {
                 max_states: 2_000_000,
                 timeout: Duration::from_secs(120),
                 liveness_steps: Some(64),
+                fair_cycles: true,
             },
         );
         eprintln!("{:?}: {} states", model.mutation, r.states);

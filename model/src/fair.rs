@@ -34,7 +34,7 @@
 use std::time::Duration;
 
 use super::check::Model;
-use crate::fair::waiting_nap;
+use baton::model_api::waiting_nap;
 
 /// A waiter id / lock token: client `c`'s round `r` is `c * rounds + r`.
 type Tok = u8;
@@ -147,7 +147,7 @@ pub(crate) struct Sys {
 }
 
 /// One step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Action {
     /// An idle client starts an acquisition (the reserver first reserves).
     Start(u8),
@@ -740,7 +740,7 @@ mod tests {
     //! The fair lock holds on small fleets, and each planted bug is found.
 
     use super::*;
-    use crate::model::check::{check_exhaustive, Limits, Outcome};
+    use crate::check::{check_exhaustive, Limits, Outcome};
     use std::time::Duration;
 
     fn run(model: &FairModel) -> Outcome<Sys> {
@@ -750,6 +750,7 @@ mod tests {
                 max_states: 2_000_000,
                 timeout: Duration::from_secs(120),
                 liveness_steps: Some(64),
+                fair_cycles: true,
             },
         );
         eprintln!("{:?}: {} states", model.mutation, r.states);
