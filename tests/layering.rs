@@ -4,17 +4,18 @@
 //!
 //! ```text
 //! bin/         the CLI: uses only the public API (`baton::...`), no `crate::` paths at all
-//! client       builds the transport, hands out primitive handles
-//! primitives   failover, mutex, leader, fair, queue, redlock
-//! lease        what every lease-holding primitive shares
-//! backend      seam between primitives and transports
-//! transports   transport (Redis), postgres
+//! client       builds the backend, hands out primitive handles
+//! primitives   failover, mutex, leader, fair, queue, redlock, advisory
+//! lease        what every lease-holding primitive shares (and the lock store's operations)
+//! backend      the store seam (`src/backend/mod.rs`): one `Backend` enum and its dispatch
+//! backends     one folder each under the seam: backend::redis, backend::postgres; neither
+//!              knows the other
 //! leaves       error, util
-//! testing      fixtures behind a feature (may import transports and leaves: the fixture
-//!              builds its least-privilege user from the transport's ACL rules)
+//! testing      fixtures behind a feature (may import backends and leaves: the fixture
+//!              builds its least-privilege user from the Redis backend's ACL rules)
 //! model        the model checker (tests and a hidden feature): may import the primitives'
 //!              and the lease kernel's pure decisions and the leaves, never the I/O layers
-//!              (client, backend, transports), so what it checks is the decisions alone
+//!              (client, backend, backends), so what it checks is the decisions alone
 //! lib.rs       the crate root: may reference anything (re-exports)
 //! ```
 //!
@@ -36,9 +37,23 @@ use std::path::{Path, PathBuf};
 const PRIMITIVES: &[&str] = &[
     "failover", "mutex", "leader", "fair", "queue", "redlock", "advisory",
 ];
-/// The Redis transport lives in `src/transport/` (a top-level module named `redis` would shadow
-/// the `redis` crate inside baton); `redis` stays a valid name for the synthetic trees.
-const TRANSPORTS: &[&str] = &["transport", "redis", "postgres"];
+/// The backends, one folder each under the store seam `src/backend/` (a top-level module named
+/// `redis` would shadow the `redis` crate inside baton): `backend::redis` and
+/// `backend::postgres` are layers of their own, below the seam (`backend`, its other files).
+/// Top-level `redis`/`postgres` stay valid names for the synthetic trees.
+const TRANSPORTS: &[&str] = &["backend::redis", "backend::postgres", "redis", "postgres"];
+/// The folders under `src/backend/` that are backends rather than the seam.
+const BACKEND_FOLDERS: &[&str] = &["redis", "postgres"];
+
+/// The unit a module path belongs to for the layer table: its top-level module, except that a
+/// backend's folder under the seam (`backend::redis::…`) is a unit of its own.
+fn unit_of(segs: &[&str]) -> String {
+    match segs {
+        ["backend", b, ..] if BACKEND_FOLDERS.contains(b) => format!("backend::{b}"),
+        [top, ..] => top.to_string(),
+        [] => String::new(),
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 /// The library's layers; `bin/` and the root are not here, they are places (see [`Place`]).
@@ -700,15 +715,16 @@ fn check(src: &Path) -> Vec<Violation> {
                 Place::Module(m) => m.iter().chain(inline).cloned().collect::<Vec<_>>(),
             };
             // Inline modules of lib.rs are top-level modules of their own.
-            let Some(from_top) = module.first().cloned() else {
+            if module.is_empty() {
                 continue; // the root itself
-            };
+            }
+            let from_top = unit_of(&module.iter().map(String::as_str).collect::<Vec<_>>());
             let module_name = module.join("::");
             let from_layer = Layer::of(&from_top).name();
 
-            // The name right under the crate root, if the path gets there.
-            let named = if segs[0] == "crate" {
-                segs.get(1).copied()
+            // The path from the crate root, if it gets there.
+            let abs: Vec<&str> = if segs[0] == "crate" {
+                segs[1..].to_vec()
             } else {
                 let ups = segs.iter().take_while(|s| **s == "super").count();
                 if ups > module.len() {
@@ -728,12 +744,19 @@ fn check(src: &Path) -> Vec<Violation> {
                     });
                     continue;
                 }
-                if ups < module.len() {
-                    continue; // still inside the same top-level module
-                }
-                segs.get(ups).copied()
+                module[..module.len() - ups]
+                    .iter()
+                    .map(String::as_str)
+                    .chain(segs[ups..].iter().copied())
+                    .collect()
             };
-            let Some(named) = named else { continue };
+            if unit_of(&abs) == from_top {
+                continue; // still inside the same unit
+            }
+            // The name right under the crate root.
+            let Some(named) = abs.first().copied() else {
+                continue;
+            };
             if named == "self" {
                 continue;
             }
@@ -755,6 +778,7 @@ fn check(src: &Path) -> Vec<Violation> {
             let Some((to_top, via)) = resolve(named) else {
                 continue;
             };
+            let to_top = if via.is_none() { unit_of(&abs) } else { to_top };
             if may_import(&from_top, &to_top) {
                 continue;
             }

@@ -8,8 +8,9 @@ use super::keys::JobKeys;
 use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
 use super::Failover;
 use super::IntoJob;
+use crate::backend::redis::{Expect, HubMsg, Subscription};
+use crate::backend::Backend;
 use crate::error::{preview, Error};
-use crate::transport::{Backend, Expect, HubMsg, Subscription};
 
 /// A job's state as stored in Redis; see [`Failover::job_state`](super::Failover::job_state).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -355,7 +356,7 @@ impl Failover {
                 Some(replies) => {
                     // Every sub-reply: a command can fail inside a transaction that still
                     // applies the others.
-                    crate::transport::check_replies(
+                    crate::backend::redis::check_replies(
                         "releasing an attempt",
                         &replies,
                         &[Expect::Int, Expect::Ok, Expect::Int],

@@ -21,7 +21,8 @@ pub(crate) mod worker;
 
 use std::sync::Arc;
 
-use crate::transport::{Backend, Transport};
+use crate::backend::redis::Transport;
+use crate::backend::Backend;
 
 pub use admin::{JobChange, JobState, JobStatus, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};

@@ -35,9 +35,9 @@ use super::protocol::{
     lease_of, state_of_bytes, state_text, Fence, Lease, Observation, State, Which, Write,
 };
 use super::store::{Extended, ExtensionFuture, Held, JobStore};
+use crate::backend::postgres::{channel_of, PgTransport, Pooled};
+use crate::backend::redis::{ConnSettings, ReplicaWait, Subscription};
 use crate::error::Error;
-use crate::transport::pg::{channel_of, PgTransport, Pooled};
-use crate::transport::{ConnSettings, ReplicaWait, Subscription};
 
 /// The table's name in messages and docs.
 pub(crate) const TABLE: &str = "baton_jobs";

@@ -26,9 +26,9 @@ use super::protocol::{
     Lease, Observation, PendingGrant, State, Which,
 };
 use super::store::{Extended, Held, JobStore, RedisStore};
+use crate::backend::redis::{HubMsg, ReplicaWait, Subscription, Transport};
 use crate::error::Error;
 use crate::lease;
-use crate::transport::{HubMsg, ReplicaWait, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::{after, ms, FAR};

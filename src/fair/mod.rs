@@ -45,6 +45,7 @@
 
 pub mod keys;
 pub mod options;
+pub(crate) mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,11 +53,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redis::{Subscription, Transport};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
+use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::lease::held::HeldLock;
-use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
-use crate::transport::{Backend, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -251,7 +252,7 @@ impl FairLocks {
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = FairGuard {
                         held: Some(HeldLock::new(
-                            LockBackend::Redis(self.transport()?.clone()),
+                            Backend::Redis(self.transport()?.clone()),
                             keys,
                             key,
                             id,
@@ -570,7 +571,9 @@ impl FairGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let transport = h.backend.redis("the fair lock")?;
+        let transport = h
+            .backend
+            .redis("the fair lock", "it exists on Redis only")?;
         let mut conn = transport.node(&h.keys.lock).await?.conn();
         let limit = after(Instant::now(), transport.settings.response_timeout);
         let ours = kernel::leave(&mut conn, &h.keys, &h.token, limit).await?;
@@ -583,7 +586,7 @@ impl Drop for FairGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
-            if let Ok(t) = h.backend.redis("the fair lock") {
+            if let Ok(t) = h.backend.redis("the fair lock", "it exists on Redis only") {
                 leave_in_background(t, &h.keys, h.token);
             }
         }

@@ -49,18 +49,18 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redis::HubMsg;
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error, ErrorKind};
-use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
 use crate::lease::lock::{self as kernel, Grant, Stored};
 use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{Backend, HubMsg};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::after;
 use crate::util::token::{default_worker_name, new_token};
+use crate::util::wake::{WakeOne, Woken};
 
 use keys::ElectionKeys;
 pub use options::{ElectionOptions, ElectionOptionsBuilder};
@@ -116,7 +116,7 @@ impl Leaders {
         };
         let keys = Arc::new(ElectionKeys::new(&self.prefix, key));
         Ok(Arc::new(Election {
-            backend: LockBackend::of(&self.backend),
+            backend: self.backend.clone(),
             keys,
             key: key.to_string(),
             name,
@@ -216,7 +216,7 @@ const EVENT_BUFFER: usize = 64;
 
 /// One election, as one candidate takes part in it.
 struct Election {
-    backend: LockBackend,
+    backend: Backend,
     keys: Arc<ElectionKeys>,
     key: String,
     name: Arc<str>,
@@ -234,7 +234,7 @@ struct Held {
     value: String,
     /// Stops the watchdog.
     watchdog: CancellationToken,
-    backend: LockBackend,
+    backend: Backend,
     keys: Arc<ElectionKeys>,
     /// Set once a release was sent (or handed to the background).
     let_go: std::sync::atomic::AtomicBool,

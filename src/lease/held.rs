@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::LockBackend;
 use super::lock::fence_ttl;
 use super::watchdog::{self, LeaseState, Watch};
 use super::{deadline, Extend, Extension};
+use crate::backend::Backend;
 use crate::error::Error;
 use crate::util::time::after;
 use crate::util::token::short;
@@ -29,7 +29,7 @@ pub(crate) trait FencedAt: Send + Sync + 'static {
 /// One grant, held.
 pub(crate) struct HeldLock<K: FencedAt> {
     /// Where the lock lives (the seam: Redis or PostgreSQL).
-    pub backend: LockBackend,
+    pub backend: Backend,
     pub keys: Arc<K>,
     /// The lock's name, as given to acquire.
     pub key: String,
@@ -57,7 +57,7 @@ impl<K: FencedAt> std::fmt::Debug for HeldLock<K> {
 impl<K: FencedAt> HeldLock<K> {
     /// The grant of `token` on `keys`, with fencing token `fence`, by a request sent at `sent`.
     pub(crate) fn new(
-        backend: LockBackend,
+        backend: Backend,
         keys: Arc<K>,
         key: &str,
         token: String,

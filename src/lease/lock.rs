@@ -14,8 +14,8 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::backend::redis::{Conn, Dedicated, ReplicaWait};
 use crate::error::{preview, Error};
-use crate::transport::{Conn, Dedicated, ReplicaWait};
 use crate::util::time::ms;
 
 /// The second half of a fenced grant, shared by every lock-shaped primitive's acquisition script
@@ -63,7 +63,7 @@ pub(crate) use fence_step;
 /// one µs) does `INCR` step it, exactly, as a 64-bit integer, and the new value is read back as
 /// a string (the integer `INCR` returns would become a Lua double in the script). No Lua double
 /// is involved, so there is no 2^53 limit.
-pub(super) const ACQUIRE_SOURCE: &str = concat!(
+pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
@@ -160,19 +160,19 @@ pub(crate) async fn fenced_write(
 
 fn parse_fenced_write(resource: &str, reply: &Value) -> Result<FencedWrite, Error> {
     let Value::Array(items) = reply else {
-        return Err(crate::transport::unexpected("the fenced write", reply));
+        return Err(crate::backend::redis::unexpected("the fenced write", reply));
     };
     match items.as_slice() {
         [Value::Int(1)] => Ok(FencedWrite::Written),
         [Value::Int(0), v] => string_of(v)
             .and_then(|s| s.parse::<u64>().ok())
             .map(|highest| FencedWrite::Rejected { highest })
-            .ok_or_else(|| crate::transport::unexpected("the fenced write", reply)),
+            .ok_or_else(|| crate::backend::redis::unexpected("the fenced write", reply)),
         [Value::Int(2), v] => Err(Error::CorruptState {
             key: resource.to_string(),
             value: preview(&string_of(v).unwrap_or_default()),
         }),
-        _ => Err(crate::transport::unexpected("the fenced write", reply)),
+        _ => Err(crate::backend::redis::unexpected("the fenced write", reply)),
     }
 }
 
@@ -276,16 +276,19 @@ pub(crate) async fn acquire_then_wait(
     Ok((parse_acquire(req.fence, reply, sent)?, acked))
 }
 
-pub(super) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
+pub(crate) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
     let Value::Array(items) = &reply else {
-        return Err(crate::transport::unexpected("the lock acquisition", &reply));
+        return Err(crate::backend::redis::unexpected(
+            "the lock acquisition",
+            &reply,
+        ));
     };
     match items.as_slice() {
         [Value::Int(1), v] => {
             let fence = string_of(v)
                 .and_then(|s| s.parse::<u64>().ok())
                 .filter(|f| *f > 0)
-                .ok_or_else(|| crate::transport::unexpected("the lock acquisition", &reply))?;
+                .ok_or_else(|| crate::backend::redis::unexpected("the lock acquisition", &reply))?;
             Ok(Grant::Granted { fence, sent })
         }
         [Value::Int(0), Value::Int(p)] => Ok(Grant::Held {
@@ -295,11 +298,14 @@ pub(super) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Res
             key: fence_key.to_string(),
             value: preview(&string_of(v).unwrap_or_default()),
         }),
-        _ => Err(crate::transport::unexpected("the lock acquisition", &reply)),
+        _ => Err(crate::backend::redis::unexpected(
+            "the lock acquisition",
+            &reply,
+        )),
     }
 }
 
-pub(super) fn string_of(v: &Value) -> Option<String> {
+pub(crate) fn string_of(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -332,7 +338,10 @@ pub(crate) async fn release(
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),
-        other => Err(crate::transport::unexpected("the lock release", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the lock release",
+            &other,
+        )),
     }
 }
 
@@ -354,7 +363,7 @@ pub(crate) struct Stored {
 /// [`Error::Timeout`]; connection errors; a server error for a key of another type (typed,
 /// not a parse failure).
 pub(crate) async fn read(
-    t: &crate::transport::Transport,
+    t: &crate::backend::redis::Transport,
     lock: &str,
     fence: &str,
 ) -> Result<Stored, Error> {
@@ -374,7 +383,7 @@ pub(crate) async fn read(
     };
     for r in &replies {
         if let Value::ServerError(e) = r {
-            return Err(crate::transport::from_server_error(e));
+            return Err(crate::backend::redis::from_server_error(e));
         }
     }
     let (value, fence, pttl): (Option<String>, Option<String>, i64) =

@@ -17,14 +17,12 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
-pub(crate) mod backend;
 pub(crate) mod held;
-pub(crate) mod items;
 pub(crate) mod lock;
 pub(crate) mod pending;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
-pub(crate) mod queue;
+pub(crate) mod store;
 pub(crate) mod watchdog;
 
 use std::time::Duration;
@@ -32,8 +30,8 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::backend::redis::Conn;
 use crate::error::Error;
-use crate::transport::Conn;
 use crate::util::time::after;
 
 /// `from + ttl − max(1 %, 2 ms)`: when a lease granted or extended by a request sent at `from`
@@ -138,7 +136,10 @@ pub(crate) async fn extend(
         }
     };
     let Value::Array(items) = reply else {
-        return Err(crate::transport::unexpected("the lease extension", &reply));
+        return Err(crate::backend::redis::unexpected(
+            "the lease extension",
+            &reply,
+        ));
     };
     let mut items = items.into_iter();
     match (items.next(), items.next(), items.next(), items.next()) {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::backend::LockBackend;
 use super::lock;
-use crate::transport::Transport;
+use crate::backend::redis::Transport;
+use crate::backend::Backend;
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -23,14 +23,14 @@ pub(crate) trait LockAt: Send + Sync + 'static {
 /// Releases by token through a task of the client when an acquisition's outcome is unknown
 /// (dropped future, lost reply); [`Pending::disarm`] once the reply is known.
 pub(crate) struct Pending<K: LockAt> {
-    backend: Option<LockBackend>,
+    backend: Option<Backend>,
     at: Arc<K>,
     token: String,
 }
 
 impl<K: LockAt> Pending<K> {
     /// Armed: dropped before [`Pending::disarm`], it releases `token` from `at`.
-    pub(crate) fn arm(backend: &LockBackend, at: &Arc<K>, token: &str) -> Self {
+    pub(crate) fn arm(backend: &Backend, at: &Arc<K>, token: &str) -> Self {
         Pending {
             backend: Some(backend.clone()),
             at: at.clone(),
@@ -58,12 +58,12 @@ impl<K: LockAt> Drop for Pending<K> {
     not(feature = "postgres"),
     allow(clippy::infallible_destructuring_match)
 )]
-pub(crate) fn release_in_background<K: LockAt>(backend: &LockBackend, at: &Arc<K>, token: String) {
+pub(crate) fn release_in_background<K: LockAt>(backend: &Backend, at: &Arc<K>, token: String) {
     let at = at.clone();
     let transport = match backend {
-        LockBackend::Redis(t) => t,
+        Backend::Redis(t) => t,
         #[cfg(feature = "postgres")]
-        LockBackend::Postgres(t) => {
+        Backend::Postgres(t) => {
             let Ok(handle) = tokio::runtime::Handle::try_current() else {
                 return;
             };
@@ -116,7 +116,7 @@ pub(crate) fn spawn_cleanup<F, Fut>(
     what: &'static str,
     cleanup: F,
 ) where
-    F: FnOnce(crate::transport::Conn, Instant) -> Fut + Send + 'static,
+    F: FnOnce(crate::backend::redis::Conn, Instant) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<String, crate::error::Error>> + Send + 'static,
 {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {

@@ -28,7 +28,7 @@
 
 use super::check::Model;
 use crate::error::Error;
-use crate::lease::items::Release;
+use crate::queue::items::Release;
 use crate::queue::{release_step, ReleaseStep};
 
 /// A lock token: client `c`'s `k`-th hold is `c * 8 + k`.

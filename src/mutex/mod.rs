@@ -44,17 +44,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redis::{ReplicaWait, Transport};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
 use crate::lease::held::HeldLock;
 pub use crate::lease::lock::FencedWrite;
 use crate::lease::lock::{self as kernel, Grant};
 use crate::lease::pending::{release_in_background, Pending};
-use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{Backend, ReplicaWait, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
+use crate::util::wake::{WakeOne, Woken};
 
 use keys::LockKeys;
 pub use keys::DEFAULT_PREFIX;
@@ -204,7 +204,7 @@ impl Locks {
         wait: Option<ReplicaWait>,
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
-        let backend = LockBackend::of(&self.backend);
+        let backend = self.backend.clone();
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
         let mut pending = Pending::arm(&backend, keys, &token);
@@ -379,7 +379,7 @@ impl Locks {
             if group.is_none() {
                 // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
                 let limit = self.connect_timeout();
-                let backend = LockBackend::of(&self.backend);
+                let backend = self.backend.clone();
                 let joined = tokio::time::timeout(limit, backend.wake_one(&keys.channel)).await;
                 if let Ok(Ok(g)) = joined {
                     group = Some(g);

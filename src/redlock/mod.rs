@@ -70,11 +70,11 @@ use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redis::Transport;
 use crate::error::{ConfigError, Error};
 use crate::lease::lock as kernel;
 use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
-use crate::transport::Transport;
 use crate::util::backoff::Backoff;
 use crate::util::time::{after, ms};
 use crate::util::token::{new_token, short};
@@ -410,7 +410,10 @@ fn parse_set(reply: Value) -> Result<bool, Error> {
         Value::Okay => Ok(true),
         Value::SimpleString(s) if s == "OK" => Ok(true),
         Value::Nil => Ok(false),
-        other => Err(crate::transport::unexpected("the Redlock SET NX", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the Redlock SET NX",
+            &other,
+        )),
     }
 }
 

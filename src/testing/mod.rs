@@ -77,7 +77,7 @@ mod sentinel_resolve_tests;
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub mod cluster;
 #[cfg(feature = "postgres")]
-pub use crate::transport::pg::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
+pub use crate::backend::postgres::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 
 /// Environment variable that overrides which `redis-server` binary is run.
@@ -283,8 +283,8 @@ impl RedisServerBuilder {
     }
 
     /// Adds a least-privilege user: `name` with `password`, allowed only keys and channels that
-    /// start with `prefix` and only [`crate::transport::acl::FAILOVER_COMMANDS`] (the rules of
-    /// [`crate::transport::acl::user_rule`]). The user lives in the server's ACL file, so it survives
+    /// start with `prefix` and only [`crate::backend::redis::acl::FAILOVER_COMMANDS`] (the rules of
+    /// [`crate::backend::redis::acl::user_rule`]). The user lives in the server's ACL file, so it survives
     /// [`RedisServer::restart`]; [`RedisServer::url_for`] gives its URL. The default user stays
     /// the administrator (with [`requirepass`](Self::requirepass)'s password, if any).
     pub fn acl_user(mut self, name: &str, password: &str, prefix: &str) -> Self {
@@ -1050,7 +1050,7 @@ fn write_users_conf(path: &Path, config: &Config) -> io::Result<()> {
         }
         // `setuser_args` starts with the SETUSER word itself.
         text.push_str(&line(
-            crate::transport::acl::setuser_args(&u.name, &u.password, &u.prefix)
+            crate::backend::redis::acl::setuser_args(&u.name, &u.password, &u.prefix)
                 .into_iter()
                 .skip(1)
                 .collect(),

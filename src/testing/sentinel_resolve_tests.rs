@@ -1,5 +1,5 @@
 //! Tests of the transport's Sentinel resolver and `+switch-master` watcher
-//! (`crate::transport::sentinel`) against a real [`RedisSentinel`] set.
+//! (`crate::backend::redis::sentinel`) against a real [`RedisSentinel`] set.
 //!
 //! They live here, in the testing layer, rather than inside `src/transport/sentinel.rs`: the
 //! functions are crate-private (out of reach of `tests/`), and the layering check
@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::RedisSentinel;
+use crate::backend::redis::sentinel::{
+    is_primary, resolve_primary, watch_switch_master, WatchSettings,
+};
+use crate::backend::redis::topology_url::{parse, DataTemplate, Target};
 use crate::error::ErrorKind;
-use crate::transport::sentinel::{is_primary, resolve_primary, watch_switch_master, WatchSettings};
-use crate::transport::topology_url::{parse, DataTemplate, Target};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a failover may take (down-after 1 s, then election and promotion).

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::ConnSettings;
 use crate::error::Error;
 use crate::util::lock;
+use crate::util::pubsub::{HubCmd, HubMsg, Subscription};
 
 /// The pool of dedicated connections for `WATCH`/`MULTI`/`EXEC`.
 pub(crate) struct Pool {
@@ -95,7 +96,7 @@ impl Pool {
         let (conn, unwatch_first) = match idle {
             Some(c) => c,
             None => {
-                let config = self.settings.async_config();
+                let config = super::async_config(&self.settings);
                 let open = Box::pin(
                     self.client
                         .get_multiplexed_async_connection_with_config(&config),
@@ -481,71 +482,14 @@ pub(crate) struct ReplicaWait {
     pub timeout: Duration,
 }
 
-/// What a waiter gets from the hub.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HubMsg {
-    /// A message on the subscribed channel.
-    Message(String),
-    /// The pub/sub connection was re-established: messages may have been missed.
-    Reconnected,
-}
-
-/// A request to a hub task (the Redis hub here, or PostgreSQL's `LISTEN` hub).
-pub(crate) enum HubCmd {
-    Subscribe {
-        channel: String,
-        id: u64,
-        tx: crate::util::mailbox::Sender<HubMsg>,
-        ack: oneshot::Sender<Result<(), Error>>,
-    },
-    Unsubscribe {
-        channel: String,
-        id: u64,
-    },
-}
-
 /// The shared pub/sub connection.
 pub(crate) struct Hub {
     cmds: mpsc::UnboundedSender<HubCmd>,
     next_id: std::sync::atomic::AtomicU64,
-    /// Wake-one groups by channel ([`super::wake`]).
-    pub(super) groups: super::wake::Groups,
+    /// Wake-one groups by channel ([`crate::util::wake`]).
+    pub(super) groups: crate::util::wake::Groups,
     pub(super) tracker: tokio_util::task::TaskTracker,
     pub(super) cancel: CancellationToken,
-}
-
-/// A confirmed subscription to one channel; unsubscribes on drop (without blocking).
-pub(crate) struct Subscription {
-    pub rx: crate::util::mailbox::Receiver<HubMsg>,
-    channel: String,
-    id: u64,
-    cmds: mpsc::UnboundedSender<HubCmd>,
-}
-
-impl Subscription {
-    /// A subscription whose drop tells `cmds` to remove waiter `id` of `channel`.
-    pub(crate) fn new(
-        rx: crate::util::mailbox::Receiver<HubMsg>,
-        channel: String,
-        id: u64,
-        cmds: mpsc::UnboundedSender<HubCmd>,
-    ) -> Subscription {
-        Subscription {
-            rx,
-            channel,
-            id,
-            cmds,
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let _ = self.cmds.send(HubCmd::Unsubscribe {
-            channel: std::mem::take(&mut self.channel),
-            id: self.id,
-        });
-    }
 }
 
 /// Where the hub subscribes.
@@ -1071,6 +1015,24 @@ fn remove_waiter(waiters: &mut Waiters, channel: &str, id: u64) {
         if list.is_empty() {
             waiters.remove(channel);
         }
+    }
+}
+
+impl Hub {
+    /// Joins the wake-one group of `channel` on this client, subscribing (once per group) if
+    /// nobody local listens yet; returns once the subscription is confirmed, so a waiter that
+    /// joins and *then* tries cannot miss a message published in between.
+    ///
+    /// # Errors
+    /// As [`Hub::subscribe`]: the pub/sub connection is down (the caller sleeps instead).
+    pub(crate) async fn wake_one(
+        &self,
+        channel: &str,
+    ) -> Result<crate::util::wake::WakeOne, Error> {
+        crate::util::wake::join(&self.groups, &self.tracker, &self.cancel, channel, || {
+            self.subscribe(channel)
+        })
+        .await
     }
 }
 

@@ -364,7 +364,7 @@ async fn ask(
     settings: ConnSettings,
     client: redis::Client,
 ) -> Result<Vec<(u16, u16, String, u16)>, Error> {
-    let config = settings.async_config();
+    let config = super::async_config(&settings);
     let limit = settings.connect_timeout + settings.response_timeout;
     let asked_host = match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
