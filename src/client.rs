@@ -8,16 +8,17 @@ use redis::IntoConnectionInfo;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::redis::topology_url::{self, Target};
+use crate::backend::redis::url::{check_url, redact_url};
+use crate::backend::redis::{
+    connect_manager, lazy_manager, ConnSettings, Hub, HubSource, Router, Transport,
+};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::failover::Failover;
 use crate::mutex::Locks;
 use crate::queue::Queues;
 use crate::redlock::Redlock;
-use crate::transport::topology_url::{self, Target};
-use crate::transport::url::{check_url, redact_url};
-use crate::transport::{
-    connect_manager, lazy_manager, Backend, ConnSettings, Hub, HubSource, Router, Transport,
-};
 use redis::aio::ConnectionManager;
 
 /// A connection to one Redis server, shared cheaply by many jobs and workers.
@@ -54,7 +55,7 @@ pub struct ClientBuilder {
     password: Option<String>,
     settings: ConnSettings,
     #[cfg(feature = "tls")]
-    tls: crate::transport::tls::TlsSettings,
+    tls: crate::util::tls::TlsSettings,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -134,7 +135,7 @@ impl ClientBuilder {
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_ca = Some(crate::transport::tls::Pem::bytes(pem.into()));
+        self.tls.root_ca = Some(crate::util::tls::Pem::bytes(pem.into()));
         self
     }
 
@@ -154,10 +155,7 @@ impl ClientBuilder {
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_root_ca_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        self.tls.root_ca = Some(crate::transport::tls::Pem::file(
-            "tls_root_ca",
-            path.as_ref(),
-        )?);
+        self.tls.root_ca = Some(crate::util::tls::Pem::file("tls_root_ca", path.as_ref())?);
         Ok(self)
     }
 
@@ -186,8 +184,8 @@ impl ClientBuilder {
         key: impl Into<Vec<u8>>,
     ) -> Self {
         self.tls.client = Some((
-            crate::transport::tls::Pem::bytes(cert.into()),
-            crate::transport::tls::Pem::bytes(key.into()),
+            crate::util::tls::Pem::bytes(cert.into()),
+            crate::util::tls::Pem::bytes(key.into()),
         ));
         self
     }
@@ -213,8 +211,8 @@ impl ClientBuilder {
         cert: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<Self, ConfigError> {
-        let cert = crate::transport::tls::Pem::file("tls_client_cert", cert.as_ref())?;
-        let key = crate::transport::tls::Pem::file("tls_client_key", key.as_ref())?;
+        let cert = crate::util::tls::Pem::file("tls_client_cert", cert.as_ref())?;
+        let key = crate::util::tls::Pem::file("tls_client_key", key.as_ref())?;
         self.tls.client = Some((cert, key));
         Ok(self)
     }
@@ -315,8 +313,8 @@ impl ClientBuilder {
             )
         };
         #[cfg(feature = "tls")]
-        if scheme == crate::transport::url::Scheme::Tls {
-            crate::transport::tls::install_crypto_provider();
+        if scheme == crate::backend::redis::url::Scheme::Tls {
+            crate::util::tls::install_crypto_provider();
             if self.tls.is_set() {
                 let certs = self.tls.certificates()?;
                 return redis::Client::build_with_tls(info, certs).map_err(rejected);
@@ -414,17 +412,17 @@ impl ClientBuilder {
     }
 
     /// Connects to the primary a Sentinel set names for `service` and follows it across
-    /// failovers ([`crate::transport::follow`]).
+    /// failovers ([`crate::backend::redis::follow`]).
     #[cfg(feature = "sentinel")]
     async fn connect_sentinel(
         self,
         sentinels: Vec<String>,
         service: String,
-        data: &crate::transport::topology_url::DataTemplate,
+        data: &crate::backend::redis::topology_url::DataTemplate,
     ) -> Result<Client, Error> {
         self.check_settings()?;
         let settings = self.settings.clone();
-        let (host, port) = crate::transport::sentinel::resolve_primary(
+        let (host, port) = crate::backend::redis::sentinel::resolve_primary(
             &sentinels,
             &service,
             settings.connect_timeout,
@@ -436,7 +434,7 @@ impl ClientBuilder {
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
         let endpoint = format!("sentinel:{service}@{}", endpoint_of(&client));
         let cancel = CancellationToken::new();
-        let followed = crate::transport::follow::Followed::start(
+        let followed = crate::backend::redis::follow::Followed::start(
             client,
             manager,
             sentinels,
@@ -505,7 +503,7 @@ impl ClientBuilder {
         self.check_settings()?;
         #[cfg(feature = "postgres")]
         {
-            let transport = crate::transport::pg::PgTransport::new(
+            let transport = crate::backend::postgres::PgTransport::new(
                 &self.url,
                 self.password.as_deref(),
                 self.settings.clone(),
@@ -588,7 +586,8 @@ impl ClientBuilder {
             .collect();
         let endpoint = format!("cluster:{}", endpoint_of(&clients[0]));
         let cluster =
-            crate::transport::cluster::Cluster::connect(clients, self.settings.clone()).await?;
+            crate::backend::redis::cluster::Cluster::connect(clients, self.settings.clone())
+                .await?;
         let moved = cluster.moved();
         let client = assemble_with(
             Router::Cluster(cluster),
@@ -729,7 +728,7 @@ impl Client {
             url: url.into(),
             password: None,
             #[cfg(feature = "tls")]
-            tls: crate::transport::tls::TlsSettings::default(),
+            tls: crate::util::tls::TlsSettings::default(),
             settings: ConnSettings {
                 connect_timeout: Duration::from_secs(1),
                 response_timeout: Duration::from_millis(500),
@@ -870,16 +869,16 @@ impl Redlock {
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod seam {
-    pub use crate::transport::ExecHook;
+    pub use crate::util::settings::ExecHook;
 
     /// Installs (or removes) the hook run between round trip 1 (`WATCH` + reads) and round
     /// trip 2 (`MULTI … EXEC`) of every transition of `client`'s workers, and before each lease
     /// extension, with the transition's name (`"grant"`, `"exhaust"`, `"finish"`, `"extend"`).
     pub fn set_before_exec_hook(client: &super::Client, hook: Option<ExecHook>) {
         match client.backend() {
-            crate::transport::Backend::Redis(t) => *crate::util::lock(&t.before_exec) = hook,
+            crate::backend::Backend::Redis(t) => *crate::util::lock(&t.before_exec) = hook,
             #[cfg(feature = "postgres")]
-            crate::transport::Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
+            crate::backend::Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
         }
     }
 
@@ -905,9 +904,9 @@ pub mod seam {
     /// (0 on Redis, or before anything subscribed).
     pub fn pg_notifications_received(client: &super::Client) -> u64 {
         match client.backend() {
-            crate::transport::Backend::Redis(_) => 0,
+            crate::backend::Backend::Redis(_) => 0,
             #[cfg(feature = "postgres")]
-            crate::transport::Backend::Postgres(t) => t
+            crate::backend::Backend::Postgres(t) => t
                 .notices_received
                 .load(std::sync::atomic::Ordering::Relaxed),
         }
@@ -961,7 +960,7 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
-        use crate::transport::pg::created_relations;
+        use crate::backend::postgres::created_relations;
         assert_eq!(
             created_relations(crate::lease::pg::SCHEMA),
             [

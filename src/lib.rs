@@ -101,13 +101,20 @@
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
-//!   time, the one-command extension script, fencing tokens, the lock scripts and the watchdog,
-//!   and the one guard shape ([`LeaseGuard`], [`Fenced`]).
-//! - `transport`: the multiplexed connection, the dedicated-connection pool for `WATCH … EXEC`,
-//!   the pub/sub hub, TLS, URL checks, the classification of server errors, and [`acl`] (the
-//!   exact commands baton sends, for a least-privilege ACL user). It imports no primitive.
+//!   time, the one-command extension script, fencing tokens, the lock scripts, the lock store's
+//!   operations (acquire, extend, release by token on either backend), the watchdog, and the
+//!   one guard shape ([`LeaseGuard`], [`Fenced`]).
+//! - `backend`: the store seam, one `Backend` enum (and its weak form) with the dispatch every
+//!   primitive shares (tasks, cancellation, timeouts, pub/sub), over one folder per backend:
+//!   `backend::redis` (the multiplexed connection, the dedicated-connection pool for
+//!   `WATCH … EXEC`, the pub/sub hub, Cluster and Sentinel routing, URL checks, the
+//!   classification of server errors, and [`acl`]: the exact commands baton sends, for a
+//!   least-privilege ACL user) and `backend::postgres` (pool, dedicated sessions, the `LISTEN`
+//!   hub, schema, SQLSTATE classification). Neither imports a
+//!   primitive or the other.
 //! - leaves: [`error`] ([`Error`] with [`Error::is_retryable`], [`ConfigError`]) and `util`
-//!   (backoff, deadlines, tokens, the mailbox).
+//!   (backoff, deadlines, tokens, the mailbox, and what both backends share: connection
+//!   settings, pub/sub messages, wake-one groups, URL redaction, TLS material).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
 //! # Errors
@@ -140,6 +147,7 @@
 
 #[cfg(feature = "postgres")]
 pub mod advisory;
+mod backend;
 pub mod client;
 pub mod error;
 pub mod failover;
@@ -157,10 +165,9 @@ pub mod queue;
 pub mod redlock;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod transport;
 mod util;
 
-pub use transport::acl;
+pub use backend::redis::acl;
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]

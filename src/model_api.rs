@@ -147,7 +147,7 @@ mod public {
 
     /// `queue::release_step`: what the holder does with a release's outcome.
     pub fn release_step(r: &Result<Release, Error>, uncertain: bool) -> ReleaseStep {
-        use crate::lease::items::Release as R;
+        use crate::queue::items::Release as R;
         use crate::queue::ReleaseStep as S;
         let r = match r {
             Ok(Release::Released) => Ok(R::Released),

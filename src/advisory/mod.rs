@@ -103,9 +103,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::postgres::{classify, kind_of, not_creatable, Dedicated, PgTransport, Pooled};
+use crate::backend::Backend;
 use crate::error::{Error, ErrorKind};
-use crate::transport::pg::{classify, kind_of, not_creatable, Dedicated, PgTransport, Pooled};
-use crate::transport::Backend;
 
 pub use key::AdvisoryKey;
 use key::Repr;
@@ -206,7 +206,7 @@ fn session_alive(err: &tokio_postgres::Error) -> bool {
 /// Sends PostgreSQL a cancel request for the statement in flight if dropped armed: a caller
 /// that gives up on a blocking acquisition (drops its future) must not leave a backend queued
 /// for the lock (it would take it and hold it until it noticed the connection gone).
-struct CancelOnDrop(Option<(tokio_postgres::CancelToken, crate::transport::pg::Tls)>);
+struct CancelOnDrop(Option<(tokio_postgres::CancelToken, crate::backend::postgres::Tls)>);
 
 impl CancelOnDrop {
     fn disarm(mut self) {

@@ -8,15 +8,14 @@ use tokio::time::Instant;
 
 use super::config::StatusLevel;
 use super::events::Event;
-use super::holder::Grant;
 use super::protocol::{
     decide_backup, exhaust_writes, grant_writes, keep_waiting, Decision, Lease, Observation,
     PendingGrant, State,
 };
 use super::store::JobStore;
-use super::worker::{fault_error, recv_sub, Flow, Step, Task};
+use super::worker::{fault_error, recv_sub, Flow, Grant, Step, Task};
+use crate::backend::redis::ReplicaWait;
 use crate::error::Error;
-use crate::transport::ReplicaWait;
 use crate::util::time::{after, human};
 use crate::util::token as keys;
 

@@ -14,27 +14,13 @@ use super::protocol::{
     HolderOp,
 };
 use super::store::{Extended, Held, JobStore};
-use super::worker::{fault_error, recv_sub, truncate, Flow, Task};
+use super::worker::{fault_error, recv_sub, truncate, Flow, Grant, Task};
+use crate::backend::redis::HubMsg;
 use crate::error::Error;
 use crate::lease;
-use crate::transport::HubMsg;
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::time::{after, human, ms, FAR};
-
-/// A won attempt.
-pub(super) struct Grant {
-    pub(super) attempt: u64,
-    pub(super) last: bool,
-    pub(super) fence: u64,
-    pub(super) token: String,
-    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
-    /// the server, so measuring from the send time on our clock errs early, never late.
-    pub(super) sent: Instant,
-    /// Set when fewer replicas than [`FailoverConfig::replica_ack`] asks for acknowledged the
-    /// grant: it is released, never handed out.
-    pub(super) unconfirmed: Option<Error>,
-}
 
 /// How a holder ends its attempt, with the reason kept for `status`.
 #[derive(Clone)]

@@ -20,17 +20,20 @@ pub(crate) mod pg;
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
 mod run;
+mod status;
 pub(crate) mod store;
 pub(crate) mod worker;
 
 use std::sync::Arc;
 
-use crate::transport::{Backend, Transport};
+use crate::backend::redis::Transport;
+use crate::backend::Backend;
 
-pub use admin::{JobChange, JobState, JobStatus, JobWatch};
+pub use admin::{JobChange, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use run::{Attempt, IntoJob, RunOutcome};
+pub use status::{JobState, JobStatus};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.

@@ -27,17 +27,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use super::admin::{job_state, JobStatus};
 use super::config::FailoverConfig;
 use super::keys::JobKeys;
 use super::protocol::Message;
 use super::protocol::{
     lease_of, state_of_bytes, state_text, Fence, Lease, Observation, State, Which, Write,
 };
+use super::status::{job_state, JobStatus};
 use super::store::{Extended, ExtensionFuture, Held, JobStore};
+use crate::backend::postgres::{channel_of, PgTransport, Pooled};
+use crate::backend::redis::{ConnSettings, ReplicaWait, Subscription};
 use crate::error::Error;
-use crate::transport::pg::{channel_of, PgTransport, Pooled};
-use crate::transport::{ConnSettings, ReplicaWait, Subscription};
 
 /// The table's name in messages and docs.
 pub(crate) const TABLE: &str = "baton_jobs";

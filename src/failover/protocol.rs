@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::backend::redis::classify::from_server_error;
 use crate::error::{preview, Error};
 use crate::lease::next_fence;
-use crate::transport::classify::from_server_error;
 use crate::util::time::human;
 
 /// The sentinel stored once the job succeeded.
@@ -737,7 +737,7 @@ fn raw<'a>(v: &'a Value, context: &'static str) -> Result<Raw<'a>, Error> {
         Value::ServerError(e) => Err(from_server_error(e)),
         other => string_bytes(other)
             .map(Raw::Str)
-            .ok_or_else(|| crate::transport::unexpected(context, other)),
+            .ok_or_else(|| crate::backend::redis::unexpected(context, other)),
     }
 }
 
@@ -790,7 +790,7 @@ pub fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
         Value::Int(n) => *n,
         // MOVED/ASK/TRYAGAIN when the key migrated between the GET and the PTTL: retryable.
         Value::ServerError(e) => return Err(from_server_error(e)),
-        other => return Err(crate::transport::unexpected("PTTL lease", other)),
+        other => return Err(crate::backend::redis::unexpected("PTTL lease", other)),
     };
     let pttl_ms = match pttl {
         // Expired between the GET and the PTTL of the same pipeline: it is gone now.
@@ -798,7 +798,7 @@ pub fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
         -1 => None,
         n if n >= 0 => Some(n as u64),
         _ => {
-            return Err(crate::transport::unexpected(
+            return Err(crate::backend::redis::unexpected(
                 "PTTL lease",
                 &Value::Int(pttl),
             ))
@@ -844,7 +844,7 @@ pub fn parse_fence(v: &Value) -> Result<Fence, Error> {
 pub fn parse_time(v: &Value) -> Result<u64, Error> {
     let parts = match v {
         Value::Array(parts) if parts.len() == 2 => parts,
-        other => return Err(crate::transport::unexpected("TIME", other)),
+        other => return Err(crate::backend::redis::unexpected("TIME", other)),
     };
     let num = |p: &Value| -> Option<u64> {
         match p {
@@ -854,7 +854,7 @@ pub fn parse_time(v: &Value) -> Result<u64, Error> {
     };
     match (num(&parts[0]), num(&parts[1])) {
         (Some(s), Some(us)) => Ok(s.saturating_mul(1_000_000).saturating_add(us)),
-        _ => Err(crate::transport::unexpected("TIME", v)),
+        _ => Err(crate::backend::redis::unexpected("TIME", v)),
     }
 }
 

@@ -21,11 +21,11 @@ use super::protocol::{
     lease_value, parse_fence, parse_lease, parse_state, parse_time, state_text, Fence, Observation,
     State, Which, Write, WATCHED,
 };
-use crate::error::Error;
-use crate::lease;
-use crate::transport::{
+use crate::backend::redis::{
     check_replies, ConnSettings, Dedicated, Expect, ReplicaWait, Subscription, Transport,
 };
+use crate::error::Error;
+use crate::lease;
 use crate::util::time::{after, ms};
 
 /// What a lease extension found: confirmed (with its send time, from which the new deadline
@@ -314,8 +314,10 @@ impl JobStore for RedisStore {
             Value::Int(-2) => None,
             Value::Int(-1) => Some(None),
             Value::Int(n) if *n >= 0 => Some(Some(*n as u64)),
-            Value::ServerError(e) => return Err(crate::transport::classify::from_server_error(e)),
-            other => return Err(crate::transport::unexpected("PTTL lease", other)),
+            Value::ServerError(e) => {
+                return Err(crate::backend::redis::classify::from_server_error(e))
+            }
+            other => return Err(crate::backend::redis::unexpected("PTTL lease", other)),
         };
         Ok((parse_state(state)?, lease))
     }

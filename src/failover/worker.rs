@@ -17,17 +17,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::{FailoverConfig, StatusLevel};
 use super::events::{Event, EventSender, Worker};
-use super::holder::Grant;
 use super::keys::JobKeys;
 use super::protocol::{Fault, Which};
 use super::store::{JobStore, RedisStore};
+use crate::backend::redis::{HubMsg, Subscription, Transport};
 use crate::error::Error;
-use crate::transport::{HubMsg, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::human;
 use crate::util::token as keys;
@@ -99,6 +99,20 @@ pub(crate) fn spawn_on<S: JobStore>(
     }
     tracker.spawn(task.run());
     worker
+}
+
+/// A won attempt.
+pub(super) struct Grant {
+    pub(super) attempt: u64,
+    pub(super) last: bool,
+    pub(super) fence: u64,
+    pub(super) token: String,
+    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
+    /// the server, so measuring from the send time on our clock errs early, never late.
+    pub(super) sent: Instant,
+    /// Set when fewer replicas than [`FailoverConfig::replica_ack`] asks for acknowledged the
+    /// grant: it is released, never handed out.
+    pub(super) unconfirmed: Option<Error>,
 }
 
 pub(super) enum Step {

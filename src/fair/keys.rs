@@ -14,7 +14,7 @@
 //! so one script reads and writes them all and publishes with `SPUBLISH` on a cluster. That is
 //! why `{` and `}` are rejected in names and prefixes.
 
-use crate::lease::queue::QueueKeys;
+use crate::fair::queue::QueueKeys;
 
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
 pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;

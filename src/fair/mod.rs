@@ -47,6 +47,7 @@
 
 pub mod keys;
 pub mod options;
+pub(crate) mod queue;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,13 +55,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::redis::{Subscription, Transport};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
+use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::lease::guard::hold_while;
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
-use crate::lease::queue::{self as kernel, Enqueue, QueueKeys, Turn};
-use crate::transport::{Backend, Subscription, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
 use crate::util::time::after;
@@ -327,7 +328,7 @@ impl FairLocks {
                     queued.disarm();
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = LockGuard::new(HeldLock::new(
-                        LockBackend::Redis(self.transport()?.clone()),
+                        Backend::Redis(self.transport()?.clone()),
                         keys,
                         key,
                         id,
@@ -528,19 +529,19 @@ impl HeldKeys for QueueKeys {
 
     fn release<'a>(
         &'a self,
-        backend: &'a LockBackend,
+        backend: &'a Backend,
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a> {
         Box::pin(async move {
-            let transport = backend.redis("the fair lock")?;
+            let transport = backend.redis("the fair lock", "it exists on Redis only")?;
             let mut conn = transport.node(&self.lock).await?.conn();
             kernel::leave(&mut conn, self, token, limit).await
         })
     }
 
-    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String) {
-        if let Ok(t) = backend.redis("the fair lock") {
+    fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
+        if let Ok(t) = backend.redis("the fair lock", "it exists on Redis only") {
             leave_in_background(t, &self, token);
         }
     }

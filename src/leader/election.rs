@@ -8,24 +8,23 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::keys::{self, ElectionKeys};
-use super::observer::read_leader;
 use super::options::ElectionOptions;
 use super::protocol::{after_try, must_stop, stop_at, CampaignStep};
 use super::{Observed, Term};
+use crate::backend::Backend;
 use crate::error::Error;
-use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
-use crate::lease::lock::{self as kernel, Grant};
+use crate::lease::lock::{self as kernel, Grant, Stored};
 use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::transport::wake::{WakeOne, Woken};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::new_token;
+use crate::util::wake::{WakeOne, Woken};
 
 /// One election, as one candidate takes part in it.
 pub(super) struct Election {
-    pub(super) backend: LockBackend,
+    pub(super) backend: Backend,
     pub(super) keys: Arc<ElectionKeys>,
     pub(super) key: String,
     pub(super) name: Arc<str>,
@@ -43,7 +42,7 @@ pub(super) struct Held {
     pub(super) value: String,
     /// Stops the watchdog.
     pub(super) watchdog: CancellationToken,
-    pub(super) backend: LockBackend,
+    pub(super) backend: Backend,
     pub(super) keys: Arc<ElectionKeys>,
     /// Set once a release was sent (or handed to the background).
     pub(super) let_go: std::sync::atomic::AtomicBool,
@@ -275,4 +274,48 @@ impl Election {
             }
         }
     }
+}
+
+/// Reads who leads: the lease, the term (the fence) and the lease's remaining time, in one
+/// atomic read (a `MULTI` on Redis, one statement on PostgreSQL).
+pub(super) async fn read_leader(
+    election: &Election,
+) -> Result<(Observed, Option<Duration>), Error> {
+    let Stored {
+        value: lease,
+        fence,
+        pttl,
+    } = election
+        .backend
+        .read(&election.keys.lease, &election.keys.fence)
+        .await
+        .map_err(|e| match e {
+            Error::Timeout { .. } => Error::Timeout {
+                during: "reading who leads",
+            },
+            e => e,
+        })?;
+    let Some(value) = lease else {
+        return Ok((Observed::NoLeader, None));
+    };
+    let name = keys::name_of(&value).ok_or_else(|| Error::CorruptState {
+        key: election.keys.lease.clone(),
+        value: crate::error::preview(&value),
+    })?;
+    // A fence deleted by someone else leaves the term unknown (0); one baton never wrote is
+    // reported.
+    let term = match fence.as_deref() {
+        None => 0,
+        Some(f) => f.parse::<u64>().map_err(|_| Error::CorruptState {
+            key: election.keys.fence.clone(),
+            value: crate::error::preview(f),
+        })?,
+    };
+    Ok((
+        Observed::Leader {
+            name: name.to_string(),
+            term,
+        },
+        pttl,
+    ))
 }

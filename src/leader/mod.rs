@@ -56,9 +56,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
-use crate::transport::Backend;
 use crate::util::token::default_worker_name;
 
 use election::Election;
@@ -128,7 +127,7 @@ impl Leaders {
         };
         let keys = Arc::new(ElectionKeys::new(&self.prefix, key));
         Ok(Arc::new(Election {
-            backend: LockBackend::of(&self.backend),
+            backend: self.backend.clone(),
             keys,
             key: key.to_string(),
             name,

@@ -9,12 +9,10 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::election::Election;
-use super::keys;
+use super::election::{read_leader, Election};
 use super::EVENT_BUFFER;
-use crate::error::{Error, ErrorKind};
-use crate::lease::lock::Stored;
-use crate::transport::HubMsg;
+use crate::backend::redis::HubMsg;
+use crate::error::ErrorKind;
 use crate::util::backoff::Backoff;
 
 /// Who leads an election, as [`Observer`] reports it. `serde::Serialize` like every event
@@ -146,50 +144,6 @@ async fn observe(election: Arc<Election>, tx: mpsc::Sender<Observed>) {
             None => tokio::time::sleep(next).await,
         }
     }
-}
-
-/// Reads who leads: the lease, the term (the fence) and the lease's remaining time, in one
-/// atomic read (a `MULTI` on Redis, one statement on PostgreSQL).
-pub(super) async fn read_leader(
-    election: &Election,
-) -> Result<(Observed, Option<Duration>), Error> {
-    let Stored {
-        value: lease,
-        fence,
-        pttl,
-    } = election
-        .backend
-        .read(&election.keys.lease, &election.keys.fence)
-        .await
-        .map_err(|e| match e {
-            Error::Timeout { .. } => Error::Timeout {
-                during: "reading who leads",
-            },
-            e => e,
-        })?;
-    let Some(value) = lease else {
-        return Ok((Observed::NoLeader, None));
-    };
-    let name = keys::name_of(&value).ok_or_else(|| Error::CorruptState {
-        key: election.keys.lease.clone(),
-        value: crate::error::preview(&value),
-    })?;
-    // A fence deleted by someone else leaves the term unknown (0); one baton never wrote is
-    // reported.
-    let term = match fence.as_deref() {
-        None => 0,
-        Some(f) => f.parse::<u64>().map_err(|_| Error::CorruptState {
-            key: election.keys.fence.clone(),
-            value: crate::error::preview(f),
-        })?,
-    };
-    Ok((
-        Observed::Leader {
-            name: name.to_string(),
-            term,
-        },
-        pttl,
-    ))
 }
 
 #[cfg(test)]

@@ -12,11 +12,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::LockBackend;
 use super::guard::{sealed, Fenced, LeaseGuard};
 use super::lock::{fence_ttl, FencedValue, FencedWrite};
 use super::watchdog::{self, LeaseState, Watch};
 use super::{check_ttl, deadline, Extend, Extension};
+use crate::backend::Backend;
 use crate::error::Error;
 use crate::util::time::after;
 use crate::util::token::short;
@@ -41,18 +41,18 @@ pub(crate) trait HeldKeys: FencedAt {
     /// `limit`; `Ok(false)` when it was no longer ours.
     fn release<'a>(
         &'a self,
-        backend: &'a LockBackend,
+        backend: &'a Backend,
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a>;
     /// The same, through a task of the client; never blocks (a dropped guard).
-    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String);
+    fn release_in_background(self: Arc<Self>, backend: &Backend, token: String);
 }
 
 /// One grant, held.
 pub(crate) struct HeldLock {
     /// Where the lock lives (the seam: Redis or PostgreSQL).
-    pub backend: LockBackend,
+    pub backend: Backend,
     pub keys: Arc<dyn HeldKeys>,
     /// The lock's name, as given to acquire.
     pub key: String,
@@ -80,7 +80,7 @@ impl std::fmt::Debug for HeldLock {
 impl HeldLock {
     /// The grant of `token` on `keys`, with fencing token `fence`, by a request sent at `sent`.
     pub(crate) fn new(
-        backend: LockBackend,
+        backend: Backend,
         keys: Arc<dyn HeldKeys>,
         key: &str,
         token: String,
@@ -323,7 +323,7 @@ impl LockGuard {
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
         let backend = self.backend()?;
-        let transport = backend.redis("write_fenced")?;
+        let transport = backend.redis("write_fenced", super::lock::FENCED_ON_POSTGRES)?;
         super::lock::fenced_write_on(transport, resource, self.fencing_token(), value.as_ref())
             .await
     }
@@ -337,11 +337,11 @@ impl LockGuard {
     /// PostgreSQL client.
     pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
         let backend = self.backend()?;
-        let transport = backend.redis("read_fenced")?;
+        let transport = backend.redis("read_fenced", super::lock::FENCED_ON_POSTGRES)?;
         super::lock::fenced_read_on(transport, resource).await
     }
 
-    fn backend(&self) -> Result<&LockBackend, Error> {
+    fn backend(&self) -> Result<&Backend, Error> {
         // Only a released guard has no backend, and `release` consumes the guard.
         self.held().map(|h| &h.backend).ok_or(Error::Stopped)
     }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::backend::redis::{Conn, Dedicated, ReplicaWait};
 use crate::error::{preview, Error};
-use crate::transport::{Conn, Dedicated, ReplicaWait};
 use crate::util::time::ms;
 
 /// The second half of a fenced grant, shared by every lock-shaped primitive's acquisition script
@@ -63,7 +63,7 @@ pub(crate) use fence_step;
 /// one µs) does `INCR` step it, exactly, as a 64-bit integer, and the new value is read back as
 /// a string (the integer `INCR` returns would become a Lua double in the script). No Lua double
 /// is involved, so there is no 2^53 limit.
-pub(super) const ACQUIRE_SOURCE: &str = concat!(
+pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
@@ -162,19 +162,19 @@ pub(crate) async fn fenced_write(
 
 fn parse_fenced_write(resource: &str, reply: &Value) -> Result<FencedWrite, Error> {
     let Value::Array(items) = reply else {
-        return Err(crate::transport::unexpected("the fenced write", reply));
+        return Err(crate::backend::redis::unexpected("the fenced write", reply));
     };
     match items.as_slice() {
         [Value::Int(1)] => Ok(FencedWrite::Written),
         [Value::Int(0), v] => string_of(v)
             .and_then(|s| s.parse::<u64>().ok())
             .map(|highest| FencedWrite::Rejected { highest })
-            .ok_or_else(|| crate::transport::unexpected("the fenced write", reply)),
+            .ok_or_else(|| crate::backend::redis::unexpected("the fenced write", reply)),
         [Value::Int(2), v] => Err(Error::CorruptState {
             key: resource.to_string(),
             value: preview(&string_of(v).unwrap_or_default()),
         }),
-        _ => Err(crate::transport::unexpected("the fenced write", reply)),
+        _ => Err(crate::backend::redis::unexpected("the fenced write", reply)),
     }
 }
 
@@ -201,7 +201,7 @@ pub(crate) const FENCED_ON_POSTGRES: &str = "the resource is a Redis hash; for a
 /// # Errors
 /// As [`fenced_write`].
 pub(crate) async fn fenced_write_on(
-    transport: &crate::transport::Transport,
+    transport: &crate::backend::redis::Transport,
     resource: &str,
     fencing_token: u64,
     value: &[u8],
@@ -230,7 +230,7 @@ return {redis.call('HGET', KEYS[1], 'value'), redis.call('HGET', KEYS[1], 'fenci
 /// without a value; [`Error::Timeout`]; connection and server errors (`WRONGTYPE` when the key
 /// is not a hash).
 pub(crate) async fn fenced_read_on(
-    transport: &crate::transport::Transport,
+    transport: &crate::backend::redis::Transport,
     resource: &str,
 ) -> Result<Option<FencedValue>, Error> {
     let mut conn = transport.node(resource).await?.conn();
@@ -270,9 +270,9 @@ fn parse_fenced_read(resource: &str, reply: Value) -> Result<Option<FencedValue>
                 }
             }
             [Value::Nil, t] => Err(corrupt(Some(t))),
-            _ => Err(crate::transport::unexpected("the fenced read", &reply)),
+            _ => Err(crate::backend::redis::unexpected("the fenced read", &reply)),
         },
-        _ => Err(crate::transport::unexpected("the fenced read", &reply)),
+        _ => Err(crate::backend::redis::unexpected("the fenced read", &reply)),
     }
 }
 
@@ -376,16 +376,19 @@ pub(crate) async fn acquire_then_wait(
     Ok((parse_acquire(req.fence, reply, sent)?, acked))
 }
 
-pub(super) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
+pub(crate) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Result<Grant, Error> {
     let Value::Array(items) = &reply else {
-        return Err(crate::transport::unexpected("the lock acquisition", &reply));
+        return Err(crate::backend::redis::unexpected(
+            "the lock acquisition",
+            &reply,
+        ));
     };
     match items.as_slice() {
         [Value::Int(1), v] => {
             let fence = string_of(v)
                 .and_then(|s| s.parse::<u64>().ok())
                 .filter(|f| *f > 0)
-                .ok_or_else(|| crate::transport::unexpected("the lock acquisition", &reply))?;
+                .ok_or_else(|| crate::backend::redis::unexpected("the lock acquisition", &reply))?;
             Ok(Grant::Granted { fence, sent })
         }
         [Value::Int(0), Value::Int(p)] => Ok(Grant::Held {
@@ -395,11 +398,14 @@ pub(super) fn parse_acquire(fence_key: &str, reply: Value, sent: Instant) -> Res
             key: fence_key.to_string(),
             value: preview(&string_of(v).unwrap_or_default()),
         }),
-        _ => Err(crate::transport::unexpected("the lock acquisition", &reply)),
+        _ => Err(crate::backend::redis::unexpected(
+            "the lock acquisition",
+            &reply,
+        )),
     }
 }
 
-pub(super) fn string_of(v: &Value) -> Option<String> {
+pub(crate) fn string_of(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -432,7 +438,10 @@ pub(crate) async fn release(
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),
-        other => Err(crate::transport::unexpected("the lock release", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the lock release",
+            &other,
+        )),
     }
 }
 
@@ -454,7 +463,7 @@ pub(crate) struct Stored {
 /// [`Error::Timeout`]; connection errors; a server error for a key of another type (typed,
 /// not a parse failure).
 pub(crate) async fn read(
-    t: &crate::transport::Transport,
+    t: &crate::backend::redis::Transport,
     lock: &str,
     fence: &str,
 ) -> Result<Stored, Error> {
@@ -474,7 +483,7 @@ pub(crate) async fn read(
     };
     for r in &replies {
         if let Value::ServerError(e) = r {
-            return Err(crate::transport::from_server_error(e));
+            return Err(crate::backend::redis::from_server_error(e));
         }
     }
     let (value, fence, pttl): (Option<String>, Option<String>, i64) =

@@ -17,15 +17,13 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
-pub(crate) mod backend;
 pub(crate) mod guard;
 pub(crate) mod held;
-pub(crate) mod items;
 pub(crate) mod lock;
 pub(crate) mod pending;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
-pub(crate) mod queue;
+pub(crate) mod store;
 pub(crate) mod watchdog;
 
 use std::time::Duration;
@@ -33,8 +31,8 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::backend::redis::Conn;
 use crate::error::{ConfigError, Error};
-use crate::transport::Conn;
 use crate::util::time::after;
 
 /// The shortest lease (lock TTL) a lease-holding primitive accepts.
@@ -199,7 +197,10 @@ pub(crate) async fn extend(
         }
     };
     let Value::Array(items) = reply else {
-        return Err(crate::transport::unexpected("the lease extension", &reply));
+        return Err(crate::backend::redis::unexpected(
+            "the lease extension",
+            &reply,
+        ));
     };
     let mut items = items.into_iter();
     match (items.next(), items.next(), items.next(), items.next()) {

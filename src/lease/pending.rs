@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::backend::LockBackend;
 use super::lock;
-use crate::transport::Transport;
+use crate::backend::redis::Transport;
+use crate::backend::Backend;
 use crate::util::drop_guard::Armed;
 use crate::util::time::after;
 use crate::util::token::short;
@@ -28,7 +28,7 @@ pub(crate) struct Pending;
 impl Pending {
     /// Armed: dropped before [`Armed::disarm`], it releases `token` from `at`.
     pub(crate) fn arm<K: LockAt>(
-        backend: &LockBackend,
+        backend: &Backend,
         at: &Arc<K>,
         token: &str,
     ) -> Armed<impl FnOnce() + Send + Sync + 'static> {
@@ -43,12 +43,12 @@ impl Pending {
     not(feature = "postgres"),
     allow(clippy::infallible_destructuring_match)
 )]
-pub(crate) fn release_in_background<K: LockAt>(backend: &LockBackend, at: &Arc<K>, token: String) {
+pub(crate) fn release_in_background<K: LockAt>(backend: &Backend, at: &Arc<K>, token: String) {
     let at = at.clone();
     let transport = match backend {
-        LockBackend::Redis(t) => t,
+        Backend::Redis(t) => t,
         #[cfg(feature = "postgres")]
-        LockBackend::Postgres(t) => {
+        Backend::Postgres(t) => {
             let Ok(handle) = tokio::runtime::Handle::try_current() else {
                 return;
             };
@@ -101,7 +101,7 @@ pub(crate) fn spawn_cleanup<F, Fut>(
     what: &'static str,
     cleanup: F,
 ) where
-    F: FnOnce(crate::transport::Conn, Instant) -> Fut + Send + 'static,
+    F: FnOnce(crate::backend::redis::Conn, Instant) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<String, crate::error::Error>> + Send + 'static,
 {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {

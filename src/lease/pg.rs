@@ -39,8 +39,8 @@ use tokio::time::Instant;
 
 use super::lock::{Grant, Stored};
 use super::Extension;
+use crate::backend::postgres::{channel_of, PgTransport, Pooled};
 use crate::error::Error;
-use crate::transport::pg::{channel_of, PgTransport, Pooled};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";

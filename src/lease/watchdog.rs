@@ -25,8 +25,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::{LockBackend, WeakBackend};
 use super::{deadline, Extend, Extension};
+use crate::backend::{Backend, WeakBackend};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 
@@ -167,7 +167,7 @@ pub(crate) struct Watch {
 /// released), when the client shuts down (the loss signal fires: nobody extends any more), or
 /// once it fired the loss signal.
 pub(crate) fn spawn(
-    backend: &LockBackend,
+    backend: &Backend,
     watch: Watch,
     state: Arc<LeaseState>,
     stop: CancellationToken,

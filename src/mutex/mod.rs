@@ -12,7 +12,7 @@
 //!
 //! The scripts and statements themselves (acquire with fencing, token-checked release and
 //! extension) live in the lease kernel, where the later lock-shaped primitives share them; a
-//! held lock reaches its backend through the kernel's one seam (`lease::backend`).
+//! held lock reaches its backend through the one store seam (`backend`).
 //!
 //! On PostgreSQL each operation is one statement (one round trip): acquire an
 //! `INSERT … ON CONFLICT DO UPDATE … WHERE` the lock is free (contention is a read), release an
@@ -43,19 +43,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::redis::{ReplicaWait, Transport};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
 use crate::lease::guard::hold_while;
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 use crate::lease::lock::{self as kernel, Grant};
 pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::pending::{release_in_background, Pending};
-use crate::transport::wake::{WakeOne, Woken};
-use crate::transport::{Backend, ReplicaWait, Transport};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
+use crate::util::wake::{WakeOne, Woken};
 
 use keys::LockKeys;
 pub use keys::DEFAULT_PREFIX;
@@ -214,7 +214,7 @@ impl Locks {
         wait: Option<ReplicaWait>,
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
-        let backend = LockBackend::of(&self.backend);
+        let backend = self.backend.clone();
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.
         let mut pending = Pending::arm(&backend, keys, &token);
@@ -387,7 +387,7 @@ impl Locks {
             if group.is_none() {
                 // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
                 let limit = self.connect_timeout();
-                let backend = LockBackend::of(&self.backend);
+                let backend = self.backend.clone();
                 let joined = tokio::time::timeout(limit, backend.wake_one(&keys.channel)).await;
                 if let Ok(Ok(g)) = joined {
                     group = Some(g);
@@ -470,14 +470,14 @@ impl HeldKeys for LockKeys {
 
     fn release<'a>(
         &'a self,
-        backend: &'a LockBackend,
+        backend: &'a Backend,
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a> {
         Box::pin(backend.release(&self.lock, &self.channel, token, limit))
     }
 
-    fn release_in_background(self: Arc<Self>, backend: &LockBackend, token: String) {
+    fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
         release_in_background(backend, &self, token);
     }
 }

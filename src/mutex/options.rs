@@ -2,7 +2,7 @@
 //! guard gets a watchdog. Validated by [`AcquireOptionsBuilder::build`] and by deserialization
 //! alike, never coerced.
 
-use crate::transport::ReplicaWait;
+use crate::backend::redis::ReplicaWait;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};

@@ -29,8 +29,8 @@ impl QueueKeys {
     }
 
     /// The kernel's view of them.
-    pub(crate) fn kernel(&self) -> crate::lease::items::ItemKeys<'_> {
-        crate::lease::items::ItemKeys {
+    pub(crate) fn kernel(&self) -> crate::queue::items::ItemKeys<'_> {
+        crate::queue::items::ItemKeys {
             lock: &self.lock,
             fence: &self.fence,
             items: &self.items,

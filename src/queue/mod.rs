@@ -41,6 +41,7 @@
 //! `run_or_enqueue` or `drain` on the key retries that item first: an item that always fails
 //! blocks the key until it is handled (there is no dead-letter queue).
 
+pub(crate) mod items;
 mod keys;
 
 use std::future::Future;
@@ -52,13 +53,13 @@ use tokio_util::sync::CancellationToken;
 
 use serde::Serialize;
 
+use crate::backend::redis::Transport;
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::lease::backend::LockBackend;
 use crate::lease::deadline;
-use crate::lease::items::{self as kernel, Enqueue, Release, Stored};
 use crate::lease::lock::{self as kernel_lock, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
-use crate::transport::{Backend, Transport};
+use crate::queue::items::{self as kernel, Enqueue, Release, Stored};
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -422,7 +423,7 @@ impl Queues {
         let state = LeaseState::new(deadline(sent, ttl));
         let stop = CancellationToken::new();
         watchdog::spawn(
-            &LockBackend::Redis(self.transport()?.clone()),
+            &Backend::Redis(self.transport()?.clone()),
             Watch {
                 lease: keys.lock.clone(),
                 value: hold.token.clone(),

@@ -73,12 +73,12 @@ use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redis::Transport;
 use crate::error::{ConfigError, Error};
 use crate::lease::guard::{hold_while, sealed, LeaseGuard};
 use crate::lease::lock as kernel;
 use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
-use crate::transport::Transport;
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
 use crate::util::time::{after, ms};
@@ -390,7 +390,10 @@ fn parse_set(reply: Value) -> Result<bool, Error> {
         Value::Okay => Ok(true),
         Value::SimpleString(s) if s == "OK" => Ok(true),
         Value::Nil => Ok(false),
-        other => Err(crate::transport::unexpected("the Redlock SET NX", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the Redlock SET NX",
+            &other,
+        )),
     }
 }
 

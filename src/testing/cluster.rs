@@ -23,7 +23,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, TcpListener};
+
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,13 +39,6 @@ pub use super::internals::SLOTS;
 const PRIMARIES: usize = 3;
 /// How many nodes the cluster has.
 const NODES: usize = PRIMARIES * 2;
-/// The offset of the cluster bus port from the client port (fixed in Redis and Valkey).
-const BUS_OFFSET: u16 = 10000;
-/// Client ports are picked from here: below the usual ephemeral range (32768 and up), and so
-/// are their bus ports, so outgoing connections never take them.
-const PORT_RANGE: std::ops::Range<u16> = 12000..22000;
-/// How many random ports [`free_port_with_bus`] tries.
-const PORT_ATTEMPTS: usize = 200;
 /// `cluster-node-timeout` of every node, in milliseconds.
 const NODE_TIMEOUT_MS: &str = "1000";
 /// How long [`RedisClusterBuilder::start`] waits for the cluster to become healthy.
@@ -573,30 +566,6 @@ impl fmt::Debug for RedisCluster {
 }
 
 pub use super::internals::slot;
-
-/// A random free port in [`PORT_RANGE`] whose bus port (+10000) is free too, both checked by
-/// binding them on 127.0.0.1. As with any probe, another process may take either before redis
-/// binds it; the caller retries with another port then.
-pub(super) fn free_port_with_bus() -> io::Result<u16> {
-    let span = PORT_RANGE.end - PORT_RANGE.start;
-    for _ in 0..PORT_ATTEMPTS {
-        let mut bytes = [0u8; 2];
-        getrandom::fill(&mut bytes).map_err(|err| io::Error::other(err.to_string()))?;
-        let port = PORT_RANGE.start + u16::from_le_bytes(bytes) % span;
-        let free = |p: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok();
-        // Both listeners are dropped before the check returns, so both ports are free again.
-        if free(port) && free(port + BUS_OFFSET) {
-            return Ok(port);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        format!(
-            "no free port in {PORT_RANGE:?} with a free cluster bus port after {PORT_ATTEMPTS} \
-             tries"
-        ),
-    ))
-}
 
 /// `redis-cli` for `flavor`: for Valkey, `valkey-cli` next to the server binary if there is
 /// one; otherwise `redis-cli` on `PATH` (it speaks to Valkey too).

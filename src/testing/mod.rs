@@ -62,14 +62,14 @@ pub use tls::TlsFiles;
 /// PostgreSQL backend's test knobs, and for the Sentinel unit tests the resolver itself), and a
 /// move inside the library is then fixed in this one place.
 mod internals {
-    pub(crate) use crate::acl::setuser_args;
+    pub(crate) use crate::backend::redis::acl::setuser_args;
     pub use crate::util::slot::{slot, SLOTS};
 
     #[cfg(feature = "postgres")]
-    pub use crate::transport::pg::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
+    pub use crate::backend::postgres::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
 
     #[cfg(all(test, feature = "sentinel"))]
-    pub(crate) use crate::transport::{
+    pub(crate) use crate::backend::redis::{
         sentinel::{is_primary, resolve_primary, watch_switch_master, WatchSettings},
         topology_url::{parse, DataTemplate, Target},
     };

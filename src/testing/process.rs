@@ -378,3 +378,35 @@ pub(super) fn wait_bounded(child: &mut Child, timeout: Duration) -> io::Result<O
         thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// The offset of the cluster bus port from the client port (fixed in Redis and Valkey).
+const BUS_OFFSET: u16 = 10000;
+/// Client ports are picked from here: below the usual ephemeral range (32768 and up), and so
+/// are their bus ports, so outgoing connections never take them.
+const PORT_RANGE: std::ops::Range<u16> = 12000..22000;
+/// How many random ports [`free_port_with_bus`] tries.
+const PORT_ATTEMPTS: usize = 200;
+
+/// A random free port in [`PORT_RANGE`] whose bus port (+10000) is free too, both checked by
+/// binding them on 127.0.0.1. As with any probe, another process may take either before redis
+/// binds it; the caller retries with another port then.
+pub(super) fn free_port_with_bus() -> io::Result<u16> {
+    let span = PORT_RANGE.end - PORT_RANGE.start;
+    for _ in 0..PORT_ATTEMPTS {
+        let mut bytes = [0u8; 2];
+        getrandom::fill(&mut bytes).map_err(|err| io::Error::other(err.to_string()))?;
+        let port = PORT_RANGE.start + u16::from_le_bytes(bytes) % span;
+        let free = |p: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok();
+        // Both listeners are dropped before the check returns, so both ports are free again.
+        if free(port) && free(port + BUS_OFFSET) {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!(
+            "no free port in {PORT_RANGE:?} with a free cluster bus port after {PORT_ATTEMPTS} \
+             tries"
+        ),
+    ))
+}

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use ::redis::{ConnectionAddr, IntoConnectionInfo};
 
-use super::cluster;
 use super::internals::setuser_args;
 use super::process::{
     create_temp_dir, free_port, is_executable, live_child, read_log_from, reap, send_signal,
@@ -833,7 +832,7 @@ fn first_start(config: &Config, dir: &Path, ports: PortChoice) -> io::Result<(Ch
         "redis-server",
         || match ports {
             PortChoice::Any => free_port(),
-            PortChoice::ClusterBus => cluster::free_port_with_bus(),
+            PortChoice::ClusterBus => super::process::free_port_with_bus(),
         },
         |port| launch(config, dir, port),
     )

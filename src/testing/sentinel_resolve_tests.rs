@@ -1,5 +1,5 @@
 //! Tests of the transport's Sentinel resolver and `+switch-master` watcher
-//! (`crate::transport::sentinel`) against a real [`RedisSentinel`] set.
+//! (`crate::backend::redis::sentinel`) against a real [`RedisSentinel`] set.
 //!
 //! They live here, in the testing layer, rather than inside `src/transport/sentinel.rs`: the
 //! functions are crate-private (out of reach of `tests/`), and the layering check

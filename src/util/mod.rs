@@ -6,11 +6,18 @@ pub(crate) mod backoff;
 pub(crate) mod drop_guard;
 pub(crate) mod mailbox;
 pub(crate) mod names;
+pub(crate) mod pubsub;
+pub(crate) mod redact;
+pub(crate) mod settings;
 // Used by the cluster routing and the cluster test fixture.
 #[cfg_attr(not(any(feature = "cluster", feature = "testing")), allow(dead_code))]
 pub(crate) mod slot;
 pub(crate) mod time;
+// TLS material and rustls setup, for both backends (`rediss://`, `sslmode=require`).
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 pub(crate) mod token;
+pub(crate) mod wake;
 
 /// What a panic said, for a report: its message when it was a string.
 pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {

@@ -1,4 +1,5 @@
-//! TLS (`rediss://`) through rustls (feature `tls`): the PEM material a [`ClientBuilder`] was
+//! TLS (`rediss://`, PostgreSQL's `sslmode=require`) through rustls (feature `tls`), shared by
+//! both backends: the PEM material a [`ClientBuilder`] was
 //! given, its validation before any network I/O, the crypto provider, and the classification of
 //! handshake failures as [`ErrorKind::Tls`](crate::ErrorKind::Tls).
 //!

@@ -18,9 +18,9 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::lock::{fence_ttl, parse_acquire, string_of, Grant, ACQUIRE_SOURCE};
+use crate::backend::redis::Conn;
 use crate::error::{preview, Error};
-use crate::transport::Conn;
+use crate::lease::lock::{fence_ttl, parse_acquire, string_of, Grant, ACQUIRE_SOURCE};
 use crate::util::time::ms;
 
 /// `KEYS` = lock, fence, items; `ARGV` = token, lock ms, fence ms, item body.
@@ -157,7 +157,7 @@ pub(crate) async fn enqueue_or_acquire(
 
 fn parse_enqueue(fence_key: &str, reply: Value, sent: Instant) -> Result<Enqueue, Error> {
     let Value::Array(mut items) = reply else {
-        return Err(crate::transport::unexpected("the enqueue", &reply));
+        return Err(crate::backend::redis::unexpected("the enqueue", &reply));
     };
     // `{2, value}` has no id: the acquisition's parser reports it.
     if items.len() != 3 {
@@ -169,7 +169,7 @@ fn parse_enqueue(fence_key: &str, reply: Value, sent: Instant) -> Result<Enqueue
     }
     let id_value = items.pop().unwrap_or(Value::Nil);
     let Some(id) = string_of(&id_value).filter(|s| is_stream_id(s)) else {
-        return Err(crate::transport::unexpected("the enqueue", &id_value));
+        return Err(crate::backend::redis::unexpected("the enqueue", &id_value));
     };
     match parse_acquire(fence_key, Value::Array(items), sent)? {
         Grant::Granted { fence, sent } => Ok(Enqueue::Granted { fence, sent, id }),
@@ -212,7 +212,10 @@ pub(crate) async fn ack(
     match reply {
         Value::Int(-1) => Ok(false),
         Value::Int(n) if n >= 0 => Ok(true),
-        other => Err(crate::transport::unexpected("the item removal", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the item removal",
+            &other,
+        )),
     }
 }
 
@@ -261,7 +264,10 @@ pub(crate) async fn release(
         Value::Int(2) => Ok(Release::More),
         Value::Int(0) => Ok(Release::NotOurs { waiting: false }),
         Value::Int(3) => Ok(Release::NotOurs { waiting: true }),
-        other => Err(crate::transport::unexpected("the queue's release", &other)),
+        other => Err(crate::backend::redis::unexpected(
+            "the queue's release",
+            &other,
+        )),
     }
 }
 
@@ -294,24 +300,27 @@ pub(crate) async fn read(
 
 fn parse_range(key: &str, reply: Value) -> Result<Vec<Stored>, Error> {
     let Value::Array(entries) = reply else {
-        return Err(crate::transport::unexpected("reading queued items", &reply));
+        return Err(crate::backend::redis::unexpected(
+            "reading queued items",
+            &reply,
+        ));
     };
     let mut out = Vec::with_capacity(entries.len());
     for entry in entries {
         let Value::Array(parts) = &entry else {
-            return Err(crate::transport::unexpected("a queued item", &entry));
+            return Err(crate::backend::redis::unexpected("a queued item", &entry));
         };
         let [id, fields] = parts.as_slice() else {
-            return Err(crate::transport::unexpected("a queued item", &entry));
+            return Err(crate::backend::redis::unexpected("a queued item", &entry));
         };
         let Some(id) = string_of(id).filter(|s| is_stream_id(s)) else {
-            return Err(crate::transport::unexpected("a queued item's id", id));
+            return Err(crate::backend::redis::unexpected("a queued item's id", id));
         };
         let pairs: Vec<(&Value, &Value)> = match fields {
             Value::Array(f) => f.chunks_exact(2).map(|c| (&c[0], &c[1])).collect(),
             Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
             other => {
-                return Err(crate::transport::unexpected(
+                return Err(crate::backend::redis::unexpected(
                     "a queued item's fields",
                     other,
                 ))

@@ -16,9 +16,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::Pool;
-use super::route::{client_at, Node, Stale};
+use super::node::{client_at, Node};
+use super::pool::Pool;
 use super::sentinel::{watch_switch_master, WatchSettings};
+use super::stale::Stale;
 use super::ConnSettings;
 use crate::error::Error;
 
@@ -107,7 +108,7 @@ impl Followed {
         if self.node().addr == addr {
             return Ok(());
         }
-        let manager = super::lazy_manager(&client, &self.settings)?;
+        let manager = super::connection::lazy_manager(&client, &self.settings)?;
         let pool = Pool::new(client, self.settings.clone(), self.stale.clone(), "PUBLISH");
         let node = Node::new(manager, pool, addr.clone(), "PUBLISH", self.stale.clone());
         *self

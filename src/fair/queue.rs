@@ -28,9 +28,9 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::lock::fence_step;
+use crate::backend::redis::Conn;
 use crate::error::{preview, Error};
-use crate::transport::Conn;
+use crate::lease::lock::fence_step;
 use crate::util::time::ms;
 
 /// Evicts up to 64 waiters whose liveness (`KEYS[q]`/`KEYS[a]`, spliced below) passed, by the
@@ -238,7 +238,7 @@ pub(crate) struct QueueKeys {
     pub wake_prefix: String,
 }
 
-impl super::held::FencedAt for QueueKeys {
+impl crate::lease::held::FencedAt for QueueKeys {
     fn lock_key(&self) -> &str {
         &self.lock
     }
@@ -309,7 +309,7 @@ pub(crate) async fn acquire_or_enqueue(
         .key(&keys.reserved)
         .arg(req.id)
         .arg(ms(req.ttl))
-        .arg(ms(super::lock::fence_ttl(req.ttl)))
+        .arg(ms(crate::lease::lock::fence_ttl(req.ttl)))
         .arg(ms(req.liveness).max(1))
         .arg(if req.reserver { "1" } else { "0" })
         .arg(ms(req.liveness.saturating_mul(2)).max(1));
@@ -326,7 +326,7 @@ pub(crate) async fn acquire_or_enqueue(
 }
 
 fn parse_turn(fence_key: &str, reply: &Value, sent: Instant) -> Result<Turn, Error> {
-    let bad = || crate::transport::unexpected("the fair lock acquisition", reply);
+    let bad = || crate::backend::redis::unexpected("the fair lock acquisition", reply);
     let Value::Array(items) = reply else {
         return Err(bad());
     };
@@ -392,7 +392,7 @@ pub(crate) async fn leave(
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),
-        other => Err(crate::transport::unexpected(
+        other => Err(crate::backend::redis::unexpected(
             "leaving the fair lock",
             &other,
         )),
@@ -430,7 +430,7 @@ pub(crate) async fn reserve(
         Value::Okay => Ok(true),
         Value::SimpleString(s) if s == "OK" => Ok(true),
         Value::Nil => Ok(false),
-        other => Err(crate::transport::unexpected("the reservation", &other)),
+        other => Err(crate::backend::redis::unexpected("the reservation", &other)),
     }
 }
 

@@ -22,8 +22,9 @@ use std::time::Duration;
 use redis::{ConnectionAddr, Value};
 use tokio::time::Instant;
 
-use super::connection::Pool;
-use super::route::{Node, Redirects, Stale};
+use super::node::{Node, Redirects};
+use super::pool::Pool;
+use super::stale::Stale;
 use super::ConnSettings;
 use crate::error::{Error, ErrorKind};
 use crate::util::lock;
@@ -313,7 +314,7 @@ impl Cluster {
 
     /// A client for `host:port` with the template's credentials, TLS and protocol.
     fn client_for(&self, host: &str, port: u16) -> Result<redis::Client, Error> {
-        super::route::client_at(&self.template, host, port)
+        super::node::client_at(&self.template, host, port)
     }
 
     fn client_for_addr(&self, addr: &str) -> Option<redis::Client> {
@@ -323,7 +324,7 @@ impl Cluster {
 
     fn open_node(&self, host: &str, port: u16, addr: &str) -> Result<Arc<Node>, Error> {
         let client = self.client_for(host, port)?;
-        let manager = super::lazy_manager(&client, &self.settings)?;
+        let manager = super::connection::lazy_manager(&client, &self.settings)?;
         let pool = Pool::new(
             client,
             self.settings.clone(),
@@ -364,7 +365,7 @@ async fn ask(
     settings: ConnSettings,
     client: redis::Client,
 ) -> Result<Vec<(u16, u16, String, u16)>, Error> {
-    let config = settings.async_config();
+    let config = super::connection::async_config(&settings);
     let limit = settings.connect_timeout + settings.response_timeout;
     let asked_host = match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),

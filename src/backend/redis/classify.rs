@@ -17,7 +17,7 @@ impl From<redis::RedisError> for Error {
         // First: a failed handshake is an I/O error to redis-rs, but must not look like a
         // transient connection problem (that would be retried).
         #[cfg(feature = "tls")]
-        if let Some(message) = super::tls::failure(&err) {
+        if let Some(message) = crate::util::tls::failure(&err) {
             return Error::Tls {
                 message,
                 source: Some(std::sync::Arc::new(err)),
@@ -137,7 +137,7 @@ mod tests {
     #[cfg(feature = "tls")]
     #[test]
     fn a_rustls_error_inside_an_io_error_is_classified_as_tls() {
-        // The shape redis-rs 1.8 returns for a failed handshake (see crate::tls::failure).
+        // The shape redis-rs 1.8 returns for a failed handshake (see crate::util::tls::failure).
         let io = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),

@@ -23,7 +23,7 @@ use tokio::sync::{Notify, OnceCell};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connection::{Hub, HubMsg, Subscription};
+use super::pubsub::{HubMsg, Subscription};
 use crate::error::Error;
 use crate::util::lock;
 
@@ -64,24 +64,9 @@ pub(crate) struct WakeOne {
     group: Arc<Group>,
 }
 
-impl Hub {
-    /// Joins the wake-one group of `channel` on this client, subscribing (once per group) if
-    /// nobody local listens yet; returns once the subscription is confirmed, so a waiter that
-    /// joins and *then* tries cannot miss a message published in between.
-    ///
-    /// # Errors
-    /// As [`Hub::subscribe`]: the pub/sub connection is down (the caller sleeps instead).
-    pub(crate) async fn wake_one(&self, channel: &str) -> Result<WakeOne, Error> {
-        join(&self.groups, &self.tracker, &self.cancel, channel, || {
-            self.subscribe(channel)
-        })
-        .await
-    }
-}
-
 /// Joins the wake-one group of `channel` in `groups`, subscribing with `subscribe` (once per
 /// group) if nobody local listens yet; the pump runs on `tracker` and stops with `cancel`. The
-/// same for every hub (Redis pub/sub, PostgreSQL `LISTEN`): see [`Hub::wake_one`].
+/// same for every hub (Redis pub/sub, PostgreSQL `LISTEN`): see `Hub::wake_one` in the Redis backend.
 pub(crate) async fn join<F, Fut>(
     groups: &Groups,
     tracker: &TaskTracker,

@@ -18,62 +18,16 @@
 //! transaction split between the two nodes mid-migration answer `TRYAGAIN` anyway. Its `ASK`
 //! fails it retryably (never a failed attempt) until the migration ends.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, Weak};
 use std::time::Instant;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use super::connection::Pool;
+use super::pool::Pool;
+pub(crate) use super::stale::Stale;
 use crate::error::{Error, ErrorKind};
-
-/// Whether a reply said the routing may be out of date; shared by a router and its nodes.
-#[derive(Debug, Default)]
-pub(crate) struct Stale(AtomicBool);
-
-// The cluster's slot map reads the mark; a single server has nothing to refresh.
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-impl Stale {
-    /// Marks the routing stale if `e` says a key may live elsewhere now.
-    pub(crate) fn note(&self, e: &Error) {
-        if matches!(
-            e.kind(),
-            ErrorKind::Moved
-                | ErrorKind::ReadOnly
-                | ErrorKind::Busy
-                | ErrorKind::Connection
-                | ErrorKind::Timeout
-        ) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Marks the routing stale if one of `values` (a pipeline's replies, errors kept as
-    /// values) is a server error that says so.
-    pub(crate) fn note_values(&self, values: &[Value]) {
-        for v in values {
-            if let Value::ServerError(e) = v {
-                self.note(&super::classify::from_server_error(e));
-            }
-        }
-    }
-
-    /// Whether the routing was marked stale.
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    /// Marks the routing stale.
-    pub(crate) fn set(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    /// Clears the mark (a refresh is under way).
-    pub(crate) fn clear(&self) {
-        self.0.store(false, Ordering::Relaxed);
-    }
-}
 
 /// One server: its shared multiplexed connection and its pool of dedicated ones.
 pub(crate) struct Node {
@@ -189,7 +143,7 @@ impl Node {
             // Replaced already, by another request that stalled on it.
             return;
         }
-        match super::lazy_manager(self.pool.client(), settings) {
+        match super::connection::lazy_manager(self.pool.client(), settings) {
             Ok(fresh) => {
                 tracing::warn!(node = %self.addr, waited_ms = ms_u64(waited), "no reply on the node's connection; replacing it");
                 *current = (generation.wrapping_add(1), fresh);
@@ -401,60 +355,6 @@ impl NodeConn {
                 "no reply after ASKING",
             ))),
         }
-    }
-}
-
-/// Which node serves a key. Cheap to clone (tasks that must not keep the whole transport alive
-/// hold one).
-#[derive(Clone)]
-pub(crate) enum Router {
-    /// One server (a plain URL).
-    Single(Arc<Node>),
-    /// A Redis Cluster: the primary that owns the key's slot.
-    #[cfg(feature = "cluster")]
-    Cluster(Arc<super::cluster::Cluster>),
-    /// A Sentinel-monitored primary, followed across failovers.
-    #[cfg(feature = "sentinel")]
-    Followed(Arc<super::follow::Followed>),
-}
-
-impl Router {
-    /// The router of a plain URL: every key on `client`'s server, through `manager` and a pool
-    /// of dedicated connections.
-    pub(crate) fn single(
-        client: redis::Client,
-        manager: ConnectionManager,
-        settings: &super::ConnSettings,
-        addr: String,
-    ) -> Router {
-        let stale = Arc::new(Stale::default());
-        let pool = Pool::new(client, settings.clone(), stale.clone(), "PUBLISH");
-        Router::Single(Node::new(manager, pool, addr, "PUBLISH", stale))
-    }
-
-    /// The node that serves `key` (any key of the operation: they share a hash tag).
-    ///
-    /// # Errors
-    /// On a cluster, when no node answers with a slot map, or the slot has no primary.
-    pub(crate) async fn node(&self, key: &str) -> Result<Arc<Node>, Error> {
-        match self {
-            Router::Single(n) => {
-                let _ = key;
-                Ok(n.clone())
-            }
-            #[cfg(feature = "cluster")]
-            Router::Cluster(c) => c.node(key).await,
-            #[cfg(feature = "sentinel")]
-            Router::Followed(f) => Ok(f.node()),
-        }
-    }
-
-    /// Some node, for requests about the server rather than a key (durability settings).
-    ///
-    /// # Errors
-    /// As [`node`](Self::node).
-    pub(crate) async fn any(&self) -> Result<Arc<Node>, Error> {
-        self.node("").await
     }
 }
 

@@ -1,5 +1,8 @@
-//! The lease kernel's one seam to a backend: where a held lock lives, and the two things a
-//! holder does to it after the grant (extend by token, release by token). Each primitive's
+//! The lock store: what a lease-holding primitive does to a held lock on any [`Backend`] (take
+//! it, extend it, release it by token, read it back, notify its waiters), as methods of the
+//! seam's [`Backend`] and [`WeakBackend`] (the enums and their shared dispatch live in
+//! `crate::backend`; the operations live here because their Redis forms are this kernel's
+//! fence-step scripts). Each primitive's
 //! acquisition is its own (it decides what a grant writes); what happens to a grant afterwards
 //! is the same on every backend, and the decisions around it ([`after_extension`],
 //! [`deadline`], [`next_fence`], [`orphaned`]) are shared, not copied.
@@ -14,135 +17,14 @@
 //! [`next_fence`]: super::next_fence
 //! [`orphaned`]: super::lock::orphaned
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::lock::{Acquire, Grant, Stored};
 use super::{Extend, Extension};
+use crate::backend::{Backend, WeakBackend};
 use crate::error::Error;
-use crate::transport::wake::WakeOne;
-use crate::transport::{Backend, Router, Subscription, Transport};
 
-/// Where a held lock lives (the client's connections to it).
-#[derive(Clone)]
-pub(crate) enum LockBackend {
-    /// A Redis deployment.
-    Redis(Arc<Transport>),
-    /// A PostgreSQL database: the lock is a row of `baton_locks`.
-    #[cfg(feature = "postgres")]
-    Postgres(Arc<crate::transport::pg::PgTransport>),
-}
-
-/// A [`LockBackend`] that does not keep the client alive: what a background task (the
-/// watchdog) holds. Once the client is gone, its requests fail with [`Error::Stopped`].
-#[derive(Clone)]
-pub(crate) enum WeakBackend {
-    /// The Redis router (it does not own the client's tasks).
-    Redis(Router),
-    /// The PostgreSQL transport, weakly.
-    #[cfg(feature = "postgres")]
-    Postgres(std::sync::Weak<crate::transport::pg::PgTransport>),
-}
-
-impl LockBackend {
-    /// The lock backend of a client's [`Backend`].
-    pub(crate) fn of(backend: &Backend) -> LockBackend {
-        match backend {
-            Backend::Redis(t) => LockBackend::Redis(t.clone()),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => LockBackend::Postgres(t.clone()),
-        }
-    }
-
-    /// The Redis transport, or [`Error::Unsupported`] naming `what` needs Redis.
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn redis(&self, what: &'static str) -> Result<&Arc<Transport>, Error> {
-        match self {
-            LockBackend::Redis(t) => Ok(t),
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(_) => Err(Error::Unsupported {
-                what,
-                backend: "PostgreSQL",
-                why: "it exists on Redis only",
-            }),
-        }
-    }
-
-    /// The client's task tracker (background releases and watchdogs run on it).
-    pub(crate) fn tracker(&self) -> &TaskTracker {
-        match self {
-            LockBackend::Redis(t) => &t.tracker,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => &t.tracker,
-        }
-    }
-
-    /// Cancelled when the client shuts down.
-    pub(crate) fn cancel(&self) -> &CancellationToken {
-        match self {
-            LockBackend::Redis(t) => &t.cancel,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => &t.cancel,
-        }
-    }
-
-    /// How long one request may take.
-    pub(crate) fn response_timeout(&self) -> Duration {
-        match self {
-            LockBackend::Redis(t) => t.settings.response_timeout,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => t.settings.response_timeout,
-        }
-    }
-
-    /// How long connecting (or subscribing) may take.
-    pub(crate) fn connect_timeout(&self) -> Duration {
-        match self {
-            LockBackend::Redis(t) => t.settings.connect_timeout,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => t.settings.connect_timeout,
-        }
-    }
-
-    /// The test seam before a commit (see `Transport::before_exec`); nothing without the
-    /// `testing` feature.
-    pub(crate) async fn before_exec(&self, what: &'static str) {
-        match self {
-            LockBackend::Redis(t) => t.before_exec(what).await,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => t.before_exec(what).await,
-        }
-    }
-
-    /// Joins this client's waiters on `channel` (a Redis channel, or a PostgreSQL notification
-    /// topic): a message wakes one of them (see [`crate::transport::wake`]).
-    ///
-    /// # Errors
-    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
-    pub(crate) async fn wake_one(&self, channel: &str) -> Result<WakeOne, Error> {
-        match self {
-            LockBackend::Redis(t) => t.hub.wake_one(channel).await,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => t.wake_one(channel).await,
-        }
-    }
-
-    /// Every message on `channel` (a Redis channel, or a PostgreSQL notification topic).
-    ///
-    /// # Errors
-    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
-        match self {
-            LockBackend::Redis(t) => t.hub.subscribe(channel).await,
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => t.subscribe(channel).await,
-        }
-    }
-
+impl Backend {
     /// Takes `req.lock` if free: one round trip that gives up at `limit`. On Redis the kernel's
     /// fenced script ([`super::lock::acquire`]); on PostgreSQL the lock row's statement
     /// ([`super::pg::acquire`]), whose abandoned grant is released behind it on its own
@@ -159,12 +41,12 @@ impl LockBackend {
         limit: Instant,
     ) -> Result<Grant, Error> {
         match self {
-            LockBackend::Redis(t) => {
+            Backend::Redis(t) => {
                 let node = t.node(req.lock).await?;
                 super::lock::acquire(&mut node.conn(), req, limit).await
             }
             #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => {
+            Backend::Postgres(t) => {
                 super::pg::acquire(
                     t,
                     req.lock,
@@ -193,7 +75,7 @@ impl LockBackend {
         let (lock, channel) = (lock.to_string(), channel.to_string());
         self.tracker().spawn(async move {
             let sent = match &backend {
-                LockBackend::Redis(t) => {
+                Backend::Redis(t) => {
                     let sent = async {
                         let mut conn = t.node(&lock).await?.conn();
                         let publish = conn.publish();
@@ -207,7 +89,7 @@ impl LockBackend {
                     tokio::time::timeout_at(limit, sent).await
                 }
                 #[cfg(feature = "postgres")]
-                LockBackend::Postgres(t) => {
+                Backend::Postgres(t) => {
                     tokio::time::timeout_at(limit, super::pg::notify(t, &channel, message))
                         .await
                         .map(|r| r.map(|()| redis::Value::Nil))
@@ -231,18 +113,9 @@ impl LockBackend {
     /// Connection errors, timeouts, and a server error for a key of another type.
     pub(crate) async fn read(&self, lock: &str, fence: &str) -> Result<Stored, Error> {
         match self {
-            LockBackend::Redis(t) => super::lock::read(t, lock, fence).await,
+            Backend::Redis(t) => super::lock::read(t, lock, fence).await,
             #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => super::pg::read(t, lock).await,
-        }
-    }
-
-    /// The same backend, weakly (see [`WeakBackend`]).
-    pub(crate) fn downgrade(&self) -> WeakBackend {
-        match self {
-            LockBackend::Redis(t) => WeakBackend::Redis(t.router.clone()),
-            #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => WeakBackend::Postgres(Arc::downgrade(t)),
+            Backend::Postgres(t) => super::pg::read(t, lock).await,
         }
     }
 
@@ -271,12 +144,12 @@ impl LockBackend {
         limit: Instant,
     ) -> Result<bool, Error> {
         match self {
-            LockBackend::Redis(t) => {
+            Backend::Redis(t) => {
                 let mut conn = t.node(lock).await?.conn();
                 super::lock::release(&mut conn, lock, channel, token, limit).await
             }
             #[cfg(feature = "postgres")]
-            LockBackend::Postgres(t) => super::pg::release(t, lock, channel, token, limit).await,
+            Backend::Postgres(t) => super::pg::release(t, lock, channel, token, limit).await,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The PostgreSQL transport (feature `postgres`): everything baton knows about talking to
-//! PostgreSQL, and nothing about any primitive, as [`super`] is for Redis.
+//! PostgreSQL, and nothing about any primitive, as [`super::redis`] is for Redis.
 //!
 //! Two kinds of connection, for the same reasons as on Redis:
 //!
@@ -24,9 +24,10 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::url::redact_url;
-use super::{ConnSettings, HubCmd, HubMsg, Subscription};
 use crate::error::{ConfigError, Error, ErrorKind};
+use crate::util::pubsub::{HubCmd, HubMsg, Subscription};
+use crate::util::redact::redact_url;
+use crate::util::settings::ConnSettings;
 
 /// A connection borrowed from the pool; derefs to a [`tokio_postgres::Client`]. Dropping it
 /// gives it back, unless it was [retired](Pooled::retire).
@@ -115,7 +116,7 @@ pub(crate) struct Notice {
 }
 
 /// The connections of one PostgreSQL client; shared through an `Arc` by every primitive handle
-/// and worker task, like [`super::Transport`].
+/// and worker task, like [`super::redis::Transport`].
 pub(crate) struct PgTransport {
     config: tokio_postgres::Config,
     /// The TLS connector of every connection (used only with `sslmode=require`).
@@ -129,12 +130,12 @@ pub(crate) struct PgTransport {
     /// The `LISTEN` hub's requests, once a first subscription started it.
     hub: std::sync::OnceLock<mpsc::UnboundedSender<HubCmd>>,
     next_id: std::sync::atomic::AtomicU64,
-    /// Wake-one groups by topic ([`super::wake`]), as the Redis hub has.
-    groups: super::wake::Groups,
+    /// Wake-one groups by topic ([`crate::util::wake`]), as the Redis hub has.
+    groups: crate::util::wake::Groups,
     /// The schemas [`ensure_schema`](PgTransport::ensure_schema) has made sure of.
     schemas: Mutex<std::collections::HashSet<&'static str>>,
     #[cfg(feature = "testing")]
-    pub before_exec: Mutex<Option<super::ExecHook>>,
+    pub before_exec: Mutex<Option<crate::util::settings::ExecHook>>,
     /// How many notifications the hub's connection received, on any channel (for tests that
     /// count what a client hears).
     #[cfg(feature = "testing")]
@@ -274,7 +275,7 @@ impl PgTransport {
         url: &str,
         password: Option<&str>,
         settings: ConnSettings,
-        tls: &super::tls::TlsSettings,
+        tls: &crate::util::tls::TlsSettings,
     ) -> Result<PgTransport, Error> {
         let mut config = parse_url(url, &settings)?;
         if let Some(password) = password {
@@ -293,7 +294,7 @@ impl PgTransport {
             )));
         } else {
             // Never used (no TLS is made with sslmode=disable): no CA store to load.
-            super::tls::install_crypto_provider();
+            crate::util::tls::install_crypto_provider();
             Tls::new(
                 rustls::ClientConfig::builder()
                     .with_root_certificates(rustls::RootCertStore::empty())
@@ -427,13 +428,13 @@ impl PgTransport {
         }
     }
 
-    /// Joins the wake-one group of `topic` on this client (see [`super::wake`]): local waiters
+    /// Joins the wake-one group of `topic` on this client (see [`crate::util::wake`]): local waiters
     /// share one subscription, and each notification wakes one of them.
     ///
     /// # Errors
     /// As [`PgTransport::subscribe`].
-    pub(crate) async fn wake_one(&self, topic: &str) -> Result<super::wake::WakeOne, Error> {
-        super::wake::join(&self.groups, &self.tracker, &self.cancel, topic, || {
+    pub(crate) async fn wake_one(&self, topic: &str) -> Result<crate::util::wake::WakeOne, Error> {
+        crate::util::wake::join(&self.groups, &self.tracker, &self.cancel, topic, || {
             self.subscribe(topic)
         })
         .await
@@ -594,7 +595,7 @@ impl PgTransport {
     }
 
     /// Runs the test seam's hook, if one is installed (feature `testing`); see
-    /// [`super::ExecHook`]. On PostgreSQL it runs between a transition's read and its
+    /// [`crate::util::settings::ExecHook`]. On PostgreSQL it runs between a transition's read and its
     /// conditional `UPDATE`.
     pub(crate) async fn before_exec(&self, _what: &'static str) {
         #[cfg(feature = "testing")]
@@ -1110,8 +1111,8 @@ mod tests {
             SslMode::Disable
         );
         // TLS options with a URL that does not ask for TLS are refused, never ignored.
-        let tls = crate::transport::tls::TlsSettings {
-            root_ca: Some(crate::transport::tls::Pem::bytes(b"x".to_vec())),
+        let tls = crate::util::tls::TlsSettings {
+            root_ca: Some(crate::util::tls::Pem::bytes(b"x".to_vec())),
             client: None,
         };
         let err = PgTransport::new("postgres://127.0.0.1/db", None, settings(), &tls)

@@ -1,0 +1,193 @@
+//! The store seam: the one place where baton's primitives meet its backends.
+//!
+//! A client talks to one backend, a [`Backend`]; every primitive handle, guard and background
+//! task holds it (or its [`WeakBackend`]) and asks it for what every backend has in common: the
+//! client's task tracker and cancellation, its connection settings and timeouts, the test seam
+//! before a commit, and pub/sub (`subscribe`, wake-one groups). That dispatch is written here,
+//! once. What is stored in a backend comes in two shapes:
+//!
+//! - **a lock store** (held locks: acquire, extend and release by token, the fence): its
+//!   operations are methods of [`Backend`] and [`WeakBackend`] written in the lease kernel
+//!   (`lease::store`), because their Redis forms are the kernel's fence-step scripts;
+//! - **a job store** (the failover coordinator's job state): the `JobStore` trait of
+//!   `failover::store`, with one implementation per backend.
+//!
+//! Everything a backend does over the network lives in its own folder and imports no
+//! primitive:
+//! - [`redis`]: Redis, Valkey, Cluster and Sentinel: the multiplexed connection, the pool of
+//!   dedicated connections, the pub/sub hub, routing, TLS, URLs, error classification and the
+//!   ACL rules;
+//! - `postgres` (feature `postgres`): the pool, dedicated sessions, the `LISTEN` hub, schema
+//!   migrations and the classification of SQLSTATEs.
+//!
+//! A module named `redis` here shadows the `redis` crate inside this file: write `::redis::`
+//! for the crate.
+
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+pub(crate) mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::Error;
+use crate::util::pubsub::Subscription;
+use crate::util::settings::ConnSettings;
+use crate::util::wake::WakeOne;
+
+/// The seam between the primitives and the servers: which backend a client talks to. A
+/// primitive with an implementation per backend matches on it once, where its handle starts
+/// work; the protocol decisions both implementations make are the primitive's own pure
+/// functions, shared. A primitive that exists on one backend only asks for it with
+/// [`Backend::redis`] / [`Backend::postgres`], which refuse the other with
+/// [`Error::Unsupported`].
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Redis(Arc<redis::Transport>),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<postgres::PgTransport>),
+}
+
+impl Backend {
+    /// The backend's name for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "Redis",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    /// The Redis transport, or [`Error::Unsupported`] naming `what` and `why` it needs Redis.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn redis(
+        &self,
+        what: &'static str,
+        why: &'static str,
+    ) -> Result<&Arc<redis::Transport>, Error> {
+        match self {
+            Backend::Redis(t) => Ok(t),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Err(Error::Unsupported {
+                what,
+                backend: self.name(),
+                why,
+            }),
+        }
+    }
+
+    /// The PostgreSQL transport, or [`Error::Unsupported`] naming `what` and `why`.
+    #[cfg(feature = "postgres")]
+    #[allow(dead_code)]
+    pub(crate) fn postgres(
+        &self,
+        what: &'static str,
+        why: &'static str,
+    ) -> Result<&Arc<postgres::PgTransport>, Error> {
+        match self {
+            Backend::Postgres(t) => Ok(t),
+            Backend::Redis(_) => Err(Error::Unsupported {
+                what,
+                backend: self.name(),
+                why,
+            }),
+        }
+    }
+
+    /// Cancelled when the client shuts down (or its last handle is gone).
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        match self {
+            Backend::Redis(t) => &t.cancel,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.cancel,
+        }
+    }
+
+    /// The client's tasks, which `shutdown` waits for.
+    pub(crate) fn tracker(&self) -> &TaskTracker {
+        match self {
+            Backend::Redis(t) => &t.tracker,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.tracker,
+        }
+    }
+
+    /// The connection settings the client was built with.
+    pub(crate) fn settings(&self) -> &ConnSettings {
+        match self {
+            Backend::Redis(t) => &t.settings,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => &t.settings,
+        }
+    }
+}
+
+impl Backend {
+    /// How long one request may take.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings().response_timeout
+    }
+
+    /// How long connecting (or subscribing) may take.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.settings().connect_timeout
+    }
+
+    /// The test seam before a commit (see `Transport::before_exec`); nothing without the
+    /// `testing` feature.
+    pub(crate) async fn before_exec(&self, what: &'static str) {
+        match self {
+            Backend::Redis(t) => t.before_exec(what).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.before_exec(what).await,
+        }
+    }
+
+    /// Joins this client's waiters on `channel` (a Redis channel, or a PostgreSQL notification
+    /// topic): a message wakes one of them (see [`crate::util::wake`]).
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
+    pub(crate) async fn wake_one(&self, channel: &str) -> Result<WakeOne, Error> {
+        match self {
+            Backend::Redis(t) => t.hub.wake_one(channel).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.wake_one(channel).await,
+        }
+    }
+
+    /// Every message on `channel` (a Redis channel, or a PostgreSQL notification topic).
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Stopped`] once the client is shutting down.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
+        match self {
+            Backend::Redis(t) => t.hub.subscribe(channel).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.subscribe(channel).await,
+        }
+    }
+
+    /// The same backend, weakly (see [`WeakBackend`]).
+    pub(crate) fn downgrade(&self) -> WeakBackend {
+        match self {
+            Backend::Redis(t) => WeakBackend::Redis(t.router.clone()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => WeakBackend::Postgres(Arc::downgrade(t)),
+        }
+    }
+}
+
+/// A [`Backend`] that does not keep the client alive: what a background task (the watchdog)
+/// holds. Once the client is gone, its requests fail with [`Error::Stopped`].
+#[derive(Clone)]
+pub(crate) enum WeakBackend {
+    /// The Redis router (it does not own the client's tasks).
+    Redis(redis::Router),
+    /// The PostgreSQL transport, weakly.
+    #[cfg(feature = "postgres")]
+    Postgres(std::sync::Weak<postgres::PgTransport>),
+}

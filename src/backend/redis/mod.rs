@@ -1,0 +1,97 @@
+//! The Redis backend: everything baton knows about talking to Redis, and nothing about any
+//! primitive. Primitives get an `Arc<Transport>` and build their commands themselves.
+//!
+//! - [`connection`] (the multiplexed connection, and why a client keeps three kinds), [`pool`]
+//!   (dedicated connections for `WATCH … EXEC`) and [`hub`] (pub/sub);
+//! - [`node`] (one server and its connections), [`router`] (which node serves a key: one
+//!   server, `cluster` or `follow`/`sentinel`).
+//! - [`classify`]: server errors and client-library errors as typed [`Error`]s, in one place.
+//! - [`url`]: URL checks made before any network I/O, and redaction for messages.
+//! - wake-one groups (local waiters sharing one subscription) are shared with PostgreSQL:
+//!   `crate::util::wake`.
+//! - [`acl`]: the commands baton sends, for a least-privilege user.
+//! - TLS material and rustls setup are shared with PostgreSQL: `crate::util::tls`.
+
+pub mod acl;
+pub(crate) mod classify;
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+pub(crate) mod connection;
+#[cfg(feature = "sentinel")]
+pub(crate) mod follow;
+pub(crate) mod hub;
+pub(crate) mod node;
+pub(crate) mod pool;
+pub(crate) mod router;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
+pub(crate) mod stale;
+pub(crate) mod topology_url;
+pub(crate) mod url;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub(crate) use crate::util::pubsub::{HubMsg, Subscription};
+pub(crate) use classify::{from_server_error, unexpected};
+pub(crate) use connection::{connect_manager, lazy_manager};
+pub(crate) use hub::{Hub, HubSource};
+pub(crate) use node::{Node, NodeConn as Conn};
+pub(crate) use pool::{check_replies, Dedicated, Expect, ReplicaWait};
+pub(crate) use router::Router;
+
+use crate::error::Error;
+pub(crate) use crate::util::settings::ConnSettings;
+#[cfg(feature = "testing")]
+pub(crate) use crate::util::settings::ExecHook;
+
+/// The connections of one client and the tasks that use them; shared by every primitive
+/// handle and worker task through an `Arc`.
+pub(crate) struct Transport {
+    /// Which server serves a key ([`router`]).
+    pub router: Router,
+    pub hub: Hub,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+    pub settings: ConnSettings,
+    /// Where this transport connects, as `host:port/db` (or `path/db` for a Unix socket):
+    /// never credentials. Lets a primitive over several servers (Redlock) reject one server
+    /// counted twice.
+    pub endpoint: String,
+    #[cfg(feature = "testing")]
+    pub before_exec: std::sync::Mutex<Option<ExecHook>>,
+}
+
+impl Transport {
+    /// The node that serves `key` (any key of the operation: they share a hash tag).
+    ///
+    /// # Errors
+    /// On a cluster, when no node answers with a slot map.
+    pub(crate) async fn node(&self, key: &str) -> Result<std::sync::Arc<Node>, Error> {
+        self.router.node(key).await
+    }
+
+    /// Runs the test seam's hook, if one is installed (feature `testing`).
+    pub(crate) async fn before_exec(&self, _what: &'static str) {
+        #[cfg(feature = "testing")]
+        {
+            let hook = crate::util::lock(&self.before_exec).clone();
+            if let Some(hook) = hook {
+                hook(_what).await;
+            }
+        }
+    }
+
+    /// The hook as a value, for futures that must own what they use.
+    #[cfg(feature = "testing")]
+    pub(crate) fn exec_hook(&self) -> Option<ExecHook> {
+        crate::util::lock(&self.before_exec).clone()
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the pub/sub task and any worker still running.
+        self.cancel.cancel();
+    }
+}
