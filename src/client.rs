@@ -705,7 +705,7 @@ impl Client {
     pub async fn durability(&self) -> Result<Durability, Error> {
         let transport = self.backend.redis(
             "Client::durability",
-            "it reads Redis' CONFIG; on PostgreSQL, check fsync and synchronous_commit (README)",
+            "it reads Redis' CONFIG; on PostgreSQL, check fsync and synchronous_commit (docs/operating.md, \"Durability settings\")",
         )?;
         let mut conn = transport.router.any().await?.conn();
         let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")

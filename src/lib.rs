@@ -61,6 +61,39 @@
 //! rows each primitive writes), `reliability.md` (the model checker, the chaos harness, the test
 //! suite) and `benchmarks.md`.
 //!
+//! # The API at a glance
+//! Every primitive is reached the same way (a handle from the [`Client`]; Redlock's from
+//! [`Redlock::new`] over several clients), its options are validated builders whose setters say
+//! "Defaults to …", and everything it holds answers the same names. A per-call lock duration is
+//! `ttl`; a configured lease (failover, leader) is `lease`.
+//!
+//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | [`Leaders`] | `AdvisoryLocks` |
+//! | --- | --- | --- | --- | --- | --- |
+//! | one try, `Ok(None)` when held | `try_acquire(key, ttl)` | `try_acquire(key, ttl)` | `try_acquire(key, ttl)` | — ¹ | `try_acquire(key, mode, &opts)` |
+//! | wait for it | `acquire(key, ttl, &opts)` | `acquire(key, ttl, &opts)` | `acquire(key, ttl, &opts)` | `elector(key, &opts)?.campaign()` | `acquire(key, mode, &opts)` |
+//! | run a closure holding it | `with_lock` | `with_lock` | `with_lock` | `lead(key, &opts, work)` | `with_xact_lock` ² |
+//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | [`Term`] | `AdvisoryGuard` |
+//! | [`LeaseGuard`] (`lease_deadline`, `extend`, `start_watchdog`, `release`) | yes | yes | yes | no: the elector renews and resigns ³ | no: not a lease ⁴ |
+//! | `fencing_token()` ([`Fenced`]) | yes | yes | no ⁵ | yes (the term) | yes |
+//! | loss: `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes | yes |
+//! | `release() -> Result<bool>` (`false`: it was no longer ours) | yes | yes | yes (by quorum) | `Elector::resign` | yes |
+//! | fenced resource: `write_fenced`, `read_fenced` | yes | yes (on the guard) | no ⁵ | — ⁶ | — ⁶ |
+//! | PostgreSQL | yes | no ⁷ | no ⁷ | yes | only |
+//!
+//! The failover coordinator ([`Failover`], from [`Client::failover`]) and run-or-enqueue
+//! ([`Queues`]) hold leases for you: `run`/`start` (events) and `run_or_enqueue`/`drain`, with
+//! the operator's `job_status`, `watch_job`, `fail_attempt` and `reset_job` on [`Failover`].
+//!
+//! ¹ A campaign waits for the term by design; [`Elector::term`] says whether it leads now.
+//! ² A transaction-scoped lock: it ends with the transaction `work` runs in; session locks
+//! come from `acquire`. ³ A term is renewed by its [`Elector`] (or [`LeaderWorker`]) as long
+//! as it campaigns, and handed over with `resign`; the [`Term`] is the read side.
+//! ⁴ An advisory lock lives as long as its session: no deadline to extend; a heartbeat raises
+//! the loss signal when the session dies. ⁵ Redlock's masters are independent: no single
+//! counter can order its grants (see [`redlock`]). ⁶ Pass the `fencing_token` to your own
+//! resource; the fenced-write helper is a Redis hash script. ⁷ Their queues and quorum are
+//! Redis structures; the error ([`ErrorKind::Unsupported`]) says what to use instead.
+//!
 //! # Guarantees
 //! - Each attempt number is granted to at most one worker, and at most `max_attempts` attempts
 //!   start, as long as Redis does not lose acknowledged writes (run it with `appendonly yes`,
@@ -83,8 +116,9 @@
 //!
 //! # Layout
 //! Layered, arrows pointing down only (a CI step, `tests/layering.rs`, keeps it so):
-//! - [`client`]: [`Client`] builds the transport and hands out primitive handles
-//!   ([`Client::failover`]); its `start`/`run`/`job_status`/… are one-line delegations.
+//! - [`client`]: [`Client`] opens the backend and hands out primitive handles
+//!   ([`Client::failover`], [`Client::locks`], …, and [`Redlock::new`] over several clients);
+//!   nothing else.
 //! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.

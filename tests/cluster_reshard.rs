@@ -235,7 +235,7 @@ async fn killing_the_jobs_primary_mid_attempt_work_continues_after_the_replica_i
     // re-subscription, not by waiting the lease out. The grant waits for the replica's
     // acknowledgement: without it, the replica promoted after the kill may not have the grant
     // yet (asynchronous replication; a CI run saw `StateLost` when this test merely slept
-    // 300 ms), which is the loss README's "What a failover can lose" describes, not routing.
+    // 300 ms), which is the loss docs/operating.md's "What a failover can lose" describes, not routing.
     let mut ws = workers_with(&c, Duration::from_secs(20), true).await;
     let mut log = Vec::new();
     let (holder, a1) = first_acquired(&mut ws, &mut log).await;

@@ -387,7 +387,7 @@ async fn redis_only_options_are_refused_with_a_clear_error() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
-    assert!(err.to_string().contains("README"), "{err}");
+    assert!(err.to_string().contains("docs/mutex.md"), "{err}");
     let opts = AcquireOptions::builder()
         .replica_ack(1, Duration::from_millis(100))
         .build()

@@ -90,7 +90,7 @@ impl Failover {
     }
 
     /// Creates what the coordinator stores in its backend, if missing: on PostgreSQL the table
-    /// `baton_jobs` and its index (README, "PostgreSQL"); on Redis nothing (keys need no
+    /// `baton_jobs` and its index (docs/operating.md, "PostgreSQL roles and `baton migrate`"); on Redis nothing (keys need no
     /// schema). Workers create a missing table themselves on first use where their role may;
     /// call it at deploy time to create the schema with a role that may, and run the workers
     /// with one that may not. Idempotent, and takes no lock when everything exists; DDL waits

@@ -1,7 +1,7 @@
 //! The failover coordinator on PostgreSQL (feature `postgres`): [`PgStore`], the
 //! [`JobStore`] of one job over one row of the table `baton_jobs`.
 //!
-//! The protocol is the Redis one, carried over row for key (README, "PostgreSQL"):
+//! The protocol is the Redis one, carried over row for key (docs/protocol.md):
 //!
 //! * **The row** (`key` = the job's state key, e.g. `baton:{msg:42}`) holds the state (an
 //!   attempt number, `DONE` or `EXHAUSTED`), the lease (token, holder, expiry), the fencing

@@ -191,7 +191,7 @@ pub struct FencedValue {
 
 /// Why fenced resources are Redis-only, and what to do on PostgreSQL instead.
 pub(crate) const FENCED_ON_POSTGRES: &str = "the resource is a Redis hash; for a resource in \
-     PostgreSQL, check the fencing token in the resource's own statement (README, \"Locks\", \
+     PostgreSQL, check the fencing token in the resource's own statement (docs/mutex.md, \
      \"The resource's side of fencing\": one INSERT … ON CONFLICT … WHERE fencing_token <= the \
      new token)";
 

@@ -115,7 +115,7 @@ impl Locks {
     }
 
     /// Creates what the mutex stores in its backend, if missing: on PostgreSQL the table
-    /// `baton_locks` and its index (README, "PostgreSQL"); on Redis nothing. Acquisitions
+    /// `baton_locks` and its index (docs/operating.md, "PostgreSQL roles and `baton migrate`"); on Redis nothing. Acquisitions
     /// create a missing table themselves on first use where their role may. Idempotent, as
     /// [`Failover::migrate`](crate::Failover::migrate).
     ///
@@ -145,7 +145,7 @@ impl Locks {
     /// [`FencedWrite::Rejected`], and nothing changes. `resource` is any key of yours (not
     /// prefixed); read it with `HGET resource value`.
     ///
-    /// For a resource in PostgreSQL, the same rule is one statement (README, "Locks"); on a
+    /// For a resource in PostgreSQL, the same rule is one statement (docs/mutex.md, "The resource's side of fencing"); on a
     /// PostgreSQL client this method is [`Error::Unsupported`], pointing there.
     ///
     /// # Errors

@@ -65,7 +65,7 @@ host all all 127.0.0.1/32 password
 /// The role the workers of [`PgServer::grant_worker_role`] log in as: a password, no `CREATE`
 /// anywhere (PostgreSQL 15's `public` schema grants none to `PUBLIC`), and only `SELECT`,
 /// `INSERT`, `UPDATE` and `DELETE` on baton's tables (plus `USAGE` on the schema and the
-/// fencing sequence): what the README tells an operator to give a worker role.
+/// fencing sequence): what docs/operating.md tells an operator to give a worker role.
 pub const PG_WORKER_ROLE: &str = "baton_dml";
 /// [`PG_WORKER_ROLE`]'s password.
 pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
