@@ -213,13 +213,25 @@ async fn a_terminated_listen_connection_is_re_established_and_wake_ups_still_arr
     };
     let mut b = client.failover().start(job("pg:listen"));
     assert!(matches!(next(&mut b, WAKE).await, Event::Locked { .. }));
-    let killed = pg()
-        .psql(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
-        )
-        .unwrap();
-    assert_ne!(killed.trim(), "0", "no LISTEN connection found to kill");
+    // The hub sends its LISTEN on its own connection, asynchronously to the backup's `Locked`:
+    // kill that connection as soon as the server shows it (bounded), not before it exists.
+    let looked = Instant::now();
+    loop {
+        let killed = pg()
+            .psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
+            )
+            .unwrap();
+        if killed.trim() != "0" {
+            break;
+        }
+        assert!(
+            looked.elapsed() < WAKE,
+            "no LISTEN connection found to kill within {WAKE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The hub reconnects (backoff from 0) and the backup re-reads; then the failure wakes it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
