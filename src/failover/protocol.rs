@@ -123,7 +123,7 @@ pub struct BackupView {
     pub seen: Option<u64>,
     /// Grants whose `EXEC` reply was lost: each may have been applied (even after a later one
     /// was sent: a reply lost to a paused Redis can still apply once it resumes), so all are
-    /// kept, the oldest dropped beyond [`MAX_PENDING`].
+    /// kept, the oldest dropped beyond `MAX_PENDING`.
     pub pending: Vec<PendingGrant>,
     /// This worker's `max_attempts`.
     pub max_attempts: u64,

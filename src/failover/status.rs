@@ -46,7 +46,7 @@ impl std::fmt::Display for JobState {
     }
 }
 
-/// Everything stored about a job; see [`Failover::job_status`].
+/// Everything stored about a job; see [`Failover::job_status`](crate::Failover::job_status).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct JobStatus {

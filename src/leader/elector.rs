@@ -146,7 +146,7 @@ impl Elector {
             .map(|h| h.term.clone())
     }
 
-    /// Who leads this election, as it changes (see [`Leaders::observe`]).
+    /// Who leads this election, as it changes (see [`Leaders::observe`](crate::Leaders::observe)).
     pub fn observe(&self) -> Observer {
         Observer::start(self.election.clone())
     }

@@ -44,7 +44,7 @@ pub enum LeaderEvent {
         /// How long the work had been told to stop, in ms.
         waited_ms: u64,
     },
-    /// The worker resigned the term (on [`LeaderWorker::resign`], or when the work returned or
+    /// The worker resigned the term (on [`LeaderWorker::resign`](crate::LeaderWorker::resign), or when the work returned or
     /// panicked) and woke the standbys; the stream ends.
     Resigned {
         /// The term.
@@ -62,7 +62,7 @@ pub enum LeaderEvent {
         /// Whether the worker retries.
         retryable: bool,
     },
-    /// The worker stopped without leading ([`LeaderWorker::resign`] while a standby, or the
+    /// The worker stopped without leading ([`LeaderWorker::resign`](crate::LeaderWorker::resign) while a standby, or the
     /// client shut down); the stream ends.
     Stopped,
 }

@@ -39,7 +39,7 @@ pub enum Observed {
     },
 }
 
-/// A stream of [`Observed`] changes ([`Leaders::observe`]); ends with the client. Each change
+/// A stream of [`Observed`] changes ([`Leaders::observe`](crate::Leaders::observe)); ends with the client. Each change
 /// is reported once (consecutive equal observations are merged).
 pub struct Observer {
     rx: mpsc::Receiver<Observed>,

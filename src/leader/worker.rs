@@ -24,7 +24,7 @@ pub(super) struct WorkerShared {
     pub(super) term: Mutex<Option<Term>>,
 }
 
-/// The worker form ([`Leaders::start`], [`Leaders::lead`]): a stream of [`LeaderEvent`]s.
+/// The worker form ([`Leaders::start`](crate::Leaders::start), [`Leaders::lead`](crate::Leaders::lead)): a stream of [`LeaderEvent`]s.
 /// Dropping it resigns in the background (the work is told to stop first).
 pub struct LeaderWorker {
     pub(super) rx: mpsc::Receiver<LeaderEvent>,
