@@ -153,10 +153,11 @@
 //!
 //! # Errors
 //! One rule for every method that runs your code ([`Failover::run`], [`Queues::run_or_enqueue`],
-//! [`Queues::drain`]): baton's own failures come back as `Err(`[`Error`]`)`; everything your
-//! code returns, its error included, comes back inside `Ok(...)` as an outcome
-//! ([`RunOutcome::Failed`], [`RunOrEnqueue::HandlerFailed`], [`Drain::HandlerFailed`]), so
-//! `?` on the call never mixes the two. [`Error::kind`] gives the stable classification and
+//! [`Queues::drain`], the `with_lock`s, `AdvisoryLocks::with_xact_lock`): baton's own failures
+//! come back as `Err(`[`Error`]`)`; everything your code returns, its error included, comes
+//! back inside `Ok(...)` (as an outcome: [`RunOutcome::Failed`], [`RunOrEnqueue::HandlerFailed`],
+//! [`Drain::HandlerFailed`]; or as it is: `with_lock` returns your value, `with_xact_lock` your
+//! `Result`), so `?` on the call never mixes the two. [`Error::kind`] gives the stable classification and
 //! [`Error::is_retryable`] says whether trying again can help.
 //!
 //! # Features

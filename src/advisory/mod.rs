@@ -435,7 +435,7 @@ impl AdvisoryLocks {
     ///             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(row.get(0))
     ///         }),
     ///     )
-    ///     .await?;
+    ///     .await??; // baton's failure first, then the work's own error
     /// # Ok(()) }
     /// ```
     ///
@@ -443,29 +443,30 @@ impl AdvisoryLocks {
     /// `work` runs, so `work`'s own statements are not bound by it.
     ///
     /// # Errors
-    /// `work`'s error (after the rollback); baton's [`Error`], converted into `E`:
-    /// [`Error::NotAcquired`] when the wait ran out, [`Error::Unsupported`] on a Redis client,
-    /// connection errors and timeouts (a failed `COMMIT` is a connection error whose outcome is
-    /// unknown: the transaction may or may not have committed).
+    /// As every method that runs your code (crate docs, "Errors"): what `work` returns comes
+    /// back inside `Ok` — `Ok(Ok(value))` after the commit, `Ok(Err(e))` after the rollback —
+    /// and only baton's own failures are `Err`: [`Error::NotAcquired`] when the wait ran out,
+    /// [`Error::Unsupported`] on a Redis client, connection errors and timeouts (a failed
+    /// `COMMIT` is a connection error whose outcome is unknown: the transaction may or may not
+    /// have committed).
     pub async fn with_xact_lock<T, E, F>(
         &self,
         key: impl Into<AdvisoryKey>,
         mode: AdvisoryMode,
         opts: &AdvisoryOptions,
         work: F,
-    ) -> Result<T, E>
+    ) -> Result<Result<T, E>, Error>
     where
         F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
-        E: From<Error>,
     {
         let key = key.into();
         match self.xact(key, mode, opts, false, work).await? {
             Some(out) => Ok(out),
-            None => Err(E::from(Error::NotAcquired {
+            None => Err(Error::NotAcquired {
                 key: key.to_string(),
                 tries: 1,
                 waited: Duration::ZERO,
-            })),
+            }),
         }
     }
 
@@ -474,17 +475,17 @@ impl AdvisoryLocks {
     /// conflicting mode, and then `work` does not run.
     ///
     /// # Errors
-    /// As [`with_xact_lock`](Self::with_xact_lock), except `NotAcquired`.
+    /// As [`with_xact_lock`](Self::with_xact_lock) (`Ok(Some(Ok(value)))`,
+    /// `Ok(Some(Err(e)))`), except `NotAcquired`.
     pub async fn try_with_xact_lock<T, E, F>(
         &self,
         key: impl Into<AdvisoryKey>,
         mode: AdvisoryMode,
         opts: &AdvisoryOptions,
         work: F,
-    ) -> Result<Option<T>, E>
+    ) -> Result<Option<Result<T, E>>, Error>
     where
         F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
-        E: From<Error>,
     {
         self.xact(key.into(), mode, opts, true, work).await
     }
@@ -496,10 +497,9 @@ impl AdvisoryLocks {
         opts: &AdvisoryOptions,
         try_only: bool,
         work: F,
-    ) -> Result<Option<T>, E>
+    ) -> Result<Option<Result<T, E>>, Error>
     where
         F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
-        E: From<Error>,
     {
         let t = self.transport()?.clone();
         let mut lease = PoolLease {
@@ -547,7 +547,7 @@ impl AdvisoryLocks {
                 {
                     lease.clean = true;
                 }
-                return Err(e.into());
+                return Err(e);
             }
             if lock_timeout.is_some() {
                 t.timed(
@@ -561,7 +561,7 @@ impl AdvisoryLocks {
             Ok(out) => {
                 t.timed("committing", tx.commit()).await?;
                 lease.clean = true;
-                Ok(Some(out))
+                Ok(Some(Ok(out)))
             }
             Err(e) => {
                 match t.timed("rolling back", tx.rollback()).await {
@@ -573,7 +573,7 @@ impl AdvisoryLocks {
                          closed, which ends the transaction and its lock"
                     ),
                 }
-                Err(e)
+                Ok(Some(Err(e)))
             }
         }
     }
