@@ -960,7 +960,7 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
-        use crate::backend::postgres::created_relations;
+        use crate::backend::postgres::schema::created_relations;
         assert_eq!(
             created_relations(crate::lease::pg::SCHEMA),
             [
