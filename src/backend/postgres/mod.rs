@@ -36,6 +36,7 @@
 pub(crate) mod classify;
 pub(crate) mod dedicated;
 pub(crate) mod hub;
+pub(crate) mod locks;
 pub(crate) mod pool;
 pub(crate) mod schema;
 pub(crate) mod url;
