@@ -9,8 +9,8 @@
 //!
 //! - **Redis**: the scripts of [`super::lock`] and [`super::extend`], on the node that serves
 //!   the lock's key.
-//! - **PostgreSQL** (feature `postgres`): one row of `baton_locks` ([`super::pg`]), one
-//!   statement per operation.
+//! - **PostgreSQL** (feature `postgres`): one row of `baton_locks`
+//!   ([`crate::backend::postgres::locks`]), one statement per operation.
 //!
 //! [`after_extension`]: super::watchdog::after_extension
 //! [`deadline`]: super::deadline

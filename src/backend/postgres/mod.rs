@@ -28,8 +28,10 @@
 //!   ([`channel_of`]) of its subscribers' topics, apart because it is a task with its own
 //!   reconnect loop;
 //! - [`schema`]: making sure baton's tables exist (`ensure_schema`, `migrate`, and
-//!   [`created_relations`], read from the DDL), apart because DDL has its own locking and
-//!   privilege rules;
+//!   [`created_relations`](schema::created_relations), read from the DDL), apart because DDL
+//!   has its own locking and privilege rules;
+//! - [`locks`]: the statements on `baton_locks` that implement the lease kernel's lock store
+//!   (acquire, release, extend, read, cleanup), the backend's half of the store seam;
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
