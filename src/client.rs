@@ -893,9 +893,9 @@ pub mod seam {
                 crate::failover::pg::CLEANUP,
             ),
             (
-                crate::lease::pg::SCHEMA_NAME,
-                crate::lease::pg::SCHEMA,
-                crate::lease::pg::CLEANUP,
+                crate::backend::postgres::locks::SCHEMA_NAME,
+                crate::backend::postgres::locks::SCHEMA,
+                crate::backend::postgres::locks::CLEANUP,
             ),
         ]
     }
@@ -916,7 +916,7 @@ pub mod seam {
     /// `$4` fence retention ms), for tests that interleave it with the cleanup.
     #[cfg(feature = "postgres")]
     pub fn pg_lock_acquire() -> &'static str {
-        crate::lease::pg::ACQUIRE
+        crate::backend::postgres::locks::ACQUIRE
     }
 
     /// A backup's grant of `attempt` (fencing token `fence`, lease `token`) to job row `key`
@@ -960,9 +960,9 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
-        use crate::backend::postgres::created_relations;
+        use crate::backend::postgres::schema::created_relations;
         assert_eq!(
-            created_relations(crate::lease::pg::SCHEMA),
+            created_relations(crate::backend::postgres::locks::SCHEMA),
             [
                 ("TABLE", "baton_locks"),
                 ("INDEX", "baton_locks_fence_expires_at")

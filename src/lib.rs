@@ -144,7 +144,7 @@
 //!   `WATCH … EXEC`, the pub/sub hub, Cluster and Sentinel routing, URL checks, the
 //!   classification of server errors, and [`acl`]: the exact commands baton sends, for a
 //!   least-privilege ACL user) and `backend::postgres` (pool, dedicated sessions, the `LISTEN`
-//!   hub, schema, SQLSTATE classification). Neither imports a
+//!   hub, schema, SQLSTATE classification, the lock table's statements). Neither imports a
 //!   primitive or the other.
 //! - leaves: [`error`] ([`Error`] with [`Error::is_retryable`], [`ConfigError`]) and `util`
 //!   (backoff, deadlines, tokens, the mailbox, and what both backends share: connection

@@ -175,7 +175,7 @@ mod tests {
     fn cleanup_statements_re_check_the_row_they_delete() {
         for (statement, conditions) in [
             (
-                crate::lease::pg::CLEANUP,
+                crate::lease::PG_LOCKS_CLEANUP,
                 &[
                     "fence_expires_at < clock_timestamp()",
                     "(token IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())",

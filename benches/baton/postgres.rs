@@ -60,8 +60,8 @@ u AS (UPDATE baton_jobs j SET state = 'DONE', expires_at = c.now + interval '1 d
       FROM c WHERE j.key = $1 AND j.version = $2 RETURNING 1)
 SELECT pg_notify('baton', $1 || E'\\n' || 'done') FROM u";
 
-/// The mutex's acquire, as `src/lease/pg.rs` sends it: `$1` key, `$2` token, `$3` lock ms,
-/// `$4` fence retention ms.
+/// The mutex's acquire, as `src/backend/postgres/locks.rs` sends it: `$1` key, `$2` token,
+/// `$3` lock ms, `$4` fence retention ms.
 const LOCK_ACQUIRE: &str = "
 WITH c AS (SELECT clock_timestamp() AS now),
 h AS (

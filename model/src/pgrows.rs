@@ -1,6 +1,6 @@
-//! The PostgreSQL lock table (`baton_locks`, statements in `src/lease/pg.rs`) under its retention
-//! cleanup, as a model for the checker: row versions, row locks, and what a `DELETE` re-checks
-//! when it meets a row another transaction changed under it.
+//! The PostgreSQL lock table (`baton_locks`, statements in `src/backend/postgres/locks.rs`)
+//! under its retention cleanup, as a model for the checker: row versions, row locks, and what a
+//! `DELETE` re-checks when it meets a row another transaction changed under it.
 //!
 //! Why a model of its own: the Redis models take each script as one atomic step, which is true
 //! on Redis. On PostgreSQL a statement is not atomic against a concurrent transaction. Under

@@ -18,7 +18,7 @@
 //!   dedicated connections, the pub/sub hub, routing, TLS, URLs, error classification and the
 //!   ACL rules;
 //! - `postgres` (feature `postgres`): the pool, dedicated sessions, the `LISTEN` hub, schema
-//!   migrations and the classification of SQLSTATEs.
+//!   migrations, the classification of SQLSTATEs and the lock table's statements.
 //!
 //! A module named `redis` here shadows the `redis` crate inside this file: write `::redis::`
 //! for the crate.

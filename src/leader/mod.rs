@@ -24,7 +24,7 @@
 //!
 //! On PostgreSQL (feature `postgres`, a `postgres://` client) the lease is a row of
 //! `baton_locks` under the same name, taken, renewed and released by the lease kernel's
-//! statements (`lease::pg`); the term is the row's fence, by the same rule, and the channel is a
+//! statements (`backend::postgres::locks`); the term is the row's fence, by the same rule, and the channel is a
 //! notification topic of the client's `LISTEN` connection. The protocol and its decisions are
 //! the same code.
 //!

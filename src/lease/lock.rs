@@ -18,6 +18,10 @@ use crate::backend::redis::{Conn, Dedicated, ReplicaWait};
 use crate::error::{preview, Error};
 use crate::util::time::ms;
 
+// What a lock store answers, defined in the leaves so a backend can build it (see there).
+pub use crate::util::lock_replies::Grant;
+pub(crate) use crate::util::lock_replies::Stored;
+
 /// The second half of a fenced grant, shared by every lock-shaped primitive's acquisition script
 /// (as text, spliced in with `concat!`, never built at run time): with the lock at `KEYS[1]`
 /// just set to `ARGV[1]`, steps the fence at `KEYS[2]` (TTL `ARGV[3]` ms) and returns
@@ -295,16 +299,6 @@ pub(crate) fn fence_ttl(ttl: Duration) -> Duration {
     (ttl.saturating_mul(2)).max(Duration::from_secs(24 * 3600))
 }
 
-/// What an acquisition found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grant {
-    /// Ours, with this fencing token; `sent` is when the request left (the lease's deadline
-    /// counts from it).
-    Granted { fence: u64, sent: Instant },
-    /// Held by someone else; the lock's PTTL (`None` if it has no TTL or vanished meanwhile).
-    Held { pttl: Option<Duration> },
-}
-
 /// Whether an acquisition's outcome may have left a lock nobody knows it holds, so it must be
 /// released by token: only a reply lost in a way that may have applied (a timeout, a broken
 /// connection). A grant is the guard's to release; contention and refusals wrote nothing.
@@ -443,17 +437,6 @@ pub(crate) async fn release(
             &other,
         )),
     }
-}
-
-/// A lock as stored, read in one round trip ([`read`], or the PostgreSQL row's read).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stored {
-    /// The holder's value (`None`: free).
-    pub value: Option<String>,
-    /// The last fencing token granted, as stored (`None`: never granted, or the fence is gone).
-    pub fence: Option<String>,
-    /// The lease's remaining time (`None`: free, or a value without expiry).
-    pub pttl: Option<Duration>,
 }
 
 /// Reads lock `lock` and its fence `fence` atomically (one `MULTI`: `GET`, `GET`, `PTTL`) on

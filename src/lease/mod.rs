@@ -21,8 +21,6 @@ pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod lock;
 pub(crate) mod pending;
-#[cfg(feature = "postgres")]
-pub(crate) mod pg;
 pub(crate) mod store;
 pub(crate) mod watchdog;
 
@@ -34,6 +32,13 @@ use tokio::time::Instant;
 use crate::backend::redis::Conn;
 use crate::error::{ConfigError, Error};
 use crate::util::time::after;
+
+// What a lock store answers, defined in the leaves so a backend can build it (see there).
+pub use crate::util::lock_replies::Extension;
+// The lock table's cleanup, for the model checker's test that the statement re-checks what
+// it deletes: `model_api` may name the lease kernel, never a backend.
+#[cfg(all(test, feature = "postgres"))]
+pub(crate) use crate::backend::postgres::locks::CLEANUP as PG_LOCKS_CLEANUP;
 
 /// The shortest lease (lock TTL) a lease-holding primitive accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -129,19 +134,6 @@ pub(crate) struct Extend<'a> {
     pub refresh: &'a [&'a str],
     /// Their TTL.
     pub retention: Duration,
-}
-
-/// What an extension found.
-#[derive(Debug)]
-pub enum Extension {
-    /// Extended; `sent` is when the request left (the new lease's deadline counts from it).
-    Confirmed { sent: Instant },
-    /// Not ours any more: what the guard, the lease and the lease's PTTL read.
-    Refused {
-        guard: Value,
-        lease: Value,
-        pttl: Value,
-    },
 }
 
 /// `KEYS` = lease, guard, keys to refresh…; `ARGV` = lease value, guard value, lease ms,

@@ -60,7 +60,15 @@ pub(crate) fn release_in_background<K: LockAt>(backend: &Backend, at: &Arc<K>, t
             t.tracker.spawn_on(
                 async move {
                     let limit = after(Instant::now(), t2.settings.response_timeout);
-                    match super::pg::release(&t2, at.lock(), at.channel(), &token, limit).await {
+                    match crate::backend::postgres::locks::release(
+                        &t2,
+                        at.lock(),
+                        at.channel(),
+                        &token,
+                        limit,
+                    )
+                    .await
+                    {
                         Ok(ours) => tracing::debug!(
                             key = at.lock(),
                             token = short(&token),

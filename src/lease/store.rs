@@ -9,8 +9,8 @@
 //!
 //! - **Redis**: the scripts of [`super::lock`] and [`super::extend`], on the node that serves
 //!   the lock's key.
-//! - **PostgreSQL** (feature `postgres`): one row of `baton_locks` ([`super::pg`]), one
-//!   statement per operation.
+//! - **PostgreSQL** (feature `postgres`): one row of `baton_locks`
+//!   ([`crate::backend::postgres::locks`]), one statement per operation.
 //!
 //! [`after_extension`]: super::watchdog::after_extension
 //! [`deadline`]: super::deadline
@@ -27,7 +27,7 @@ use crate::error::Error;
 impl Backend {
     /// Takes `req.lock` if free: one round trip that gives up at `limit`. On Redis the kernel's
     /// fenced script ([`super::lock::acquire`]); on PostgreSQL the lock row's statement
-    /// ([`super::pg::acquire`]), whose abandoned grant is released behind it on its own
+    /// ([`crate::backend::postgres::locks::acquire`]), whose abandoned grant is released behind it on its own
     /// connection, with `channel` notified.
     ///
     /// # Errors
@@ -47,7 +47,7 @@ impl Backend {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
-                super::pg::acquire(
+                crate::backend::postgres::locks::acquire(
                     t,
                     req.lock,
                     channel,
@@ -89,11 +89,12 @@ impl Backend {
                     tokio::time::timeout_at(limit, sent).await
                 }
                 #[cfg(feature = "postgres")]
-                Backend::Postgres(t) => {
-                    tokio::time::timeout_at(limit, super::pg::notify(t, &channel, message))
-                        .await
-                        .map(|r| r.map(|()| redis::Value::Nil))
-                }
+                Backend::Postgres(t) => tokio::time::timeout_at(
+                    limit,
+                    crate::backend::postgres::locks::notify(t, &channel, message),
+                )
+                .await
+                .map(|r| r.map(|()| redis::Value::Nil)),
             };
             if !matches!(sent, Ok(Ok(_))) {
                 tracing::debug!(
@@ -115,7 +116,7 @@ impl Backend {
         match self {
             Backend::Redis(t) => super::lock::read(t, lock, fence).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => super::pg::read(t, lock).await,
+            Backend::Postgres(t) => crate::backend::postgres::locks::read(t, lock).await,
         }
     }
 
@@ -149,7 +150,9 @@ impl Backend {
                 super::lock::release(&mut conn, lock, channel, token, limit).await
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => super::pg::release(t, lock, channel, token, limit).await,
+            Backend::Postgres(t) => {
+                crate::backend::postgres::locks::release(t, lock, channel, token, limit).await
+            }
         }
     }
 }
@@ -184,7 +187,15 @@ impl WeakBackend {
                         why: "a lock row is its own guard",
                     });
                 }
-                super::pg::extend(&t, req.lease, req.value, req.ttl, req.retention, limit).await
+                crate::backend::postgres::locks::extend(
+                    &t,
+                    req.lease,
+                    req.value,
+                    req.ttl,
+                    req.retention,
+                    limit,
+                )
+                .await
             }
         }
     }

@@ -1,6 +1,6 @@
 //! A fenced mutex: one holder at a time per lock name, a fencing token that only grows, and a
 //! watchdog that says when the lock may have been lost. On Redis (keys and scripts) or on
-//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see `lease::pg`), chosen
+//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see `backend::postgres::locks`), chosen
 //! by the client's URL; the API, the guards and the guarantees are the same.
 //!
 //! - [`keys`]: the key layout (`baton:lock:{K}`, `…:fence`, `…:released`).
@@ -127,8 +127,9 @@ impl Locks {
             Backend::Redis(_) => Ok(()),
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
-                t.migrate_schema(crate::lease::pg::SCHEMA).await?;
-                crate::lease::pg::ensure_schema(t).await
+                t.migrate_schema(crate::backend::postgres::locks::SCHEMA)
+                    .await?;
+                crate::backend::postgres::locks::ensure_schema(t).await
             }
         }
     }

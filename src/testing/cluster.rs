@@ -30,8 +30,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::binaries::find_binary;
 use super::process::{is_executable, read_log_from, reap, spawn_dying_with_process, wait_bounded};
-use super::redis::{find_binary, PortChoice};
+use super::redis::PortChoice;
 use super::{Flavor, RedisServer, RedisServerBuilder};
 
 pub use super::internals::SLOTS;

@@ -4,7 +4,9 @@
 //!
 //! One file per concern:
 //!
-//! - `redis.rs`: [`RedisServer`] (and its [`RedisServerBuilder`], [`Persistence`], [`Flavor`]),
+//! - `binaries.rs`: [`Flavor`] (Redis or Valkey) and where its server binary is found
+//!   (`$REDIS_SERVER_BIN`/`$VALKEY_SERVER_BIN`, `PATH`, Valkey's virtual environment).
+//! - `redis.rs`: [`RedisServer`] (and its [`RedisServerBuilder`], [`Persistence`]),
 //!   one `redis-server` or `valkey-server` with the faults a coordination layer must survive:
 //!   [`RedisServer::kill`] (a crash), [`RedisServer::restart`] (with or without its data),
 //!   [`RedisServer::pause`] (up but silent, as during a long fork or a partition). Every Redis
@@ -39,6 +41,7 @@
 //! # }
 //! ```
 
+mod binaries;
 pub mod cluster;
 mod postgres;
 mod process;
@@ -49,11 +52,12 @@ pub mod sentinel;
 mod sentinel_resolve_tests;
 mod tls;
 
+pub use binaries::Flavor;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 #[cfg(feature = "postgres")]
 pub use internals::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
 pub use postgres::{PgServer, PG_WORKER_PASSWORD, PG_WORKER_ROLE};
-pub use redis::{url_from_env_or_start, Flavor, Persistence, RedisServer, RedisServerBuilder};
+pub use redis::{url_from_env_or_start, Persistence, RedisServer, RedisServerBuilder};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use tls::TlsFiles;
 

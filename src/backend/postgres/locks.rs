@@ -1,6 +1,7 @@
-//! The lease kernel on PostgreSQL (feature `postgres`): a lock is one row of `baton_locks`, and
-//! each operation on it is one statement (one round trip once the statement is prepared on the
-//! pooled connection, which `prepare_cached` does once per connection).
+//! The lock store on PostgreSQL (feature `postgres`), the statements the lease kernel runs
+//! there: a lock is one row of `baton_locks`, and each operation on it is one statement (one
+//! round trip once the statement is prepared on the pooled connection, which `prepare_cached`
+//! does once per connection).
 //!
 //! ```sql
 //! CREATE TABLE baton_locks (
@@ -20,9 +21,10 @@
 //! - **Acquire** is `INSERT … ON CONFLICT (key) DO UPDATE … WHERE` the lock is free (no token,
 //!   or expired): PostgreSQL locks the conflicting row and re-checks the condition on its latest
 //!   version, so two acquisitions cannot both succeed. The fence becomes
-//!   `max(old + 1, server time in µs)`, the rule of [`next_fence`](super::next_fence) (DESIGN.md
-//!   §3): tokens strictly increase also across restarts of the server and after the row was
-//!   deleted, unless the server's clock goes back. A lock held in the statement's snapshot is
+//!   `max(old + 1, server time in µs)`, the rule of the lease kernel's
+//!   [`next_fence`](crate::lease::next_fence) (DESIGN.md §3): tokens strictly increase also
+//!   across restarts of the server and after the row was deleted, unless the server's clock
+//!   goes back. A lock held in the statement's snapshot is
 //!   not attempted at all (contention is a read), and its remaining time is returned as a hint
 //!   for the backoff.
 //! - **Release** clears the token only if it is ours, and calls `pg_notify` in the same
@@ -37,10 +39,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lock::{Grant, Stored};
-use super::Extension;
-use crate::backend::postgres::{channel_of, PgTransport, Pooled};
+use super::{channel_of, PgTransport, Pooled};
 use crate::error::Error;
+use crate::util::lock_replies::{Extension, Grant, Stored};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";

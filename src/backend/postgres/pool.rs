@@ -1,0 +1,171 @@
+//! The pool of short-lived connections: a transition of a primitive borrows one ([`Pooled`]),
+//! runs its statements and gives it back, unless a reply on it was not awaited: then the
+//! connection is retired (closed) instead, so no later borrower inherits the statement.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+
+use super::classify::classify;
+use super::{PgTransport, Tls};
+use crate::error::{ConfigError, Error};
+use crate::util::settings::ConnSettings;
+
+/// A connection borrowed from the pool; derefs to a [`tokio_postgres::Client`]. Dropping it
+/// gives it back, unless it was [retired](Pooled::retire).
+pub(crate) struct Pooled {
+    /// `Some` until `drop` (the only place that takes it).
+    conn: Option<deadpool_postgres::Object>,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+impl Pooled {
+    fn new(conn: deadpool_postgres::Object) -> Self {
+        Pooled {
+            conn: Some(conn),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Closes the connection when it is dropped instead of giving it back to the pool: a
+    /// statement may still be running on it (its reply was not awaited), and the next borrower
+    /// would queue behind it, or inherit its effects seconds later. Closing the socket is the
+    /// only safe way out: a cancel request names a backend, not a statement, and once the
+    /// connection were reused it could cancel the next borrower's statement instead.
+    /// The server ends the statement itself by `statement_timeout` (see [`PgTransport::new`]).
+    pub(crate) fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `fut`, a statement on this connection, bounded by `limit`, its driver errors classified.
+    /// A timeout or a lost connection retires the connection (see [`Pooled::retire`]).
+    pub(crate) async fn by<T>(
+        &self,
+        limit: tokio::time::Instant,
+        during: &'static str,
+        fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        let outcome = match tokio::time::timeout_at(limit, fut).await {
+            Ok(result) => result.map_err(|e| classify(e, during)),
+            Err(_) => Err(Error::Timeout { during }),
+        };
+        if matches!(&outcome, Err(e) if e.is_indeterminate()) {
+            self.retire();
+        }
+        outcome
+    }
+}
+
+impl std::ops::Deref for Pooled {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        // Invariant: `conn` is `Some` until `drop`, and nothing can borrow `self` after that.
+        self.conn
+            .as_ref()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        // Invariant: as in `deref`.
+        self.conn
+            .as_mut()
+            .expect("a pooled connection is present until dropped")
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+            // Detached from the pool and dropped: deadpool aborts its driver task, so the
+            // socket closes now, even with a reply still due.
+            drop(deadpool_postgres::Object::take(conn));
+        }
+    }
+}
+
+/// The pool of a client's connections to `config`: at most `settings.pool_size`, each
+/// bounding its statements on the server at the response timeout.
+pub(crate) fn build(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+    settings: &ConnSettings,
+) -> Result<Pool, Error> {
+    let manager = Manager::from_config(
+        config.clone(),
+        tls.clone(),
+        ManagerConfig {
+            // `Fast` trusts a connection the driver has not seen closed; a dead one fails
+            // its next statement with a connection error, which every caller retries.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    // Every pooled connection bounds its statements on the server too, at the client's
+    // response timeout: a statement the client gave up on ends by itself (a grant or an
+    // extension cannot apply seconds later), and its connection is retired meanwhile
+    // (`Pooled::retire`). A plain `SET`, not a startup option, so that `SET LOCAL
+    // statement_timeout TO DEFAULT` gives a transaction the role's own setting back (the
+    // advisory `xact` runs the caller's statements).
+    let statement_timeout = format!(
+        "SET statement_timeout = '{}ms'",
+        settings.response_timeout.as_millis().max(1)
+    );
+    let pool = Pool::builder(manager)
+        .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+            let set = statement_timeout.clone();
+            Box::pin(async move {
+                client
+                    .batch_execute(&set)
+                    .await
+                    .map_err(deadpool_postgres::HookError::Backend)
+            })
+        }))
+        .max_size(settings.pool_size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(settings.connect_timeout + settings.response_timeout))
+        .create_timeout(Some(settings.connect_timeout))
+        .recycle_timeout(Some(settings.response_timeout))
+        .build()
+        .map_err(|e| {
+            Error::Config(ConfigError::invalid(
+                "url",
+                format!("cannot build the connection pool: {e}"),
+            ))
+        })?;
+    Ok(pool)
+}
+
+impl PgTransport {
+    /// A connection from the pool.
+    pub(crate) async fn pooled(&self) -> Result<Pooled, Error> {
+        self.pool.get().await.map(Pooled::new).map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e)
+            | deadpool_postgres::PoolError::PostCreateHook(
+                deadpool_postgres::HookError::Backend(e),
+            ) => classify(e, "connecting"),
+            deadpool_postgres::PoolError::Timeout(_) => Error::Timeout {
+                during: "waiting for a PostgreSQL connection",
+            },
+            other => Error::Connection {
+                message: format!("{}: {other}", self.endpoint),
+                source: None,
+            },
+        })
+    }
+
+    /// `fut` bounded by the response timeout.
+    pub(crate) async fn timed<T>(
+        &self,
+        during: &'static str,
+        fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.settings.response_timeout, fut).await {
+            Ok(result) => result.map_err(|e| classify(e, during)),
+            Err(_) => Err(Error::Timeout { during }),
+        }
+    }
+}
