@@ -1,6 +1,6 @@
 //! How baton classifies what the PostgreSQL driver reports, in one place: every
 //! `tokio_postgres::Error` becomes a typed [`Error`] with a stable [`ErrorKind`], by SQLSTATE
-//! (see the README's PostgreSQL section), so `is_retryable` is decided once.
+//! (see docs/operating.md), so `is_retryable` is decided once.
 
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::error::{Error, ErrorKind};
 
-/// A driver error as a typed [`Error`], classified by SQLSTATE (see the README's PostgreSQL
+/// A driver error as a typed [`Error`], classified by SQLSTATE (see docs/operating.md's PostgreSQL
 /// section); `during` names the step for timeouts.
 pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Error {
     let Some(db) = err.as_db_error() else {

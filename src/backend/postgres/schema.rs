@@ -209,7 +209,7 @@ pub(crate) fn not_creatable(err: Error, names: &[&str]) -> Error {
                 "{message}: {} not found (missing, or in a schema this role may not use), and \
                  this role may not create it; run `baton migrate --url …` (Client::migrate) once \
                  as their owner, and grant this role SELECT, INSERT, UPDATE, DELETE on them \
-                 (README, \"PostgreSQL\")",
+                 (docs/operating.md, \"PostgreSQL roles and `baton migrate`\")",
                 names.join(", ")
             ),
             source,
