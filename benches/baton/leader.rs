@@ -334,9 +334,10 @@ async fn floor_standby(
 /// One crash sample: (crash → elected, lease expiry → elected, crash → lease expiry), in µs.
 type Crash = (f64, f64, f64);
 
-/// baton: the leader (on a client of its own) is elected with `lease` and renews; the standby
-/// campaigns; after `wait` the leader's client shuts down (renewals stop, nothing is
-/// released); the standby's `campaign()` returns once the lease ran out.
+/// baton: the leader (on a client and a runtime of its own) is elected with `lease` and
+/// renews; the standby campaigns; after `wait` the leader's runtime stops (renewals stop,
+/// nothing is released: a crash; `Client::shutdown` would resign, a handover); the standby's
+/// `campaign()` returns once the lease ran out.
 async fn baton_takeover(
     url: &str,
     standby: &Client,
@@ -345,12 +346,24 @@ async fn baton_takeover(
     lease: Duration,
     wait: Duration,
 ) -> Crash {
-    let leader_client = connect(url).await;
-    let le = leader_client
-        .leaders()
-        .elector(key, &election(lease, "bench-leader"))
-        .expect("elector");
-    le.campaign().await.expect("leader elected");
+    let leader_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("the leader's runtime");
+    let (leader_url, leader_key) = (url.to_string(), key.to_string());
+    let (leader_client, le) = leader_rt
+        .spawn(async move {
+            let c = connect(&leader_url).await;
+            let le = c
+                .leaders()
+                .elector(&leader_key, &election(lease, "bench-leader"))
+                .expect("elector");
+            le.campaign().await.expect("leader elected");
+            (c, le)
+        })
+        .await
+        .expect("the leader's task");
     let se = standby
         .leaders()
         .elector(key, &election(lease, "bench-standby"))
@@ -362,13 +375,14 @@ async fn baton_takeover(
     wait_numsub(adm, &format!("baton:leader:{{{key}}}:events"), 1).await;
     tokio::time::sleep(wait).await;
     let (crash, crash_unix) = (Instant::now(), unix_us());
-    leader_client.shutdown(Duration::from_secs(5)).await;
-    // Read after the shutdown: no renewal can move it any more.
+    leader_rt.shutdown_background();
+    // Read after the crash: no renewal can move it any more.
     let expiry = expiry_us(adm, &format!("baton:leader:{{{key}}}")).await;
     let (t1, u1, term, se) = camp.await.expect("standby task");
     assert!(term.number() > 0);
     se.resign().await.expect("standby resigns");
     drop(le);
+    drop(leader_client);
     (
         (t1 - crash).as_secs_f64() * 1e6,
         (u1 - expiry) as f64,
