@@ -198,6 +198,7 @@ pub mod model_api;
 pub mod mutex;
 pub mod queue;
 pub mod redlock;
+pub mod schedule;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod util;
@@ -260,8 +261,10 @@ pub use advisory::{
 pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
-    Acquired, Attempt, AttemptHandle, Event, Failover, FailoverConfig, FailoverConfigBuilder,
-    IntoJob, JobChange, JobState, JobStatus, JobWatch, RunOutcome, StatusLevel, Worker,
+    Acquired, Attempt, AttemptHandle, CatchUp, Event, Failover, FailoverConfig,
+    FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
+    OccurrenceReport, Overlap, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder, Scheduled,
+    StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use leader::{
@@ -274,3 +277,4 @@ pub use mutex::{
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
+pub use schedule::{Occurrence, Schedule};

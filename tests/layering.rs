@@ -10,7 +10,7 @@
 //! backend      the store seam (`src/backend/mod.rs`): one `Backend` enum and its dispatch
 //! backends     one folder each under the seam: backend::redis, backend::postgres; neither
 //!              knows the other
-//! leaves       error, util
+//! leaves       error, util, schedule (the calendar: pure, no I/O)
 //! testing      fixtures behind a feature (may import backends and leaves: the fixture
 //!              builds its least-privilege user from the Redis backend's ACL rules)
 //! model_api    what the model checker (the workspace crate `baton-model` in `model/`, outside
@@ -83,7 +83,7 @@ impl Layer {
             "client" => Layer::Client,
             "lease" => Layer::Lease,
             "backend" => Layer::Backend,
-            "error" | "util" => Layer::Leaf,
+            "error" | "util" | "schedule" => Layer::Leaf,
             "testing" => Layer::Testing,
             "model_api" => Layer::Model,
             _ if PRIMITIVES.contains(&top) => Layer::Primitive,
@@ -125,7 +125,10 @@ fn may_import(from: &str, to: &str) -> bool {
         Lease => matches!(target, Backend | Transport | Leaf),
         Backend => matches!(target, Transport | Leaf),
         Transport => target == Leaf,
-        Leaf => from == "util" && to == "error",
+        Leaf => {
+            (from == "util" && to == "error")
+                || (from == "schedule" && matches!(to, "error" | "util"))
+        }
         Testing => matches!(target, Transport | Leaf),
         Model => matches!(target, Primitive | Lease | Leaf),
         // Wherever an unplaced module ends up, importing the leaves will still be legal, so that
@@ -143,6 +146,7 @@ fn allowed_for(from: &str) -> &'static str {
         Layer::Backend => "backend may import transports and leaves (error, util) only",
         Layer::Transport => "a transport may import leaves (error, util) only: it must not know lease, the primitives, client, testing or the other transport",
         Layer::Leaf if from == "error" => "error is the bottom layer and imports no other module",
+        Layer::Leaf if from == "schedule" => "schedule (the calendar) may import error and util only",
         Layer::Leaf => "util may import error only",
         Layer::Testing => "testing may import transports and leaves (error, util) only",
         Layer::Model => "model_api (what the model checker reads) may import the primitives, lease and leaves (error, util) only: the model checks pure decisions, never I/O",

@@ -23,6 +23,7 @@
 //! A module named `redis` here shadows the `redis` crate inside this file: write `::redis::`
 //! for the crate.
 
+pub(crate) mod clock;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod redis;

@@ -5,6 +5,8 @@
 //! - `worker`: the task that does the I/O around them; `backup` and `holder` are its two sides.
 //! - [`events`]: the [`Event`] stream, [`Acquired`] and [`AttemptHandle`].
 //! - `run`: the closure form, [`Failover::run`].
+//! - `scheduled`: scheduled jobs, one job per occurrence of a [`Schedule`](crate::Schedule):
+//!   [`Failover::schedule`], [`Failover::occurrence`], [`FailoverConfig::for_occurrence`].
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 
@@ -20,6 +22,7 @@ pub(crate) mod pg;
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
 mod run;
+mod scheduled;
 mod status;
 pub(crate) mod store;
 pub(crate) mod worker;
@@ -33,6 +36,10 @@ pub use admin::{JobChange, JobWatch};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use run::{Attempt, IntoJob, RunOutcome};
+pub use scheduled::{
+    CatchUp, OccurrenceOutcome, OccurrenceReport, Overlap, ScheduleOptions, ScheduleOptionsBuilder,
+    Scheduled,
+};
 pub use status::{JobState, JobStatus};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the

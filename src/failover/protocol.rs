@@ -842,20 +842,7 @@ pub fn parse_fence(v: &Value) -> Result<Fence, Error> {
 
 /// Parses the `TIME` reply into µs since the epoch.
 pub fn parse_time(v: &Value) -> Result<u64, Error> {
-    let parts = match v {
-        Value::Array(parts) if parts.len() == 2 => parts,
-        other => return Err(crate::backend::redis::unexpected("TIME", other)),
-    };
-    let num = |p: &Value| -> Option<u64> {
-        match p {
-            Value::Int(n) => u64::try_from(*n).ok(),
-            other => std::str::from_utf8(string_bytes(other)?).ok()?.parse().ok(),
-        }
-    };
-    match (num(&parts[0]), num(&parts[1])) {
-        (Some(s), Some(us)) => Ok(s.saturating_mul(1_000_000).saturating_add(us)),
-        _ => Err(crate::backend::redis::unexpected("TIME", v)),
-    }
+    crate::backend::clock::parse_time(v)
 }
 
 #[cfg(test)]

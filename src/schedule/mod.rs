@@ -1,0 +1,500 @@
+//! Schedules and their occurrences: which tick of "every 24 h at 02:00" or of
+//! `0 2 * * *` in `Europe/Paris` a run belongs to, the same on every host.
+//!
+//! A [`Schedule`] is parsed and validated once; it is a pure calendar (no I/O). Given the
+//! coordination server's time, [`Schedule::occurrence_at`] binds a run to one [`Occurrence`]:
+//! **the latest tick at or before `now + E`**, where `E`, the early tolerance, is
+//! [`Schedule::early`] (default 60 s) capped at half the gap between that tick and the one
+//! before it. So a run that starts in `[T − E, T' − E')` (`T'` the next tick, `E'` its
+//! tolerance) binds to tick `T`: a cron daemon that fires a little early binds to the coming
+//! tick, one that fires late (or a systemd timer catching up after boot) to the tick that
+//! passed. Capping `E` per tick rather than at half the shortest gap of the whole expression
+//! gives the same guarantee (the windows of two ticks never overlap) without letting one short
+//! gap of `0 2,3 * * *` shrink the tolerance of the long one.
+//!
+//! The occurrence names the job that runs it: `KEY@DIGEST@TICK`
+//! (`nightly-report@5f0c2a81b7d4@2026-11-26T02:00:00Z`), where `DIGEST` is a short digest of
+//! the schedule (its expression, zone and offset), so two schedules on one key never share an
+//! occurrence. The failover coordinator binds a [`FailoverConfig`](crate::FailoverConfig) to
+//! it ([`Occurrence::bind`]) and runs it like any job; see
+//! [`Failover::schedule`](crate::Failover::schedule) for the long-running form.
+//!
+//! # Calendars and daylight saving
+//! Cron expressions are parsed and evaluated by the [`croner`] crate (five fields, or six with
+//! seconds first; `L`, `W`, `#` and the `@daily` aliases as croner documents), in an IANA time
+//! zone from the [`jiff`] crate's bundled time-zone database (the same rules on every host,
+//! whatever its system's tzdata). Daylight-saving transitions follow Vixie cron, as croner
+//! documents them (the Open Cron Pattern Specification):
+//! - **a skipped hour** (spring forward): a fixed-time job (`30 2 * * *`) runs at the first
+//!   valid time after the gap (03:00 that day); an interval job's (`*/30 * * * *`) ticks in the
+//!   gap do not exist;
+//! - **a repeated hour** (fall back): a fixed-time job runs once, at the first pass; an interval
+//!   job runs at each pass (they are distinct instants, so distinct occurrences).
+//!
+//! `every` schedules count real time since the Unix epoch and know no zones.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use croner::parser::{CronParser, Seconds, Year};
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::error::ConfigError;
+
+/// The default early tolerance ([`Schedule::early`]).
+pub const DEFAULT_EARLY: Duration = Duration::from_secs(60);
+/// The shortest `every` period.
+pub const MIN_PERIOD: Duration = Duration::from_secs(1);
+/// The longest `every` period (about ten years).
+pub const MAX_PERIOD: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The shortest retention of an occurrence's outcome by default.
+pub const MIN_DEFAULT_RETENTION: Duration = Duration::from_secs(600);
+
+/// A validated schedule: `every` a period (optionally offset) or a cron expression in a time
+/// zone. Cheap to clone; compare with `==` (two equal schedules have equal digests).
+#[derive(Clone)]
+pub struct Schedule {
+    kind: Kind,
+    early: Duration,
+    digest: String,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Every {
+        period: Duration,
+        offset: Duration,
+    },
+    Cron {
+        cron: Box<croner::Cron>,
+        /// The expression as given, whitespace collapsed.
+        expr: String,
+        zone: TimeZone,
+        zone_name: String,
+    },
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest && self.early == other.early
+    }
+}
+impl Eq for Schedule {}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schedule")
+            .field("schedule", &self.to_string())
+            .field("early", &self.early)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+impl fmt::Display for Schedule {
+    /// `every 24h offset 2h`, `cron '0 2 * * *' in Europe/Paris`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Every { period, offset } => {
+                write!(f, "every {}", human(*period))?;
+                if !offset.is_zero() {
+                    write!(f, " offset {}", human(*offset))?;
+                }
+                Ok(())
+            }
+            Kind::Cron {
+                expr, zone_name, ..
+            } => write!(f, "cron '{expr}' in {zone_name}"),
+        }
+    }
+}
+
+impl Schedule {
+    /// Ticks at every whole multiple of `period` since the Unix epoch (`every(24h)`: midnight
+    /// UTC), shifted by [`Schedule::offset`].
+    ///
+    /// # Errors
+    /// `period`: below 1 s, above ten years, or not a whole number of milliseconds.
+    pub fn every(period: Duration) -> Result<Schedule, ConfigError> {
+        Self::every_offset(period, Duration::ZERO)
+    }
+
+    /// Shifts an `every` schedule's ticks by `offset` (`every(24h).offset(2h)`: 02:00 UTC).
+    ///
+    /// # Errors
+    /// `offset`: not below the period, not whole milliseconds, or on a cron schedule (whose
+    /// expression says the time).
+    pub fn offset(self, offset: Duration) -> Result<Schedule, ConfigError> {
+        match self.kind {
+            Kind::Every { period, .. } => Ok(Self::every_offset(period, offset)?.early(self.early)),
+            Kind::Cron { .. } => Err(ConfigError::invalid(
+                "offset",
+                "applies to `every` schedules only (a cron expression says its own time)",
+            )),
+        }
+    }
+
+    fn every_offset(period: Duration, offset: Duration) -> Result<Schedule, ConfigError> {
+        if period < MIN_PERIOD || period > MAX_PERIOD {
+            return Err(ConfigError::invalid(
+                "every",
+                format!("{} is outside 1s ..= 10 years", human(period)),
+            ));
+        }
+        if period.subsec_nanos() % 1_000_000 != 0 {
+            return Err(ConfigError::invalid(
+                "every",
+                format!("{period:?} is not a whole number of milliseconds"),
+            ));
+        }
+        if offset >= period {
+            return Err(ConfigError::invalid(
+                "offset",
+                format!(
+                    "{} must be below the period ({})",
+                    human(offset),
+                    human(period)
+                ),
+            ));
+        }
+        if offset.subsec_nanos() % 1_000_000 != 0 {
+            return Err(ConfigError::invalid(
+                "offset",
+                format!("{offset:?} is not a whole number of milliseconds"),
+            ));
+        }
+        let digest = digest(&format!(
+            "every:{}:{}",
+            period.as_millis(),
+            offset.as_millis()
+        ));
+        Ok(Schedule {
+            kind: Kind::Every { period, offset },
+            early: DEFAULT_EARLY,
+            digest,
+        })
+    }
+
+    /// A cron expression in UTC: five fields (minute, hour, day of month, month, day of week)
+    /// or six with seconds first. See [`Schedule::cron_in`].
+    ///
+    /// # Errors
+    /// As [`Schedule::cron_in`].
+    pub fn cron(expr: &str) -> Result<Schedule, ConfigError> {
+        Self::cron_in(expr, "UTC")
+    }
+
+    /// A cron expression evaluated in the IANA time zone `zone` (`Europe/Paris`; `UTC`).
+    ///
+    /// # Errors
+    /// `cron`: an expression croner rejects (the message names the field, e.g. `hour: Number
+    /// out of bounds.`), or one that matches no time in the next ten years (`0 0 30 2 *`);
+    /// `tz`: a zone the time-zone database does not know.
+    pub fn cron_in(expr: &str, zone: &str) -> Result<Schedule, ConfigError> {
+        let expr = expr.split_whitespace().collect::<Vec<_>>().join(" ");
+        let tz = TimeZone::get(zone).map_err(|e| {
+            ConfigError::invalid(
+                "tz",
+                format!("{zone:?} is not an IANA time zone ({e}); e.g. Europe/Paris or UTC"),
+            )
+        })?;
+        let cron = parser().parse(&expr).map_err(|e| cron_error(&expr, &e))?;
+        // A pattern that matches nothing (30 February) would make every search fail later.
+        let probe = Timestamp::now().to_zoned(tz.clone());
+        match cron.find_next_occurrence(&probe, false) {
+            Ok(next)
+                if next.timestamp() < probe.timestamp() + SignedDuration::from_hours(87_600) => {}
+            _ => {
+                return Err(ConfigError::invalid(
+                    "cron",
+                    format!("{expr:?} matches no time in the next ten years"),
+                ))
+            }
+        }
+        let zone_name = tz.iana_name().unwrap_or(zone).to_string();
+        let digest = digest(&format!("cron:{expr}:{zone_name}"));
+        Ok(Schedule {
+            kind: Kind::Cron {
+                cron: Box::new(cron),
+                expr,
+                zone: tz,
+                zone_name,
+            },
+            early: DEFAULT_EARLY,
+            digest,
+        })
+    }
+
+    /// Sets the early tolerance `E` (default 60 s): a run up to `E` before a tick binds to
+    /// that tick (and waits for it). Each tick's tolerance is capped at half the gap from the
+    /// tick before it, so the windows of two ticks never overlap.
+    pub fn early(mut self, early: Duration) -> Schedule {
+        self.early = early;
+        self
+    }
+
+    /// The early tolerance as set (before the per-tick cap).
+    pub fn early_tolerance(&self) -> Duration {
+        self.early
+    }
+
+    /// The schedule's digest: 12 hex digits of a 64-bit FNV-1a hash of its canonical text
+    /// (`every:PERIOD_MS:OFFSET_MS`, `cron:EXPR:ZONE`), part of every occurrence's job key.
+    /// Stable across hosts and versions: changing it would re-run occurrences, so it is a
+    /// protocol constant.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The first tick strictly after `t`, or `None` past the calendar's end (year 5000 for
+    /// cron) or for a time before the Unix epoch.
+    pub fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
+        self.next_ts(ts(t)?).map(SystemTime::from)
+    }
+
+    /// The latest tick at or before `t`, or `None` when there is none.
+    pub fn latest_at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
+        self.at_or_before_ts(ts(t)?).map(SystemTime::from)
+    }
+
+    /// The occurrence a run that starts at `now` (the coordination server's time) binds to:
+    /// the latest tick at or before `now + E` (module docs). Its tick may lie ahead of `now`
+    /// (by at most `E`): the run must then wait for it ([`Occurrence::wait`]).
+    /// `None` only outside the calendar (before 1970, after year 5000).
+    pub fn occurrence_at(&self, now: SystemTime) -> Option<Occurrence> {
+        let now = ts(now)?;
+        if let Some(next) = self.next_ts(now) {
+            if next.duration_since(now) <= signed(self.tolerance_of(next)) {
+                return self.occurrence_of(next);
+            }
+        }
+        self.occurrence_of(self.at_or_before_ts(now)?)
+    }
+
+    /// The occurrence of the tick `tick` (which must be a tick of this schedule), e.g. to
+    /// look a past one up.
+    pub fn occurrence_of_tick(&self, tick: SystemTime) -> Option<Occurrence> {
+        let t = ts(tick)?;
+        if self.at_or_before_ts(t)? != t {
+            return None;
+        }
+        self.occurrence_of(t)
+    }
+
+    fn occurrence_of(&self, tick: Timestamp) -> Option<Occurrence> {
+        let next = self.next_ts(tick);
+        let id = tick.to_string();
+        Some(Occurrence {
+            tick: SystemTime::from(tick),
+            next: next.map(SystemTime::from),
+            early: self.tolerance_of(tick),
+            id,
+            digest: self.digest.clone(),
+        })
+    }
+
+    /// `E` for tick `t`: the early tolerance capped at half the gap from the tick before.
+    fn tolerance_of(&self, t: Timestamp) -> Duration {
+        let gap = self
+            .before_ts(t)
+            .map(|p| unsigned(t.duration_since(p)))
+            .or_else(|| self.next_ts(t).map(|n| unsigned(n.duration_since(t))));
+        match gap {
+            Some(g) => self.early.min(g / 2),
+            None => self.early,
+        }
+    }
+
+    fn next_ts(&self, t: Timestamp) -> Option<Timestamp> {
+        match &self.kind {
+            Kind::Every { period, offset } => {
+                let (p, o) = (period.as_nanos() as i128, offset.as_nanos() as i128);
+                let k = (t.as_nanosecond() - o).div_euclid(p) + 1;
+                Timestamp::from_nanosecond(k * p + o).ok()
+            }
+            Kind::Cron { cron, zone, .. } => cron
+                .find_next_occurrence(&t.to_zoned(zone.clone()), false)
+                .ok()
+                .map(|z| z.timestamp()),
+        }
+    }
+
+    fn at_or_before_ts(&self, t: Timestamp) -> Option<Timestamp> {
+        match &self.kind {
+            Kind::Every { period, offset } => {
+                let (p, o) = (period.as_nanos() as i128, offset.as_nanos() as i128);
+                let k = (t.as_nanosecond() - o).div_euclid(p);
+                Timestamp::from_nanosecond(k * p + o).ok()
+            }
+            Kind::Cron { cron, zone, .. } => cron
+                .find_previous_occurrence(&t.to_zoned(zone.clone()), true)
+                .ok()
+                .map(|z| z.timestamp())
+                // croner compares whole seconds: never return a tick after `t`.
+                .filter(|p| *p <= t),
+        }
+    }
+
+    /// The latest tick strictly before `t`.
+    fn before_ts(&self, t: Timestamp) -> Option<Timestamp> {
+        let just_before = t.checked_sub(SignedDuration::from_nanos(1)).ok()?;
+        self.at_or_before_ts(just_before)
+    }
+}
+
+/// One tick of a [`Schedule`], as a run binds to it: the tick, its id, and the job key that
+/// runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occurrence {
+    tick: SystemTime,
+    next: Option<SystemTime>,
+    early: Duration,
+    id: String,
+    digest: String,
+}
+
+impl Occurrence {
+    /// The tick: when the occurrence is due (no run of it starts earlier).
+    pub fn tick(&self) -> SystemTime {
+        self.tick
+    }
+
+    /// The schedule's next tick after this one, if any.
+    pub fn next_tick(&self) -> Option<SystemTime> {
+        self.next
+    }
+
+    /// This tick's early tolerance (the schedule's, capped at half the gap before the tick).
+    pub fn early_tolerance(&self) -> Duration {
+        self.early
+    }
+
+    /// The tick in RFC 3339, UTC (`2026-11-26T02:00:00Z`): `BATON_OCCURRENCE` for PROGRAM.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The schedule's digest ([`Schedule::digest`]).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The name of the job that runs this occurrence of the schedule on `key`:
+    /// `KEY@DIGEST@TICK`.
+    pub fn job_key(&self, key: &str) -> String {
+        format!("{key}@{}@{}", self.digest, self.id)
+    }
+
+    /// How long the occurrence's `DONE`/`EXHAUSTED` is kept by default: two gaps to the next
+    /// tick, at least ten minutes (and at least twice `lease`, the coordinator's own rule).
+    pub fn default_retention(&self, lease: Duration) -> Duration {
+        let gap = self
+            .next
+            .and_then(|n| n.duration_since(self.tick).ok())
+            .unwrap_or(Duration::ZERO);
+        (gap.saturating_mul(2))
+            .max(MIN_DEFAULT_RETENTION)
+            .max(lease.saturating_mul(2))
+    }
+
+    /// How long before the tick `now` is (zero once it is due): what a run that bound to a
+    /// coming tick must still wait.
+    pub fn until_due(&self, now: SystemTime) -> Duration {
+        self.tick.duration_since(now).unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The cron parser baton uses: five or six fields (seconds first), no year field.
+fn parser() -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+}
+
+/// croner's error, with the field it is about when croner does not say: each field is
+/// parsed alone (the others `*`) to find the first one croner rejects.
+fn cron_error(expr: &str, e: &croner::errors::CronError) -> ConfigError {
+    let fields: Vec<&str> = expr.split(' ').collect();
+    let names: &[&str] = match fields.len() {
+        5 => &["minute", "hour", "day of month", "month", "day of week"],
+        6 => &[
+            "second",
+            "minute",
+            "hour",
+            "day of month",
+            "month",
+            "day of week",
+        ],
+        _ => &[],
+    };
+    for (i, name) in names.iter().enumerate() {
+        let alone: Vec<&str> = (0..fields.len())
+            .map(|j| if j == i { fields[j] } else { "*" })
+            .collect();
+        if parser().parse(&alone.join(" ")).is_err() {
+            return ConfigError::invalid(
+                "cron",
+                format!("{expr:?}: {name} field {:?}: {e}", fields[i]),
+            );
+        }
+    }
+    ConfigError::invalid(
+        "cron",
+        format!(
+            "{expr:?}: {e} (five fields: minute hour day-of-month month day-of-week, or six \
+             with seconds first)"
+        ),
+    )
+}
+
+/// 64-bit FNV-1a of `text`, as 12 hex digits (48 bits: two schedules on one key collide with
+/// odds of one in 2^48).
+fn digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:012x}", h >> 16)
+}
+
+fn ts(t: SystemTime) -> Option<Timestamp> {
+    Timestamp::try_from(t).ok()
+}
+
+fn signed(d: Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+fn unsigned(d: SignedDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+/// `24h`, `1h 30m`, `500ms`: whole units, largest first.
+fn human(d: Duration) -> String {
+    let mut ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut parts = Vec::new();
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= size {
+            parts.push(format!("{}{unit}", ms / size));
+            ms %= size;
+        }
+    }
+    if ms > 0 {
+        parts.push(format!("{ms}ms"));
+    }
+    parts.join(" ")
+}
+
+#[cfg(test)]
+mod tests;
