@@ -245,6 +245,18 @@ impl Ctx {
                     .holder_or_random(rng, Duration::from_millis(3000))
                     .await;
                 let d = rng.range(1.5, 3.0) * lease;
+                // A paused holder's attempt to write after resuming is the stale write C1s
+                // must see rejected; it only happens if a successor wrote with a higher token
+                // during the pause. Whether one did within `d` is a race (the takeover waits
+                // for the lease, then a poll or notification), so a paused holder stays
+                // paused until the resource has accepted a higher token on its key, up to
+                // three more leases.
+                let open = if holder {
+                    self.resource
+                        .open_of(&format!("w{w}.{}", self.fleet.inc(w)))
+                } else {
+                    None
+                };
                 let pid = self.fleet.stop(w);
                 let id = self.start(
                     kind,
@@ -252,8 +264,16 @@ impl Ctx {
                     json!({"pid":pid,"holder":holder,"secs":d,"inc":self.fleet.inc(w)}),
                 );
                 tokio::time::sleep(secs(d)).await;
+                let mut overtaken = None;
+                if let Some((key, token)) = &open {
+                    let until = mono_ns() + secs(3.0 * lease).as_nanos() as u64;
+                    while self.resource.highest(key) <= *token && mono_ns() < until {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    overtaken = Some(self.resource.highest(key) > *token);
+                }
                 self.fleet.cont(w);
-                self.stop(id, kind, json!({}));
+                self.stop(id, kind, json!({"overtaken": overtaken}));
             }
             Kind::KillWorker => {
                 let (w, holder) = self.holder_or_random(rng, Duration::from_millis(500)).await;

@@ -17,8 +17,9 @@ use crate::util::{mono_ns, Jsonl};
 #[derive(Default)]
 struct State {
     highest: HashMap<String, u64>,
-    /// Accepted BEGINs not followed by the same holder's accepted COMMIT: key → (holder, t).
-    open: HashMap<String, (String, u64)>,
+    /// Accepted BEGINs not followed by the same holder's accepted COMMIT: key → (holder, t,
+    /// token).
+    open: HashMap<String, (String, u64, u64)>,
     /// When the last write was accepted (monotonic ns).
     last_accepted: u64,
     /// The same per key.
@@ -63,9 +64,23 @@ impl Resource {
         self.state()
             .open
             .values()
-            .filter(|(_, t)| now.saturating_sub(*t) < within_ms * 1_000_000)
-            .map(|(h, _)| h.clone())
+            .filter(|(_, t, _)| now.saturating_sub(*t) < within_ms * 1_000_000)
+            .map(|(h, _, _)| h.clone())
             .collect()
+    }
+
+    /// The key and token of `holder`'s open BEGIN (`w2.1`), if it has one.
+    pub fn open_of(&self, holder: &str) -> Option<(String, u64)> {
+        self.state()
+            .open
+            .iter()
+            .find(|(_, (h, _, _))| h == holder)
+            .map(|(k, (_, _, tok))| (k.clone(), *tok))
+    }
+
+    /// The highest token accepted on `key` (0: none yet).
+    pub fn highest(&self, key: &str) -> u64 {
+        self.state().highest.get(key).copied().unwrap_or(0)
     }
 
     /// Monotonic ns of the last accepted write (0: none yet).
@@ -92,8 +107,8 @@ impl Resource {
             s.accepted_at.insert(key.to_string(), now);
             if op.starts_with("BEGIN") {
                 s.open
-                    .insert(key.to_string(), (holder.to_string(), mono_ns()));
-            } else if s.open.get(key).is_some_and(|(h, _)| h == holder) {
+                    .insert(key.to_string(), (holder.to_string(), mono_ns(), token));
+            } else if s.open.get(key).is_some_and(|(h, _, _)| h == holder) {
                 s.open.remove(key);
             }
             "OK".to_string()
