@@ -54,6 +54,7 @@
 //! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
 //! | run-or-enqueue | [`Client::queues`] | yes | no | `docs/run-or-enqueue.md` |
 //! | advisory locks | `Client::advisory_locks` (feature `postgres`) | no | yes | `docs/advisory-locks.md` |
+//! | scheduled jobs (a failover job per occurrence) | [`Failover::schedule`], [`Failover::occurrence`] | yes | yes | `docs/scheduling.md` |
 //!
 //! A primitive refused by a backend returns [`ErrorKind::Unsupported`]. The other guides in
 //! `docs/`: `cli.md` (the `baton` command), `operating.md` (durability settings, ACL users,
@@ -237,6 +238,9 @@ pub struct DocsRunOrEnqueue;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/advisory-locks.md")]
 pub struct DocsAdvisoryLocks;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/scheduling.md")]
+pub struct DocsScheduling;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/cli.md")]
 pub struct DocsCli;

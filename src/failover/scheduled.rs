@@ -364,19 +364,35 @@ where
         let mut runs: JoinSet<Finished<T, E>> = JoinSet::new();
         let mut last: Option<SystemTime> = None;
         if self.options.catch_up == CatchUp::Last {
-            match self.catch_up(&key).await {
-                Ok(Some((occurrence, run))) => {
-                    last = Some(occurrence.tick());
-                    if run {
-                        self.start(&mut runs, occurrence);
+            // Tried until it can be checked: a server unreachable at start is when catching
+            // up matters most (every server may have been down at the tick). A configuration
+            // error would fail every try, and each occurrence reports it anyway.
+            loop {
+                match self.catch_up(&key).await {
+                    Ok(Some((occurrence, run))) => {
+                        last = Some(occurrence.tick());
+                        if run {
+                            self.start(&mut runs, occurrence);
+                        }
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(error @ Error::Config(_)) => {
+                        tracing::warn!(key, error = %error, "the latest past occurrence is not caught up");
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            key,
+                            error = %error,
+                            "the latest past occurrence could not be checked; trying again"
+                        );
+                        tokio::select! {
+                            () = self.stop.cancelled() => break,
+                            () = tokio::time::sleep(RETRY_AFTER_ERROR) => {}
+                        }
                     }
                 }
-                Ok(None) => {}
-                Err(error) => tracing::warn!(
-                    key,
-                    error = %error,
-                    "the latest past occurrence could not be checked; not caught up"
-                ),
             }
         }
         loop {
@@ -384,6 +400,11 @@ where
                 break;
             };
             last = Some(occurrence.tick());
+            // A run that ended while the clock was read is over, even if not joined yet:
+            // report it first, so it neither counts as running nor reports after this tick.
+            while let Some(done) = runs.try_join_next_with_id() {
+                self.finished(done);
+            }
             if self.options.overlap == Overlap::Skip && !runs.is_empty() {
                 let job_key = occurrence.job_key(&key);
                 tracing::info!(
@@ -456,7 +477,7 @@ where
                     Instant::now() + RETRY_AFTER_ERROR
                 }
                 Ok(t) => {
-                    let occurrence = match target.take() {
+                    let waited = match target.take() {
                         Some(o) => o,
                         None => match self.pick(last, t.now) {
                             Some(o) => o,
@@ -467,6 +488,7 @@ where
                             }
                         },
                     };
+                    let occurrence = self.rebind(key, waited, t.now);
                     let left = occurrence.until_due(t.now);
                     if left.is_zero() {
                         return Some(occurrence);
@@ -487,21 +509,33 @@ where
         }
     }
 
-    /// The next occurrence to run after `last` (or, at start, after `now`).
+    /// The next tick after `last` (or, at start, after `now`); [`Driver::rebind`] then moves
+    /// it on if the worker was away past it.
     fn pick(&self, last: Option<SystemTime>, now: SystemTime) -> Option<Occurrence> {
-        let tick = match last {
-            None => self.schedule.next_after(now)?,
-            Some(last) => {
-                let next = self.schedule.next_after(last)?;
-                // Away for whole periods: the ticks in between bind to no run now.
-                let bound = self.schedule.occurrence_at(now).map(|o| o.tick());
-                match bound {
-                    Some(b) if b > next => b,
-                    _ => next,
-                }
-            }
-        };
+        let tick = self.schedule.next_after(last.unwrap_or(now))?;
         self.schedule.occurrence_of_tick(tick)
+    }
+
+    /// The occurrence to run when the server's clock reads `now`, having waited for
+    /// `waited`: `waited` itself, unless the worker was away (a stalled process, a suspended
+    /// host, the clock unreadable) past its binding window, when a run starting now binds to a
+    /// later tick. Running the stale tick instead would start it outside its window, and
+    /// after its retention (its `DONE` gone) run it twice. The ticks in between are this
+    /// worker's to miss: other servers ran them; none is reported here.
+    fn rebind(&self, key: &str, waited: Occurrence, now: SystemTime) -> Occurrence {
+        match self.schedule.occurrence_at(now) {
+            Some(bound) if bound.tick() > waited.tick() => {
+                tracing::warn!(
+                    key,
+                    waited = waited.id(),
+                    now = bound.id(),
+                    "woken past the occurrence this worker waited for: it runs the one a run \
+                     starting now binds to"
+                );
+                bound
+            }
+            _ => waited,
+        }
     }
 
     /// Reports a run that ended (a panic in baton's run itself, which never happens by design,

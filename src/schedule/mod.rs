@@ -16,7 +16,8 @@
 //! (`nightly-report@5f0c2a81b7d4@2026-11-26T02:00:00Z`), where `DIGEST` is a short digest of
 //! the schedule (its expression, zone and offset), so two schedules on one key never share an
 //! occurrence. The failover coordinator binds a [`FailoverConfig`](crate::FailoverConfig) to
-//! it ([`Occurrence::bind`]) and runs it like any job; see
+//! it ([`FailoverConfig::for_occurrence`](crate::FailoverConfig::for_occurrence)) and runs it
+//! like any job; see
 //! [`Failover::schedule`](crate::Failover::schedule) for the long-running form.
 //!
 //! # Calendars and daylight saving
@@ -260,7 +261,8 @@ impl Schedule {
 
     /// The occurrence a run that starts at `now` (the coordination server's time) binds to:
     /// the latest tick at or before `now + E` (module docs). Its tick may lie ahead of `now`
-    /// (by at most `E`): the run must then wait for it ([`Occurrence::wait`]).
+    /// (by at most `E`): the run must then wait for it
+    /// ([`Failover::wait_until_due`](crate::Failover::wait_until_due)).
     /// `None` only outside the calendar (before 1970, after year 5000).
     pub fn occurrence_at(&self, now: SystemTime) -> Option<Occurrence> {
         let now = ts(now)?;
