@@ -139,6 +139,9 @@ pub(crate) async fn schedule(
         let mut due = Box::pin(cmd.next_due(last, verbose));
         loop {
             tokio::select! {
+                // Ended runs before a due tick: `--overlap skip` must not count one that has
+                // ended as still running.
+                biased;
                 sig = signals.recv() => break 'ticks sig,
                 (occurrence, job, ended) = runs.next(), if !runs.is_empty() => {
                     report(&mut sink, &occurrence, &job, Outcome::Ran(ended));
