@@ -22,32 +22,10 @@ const BATON: &str = env!("CARGO_BIN_EXE_baton");
 /// Upper bound for a `baton` process that has nothing to wait for.
 const QUICK: Duration = Duration::from_secs(10);
 
-/// `baton SUB --url URL`, with no inherited `BATON_*` settings, stdin closed, output captured,
-/// the forwarded signals at their defaults, and killed if the test drops it.
+/// `baton SUB --url URL` ([`baton_command`]).
 fn baton(sub: &str, url: &str) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = baton_command(BATON);
     cmd.arg(sub).arg("--url").arg(url);
-    cmd.env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
-    // async-signal-safe and allocates nothing. A test run started in the background by a script
-    // inherits SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals ignored.
-    unsafe {
-        cmd.pre_exec(|| {
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 
@@ -195,6 +173,29 @@ async fn run_every_on_postgres_runs_each_tick_once_never_early() {
     three_runs_at_each_of_three_ticks(&db.url).await;
 }
 
+/// Two `baton run --every 2s --key KEY --lock-timeout LEASE -- sh -c SCRIPT`, started 0.2 s
+/// after a tick: both bind to it (E = 1 s; the next tick binds runs from 1 s on). The tick
+/// (seconds since the epoch) and the processes.
+async fn two_runs_after_a_tick(
+    url: &str,
+    key: &str,
+    lease: &str,
+    script: &str,
+) -> (u64, Vec<Child>) {
+    let tick = tick_after(2, 0.5);
+    sleep_until_epoch(tick as f64 + 0.2).await;
+    let children = (0..2)
+        .map(|_| {
+            spawn(
+                baton("run", url)
+                    .args(["--key", key, "--every", "2s", "--lock-timeout", lease])
+                    .args(["--", "sh", "-c", script]),
+            )
+        })
+        .collect();
+    (tick, children)
+}
+
 /// A failing attempt of one occurrence is retried by a backup within that occurrence: the same
 /// BATON_OCCURRENCE, BATON_ATTEMPT 2.
 #[tokio::test]
@@ -207,18 +208,7 @@ async fn a_failed_attempt_is_retried_by_a_backup_within_its_occurrence() {
         "echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {}; [ \"$BATON_ATTEMPT\" -ge 2 ]",
         shq(&log)
     );
-    // Both start 0.2 s after a tick: they bind to it (E = 1 s, the next one binds from 1 s on).
-    let tick = tick_after(2, 0.5);
-    sleep_until_epoch(tick as f64 + 0.2).await;
-    let children: Vec<Child> = (0..2)
-        .map(|_| {
-            spawn(
-                baton("run", &url)
-                    .args(["--key", "retry", "--every", "2s", "--lock-timeout", "2s"])
-                    .args(["--", "sh", "-c", &script]),
-            )
-        })
-        .collect();
+    let (tick, children) = two_runs_after_a_tick(&url, "retry", "2s", &script).await;
     let mut codes = Vec::new();
     for child in children {
         let out = finish(child, "baton run --every").await;
@@ -251,17 +241,7 @@ async fn a_killed_holder_is_taken_over_after_its_lease_within_its_occurrence() {
          [ \"$BATON_ATTEMPT\" -ge 2 ] || exec sleep 30",
         shq(&log)
     );
-    let tick = tick_after(2, 0.5);
-    sleep_until_epoch(tick as f64 + 0.2).await;
-    let mut children: Vec<Child> = (0..2)
-        .map(|_| {
-            spawn(
-                baton("run", &url)
-                    .args(["--key", "kill", "--every", "2s", "--lock-timeout", "1s"])
-                    .args(["--", "sh", "-c", &script]),
-            )
-        })
-        .collect();
+    let (tick, mut children) = two_runs_after_a_tick(&url, "kill", "1s", &script).await;
     let first = wait_file(&log, QUICK, |t| t.ends_with('\n'))
         .await
         .expect("the holder ran PROGRAM");

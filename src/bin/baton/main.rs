@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! baton run --key nightly-report -- /usr/local/bin/report --since yesterday
+//! baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+//! baton schedule --key sweep --every 5m -- /usr/local/bin/sweep
 //! baton lock --key backups --wait 5m -- /usr/local/bin/backup
 //! baton status --key nightly-report
 //! ```
