@@ -8,6 +8,40 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+/// The `baton` binary at `bin`, with no inherited `BATON_*` connection settings, stdin closed,
+/// stdout/stderr captured, the forwarded signals at their defaults, and killed if the test drops
+/// it.
+pub fn baton_command(bin: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    for var in [
+        "BATON_REDIS_URL",
+        "BATON_URL",
+        "BATON_REDIS_PASSWORD_FILE",
+        "BATON_TLS_CA_FILE",
+        "BATON_TLS_CERT_FILE",
+        "BATON_TLS_KEY_FILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
+    // async-signal-safe and allocates nothing. A test run started in the background by a script
+    // (`cmd &`) inherits SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals
+    // ignored: reset them as an interactive shell would.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 pub fn spawn(cmd: &mut Command) -> Child {
     cmd.spawn().expect("spawn baton")
 }

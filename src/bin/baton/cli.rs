@@ -6,17 +6,20 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use super::help::{EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP};
+use super::help::{
+    EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
+};
 
 /// The longest `--kill-grace` accepted.
 pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
 /// election's), and so does what PostgreSQL does with it.
-const PREFIX_HELP: [(&str, &str); 7] = [
+const PREFIX_HELP: [(&str, &str); 8] = [
     ("run", JOB_PREFIX),
+    ("schedule", JOB_PREFIX),
     ("status", JOB_PREFIX),
     ("watch", JOB_PREFIX),
     ("fail", JOB_PREFIX),
@@ -51,7 +54,11 @@ pub(crate) fn command() -> clap::Command {
             cmd = cmd.mut_subcommand(name, |sub| sub.arg(prefix.clone().help(help)));
         }
     }
-    cmd
+    // `schedule` is `run`'s flags (one struct) with a schedule required: the group is
+    // `run`'s, where it is optional.
+    cmd.mut_subcommand("schedule", |sub| {
+        sub.mut_group(SCHEDULE_GROUP, |g| g.required(true))
+    })
 }
 
 /// Run any program under attempt-counted failover coordination through Redis or PostgreSQL.
@@ -102,6 +109,10 @@ pub(crate) enum Command {
     /// take over when an attempt fails.
     #[command(after_long_help = EXIT_STATUSES)]
     Run(RunArgs),
+    /// Run PROGRAM at every tick of a schedule (--every or --cron), each occurrence once
+    /// across every server running this command (the long-running form; no crontab).
+    #[command(after_long_help = SCHEDULE_HELP)]
+    Schedule(ScheduleArgs),
     /// Run PROGRAM holding a fenced mutex: one holder at a time per key, kept alive by a
     /// watchdog; PROGRAM is stopped if the lock is lost.
     #[command(after_long_help = LOCK_EXIT_STATUSES)]
@@ -167,9 +178,10 @@ pub(crate) struct RunArgs {
     /// The maximum number of attempts.
     #[arg(long, default_value_t = 5)]
     pub(crate) max_attempts: u64,
-    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years).
-    #[arg(long, default_value = "24h", value_parser = duration)]
-    pub(crate) retention: Duration,
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years)
+    /// [default: 24h; with a schedule, two periods and at least 10m].
+    #[arg(long, value_parser = duration)]
+    pub(crate) retention: Option<Duration>,
     /// Do not extend the lease: the attempt must finish within --lock-timeout of its grant
     /// (PROGRAM is stopped when it does not).
     #[arg(long)]
@@ -197,9 +209,72 @@ pub(crate) struct RunArgs {
     /// More human-readable output on stderr (repeat for library traces).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    #[command(flatten)]
+    pub(crate) when: WhenArgs,
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub(crate) program: Vec<OsString>,
+}
+
+/// The id of the group of --every and --cron: optional for `run`, required for `schedule`.
+pub(crate) const SCHEDULE_GROUP: &str = "schedule";
+
+/// The schedule flags: optional for `run` (without them it runs the job --key once), required
+/// for `schedule`.
+#[derive(Args, Debug, Default)]
+#[group(skip)]
+#[command(group(ArgGroup::new(SCHEDULE_GROUP).args(["every", "cron"])))]
+pub(crate) struct WhenArgs {
+    /// Schedule: ticks at every whole multiple of DURATION since the Unix epoch, by the
+    /// server's clock (24h: midnight UTC); the job is then KEY@DIGEST@TICK, one per tick.
+    #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with = "cron")]
+    pub(crate) every: Option<Duration>,
+    /// With --every: shift the ticks by DURATION, below the period (--every 24h --offset 2h:
+    /// 02:00 UTC).
+    #[arg(long, value_name = "DURATION", value_parser = duration, requires = "every")]
+    pub(crate) offset: Option<Duration>,
+    /// Schedule: a cron expression, five fields (minute hour day-of-month month day-of-week)
+    /// or six with seconds first, e.g. '0 2 * * *'; the job is then KEY@DIGEST@TICK.
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) cron: Option<String>,
+    /// With --cron: the IANA time zone the expression is read in, e.g. Europe/Paris
+    /// [default: UTC].
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub(crate) tz: Option<String>,
+    /// With a schedule: a run that starts up to this long before a tick binds to that tick and
+    /// waits for it (capped at half the gap before the tick) [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
+    pub(crate) early: Option<Duration>,
+}
+
+/// `baton schedule`: `run`'s flags, and what to do with a missed or overlapping tick.
+#[derive(Args, Debug)]
+pub(crate) struct ScheduleArgs {
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+    /// At start: `last` first runs the latest past tick if it is neither done nor exhausted
+    /// (every server was down then); `none` waits for the next tick.
+    #[arg(long, value_enum, default_value_t = CatchUpArg::None)]
+    pub(crate) catch_up: CatchUpArg,
+    /// A tick that comes while an earlier occurrence still runs (or waits as a backup) here:
+    /// `allow` runs it as well (each occurrence is a job of its own), `skip` reports it
+    /// skipped and does not run it here.
+    #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
+    pub(crate) overlap: OverlapArg,
+}
+
+/// --catch-up's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CatchUpArg {
+    None,
+    Last,
+}
+
+/// --overlap's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OverlapArg {
+    Allow,
+    Skip,
 }
 
 #[derive(Args, Debug)]

@@ -65,7 +65,7 @@ pub(crate) fn exit_code(status: &std::process::ExitStatus) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::super::help::{
-        EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
+        EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
     };
     use super::*;
 
@@ -87,6 +87,7 @@ mod tests {
             LOCK_EXIT_STATUSES,
             LEADER_EXIT_STATUSES,
             MIGRATE_HELP,
+            SCHEDULE_HELP,
         ] {
             assert!(table.contains("77") && table.contains("78"), "{table}");
         }

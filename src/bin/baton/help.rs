@@ -25,15 +25,17 @@ Exit statuses of `baton run`:
            unknown database (PostgreSQL 3D000), baton's tables missing where this role may not
            create them (run `baton migrate` as their owner); no retry helps
   129/130/131/143
-           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed)
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed;
+           while waiting for an attempt or for the tick, nothing ran)
 PROGRAM's own statuses can collide with these; use --json or --events to tell them apart.
 `status`, `watch`, `fail` and `reset` exit 0 on success, 64 on usage errors (and when a live
 job needs --yes), 65 on a corrupt state, 69 when the server is unreachable, 77 and 78 as above;
 `watch` exits 75 when the job ends EXHAUSTED. `migrate` exits 0 when the tables exist (made now
 or before; with a Redis URL there is nothing to make), 69, 77 or 78 as above.
 
-PROGRAM gets BATON_KEY, BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false) and BATON_FENCING_TOKEN
-in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
+PROGRAM gets BATON_KEY (--key), BATON_JOB (the job's key: --key, or the occurrence's
+KEY@DIGEST@TICK), BATON_ATTEMPT, BATON_LAST_ATTEMPT (true/false), BATON_FENCING_TOKEN and, with a
+schedule, BATON_OCCURRENCE (the tick, RFC 3339 in UTC) in its environment; its stdin, stdout and stderr pass through. It runs in its own process group,
 which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGKILL when the
 attempt is lost or runs out of time. Nothing in that group outlives baton: when PROGRAM exits,
 what it left running there gets SIGTERM, then SIGKILL after --kill-grace, and is gone before
@@ -52,10 +54,94 @@ Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept
 On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
 killed and baton exits 74.
 
-Crontab example (every server runs it; exactly one runs the report, a backup retries on failure;
-the key names the UTC night, since a fixed key's DONE, kept for --retention, would make the next
-night run nothing; crontab wants % written \\%):
-  0 2 * * *  baton run --key \"nightly-report:$(date -u +\\%F)\" --lock-timeout 60s --max-attempts 3 -- /usr/local/bin/report";
+With a schedule (--every DURATION [--offset DURATION], or --cron EXPR [--tz ZONE]) the job is one
+occurrence of it, KEY@DIGEST@TICK (DIGEST names the schedule: two schedules on one key never
+share an occurrence). TICK is the latest tick at or before now + E, E being --early (60s by
+default) capped at half the gap before the tick, and now the coordination server's clock (Redis
+TIME, PostgreSQL clock_timestamp()), never this host's. What that guarantees, on every server
+that runs the same line: a run that starts in [TICK - E, next tick - E) binds to TICK, so a cron
+that fires a little early or late (or a timer catching up after boot) still finds its
+occurrence; each occurrence runs once across the fleet, with attempts and backups as above
+(a failed attempt is retried within the occurrence); PROGRAM never starts before its tick by the
+server's clock (a run bound to a coming tick waits for it). DONE/EXHAUSTED of an occurrence are
+kept two periods (at least 10m) unless --retention says otherwise. baton says which occurrence it
+bound to on stderr (--json: an \"occurrence\" event; both name the job key). `baton status --key
+'KEY@DIGEST@TICK'` shows an occurrence's job.
+
+Crontab example (every server runs it; exactly one runs the report of each night at 02:00 in
+Paris, a backup retries it if it fails; cron's own time only has to fall within a day after the
+tick, or a minute before it):
+  0 2 * * *  baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+
+systemd timer example (on every server: the timer starts the oneshot service, Persistent= runs a
+missed night after boot, which binds to that night's tick within a day):
+  # /etc/systemd/system/nightly-report.service
+  [Service]
+  Type=oneshot
+  ExecStart=/usr/local/bin/baton run --key nightly-report --every 24h --offset 2h -- /usr/local/bin/report
+  # /etc/systemd/system/nightly-report.timer
+  [Timer]
+  OnCalendar=*-*-* 02:00:00 UTC
+  Persistent=true
+  [Install]
+  WantedBy=timers.target
+`baton schedule` is the long-running form, with no crontab or timer.";
+
+pub(crate) const SCHEDULE_HELP: &str = "\
+Exit statuses of `baton schedule`:
+  0        baton got SIGTERM or SIGINT (or SIGHUP, SIGQUIT) while no attempt ran here: it
+           stopped waiting for ticks (and for the occurrences it waited for as a backup)
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM while it ran an occurrence's attempt: the
+           signal was forwarded to PROGRAM's group (SIGKILL after --kill-grace), the attempt
+           failed (a backup takes over within the occurrence), and baton exited once every
+           occurrence here had ended
+  64       usage or configuration error (checked before connecting)
+  69       the server cannot be reached at start (later outages are retried and reported)
+  77       the server refused the credentials at start (as for `baton run`)
+  78       the server rejects the configuration at start (as for `baton run`)
+An occurrence's end does not end `baton schedule`: it is reported, and the next tick waited for.
+
+At every tick of the schedule (by the coordination server's clock: Redis TIME, PostgreSQL
+clock_timestamp()) `baton schedule` runs that occurrence's job KEY@DIGEST@TICK exactly as
+`baton run --every/--cron` would (see `baton run --help`): holder or backup, attempts,
+keepalive, --max-run, --kill-grace and PROGRAM's process group as there. Run it on every server
+(one per server): each occurrence runs once across the fleet, never before its tick, and a failed
+attempt is retried by a backup within the occurrence. It starts by waiting for the next tick;
+--catch-up last first runs the latest past tick if it is neither done nor exhausted (every server
+was down then). An occurrence still running (or waited for as a backup) when the next tick comes
+does not block it: both run here at once, each a job of its own, unless --overlap skip reports
+the new tick skipped. A --lock-timeout longer than the gap between ticks is allowed (warned
+about: a dead holder keeps its occurrence past the next tick). PROGRAM never has the terminal
+and a SIGTSTP is not passed on: this is a daemon. PROGRAM gets BATON_KEY (--key), BATON_JOB
+(KEY@DIGEST@TICK), BATON_OCCURRENCE (the tick, RFC 3339 in UTC), BATON_ATTEMPT,
+BATON_LAST_ATTEMPT and BATON_FENCING_TOKEN.
+
+Output: one line per occurrence on stderr,
+  baton: KEY: occurrence TICK, job KEY@DIGEST@TICK: WHAT
+where WHAT is `ran here: done`, `ran here: failed with status N` (PROGRAM's status, or what
+`baton run` would exit with), `ran here: stopped by SIGTERM`, `done elsewhere`, `skipped: …`
+(--overlap skip), `exhausted`, `stopped while waiting as a backup`, or `error (exit status N)`.
+With --json, one JSON object per line: {\"event\":\"occurrence_ended\", \"key\", \"occurrence\",
+\"job\", \"outcome\": done|failed|stopped|done_elsewhere|skipped|exhausted|stopped_waiting|error,
+\"status\": N or null}, beside each occurrence's events (as with `baton run --json`, each with
+\"occurrence\" and \"job\"). -v adds the events and the next tick in words. `baton status --key
+'KEY@DIGEST@TICK'` shows an occurrence's job.
+
+systemd unit example (on every server; systemd stops it with SIGTERM to baton alone, which stops
+PROGRAM and fails its attempt, so a backup takes over):
+  # /etc/systemd/system/nightly-report.service
+  [Service]
+  ExecStart=/usr/local/bin/baton schedule --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+  Environment=BATON_URL=redis://coord.internal:6379/
+  KillMode=mixed
+  TimeoutStopSec=30
+  Restart=on-failure
+  [Install]
+  WantedBy=multi-user.target
+
+Crontab example, without a service manager (started once at boot on every server):
+  @reboot  baton schedule --key nightly-report --every 24h --offset 2h -- /usr/local/bin/report";
 
 pub(crate) const LOCK_EXIT_STATUSES: &str = "\
 Exit statuses of `baton lock`:

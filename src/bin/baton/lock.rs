@@ -34,6 +34,7 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
         file: None,
         verbose: args.verbose,
         key: args.key.clone(),
+        occurrence: None,
     };
     Ok((opts, sink))
 }

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! baton run --key nightly-report -- /usr/local/bin/report --since yesterday
+//! baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+//! baton schedule --key sweep --every 5m -- /usr/local/bin/sweep
 //! baton lock --key backups --wait 5m -- /usr/local/bin/backup
 //! baton status --key nightly-report
 //! ```
@@ -58,16 +60,16 @@
 //! | `supervisor.rs` | runs PROGRAM to its end under a lease |
 //! | `held.rs` | the lease adapters over the library's held locks (mutex, Redlock, leader term) |
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
-//! | `run.rs`, `lock.rs`, `leader.rs`, `status.rs`, `admin.rs` | the commands |
+//! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `admin.rs` | the commands |
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baton::{AcquireOptions, Client, ElectionOptions, FailoverConfig, RedlockOptions};
+use baton::{AcquireOptions, Client, ElectionOptions, FailoverConfig, RedlockOptions, Schedule};
 use clap::FromArgMatches;
 
 use cli::{Cli, Command};
-use cli::{LeaderArgs, LockArgs, RunArgs};
+use cli::{LeaderArgs, LockArgs, RunArgs, ScheduleArgs};
 use exit::{fail_with, usage, usage_config, EX_UNAVAILABLE, EX_USAGE};
 use sink::Sink;
 
@@ -81,6 +83,7 @@ mod leader;
 mod lock;
 mod program;
 mod run;
+mod schedule;
 mod signals;
 mod sink;
 mod status;
@@ -137,7 +140,8 @@ fn main() -> ExitCode {
 
 /// A command with its configuration checked, ready to run once connected.
 enum Plan<'a> {
-    Run(&'a RunArgs, FailoverConfig, Sink),
+    Run(&'a RunArgs, FailoverConfig, Option<Schedule>, Sink),
+    Schedule(&'a ScheduleArgs, FailoverConfig, Schedule, Sink),
     Lock(&'a LockArgs, AcquireOptions, Sink),
     Redlock(&'a LockArgs, RedlockOptions, Sink),
     Leader(&'a LeaderArgs, ElectionOptions, Sink),
@@ -159,7 +163,15 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
     Ok(match &cli.command {
         Command::Run(args) => {
             let (config, sink) = run::config(args, &cli.prefix)?;
-            Plan::Run(args, config, sink)
+            let schedule = run::schedule_of(&args.when, &config, args.retention)?;
+            Plan::Run(args, config, schedule, sink)
+        }
+        Command::Schedule(args) => {
+            let (config, sink) = run::config(&args.run, &cli.prefix)?;
+            let schedule = run::schedule_of(&args.run.when, &config, args.run.retention)?
+                // clap requires --every or --cron here; said again rather than assumed.
+                .ok_or_else(|| usage("`baton schedule` needs --every or --cron"))?;
+            Plan::Schedule(args, config, schedule, sink)
         }
         Command::Lock(args) => {
             // Lock names and prefixes follow the rules of job names (1..=1024 bytes, not blank,
@@ -196,6 +208,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
                 file: None,
                 verbose: args.verbose,
                 key: args.key.clone(),
+                occurrence: None,
             };
             Plan::Leader(args, opts, sink)
         }
@@ -210,6 +223,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
 async fn dispatch(cli: Cli) -> u8 {
     let verbose = match &cli.command {
         Command::Run(args) => args.verbose,
+        Command::Schedule(args) => args.run.verbose,
         Command::Lock(args) => args.verbose,
         Command::Leader(args) => args.verbose,
         _ => 0,
@@ -242,7 +256,12 @@ async fn dispatch(cli: Cli) -> u8 {
         Err(code) => return code,
     };
     match plan {
-        Plan::Run(args, config, sink) => run::run(&client, args, config, sink).await,
+        Plan::Run(args, config, schedule, sink) => {
+            run::run(&client, args, config, schedule, sink).await
+        }
+        Plan::Schedule(args, config, schedule, sink) => {
+            schedule::schedule(&client, args, config, schedule, sink).await
+        }
         Plan::Lock(args, opts, sink) => lock::lock(&client, args, opts, sink, &cli.prefix).await,
         Plan::Leader(args, opts, sink) => {
             leader::leader(&client, args, opts, sink, &cli.prefix).await

@@ -1,32 +1,48 @@
 //! `baton run`: wait for an attempt of the job, run PROGRAM under it, record DONE or the
 //! failure. The failover worker decides; this file turns its events into PROGRAM's life and
-//! baton's exit status.
+//! baton's exit status. With a schedule (--every, --cron) the job is one occurrence's: bound by
+//! the server's clock, waited for when its tick lies ahead, then run like any job.
+//!
+//! One job's run ([`run_job`]) is a function of its own, with its signals given to it, so that
+//! `baton schedule` runs several occurrences at once in this process, each exactly as `baton
+//! run` would.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use baton::{Client, ErrorKind, Event, FailoverConfig, JobState};
+use baton::{Client, ErrorKind, Event, FailoverConfig, JobState, Occurrence, Schedule};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
-use super::cli::RunArgs;
+use super::cli::{RunArgs, WhenArgs};
 use super::exit::{
-    exit_code, exit_for, usage, usage_config, EX_EXHAUSTED, EX_LOST, EX_UNAVAILABLE,
+    exit_code, exit_for, fail_with, usage, usage_config, EX_EXHAUSTED, EX_LOST, EX_UNAVAILABLE,
 };
 use super::held::{Lease, Loss};
 use super::program::{in_foreground, spawn, spawn_failed};
 use super::signals::{install_signals, signal_name, signal_status, Signals};
-use super::sink::Sink;
+use super::sink::{Bound, Sink};
 use super::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
 use super::text::{self, human};
 use super::LEASE_CHECK_TIMEOUT;
 
+/// `--retention` when not given, for a job that is not an occurrence of a schedule.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
 /// Builds and checks `run`'s job configuration and opens its events file.
 pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
+    let scheduled = args.when.every.is_some() || args.when.cron.is_some();
+    // An occurrence's job gets its own retention (`for_occurrence`); this one only has to pass
+    // the coordinator's rule (at least twice the lease) for a long --lock-timeout.
+    let retention = match args.retention {
+        Some(r) => r,
+        None if scheduled => DEFAULT_RETENTION.max(args.lock_timeout.saturating_mul(2)),
+        None => DEFAULT_RETENTION,
+    };
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
         .lease(args.lock_timeout)
         .max_attempts(args.max_attempts)
-        .retention(args.retention)
+        .retention(retention)
         .keepalive(!args.no_keepalive)
         .retry_delay(args.retry_delay);
     if let Some(name) = &args.name {
@@ -55,67 +71,264 @@ pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Si
         file,
         verbose: args.verbose,
         key: args.key.clone(),
+        occurrence: None,
     };
     Ok((config, sink))
+}
+
+/// The schedule of --every/--offset or --cron/--tz, with --early (`None` without one), checked
+/// as far as it can be without the server: an occurrence's job (its key, its retention) is
+/// built for the tick of the local clock, so a key too long for `KEY@DIGEST@TICK` or a
+/// --retention the coordinator refuses is a usage error before connecting.
+pub(crate) fn schedule_of(
+    when: &WhenArgs,
+    config: &FailoverConfig,
+    retention: Option<Duration>,
+) -> Result<Option<Schedule>, u8> {
+    let schedule = match (when.every, &when.cron) {
+        (Some(period), _) => {
+            Schedule::every(period).and_then(|s| s.offset(when.offset.unwrap_or(Duration::ZERO)))
+        }
+        (None, Some(expr)) => Schedule::cron_in(expr, when.tz.as_deref().unwrap_or("UTC")),
+        (None, None) => return Ok(None),
+    };
+    let mut schedule = schedule.map_err(|e| usage_config(&e))?;
+    if let Some(early) = when.early {
+        schedule = schedule.early(early);
+    }
+    if let Some(occurrence) = schedule.occurrence_at(SystemTime::now()) {
+        config
+            .for_occurrence(&occurrence, retention)
+            .map_err(|e| usage_config(&e))?;
+    }
+    Ok(Some(schedule))
+}
+
+/// How one job's run ended in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// This process ran the attempt that made the job DONE.
+    Done,
+    /// This process ran an attempt that failed (PROGRAM's status, 126/127, or 74 when the
+    /// attempt was lost or its success could not be recorded).
+    Failed(u8),
+    /// This process's attempt was failed because baton got this signal (PROGRAM was stopped).
+    Signalled(libc::c_int),
+    /// Another worker made the job DONE.
+    DoneElsewhere,
+    /// Every attempt failed; none was run here last.
+    Exhausted,
+    /// A signal (or the worker's stop) ended the wait for an attempt: nothing ran here.
+    StoppedWaiting(u8),
+    /// baton could not coordinate the job (said already): this exit status.
+    Error(u8),
+}
+
+impl Ended {
+    /// `baton run`'s exit status for this end.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Ended::Done | Ended::DoneElsewhere => 0,
+            Ended::Failed(code) | Ended::StoppedWaiting(code) | Ended::Error(code) => code,
+            Ended::Signalled(sig) => signal_status(sig),
+            Ended::Exhausted => EX_EXHAUSTED,
+        }
+    }
 }
 
 pub(crate) async fn run(
     client: &Client,
     args: &RunArgs,
     config: FailoverConfig,
+    schedule: Option<Schedule>,
     mut sink: Sink,
 ) -> u8 {
     let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let mut worker = client.failover().start(config.clone());
-    let mut failing_since: Option<Instant> = None;
-    loop {
-        let event = tokio::select! {
-            sig = signals.recv() => {
-                return stop_waiting(&mut worker, &mut sink, signal_status(sig)).await;
-            }
-            ev = worker.next() => ev,
-        };
-        let Some(event) = event else {
-            eprintln!("baton: the worker ended unexpectedly");
-            return EX_UNAVAILABLE;
-        };
-        sink.emit(&event);
-        match event {
-            Event::Acquired(acquired) => {
-                let mut holder = Holder {
-                    args,
-                    client,
-                    config: &config,
-                    worker: &mut worker,
-                    sink: &mut sink,
-                    signals: &mut signals,
-                    sigchld: &mut sigchld,
+    let mut env = Vec::new();
+    let config = match schedule {
+        None => config,
+        Some(schedule) => {
+            let bound = tokio::select! {
+                sig = signals.recv() => return signal_status(sig),
+                b = bind(client, &args.key, &schedule) => b,
+            };
+            let (occurrence, wait) = match bound {
+                Ok(b) => b,
+                Err(code) => return code,
+            };
+            let config = match config.for_occurrence(&occurrence, args.retention) {
+                Ok(c) => c,
+                Err(e) => return usage_config(&e),
+            };
+            sink.occurrence = Some(Bound {
+                id: occurrence.id().to_string(),
+                job: config.key().to_string(),
+            });
+            say_bound(&mut sink, &schedule, &occurrence, wait);
+            if !wait.is_zero() {
+                // A signal while waiting for the tick ends the run as one while waiting for an
+                // attempt does: nothing ran here.
+                let failover = client.failover();
+                let due = tokio::select! {
+                    sig = signals.recv() => return signal_status(sig),
+                    r = failover.wait_until_due(&occurrence, &args.key) => r,
                 };
-                return holder.hold(acquired).await;
-            }
-            Event::Error {
-                retryable: true, ..
-            } => {
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(5) {
-                    eprintln!("baton: {}: redis keeps failing; giving up", args.key);
-                    return stop_waiting(&mut worker, &mut sink, EX_UNAVAILABLE).await;
+                if let Err(e) = due {
+                    return fail_with(&e);
                 }
             }
-            Event::Error { kind, message, .. } => {
-                if args.json {
-                    eprintln!("baton: {}", text::reword(&message));
+            env = occurrence_env(&occurrence, &config);
+            config
+        }
+    };
+    let job = Job {
+        client,
+        args,
+        config,
+        env,
+        tty: in_foreground(),
+        job_control: true,
+    };
+    job.run(&mut sink, &mut signals, &mut sigchld).await.code()
+}
+
+/// The occurrence a run starting now binds to, by the server's clock, and how long before its
+/// tick that is. `Err` is the exit status (said).
+async fn bind(
+    client: &Client,
+    key: &str,
+    schedule: &Schedule,
+) -> Result<(Occurrence, Duration), u8> {
+    // `Failover::occurrence` with the server's time kept, to say how long the wait is.
+    let now = client
+        .failover()
+        .server_time(key)
+        .await
+        .map_err(|e| fail_with(&e))?;
+    let occurrence = schedule.occurrence_at(now).ok_or_else(|| {
+        usage(format!(
+            "{schedule} has no tick around the server's time ({})",
+            baton_time(now)
+        ))
+    })?;
+    let wait = occurrence.until_due(now);
+    Ok((occurrence, wait))
+}
+
+/// `t` in RFC 3339 (UTC), as occurrence ids are written.
+pub(crate) fn baton_time(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t).map_or_else(|_| format!("{t:?}"), |ts| ts.to_string())
+}
+
+/// Says which occurrence a run bound to: `occurrence 2026-11-26T01:00:00Z (cron '0 2 * * *'
+/// in Europe/Paris), job KEY@DIGEST@TICK`, and the wait for its tick if it lies ahead.
+fn say_bound(sink: &mut Sink, schedule: &Schedule, occurrence: &Occurrence, wait: Duration) {
+    let job = sink
+        .occurrence
+        .as_ref()
+        .map(|b| b.job.clone())
+        .unwrap_or_default();
+    let mut text = format!("occurrence {} ({schedule}), job {job}", occurrence.id());
+    if !wait.is_zero() {
+        text += &format!("; waiting {} for the tick", human(wait));
+    }
+    let value = serde_json::json!({
+        "event": "occurrence",
+        "schedule": schedule.to_string(),
+        "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    });
+    sink.say(value, &text);
+}
+
+/// What PROGRAM learns of its occurrence besides what every job's PROGRAM gets.
+pub(crate) fn occurrence_env(
+    occurrence: &Occurrence,
+    config: &FailoverConfig,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("BATON_OCCURRENCE", occurrence.id().to_string()),
+        ("BATON_JOB", config.key().to_string()),
+    ]
+}
+
+/// One job run in this process as `baton run` runs it: wait for an attempt (or the job's end),
+/// run PROGRAM under it, record the outcome.
+pub(crate) struct Job<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) args: &'a RunArgs,
+    /// The job's configuration (an occurrence's, for a schedule).
+    pub(crate) config: FailoverConfig,
+    /// Added to PROGRAM's environment (the occurrence's variables).
+    pub(crate) env: Vec<(&'static str, String)>,
+    /// Whether PROGRAM gets the terminal (baton runs in its foreground).
+    pub(crate) tty: bool,
+    /// See [`Supervisor::job_control`].
+    pub(crate) job_control: bool,
+}
+
+impl Job<'_> {
+    /// Runs the job to its end here. `signals` are this run's forwarded signals (its own
+    /// handlers for `baton run`, a share of the command's for `baton schedule`), `sigchld`
+    /// reports PROGRAM's changes.
+    pub(crate) async fn run(
+        &self,
+        sink: &mut Sink,
+        signals: &mut Signals,
+        sigchld: &mut tokio::signal::unix::Signal,
+    ) -> Ended {
+        let args = self.args;
+        let mut worker = self.client.failover().start(self.config.clone());
+        let mut failing_since: Option<Instant> = None;
+        loop {
+            let event = tokio::select! {
+                sig = signals.recv() => {
+                    let code = stop_waiting(&mut worker, sink, signal_status(sig)).await;
+                    return Ended::StoppedWaiting(code);
                 }
-                return exit_for(kind);
+                ev = worker.next() => ev,
+            };
+            let Some(event) = event else {
+                sink.warn("the worker ended unexpectedly");
+                return Ended::Error(EX_UNAVAILABLE);
+            };
+            sink.emit(&event);
+            match event {
+                Event::Acquired(acquired) => {
+                    let mut holder = Holder {
+                        job: self,
+                        worker: &mut worker,
+                        sink,
+                        signals,
+                        sigchld,
+                    };
+                    return holder.hold(acquired).await;
+                }
+                Event::Error {
+                    retryable: true, ..
+                } => {
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(5) {
+                        // Said even with --json, whose events only show the retries.
+                        eprintln!("baton: {}: the server keeps failing; giving up", args.key);
+                        let code = stop_waiting(&mut worker, sink, EX_UNAVAILABLE).await;
+                        return Ended::Error(code);
+                    }
+                }
+                Event::Error { kind, message, .. } => {
+                    if args.json {
+                        eprintln!("baton: {}", text::reword(&message));
+                    }
+                    return Ended::Error(exit_for(kind));
+                }
+                Event::Completed { .. } => return Ended::DoneElsewhere,
+                Event::Exhausted { .. } => return Ended::Exhausted,
+                Event::Stopped => return Ended::StoppedWaiting(130),
+                Event::Locked { .. } | Event::Status { .. } => failing_since = None,
+                _ => {}
             }
-            Event::Completed { .. } => return 0,
-            Event::Exhausted { .. } => return EX_EXHAUSTED,
-            Event::Stopped => return 130,
-            Event::Locked { .. } | Event::Status { .. } => failing_since = None,
-            _ => {}
         }
     }
 }
@@ -140,9 +353,7 @@ pub(crate) async fn drain(worker: &mut baton::Worker, sink: &mut Sink) -> Option
 
 /// `baton run`'s lease: a failover attempt, reported by the worker's events.
 pub(crate) struct RunLease<'a> {
-    args: &'a RunArgs,
-    client: &'a Client,
-    config: &'a FailoverConfig,
+    job: &'a Job<'a>,
     worker: &'a mut baton::Worker,
     attempt: u64,
     /// An ended stream answers `None` at once, forever: stop polling it, or the supervision
@@ -191,7 +402,10 @@ impl Lease for RunLease<'_> {
         let lost = |what: String| Err(format!("{what} while baton was stopped ({})", human(away)));
         let status = tokio::time::timeout(
             LEASE_CHECK_TIMEOUT,
-            self.client.failover().job_status(self.config.clone()),
+            self.job
+                .client
+                .failover()
+                .job_status(self.job.config.clone()),
         )
         .await;
         match status {
@@ -210,7 +424,7 @@ impl Lease for RunLease<'_> {
             // Redis cannot tell now. With keepalive the lease was extended at most a third of it
             // before the stop: half a lease later it surely still runs, and the worker's next
             // extension settles the rest.
-            _ if away < self.args.lock_timeout / 2 => Ok(()),
+            _ if away < self.job.args.lock_timeout / 2 => Ok(()),
             Ok(Err(e)) => lost(format!(
                 "the lease could not be confirmed ({})",
                 text::error_message(&e)
@@ -221,9 +435,7 @@ impl Lease for RunLease<'_> {
 }
 
 pub(crate) struct Holder<'a> {
-    args: &'a RunArgs,
-    client: &'a Client,
-    config: &'a FailoverConfig,
+    job: &'a Job<'a>,
     worker: &'a mut baton::Worker,
     sink: &'a mut Sink,
     signals: &'a mut Signals,
@@ -231,22 +443,24 @@ pub(crate) struct Holder<'a> {
 }
 
 impl Holder<'_> {
-    async fn hold(&mut self, acquired: baton::Acquired) -> u8 {
-        let args = self.args;
-        let tty = in_foreground();
-        let env = [
+    async fn hold(&mut self, acquired: baton::Acquired) -> Ended {
+        let job = self.job;
+        let args = job.args;
+        let tty = job.tty;
+        let mut env = vec![
             ("BATON_KEY", args.key.clone()),
             ("BATON_ATTEMPT", acquired.attempt.to_string()),
             ("BATON_LAST_ATTEMPT", acquired.last.to_string()),
             ("BATON_FENCING_TOKEN", acquired.fencing_token.to_string()),
         ];
+        env.extend(job.env.iter().cloned());
         let mut program = match spawn(&args.program, &env, tty) {
             Ok(p) => p,
             Err(e) => {
                 let code = spawn_failed(&args.program, &e, tty);
                 let _ = acquired.fail(format!("cannot execute PROGRAM: {e}")).await;
                 drain(self.worker, self.sink).await;
-                return code;
+                return Ended::Failed(code);
             }
         };
         let now = Instant::now();
@@ -276,9 +490,7 @@ impl Holder<'_> {
             }
         }
         let mut lease = RunLease {
-            args,
-            client: self.client,
-            config: self.config,
+            job,
             worker: self.worker,
             attempt: acquired.attempt,
             events_ended: false,
@@ -289,6 +501,7 @@ impl Holder<'_> {
             sigchld: self.sigchld,
             kill_grace: args.kill_grace,
             lease_end,
+            job_control: job.job_control,
         };
         let Supervised {
             status,
@@ -304,44 +517,37 @@ impl Holder<'_> {
                 eprintln!("baton: lost track of PROGRAM: {e}");
                 let _ = acquired.fail(format!("lost track of PROGRAM: {e}")).await;
                 drain(self.worker, self.sink).await;
-                return EX_LOST;
+                return Ended::Failed(EX_LOST);
             }
         };
         let code = exit_code(&status);
-        match stopping {
+        let ended = match stopping {
             Some(Stopping::Lost) => {
                 let _ = acquired.fail(why_text).await;
-                drain(self.worker, self.sink).await;
-                EX_LOST
+                Ended::Failed(EX_LOST)
             }
             Some(Stopping::Signal(sig)) => {
                 let _ = acquired
                     .fail(format!("baton got {}", signal_name(sig)))
                     .await;
-                drain(self.worker, self.sink).await;
-                signal_status(sig)
+                Ended::Signalled(sig)
             }
             None if status.success() => match acquired.done().await {
-                Ok(()) => {
-                    drain(self.worker, self.sink).await;
-                    0
-                }
+                Ok(()) => Ended::Done,
                 Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
                     eprintln!(
                         "baton: PROGRAM succeeded, but whether that was recorded is unknown: the \
                          job may or may not be DONE (see `baton status`): {}",
                         text::error_message(&e)
                     );
-                    drain(self.worker, self.sink).await;
-                    EX_LOST
+                    Ended::Failed(EX_LOST)
                 }
                 Err(e) => {
                     eprintln!(
                         "baton: PROGRAM succeeded but the success could not be recorded: {}",
                         text::error_message(&e)
                     );
-                    drain(self.worker, self.sink).await;
-                    EX_LOST
+                    Ended::Failed(EX_LOST)
                 }
             },
             None => {
@@ -353,9 +559,10 @@ impl Holder<'_> {
                         text::error_message(&e)
                     ),
                 }
-                drain(self.worker, self.sink).await;
-                code
+                Ended::Failed(code)
             }
-        }
+        };
+        drain(self.worker, self.sink).await;
+        ended
     }
 }

@@ -5,6 +5,7 @@
 use std::task::Poll;
 
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::broadcast;
 
 use super::exit::EX_UNAVAILABLE;
 
@@ -12,8 +13,38 @@ use super::exit::EX_UNAVAILABLE;
 pub(crate) const FORWARDED: [libc::c_int; 4] =
     [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM];
 
-/// The forwarded signals baton listens to.
-pub(crate) struct Signals(Vec<(libc::c_int, tokio::signal::unix::Signal)>);
+/// The forwarded signals baton listens to: its own handlers, or a share of them ([`Fan`]).
+pub(crate) struct Signals(Source);
+
+enum Source {
+    Own(Vec<(libc::c_int, tokio::signal::unix::Signal)>),
+    Fanned(broadcast::Receiver<libc::c_int>),
+}
+
+/// One set of handlers shared by every occurrence `baton schedule` runs at once: the command
+/// listens ([`Signals::install`]) and passes each signal on here, and each occurrence's run
+/// reads its own copy ([`Fan::subscribe`]) as `baton run` reads its handlers. So a signal
+/// reaches every PROGRAM and every waiting backup, and what the command does (stop waiting for
+/// ticks) and what each run does (stop its PROGRAM, fail its attempt) stay apart.
+pub(crate) struct Fan(broadcast::Sender<libc::c_int>);
+
+impl Fan {
+    pub(crate) fn new() -> Fan {
+        // A handful of signals at most before the runs read them; a lagging run skips to the
+        // latest ones, which say the same thing (stop).
+        Fan(broadcast::channel(16).0)
+    }
+
+    /// Passes `sig` on to every subscribed run.
+    pub(crate) fn send(&self, sig: libc::c_int) {
+        let _ = self.0.send(sig);
+    }
+
+    /// The signals passed on from now on, for one run.
+    pub(crate) fn subscribe(&self) -> Signals {
+        Signals(Source::Fanned(self.0.subscribe()))
+    }
+}
 
 impl Signals {
     /// Listens to every forwarded signal that baton did not inherit as ignored: `nohup` leaves
@@ -26,20 +57,33 @@ impl Signals {
                 streams.push((sig, signal(SignalKind::from_raw(sig))?));
             }
         }
-        Ok(Signals(streams))
+        Ok(Signals(Source::Own(streams)))
     }
 
-    /// The next forwarded signal received. Cancel safe (as `Signal::recv`).
+    /// The next forwarded signal received. Cancel safe (as `Signal::recv` and
+    /// `broadcast::Receiver::recv`).
     pub(crate) async fn recv(&mut self) -> libc::c_int {
-        std::future::poll_fn(|cx| {
-            for (sig, stream) in &mut self.0 {
-                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
-                    return Poll::Ready(*sig);
-                }
+        match &mut self.0 {
+            Source::Own(streams) => {
+                std::future::poll_fn(|cx| {
+                    for (sig, stream) in streams.iter_mut() {
+                        if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                            return Poll::Ready(*sig);
+                        }
+                    }
+                    Poll::Pending
+                })
+                .await
             }
-            Poll::Pending
-        })
-        .await
+            Source::Fanned(rx) => loop {
+                match rx.recv().await {
+                    Ok(sig) => return sig,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    // The command is gone: no signal can come any more.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            },
+        }
     }
 }
 

@@ -13,23 +13,26 @@ pub(crate) struct Sink {
     pub(crate) json: bool,
     pub(crate) file: Option<std::fs::File>,
     pub(crate) verbose: u8,
+    /// The key the user gave (`--key`).
     pub(crate) key: String,
+    /// The occurrence of a schedule these events are about, if any.
+    pub(crate) occurrence: Option<Bound>,
+}
+
+/// The occurrence a sink's events are about: its id (the tick, `BATON_OCCURRENCE`) and the
+/// key of the job that runs it (`KEY@DIGEST@TICK`). Every JSON line carries both; human lines
+/// name the tick (`baton schedule` runs several occurrences at once).
+#[derive(Clone)]
+pub(crate) struct Bound {
+    pub(crate) id: String,
+    pub(crate) job: String,
 }
 
 impl Sink {
     pub(crate) fn emit(&mut self, event: &Event) {
         if self.json || self.file.is_some() {
-            let mut value = serde_json::to_value(event).unwrap_or_default();
-            if let Some(map) = value.as_object_mut() {
-                map.insert("key".into(), self.key.clone().into());
-            }
-            let line = value.to_string();
-            if self.json {
-                eprintln!("{line}");
-            }
-            if let Some(f) = &mut self.file {
-                let _ = writeln!(f, "{line}");
-            }
+            let value = serde_json::to_value(event).unwrap_or_default();
+            self.write_json(value);
         }
         if self.json {
             return;
@@ -39,21 +42,73 @@ impl Sink {
             Event::Error { .. } | Event::LeaseLost { .. } | Event::DeadlinePassed { .. }
         );
         if important || self.verbose >= 1 {
-            eprintln!("baton: {}: {}", self.key, describe(event));
+            eprintln!("baton: {}: {}", self.label(), describe(event));
+        }
+    }
+
+    /// A line the operator always sees (which tick a run bound to, how an occurrence ended):
+    /// `value` (with the key and occurrence added) as a JSON line on stderr with --json and in
+    /// the --events file, `text` on stderr otherwise.
+    pub(crate) fn say(&mut self, value: serde_json::Value, text: &str) {
+        self.write_json(value);
+        if !self.json {
+            eprintln!("baton: {}: {text}", self.key);
+        }
+    }
+
+    /// `value` with `key` (and the occurrence's `occurrence` and `job`) added, to stderr
+    /// (--json) and the events file.
+    fn write_json(&mut self, mut value: serde_json::Value) {
+        if !self.json && self.file.is_none() {
+            return;
+        }
+        if let Some(map) = value.as_object_mut() {
+            map.insert("key".into(), self.key.clone().into());
+            if let Some(o) = &self.occurrence {
+                map.insert("occurrence".into(), o.id.clone().into());
+                map.insert("job".into(), o.job.clone().into());
+            }
+        }
+        let line = value.to_string();
+        if self.json {
+            eprintln!("{line}");
+        }
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+
+    /// The same outputs, for the job of occurrence `bound` (one sink per occurrence `baton
+    /// schedule` runs at once; the events file is shared, each line written whole).
+    pub(crate) fn for_occurrence(&self, bound: Bound) -> Sink {
+        Sink {
+            json: self.json,
+            file: self.file.as_ref().and_then(|f| f.try_clone().ok()),
+            verbose: self.verbose,
+            key: self.key.clone(),
+            occurrence: Some(bound),
+        }
+    }
+
+    /// How human lines name what they are about: the key, and the occurrence's tick.
+    fn label(&self) -> String {
+        match &self.occurrence {
+            Some(o) => format!("{} {}", self.key, o.id),
+            None => self.key.clone(),
         }
     }
 
     /// A remark shown with --verbose.
     pub(crate) fn note(&mut self, text: &str) {
         if !self.json && self.verbose >= 1 {
-            eprintln!("baton: {}: {text}", self.key);
+            eprintln!("baton: {}: {text}", self.label());
         }
     }
 
     /// Something the operator must see (not with --json, whose events tell it).
     pub(crate) fn warn(&mut self, text: &str) {
         if !self.json {
-            eprintln!("baton: {}: {text}", self.key);
+            eprintln!("baton: {}: {text}", self.label());
         }
     }
 }

@@ -66,6 +66,11 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) kill_grace: Duration,
     /// When the lease ends for sure (no keepalive): PROGRAM is dead by then, whatever the grace.
     pub(crate) lease_end: Option<Instant>,
+    /// Whether baton acts as a shell's job (passes a SIGTSTP for itself on to PROGRAM, and
+    /// stops with a PROGRAM stopped by job control). Not for `baton schedule`, a daemon whose
+    /// PROGRAMs never have the terminal and run several at once: stopping the whole process
+    /// for one of them would stop the others' keepalives.
+    pub(crate) job_control: bool,
 }
 
 impl Supervisor<'_> {
@@ -94,7 +99,7 @@ impl Supervisor<'_> {
         // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
         // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
         // PROGRAM's stop then stops baton too (below).
-        let mut sigtstp = if inherited_ignored(libc::SIGTSTP) {
+        let mut sigtstp = if !self.job_control || inherited_ignored(libc::SIGTSTP) {
             None
         } else {
             signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
@@ -174,7 +179,10 @@ impl Supervisor<'_> {
                     Ok(Some(Change::Ended)) => break,
                     Err(e) => break 'watch Err(e),
                     Ok(Some(Change::Stopped(sig))) if is_job_control_stop(sig) => {
-                        if stopping.is_some() {
+                        if !self.job_control {
+                            // Stopped by someone else's `kill -TSTP`: it stays stopped, as after
+                            // a SIGSTOP, and its lease kept, as for any PROGRAM that runs slow.
+                        } else if stopping.is_some() {
                             // PROGRAM is on its way out: let it run so it can act on that.
                             program.signal(libc::SIGCONT);
                         } else if let Err(why) = self.suspend(program, sig, lease).await {
@@ -308,6 +316,7 @@ pub(crate) async fn run_held<G: HeldLock>(
         sigchld,
         kill_grace,
         lease_end: None,
+        job_control: true,
     };
     let far = later(Instant::now(), FAR);
     Ok(supervisor

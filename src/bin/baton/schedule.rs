@@ -1,0 +1,397 @@
+//! `baton schedule`: the long-running form of a scheduled `baton run`, one per server. At every
+//! tick (by the server's clock) it runs that occurrence's job exactly as `baton run --every …`
+//! would (holder or backup, PROGRAM supervised the same way, by the same code: [`Job`]), then
+//! waits for the next tick. Occurrences run at once in this process when one outlasts the gap
+//! to the next tick (each is a job of its own), unless `--overlap skip`.
+//!
+//! Why not the library's `Failover::schedule`: its work is a closure run under
+//! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
+//! keepalive's loss, the deadline, job control), which `Job` already does for `baton run`. The
+//! calendar, the binding to the server's clock and the wait for a tick are the library's.
+//!
+//! Signals: the command holds the one set of handlers and fans each signal out ([`Fan`]) to
+//! every running occurrence, which handles it as `baton run` does (a waiting backup stops
+//! waiting; a holder forwards it to PROGRAM and fails its attempt), and stops waiting for
+//! ticks. It exits once every occurrence has ended: 0 when none of their attempts was failed by
+//! the signal (nothing was running here), else the signal's status as `baton run` exits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, SystemTime};
+
+use baton::{Client, FailoverConfig, JobState, Occurrence, Schedule};
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
+use super::exit::{EX_UNAVAILABLE, EX_USAGE};
+use super::run::{occurrence_env, Ended, Job};
+use super::signals::{signal_name, signal_status, Fan, Signals};
+use super::sink::{Bound, Sink};
+use super::text::{self, human};
+
+/// How long to wait before reading the server's clock again after it could not be read.
+const CLOCK_RETRY: Duration = Duration::from_secs(1);
+
+/// How one occurrence ended on this server, as its report line says.
+enum Outcome {
+    /// It ran as a job here (or waited for one): how that ended.
+    Ran(Ended),
+    /// `--overlap skip`: an earlier occurrence still ran here at its tick.
+    Skipped,
+    /// `--catch-up last` found it already DONE or EXHAUSTED.
+    Found(JobState),
+}
+
+/// An occurrence's run in this process, and what it reports when it ends.
+type Run<'a> = Pin<Box<dyn Future<Output = (Occurrence, String, Ended)> + 'a>>;
+
+/// The occurrences running in this process at once (a handful at most: one per tick that came
+/// while earlier ones ran). Polled together by the command's one task, so they share its thread
+/// (PROGRAM is forked from it, see main.rs) and its signal handlers.
+#[derive(Default)]
+struct Runs<'a>(Vec<Run<'a>>);
+
+impl<'a> Runs<'a> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The next occurrence to end. Cancel safe: a run is removed only when it has ended.
+    async fn next(&mut self) -> (Occurrence, String, Ended) {
+        std::future::poll_fn(|cx| {
+            for i in 0..self.0.len() {
+                if let Poll::Ready(done) = self.0[i].as_mut().poll(cx) {
+                    drop(self.0.swap_remove(i));
+                    return Poll::Ready(done);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// What every occurrence's run shares.
+struct Command<'a> {
+    client: &'a Client,
+    args: &'a ScheduleArgs,
+    config: FailoverConfig,
+    schedule: Schedule,
+    fan: Fan,
+}
+
+pub(crate) async fn schedule(
+    client: &Client,
+    args: &ScheduleArgs,
+    config: FailoverConfig,
+    schedule: Schedule,
+    mut sink: Sink,
+) -> u8 {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton: cannot install signal handlers: {e}");
+            return EX_UNAVAILABLE;
+        }
+    };
+    let key = args.run.key.as_str();
+    warn_long_lease(&mut sink, &schedule, args.run.lock_timeout);
+    let cmd = Command {
+        client,
+        args,
+        config,
+        schedule,
+        fan: Fan::new(),
+    };
+    let mut runs = Runs::default();
+    let mut last: Option<SystemTime> = None;
+
+    let stop = 'ticks: {
+        if args.catch_up == CatchUpArg::Last {
+            let found = tokio::select! {
+                sig = signals.recv() => break 'ticks sig,
+                f = cmd.latest_past() => f,
+            };
+            match found {
+                Ok(Some((occurrence, state))) => {
+                    last = Some(occurrence.tick());
+                    match state {
+                        JobState::Done | JobState::Exhausted => {
+                            let job = occurrence.job_key(key);
+                            report(&mut sink, &occurrence, &job, Outcome::Found(state));
+                        }
+                        _ => {
+                            if let Some(run) = cmd.start(&mut sink, occurrence) {
+                                runs.0.push(run);
+                            }
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => sink.warn(&format!(
+                    "the latest past tick could not be checked ({}); not caught up",
+                    text::error_message(&e)
+                )),
+            }
+        }
+        let verbose = sink.verbose >= 1 && !sink.json;
+        let mut due = Box::pin(cmd.next_due(last, verbose));
+        loop {
+            tokio::select! {
+                // Ended runs before a due tick: `--overlap skip` must not count one that has
+                // ended as still running.
+                biased;
+                sig = signals.recv() => break 'ticks sig,
+                (occurrence, job, ended) = runs.next(), if !runs.is_empty() => {
+                    report(&mut sink, &occurrence, &job, Outcome::Ran(ended));
+                }
+                occurrence = &mut due => {
+                    last = Some(occurrence.tick());
+                    due = Box::pin(cmd.next_due(last, verbose));
+                    if args.overlap == OverlapArg::Skip && !runs.is_empty() {
+                        let job = occurrence.job_key(key);
+                        report(&mut sink, &occurrence, &job, Outcome::Skipped);
+                    } else if let Some(run) = cmd.start(&mut sink, occurrence) {
+                        runs.0.push(run);
+                    }
+                }
+            }
+        }
+    };
+
+    // Stopping: every run got the signal (a share of these handlers); wait for them to end,
+    // passing on further signals (a second SIGTERM hurries PROGRAMs as it would under `run`).
+    cmd.fan.send(stop);
+    sink.note(&format!(
+        "got {}; no more ticks, stopping what runs here",
+        signal_name(stop)
+    ));
+    let mut failed_by: Option<libc::c_int> = None;
+    while !runs.is_empty() {
+        tokio::select! {
+            sig = signals.recv() => cmd.fan.send(sig),
+            (occurrence, job, ended) = runs.next() => {
+                if let Ended::Signalled(sig) = ended {
+                    failed_by.get_or_insert(sig);
+                }
+                report(&mut sink, &occurrence, &job, Outcome::Ran(ended));
+            }
+        }
+    }
+    failed_by.map_or(0, signal_status)
+}
+
+impl<'a> Command<'a> {
+    /// The latest past tick and its job's state (`--catch-up last`).
+    async fn latest_past(&self) -> Result<Option<(Occurrence, JobState)>, baton::Error> {
+        let key = &self.args.run.key;
+        let now = self.client.failover().server_time(key).await?;
+        let Some(occurrence) = self
+            .schedule
+            .latest_at_or_before(now)
+            .and_then(|t| self.schedule.occurrence_of_tick(t))
+        else {
+            return Ok(None);
+        };
+        let job = self
+            .config
+            .for_occurrence(&occurrence, self.args.run.retention)?;
+        let state = self.client.failover().job_state(job).await?;
+        Ok(Some((occurrence, state)))
+    }
+
+    /// The next occurrence to run, once its tick has come by the server's clock: the first
+    /// tick after `last` (or, at start, after now). One that was away for whole periods (the
+    /// server unreachable, the host suspended) resumes at the occurrence a run starting now
+    /// binds to. Read errors are said once per outage and retried every second.
+    async fn next_due(&self, last: Option<SystemTime>, verbose: bool) -> Occurrence {
+        let key = &self.args.run.key;
+        let failover = self.client.failover();
+        let mut failing = false;
+        loop {
+            let attempt = async {
+                let now = failover.server_time(key).await?;
+                let Some(occurrence) = self.pick(last, now) else {
+                    return Ok(None);
+                };
+                if verbose {
+                    eprintln!(
+                        "baton: {key}: next tick {} in {}",
+                        occurrence.id(),
+                        human(occurrence.until_due(now))
+                    );
+                }
+                failover.wait_until_due(&occurrence, key).await?;
+                Ok::<_, baton::Error>(Some(occurrence))
+            };
+            match attempt.await {
+                Ok(Some(occurrence)) => {
+                    if failing {
+                        eprintln!("baton: {key}: the server's clock can be read again");
+                    }
+                    return occurrence;
+                }
+                Ok(None) => {
+                    eprintln!("baton: {key}: {} has no further tick", self.schedule);
+                    return std::future::pending().await;
+                }
+                Err(e) => {
+                    if !failing {
+                        eprintln!(
+                            "baton: {key}: cannot read the server's clock ({}); trying again \
+                             every {}",
+                            text::error_message(&e),
+                            human(CLOCK_RETRY)
+                        );
+                    }
+                    failing = true;
+                    tokio::time::sleep(CLOCK_RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// See [`Command::next_due`].
+    fn pick(&self, last: Option<SystemTime>, now: SystemTime) -> Option<Occurrence> {
+        let tick = match last {
+            None => self.schedule.next_after(now)?,
+            Some(last) => {
+                let next = self.schedule.next_after(last)?;
+                match self.schedule.occurrence_at(now).map(|o| o.tick()) {
+                    Some(bound) if bound > next => bound,
+                    _ => next,
+                }
+            }
+        };
+        self.schedule.occurrence_of_tick(tick)
+    }
+
+    /// Starts `occurrence`'s run, or reports why it cannot start (`None`).
+    fn start(&'a self, sink: &mut Sink, occurrence: Occurrence) -> Option<Run<'a>> {
+        let args = &self.args.run;
+        let config = match self.config.for_occurrence(&occurrence, args.retention) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("baton: {}", text::config_message(&e));
+                let job = occurrence.job_key(&args.key);
+                report(
+                    sink,
+                    &occurrence,
+                    &job,
+                    Outcome::Ran(Ended::Error(EX_USAGE)),
+                );
+                return None;
+            }
+        };
+        let job_key = config.key().to_string();
+        // Listened to before PROGRAM exists, so none of its changes can be missed.
+        let mut sigchld = match signal(SignalKind::child()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("baton: cannot install signal handlers: {e}");
+                let ended = Ended::Error(EX_UNAVAILABLE);
+                report(sink, &occurrence, &job_key, Outcome::Ran(ended));
+                return None;
+            }
+        };
+        let mut run_sink = sink.for_occurrence(Bound {
+            id: occurrence.id().to_string(),
+            job: job_key.clone(),
+        });
+        run_sink.note(&format!(
+            "running occurrence {}, job {job_key}",
+            occurrence.id()
+        ));
+        let mut signals = self.fan.subscribe();
+        let job = Job {
+            client: self.client,
+            args,
+            env: occurrence_env(&occurrence, &config),
+            config,
+            // A daemon: PROGRAM never has the terminal, and no occurrence stops the others.
+            tty: false,
+            job_control: false,
+        };
+        Some(Box::pin(async move {
+            let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
+            (occurrence, job_key, ended)
+        }))
+    }
+}
+
+/// Warns when a holder that dies would keep its occurrence past the next tick: allowed (each
+/// occurrence is a job of its own), but rarely meant.
+fn warn_long_lease(sink: &mut Sink, schedule: &Schedule, lease: Duration) {
+    let Some(occurrence) = schedule.occurrence_at(SystemTime::now()) else {
+        return;
+    };
+    let Some(gap) = occurrence
+        .next_tick()
+        .and_then(|n| n.duration_since(occurrence.tick()).ok())
+    else {
+        return;
+    };
+    if lease > gap {
+        sink.warn(&format!(
+            "--lock-timeout ({}) is longer than the gap between ticks ({}): a holder that dies \
+             keeps its occurrence past the next tick, which runs beside it",
+            human(lease),
+            human(gap)
+        ));
+    }
+}
+
+/// The one line per occurrence: its tick, its job and how it ended here.
+fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome) {
+    let (name, status, what) = match outcome {
+        Outcome::Ran(Ended::Done) => ("done", Some(0), "ran here: done".to_string()),
+        Outcome::Ran(Ended::Failed(code)) => (
+            "failed",
+            Some(code),
+            format!("ran here: failed with status {code}"),
+        ),
+        Outcome::Ran(Ended::Signalled(sig)) => (
+            "stopped",
+            Some(signal_status(sig)),
+            format!(
+                "ran here: stopped by {} (the attempt is failed; a backup takes over)",
+                signal_name(sig)
+            ),
+        ),
+        Outcome::Ran(Ended::DoneElsewhere) => ("done_elsewhere", None, "done elsewhere".into()),
+        Outcome::Ran(Ended::Exhausted) => ("exhausted", None, "exhausted".into()),
+        Outcome::Ran(Ended::StoppedWaiting(_)) => (
+            "stopped_waiting",
+            None,
+            "stopped while waiting as a backup (nothing ran here)".into(),
+        ),
+        Outcome::Ran(Ended::Error(code)) => {
+            ("error", Some(code), format!("error (exit status {code})"))
+        }
+        Outcome::Skipped => (
+            "skipped",
+            None,
+            "skipped: an earlier occurrence still runs here (--overlap skip)".into(),
+        ),
+        Outcome::Found(JobState::Exhausted) => (
+            "exhausted",
+            None,
+            "exhausted already (not caught up)".into(),
+        ),
+        Outcome::Found(_) => (
+            "done_elsewhere",
+            None,
+            "done already (not caught up)".into(),
+        ),
+    };
+    let value = serde_json::json!({
+        "event": "occurrence_ended",
+        "occurrence": occurrence.id(),
+        "job": job,
+        "outcome": name,
+        "status": status,
+    });
+    let text = format!("occurrence {}, job {job}: {what}", occurrence.id());
+    sink.say(value, &text);
+}

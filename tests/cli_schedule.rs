@@ -1,0 +1,744 @@
+//! Scheduled jobs through the `baton` binary: `baton run --every/--cron` (one occurrence per
+//! run, bound by the server's clock) and `baton schedule` (the long-running form), against a
+//! private redis-server per test (and PostgreSQL for `run`). Ticks are a second or two apart;
+//! the server runs on this host, so its clock is the one `date` reads in PROGRAM.
+#![cfg(all(feature = "cli", feature = "testing"))]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::process::*;
+use common::{server, shq, TempDir};
+use serde_json::Value;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+
+/// Upper bound for a `baton` process that has nothing to wait for.
+const QUICK: Duration = Duration::from_secs(10);
+
+/// `baton SUB --url URL` ([`baton_command`]).
+fn baton(sub: &str, url: &str) -> Command {
+    let mut cmd = baton_command(BATON);
+    cmd.arg(sub).arg("--url").arg(url);
+    cmd
+}
+
+/// `cmd` with its stderr written to `path` (read while it runs).
+fn stderr_to(cmd: &mut Command, path: &Path) {
+    cmd.stderr(Stdio::from(
+        std::fs::File::create(path).expect("stderr file"),
+    ));
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Seconds since the epoch of an RFC 3339 time (an occurrence's id).
+fn epoch(id: &str) -> f64 {
+    let ts: jiff::Timestamp = id.parse().unwrap_or_else(|e| panic!("{id:?}: {e}"));
+    ts.as_millisecond() as f64 / 1000.0
+}
+
+/// The id of the tick at `secs` seconds since the epoch.
+fn id_of(secs: u64) -> String {
+    jiff::Timestamp::from_second(secs as i64)
+        .unwrap()
+        .to_string()
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The first multiple of `period` seconds at least `margin` seconds from now.
+fn tick_after(period: u64, margin: f64) -> u64 {
+    let t = (now_secs() + margin).ceil() as u64;
+    t.div_ceil(period) * period
+}
+
+/// Sleeps until `at` seconds since the epoch (this host's clock, the server's too).
+async fn sleep_until_epoch(at: f64) {
+    let left = at - now_secs();
+    if left > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(left)).await;
+    }
+}
+
+/// The `occurrence_ended` lines of a `--json` stderr.
+fn reports(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "occurrence_ended")
+        .collect()
+}
+
+/// Lines `OCCURRENCE REST...` of a file PROGRAM appends to, by occurrence.
+fn by_occurrence(path: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in lines(path) {
+        let mut parts = line.splitn(2, ' ');
+        let occ = parts.next().unwrap_or_default().to_string();
+        out.entry(occ)
+            .or_default()
+            .push(parts.next().unwrap_or_default().to_string());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// baton run with a schedule
+// ---------------------------------------------------------------------------------------------
+
+/// Three `baton run --every 2s` at each of three consecutive ticks, one started inside the
+/// early tolerance (E = 1 s here: half the period) and two late: each occurrence runs exactly
+/// once, none is skipped, and PROGRAM never starts before its tick.
+async fn three_runs_at_each_of_three_ticks(url: &str) {
+    let dir = TempDir::new("sched-run");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE $(date +%s.%N)\" >> {}", shq(&log));
+    let first = tick_after(2, 1.5);
+    let ticks: Vec<u64> = (0..3).map(|k| first + 2 * k).collect();
+    // (start offset from the tick, tick): the early one 0.8 s before, the late ones after.
+    let mut starts: Vec<(f64, u64)> = Vec::new();
+    for &t in &ticks {
+        for offset in [-0.8, 0.2, 0.5] {
+            starts.push((t as f64 + offset, t));
+        }
+    }
+    let mut children: Vec<(f64, u64, Child)> = Vec::new();
+    for (at, tick) in starts {
+        sleep_until_epoch(at).await;
+        let child = spawn(
+            baton("run", url)
+                .args(["--key", "tick", "--every", "2s", "--lock-timeout", "2s"])
+                .args(["--", "sh", "-c", &script]),
+        );
+        children.push((at - tick as f64, tick, child));
+    }
+    for (offset, tick, child) in children {
+        let out = finish(child, "baton run --every 2s").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("occurrence ") && err.contains("tick@"),
+            "baton says which occurrence it bound to: {err}"
+        );
+        if offset < 0.0 {
+            assert!(
+                err.contains(&format!("occurrence {}", id_of(tick))) && err.contains("waiting"),
+                "a run 0.8 s before tick {tick} binds to it and waits: {err}"
+            );
+        }
+    }
+    let ran = by_occurrence(&log);
+    for &t in &ticks {
+        let runs = ran.get(&id_of(t)).cloned().unwrap_or_default();
+        assert_eq!(
+            runs.len(),
+            1,
+            "tick {} ran {runs:?}; all: {ran:#?}",
+            id_of(t)
+        );
+    }
+    for (occ, runs) in &ran {
+        assert_eq!(runs.len(), 1, "{occ} ran {runs:?}");
+        let started: f64 = runs[0].trim().parse().unwrap();
+        assert!(
+            started >= epoch(occ),
+            "PROGRAM of {occ} started at {started}, before its tick"
+        );
+    }
+}
+
+#[tokio::test]
+async fn run_every_binds_each_process_to_one_tick_and_runs_it_once_never_early() {
+    let srv = server();
+    three_runs_at_each_of_three_ticks(&srv.url()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_every_on_postgres_runs_each_tick_once_never_early() {
+    let db = common::PgDatabase::create();
+    three_runs_at_each_of_three_ticks(&db.url).await;
+}
+
+/// Two `baton run --every 2s --key KEY --lock-timeout LEASE -- sh -c SCRIPT`, started 0.2 s
+/// after a tick: both bind to it (E = 1 s; the next tick binds runs from 1 s on). The tick
+/// (seconds since the epoch) and the processes.
+async fn two_runs_after_a_tick(
+    url: &str,
+    key: &str,
+    lease: &str,
+    script: &str,
+) -> (u64, Vec<Child>) {
+    let tick = tick_after(2, 0.5);
+    sleep_until_epoch(tick as f64 + 0.2).await;
+    let children = (0..2)
+        .map(|_| {
+            spawn(
+                baton("run", url)
+                    .args(["--key", key, "--every", "2s", "--lock-timeout", lease])
+                    .args(["--", "sh", "-c", script]),
+            )
+        })
+        .collect();
+    (tick, children)
+}
+
+/// A failing attempt of one occurrence is retried by a backup within that occurrence: the same
+/// BATON_OCCURRENCE, BATON_ATTEMPT 2.
+#[tokio::test]
+async fn a_failed_attempt_is_retried_by_a_backup_within_its_occurrence() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-retry");
+    let log = dir.path("log");
+    let script = format!(
+        "echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {}; [ \"$BATON_ATTEMPT\" -ge 2 ]",
+        shq(&log)
+    );
+    let (tick, children) = two_runs_after_a_tick(&url, "retry", "2s", &script).await;
+    let mut codes = Vec::new();
+    for child in children {
+        let out = finish(child, "baton run --every").await;
+        codes.push(code(&out));
+    }
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [0, 1],
+        "the holder exits with PROGRAM's 1, the backup 0"
+    );
+    let id = id_of(tick);
+    assert_eq!(
+        lines(&log),
+        [format!("{id} 1"), format!("{id} 2")],
+        "attempt 2 of the same occurrence"
+    );
+}
+
+/// A holder killed mid-occurrence (SIGKILL to its baton) is taken over after its lease, within
+/// the same occurrence.
+#[tokio::test]
+async fn a_killed_holder_is_taken_over_after_its_lease_within_its_occurrence() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-kill");
+    let log = dir.path("log");
+    let script = format!(
+        "echo \"$BATON_OCCURRENCE $BATON_ATTEMPT $PPID\" >> {}; \
+         [ \"$BATON_ATTEMPT\" -ge 2 ] || exec sleep 30",
+        shq(&log)
+    );
+    let (tick, mut children) = two_runs_after_a_tick(&url, "kill", "1s", &script).await;
+    let first = wait_file(&log, QUICK, |t| t.ends_with('\n'))
+        .await
+        .expect("the holder ran PROGRAM");
+    let fields: Vec<&str> = first.split_whitespace().collect();
+    assert_eq!(fields[..2], [id_of(tick).as_str(), "1"], "{first}");
+    let holder_pid: u32 = fields[2].parse().unwrap();
+    let i = children
+        .iter()
+        .position(|c| c.id() == Some(holder_pid))
+        .expect("PROGRAM's parent is one of the two batons");
+    let mut holder = children.remove(i);
+    let killed_at = Instant::now();
+    holder.start_kill().expect("SIGKILL the holder");
+    let _ = holder.wait().await;
+    let backup = children.pop().unwrap();
+    let out = finish(backup, "the backup").await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 2, "{ran:?}");
+    assert!(
+        ran[1].starts_with(&format!("{} 2 ", id_of(tick))),
+        "attempt 2 of the same occurrence: {ran:?}"
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(8),
+        "taken over after the 1 s lease, not later"
+    );
+}
+
+/// Two schedules on one key (`--every 1s` and `--every 2s`) bind to the same instant but never
+/// share an occurrence: each has its own job, and both run.
+#[tokio::test]
+async fn two_schedules_on_one_key_never_share_an_occurrence() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-two");
+    let log = dir.path("log");
+    let script = format!(
+        "echo \"$BATON_OCCURRENCE $BATON_JOB $BATON_KEY\" >> {}",
+        shq(&log)
+    );
+    let tick = tick_after(2, 1.0);
+    // 0.3 s early: within both tolerances (0.5 s and 1 s).
+    sleep_until_epoch(tick as f64 - 0.3).await;
+    let children: Vec<Child> = ["1s", "2s"]
+        .iter()
+        .map(|every| {
+            spawn(
+                baton("run", &url)
+                    .args(["--key", "shared", "--every", every])
+                    .args(["--", "sh", "-c", &script]),
+            )
+        })
+        .collect();
+    for child in children {
+        let out = finish(child, "baton run").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+    }
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 2, "both schedules ran: {ran:?}");
+    let parts: Vec<Vec<&str>> = ran.iter().map(|l| l.split(' ').collect()).collect();
+    let id = id_of(tick);
+    assert!(
+        parts.iter().all(|p| p[0] == id && p[2] == "shared"),
+        "{ran:?}"
+    );
+    assert_ne!(parts[0][1], parts[1][1], "different jobs: {ran:?}");
+    assert!(parts.iter().all(|p| p[1].starts_with("shared@")), "{ran:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// baton schedule
+// ---------------------------------------------------------------------------------------------
+
+/// `baton schedule --every 1s` on three processes for about five ticks: every tick runs once,
+/// with no gap, and for each exactly one process reports having run it.
+#[tokio::test]
+async fn schedule_on_three_processes_runs_every_tick_once_without_gaps() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-three");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {}", shq(&log));
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let err = dir.path(&format!("err{i}"));
+        let mut cmd = baton("schedule", &url);
+        cmd.args([
+            "--key",
+            "every",
+            "--every",
+            "1s",
+            "--lock-timeout",
+            "2s",
+            "--json",
+        ])
+        .args(["--", "sh", "-c", &script]);
+        stderr_to(&mut cmd, &err);
+        children.push((spawn(&mut cmd), err));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // About five ticks after the last start, stopped half-way between two ticks (PROGRAM is
+    // quick: nothing runs then, so each exits 0).
+    let stop_at = now_secs().floor() + 5.5;
+    sleep_until_epoch(stop_at).await;
+    for (child, _) in &children {
+        send_signal(child.id().unwrap(), libc::SIGTERM);
+    }
+    let mut ran_here: BTreeMap<String, usize> = BTreeMap::new();
+    for (child, err) in children {
+        let out = finish(child, "baton schedule").await;
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        assert_eq!(code(&out), 0, "{}\n{text}", describe(&out));
+        for r in reports(&text) {
+            assert!(
+                ["done", "done_elsewhere"].contains(&r["outcome"].as_str().unwrap()),
+                "{r}"
+            );
+            if r["outcome"] == "done" {
+                *ran_here
+                    .entry(r["occurrence"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+    let ran = by_occurrence(&log);
+    let ticks: Vec<f64> = ran.keys().map(|k| epoch(k)).collect();
+    assert!(ticks.len() >= 4, "about five ticks ran: {ran:#?}");
+    for pair in ticks.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1.0, "a gap between ticks: {ran:#?}");
+    }
+    for (occ, runs) in &ran {
+        assert_eq!(runs, &["1"], "{occ} ran {runs:?}");
+        assert_eq!(
+            ran_here.get(occ),
+            Some(&1),
+            "one process reports running {occ}: {ran_here:?}"
+        );
+    }
+}
+
+/// The offset of an hourly schedule whose latest tick was half an hour ago: far from both
+/// ticks, so the test does not race one.
+fn half_hour_ago_offset() -> String {
+    let now = now_secs() as u64;
+    format!("{}s", (now - 1800) % 3600)
+}
+
+/// `--catch-up last` runs the latest past tick when it is not done; a later start finds it done
+/// and does not run it again.
+#[tokio::test]
+async fn catch_up_last_runs_a_past_tick_not_done_and_not_one_done() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-catch");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE\" >> {}", shq(&log));
+    let offset = half_hour_ago_offset();
+    let start = |n: usize| {
+        let err = dir.path(&format!("err{n}"));
+        let mut cmd = baton("schedule", &url);
+        cmd.args(["--key", "catch", "--every", "1h", "--offset", &offset])
+            .args(["--catch-up", "last", "--json", "--", "sh", "-c", &script]);
+        stderr_to(&mut cmd, &err);
+        (spawn(&mut cmd), err)
+    };
+    for (n, outcome) in [(0, "done"), (1, "done_elsewhere")] {
+        let (child, err) = start(n);
+        let text = wait_file(&err, QUICK, |t| !reports(t).is_empty())
+            .await
+            .unwrap_or_else(|| panic!("no report from start {n}"));
+        let r = &reports(&text)[0];
+        assert_eq!(r["outcome"], outcome, "start {n}: {text}");
+        send_signal(child.id().unwrap(), libc::SIGTERM);
+        let out = finish(child, "baton schedule").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+    }
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 1, "the past tick ran once: {ran:?}");
+    assert!(epoch(&ran[0]) < now_secs() - 1700.0, "{ran:?}");
+}
+
+/// `--overlap skip`: a tick that comes while an earlier occurrence still runs here is reported
+/// skipped and not run.
+#[tokio::test]
+async fn overlap_skip_reports_a_tick_that_comes_while_one_runs() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-skip");
+    let log = dir.path("log");
+    let err = dir.path("err");
+    let script = format!("echo \"$BATON_OCCURRENCE\" >> {}; sleep 1.5", shq(&log));
+    let mut cmd = baton("schedule", &url);
+    cmd.args([
+        "--key",
+        "skip",
+        "--every",
+        "1s",
+        "--overlap",
+        "skip",
+        "--json",
+    ])
+    .args(["--lock-timeout", "3s", "--", "sh", "-c", &script]);
+    stderr_to(&mut cmd, &err);
+    let child = spawn(&mut cmd);
+    let text = wait_file(&err, QUICK, |t| {
+        reports(t).iter().any(|r| r["outcome"] == "skipped")
+    })
+    .await
+    .expect("a tick reported skipped");
+    send_signal(child.id().unwrap(), libc::SIGTERM);
+    let _ = finish(child, "baton schedule").await;
+    let skipped: BTreeSet<String> = reports(&text)
+        .iter()
+        .filter(|r| r["outcome"] == "skipped")
+        .map(|r| r["occurrence"].as_str().unwrap().to_string())
+        .collect();
+    let ran: BTreeSet<String> = lines(&log).into_iter().collect();
+    assert!(!ran.is_empty(), "an occurrence ran");
+    assert!(
+        skipped.is_disjoint(&ran),
+        "skipped {skipped:?} but ran {ran:?}"
+    );
+    for s in &skipped {
+        assert!(
+            ran.iter()
+                .any(|r| epoch(r) < epoch(s) && epoch(s) < epoch(r) + 1.5),
+            "{s} was skipped while an earlier one ran: {ran:?}"
+        );
+    }
+}
+
+/// SIGTERM to `baton schedule` while it waits for a tick: exit 0. While it holds an attempt:
+/// PROGRAM is stopped, the attempt failed (a backup may take over), exit 143.
+#[tokio::test]
+async fn sigterm_exits_0_while_waiting_and_143_failing_the_attempt_while_holding() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-term");
+
+    let err = dir.path("waiting");
+    let mut cmd = baton("schedule", &url);
+    cmd.args(["--key", "term", "--every", "1h", "-v", "--", "true"]);
+    stderr_to(&mut cmd, &err);
+    let child = spawn(&mut cmd);
+    wait_file(&err, QUICK, |t| t.contains("next tick"))
+        .await
+        .expect("waiting for the next tick");
+    send_signal(child.id().unwrap(), libc::SIGTERM);
+    let out = finish(child, "baton schedule, waiting").await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+
+    let pidfile = dir.path("pid");
+    let jobfile = dir.path("job");
+    let script = format!(
+        "echo \"$BATON_JOB\" > {}; echo $$ > {}; exec sleep 30",
+        shq(&jobfile),
+        shq(&pidfile)
+    );
+    let offset = half_hour_ago_offset();
+    let child = spawn(
+        baton("schedule", &url)
+            .args(["--key", "term", "--every", "1h", "--offset", &offset])
+            .args(["--catch-up", "last", "--", "sh", "-c", &script]),
+    );
+    let program = read_pid(&pidfile, QUICK).await;
+    send_signal(child.id().unwrap(), libc::SIGTERM);
+    let out = finish(child, "baton schedule, holding").await;
+    assert_eq!(code(&out), 143, "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("ran here: stopped by SIGTERM"),
+        "{}",
+        describe(&out)
+    );
+    assert!(gone_within(program, QUICK).await, "PROGRAM was stopped");
+    let job = std::fs::read_to_string(&jobfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    let status = finish(
+        spawn(baton("status", &url).args(["--key", &job, "--json"])),
+        "status",
+    )
+    .await;
+    let value: Value = serde_json::from_slice(&status.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", describe(&status)));
+    assert_eq!(value["state"], "waiting", "attempt 1 failed: {value}");
+    assert!(
+        value["last_failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("SIGTERM")),
+        "{value}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage and help
+// ---------------------------------------------------------------------------------------------
+
+/// Each schedule flag's parse error exits 64 with a message naming the flag, before connecting
+/// (the URL is unreachable).
+#[tokio::test]
+async fn every_schedule_flag_s_parse_error_exits_64_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--every", "soon"], "--every"),
+        (&["--every", "0s"], "--every"),
+        (&["--every", "2s", "--offset", "later"], "--offset"),
+        (&["--every", "2s", "--offset", "5s"], "--offset"),
+        (&["--offset", "1s"], "--every"),
+        (&["--cron", "0 2 * *"], "--cron"),
+        (&["--cron", "0 61 * * *"], "--cron"),
+        (&["--cron", "0 2 * * *", "--tz", "Mars/Olympus"], "--tz"),
+        (&["--tz", "Europe/Paris"], "--cron"),
+        (&["--every", "1s", "--cron", "* * * * *"], "--cron"),
+        (&["--every", "1s", "--early", "a bit"], "--early"),
+        (&["--early", "5s"], "--every"),
+    ];
+    let schedule_only: &[(&[&str], &str)] = &[
+        (&["--every", "1s", "--catch-up", "sometimes"], "--catch-up"),
+        (&["--every", "1s", "--overlap", "maybe"], "--overlap"),
+        (&[], "--every"),
+    ];
+    let unreachable = "redis://127.0.0.1:1/";
+    let mut all = Vec::new();
+    for (args, flag) in cases {
+        all.push(("run", *args, *flag));
+        all.push(("schedule", *args, *flag));
+    }
+    for (args, flag) in schedule_only {
+        all.push(("schedule", *args, *flag));
+    }
+    for (sub, args, flag) in all {
+        let out = finish(
+            spawn(
+                baton(sub, unreachable)
+                    .args(["--key", "k"])
+                    .args(args)
+                    .args(["--", "true"]),
+            ),
+            "a usage error",
+        )
+        .await;
+        assert_eq!(code(&out), 64, "{sub} {args:?}: {}", describe(&out));
+        assert!(
+            stderr(&out).contains(flag),
+            "{sub} {args:?} names {flag}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[tokio::test]
+async fn help_of_run_and_schedule_shows_crontab_lines_systemd_units_and_the_guarantees() {
+    let help = |sub: &'static str| async move {
+        let out = finish(
+            spawn(
+                Command::new(BATON)
+                    .args([sub, "--help"])
+                    .stdout(Stdio::piped()),
+            ),
+            "--help",
+        )
+        .await;
+        assert_eq!(code(&out), 0);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let run = help("run").await;
+    for want in [
+        "0 2 * * *  baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris",
+        "Type=oneshot",
+        "[Timer]",
+        "OnCalendar=",
+        "baton run --key nightly-report --every 24h",
+        "once across the fleet",
+        "never starts before its tick",
+        "--early",
+        "BATON_OCCURRENCE",
+        "BATON_JOB",
+    ] {
+        assert!(run.contains(want), "run --help lacks {want:?}:\n{run}");
+    }
+    let schedule = help("schedule").await;
+    for want in [
+        "ExecStart=/usr/local/bin/baton schedule --key nightly-report",
+        "[Service]",
+        "KillMode=mixed",
+        "@reboot  baton schedule",
+        "once across the fleet, never before its tick",
+        "--catch-up",
+        "--overlap",
+        "Exit statuses of `baton schedule`",
+        "143",
+        "BATON_OCCURRENCE",
+    ] {
+        assert!(
+            schedule.contains(want),
+            "schedule --help lacks {want:?}:\n{schedule}"
+        );
+    }
+}
+
+/// The crontab line of the README (and of `run --help`), run as cron runs it (its command by
+/// `/bin/sh -c`): the first run runs the report for tonight's occurrence (the latest 02:00 in
+/// Paris, by the server's clock), a duplicate run of the same night does not.
+#[tokio::test]
+async fn the_readmes_crontab_line_runs_the_nights_occurrence_once() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let line = readme
+        .split("```cron\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .and_then(|block| {
+            block
+                .lines()
+                .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
+        .expect("a crontab line in a ```cron block of README.md")
+        .trim()
+        .to_string();
+    let help = finish(
+        spawn(
+            Command::new(BATON)
+                .args(["run", "--help"])
+                .stdout(Stdio::piped()),
+        ),
+        "run --help",
+    )
+    .await;
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains(&line),
+        "`baton run --help` shows another crontab line than README.md's {line:?}"
+    );
+    let command = line
+        .split_whitespace()
+        .skip(5)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        !command.contains('%'),
+        "crontab would cut the line at %: {line:?}"
+    );
+    assert!(command.contains("/usr/local/bin/report"), "{line:?}");
+
+    let srv = server();
+    let dir = TempDir::new("sched-crontab");
+    let ran = dir.path("ran");
+    let report = dir.path("report");
+    std::fs::write(
+        &report,
+        format!(
+            "#!/bin/sh\necho \"$BATON_OCCURRENCE $BATON_KEY\" >> {}\n",
+            shq(&ran)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&report, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let command = command
+        .replace("/usr/local/bin/report", &shq(&report))
+        .replacen("baton ", &format!("{} ", shq(Path::new(BATON))), 1);
+    // Tonight's tick: the latest 02:00 in Paris at or before now + 60 s (the early tolerance).
+    let soon = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+    let mut night = soon
+        .to_zoned(jiff::tz::TimeZone::get("Europe/Paris").unwrap())
+        .date()
+        .at(2, 0, 0, 0)
+        .to_zoned(jiff::tz::TimeZone::get("Europe/Paris").unwrap())
+        .unwrap();
+    if night.timestamp() > soon {
+        night = night.yesterday().unwrap();
+    }
+    for _ in 0..2 {
+        let out = finish_by(
+            spawn(
+                Command::new("/bin/sh")
+                    .arg("-c")
+                    .arg(&command)
+                    .env("BATON_URL", srv.url())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true),
+            ),
+            // Within a minute before 02:00 in Paris it binds to the coming tick and waits.
+            Instant::now() + Duration::from_secs(90),
+            "the crontab line",
+        )
+        .await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+    }
+    assert_eq!(
+        lines(&ran),
+        [format!("{} nightly-report", night.timestamp())],
+        "tonight's occurrence ran once"
+    );
+}
+
+async fn finish(child: Child, what: &str) -> Output {
+    finish_by(child, Instant::now() + QUICK, what).await
+}
