@@ -383,6 +383,57 @@ async fn schedule_on_three_processes_runs_every_tick_once_without_gaps() {
     }
 }
 
+/// A `baton schedule` stopped (SIGSTOP: a stalled process, a suspended host) past the binding
+/// window of the tick it waited for does not run that stale tick on waking: it runs the
+/// occurrence a run starting then binds to, so PROGRAM always starts inside its tick's window
+/// `[T, T + P − E)` (P = 2 s, E = 1 s here).
+#[tokio::test]
+async fn a_schedule_stalled_past_its_window_runs_the_occurrence_it_binds_to_on_waking() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-stall");
+    let log = dir.path("log");
+    let err = dir.path("err");
+    let script = format!("echo \"$BATON_OCCURRENCE $(date +%s.%N)\" >> {}", shq(&log));
+    let mut cmd = baton("schedule", &url);
+    cmd.args(["--key", "stall", "--every", "2s", "--lock-timeout", "1s"])
+        .args(["--", "sh", "-c", &script]);
+    stderr_to(&mut cmd, &err);
+    let child = spawn(&mut cmd);
+    let pid = child.id().unwrap();
+    // Stopped 0.3 s after a tick T0 (waiting for T0 + 2) until T0 + 3.5: past T0 + 2's window.
+    let t0 = tick_after(2, 0.5) as f64;
+    sleep_until_epoch(t0 + 0.3).await;
+    send_signal(pid, libc::SIGSTOP);
+    sleep_until_epoch(t0 + 3.5).await;
+    send_signal(pid, libc::SIGCONT);
+    sleep_until_epoch(t0 + 6.5).await;
+    send_signal(pid, libc::SIGTERM);
+    let out = finish(child, "baton schedule").await;
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(code(&out), 0, "{}\n{text}", describe(&out));
+    let ran = by_occurrence(&log);
+    assert!(!ran.is_empty(), "nothing ran: {text}");
+    for (occ, starts) in &ran {
+        let tick = epoch(occ);
+        for start in starts {
+            let start: f64 = start.parse().unwrap();
+            assert!(
+                start >= tick && start < tick + 1.0,
+                "{occ} started at {start:.3}, outside its window [T, T + 1 s): {ran:#?}\n{text}"
+            );
+        }
+    }
+    assert!(
+        !ran.contains_key(&id_of(t0 as u64 + 2)),
+        "the tick waited for during the stall ran after it: {ran:#?}"
+    );
+    assert!(
+        ran.contains_key(&id_of(t0 as u64 + 4)),
+        "the occurrence bound on waking ran: {ran:#?}\n{text}"
+    );
+}
+
 /// The offset of an hourly schedule whose latest tick was half an hour ago: far from both
 /// ticks, so the test does not race one.
 fn half_hour_ago_offset() -> String {

@@ -108,6 +108,56 @@ impl Failover {
         }
     }
 
+    /// Waits for the next occurrence of `schedule` to run after the tick `last` (`None`: the
+    /// first tick after now), by the server's clock ([`Failover::wait_until_due`]'s way), and
+    /// returns it once due: the loop of a long-running scheduler, [`Failover::schedule`]'s
+    /// and `baton schedule`'s. A caller woken past that occurrence's binding window (a
+    /// stalled process, a suspended host, the clock unreadable for a while) gets the
+    /// occurrence a run starting now binds to instead ([`Schedule::occurrence_at`]): running
+    /// the stale tick would start it outside its window and, once its `DONE` expired, run it
+    /// twice. The ticks in between are this caller's to miss; other servers ran them.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts (call again with the same `last` to go on waiting);
+    /// [`Error::Config`] when the schedule has no further tick (past year 5000).
+    pub async fn next_occurrence(
+        &self,
+        schedule: &Schedule,
+        key: &str,
+        last: Option<SystemTime>,
+    ) -> Result<Occurrence, Error> {
+        let mut target: Option<Occurrence> = None;
+        loop {
+            let t = self.backend.server_time(key).await?;
+            let waited = match target.take() {
+                Some(o) => o,
+                None => schedule
+                    .next_after(last.unwrap_or(t.now))
+                    .and_then(|tick| schedule.occurrence_of_tick(tick))
+                    .ok_or_else(|| outside_calendar(schedule, t.now))?,
+            };
+            let occurrence = match schedule.occurrence_at(t.now) {
+                Some(bound) if bound.tick() > waited.tick() => {
+                    tracing::warn!(
+                        key,
+                        waited = waited.id(),
+                        now = bound.id(),
+                        "woken past the occurrence waited for: running the one a run \
+                         starting now binds to"
+                    );
+                    bound
+                }
+                _ => waited,
+            };
+            let left = occurrence.until_due(t.now);
+            if left.is_zero() {
+                return Ok(occurrence);
+            }
+            target = Some(occurrence);
+            tokio::time::sleep_until(t.received + left.min(MAX_NAP)).await;
+        }
+    }
+
     /// Runs `work` at every tick of `schedule`, each occurrence as a job of its own through
     /// [`Failover::run`] (attempts, backups, keepalive and fencing as for any job; `config`
     /// names the key and the settings, [`FailoverConfig::for_occurrence`] makes each
@@ -460,81 +510,53 @@ where
         Ok(Some((occurrence, run)))
     }
 
-    /// Waits for the next tick after `last` (or after now), reporting runs that finish
-    /// meanwhile; `None` once stopped. A worker that was away (paused, clock errors) past
-    /// whole periods resumes at the occurrence a run starting now binds to.
+    /// Waits for the next occurrence to run after `last` ([`Failover::next_occurrence`]),
+    /// reporting runs that finish meanwhile; `None` once stopped or past the calendar's end.
+    /// Clock errors are logged and retried every [`RETRY_AFTER_ERROR`].
     async fn next_due(
         &mut self,
         key: &str,
         last: Option<SystemTime>,
         runs: &mut JoinSet<Finished<T, E>>,
     ) -> Option<Occurrence> {
-        let mut target: Option<Occurrence> = None;
+        let (failover, schedule, stop) = (
+            self.failover.clone(),
+            self.schedule.clone(),
+            self.stop.clone(),
+        );
         loop {
-            let wake = match self.failover.backend.server_time(key).await {
-                Err(error) => {
-                    tracing::warn!(key, error = %error, "the server's clock could not be read");
-                    Instant::now() + RETRY_AFTER_ERROR
-                }
-                Ok(t) => {
-                    let waited = match target.take() {
-                        Some(o) => o,
-                        None => match self.pick(last, t.now) {
-                            Some(o) => o,
-                            None => {
-                                tracing::warn!(key, "the schedule has no further tick");
-                                self.stop.cancelled().await;
-                                return None;
-                            }
-                        },
-                    };
-                    let occurrence = self.rebind(key, waited, t.now);
-                    let left = occurrence.until_due(t.now);
-                    if left.is_zero() {
-                        return Some(occurrence);
-                    }
-                    target = Some(occurrence);
-                    t.received + left.min(MAX_NAP)
-                }
-            };
-            loop {
+            let due = failover.next_occurrence(&schedule, key, last);
+            tokio::pin!(due);
+            let outcome = loop {
                 tokio::select! {
-                    () = self.stop.cancelled() => return None,
-                    () = tokio::time::sleep_until(wake) => break,
+                    () = stop.cancelled() => return None,
+                    r = &mut due => break r,
                     Some(done) = runs.join_next_with_id(), if !runs.is_empty() => {
                         self.finished(done);
                     }
                 }
+            };
+            match outcome {
+                Ok(occurrence) => return Some(occurrence),
+                Err(Error::Config(e)) => {
+                    tracing::warn!(key, error = %e, "the schedule has no further tick");
+                    stop.cancelled().await;
+                    return None;
+                }
+                Err(error) => {
+                    tracing::warn!(key, error = %error, "the server's clock could not be read");
+                    let wake = Instant::now() + RETRY_AFTER_ERROR;
+                    loop {
+                        tokio::select! {
+                            () = stop.cancelled() => return None,
+                            () = tokio::time::sleep_until(wake) => break,
+                            Some(done) = runs.join_next_with_id(), if !runs.is_empty() => {
+                                self.finished(done);
+                            }
+                        }
+                    }
+                }
             }
-        }
-    }
-
-    /// The next tick after `last` (or, at start, after `now`); [`Driver::rebind`] then moves
-    /// it on if the worker was away past it.
-    fn pick(&self, last: Option<SystemTime>, now: SystemTime) -> Option<Occurrence> {
-        let tick = self.schedule.next_after(last.unwrap_or(now))?;
-        self.schedule.occurrence_of_tick(tick)
-    }
-
-    /// The occurrence to run when the server's clock reads `now`, having waited for
-    /// `waited`: `waited` itself, unless the worker was away (a stalled process, a suspended
-    /// host, the clock unreadable) past its binding window, when a run starting now binds to a
-    /// later tick. Running the stale tick instead would start it outside its window, and
-    /// after its retention (its `DONE` gone) run it twice. The ticks in between are this
-    /// worker's to miss: other servers ran them; none is reported here.
-    fn rebind(&self, key: &str, waited: Occurrence, now: SystemTime) -> Occurrence {
-        match self.schedule.occurrence_at(now) {
-            Some(bound) if bound.tick() > waited.tick() => {
-                tracing::warn!(
-                    key,
-                    waited = waited.id(),
-                    now = bound.id(),
-                    "woken past the occurrence this worker waited for: it runs the one a run \
-                     starting now binds to"
-                );
-                bound
-            }
-            _ => waited,
         }
     }
 

@@ -201,38 +201,26 @@ impl<'a> Command<'a> {
         Ok(Some((occurrence, state)))
     }
 
-    /// The next occurrence to run, once its tick has come by the server's clock: the first
-    /// tick after `last` (or, at start, after now). One that was away for whole periods (the
-    /// server unreachable, the host suspended) resumes at the occurrence a run starting now
-    /// binds to. Read errors are said once per outage and retried every second.
+    /// The next occurrence to run, once its tick has come by the server's clock
+    /// ([`baton::Failover::next_occurrence`]: the first tick after `last`, or at start after
+    /// now; one woken past its window runs the occurrence a run starting now binds to). Read
+    /// errors are said once per outage and retried every second.
     async fn next_due(&self, last: Option<SystemTime>, verbose: bool) -> Occurrence {
         let key = &self.args.run.key;
         let failover = self.client.failover();
         let mut failing = false;
         loop {
-            let attempt = async {
-                let now = failover.server_time(key).await?;
-                let Some(occurrence) = self.pick(last, now) else {
-                    return Ok(None);
-                };
-                if verbose {
-                    eprintln!(
-                        "baton: {key}: next tick {} in {}",
-                        occurrence.id(),
-                        human(occurrence.until_due(now))
-                    );
-                }
-                failover.wait_until_due(&occurrence, key).await?;
-                Ok::<_, baton::Error>(Some(occurrence))
-            };
-            match attempt.await {
-                Ok(Some(occurrence)) => {
+            match failover.next_occurrence(&self.schedule, key, last).await {
+                Ok(occurrence) => {
                     if failing {
                         eprintln!("baton: {key}: the server's clock can be read again");
                     }
+                    if verbose {
+                        eprintln!("baton: {key}: tick {} is due", occurrence.id());
+                    }
                     return occurrence;
                 }
-                Ok(None) => {
+                Err(baton::Error::Config(_)) => {
                     eprintln!("baton: {key}: {} has no further tick", self.schedule);
                     return std::future::pending().await;
                 }
@@ -250,21 +238,6 @@ impl<'a> Command<'a> {
                 }
             }
         }
-    }
-
-    /// See [`Command::next_due`].
-    fn pick(&self, last: Option<SystemTime>, now: SystemTime) -> Option<Occurrence> {
-        let tick = match last {
-            None => self.schedule.next_after(now)?,
-            Some(last) => {
-                let next = self.schedule.next_after(last)?;
-                match self.schedule.occurrence_at(now).map(|o| o.tick()) {
-                    Some(bound) if bound > next => bound,
-                    _ => next,
-                }
-            }
-        };
-        self.schedule.occurrence_of_tick(tick)
     }
 
     /// Starts `occurrence`'s run, or reports why it cannot start (`None`).
