@@ -209,14 +209,27 @@ impl<'a> Command<'a> {
         let key = &self.args.run.key;
         let failover = self.client.failover();
         let mut failing = false;
+        if verbose {
+            // Words for the wait only (the wait reads the clock itself).
+            if let Ok(now) = failover.server_time(key).await {
+                let next = self
+                    .schedule
+                    .next_after(last.unwrap_or(now))
+                    .and_then(|t| self.schedule.occurrence_of_tick(t));
+                if let Some(next) = next {
+                    eprintln!(
+                        "baton: {key}: next tick {} in {}",
+                        next.id(),
+                        human(next.until_due(now))
+                    );
+                }
+            }
+        }
         loop {
             match failover.next_occurrence(&self.schedule, key, last).await {
                 Ok(occurrence) => {
                     if failing {
                         eprintln!("baton: {key}: the server's clock can be read again");
-                    }
-                    if verbose {
-                        eprintln!("baton: {key}: tick {} is due", occurrence.id());
                     }
                     return occurrence;
                 }
