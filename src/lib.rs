@@ -188,6 +188,7 @@ pub mod client;
 pub mod error;
 pub mod failover;
 pub mod fair;
+pub mod inspect;
 pub mod leader;
 // Its decisions the model reads are `pub` for `model_api` only, which is hidden.
 #[cfg_attr(feature = "model", allow(missing_docs))]
@@ -271,13 +272,14 @@ pub use failover::{
     StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
+pub use inspect::{Entry, EntryState, EntryWatch, Inspector, Kind, Listing};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
 pub use lease::guard::{Fenced, LeaseGuard};
 pub use mutex::{
-    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks,
+    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks, Taken,
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
