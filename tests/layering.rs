@@ -122,7 +122,12 @@ fn may_import(from: &str, to: &str) -> bool {
         return true;
     }
     match Layer::of(from) {
-        Client => matches!(target, Primitive | Lease | Backend | Transport | Leaf),
+        // The client hands out the inspector as it hands out the primitives' handles; the
+        // inspector never names the client.
+        Client => {
+            matches!(target, Primitive | Lease | Backend | Transport | Leaf)
+                || (from == "client" && to == "inspect")
+        }
         Primitive => matches!(target, Lease | Backend | Transport | Leaf),
         Lease => matches!(target, Backend | Transport | Leaf),
         Backend => matches!(target, Transport | Leaf),
