@@ -120,6 +120,9 @@
 //! - [`client`]: [`Client`] opens the backend and hands out primitive handles
 //!   ([`Client::failover`], [`Client::locks`], …, and [`Redlock::new`] over several clients);
 //!   nothing else.
+//! - [`inspect`]: the operator's view beside the client ([`Client::inspect`]): every job, lock,
+//!   election, fair lock and queue under a prefix, listed in bounded batches, read from the
+//!   primitives' key layouts.
 //! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
@@ -272,7 +275,7 @@ pub use failover::{
     StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
-pub use inspect::{Entry, EntryState, EntryWatch, Inspector, Kind, Listing};
+pub use inspect::{EntryWatch, Inspector, Listing};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,

@@ -9,8 +9,9 @@ mod common;
 use std::process::Output;
 use std::time::Duration;
 
+use baton::inspect::{EntryState, Kind};
 use baton::testing::{RedisCluster, RedisServer};
-use baton::{Client, ElectionOptions, EntryState, FailoverConfig, Kind};
+use baton::{Client, ElectionOptions, FailoverConfig};
 use common::process::{baton_command, describe, finish_by, spawn};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;

@@ -777,7 +777,7 @@ async fn takeover(opts: &Opts, report: &mut Report) {
 }
 
 /// The resident set in kB (`VmRSS`) of `/proc/{proc}` (`"self"` or a PID).
-fn rss_kb(proc: &str) -> u64 {
+pub(crate) fn rss_kb(proc: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{proc}/status"))
         .unwrap_or_default()
         .lines()

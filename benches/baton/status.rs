@@ -149,10 +149,5 @@ async fn fill(client: &Client, jobs: usize, locks: usize, leaders: usize) -> Hel
 type Held = (Vec<baton::LockGuard>, Vec<(baton::Elector, baton::Term)>);
 
 fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    crate::scenarios::rss_kb("self")
 }

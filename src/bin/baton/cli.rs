@@ -302,13 +302,13 @@ pub(crate) enum KindArg {
 }
 
 impl KindArg {
-    pub(crate) fn kind(self) -> baton::Kind {
+    pub(crate) fn kind(self) -> baton::inspect::Kind {
         match self {
-            KindArg::Job => baton::Kind::Job,
-            KindArg::Lock => baton::Kind::Lock,
-            KindArg::Leader => baton::Kind::Leader,
-            KindArg::Fair => baton::Kind::Fair,
-            KindArg::Queue => baton::Kind::Queue,
+            KindArg::Job => baton::inspect::Kind::Job,
+            KindArg::Lock => baton::inspect::Kind::Lock,
+            KindArg::Leader => baton::inspect::Kind::Leader,
+            KindArg::Fair => baton::inspect::Kind::Fair,
+            KindArg::Queue => baton::inspect::Kind::Queue,
         }
     }
 }

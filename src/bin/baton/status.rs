@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use baton::{Client, Entry, EntryState, FailoverConfig, JobState, JobStatus, Kind};
+use baton::inspect::{Entry, EntryState, Kind};
+use baton::{Client, FailoverConfig, JobState, JobStatus};
 
 use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
 use super::text::{self, human_ms};

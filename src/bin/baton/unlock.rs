@@ -2,7 +2,8 @@
 //! library call (`force_release`, the same name on `Locks`, `FairLocks` and `Leaders`) behind
 //! a confirmation, like the job tools of admin.rs.
 
-use baton::{Client, EntryState, Kind};
+use baton::inspect::{EntryState, Kind};
+use baton::Client;
 
 use super::exit::{fail_with, usage_config, EX_USAGE};
 
