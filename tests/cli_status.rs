@@ -223,6 +223,29 @@ async fn unlock_takes_a_lock_from_baton_lock(url: &str) {
     let out = baton(url, &["unlock", "--key", "a-job", "--kind", "job"]).await;
     assert_eq!(out.status.code(), Some(EX_USAGE), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("baton fail"));
+    // The listing (SCAN on Redis, the tables' pages on PostgreSQL) has both, the lock held by
+    // its new holder.
+    let out = baton(url, &["status", "--json"]).await;
+    let objects: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(objects.len(), 2, "{}", describe(&out));
+    let lock = objects
+        .iter()
+        .find(|o| o["kind"] == "lock")
+        .expect("the lock");
+    assert_eq!(lock["name"], "hung");
+    assert_eq!(lock["state"], "held");
+    assert_eq!(lock["fencing_token"], next.fencing_token());
+    let job = objects
+        .iter()
+        .find(|o| o["kind"] == "job")
+        .expect("the job");
+    assert_eq!(
+        (&job["name"], &job["state"]),
+        (&"a-job".into(), &"done".into())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
