@@ -775,6 +775,13 @@ impl Client {
         crate::fair::FairLocks::new(self.backend.clone())
     }
 
+    /// An operator's view of everything under a prefix on this client's backend: list every
+    /// job, lock, election, fair lock and queue, say what a name is, follow a lock
+    /// ([`crate::inspect`]).
+    pub fn inspect(&self) -> crate::inspect::Inspector {
+        crate::inspect::Inspector::new(self.backend.clone())
+    }
+
     /// Run-or-enqueue on this client's connections ([`crate::queue`]).
     pub fn queues(&self) -> Queues {
         Queues::new(self.backend.clone())

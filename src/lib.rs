@@ -120,6 +120,9 @@
 //! - [`client`]: [`Client`] opens the backend and hands out primitive handles
 //!   ([`Client::failover`], [`Client::locks`], …, and [`Redlock::new`] over several clients);
 //!   nothing else.
+//! - [`inspect`]: the operator's view beside the client ([`Client::inspect`]): every job, lock,
+//!   election, fair lock and queue under a prefix, listed in bounded batches, read from the
+//!   primitives' key layouts.
 //! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
@@ -188,6 +191,7 @@ pub mod client;
 pub mod error;
 pub mod failover;
 pub mod fair;
+pub mod inspect;
 pub mod leader;
 // Its decisions the model reads are `pub` for `model_api` only, which is hidden.
 #[cfg_attr(feature = "model", allow(missing_docs))]
@@ -271,13 +275,14 @@ pub use failover::{
     StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
+pub use inspect::{EntryWatch, Inspector, Listing};
 pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
 pub use lease::guard::{Fenced, LeaseGuard};
 pub use mutex::{
-    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks,
+    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks, Taken,
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};

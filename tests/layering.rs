@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! bin/         the CLI: uses only the public API (`baton::...`), no `crate::` paths at all
-//! client       builds the backend, hands out primitive handles
+//! client       builds the backend, hands out primitive handles; inspect (the operator's
+//!              view over every primitive's keys) sits beside it
 //! primitives   failover, mutex, leader, fair, queue, redlock, advisory
 //! lease        what every lease-holding primitive shares (and the lock store's operations)
 //! backend      the store seam (`src/backend/mod.rs`): one `Backend` enum and its dispatch
@@ -80,7 +81,8 @@ enum Layer {
 impl Layer {
     fn of(top: &str) -> Layer {
         match top {
-            "client" => Layer::Client,
+            // The operator's view reads every primitive's layout: the client's layer.
+            "client" | "inspect" => Layer::Client,
             "lease" => Layer::Lease,
             "backend" => Layer::Backend,
             "error" | "util" | "schedule" => Layer::Leaf,
@@ -120,7 +122,12 @@ fn may_import(from: &str, to: &str) -> bool {
         return true;
     }
     match Layer::of(from) {
-        Client => matches!(target, Primitive | Lease | Backend | Transport | Leaf),
+        // The client hands out the inspector as it hands out the primitives' handles; the
+        // inspector never names the client.
+        Client => {
+            matches!(target, Primitive | Lease | Backend | Transport | Leaf)
+                || (from == "client" && to == "inspect")
+        }
         Primitive => matches!(target, Lease | Backend | Transport | Leaf),
         Lease => matches!(target, Backend | Transport | Leaf),
         Backend => matches!(target, Transport | Leaf),

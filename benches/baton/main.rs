@@ -15,7 +15,8 @@
 //! against baton's mutex and a hand-written FIFO floor) and `queue-throughput` (run-or-enqueue
 //! against a hand-written drain loop): see `fair.rs`; `pg-job-cycle` and `pg-lock-cycle` (the
 //! failover job cycle and the mutex cycle on PostgreSQL against hand-written floors of the same
-//! statements, feature `postgres`: see `postgres.rs`); and `profile` (only when named: see `profile.rs`).
+//! statements, feature `postgres`: see `postgres.rs`); `status-listing` (the operator's listing over
+//! 10 000 jobs plus locks and leaders, on one server and a 6-node cluster: see `status.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;
@@ -30,6 +31,7 @@ mod profile;
 mod redisinfo;
 mod scenarios;
 mod stats;
+mod status;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -38,6 +38,7 @@ pub const NAMES: &[&str] = &[
     "queue-throughput",
     "pg-job-cycle",
     "pg-lock-cycle",
+    "status-listing",
 ];
 
 #[derive(Default)]
@@ -76,6 +77,7 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "pg-job-cycle" | "pg-lock-cycle" => {
             eprintln!("{name} needs --features postgres; skipped")
         }
+        "status-listing" => crate::status::listing(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }
@@ -775,7 +777,7 @@ async fn takeover(opts: &Opts, report: &mut Report) {
 }
 
 /// The resident set in kB (`VmRSS`) of `/proc/{proc}` (`"self"` or a PID).
-fn rss_kb(proc: &str) -> u64 {
+pub(crate) fn rss_kb(proc: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{proc}/status"))
         .unwrap_or_default()
         .lines()

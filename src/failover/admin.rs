@@ -113,6 +113,51 @@ fn state_and_lease_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
         .arg(keys.lease());
 }
 
+/// The reads of [`Failover::job_status`] (six replies: state, its PTTL, lease, its PTTL, fence,
+/// failure), appended to `p`: also what the listing of everything under a prefix pipelines for
+/// a batch of jobs.
+pub(crate) fn status_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
+    state_and_lease_reads(p, keys);
+    p.cmd("GET")
+        .arg(keys.fence())
+        .cmd("GET")
+        .arg(keys.failure());
+}
+
+/// How many replies [`status_reads`] adds.
+pub(crate) const STATUS_READS: usize = 6;
+
+/// Job `key`'s status from the replies of [`status_reads`].
+///
+/// # Errors
+/// [`Error::UnexpectedReply`] for another number of replies or an unreadable one.
+pub(crate) fn status_from_replies(
+    key: String,
+    values: &[redis::Value],
+) -> Result<JobStatus, Error> {
+    let [state, state_ttl, lease, lease_ttl, fence, failure] = values else {
+        return Err(Error::UnexpectedReply {
+            context: "reading a job's status",
+            reply: format!("{} replies instead of {STATUS_READS}", values.len()),
+        });
+    };
+    let state = job_state(parse_state(state)?, parse_lease(lease, lease_ttl)?);
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    Ok(JobStatus {
+        key,
+        state,
+        state_ttl_ms: match state_ttl {
+            redis::Value::Int(n) if *n >= 0 => Some(*n as u64),
+            _ => None,
+        },
+        fencing_token: text(fence).and_then(|f| parse_attempt(f.as_bytes())),
+        last_failure: text(failure),
+    })
+}
+
 impl Failover {
     /// Reads everything stored about a job (plain reads on the shared connection).
     ///
@@ -128,33 +173,9 @@ impl Failover {
         let mut conn = self.transport()?.node(keys.state()).await?.conn();
         let mut p = redis::pipe();
         p.ignore_errors();
-        state_and_lease_reads(&mut p, &keys);
-        p.cmd("GET")
-            .arg(keys.fence())
-            .cmd("GET")
-            .arg(keys.failure());
+        status_reads(&mut p, &keys);
         let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
-        let [state, state_ttl, lease, lease_ttl, fence, failure] = values.as_slice() else {
-            return Err(Error::UnexpectedReply {
-                context: "reading a job's status",
-                reply: format!("{} replies instead of 6", values.len()),
-            });
-        };
-        let state = job_state(parse_state(state)?, parse_lease(lease, lease_ttl)?);
-        let text = |v: &redis::Value| match v {
-            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            _ => None,
-        };
-        Ok(JobStatus {
-            key: config.key,
-            state,
-            state_ttl_ms: match state_ttl {
-                redis::Value::Int(n) if *n >= 0 => Some(*n as u64),
-                _ => None,
-            },
-            fencing_token: text(fence).and_then(|f| parse_attempt(f.as_bytes())),
-            last_failure: text(failure),
-        })
+        status_from_replies(config.key, &values)
     }
 
     /// Follows a job's changes (grants, done, failures) through its pub/sub channel.

@@ -10,7 +10,7 @@
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 
-mod admin;
+pub(crate) mod admin;
 mod backup;
 pub mod config;
 pub mod events;
@@ -23,7 +23,7 @@ pub(crate) mod pg;
 pub(crate) mod protocol;
 mod run;
 mod scheduled;
-mod status;
+pub(crate) mod status;
 pub(crate) mod store;
 pub(crate) mod worker;
 

@@ -725,3 +725,79 @@ pub(crate) async fn reset_job(
     .await?;
     Ok(())
 }
+
+/// One page of the listing: the live rows after `after` whose key starts with `prefix`, in key
+/// order, at most `limit` of them (keyset pagination: each page is one indexed range read, and
+/// nothing is kept between pages but the last key). `left(key, n) = prefix` rather than `LIKE`,
+/// so `_` and `%` in a prefix mean themselves and any collation gives the same rows.
+const PAGE: &str = "
+SELECT j.key,
+       j.state,
+       j.lease_token,
+       j.lease_holder,
+       CASE WHEN j.lease_expires > c.now
+            THEN ceil(extract(epoch FROM j.lease_expires - c.now) * 1000)::bigint END,
+       j.fence,
+       j.failure,
+       ceil(extract(epoch FROM j.expires_at - c.now) * 1000)::bigint
+FROM baton_jobs j, (SELECT clock_timestamp() AS now) c
+WHERE j.key > $1 AND left(j.key, length($2)) = $2 AND j.expires_at > c.now
+ORDER BY j.key
+LIMIT $3";
+
+/// A page of job rows for the listing of everything under `prefix` (see [`PAGE`]): each row's
+/// key (the job's state key) and its status, named by `name_of` (the key without its layout).
+///
+/// # Errors
+/// Connection and server errors; [`Error::UnexpectedReply`] for a row of other types.
+pub(crate) async fn status_page(
+    transport: &PgTransport,
+    prefix: &str,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<(String, JobStatus)>, Error> {
+    ensure_schema(transport).await?;
+    let conn = transport.pooled().await?;
+    let statement = timed(
+        transport,
+        &conn,
+        None,
+        "listing jobs",
+        conn.prepare_cached(PAGE),
+    )
+    .await?;
+    let rows = timed(
+        transport,
+        &conn,
+        None,
+        "listing jobs",
+        conn.query(&statement, &[&after, &prefix, &limit]),
+    )
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let key: String = row.try_get(0).map_err(unexpected)?;
+        let state: String = row.try_get(1).map_err(unexpected)?;
+        let token: Option<String> = row.try_get(2).map_err(unexpected)?;
+        let holder: Option<String> = row.try_get(3).map_err(unexpected)?;
+        let pttl: Option<i64> = row.try_get(4).map_err(unexpected)?;
+        let fence: i64 = row.try_get(5).map_err(unexpected)?;
+        let failure: Option<String> = row.try_get(6).map_err(unexpected)?;
+        let retention: Option<i64> = row.try_get(7).map_err(unexpected)?;
+        let lease = match (token, pttl) {
+            (Some(token), Some(p)) if p > 0 => {
+                lease_of(&token, holder.as_deref().unwrap_or(""), Some(p as u64))
+            }
+            _ => Lease::Absent,
+        };
+        let status = JobStatus {
+            key: String::new(),
+            state: job_state(state_of_bytes(state.as_bytes()), lease),
+            state_ttl_ms: retention.and_then(|r| u64::try_from(r).ok()),
+            fencing_token: u64::try_from(fence).ok().filter(|f| *f > 0),
+            last_failure: failure,
+        };
+        out.push((key, status));
+    }
+    Ok(out)
+}

@@ -14,6 +14,11 @@
 //! so one script reads and writes them all and publishes with `SPUBLISH` on a cluster. That is
 //! why `{` and `}` are rejected in names and prefixes.
 
+/// The sub-prefix of this primitive's keys after the key prefix (`P` `fair:{K}`): what tells
+/// its keys from the other primitives' (a failover job's have none: `P{K}`), also for the
+/// listing of everything under a prefix.
+pub(crate) const SUB_PREFIX: &str = "fair:";
+
 use crate::fair::queue::QueueKeys;
 
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
@@ -24,7 +29,7 @@ pub const MAX_KEY_BYTES: usize = crate::util::names::MAX_NAME_BYTES;
 
 /// The keys of fair lock `name` under `prefix` (both already validated).
 pub(crate) fn fair_keys(prefix: &str, name: &str) -> QueueKeys {
-    let lock = format!("{prefix}fair:{{{name}}}");
+    let lock = format!("{prefix}{SUB_PREFIX}{{{name}}}");
     QueueKeys {
         fence: format!("{lock}:fence"),
         queue: format!("{lock}:queue"),

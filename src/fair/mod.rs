@@ -62,6 +62,7 @@ use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::lease::guard::hold_while;
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
+pub use crate::lease::store::Taken;
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
 use crate::util::time::after;
@@ -119,6 +120,40 @@ impl FairLocks {
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Takes fair lock `key` from its holder, as an operator does with a hung one (the next waiter is woken): the holder's
+    /// next extension fails and it reports the loss; the fence stays, so the next holder's
+    /// fencing token is higher than the one taken. `None` when nothing held it. The same method on
+    /// [`Locks`](crate::Locks), [`FairLocks`](crate::FairLocks) and [`Leaders`](crate::Leaders).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name; [`Error::Unsupported`] on PostgreSQL; connection errors;
+    /// [`Error::Timeout`] when the holder kept changing through every try.
+    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+        let keys = self.keys(key)?;
+        let transport = self
+            .backend
+            .redis("the fair lock", "it exists on Redis only")?;
+        for _ in 0..20 {
+            let stored = self.backend.read(&keys.lock, &keys.fence).await?;
+            let Some(id) = stored.value else {
+                return Ok(None);
+            };
+            // Leaving as the holder's id releases the lock and wakes the next waiter, in the
+            // script every release of a fair lock goes through.
+            let mut conn = transport.node(&keys.lock).await?.conn();
+            let limit = Instant::now() + transport.settings.response_timeout;
+            if kernel::leave(&mut conn, &keys, &id, limit).await? {
+                return Ok(Some(Taken {
+                    fencing_token: stored.fence.and_then(|f| f.parse().ok()),
+                    holder: short(&id).to_string(),
+                }));
+            }
+        }
+        Err(Error::Timeout {
+            during: "taking a fair lock whose holder kept changing",
+        })
     }
 
     fn keys(&self, key: &str) -> Result<Arc<QueueKeys>, Error> {

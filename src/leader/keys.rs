@@ -11,6 +11,11 @@
 //! touch both. A term is the fence's value at the grant: `max(previous + 1, server time in µs)`,
 //! so terms strictly increase per election name, also after the fence was lost with the data.
 
+/// The sub-prefix of this primitive's keys after the key prefix (`P` `leader:{K}`): what tells
+/// its keys from the other primitives' (a failover job's have none: `P{K}`), also for the
+/// listing of everything under a prefix.
+pub(crate) const SUB_PREFIX: &str = "leader:";
+
 /// The length of a holder token ([`crate::util::token::new_token`]: 128 bits in hex).
 const TOKEN_HEX_LEN: usize = 32;
 
@@ -34,7 +39,7 @@ impl crate::lease::pending::LockAt for ElectionKeys {
 impl ElectionKeys {
     /// The keys of election `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lease = format!("{prefix}leader:{{{name}}}");
+        let lease = format!("{prefix}{SUB_PREFIX}{{{name}}}");
         ElectionKeys {
             fence: format!("{lease}:fence"),
             channel: format!("{lease}:events"),

@@ -58,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
+pub use crate::lease::store::Taken;
 use crate::util::token::default_worker_name;
 
 use election::Election;
@@ -118,6 +119,24 @@ impl Leaders {
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Takes election `key` from its holder, as an operator does with a hung one: the holder's
+    /// next renewal fails and it reports the loss; the fence stays, so the next leader's
+    /// term is higher than the one taken. `None` when nothing held it. The same method on
+    /// [`Locks`](crate::Locks), [`FairLocks`](crate::FairLocks) and [`Leaders`](crate::Leaders).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name; connection errors;
+    /// [`Error::Timeout`] when the holder kept changing through every try.
+    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+        crate::util::names::check_name("key", key)?;
+        let k = ElectionKeys::new(&self.prefix, key);
+        self.backend
+            .take(&k.lease, &k.fence, &k.channel, |v| {
+                keys::name_of(v).unwrap_or("?").to_string()
+            })
+            .await
     }
 
     fn election(&self, key: &str, opts: &ElectionOptions) -> Result<Arc<Election>, Error> {

@@ -200,3 +200,54 @@ impl WeakBackend {
         }
     }
 }
+
+/// What an operator took from a hung holder with `force_release` (on [`Locks`],
+/// [`FairLocks`] and [`Leaders`]).
+///
+/// [`Locks`]: crate::Locks
+/// [`FairLocks`]: crate::FairLocks
+/// [`Leaders`]: crate::Leaders
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Taken {
+    /// The fencing token (a leader's term) of the grant taken: every later grant's is higher,
+    /// since a release never moves the fence back. `None` when the fence was unreadable.
+    pub fencing_token: Option<u64>,
+    /// Who held it: a leader's name, or the first characters of a lock holder's token (tokens
+    /// are never shown in full).
+    pub holder: String,
+}
+
+impl Backend {
+    /// Takes lock `lock` (its fence `fence`, its waiters woken on `channel`) from whoever holds
+    /// it: reads the holder's value, then releases by that value, so a holder that changed in
+    /// between is never released blindly (it is read again). `holder` makes the value
+    /// printable. `None` when nothing held it.
+    ///
+    /// # Errors
+    /// Connection errors; [`Error::Timeout`] when the holder kept changing through every try.
+    pub(crate) async fn take(
+        &self,
+        lock: &str,
+        fence: &str,
+        channel: &str,
+        holder: fn(&str) -> String,
+    ) -> Result<Option<Taken>, Error> {
+        for _ in 0..20 {
+            let stored = self.read(lock, fence).await?;
+            let Some(value) = stored.value else {
+                return Ok(None);
+            };
+            let limit = Instant::now() + self.response_timeout();
+            if self.release(lock, channel, &value, limit).await? {
+                return Ok(Some(Taken {
+                    fencing_token: stored.fence.and_then(|f| f.parse().ok()),
+                    holder: holder(&value),
+                }));
+            }
+        }
+        Err(Error::Timeout {
+            during: "taking a lock whose holder kept changing",
+        })
+    }
+}

@@ -14,6 +14,11 @@
 //! `{K}` is a Redis Cluster hash tag: the lock and its fence share a slot, so one script can
 //! touch both. That is why `{` and `}` are rejected in names and prefixes.
 
+/// The sub-prefix of this primitive's keys after the key prefix (`P` `lock:{K}`): what tells
+/// its keys from the other primitives' (a failover job's have none: `P{K}`), also for the
+/// listing of everything under a prefix.
+pub(crate) const SUB_PREFIX: &str = "lock:";
+
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
 pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 
@@ -49,7 +54,7 @@ impl crate::lease::held::FencedAt for LockKeys {
 impl LockKeys {
     /// The keys of lock `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}lock:{{{name}}}");
+        let lock = format!("{prefix}{SUB_PREFIX}{{{name}}}");
         LockKeys {
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),

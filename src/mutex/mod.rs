@@ -52,6 +52,7 @@ use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 use crate::lease::lock::{self as kernel, Grant};
 pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::pending::{release_in_background, Pending};
+pub use crate::lease::store::Taken;
 use crate::util::backoff::Backoff;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -137,6 +138,24 @@ impl Locks {
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Takes lock `key` from its holder, as an operator does with a hung one: the holder's
+    /// next extension fails and it reports the loss; the fence stays, so the next holder's
+    /// fencing token is higher than the one taken. `None` when nothing held it. The same method on
+    /// [`Locks`](crate::Locks), [`FairLocks`](crate::FairLocks) and [`Leaders`](crate::Leaders).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name; connection errors;
+    /// [`Error::Timeout`] when the holder kept changing through every try.
+    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+        crate::util::names::check_name("key", key)?;
+        let keys = LockKeys::new(&self.prefix, key);
+        self.backend
+            .take(&keys.lock, &keys.fence, &keys.channel, |v| {
+                short(v).to_string()
+            })
+            .await
     }
 
     /// The resource side of fencing, for a resource kept in Redis: writes `value` to the hash

@@ -9,6 +9,11 @@
 //!
 //! `{K}` is a Redis Cluster hash tag: all three share a slot, so one script touches them all.
 
+/// The sub-prefix of this primitive's keys after the key prefix (`P` `queue:{K}`): what tells
+/// its keys from the other primitives' (a failover job's have none: `P{K}`), also for the
+/// listing of everything under a prefix.
+pub(crate) const SUB_PREFIX: &str = "queue:";
+
 /// The keys of one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QueueKeys {
@@ -20,7 +25,7 @@ pub(crate) struct QueueKeys {
 impl QueueKeys {
     /// The keys of queue `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}queue:{{{name}}}");
+        let lock = format!("{prefix}{SUB_PREFIX}{{{name}}}");
         QueueKeys {
             fence: format!("{lock}:fence"),
             items: format!("{lock}:items"),

@@ -42,7 +42,7 @@
 //! blocks the key until it is handled (there is no dead-letter queue).
 
 pub(crate) mod items;
-mod keys;
+pub(crate) mod keys;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -10,6 +10,11 @@
 //! Cluster hash tag, which is why `{` and `}` are rejected in names and prefixes; the prefix
 //! defaults to `baton:`.
 
+/// The sub-prefix of this primitive's keys after the key prefix (`P` `redlock:{K}`): what tells
+/// its keys from the other primitives' (a failover job's have none: `P{K}`), also for the
+/// listing of everything under a prefix.
+pub(crate) const SUB_PREFIX: &str = "redlock:";
+
 /// The default key prefix (shared with the other primitives; each adds its own sub-prefix).
 pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 
@@ -26,7 +31,7 @@ pub(crate) struct RedlockKeys {
 impl RedlockKeys {
     /// The keys of lock `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}redlock:{{{name}}}");
+        let lock = format!("{prefix}{SUB_PREFIX}{{{name}}}");
         RedlockKeys {
             channel: format!("{lock}:released"),
             lock,

@@ -407,6 +407,16 @@ impl Occurrence {
     }
 }
 
+/// The parts of an occurrence's job name `KEY@DIGEST@TICK` ([`Occurrence::job_key`]): the
+/// schedule's key, its digest and the tick; `None` for a name of another form. The key may
+/// hold `@` itself: the last two `@` are the separators.
+pub fn split_job_key(name: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = name.rsplitn(3, '@');
+    let (tick, digest, key) = (parts.next()?, parts.next()?, parts.next()?);
+    let hex = digest.len() == 12 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex && !key.is_empty() && !tick.is_empty()).then_some((key, digest, tick))
+}
+
 /// The cron parser baton uses: five or six fields (seconds first), no year field.
 fn parser() -> CronParser {
     CronParser::builder()

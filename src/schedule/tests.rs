@@ -287,3 +287,23 @@ fn the_digest_is_a_protocol_constant() {
     assert_eq!(digest(""), "cbf29ce48422");
     assert_eq!(digest("a"), "af63dc4c8601");
 }
+
+#[test]
+fn occurrence_job_names_split_back_into_their_parts() {
+    let s = Schedule::every(Duration::from_secs(60)).unwrap();
+    let digest = s.digest().to_string();
+    let name = format!("a@b@{digest}@2026-11-26T02:00:00Z");
+    assert_eq!(
+        split_job_key(&name),
+        Some(("a@b", digest.as_str(), "2026-11-26T02:00:00Z"))
+    );
+    for other in [
+        "plain",
+        "a@b",
+        "a@short@t",
+        "@0123456789ab@t",
+        "a@0123456789ab@",
+    ] {
+        assert_eq!(split_job_key(other), None, "{other}");
+    }
+}

@@ -462,3 +462,60 @@ pub(crate) async fn notify(t: &PgTransport, topic: &str, message: &str) -> Resul
     .await?;
     Ok(())
 }
+
+/// One page of the listing: lock rows after `$1` whose key starts with `$2`, in key order, at
+/// most `$3` (keyset pagination, as the job table's page): key, live holder, fence, the
+/// holder's remaining ms.
+const PAGE: &str = "
+WITH c AS (SELECT clock_timestamp() AS now)
+SELECT l.key,
+       CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now THEN l.token END,
+       l.fence,
+       CASE WHEN l.token IS NOT NULL AND l.expires_at > c.now
+            THEN ceil(extract(epoch FROM l.expires_at - c.now) * 1000)::bigint END
+FROM baton_locks l, c
+WHERE l.key > $1 AND left(l.key, length($2)) = $2
+ORDER BY l.key
+LIMIT $3";
+
+/// A page of lock rows under `prefix` after key `after` (see [`PAGE`]), each with its key and
+/// what [`read`] would return for it.
+///
+/// # Errors
+/// [`Error::Timeout`]; connection and server errors.
+pub(crate) async fn page(
+    t: &PgTransport,
+    prefix: &str,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<(String, Stored)>, Error> {
+    const DURING: &str = "listing locks";
+    let deadline = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, deadline, DURING).await?;
+    let statement = conn.by(deadline, DURING, conn.prepare_cached(PAGE)).await?;
+    let rows = conn
+        .by(
+            deadline,
+            DURING,
+            conn.query(&statement, &[&after, &prefix, &limit]),
+        )
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let key: String = row.try_get(0).map_err(|e| unexpected(DURING, e))?;
+        let value: Option<String> = row.try_get(1).map_err(|e| unexpected(DURING, e))?;
+        let fence: i64 = row.try_get(2).map_err(|e| unexpected(DURING, e))?;
+        let pttl: Option<i64> = row.try_get(3).map_err(|e| unexpected(DURING, e))?;
+        out.push((
+            key,
+            Stored {
+                value,
+                fence: Some(fence.to_string()),
+                pttl: pttl
+                    .and_then(|p| u64::try_from(p).ok())
+                    .map(Duration::from_millis),
+            },
+        ));
+    }
+    Ok(out)
+}

@@ -72,6 +72,25 @@ impl Router {
         }
     }
 
+    /// Every primary once: the one server, each primary of a cluster's last slot map, or the
+    /// followed primary. What a walk over every key (`SCAN` per node) visits.
+    ///
+    /// # Errors
+    /// On a cluster, when no node answers with a slot map.
+    pub(crate) async fn primaries(&self) -> Result<Vec<Arc<Node>>, Error> {
+        match self {
+            Router::Single(n) => Ok(vec![n.clone()]),
+            #[cfg(feature = "cluster")]
+            Router::Cluster(c) => {
+                // Routing a key first makes sure a slot map was read.
+                c.node("").await?;
+                Ok(c.primaries())
+            }
+            #[cfg(feature = "sentinel")]
+            Router::Followed(f) => Ok(vec![f.node()]),
+        }
+    }
+
     /// Some node, for requests about the server rather than a key (durability settings).
     ///
     /// # Errors

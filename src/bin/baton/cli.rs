@@ -10,6 +10,7 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use super::help::{
     EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
+    UNLOCK_HELP,
 };
 
 /// The longest `--kill-grace` accepted.
@@ -121,23 +122,50 @@ pub(crate) enum Command {
     /// on loss and campaign again; on SIGTERM stop it, resign and exit 0.
     #[command(after_long_help = LEADER_EXIT_STATUSES)]
     Leader(LeaderArgs),
-    /// Show a job's state: attempt, holder, last failure, TTLs, fencing token.
+    /// List every job, lock, leader, fair lock and queue under the prefix (one line each:
+    /// kind, name, state, holder, time left, fencing token), or show what --key is, of any
+    /// kind.
     Status {
-        /// The job name.
+        /// The name to show (a job's, a lock's, an election's, …); without it, list everything.
         #[arg(long)]
-        key: String,
-        /// Print one JSON object.
+        key: Option<String>,
+        /// Print JSON (one object per line).
         #[arg(long)]
         json: bool,
+        /// List only entries of this kind.
+        #[arg(long, value_enum, conflicts_with = "key")]
+        kind: Option<KindArg>,
+        /// List each occurrence of a schedule (KEY@DIGEST@TICK), not one row per schedule.
+        #[arg(long, conflicts_with = "key")]
+        all: bool,
     },
-    /// Follow a job's changes (grants, done, failures) until it ends.
+    /// Follow a job's changes (grants, done, failures) until it ends, or a lock's or a
+    /// leader's (holder changes, fencing tokens, loss) until interrupted.
     Watch {
-        /// The job name.
+        /// The name to follow.
         #[arg(long)]
         key: String,
+        /// What to follow when the name is several things, or nothing yet
+        /// [default: what exists, a job if nothing does].
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
         /// Print JSON lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Take a mutex, a fair lock or a leader's term from a hung holder: its next extension
+    /// fails and it reports the loss; the next holder's fencing token is higher.
+    #[command(after_long_help = UNLOCK_HELP)]
+    Unlock {
+        /// The lock's (or election's) name.
+        #[arg(long)]
+        key: String,
+        /// Which one, when the name is held as several kinds.
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
+        /// Confirm taking a live lock.
+        #[arg(long)]
+        yes: bool,
     },
     /// Release a hung holder's attempt so a backup takes over at once.
     Fail {
@@ -261,6 +289,28 @@ pub(crate) struct ScheduleArgs {
     /// skipped and does not run it here.
     #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
     pub(crate) overlap: OverlapArg,
+}
+
+/// --kind's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum KindArg {
+    Job,
+    Lock,
+    Leader,
+    Fair,
+    Queue,
+}
+
+impl KindArg {
+    pub(crate) fn kind(self) -> baton::inspect::Kind {
+        match self {
+            KindArg::Job => baton::inspect::Kind::Job,
+            KindArg::Lock => baton::inspect::Kind::Lock,
+            KindArg::Leader => baton::inspect::Kind::Leader,
+            KindArg::Fair => baton::inspect::Kind::Fair,
+            KindArg::Queue => baton::inspect::Kind::Queue,
+        }
+    }
 }
 
 /// --catch-up's values.

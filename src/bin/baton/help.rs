@@ -251,3 +251,20 @@ Exit statuses: 0 done (or nothing to do); 64 usage; 69 the server cannot be reac
 tables stayed locked through every try; 77 the role may not create them (run it as their
 owner) or the credentials were refused; 78 the server rejects the configuration (an unknown
 database).";
+
+/// `baton unlock --help`: what it takes, what it does not, and its exit statuses.
+pub(crate) const UNLOCK_HELP: &str = "\
+`baton unlock --key K --yes` takes mutex K (`baton lock`), fair lock K or election K's term
+(`baton leader`) from its holder, on Redis and PostgreSQL (fair locks: Redis only). The holder's
+next extension fails and it reports the loss (`baton lock` stops PROGRAM and exits 74); the
+fence is kept, so the next holder's fencing token is higher than the one taken. Without --yes a
+held lock is only described. When K is held as several kinds, --kind says which.
+
+Not for: a job (release its attempt with `baton fail --key K`); a Redlock lock (it lives on its
+masters: delete PREFIXredlock:{K} on each, e.g. `redis-cli -u URL DEL 'baton:redlock:{K}'`); a
+PostgreSQL advisory lock (it lasts as long as its session: end the session holding it with
+`SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'`, see
+docs/advisory-locks.md).
+
+Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock without --yes, a job, several
+kinds without --kind); 69 the server cannot be reached.";

@@ -60,7 +60,7 @@
 //! | `supervisor.rs` | runs PROGRAM to its end under a lease |
 //! | `held.rs` | the lease adapters over the library's held locks (mutex, Redlock, leader term) |
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
-//! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `admin.rs` | the commands |
+//! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -89,6 +89,7 @@ mod sink;
 mod status;
 mod supervisor;
 mod text;
+mod unlock;
 
 /// How long a resumed baton waits for Redis to confirm it still holds its attempt.
 pub(crate) const LEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -146,7 +147,9 @@ enum Plan<'a> {
     Redlock(&'a LockArgs, RedlockOptions, Sink),
     Leader(&'a LeaderArgs, ElectionOptions, Sink),
     Status(FailoverConfig, bool),
-    Watch(FailoverConfig, bool),
+    List(Option<baton::inspect::Kind>, bool, bool),
+    Watch(FailoverConfig, Option<baton::inspect::Kind>, bool),
+    Unlock(FailoverConfig, Option<baton::inspect::Kind>, bool),
     Fail(FailoverConfig, &'a str, bool),
     Reset(FailoverConfig, bool),
     Migrate,
@@ -212,8 +215,19 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             };
             Plan::Leader(args, opts, sink)
         }
-        Command::Status { key, json } => Plan::Status(job(key)?, *json),
-        Command::Watch { key, json } => Plan::Watch(job(key)?, *json),
+        Command::Status {
+            key: Some(key),
+            json,
+            ..
+        } => Plan::Status(job(key)?, *json),
+        Command::Status {
+            key: None,
+            json,
+            kind,
+            all,
+        } => Plan::List(kind.map(|k| k.kind()), *all, *json),
+        Command::Watch { key, kind, json } => Plan::Watch(job(key)?, kind.map(|k| k.kind()), *json),
+        Command::Unlock { key, kind, yes } => Plan::Unlock(job(key)?, kind.map(|k| k.kind()), *yes),
         Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
         Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
         Command::Migrate => Plan::Migrate,
@@ -269,7 +283,11 @@ async fn dispatch(cli: Cli) -> u8 {
         // Returned above.
         Plan::Redlock(..) => EX_USAGE,
         Plan::Status(cfg, json) => status::status(&client, cfg, &cli.prefix, json).await,
-        Plan::Watch(cfg, json) => status::watch(&client, cfg, json).await,
+        Plan::List(kind, all, json) => status::list(&client, &cli.prefix, kind, all, json).await,
+        Plan::Watch(cfg, kind, json) => status::watch(&client, cfg, kind, json).await,
+        Plan::Unlock(cfg, kind, yes) => {
+            unlock::unlock(&client, &cli.prefix, cfg.key(), kind, yes).await
+        }
         Plan::Fail(cfg, reason, yes) => admin::fail(&client, cfg, reason, yes).await,
         Plan::Reset(cfg, yes) => admin::reset(&client, cfg, yes).await,
         Plan::Migrate => admin::migrate(&client).await,

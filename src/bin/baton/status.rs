@@ -1,6 +1,10 @@
-//! `baton status` and `baton watch`: read a job's state, once or until it ends, as text or
-//! JSON. Read-only, unlike the tools of admin.rs.
+//! `baton status` and `baton watch`: list everything under the prefix, read what a name is
+//! (a job, a lock, an election, …), once or as it changes, as text or JSON. Read-only, unlike
+//! the tools of admin.rs and unlock.rs.
 
+use std::collections::BTreeMap;
+
+use baton::inspect::{Entry, EntryState, Kind};
 use baton::{Client, FailoverConfig, JobState, JobStatus};
 
 use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
@@ -71,6 +75,38 @@ pub(crate) fn status_text(s: &JobStatus) -> String {
 }
 
 pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
+    let inspect = match client.inspect().with_prefix(prefix) {
+        Ok(i) => i,
+        Err(e) => return super::exit::usage_config(&e),
+    };
+    let others = match inspect.find(job.key()).await {
+        Ok(found) => found,
+        Err(e) => return fail_with(&e),
+    };
+    let others: Vec<Entry> = others.into_iter().filter(|e| e.kind != Kind::Job).collect();
+    // A job, or nothing at all: the job's view, as it always was (`absent` included).
+    let job_exists = match client.failover().job_status(job.clone()).await {
+        Ok(s) => s.state != JobState::Absent,
+        Err(e) => return fail_with(&e),
+    };
+    let mut code = 0;
+    if job_exists || others.is_empty() {
+        code = job_status(client, job, prefix, json).await;
+    }
+    for entry in &others {
+        if json {
+            println!("{}", entry_json(entry));
+        } else {
+            print!("{}", entry_text(entry));
+        }
+        if entry.state == EntryState::Corrupt {
+            code = EX_DATAERR;
+        }
+    }
+    code
+}
+
+async fn job_status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
     match client.failover().job_status(job).await {
         Ok(s) => {
             if json {
@@ -91,7 +127,230 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
     }
 }
 
-pub(crate) async fn watch(client: &Client, job: FailoverConfig, json: bool) -> u8 {
+/// A lock-shaped entry as `status --key` prints it, one field a line like a job's.
+fn entry_text(e: &Entry) -> String {
+    let label = format!("{}:", e.kind);
+    let mut out = format!("{label:<14}{}\n", e.name);
+    let who = if e.kind == Kind::Leader {
+        "leader"
+    } else {
+        "holder"
+    };
+    let state = match (&e.holder, e.remaining_ms) {
+        (Some(h), left) => format!(
+            "{} ({who} {h}, {} left)",
+            e.state,
+            left.map_or("without TTL".into(), human_ms)
+        ),
+        _ => e.state.to_string(),
+    };
+    out += &format!("state:        {state}\n");
+    if let Some(f) = e.fencing_token {
+        let label = if e.kind == Kind::Leader {
+            "term:"
+        } else {
+            "fencing:"
+        };
+        out += &format!("{label:<14}{f}\n");
+    }
+    if let Some(w) = e.waiting {
+        out += &format!("waiting:      {w}\n");
+    }
+    if let Some(d) = &e.detail {
+        out += &format!("detail:       {d}\n");
+    }
+    out
+}
+
+fn entry_json(e: &Entry) -> serde_json::Value {
+    serde_json::to_value(e).unwrap_or_default()
+}
+
+/// What `baton status` prints of one entry in a listing: kind, name, state, holder, time
+/// left, fencing token.
+fn row(
+    kind: &str,
+    name: &str,
+    state: &str,
+    holder: Option<&str>,
+    left: Option<u64>,
+    fence: Option<u64>,
+    note: &str,
+) -> String {
+    let mut line = format!(
+        "{kind:<8} {name:<40} {state:<10} {:<20} {:>9} {:>18}",
+        holder.unwrap_or("-"),
+        left.map_or("-".into(), human_ms),
+        fence.map_or("-".into(), |f| f.to_string()),
+    );
+    if !note.is_empty() {
+        line.push_str("  ");
+        line.push_str(note);
+    }
+    line
+}
+
+/// How many occurrences of a schedule its row recalls.
+const LAST_OCCURRENCES: usize = 3;
+
+/// A schedule's occurrences, folded into one row: the only state a listing keeps across
+/// batches (a few occurrences per schedule, not the entries).
+#[derive(Default)]
+struct Schedule {
+    count: u64,
+    /// The latest occurrences by tick (RFC 3339 in UTC sorts by time), oldest first.
+    last: Vec<(String, Entry)>,
+}
+
+impl Schedule {
+    fn add(&mut self, tick: &str, entry: Entry) {
+        self.count += 1;
+        let at = self.last.partition_point(|(t, _)| t.as_str() < tick);
+        self.last.insert(at, (tick.to_string(), entry));
+        if self.last.len() > LAST_OCCURRENCES {
+            self.last.remove(0);
+        }
+    }
+}
+
+pub(crate) async fn list(
+    client: &Client,
+    prefix: &str,
+    kind: Option<Kind>,
+    all: bool,
+    json: bool,
+) -> u8 {
+    let inspect = match client.inspect().with_prefix(prefix) {
+        Ok(i) => i,
+        Err(e) => return super::exit::usage_config(&e),
+    };
+    let mut listing = inspect.list(kind);
+    let mut schedules: BTreeMap<(String, String), Schedule> = BTreeMap::new();
+    if !json {
+        println!(
+            "{:<8} {:<40} {:<10} {:<20} {:>9} {:>18}",
+            "KIND", "NAME", "STATE", "HOLDER", "LEFT", "FENCE"
+        );
+    }
+    loop {
+        let batch = match listing.next_batch().await {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => return fail_with(&e),
+        };
+        for entry in batch {
+            if !all {
+                if let Some((key, digest, tick)) = entry.occurrence() {
+                    let (key, digest, tick) =
+                        (key.to_string(), digest.to_string(), tick.to_string());
+                    schedules
+                        .entry((key, digest))
+                        .or_default()
+                        .add(&tick, entry);
+                    continue;
+                }
+            }
+            print_entry(&entry, json);
+        }
+    }
+    for ((key, digest), s) in schedules {
+        print_schedule(&key, &digest, &s, json);
+    }
+    0
+}
+
+fn print_entry(e: &Entry, json: bool) {
+    if json {
+        println!("{}", entry_json(e));
+        return;
+    }
+    let note = match (e.attempt, e.waiting, &e.detail) {
+        (Some(a), _, _) => format!("attempt {a}"),
+        (_, Some(w), _) => format!("{w} waiting"),
+        (_, _, Some(d)) => d.clone(),
+        _ => String::new(),
+    };
+    println!(
+        "{}",
+        row(
+            e.kind.as_str(),
+            &e.name,
+            e.state.as_str(),
+            e.holder.as_deref(),
+            e.remaining_ms,
+            e.fencing_token,
+            &note
+        )
+    );
+}
+
+fn print_schedule(key: &str, digest: &str, s: &Schedule, json: bool) {
+    let Some((_, latest)) = s.last.last() else {
+        return;
+    };
+    if json {
+        let last: Vec<serde_json::Value> = s
+            .last
+            .iter()
+            .rev()
+            .map(|(tick, e)| serde_json::json!({ "tick": tick, "entry": entry_json(e) }))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "kind": "schedule",
+                "name": key,
+                "digest": digest,
+                "occurrences": s.count,
+                "last": last,
+            })
+        );
+        return;
+    }
+    let outcomes: Vec<String> = s
+        .last
+        .iter()
+        .rev()
+        .map(|(tick, e)| format!("{tick} {}", e.state))
+        .collect();
+    let note = format!("{} occurrences; last: {}", s.count, outcomes.join(", "));
+    println!(
+        "{}",
+        row(
+            "schedule",
+            &format!("{key}@{digest}"),
+            latest.state.as_str(),
+            latest.holder.as_deref(),
+            latest.remaining_ms,
+            latest.fencing_token,
+            &note
+        )
+    );
+}
+
+pub(crate) async fn watch(
+    client: &Client,
+    job: FailoverConfig,
+    kind: Option<Kind>,
+    json: bool,
+) -> u8 {
+    let kind = match kind {
+        Some(k) => k,
+        // What exists under the name: a lock-shaped entry when no job does.
+        None => match client.inspect().with_prefix(job.prefix()) {
+            Ok(i) => match i.find(job.key()).await {
+                Ok(found) if !found.iter().any(|e| e.kind == Kind::Job) => {
+                    found.first().map_or(Kind::Job, |e| e.kind)
+                }
+                Ok(_) => Kind::Job,
+                Err(e) => return fail_with(&e),
+            },
+            Err(e) => return super::exit::usage_config(&e),
+        },
+    };
+    if kind != Kind::Job {
+        return watch_entry(client, &job, kind, json).await;
+    }
     let mut changes = match client.failover().watch_job(job.clone()).await {
         Ok(w) => w,
         Err(e) => return fail_with(&e),
@@ -118,6 +377,52 @@ pub(crate) async fn watch(client: &Client, job: FailoverConfig, json: bool) -> u
         JobState::Done => 0,
         JobState::Exhausted => EX_EXHAUSTED,
         _ => EX_UNAVAILABLE,
+    }
+}
+
+/// Follows a lock, fair lock, queue or election until interrupted: a line per change of
+/// state, holder or fencing token.
+async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bool) -> u8 {
+    let watch = match client.inspect().with_prefix(job.prefix()) {
+        Ok(i) => i.watch(kind, job.key()).await,
+        Err(e) => return super::exit::usage_config(&e),
+    };
+    let mut watch = match watch {
+        Ok(w) => w,
+        Err(e) => return fail_with(&e),
+    };
+    let mut first = true;
+    loop {
+        match watch.next().await {
+            Ok(entry) => {
+                let message = if first { "status" } else { "changed" };
+                first = false;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "message": message, "state": entry_json(&entry) })
+                    );
+                } else {
+                    let mut line = format!("{message}: {} {}", entry.kind, entry.state);
+                    if let Some(h) = &entry.holder {
+                        line += &format!(" by {h}");
+                    }
+                    if let Some(f) = entry.fencing_token {
+                        let label = if kind == Kind::Leader {
+                            "term"
+                        } else {
+                            "token"
+                        };
+                        line += &format!(" {label} {f}");
+                    }
+                    println!("{line}");
+                }
+            }
+            Err(e) => {
+                eprintln!("baton: {}", text::error_message(&e));
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
     }
 }
 

@@ -1,0 +1,117 @@
+//! `baton unlock`: take a mutex, a fair lock or an election's term from a hung holder. One
+//! library call (`force_release`, the same name on `Locks`, `FairLocks` and `Leaders`) behind
+//! a confirmation, like the job tools of admin.rs.
+
+use baton::inspect::{EntryState, Kind};
+use baton::Client;
+
+use super::exit::{fail_with, usage_config, EX_USAGE};
+
+/// The kinds `unlock` takes.
+const TAKEN: [Kind; 3] = [Kind::Lock, Kind::Fair, Kind::Leader];
+
+pub(crate) async fn unlock(
+    client: &Client,
+    prefix: &str,
+    key: &str,
+    kind: Option<Kind>,
+    yes: bool,
+) -> u8 {
+    if let Some(k @ (Kind::Job | Kind::Queue)) = kind {
+        return refuse(k, key);
+    }
+    let inspect = match client.inspect().with_prefix(prefix) {
+        Ok(i) => i,
+        Err(e) => return usage_config(&e),
+    };
+    let found = match inspect.find(key).await {
+        Ok(f) => f,
+        Err(e) => return fail_with(&e),
+    };
+    let held: Vec<_> = found
+        .iter()
+        .filter(|e| TAKEN.contains(&e.kind) && kind.map_or(true, |k| k == e.kind))
+        .filter(|e| e.state == EntryState::Held)
+        .collect();
+    let entry = match held.as_slice() {
+        [] => {
+            if kind.is_none() {
+                if let Some(job) = found.iter().find(|e| e.kind == Kind::Job) {
+                    if job.state == EntryState::Running {
+                        return refuse(Kind::Job, key);
+                    }
+                }
+            }
+            println!("{key}: nothing holds it; nothing to unlock");
+            eprintln!(
+                "baton: a Redlock lock or a PostgreSQL advisory lock is not taken here: see \
+                 `baton unlock --help`"
+            );
+            return 0;
+        }
+        [one] => *one,
+        several => {
+            let kinds: Vec<&str> = several.iter().map(|e| e.kind.as_str()).collect();
+            eprintln!(
+                "baton: {key} is held as {}; pass --kind to say which to take",
+                kinds.join(" and ")
+            );
+            return EX_USAGE;
+        }
+    };
+    let who = entry.holder.as_deref().unwrap_or("?");
+    let token = entry
+        .fencing_token
+        .map_or(String::new(), |t| format!(", fencing token {t}"));
+    if !yes {
+        eprintln!(
+            "baton: {} {key} is held by {who}{token}; pass --yes to take it",
+            entry.kind
+        );
+        return EX_USAGE;
+    }
+    let taken = match entry.kind {
+        Kind::Lock => match client.locks().with_prefix(prefix) {
+            Ok(l) => l.force_release(key).await,
+            Err(e) => return usage_config(&e),
+        },
+        Kind::Fair => match client.fair_locks().with_prefix(prefix) {
+            Ok(f) => f.force_release(key).await,
+            Err(e) => return usage_config(&e),
+        },
+        _ => match client.leaders().with_prefix(prefix) {
+            Ok(l) => l.force_release(key).await,
+            Err(e) => return usage_config(&e),
+        },
+    };
+    match taken {
+        Ok(Some(t)) => {
+            let token = t
+                .fencing_token
+                .map_or(String::new(), |f| format!(" (fencing token {f})"));
+            println!(
+                "took {} {key} from {}{token}; the next holder's token is higher",
+                entry.kind, t.holder
+            );
+            0
+        }
+        Ok(None) => {
+            println!("{key}: released meanwhile; nothing to unlock");
+            0
+        }
+        Err(e) => fail_with(&e),
+    }
+}
+
+/// What to do instead for what `unlock` does not take.
+fn refuse(kind: Kind, key: &str) -> u8 {
+    match kind {
+        Kind::Job => {
+            eprintln!("baton: {key} is a job: release its attempt with `baton fail --key {key}`")
+        }
+        _ => eprintln!(
+            "baton: a queue's holder drains it; stop that process (its lease then runs out)"
+        ),
+    }
+    EX_USAGE
+}

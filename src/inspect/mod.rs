@@ -1,0 +1,678 @@
+//! An operator's view of everything under a key prefix: every failover job (scheduled
+//! occurrences `KEY@DIGEST@TICK` included), mutex, leader election, fair lock and run-or-enqueue
+//! queue, with its state, holder, time left and fencing token ([`Inspector`], from
+//! [`Client::inspect`](crate::Client::inspect)).
+//!
+//! - [`Inspector::list`]: a [`Listing`], read batch by batch. On Redis a cursor-based
+//!   `SCAN MATCH prefix* COUNT n` on every primary (one server, each primary of a cluster, the
+//!   followed primary of a Sentinel set), each batch's values read in one pipeline on the node
+//!   that returned the keys; never `KEYS`, and never more than one batch in memory. On
+//!   PostgreSQL the tables `baton_jobs` and `baton_locks`, a page at a time (keyset
+//!   pagination).
+//! - [`Inspector::find`]: what name `K` is, of any kind (a job and a lock may share a name:
+//!   their keys differ).
+//! - [`Inspector::watch`]: follows one lock, fair lock or election: holder changes, tokens,
+//!   loss.
+//!
+//! What a key is comes from the primitives' own key layouts (their `keys` modules): `P{K}` and
+//! its `:lease`/`:fence`/`:failure` are a job's, `P` `lock:{K}` a mutex's, and so on. A key of
+//! the layout that names one entry (a job's state key, a lock's fence) stands for it; keys
+//! beside it are skipped, and so is every key that no primitive writes (another application's
+//! under the same prefix), and Redlock's (it lives on independent masters, not this server).
+//!
+//! A listing is not a snapshot: `SCAN` may return a key twice or miss one that is created or
+//! deleted while it runs, and each entry is read when its batch is.
+
+#[cfg(feature = "postgres")]
+mod pg;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::error::{ConfigError, Error};
+use crate::failover::{JobState, JobStatus};
+
+/// The default number of keys asked of one `SCAN` call (or rows of one page): the bound of what
+/// a listing holds at a time.
+pub const DEFAULT_BATCH: usize = 500;
+
+/// What an entry is: which primitive wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Kind {
+    /// A failover job (a scheduled occurrence is one too: `KEY@DIGEST@TICK`).
+    Job,
+    /// A fenced mutex.
+    Lock,
+    /// A leader election.
+    Leader,
+    /// A fair lock.
+    Fair,
+    /// A run-or-enqueue queue.
+    Queue,
+}
+
+impl Kind {
+    /// Every kind, in listing order.
+    pub const ALL: [Kind; 5] = [Kind::Job, Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
+
+    /// Its name, as `--kind` and the JSON say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Job => "job",
+            Kind::Lock => "lock",
+            Kind::Leader => "leader",
+            Kind::Fair => "fair",
+            Kind::Queue => "queue",
+        }
+    }
+
+    /// The sub-prefix of the primitive's keys (`None` for a job: `P{K}`).
+    fn sub_prefix(self) -> Option<&'static str> {
+        match self {
+            Kind::Job => None,
+            Kind::Lock => Some(crate::mutex::keys::SUB_PREFIX),
+            Kind::Leader => Some(crate::leader::keys::SUB_PREFIX),
+            Kind::Fair => Some(crate::fair::keys::SUB_PREFIX),
+            Kind::Queue => Some(crate::queue::keys::SUB_PREFIX),
+        }
+    }
+
+    /// The suffixes of the keys beside the entry's own (from the primitive's key layout).
+    fn suffixes(self) -> &'static [&'static str] {
+        match self {
+            Kind::Job => &[":lease", ":fence", ":failure"],
+            Kind::Lock | Kind::Leader => &[":fence"],
+            Kind::Fair => &[":fence", ":queue", ":alive", ":reserved"],
+            Kind::Queue => &[":fence", ":items"],
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Kind, ConfigError> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| ConfigError::invalid("kind", "one of job, lock, leader, fair, queue"))
+    }
+}
+
+/// An entry's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum EntryState {
+    /// A job whose attempt's lease is alive.
+    Running,
+    /// A job between attempts: the last one ended without success, a backup may take over.
+    Waiting,
+    /// A job that succeeded.
+    Done,
+    /// A job whose every attempt failed.
+    Exhausted,
+    /// A lock, fair lock, queue or election with a live holder.
+    Held,
+    /// A lock, fair lock, queue or election nobody holds (its fence is kept).
+    Free,
+    /// A value baton never writes.
+    Corrupt,
+}
+
+impl EntryState {
+    /// Its name, as the listing and the JSON say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryState::Running => "running",
+            EntryState::Waiting => "waiting",
+            EntryState::Done => "done",
+            EntryState::Exhausted => "exhausted",
+            EntryState::Held => "held",
+            EntryState::Free => "free",
+            EntryState::Corrupt => "corrupt",
+        }
+    }
+}
+
+impl std::fmt::Display for EntryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One job, lock, election, fair lock or queue, as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Entry {
+    /// What it is.
+    pub kind: Kind,
+    /// Its name (the `--key` of the command that made it).
+    pub name: String,
+    /// Its state.
+    pub state: EntryState,
+    /// Who holds it: a job's worker or a leader by name; a lock's holder by the first
+    /// characters of its token (tokens are never shown in full).
+    pub holder: Option<String>,
+    /// The holder's lease time left, in ms.
+    pub remaining_ms: Option<u64>,
+    /// The last fencing token granted (an election's term).
+    pub fencing_token: Option<u64>,
+    /// A job's last attempt number.
+    pub attempt: Option<u64>,
+    /// A fair lock's queued waiters, or a queue's waiting items.
+    pub waiting: Option<u64>,
+    /// A job's last failure, or what a corrupt value holds.
+    pub detail: Option<String>,
+}
+
+impl Entry {
+    fn lock(kind: Kind, name: &str) -> Entry {
+        Entry {
+            kind,
+            name: name.to_string(),
+            state: EntryState::Free,
+            holder: None,
+            remaining_ms: None,
+            fencing_token: None,
+            attempt: None,
+            waiting: None,
+            detail: None,
+        }
+    }
+
+    /// The entry of job `name` (`None`: absent).
+    fn of_job(name: &str, s: JobStatus) -> Option<Entry> {
+        let mut e = Entry::lock(Kind::Job, name);
+        e.fencing_token = s.fencing_token;
+        e.detail = s.last_failure;
+        match s.state {
+            JobState::Absent => return None,
+            JobState::Attempt {
+                number,
+                holder,
+                lease_remaining_ms,
+            } => {
+                e.state = if holder.is_some() {
+                    EntryState::Running
+                } else {
+                    EntryState::Waiting
+                };
+                e.attempt = Some(number);
+                e.holder = holder;
+                e.remaining_ms = lease_remaining_ms;
+            }
+            JobState::Done => e.state = EntryState::Done,
+            JobState::Exhausted => e.state = EntryState::Exhausted,
+            JobState::Corrupt { value } => {
+                e.state = EntryState::Corrupt;
+                e.detail = Some(value);
+            }
+        }
+        Some(e)
+    }
+
+    /// The entry of a lock-shaped primitive from its holder's value, fence and lease.
+    fn of_lock(
+        kind: Kind,
+        name: &str,
+        value: Option<&str>,
+        fence: Option<&str>,
+        pttl: Option<Duration>,
+    ) -> Entry {
+        let mut e = Entry::lock(kind, name);
+        if let Some(v) = value {
+            e.state = EntryState::Held;
+            e.holder = Some(holder_of(kind, v));
+            e.remaining_ms = pttl.map(|d| d.as_millis() as u64);
+        }
+        if let Some(f) = fence {
+            match f.parse() {
+                Ok(f) => e.fencing_token = Some(f),
+                Err(_) => {
+                    e.state = EntryState::Corrupt;
+                    e.detail = Some(crate::error::preview(f));
+                }
+            }
+        }
+        e
+    }
+
+    /// Whether a scheduled occurrence's job (`KEY@DIGEST@TICK`): its schedule's key, digest
+    /// and tick.
+    pub fn occurrence(&self) -> Option<(&str, &str, &str)> {
+        if self.kind != Kind::Job {
+            return None;
+        }
+        crate::schedule::split_job_key(&self.name)
+    }
+}
+
+/// How a holder's stored value is shown: an election's carries the leader's name; a lock's is
+/// a random token, shown by its first characters only.
+fn holder_of(kind: Kind, value: &str) -> String {
+    match kind {
+        Kind::Leader => crate::leader::keys::name_of(value)
+            .unwrap_or("?")
+            .to_string(),
+        _ => crate::util::token::short(value).to_string(),
+    }
+}
+
+/// Which key of an entry's layout a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The entry's own key: a job's state, a lock's holder.
+    Own,
+    /// Its fence (a lock-shaped entry's: it outlives the holder).
+    Fence,
+    /// Another key beside it.
+    Beside,
+}
+
+/// A key of baton's under the prefix, by the primitives' layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Parsed<'a> {
+    kind: Kind,
+    name: &'a str,
+    part: Part,
+}
+
+impl Parsed<'_> {
+    /// Whether the entry is listed from this key: a job from its state key; a lock-shaped one
+    /// from its fence (kept while free), or from its own key when the fence is gone (`fence`:
+    /// whether it was read).
+    fn stands_for_entry(&self, fence_read: bool) -> bool {
+        match (self.kind, self.part) {
+            (Kind::Job, part) => part == Part::Own,
+            (_, Part::Fence) => fence_read,
+            (_, Part::Own) => !fence_read,
+            (_, Part::Beside) => false,
+        }
+    }
+}
+
+/// What `key` is under `prefix`, or `None` for a key no primitive writes there (or Redlock's).
+fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Parsed<'a>> {
+    let rest = key.strip_prefix(prefix)?;
+    let (kind, tagged) = if rest.starts_with('{') {
+        (Kind::Job, rest)
+    } else {
+        Kind::ALL.into_iter().find_map(|k| {
+            let tagged = rest.strip_prefix(k.sub_prefix()?)?;
+            tagged.starts_with('{').then_some((k, tagged))
+        })?
+    };
+    let inner = tagged.get(1..)?;
+    // Names never hold `{` or `}` (checked when they are made): the first `}` closes the tag.
+    let close = inner.find('}')?;
+    let (name, suffix) = (inner.get(..close)?, inner.get(close + 1..)?);
+    if name.is_empty() || name.contains('{') {
+        return None;
+    }
+    let part = match suffix {
+        "" => Part::Own,
+        ":fence" if kind != Kind::Job => Part::Fence,
+        s if kind.suffixes().contains(&s) => Part::Beside,
+        _ => return None,
+    };
+    Some(Parsed { kind, name, part })
+}
+
+/// An operator's view of one client's backend under one prefix; from
+/// [`Client::inspect`](crate::Client::inspect). Cheap to clone.
+#[derive(Clone)]
+pub struct Inspector {
+    backend: Backend,
+    prefix: Arc<str>,
+    batch: usize,
+}
+
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("prefix", &self.prefix)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inspector {
+    /// The inspector of `backend` (the client façade's only way in).
+    pub(crate) fn new(backend: Backend) -> Self {
+        Inspector {
+            backend,
+            prefix: Arc::from(crate::util::names::DEFAULT_PREFIX),
+            batch: DEFAULT_BATCH,
+        }
+    }
+
+    /// The same inspector over keys under another prefix.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming `prefix` unless it ends with `:`, is 1..=1024 bytes, not blank
+    /// and free of `{` and `}`.
+    pub fn with_prefix(&self, prefix: &str) -> Result<Inspector, ConfigError> {
+        crate::util::names::check_prefix(prefix)?;
+        Ok(Inspector {
+            prefix: Arc::from(prefix),
+            ..self.clone()
+        })
+    }
+
+    /// The same inspector reading `batch` keys per `SCAN` call (rows per page), 1..=100 000:
+    /// what a listing holds at a time. Defaults to [`DEFAULT_BATCH`].
+    ///
+    /// # Errors
+    /// A [`ConfigError`] outside 1..=100 000.
+    pub fn with_batch_size(&self, batch: usize) -> Result<Inspector, ConfigError> {
+        if !(1..=100_000).contains(&batch) {
+            return Err(ConfigError::invalid("batch", "1..=100000"));
+        }
+        Ok(Inspector {
+            batch,
+            ..self.clone()
+        })
+    }
+
+    /// The key prefix in use. Defaults to `baton:`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Everything under the prefix (of `kind` only, when given), batch by batch: see
+    /// [`Listing::next_batch`].
+    pub fn list(&self, kind: Option<Kind>) -> Listing {
+        Listing {
+            inspector: self.clone(),
+            kind,
+            at: At::Start,
+        }
+    }
+
+    /// What name `name` is, of every kind (a job, a lock and an election may share a name):
+    /// the entries that exist, in [`Kind::ALL`]'s order; empty when none does.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name; connection errors.
+    pub async fn find(&self, name: &str) -> Result<Vec<Entry>, Error> {
+        crate::util::names::check_name("key", name)?;
+        match &self.backend {
+            Backend::Redis(t) => redis::find(t, &self.prefix, name).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => pg::find(self, name).await,
+        }
+    }
+
+    /// Follows lock-shaped entry `name` of `kind` (a lock, fair lock, queue or election):
+    /// [`EntryWatch::next`] returns it each time its state, holder or fencing token changes,
+    /// starting with how it is now.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name, or for [`Kind::Job`] (follow a job with
+    /// [`Failover::watch_job`](crate::Failover::watch_job)); connection errors while
+    /// subscribing.
+    pub async fn watch(&self, kind: Kind, name: &str) -> Result<EntryWatch, Error> {
+        crate::util::names::check_name("key", name)?;
+        let channel = match kind {
+            Kind::Job => {
+                return Err(ConfigError::invalid(
+                    "kind",
+                    "a lock, fair lock, queue or election (a job: Failover::watch_job)",
+                )
+                .into())
+            }
+            Kind::Lock => Some(crate::mutex::keys::LockKeys::new(&self.prefix, name).channel),
+            Kind::Leader => {
+                Some(crate::leader::keys::ElectionKeys::new(&self.prefix, name).channel)
+            }
+            // A fair lock wakes each waiter on a channel of its own, a queue nobody: read on a
+            // timer only.
+            Kind::Fair | Kind::Queue => None,
+        };
+        let sub = match channel {
+            Some(c) => Some(self.backend.subscribe(&c).await?),
+            None => None,
+        };
+        Ok(EntryWatch {
+            inspector: self.clone(),
+            kind,
+            name: name.to_string(),
+            sub,
+            last: None,
+        })
+    }
+
+    /// The entry `name` of `kind` as it is now (free when nothing is stored).
+    async fn read(&self, kind: Kind, name: &str) -> Result<Entry, Error> {
+        Ok(self
+            .find(name)
+            .await?
+            .into_iter()
+            .find(|e| e.kind == kind)
+            .unwrap_or_else(|| Entry::lock(kind, name)))
+    }
+}
+
+/// Where a listing is.
+enum At {
+    Start,
+    /// On Redis: the primaries, the one being scanned and its cursor.
+    Scan {
+        nodes: Vec<Arc<crate::backend::redis::Node>>,
+        node: usize,
+        cursor: u64,
+    },
+    /// On PostgreSQL: the table being read (0 jobs, 1 locks) and the last key read.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Page {
+        table: usize,
+        after: String,
+    },
+    Done,
+}
+
+/// Everything under a prefix, read a batch at a time; from [`Inspector::list`].
+pub struct Listing {
+    inspector: Inspector,
+    kind: Option<Kind>,
+    at: At,
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listing")
+            .field("prefix", &self.inspector.prefix)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listing {
+    /// The next batch of entries (never empty), or `None` once every primary (every table)
+    /// was read through. A batch holds the entries of one `SCAN` call's keys (one page of
+    /// rows): at most the inspector's batch size.
+    ///
+    /// # Errors
+    /// Connection errors; the listing can go on after them (the same batch is asked again).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the position moves only once a batch is read.
+    pub async fn next_batch(&mut self) -> Result<Option<Vec<Entry>>, Error> {
+        loop {
+            // A clone of the handle (an `Arc`), so the listing's position can move meanwhile.
+            let backend = self.inspector.backend.clone();
+            let batch = match &backend {
+                Backend::Redis(t) => redis::next_batch(t, self).await?,
+                #[cfg(feature = "postgres")]
+                Backend::Postgres(t) => pg::next_batch(t, self).await?,
+            };
+            match batch {
+                Some(b) if b.is_empty() => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+}
+
+/// A followed lock, fair lock, queue or election; from [`Inspector::watch`].
+pub struct EntryWatch {
+    inspector: Inspector,
+    kind: Kind,
+    name: String,
+    sub: Option<crate::util::pubsub::Subscription>,
+    last: Option<Entry>,
+}
+
+impl std::fmt::Debug for EntryWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryWatch")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a followed entry is read when no message says it changed: a lease that runs out
+/// publishes nothing.
+const WATCH_EVERY: Duration = Duration::from_millis(200);
+
+impl EntryWatch {
+    /// The entry, the first time; then each time its state, holder or fencing token changed.
+    ///
+    /// # Errors
+    /// Connection errors while reading; the watch can go on after them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a change is only taken as seen when it is returned.
+    pub async fn next(&mut self) -> Result<Entry, Error> {
+        loop {
+            let now = self.inspector.read(self.kind, &self.name).await?;
+            let changed = self.last.as_ref().map_or(true, |last| {
+                (last.state, &last.holder, last.fencing_token)
+                    != (now.state, &now.holder, now.fencing_token)
+            });
+            if changed {
+                self.last = Some(now.clone());
+                return Ok(now);
+            }
+            match self.sub.as_mut() {
+                // A message (or a reconnect) is a reason to read at once; the timer bounds the
+                // wait for what publishes nothing.
+                Some(sub) => {
+                    let _ = tokio::time::timeout(WATCH_EVERY, sub.rx.recv()).await;
+                }
+                None => tokio::time::sleep(WATCH_EVERY).await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(kind: Kind, name: &str, part: Part) -> Option<Parsed<'_>> {
+        Some(Parsed { kind, name, part })
+    }
+
+    #[test]
+    fn keys_are_told_apart_by_the_primitives_layouts() {
+        let p = "baton:";
+        let job = crate::failover::keys::JobKeys::new(p, "msg:42");
+        assert_eq!(
+            parse_key(p, job.state()),
+            parsed(Kind::Job, "msg:42", Part::Own)
+        );
+        for k in [job.lease(), job.fence(), job.failure()] {
+            assert_eq!(parse_key(p, k), parsed(Kind::Job, "msg:42", Part::Beside));
+        }
+        let lock = crate::mutex::keys::LockKeys::new(p, "a");
+        assert_eq!(parse_key(p, &lock.lock), parsed(Kind::Lock, "a", Part::Own));
+        assert_eq!(
+            parse_key(p, &lock.fence),
+            parsed(Kind::Lock, "a", Part::Fence)
+        );
+        let leader = crate::leader::keys::ElectionKeys::new(p, "a");
+        assert_eq!(
+            parse_key(p, &leader.lease),
+            parsed(Kind::Leader, "a", Part::Own)
+        );
+        let fair = crate::fair::keys::fair_keys(p, "a");
+        for k in [&fair.queue, &fair.alive, &fair.reserved] {
+            assert_eq!(parse_key(p, k), parsed(Kind::Fair, "a", Part::Beside));
+        }
+        let queue = crate::queue::keys::QueueKeys::new(p, "a");
+        assert_eq!(
+            parse_key(p, &queue.lock),
+            parsed(Kind::Queue, "a", Part::Own)
+        );
+        assert_eq!(
+            parse_key(p, &queue.items),
+            parsed(Kind::Queue, "a", Part::Beside)
+        );
+        // A job named like a lock's key is still a job: its tag opens right after the prefix.
+        assert_eq!(
+            parse_key(p, "baton:{lock:a}"),
+            parsed(Kind::Job, "lock:a", Part::Own)
+        );
+    }
+
+    #[test]
+    fn keys_no_primitive_writes_are_skipped() {
+        let p = "baton:";
+        let redlock = crate::redlock::keys::RedlockKeys::new(p, "a");
+        for key in [
+            redlock.lock.as_str(),
+            "baton:other",
+            "baton:{a}:mine",
+            "baton:lock:{a}:queue",
+            "baton:{}",
+            "baton:lock:a",
+            "baton:{a",
+            "other:{a}",
+            "baton:",
+        ] {
+            assert_eq!(parse_key(p, key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn an_entry_is_listed_once_from_the_key_that_stands_for_it() {
+        let own = |kind| Parsed {
+            kind,
+            name: "a",
+            part: Part::Own,
+        };
+        let fence = Parsed {
+            part: Part::Fence,
+            ..own(Kind::Lock)
+        };
+        assert!(own(Kind::Job).stands_for_entry(true));
+        assert!(!own(Kind::Lock).stands_for_entry(true));
+        assert!(fence.stands_for_entry(true));
+        // The fence lost with the data: the holder's key stands for the lock.
+        assert!(own(Kind::Lock).stands_for_entry(false));
+        assert!(!fence.stands_for_entry(false));
+    }
+
+    #[test]
+    fn kinds_parse_from_their_names() {
+        for k in Kind::ALL {
+            assert_eq!(k.as_str().parse::<Kind>().ok(), Some(k));
+        }
+        assert!("locks".parse::<Kind>().is_err());
+    }
+}
