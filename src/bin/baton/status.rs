@@ -313,7 +313,12 @@ fn print_schedule(key: &str, digest: &str, s: &Schedule, json: bool) {
         .rev()
         .map(|(tick, e)| format!("{tick} {}", e.state))
         .collect();
-    let note = format!("{} occurrences; last: {}", s.count, outcomes.join(", "));
+    let plural = if s.count == 1 { "" } else { "s" };
+    let note = format!(
+        "{} occurrence{plural}; last: {}",
+        s.count,
+        outcomes.join(", ")
+    );
     println!(
         "{}",
         row(
