@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use baton::{ElectionOptions, LeaseGuard};
+use baton::ElectionOptions;
 use common::*;
 
 const WITHIN: Duration = Duration::from_secs(5);
