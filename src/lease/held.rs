@@ -18,6 +18,7 @@ use super::watchdog::{self, LeaseState, Watch};
 use super::{check_ttl, deadline, Extend, Extension};
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::util::metrics::{transition, ExtendOutcome, Labels, Loss};
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -37,6 +38,8 @@ pub(crate) type ReleaseFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, Err
 pub(crate) trait HeldKeys: FencedAt {
     /// What the logs call it ("lock", "fair lock").
     fn what(&self) -> &'static str;
+    /// The metrics' `primitive` label ("mutex", "fair").
+    fn primitive(&self) -> &'static str;
     /// Releases `token` if it still holds the lock, in one round trip that gives up at
     /// `limit`; `Ok(false)` when it was no longer ours.
     fn release<'a>(
@@ -88,6 +91,7 @@ impl HeldLock {
         ttl: Duration,
         sent: Instant,
     ) -> Self {
+        let labels = Labels::new(keys.primitive(), backend.label());
         HeldLock {
             backend,
             keys,
@@ -95,7 +99,7 @@ impl HeldLock {
             token,
             fence,
             ttl,
-            state: LeaseState::new(deadline(sent, ttl)),
+            state: LeaseState::new(deadline(sent, ttl), labels, sent),
             sent,
             watchdog: None,
         }
@@ -149,15 +153,24 @@ impl HeldLock {
             retention: fence_ttl(ttl.max(self.ttl)),
         };
         let limit = after(Instant::now(), self.backend.response_timeout());
-        match self.backend.extend(&req, limit).await? {
+        let labels = self.state.labels();
+        let extended = self.backend.extend(&req, limit).await;
+        if extended.is_err() {
+            labels.extended(ExtendOutcome::Error, Instant::now());
+        }
+        match extended? {
             Extension::Confirmed { sent } => {
+                labels.extended(ExtendOutcome::Ok, sent);
                 self.state.confirmed(deadline(sent, ttl));
                 Ok(true)
             }
             Extension::Refused { .. } => {
+                labels.extended(ExtendOutcome::Refused, Instant::now());
                 tracing::warn!(key = %self.key, token = short(&self.token), "extension refused: the lock is held by another token or gone");
-                self.state
-                    .lose("an extension found the lock held by another token (or gone)");
+                self.state.lose(
+                    Loss::Taken,
+                    "an extension found the lock held by another token (or gone)",
+                );
                 Ok(false)
             }
         }
@@ -302,8 +315,11 @@ impl LockGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let limit = after(Instant::now(), h.backend.response_timeout());
+        h.state.released();
+        let sent = Instant::now();
+        let limit = after(sent, h.backend.response_timeout());
         let ours = h.keys.release(&h.backend, &h.token, limit).await?;
+        h.state.labels().transition(transition::RELEASE, sent);
         let what = h.keys.what();
         tracing::info!(key = %h.key, token = short(&h.token), ours, "{what} released");
         Ok(ours)
@@ -351,6 +367,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
+            h.state.released();
             h.keys.release_in_background(&h.backend, h.token);
         }
     }

@@ -81,6 +81,7 @@ use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
+use crate::util::metrics::{self, primitive, Labels, Loss};
 use crate::util::time::{after, ms};
 use crate::util::token::{new_token, short};
 
@@ -245,6 +246,10 @@ impl Redlock {
                 ?validity,
                 "redlock acquired"
             );
+            // One round's time (`acquire` retries rounds); quorum grants tell no takeover.
+            let labels = Labels::new(primitive::REDLOCK, metrics::backend::REDIS);
+            labels.transition(metrics::transition::GRANT, start);
+            labels.granted(false, start);
             return Ok(Some(RedlockGuard {
                 held: Some(Held {
                     masters: self.masters.clone(),
@@ -254,7 +259,11 @@ impl Redlock {
                     ttl,
                     round_start: start,
                     granted: start,
-                    state: LeaseState::new(after(start, validity)),
+                    state: LeaseState::new(
+                        after(start, validity),
+                        Labels::new(primitive::REDLOCK, metrics::backend::REDIS),
+                        start,
+                    ),
                     watchdog: None,
                 }),
             }));
@@ -701,7 +710,7 @@ impl RedlockGuard {
             }),
             Decision::Contended => {
                 tracing::warn!(key = %h.key, token = short(&h.token), yes, failed, "Redlock extension without a quorum");
-                h.state.lose(format!(
+                h.state.lose(Loss::Taken, format!(
                     "an extension round found no quorum still holding the lock ({yes} of {} masters did, {} needed)",
                     h.masters.len(),
                     quorum::quorum(h.masters.len())
