@@ -15,7 +15,9 @@
 //! against baton's mutex and a hand-written FIFO floor) and `queue-throughput` (run-or-enqueue
 //! against a hand-written drain loop): see `fair.rs`; `pg-job-cycle` and `pg-lock-cycle` (the
 //! failover job cycle and the mutex cycle on PostgreSQL against hand-written floors of the same
-//! statements, feature `postgres`: see `postgres.rs`); and `profile` (only when named: see `profile.rs`).
+//! statements, feature `postgres`: see `postgres.rs`); `metrics-cost` (the uncontended failover
+//! and mutex cycles with a metrics recorder installed against without: see `metrics_cost.rs`);
+//! and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;
@@ -24,6 +26,7 @@ mod floor;
 mod holders;
 mod leader;
 mod locks;
+mod metrics_cost;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod profile;

@@ -38,6 +38,7 @@ pub const NAMES: &[&str] = &[
     "queue-throughput",
     "pg-job-cycle",
     "pg-lock-cycle",
+    "metrics-cost",
 ];
 
 #[derive(Default)]
@@ -76,6 +77,7 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         "pg-job-cycle" | "pg-lock-cycle" => {
             eprintln!("{name} needs --features postgres; skipped")
         }
+        "metrics-cost" => crate::metrics_cost::metrics_cost(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }

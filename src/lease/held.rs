@@ -67,6 +67,8 @@ pub(crate) struct HeldLock {
     pub sent: Instant,
     /// Stops the watchdog, when one runs.
     pub watchdog: Option<CancellationToken>,
+    /// The guard's span (`baton_guard`): its watchdog, extensions and release run in it.
+    pub span: tracing::Span,
 }
 
 impl std::fmt::Debug for HeldLock {
@@ -92,6 +94,13 @@ impl HeldLock {
         sent: Instant,
     ) -> Self {
         let labels = Labels::new(keys.primitive(), backend.label());
+        let span = tracing::info_span!(
+            "baton_guard",
+            key,
+            fencing_token = fence,
+            node = tracing::field::Empty,
+            attempt = tracing::field::Empty,
+        );
         HeldLock {
             backend,
             keys,
@@ -102,6 +111,7 @@ impl HeldLock {
             state: LeaseState::new(deadline(sent, ttl), labels, sent),
             sent,
             watchdog: None,
+            span,
         }
     }
 
@@ -111,6 +121,7 @@ impl HeldLock {
             return;
         }
         let stop = CancellationToken::new();
+        let _in_guard = self.span.enter();
         watchdog::spawn(
             &self.backend,
             Watch {
@@ -154,7 +165,9 @@ impl HeldLock {
         };
         let limit = after(Instant::now(), self.backend.response_timeout());
         let labels = self.state.labels();
-        let extended = self.backend.extend(&req, limit).await;
+        let span = tracing::debug_span!(parent: &self.span, "extend");
+        let extended =
+            tracing::Instrument::instrument(self.backend.extend(&req, limit), span).await;
         if extended.is_err() {
             labels.extended(ExtendOutcome::Error, Instant::now());
         }
@@ -318,7 +331,10 @@ impl LockGuard {
         h.state.released();
         let sent = Instant::now();
         let limit = after(sent, h.backend.response_timeout());
-        let ours = h.keys.release(&h.backend, &h.token, limit).await?;
+        let span = tracing::debug_span!(parent: &h.span, "release");
+        let ours =
+            tracing::Instrument::instrument(h.keys.release(&h.backend, &h.token, limit), span)
+                .await?;
         h.state.labels().transition(transition::RELEASE, sent);
         let what = h.keys.what();
         tracing::info!(key = %h.key, token = short(&h.token), ours, "{what} released");

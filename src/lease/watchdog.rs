@@ -201,14 +201,19 @@ pub(crate) fn spawn(
     let weak = backend.downgrade();
     let client_gone = backend.cancel().clone();
     let response = backend.response_timeout();
-    backend.tracker().spawn(async move {
+    // In the span of whoever holds the lease (a guard's, an elector's): a spawned task would
+    // otherwise log outside it.
+    let task = async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
             _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lease is no longer extended"),
             _ = run(weak, watch, state.clone(), response) => {}
         }
-    });
+    };
+    backend
+        .tracker()
+        .spawn(tracing::Instrument::in_current_span(task));
 }
 
 async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, response: Duration) {
