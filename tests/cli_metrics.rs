@@ -315,6 +315,19 @@ async fn leader_healthz_is_ok_while_leading_or_standing_by_and_not_once_the_serv
 
 #[tokio::test]
 async fn a_bad_metrics_flag_is_a_usage_error_naming_it() {
+    for command in ["run", "schedule", "lock", "leader"] {
+        let mut cmd = baton_command(BATON);
+        cmd.args([command, "--help"]);
+        let out = finish_by(spawn(&mut cmd), Instant::now() + QUICK, "--help").await;
+        let text = String::from_utf8_lossy(&out.stdout);
+        for flag in ["--metrics-addr", "--metrics-file"] {
+            assert!(
+                text.contains(flag),
+                "{command} --help documents {flag}:
+{text}"
+            );
+        }
+    }
     let out = finish_by(
         spawn(&mut run_cmd(
             "redis://127.0.0.1:1/",
