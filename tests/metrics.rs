@@ -224,3 +224,46 @@ fn a_mutex_cycle_records_its_acquisition_hold_and_extensions() {
         );
     }
 }
+
+#[test]
+fn a_leader_term_counts_one_grant_two_changes_and_its_renewals() {
+    let rec = recorded(|| async {
+        let srv = server();
+        let client = client(&srv).await;
+        let opts = baton::ElectionOptions::builder()
+            .lease(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let elector = client.leaders().elector("el", &opts).unwrap();
+        let term = elector.campaign().await.unwrap();
+        // A few renewals (every lease / 3).
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(!term.is_lost());
+        assert!(elector.resign().await.unwrap());
+        client.shutdown(WAKE).await;
+    });
+    const LEADER: [(&str, &str); 2] = [("primitive", "leader"), ("backend", "redis")];
+    assert_eq!(
+        rec.counter(
+            "baton_grants_total",
+            &with(&LEADER, &[("takeover", "false")])
+        ),
+        1
+    );
+    assert_eq!(
+        rec.counter("baton_leader_changes_total", &[("backend", "redis")]),
+        2,
+        "elected, then resigned: {:?}",
+        rec.all("baton_leader_changes_total")
+    );
+    assert_eq!(rec.samples("baton_hold_duration_seconds", &LEADER), 1);
+    assert!(
+        rec.counter(
+            "baton_extensions_total",
+            &with(&LEADER, &[("outcome", "ok")])
+        ) >= 2,
+        "{:?}",
+        rec.all("baton_extensions_total")
+    );
+    assert_eq!(rec.all("baton_lease_lost_total"), Vec::<String>::new());
+}

@@ -55,8 +55,11 @@ impl Held {
         self.watchdog.cancel();
         let first = !self.let_go.swap(true, std::sync::atomic::Ordering::AcqRel);
         if first {
-            // The term's hold ends here (unless a loss ended it first).
+            // Every term ends here once, whichever way (resigned, lost, replaced, dropped), in
+            // the elector and the worker form alike: its hold ends (unless a loss ended it
+            // first), and leadership changes.
             self.term.state.released();
+            metrics::count(metrics::LEADER_CHANGES, self.backend.label());
         }
         first
     }

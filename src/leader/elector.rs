@@ -92,10 +92,6 @@ impl Elector {
         let supervisor = async move {
             let reason = election.supervise(&held, &mut |_| {}).await;
             tracing::warn!(key = %election.key, term = held.term.number, %reason, "leadership lost");
-            crate::util::metrics::count(
-                crate::util::metrics::LEADER_CHANGES,
-                election.backend.label(),
-            );
             held.term.end(&reason);
             let gone = election.backend.cancel().clone();
             let shut_down = tokio::select! {
@@ -144,10 +140,6 @@ impl Elector {
             return Ok(false);
         };
         held.term.end("resigned");
-        crate::util::metrics::count(
-            crate::util::metrics::LEADER_CHANGES,
-            self.election.backend.label(),
-        );
         self.election.release(&held).await
     }
 
