@@ -6,7 +6,7 @@
 //! a current-thread runtime of their own (on a thread of their own: the bench's main runtime
 //! cannot block), the recorder side inside `metrics::with_local_recorder`, which covers every
 //! task of that runtime. The recorder is the Prometheus exporter's, as `baton --metrics-addr`
-//! installs it. Batches of the two sides alternate, so drift (the server's, the host's)
+//! installs it. Short batches of the two sides alternate, so drift (the server's, the host's)
 //! falls on both alike; the figure is the ratio of the two sides' median cycle times.
 
 use std::time::Duration;
@@ -21,7 +21,9 @@ use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
 
 pub async fn metrics_cost(opts: &Opts, report: &mut Report) {
-    let (batches, per_batch) = if opts.quick { (2, 20) } else { (20, 250) };
+    // Small batches, many of them: the host's load (other builds, other processes) comes in
+    // bursts, and short alternating batches spread each burst over both sides.
+    let (batches, per_batch) = if opts.quick { (2, 20) } else { (500, 10) };
     let server = start_server();
     let url = server.url();
     let rows = tokio::task::spawn_blocking(move || measure(&url, batches, per_batch))
@@ -49,7 +51,14 @@ fn measure(url: &str, batches: usize, per_batch: usize) -> Vec<Row> {
     let mut sides = Sides::default();
     // A warm-up batch of each side, not kept: connections, scripts loaded, caches.
     for batch in 0..=batches {
-        for on in [false, true] {
+        // Each side goes first every other batch: whatever the first batch after a switch
+        // pays (a cold cache line, a timer) is paid by both alike.
+        let order = if batch % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for on in order {
             let tag = format!("{id}-{batch}-{on}");
             let run = || runtime.block_on(batch_of(&client, &tag, per_batch));
             let (f, m) = if on {
