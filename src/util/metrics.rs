@@ -69,12 +69,14 @@ pub(crate) mod primitive {
     pub(crate) const LEADER: &str = "leader";
     pub(crate) const REDLOCK: &str = "redlock";
     pub(crate) const QUEUE: &str = "queue";
+    #[cfg(feature = "postgres")]
     pub(crate) const ADVISORY: &str = "advisory";
 }
 
 /// The `backend` label's values.
 pub(crate) mod backend {
     pub(crate) const REDIS: &str = "redis";
+    #[cfg(feature = "postgres")]
     pub(crate) const POSTGRES: &str = "postgres";
 }
 
