@@ -569,7 +569,10 @@ impl Queues {
                     Err(e) => Err(e),
                 };
                 match release_step(&r, uncertain) {
-                    ReleaseStep::Done => break true,
+                    ReleaseStep::Done => {
+                        state.released();
+                        break true;
+                    }
                     ReleaseStep::DrainAgain => break false,
                     ReleaseStep::Lost => {
                         state.lose(

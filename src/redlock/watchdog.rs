@@ -20,7 +20,7 @@ use super::{extend_round, summary, Masters};
 use crate::lease::watchdog::{sleep_until_opt, LeaseState};
 use crate::lease::Extension;
 use crate::util::backoff::Backoff;
-use crate::util::metrics::Loss;
+use crate::util::metrics::{ExtendOutcome, Loss};
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -128,6 +128,14 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
             ttl,
             start.elapsed(),
         );
+        // A round is one extension: confirmed by a quorum, refused when a quorum cannot be
+        // had any more, an error when it is to be retried.
+        let outcome = match &step {
+            Step::Extended { .. } => ExtendOutcome::Ok,
+            Step::Retry => ExtendOutcome::Error,
+            Step::Lost(_) => ExtendOutcome::Refused,
+        };
+        state.labels().extended(outcome, start);
         match step {
             Step::Extended { validity } => {
                 state.confirmed(after(start, validity));
