@@ -19,7 +19,7 @@ use tokio::time::Instant;
 /// `baton_grants_total{primitive,backend,takeover}`: every grant (a failover attempt won, a
 /// lock taken, a leader term won).
 pub(crate) const GRANTS: &str = "baton_grants_total";
-/// `baton_failed_attempts_total{backend}`: failover attempts that ended failed or released.
+/// `baton_failed_attempts_total{backend}`: failover attempts this worker failed.
 pub(crate) const FAILED_ATTEMPTS: &str = "baton_failed_attempts_total";
 /// `baton_exhausted_total{backend}`: jobs this worker saw become `EXHAUSTED` by its own write.
 pub(crate) const EXHAUSTED: &str = "baton_exhausted_total";
