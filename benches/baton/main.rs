@@ -16,7 +16,9 @@
 //! against a hand-written drain loop): see `fair.rs`; `pg-job-cycle` and `pg-lock-cycle` (the
 //! failover job cycle and the mutex cycle on PostgreSQL against hand-written floors of the same
 //! statements, feature `postgres`: see `postgres.rs`); `status-listing` (the operator's listing over
-//! 10 000 jobs plus locks and leaders, on one server and a 6-node cluster: see `status.rs`); and `profile` (only when named: see `profile.rs`).
+//! 10 000 jobs plus locks and leaders, on one server and a 6-node cluster: see `status.rs`);
+//! `metrics-cost` (the uncontended failover and mutex cycles with a metrics recorder installed
+//! against without: see `metrics_cost.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
 mod cluster;
@@ -25,6 +27,7 @@ mod floor;
 mod holders;
 mod leader;
 mod locks;
+mod metrics_cost;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod profile;

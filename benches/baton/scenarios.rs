@@ -39,6 +39,7 @@ pub const NAMES: &[&str] = &[
     "pg-job-cycle",
     "pg-lock-cycle",
     "status-listing",
+    "metrics-cost",
 ];
 
 #[derive(Default)]
@@ -78,6 +79,7 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
             eprintln!("{name} needs --features postgres; skipped")
         }
         "status-listing" => crate::status::listing(opts, report).await,
+        "metrics-cost" => crate::metrics_cost::metrics_cost(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }

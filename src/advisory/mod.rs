@@ -347,6 +347,7 @@ impl AdvisoryLocks {
         opts: &AdvisoryOptions,
         try_only: bool,
     ) -> Result<Option<AdvisoryGuard>, Error> {
+        let asked = Instant::now();
         let t = self.transport()?.clone();
         let conn = t.dedicated().await?;
         let client = &conn.client;
@@ -405,6 +406,12 @@ impl AdvisoryLocks {
                       with_xact_lock",
             });
         }
+        // PostgreSQL's lock table knows no lease to expire: a grant is never a takeover.
+        crate::util::metrics::Labels::new(
+            crate::util::metrics::primitive::ADVISORY,
+            crate::util::metrics::backend::POSTGRES,
+        )
+        .granted(false, asked);
         Ok(Some(AdvisoryGuard::start(
             t,
             conn,

@@ -62,6 +62,15 @@ impl Backend {
         }
     }
 
+    /// The backend's value of the metrics' `backend` label.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => crate::util::metrics::backend::REDIS,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => crate::util::metrics::backend::POSTGRES,
+        }
+    }
+
     /// The Redis transport, or [`Error::Unsupported`] naming `what` and `why` it needs Redis.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn redis(

@@ -16,6 +16,7 @@ use super::store::JobStore;
 use super::worker::{fault_error, recv_sub, Flow, Grant, Step, Task};
 use crate::backend::redis::ReplicaWait;
 use crate::error::Error;
+use crate::util::metrics::{self, transition};
 use crate::util::time::{after, human};
 use crate::util::token as keys;
 
@@ -86,6 +87,8 @@ impl<S: JobStore> Task<S> {
                     StatusLevel::Normal,
                     format!("the grant of attempt {attempt} whose reply was lost did apply"),
                 );
+                // Its EXEC's reply was lost, so this is where the grant is first known.
+                self.labels().granted(attempt > 1, self.asked);
                 Ok(Step::Granted(Grant {
                     attempt,
                     last,
@@ -114,12 +117,15 @@ impl<S: JobStore> Task<S> {
             Decision::WriteExhausted { attempts } => {
                 self.before_exec("exhaust").await;
                 let writes = exhaust_writes();
+                let sent = Instant::now();
                 let committed =
                     self.store
                         .commit(&mut conn, &writes, "", "", None, "writing EXHAUSTED");
                 match committed.await? {
                     None => Ok(Step::Again),
                     Some(_) => {
+                        self.labels().transition(transition::EXHAUST, sent);
+                        metrics::count(metrics::EXHAUSTED, S::BACKEND);
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
                     }
@@ -152,10 +158,12 @@ impl<S: JobStore> Task<S> {
         self.before_exec("grant").await;
         let sent = Instant::now();
         let wait = self.cfg.replica_ack;
-        let committed = self
-            .store
-            .commit(&mut conn, &writes, &token, "", wait, "the grant")
-            .await;
+        let committed = tracing::Instrument::instrument(
+            self.store
+                .commit(&mut conn, &writes, &token, "", wait, "the grant"),
+            tracing::debug_span!("grant", attempt, fencing_token = fence),
+        )
+        .await;
         match committed {
             Err(e) => {
                 if e.is_indeterminate() {
@@ -172,6 +180,11 @@ impl<S: JobStore> Task<S> {
             Ok(None) => Ok(Step::Again),
             Ok(Some(acked)) => {
                 self.view.granted(attempt, fence);
+                let labels = self.labels();
+                labels.transition(transition::GRANT, sent);
+                // Every attempt after the first takes over from a holder that failed, gave up
+                // or lost its lease.
+                labels.granted(attempt > 1, self.asked);
                 tracing::info!(attempt, fence, token = keys::short(&token), "acquired");
                 Ok(Step::Granted(Grant {
                     attempt,

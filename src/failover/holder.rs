@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::lease;
 use crate::util::backoff::Backoff;
 use crate::util::lock;
+use crate::util::metrics::{self, transition, ExtendOutcome, Loss};
 use crate::util::time::{after, human, ms, FAR};
 
 /// How a holder ends its attempt, with the reason kept for `status`.
@@ -39,6 +40,15 @@ impl Ending {
             Ending::Done => E::Done,
             Ending::Fail(_) => E::Fail,
             Ending::Release(_) => E::Release,
+        }
+    }
+
+    /// The metrics' `transition` label (and the `finish` span's `ending` field).
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Ending::Done => transition::DONE,
+            Ending::Fail(_) => transition::FAIL,
+            Ending::Release(_) => transition::RELEASE,
         }
     }
 
@@ -75,6 +85,7 @@ impl<S: JobStore> Task<S> {
             return self.lost(
                 &ended,
                 &g,
+                Loss::Expired,
                 format!(
                     "the lease ran out before the grant could be handed over ({} after its EXEC \
                      was sent, lock_timeout {})",
@@ -93,6 +104,9 @@ impl<S: JobStore> Task<S> {
             ended.clone(),
             released.clone(),
         );
+        let span = tracing::Span::current();
+        span.record("attempt", g.attempt);
+        span.record("fencing_token", g.fence);
         let delivered = self.events.emit(Event::Acquired(Acquired {
             attempt: g.attempt,
             last: g.last,
@@ -159,11 +173,11 @@ impl<S: JobStore> Task<S> {
                     let reason = format!("max_run of {} reached", human(self.cfg.max_run.unwrap_or_default()));
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
                     let _ = self.finish(&g, Ending::Release(reason.clone()), lease_end).await;
-                    return self.lost(&ended, &g, reason);
+                    return self.lost(&ended, &g, Loss::MaxHold, reason);
                 }
                 // Whatever an extension in flight is doing, the lease may be over by now.
                 _ = tokio::time::sleep_until(lease_end), if keepalive => {
-                    return self.lost(&ended, &g, format!(
+                    return self.lost(&ended, &g, Loss::Expired, format!(
                         "no extension was confirmed in time: the lease ({} from the last \
                          confirmed one) may have run out",
                         human(lock_timeout)
@@ -171,6 +185,12 @@ impl<S: JobStore> Task<S> {
                 }
                 r = poll_extension(&mut extending), if extending.is_some() => {
                     extending = None;
+                    let outcome = match &r {
+                        Ok(_) => ExtendOutcome::Ok,
+                        Err(Error::LeaseLost { .. }) => ExtendOutcome::Refused,
+                        Err(_) => ExtendOutcome::Error,
+                    };
+                    self.labels().extended(outcome, r.as_ref().map_or_else(|_| Instant::now(), |s| *s));
                     match r {
                         Ok(sent) => {
                             lease_end = lease::deadline(sent, lock_timeout);
@@ -182,7 +202,7 @@ impl<S: JobStore> Task<S> {
                             );
                         }
                         Err(Error::LeaseLost {
-                            fencing_token: None, reason, .. }) => return self.lost(&ended, &g, reason),
+                            fencing_token: None, reason, .. }) => return self.lost(&ended, &g, Loss::Taken, reason),
                         Err(e) if e.is_retryable() => {
                             self.report(&e);
                             next_extend = after(Instant::now(), extend_backoff.next_delay()).min(lease_end);
@@ -213,7 +233,7 @@ impl<S: JobStore> Task<S> {
                 msg = recv_sub(watch_sub) => {
                     match msg {
                         Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
-                            return self.lost(&ended, &g, format!("another worker announced `{m}`"));
+                            return self.lost(&ended, &g, Loss::Taken, format!("another worker announced `{m}`"));
                         }
                         // Someone released an attempt while we hold ours (an operator's
                         // `fail_attempt`): check our lease now instead of at the next extension.
@@ -227,7 +247,7 @@ impl<S: JobStore> Task<S> {
                         Some(HubMsg::Reconnected) => {
                             let check = Box::pin(self.still_ours(&g));
                             if let Err(reason) = check.await {
-                                return self.lost(&ended, &g, reason);
+                                return self.lost(&ended, &g, Loss::Taken, reason);
                             }
                         }
                         None => self.sub = None,
@@ -248,8 +268,10 @@ impl<S: JobStore> Task<S> {
             if let Some(reply) = reply {
                 let _ = reply.send(result.clone());
             }
+            let failed = matches!(ending, Ending::Fail(_));
             return match (result, ending) {
                 (Ok(()), Ending::Done) => {
+                    metrics::count(metrics::DONE, S::BACKEND);
                     tracing::info!(attempt = g.attempt, "done");
                     self.events.emit(Event::Completed {
                         attempt: Some(g.attempt),
@@ -258,7 +280,12 @@ impl<S: JobStore> Task<S> {
                 }
                 (Ok(()), Ending::Fail(reason) | Ending::Release(reason)) => {
                     tracing::info!(attempt = g.attempt, %reason, "attempt failed");
+                    metrics::count(metrics::FAILED_ATTEMPTS, S::BACKEND);
                     if g.attempt >= self.cfg.max_attempts {
+                        // Only a failure writes `EXHAUSTED` (a release leaves it to a backup).
+                        if failed {
+                            metrics::count(metrics::EXHAUSTED, S::BACKEND);
+                        }
                         self.events.emit(Event::Exhausted {
                             attempts: g.attempt,
                         });
@@ -288,6 +315,7 @@ impl<S: JobStore> Task<S> {
                 }
                 (Err(e @ Error::NotReplicated { .. }), Ending::Done) => {
                     // `DONE` is on the primary: the job is done here, but not safely so.
+                    metrics::count(metrics::DONE, S::BACKEND);
                     self.report(&e);
                     tracing::warn!(attempt = g.attempt, error = %e, "done, not replicated");
                     self.events.emit(Event::Completed {
@@ -302,10 +330,11 @@ impl<S: JobStore> Task<S> {
                         ..
                     }),
                     _,
-                ) => self.lost(&ended, &g, reason),
+                ) => self.lost(&ended, &g, Loss::Taken, reason),
                 (Err(e), _) if e.is_retryable() => self.lost(
                     &ended,
                     &g,
+                    Loss::Error,
                     format!("the outcome could not be recorded: {e}"),
                 ),
                 (Err(e), _) => {
@@ -342,9 +371,16 @@ impl<S: JobStore> Task<S> {
         }
     }
 
-    /// Reports the loss of the attempt (terminal).
-    pub(super) fn lost(&mut self, ended: &Mutex<Option<Error>>, g: &Grant, reason: String) -> Flow {
+    /// Reports the loss of the attempt (terminal); `why` is the metrics' reason.
+    pub(super) fn lost(
+        &mut self,
+        ended: &Mutex<Option<Error>>,
+        g: &Grant,
+        why: Loss,
+        reason: String,
+    ) -> Flow {
         tracing::warn!(attempt = g.attempt, %reason, "lease lost");
+        self.labels().lost(why);
         *lock(ended) = Some(Error::LeaseLost {
             fencing_token: None,
             key: self.cfg.key.clone(),
@@ -385,8 +421,12 @@ impl<S: JobStore> Task<S> {
                 after(Instant::now(), self.store.settings().response_timeout)
             };
             let mut exec_sent = false;
+            let sent = Instant::now();
             let outcome = {
-                let one_try = self.finish_once(g, &ending, pending, try_deadline, &mut exec_sent);
+                let one_try = tracing::Instrument::instrument(
+                    self.finish_once(g, &ending, pending, try_deadline, &mut exec_sent),
+                    tracing::debug_span!("finish", attempt = g.attempt, ending = ending.label()),
+                );
                 tokio::pin!(one_try);
                 loop {
                     tokio::select! {
@@ -411,7 +451,10 @@ impl<S: JobStore> Task<S> {
                 }
             };
             match outcome {
-                Ok(true) => break Ok(()),
+                Ok(true) => {
+                    self.labels().transition(ending.label(), sent);
+                    break Ok(());
+                }
                 Ok(false) => {
                     // A watched key changed (a backup's failed race, an expiring key): look again.
                     nil += 1;

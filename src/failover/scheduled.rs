@@ -599,7 +599,16 @@ where
             .config
             .for_occurrence(&occurrence, self.options.retention);
         let tick = occurrence.clone();
-        let handle = runs.spawn(async move {
+        // The occurrence's span: its worker's `baton_worker` span (attempt, fencing token)
+        // opens inside it.
+        let span = tracing::info_span!(
+            "baton_occurrence",
+            key = %job_key,
+            node = tracing::field::Empty,
+            attempt = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
+        let run = async move {
             let outcome = match config {
                 Err(e) => OccurrenceOutcome::Error(Error::Config(e)),
                 Ok(config) => {
@@ -618,7 +627,8 @@ where
                 job_key,
                 outcome,
             }
-        });
+        };
+        let handle = runs.spawn(tracing::Instrument::instrument(run, span));
         self.running.insert(handle.id(), tick);
     }
 }

@@ -53,6 +53,9 @@ pub(crate) trait JobStore: Send + Sync + 'static {
     /// A connection carrying one transition's observation to its commit.
     type Conn: Send;
 
+    /// The metrics' `backend` label of this store.
+    const BACKEND: &'static str;
+
     /// The client's connection settings.
     fn settings(&self) -> &ConnSettings;
 
@@ -231,6 +234,7 @@ impl RedisStore {
 
 impl JobStore for RedisStore {
     type Conn = Dedicated;
+    const BACKEND: &'static str = crate::util::metrics::backend::REDIS;
 
     fn settings(&self) -> &ConnSettings {
         &self.transport.settings

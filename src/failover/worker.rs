@@ -29,6 +29,7 @@ use super::store::{JobStore, RedisStore};
 use crate::backend::redis::{HubMsg, Subscription, Transport};
 use crate::error::Error;
 use crate::util::backoff::Backoff;
+use crate::util::metrics::{primitive, Labels};
 use crate::util::time::human;
 use crate::util::token as keys;
 
@@ -83,6 +84,7 @@ pub(crate) fn spawn_on<S: JobStore>(
         stop,
         locked_reported: None,
         sub: None,
+        asked: Instant::now(),
     };
     // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
     // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
@@ -146,9 +148,17 @@ pub(super) struct Task<S: JobStore> {
     pub(super) backoff: Backoff,
     pub(super) locked_reported: Option<u64>,
     pub(super) sub: Option<Subscription>,
+    /// When this worker began to wait for its next grant (it started, or rejoined as a backup
+    /// after its own failed attempt): the acquisition histogram counts from here.
+    pub(super) asked: Instant,
 }
 
 impl<S: JobStore> Task<S> {
+    /// The labels of this worker's metrics.
+    pub(super) fn labels(&self) -> Labels {
+        Labels::new(primitive::FAILOVER, S::BACKEND)
+    }
+
     /// Runs the test hook (feature `testing`) between the two round trips of a transition.
     pub(super) async fn before_exec(&self, what: &'static str) {
         self.store.before_exec(what).await;
@@ -158,7 +168,15 @@ impl<S: JobStore> Task<S> {
     /// owns the task: an `async fn run` that builds the span and awaits the loop kept room for
     /// the span's temporaries and a second copy of the loop's state, twice the size per worker.
     fn run(self) -> tracing::instrument::Instrumented<impl std::future::Future<Output = ()>> {
-        let span = tracing::info_span!("baton_worker", key = %self.cfg.key);
+        // The fixed fields of every span baton opens; the attempt and its fencing token are
+        // recorded with each grant (see `Task::hold`).
+        let span = tracing::info_span!(
+            "baton_worker",
+            key = %self.cfg.key,
+            node = %self.name,
+            attempt = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
         // An async block that captures the task, not an `async fn` taking it: the latter keeps
         // the argument and its binding as two copies in the future's state.
         let mut task = self;
@@ -190,10 +208,16 @@ impl<S: JobStore> Task<S> {
                 Ok(Step::Granted(g)) => {
                     nil_in_a_row = 0;
                     self.backoff.reset();
+                    let granted = g.sent;
                     let next = Box::pin(self.hold(g));
-                    if next.await == Flow::End {
+                    let flow = next.await;
+                    // However the attempt ended (done, failed, released, lost), its hold did.
+                    self.labels().held(granted);
+                    if flow == Flow::End {
                         return;
                     }
+                    // Rejoined as a backup: the next acquisition's wait starts now.
+                    self.asked = Instant::now();
                 }
                 Ok(Step::Terminal(ev)) => {
                     self.events.emit(ev);

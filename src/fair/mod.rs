@@ -361,6 +361,14 @@ impl FairLocks {
             let (nap, last_error) = match outcome {
                 Ok(Turn::Granted { fence, sent }) => {
                     queued.disarm();
+                    // The grant script does not tell a handoff from a holder that expired:
+                    // counted as `takeover="false"` (docs/operating.md says so).
+                    let labels = crate::util::metrics::Labels::new(
+                        crate::util::metrics::primitive::FAIR,
+                        crate::util::metrics::backend::REDIS,
+                    );
+                    labels.transition(crate::util::metrics::transition::GRANT, sent);
+                    labels.granted(false, start);
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = LockGuard::new(HeldLock::new(
                         Backend::Redis(self.transport()?.clone()),
@@ -560,6 +568,10 @@ impl Reservation {
 impl HeldKeys for QueueKeys {
     fn what(&self) -> &'static str {
         "fair lock"
+    }
+
+    fn primitive(&self) -> &'static str {
+        crate::util::metrics::primitive::FAIR
     }
 
     fn release<'a>(

@@ -18,6 +18,7 @@ use crate::lease::lock::{self as kernel, Grant, Stored};
 use crate::lease::pending::{self, Pending};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::util::backoff::Backoff;
+use crate::util::metrics::{self, primitive, transition, Labels};
 use crate::util::time::after;
 use crate::util::token::new_token;
 use crate::util::wake::{WakeOne, Woken};
@@ -52,7 +53,15 @@ impl Held {
     /// Stops renewing; `true` the first time (the caller then releases).
     pub(super) fn stop_renewing(&self) -> bool {
         self.watchdog.cancel();
-        !self.let_go.swap(true, std::sync::atomic::Ordering::AcqRel)
+        let first = !self.let_go.swap(true, std::sync::atomic::Ordering::AcqRel);
+        if first {
+            // Every term ends here once, whichever way (resigned, lost, replaced, dropped), in
+            // the elector and the worker form alike: its hold ends (unless a loss ended it
+            // first), and leadership changes.
+            self.term.state.released();
+            metrics::count(metrics::LEADER_CHANGES, self.backend.label());
+        }
+        first
     }
 
     /// Stops renewing and releases by token in the background (once).
@@ -70,6 +79,11 @@ impl Drop for Held {
 }
 
 impl Election {
+    /// The labels of this election's metrics.
+    pub(super) fn labels(&self) -> Labels {
+        Labels::new(primitive::LEADER, self.backend.label())
+    }
+
     /// One try: the term, or the leader's PTTL.
     pub(super) async fn try_once(&self) -> Result<Result<Held, Option<Duration>>, Error> {
         let value = keys::lease_value(&new_token(), &self.name);
@@ -90,7 +104,9 @@ impl Election {
         match grant? {
             Grant::Held { pttl } => Ok(Err(pttl)),
             Grant::Granted { fence, sent } => {
-                let state = LeaseState::new(deadline(sent, self.opts.lease));
+                let labels = self.labels();
+                labels.transition(transition::GRANT, sent);
+                let state = LeaseState::new(deadline(sent, self.opts.lease), labels, sent);
                 let stop = CancellationToken::new();
                 let held = Held {
                     term: Term {
@@ -147,6 +163,10 @@ impl Election {
         let mut backoff = Backoff::new(Duration::from_secs(1));
         let mut group: Option<WakeOne> = None;
         let mut woken: Option<Woken> = None;
+        let start = Instant::now();
+        // Whether the last wait slept out the leader's lease with no resignation heard: a term
+        // won then takes over from a leader that is gone (the metrics' `takeover`).
+        let mut slept_out = false;
         loop {
             if let Some(stored) = group.as_ref().and_then(WakeOne::take_stored) {
                 match woken {
@@ -154,13 +174,18 @@ impl Election {
                     Some(_) => stored.used(),
                 }
             }
+            let takeover = slept_out && woken.is_none();
             let outcome = self.try_once().await;
             if let Some(w) = woken.take() {
                 w.used();
             }
             let pttl = match after_try(&outcome) {
                 CampaignStep::Elected => match outcome {
-                    Ok(Ok(held)) => return Ok(held),
+                    Ok(Ok(held)) => {
+                        self.labels().granted(takeover, start);
+                        metrics::count(metrics::LEADER_CHANGES, self.backend.label());
+                        return Ok(held);
+                    }
                     // `after_try` elects only a grant.
                     _ => continue,
                 },
@@ -211,6 +236,7 @@ impl Election {
                     backoff.next_delay()
                 }
             };
+            slept_out = pttl.is_some();
             match &group {
                 Some(g) if g.closed() => {
                     group = None;
@@ -226,11 +252,13 @@ impl Election {
     /// it was no longer ours.
     pub(super) async fn release(&self, held: &Held) -> Result<bool, Error> {
         held.stop_renewing();
-        let limit = after(Instant::now(), self.backend.response_timeout());
+        let sent = Instant::now();
+        let limit = after(sent, self.backend.response_timeout());
         let ours = self
             .backend
             .release(&self.keys.lease, &self.keys.channel, &held.value, limit)
             .await?;
+        self.labels().transition(transition::RELEASE, sent);
         tracing::info!(key = %self.key, term = held.term.number, ours, "resigned");
         Ok(ours)
     }

@@ -67,12 +67,19 @@ impl Elector {
                 tracing::debug!(error = %e, "releasing the ended term failed; it runs out");
             }
         }
-        let held = Arc::new(
-            self.election
-                .campaign(&mut |e| tracing::debug!(error = %e, "campaign failed; retrying"))
-                .await?,
+        // The elector's span: the campaign, the term's watchdog and its supervisor run in it.
+        let span = tracing::info_span!(
+            "baton_elector",
+            key = %self.election.key,
+            node = %self.election.name,
+            fencing_token = tracing::field::Empty,
+            attempt = tracing::field::Empty,
         );
+        let mut on_error = |e: &Error| tracing::debug!(error = %e, "campaign failed; retrying");
+        let campaign = self.election.campaign(&mut on_error);
+        let held = Arc::new(tracing::Instrument::instrument(campaign, span.clone()).await?);
         let term = held.term.clone();
+        span.record("fencing_token", term.number());
         let previous = lock(&self.current).replace(held.clone());
         if let Some(old) = previous {
             old.term.end("a new term began");
@@ -82,7 +89,7 @@ impl Elector {
         // lease go at its deadline (the work had until then to stop).
         let election = self.election.clone();
         let current = self.current.clone();
-        self.election.backend.tracker().spawn(async move {
+        let supervisor = async move {
             let reason = election.supervise(&held, &mut |_| {}).await;
             tracing::warn!(key = %election.key, term = held.term.number, %reason, "leadership lost");
             held.term.end(&reason);
@@ -113,7 +120,11 @@ impl Elector {
             } else {
                 held.let_go();
             }
-        });
+        };
+        self.election
+            .backend
+            .tracker()
+            .spawn(tracing::Instrument::instrument(supervisor, span));
         Ok(term)
     }
 

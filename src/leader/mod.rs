@@ -70,7 +70,7 @@ pub use events::LeaderEvent;
 pub use observer::{Observed, Observer};
 pub use options::{ElectionOptions, ElectionOptionsBuilder};
 // The model checker reaches the pure decisions by this path.
-#[cfg(any(test, feature = "model"))]
+#[cfg(feature = "model")]
 pub(crate) use protocol::{after_try, handover, must_stop, stop_at, CampaignStep, Handover};
 pub use term::Term;
 pub use worker::LeaderWorker;

@@ -18,6 +18,7 @@ use super::watchdog::{self, LeaseState, Watch};
 use super::{check_ttl, deadline, Extend, Extension};
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::util::metrics::{transition, ExtendOutcome, Labels, Loss};
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -37,6 +38,8 @@ pub(crate) type ReleaseFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, Err
 pub(crate) trait HeldKeys: FencedAt {
     /// What the logs call it ("lock", "fair lock").
     fn what(&self) -> &'static str;
+    /// The metrics' `primitive` label ("mutex", "fair").
+    fn primitive(&self) -> &'static str;
     /// Releases `token` if it still holds the lock, in one round trip that gives up at
     /// `limit`; `Ok(false)` when it was no longer ours.
     fn release<'a>(
@@ -64,6 +67,8 @@ pub(crate) struct HeldLock {
     pub sent: Instant,
     /// Stops the watchdog, when one runs.
     pub watchdog: Option<CancellationToken>,
+    /// The guard's span (`baton_guard`): its watchdog, extensions and release run in it.
+    pub span: tracing::Span,
 }
 
 impl std::fmt::Debug for HeldLock {
@@ -88,6 +93,14 @@ impl HeldLock {
         ttl: Duration,
         sent: Instant,
     ) -> Self {
+        let labels = Labels::new(keys.primitive(), backend.label());
+        let span = tracing::info_span!(
+            "baton_guard",
+            key,
+            fencing_token = fence,
+            node = tracing::field::Empty,
+            attempt = tracing::field::Empty,
+        );
         HeldLock {
             backend,
             keys,
@@ -95,9 +108,10 @@ impl HeldLock {
             token,
             fence,
             ttl,
-            state: LeaseState::new(deadline(sent, ttl)),
+            state: LeaseState::new(deadline(sent, ttl), labels, sent),
             sent,
             watchdog: None,
+            span,
         }
     }
 
@@ -107,6 +121,7 @@ impl HeldLock {
             return;
         }
         let stop = CancellationToken::new();
+        let _in_guard = self.span.enter();
         watchdog::spawn(
             &self.backend,
             Watch {
@@ -149,15 +164,26 @@ impl HeldLock {
             retention: fence_ttl(ttl.max(self.ttl)),
         };
         let limit = after(Instant::now(), self.backend.response_timeout());
-        match self.backend.extend(&req, limit).await? {
+        let labels = self.state.labels();
+        let span = tracing::debug_span!(parent: &self.span, "extend");
+        let extended =
+            tracing::Instrument::instrument(self.backend.extend(&req, limit), span).await;
+        if extended.is_err() {
+            labels.extended(ExtendOutcome::Error, Instant::now());
+        }
+        match extended? {
             Extension::Confirmed { sent } => {
+                labels.extended(ExtendOutcome::Ok, sent);
                 self.state.confirmed(deadline(sent, ttl));
                 Ok(true)
             }
             Extension::Refused { .. } => {
+                labels.extended(ExtendOutcome::Refused, Instant::now());
                 tracing::warn!(key = %self.key, token = short(&self.token), "extension refused: the lock is held by another token or gone");
-                self.state
-                    .lose("an extension found the lock held by another token (or gone)");
+                self.state.lose(
+                    Loss::Taken,
+                    "an extension found the lock held by another token (or gone)",
+                );
                 Ok(false)
             }
         }
@@ -302,8 +328,14 @@ impl LockGuard {
             return Ok(false);
         };
         h.stop_watchdog();
-        let limit = after(Instant::now(), h.backend.response_timeout());
-        let ours = h.keys.release(&h.backend, &h.token, limit).await?;
+        h.state.released();
+        let sent = Instant::now();
+        let limit = after(sent, h.backend.response_timeout());
+        let span = tracing::debug_span!(parent: &h.span, "release");
+        let ours =
+            tracing::Instrument::instrument(h.keys.release(&h.backend, &h.token, limit), span)
+                .await?;
+        h.state.labels().transition(transition::RELEASE, sent);
         let what = h.keys.what();
         tracing::info!(key = %h.key, token = short(&h.token), ours, "{what} released");
         Ok(ours)
@@ -351,6 +383,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(h) = self.held.take() {
             h.stop_watchdog();
+            h.state.released();
             h.keys.release_in_background(&h.backend, h.token);
         }
     }

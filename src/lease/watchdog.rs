@@ -29,6 +29,7 @@ use super::{deadline, Extend, Extension};
 use crate::backend::{Backend, WeakBackend};
 use crate::util::backoff::Backoff;
 use crate::util::lock;
+use crate::util::metrics::{ExtendOutcome, Labels, Loss};
 
 /// What a holder and its watchdog share: the lease's current deadline and the loss signal.
 ///
@@ -48,17 +49,37 @@ pub(crate) struct LeaseState {
     /// The signal as a token, made on first request (cancelled at once if it already fired).
     token: OnceLock<CancellationToken>,
     reason: Mutex<Option<String>>,
+    /// The metrics' labels of the primitive holding this lease.
+    labels: Labels,
+    /// When the lease was granted: a loss ends the hold there.
+    granted: Instant,
 }
 
 impl LeaseState {
-    pub(crate) fn new(deadline: Instant) -> Arc<Self> {
+    /// The state of a lease granted at `granted` (the granting request's send time), held by
+    /// the primitive of `labels`, that can end at `deadline`.
+    pub(crate) fn new(deadline: Instant, labels: Labels, granted: Instant) -> Arc<Self> {
         Arc::new(LeaseState {
             deadline: tokio::sync::watch::Sender::new(deadline),
             lost: AtomicBool::new(false),
             fired: tokio::sync::Notify::new(),
             token: OnceLock::new(),
             reason: Mutex::new(None),
+            labels,
+            granted,
         })
+    }
+
+    /// The metrics' labels of the primitive holding this lease.
+    pub(crate) fn labels(&self) -> Labels {
+        self.labels
+    }
+
+    /// The hold ended by a release: recorded unless a loss already ended it.
+    pub(crate) fn released(&self) {
+        if !self.is_lost() {
+            self.labels.held(self.granted);
+        }
     }
 
     /// When the lease can end at the earliest, as this host measures it.
@@ -84,12 +105,15 @@ impl LeaseState {
         });
     }
 
-    /// Fires the loss signal (once; the first reason is kept).
-    pub(crate) fn lose(&self, reason: impl Into<String>) {
+    /// Fires the loss signal (once; the first reason is kept, and `why` counted then).
+    pub(crate) fn lose(&self, why: Loss, reason: impl Into<String>) {
         {
             let mut r = lock(&self.reason);
             if r.is_none() {
                 *r = Some(reason.into());
+                // A release after the loss records nothing more (see `released`).
+                self.labels.lost(why);
+                self.labels.held(self.granted);
             }
         }
         self.lost.store(true, Ordering::SeqCst);
@@ -177,14 +201,19 @@ pub(crate) fn spawn(
     let weak = backend.downgrade();
     let client_gone = backend.cancel().clone();
     let response = backend.response_timeout();
-    backend.tracker().spawn(async move {
+    // In the span of whoever holds the lease (a guard's, an elector's): a spawned task would
+    // otherwise log outside it.
+    let task = async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
-            _ = client_gone.cancelled() => state.lose("the client shut down; the lease is no longer extended"),
+            _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lease is no longer extended"),
             _ = run(weak, watch, state.clone(), response) => {}
         }
-    });
+    };
+    backend
+        .tracker()
+        .spawn(tracing::Instrument::in_current_span(task));
 }
 
 async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, response: Duration) {
@@ -198,18 +227,18 @@ async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, respons
         let end = state.deadline();
         if let Some(cap) = watch.hold_until {
             if Instant::now() >= cap {
-                state.lose("held for the maximum hold time");
+                state.lose(Loss::MaxHold, "held for the maximum hold time");
                 return;
             }
         }
         tokio::select! {
             biased;
             _ = tokio::time::sleep_until(end) => {
-                state.lose("no extension was confirmed before the lease could end");
+                state.lose(Loss::Expired, "no extension was confirmed before the lease could end");
                 return;
             }
             _ = sleep_until_opt(watch.hold_until) => {
-                state.lose("held for the maximum hold time");
+                state.lose(Loss::MaxHold, "held for the maximum hold time");
                 return;
             }
             _ = tokio::time::sleep_until(due) => {}
@@ -237,11 +266,17 @@ async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, respons
         let outcome = tokio::select! {
             biased;
             _ = tokio::time::sleep_until(end) => {
-                state.lose("no extension was confirmed before the lease could end");
+                state.lose(Loss::Expired, "no extension was confirmed before the lease could end");
                 return;
             }
             r = backend.extend(&req, limit) => r,
         };
+        let counted = match &outcome {
+            Ok(Extension::Confirmed { sent }) => (ExtendOutcome::Ok, *sent),
+            Ok(Extension::Refused { .. }) => (ExtendOutcome::Refused, Instant::now()),
+            Err(_) => (ExtendOutcome::Error, Instant::now()),
+        };
+        state.labels().extended(counted.0, counted.1);
         match after_extension(&outcome) {
             WatchStep::Extended { sent } => {
                 state.confirmed(deadline(sent, ttl));
@@ -257,7 +292,11 @@ async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, respons
             }
             WatchStep::Lost(reason) => {
                 tracing::warn!(key = %watch.lease, %reason, "lease lost");
-                state.lose(reason);
+                let why = match outcome {
+                    Ok(_) => Loss::Taken,
+                    Err(_) => Loss::Error,
+                };
+                state.lose(why, reason);
                 return;
             }
         }
@@ -298,13 +337,15 @@ pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
 mod tests {
     use super::*;
 
+    const TEST_LABELS: Labels = Labels::new("mutex", "redis");
+
     #[tokio::test]
     async fn the_loss_signal_reaches_tokens_made_before_and_after_it_fired() {
-        let s = LeaseState::new(Instant::now());
+        let s = LeaseState::new(Instant::now(), TEST_LABELS, Instant::now());
         let early = s.lost_token();
         assert!(!s.is_lost() && !early.is_cancelled());
-        s.lose("first");
-        s.lose("second");
+        s.lose(Loss::Taken, "first");
+        s.lose(Loss::Taken, "second");
         assert!(s.is_lost() && early.is_cancelled());
         assert!(
             s.lost_token().is_cancelled(),
@@ -313,13 +354,13 @@ mod tests {
         assert_eq!(s.reason().as_deref(), Some("first"));
         // Resolves at once once fired, and for a waiter registered before.
         s.wait_lost().await;
-        let s2 = LeaseState::new(Instant::now());
+        let s2 = LeaseState::new(Instant::now(), TEST_LABELS, Instant::now());
         let waiter = {
             let s2 = s2.clone();
             tokio::spawn(async move { s2.wait_lost().await })
         };
         tokio::task::yield_now().await;
-        s2.lose("late");
+        s2.lose(Loss::Taken, "late");
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken")

@@ -54,6 +54,7 @@ pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::pending::{release_in_background, Pending};
 pub use crate::lease::store::Taken;
 use crate::util::backoff::Backoff;
+use crate::util::metrics::{primitive, transition, Labels};
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
 use crate::util::wake::{WakeOne, Woken};
@@ -218,20 +219,25 @@ impl Locks {
     /// client is gone too, the ttl is the backstop).
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<LockGuard>, Error> {
         let keys = self.keys(key, ttl)?;
-        match self.try_once(&keys, key, ttl, None).await? {
+        match self
+            .try_once(&keys, key, ttl, None, (Instant::now(), false))
+            .await?
+        {
             Ok(guard) => Ok(Some(guard)),
             Err(_) => Ok(None),
         }
     }
 
     /// One try: the guard, or the holder's PTTL. With `wait`, the grant must be acknowledged
-    /// by that many replicas (see [`AcquireOptionsBuilder::replica_ack`]).
+    /// by that many replicas (see [`AcquireOptionsBuilder::replica_ack`]). `asked` is when the
+    /// caller asked and whether a grant now takes over an expired lease, for the metrics.
     async fn try_once(
         &self,
         keys: &Arc<LockKeys>,
         key: &str,
         ttl: Duration,
         wait: Option<ReplicaWait>,
+        asked: (Instant, bool),
     ) -> Result<Result<LockGuard, Option<Duration>>, Error> {
         let token = new_token();
         let backend = self.backend.clone();
@@ -283,6 +289,9 @@ impl Locks {
         }
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
+                let labels = Labels::new(primitive::MUTEX, backend.label());
+                labels.transition(transition::GRANT, sent);
+                labels.granted(asked.1, asked.0);
                 tracing::info!(key, token = short(&token), fence, "lock acquired");
                 Ok(Ok(LockGuard::new(HeldLock::new(
                     backend,
@@ -354,6 +363,9 @@ impl Locks {
         // The wake that prompted the coming try, passed on if this future is dropped first.
         let mut woken: Option<Woken> = None;
         let mut tries: u32 = 0;
+        // Whether the last wait slept out the holder's remaining lease with no release heard:
+        // a grant then takes over an expired lease (the metrics' `takeover`).
+        let mut slept_out = false;
         loop {
             // A release that arrived while nobody waited says nothing this try will not see.
             if let Some(stored) = group.as_ref().and_then(WakeOne::take_stored) {
@@ -363,7 +375,10 @@ impl Locks {
                 }
             }
             tries = tries.saturating_add(1);
-            let outcome = self.try_once(&keys, key, ttl, opts.replica_ack).await;
+            let asked = (start, slept_out && woken.is_none());
+            let outcome = self
+                .try_once(&keys, key, ttl, opts.replica_ack, asked)
+                .await;
             if let Some(w) = woken.take() {
                 w.used();
             }
@@ -425,6 +440,7 @@ impl Locks {
             if let Some(g) = give_up {
                 nap = nap.min(g.saturating_duration_since(now));
             }
+            slept_out = pttl.is_some_and(|p| nap >= p);
             match &group {
                 // The hub is gone (client shutting down): fall back to sleeping.
                 Some(g) if g.closed() => {
@@ -486,6 +502,10 @@ fn replica_ack_unsupported() -> Error {
 impl HeldKeys for LockKeys {
     fn what(&self) -> &'static str {
         "lock"
+    }
+
+    fn primitive(&self) -> &'static str {
+        crate::util::metrics::primitive::MUTEX
     }
 
     fn release<'a>(

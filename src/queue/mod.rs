@@ -61,6 +61,7 @@ use crate::lease::lock::{self as kernel_lock, Grant};
 use crate::lease::watchdog::{self, LeaseState, Watch};
 use crate::queue::items::{self as kernel, Enqueue, Release, Stored};
 use crate::util::backoff::Backoff;
+use crate::util::metrics::{self, primitive, Labels, Loss};
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
 
@@ -288,12 +289,20 @@ impl Queues {
         // Armed before the request leaves: a dropped future or a lost reply releases by token.
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
         let node = self.transport()?.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
+        let asked = Instant::now();
+        let limit = after(asked, self.transport()?.settings.response_timeout);
         let outcome =
             kernel::enqueue_or_acquire(&mut node.conn(), &keys.kernel(), &token, ttl, body, limit)
                 .await;
+        if outcome.is_ok() {
+            // Posted either way: queued for the holder, or the first item this caller drains.
+            metrics::count(metrics::QUEUE_POSTS, metrics::backend::REDIS);
+        }
         match outcome {
             Ok(Enqueue::Granted { fence, sent, id }) => {
+                let labels = Labels::new(primitive::QUEUE, metrics::backend::REDIS);
+                labels.transition(metrics::transition::GRANT, sent);
+                labels.granted(false, asked);
                 tracing::info!(
                     key,
                     token = short(&token),
@@ -369,9 +378,13 @@ impl Queues {
             token: &token,
             ttl,
         };
+        let asked = Instant::now();
         let grant = kernel_lock::acquire(&mut node.conn(), &req, limit).await;
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
+                let labels = Labels::new(primitive::QUEUE, metrics::backend::REDIS);
+                labels.transition(metrics::transition::GRANT, sent);
+                labels.granted(false, asked);
                 tracing::info!(key, token = short(&token), fence, "queue held: draining");
                 let held = Held { fence, sent, ttl };
                 Ok(
@@ -420,7 +433,8 @@ impl Queues {
         Fut: Future<Output = Result<(), E>>,
     {
         let Held { fence, sent, ttl } = held;
-        let state = LeaseState::new(deadline(sent, ttl));
+        let labels = Labels::new(primitive::QUEUE, metrics::backend::REDIS);
+        let state = LeaseState::new(deadline(sent, ttl), labels, sent);
         let stop = CancellationToken::new();
         watchdog::spawn(
             &Backend::Redis(self.transport()?.clone()),
@@ -512,9 +526,12 @@ impl Queues {
                     })
                     .await?;
                 match acked {
-                    Some(true) => handled = handled.saturating_add(1),
+                    Some(true) => {
+                        handled = handled.saturating_add(1);
+                        metrics::count(metrics::QUEUE_DRAINED, metrics::backend::REDIS);
+                    }
                     Some(false) => {
-                        state.lose("removing a handled item found the lock held by another token (or gone)");
+                        state.lose(Loss::Taken, "removing a handled item found the lock held by another token (or gone)");
                         hold.disarm();
                         return Err(lost_error(state.reason()));
                     }
@@ -552,10 +569,16 @@ impl Queues {
                     Err(e) => Err(e),
                 };
                 match release_step(&r, uncertain) {
-                    ReleaseStep::Done => break true,
+                    ReleaseStep::Done => {
+                        state.released();
+                        break true;
+                    }
                     ReleaseStep::DrainAgain => break false,
                     ReleaseStep::Lost => {
-                        state.lose("the release found the lock held by another token (or gone)");
+                        state.lose(
+                            Loss::Taken,
+                            "the release found the lock held by another token (or gone)",
+                        );
                         hold.disarm();
                         return Err(lost_error(state.reason()));
                     }

@@ -81,6 +81,7 @@ use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
+use crate::util::metrics::{self, primitive, Labels, Loss};
 use crate::util::time::{after, ms};
 use crate::util::token::{new_token, short};
 
@@ -204,14 +205,16 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<RedlockGuard>, Error> {
         let keys = self.keys(key, ttl)?;
-        self.try_once(&keys, key, ttl).await
+        self.try_once(&keys, key, ttl, Instant::now()).await
     }
 
+    /// One round; `asked` is when the caller asked, for the acquisition histogram.
     async fn try_once(
         &self,
         keys: &Arc<RedlockKeys>,
         key: &str,
         ttl: Duration,
+        asked: Instant,
     ) -> Result<Option<RedlockGuard>, Error> {
         let token = new_token();
         // Armed before any request leaves: an early return or a dropped future releases by
@@ -245,6 +248,10 @@ impl Redlock {
                 ?validity,
                 "redlock acquired"
             );
+            // A quorum's grant does not tell a holder that expired from a free lock.
+            let labels = Labels::new(primitive::REDLOCK, metrics::backend::REDIS);
+            labels.transition(metrics::transition::GRANT, start);
+            labels.granted(false, asked);
             return Ok(Some(RedlockGuard {
                 held: Some(Held {
                     masters: self.masters.clone(),
@@ -254,7 +261,11 @@ impl Redlock {
                     ttl,
                     round_start: start,
                     granted: start,
-                    state: LeaseState::new(after(start, validity)),
+                    state: LeaseState::new(
+                        after(start, validity),
+                        Labels::new(primitive::REDLOCK, metrics::backend::REDIS),
+                        start,
+                    ),
                     watchdog: None,
                 }),
             }));
@@ -306,7 +317,7 @@ impl Redlock {
         let mut tries: u32 = 0;
         loop {
             tries = tries.saturating_add(1);
-            if let Some(mut guard) = self.try_once(&keys, key, ttl).await? {
+            if let Some(mut guard) = self.try_once(&keys, key, ttl, start).await? {
                 if opts.watchdog {
                     guard.start_watchdog(opts.max_hold);
                 }
@@ -701,7 +712,7 @@ impl RedlockGuard {
             }),
             Decision::Contended => {
                 tracing::warn!(key = %h.key, token = short(&h.token), yes, failed, "Redlock extension without a quorum");
-                h.state.lose(format!(
+                h.state.lose(Loss::Taken, format!(
                     "an extension round found no quorum still holding the lock ({yes} of {} masters did, {} needed)",
                     h.masters.len(),
                     quorum::quorum(h.masters.len())
@@ -748,10 +759,15 @@ impl RedlockGuard {
         if let Some(stop) = &h.watchdog {
             stop.cancel();
         }
+        h.state.released();
+        let sent = Instant::now();
         let replies = release_all(&h.masters, &h.keys, &h.token, |t| {
             t.settings.response_timeout
         })
         .await;
+        h.state
+            .labels()
+            .transition(metrics::transition::RELEASE, sent);
         let held = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         let failed = replies.iter().filter(|r| r.is_err()).count();
         let needed = quorum::quorum(h.masters.len());
@@ -779,6 +795,7 @@ impl Drop for RedlockGuard {
             if let Some(stop) = &h.watchdog {
                 stop.cancel();
             }
+            h.state.released();
             release_in_background(h.masters, h.keys, h.token);
         }
     }

@@ -20,6 +20,7 @@ use super::{extend_round, summary, Masters};
 use crate::lease::watchdog::{sleep_until_opt, LeaseState};
 use crate::lease::Extension;
 use crate::util::backoff::Backoff;
+use crate::util::metrics::{ExtendOutcome, Loss};
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -46,11 +47,17 @@ pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToke
         .find(|t| !t.cancel.is_cancelled())
         .cloned()
     else {
-        state.lose("every master's client is shut down; the lock is not extended");
+        state.lose(
+            Loss::Shutdown,
+            "every master's client is shut down; the lock is not extended",
+        );
         return;
     };
     if tokio::runtime::Handle::try_current().is_err() {
-        state.lose("no async runtime to run the watchdog; the lock is not extended");
+        state.lose(
+            Loss::Error,
+            "no async runtime to run the watchdog; the lock is not extended",
+        );
         return;
     }
     let client_gone = host.cancel.clone();
@@ -58,7 +65,7 @@ pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToke
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
-            _ = client_gone.cancelled() => state.lose("the client shut down; the lock is no longer extended"),
+            _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lock is no longer extended"),
             _ = run(watch, state.clone()) => {}
         }
     });
@@ -73,17 +80,17 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
     loop {
         let end = state.deadline();
         if watch.hold_until.is_some_and(|cap| Instant::now() >= cap) {
-            state.lose(held_long_enough);
+            state.lose(Loss::MaxHold, held_long_enough);
             return;
         }
         tokio::select! {
             biased;
             _ = tokio::time::sleep_until(end) => {
-                state.lose(lost_deadline);
+                state.lose(Loss::Expired, lost_deadline);
                 return;
             }
             _ = sleep_until_opt(watch.hold_until) => {
-                state.lose(held_long_enough);
+                state.lose(Loss::MaxHold, held_long_enough);
                 return;
             }
             _ = tokio::time::sleep_until(due) => {}
@@ -99,7 +106,7 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
         let (start, replies) = tokio::select! {
             biased;
             _ = tokio::time::sleep_until(end) => {
-                state.lose(lost_deadline);
+                state.lose(Loss::Expired, lost_deadline);
                 return;
             }
             r = extend_round(&watch.masters, &watch.keys, &watch.token, ttl) => r,
@@ -121,6 +128,14 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
             ttl,
             start.elapsed(),
         );
+        // A round is one extension: confirmed by a quorum, refused when a quorum cannot be
+        // had any more, an error when it is to be retried.
+        let outcome = match &step {
+            Step::Extended { .. } => ExtendOutcome::Ok,
+            Step::Retry => ExtendOutcome::Error,
+            Step::Lost(_) => ExtendOutcome::Refused,
+        };
+        state.labels().extended(outcome, start);
         match step {
             Step::Extended { validity } => {
                 state.confirmed(after(start, validity));
@@ -134,7 +149,7 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
             }
             Step::Lost(reason) => {
                 tracing::warn!(key = %watch.key, token = short(&watch.token), %reason, errors = %summary(&watch.masters, &replies), "Redlock lost");
-                state.lose(reason);
+                state.lose(Loss::Error, reason);
                 return;
             }
         }

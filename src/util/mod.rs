@@ -9,6 +9,8 @@ pub(crate) mod drop_guard;
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod lock_replies;
 pub(crate) mod mailbox;
+// The metric names, labels and per-event helpers (the library records, never installs).
+pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod pubsub;
 pub(crate) mod redact;

@@ -3,6 +3,7 @@
 //! main.rs, before anything connects.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -239,6 +240,8 @@ pub(crate) struct RunArgs {
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) when: WhenArgs,
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArgs,
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub(crate) program: Vec<OsString>,
@@ -273,6 +276,20 @@ pub(crate) struct WhenArgs {
     /// waits for it (capped at half the gap before the tick) [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
     pub(crate) early: Option<Duration>,
+}
+
+/// The metrics flags of the long-running commands (`run`, `schedule`, `lock`, `leader`).
+#[derive(Args, Debug, Default)]
+pub(crate) struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics and a health check at /healthz (for
+    /// `leader`: 200 while leading or standing by, 503 once its election stays unreadable),
+    /// e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    /// Write the metrics to PATH (Prometheus text, replaced atomically) when the command ends,
+    /// for node_exporter's textfile collector.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) metrics_file: Option<PathBuf>,
 }
 
 /// `baton schedule`: `run`'s flags, and what to do with a missed or overlapping tick.
@@ -353,6 +370,8 @@ pub(crate) struct LockArgs {
     /// More human-readable output on stderr (repeat for library traces).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArgs,
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub(crate) program: Vec<OsString>,
@@ -378,6 +397,8 @@ pub(crate) struct LeaderArgs {
     /// More human-readable output on stderr (repeat for library traces).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArgs,
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub(crate) program: Vec<OsString>,

@@ -7,6 +7,7 @@ use baton::{Client, ElectionOptions};
 
 use super::cli::LeaderArgs;
 use super::exit::{exit_code, fail_with, EX_LOST};
+use super::metrics::Health;
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
 use super::supervisor::{run_held, Stopping, Supervised};
@@ -20,6 +21,7 @@ pub(crate) async fn leader(
     opts: ElectionOptions,
     mut sink: Sink,
     prefix: &str,
+    health: Option<Health>,
 ) -> u8 {
     let elector = match client
         .leaders()
@@ -29,6 +31,28 @@ pub(crate) async fn leader(
     {
         Ok(e) => e,
         Err(e) => return fail_with(&e),
+    };
+    // `/healthz` follows the election as an observer sees it: a standby that cannot read it
+    // is cut off, not standing by. The observer ends with the client.
+    if let Some(health) = &health {
+        if let Ok(mut observer) = client
+            .leaders()
+            .with_prefix(prefix)
+            .map_err(baton::Error::from)
+            .and_then(|l| l.observe(&args.key))
+        {
+            let health = health.clone();
+            tokio::spawn(async move {
+                while let Some(seen) = observer.next_event().await {
+                    health.set_reachable(!matches!(seen, baton::Observed::Error { .. }));
+                }
+            });
+        }
+    }
+    let leading = |now: bool| {
+        if let Some(h) = &health {
+            h.set_leading(now);
+        }
     };
     let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
@@ -61,6 +85,7 @@ pub(crate) async fn leader(
             }
         };
         sink.note(&format!("elected (term {})", term.number()));
+        leading(true);
         let env = [
             ("BATON_LEADER_KEY", args.key.clone()),
             ("BATON_FENCING_TOKEN", term.number().to_string()),
@@ -82,6 +107,7 @@ pub(crate) async fn leader(
                 return code;
             }
         };
+        leading(false);
         // Resigned in every case: after a loss the token check makes this a no-op on a lease
         // that passed on, and it lets a standby lead at once otherwise.
         if let Err(e) = elector.resign().await {

@@ -60,6 +60,7 @@
 //! | `supervisor.rs` | runs PROGRAM to its end under a lease |
 //! | `held.rs` | the lease adapters over the library's held locks (mutex, Redlock, leader term) |
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
+//! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
 
 use std::process::ExitCode;
@@ -81,6 +82,7 @@ mod held;
 mod help;
 mod leader;
 mod lock;
+mod metrics;
 mod program;
 mod run;
 mod schedule;
@@ -235,6 +237,33 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
 }
 
 async fn dispatch(cli: Cli) -> u8 {
+    let flags = match &cli.command {
+        Command::Run(args) => Some(&args.metrics),
+        Command::Schedule(args) => Some(&args.run.metrics),
+        Command::Lock(args) => Some(&args.metrics),
+        Command::Leader(args) => Some(&args.metrics),
+        _ => None,
+    };
+    let plan = match plan(&cli) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    // Installed before connecting, so the whole run is counted.
+    let exporter = match flags {
+        Some(flags) => match metrics::Exporter::start(flags).await {
+            Ok(e) => e,
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    let code = dispatch_plan(&cli, plan, exporter.as_ref()).await;
+    if let Some(e) = &exporter {
+        e.finish();
+    }
+    code
+}
+
+async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exporter>) -> u8 {
     let verbose = match &cli.command {
         Command::Run(args) => args.verbose,
         Command::Schedule(args) => args.run.verbose,
@@ -248,10 +277,6 @@ async fn dispatch(cli: Cli) -> u8 {
             .with_env_filter("baton=debug")
             .try_init();
     }
-    let plan = match plan(&cli) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
     // Redlock connects to its own masters, never to --url.
     let plan = match plan {
         Plan::Redlock(args, opts, sink) => {
@@ -278,7 +303,8 @@ async fn dispatch(cli: Cli) -> u8 {
         }
         Plan::Lock(args, opts, sink) => lock::lock(&client, args, opts, sink, &cli.prefix).await,
         Plan::Leader(args, opts, sink) => {
-            leader::leader(&client, args, opts, sink, &cli.prefix).await
+            let health = exporter.map(metrics::Exporter::health);
+            leader::leader(&client, args, opts, sink, &cli.prefix, health).await
         }
         // Returned above.
         Plan::Redlock(..) => EX_USAGE,
