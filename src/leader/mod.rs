@@ -123,8 +123,10 @@ impl Leaders {
 
     /// Takes election `key` from its holder, as an operator does with a hung one: the holder's
     /// next renewal fails and it reports the loss; the fence stays, so the next leader's
-    /// term is higher than the one taken. `None` when nothing held it. The same method on
-    /// [`Locks`](crate::Locks), [`FairLocks`](crate::FairLocks) and [`Leaders`](crate::Leaders).
+    /// term is higher than the one taken. `None` when nothing held it. One method, the same on the mutex, the fair lock and
+    /// elections: [`Locks::force_release`](crate::Locks::force_release),
+    /// [`FairLocks::force_release`](crate::FairLocks::force_release),
+    /// [`Leaders::force_release`](crate::Leaders::force_release).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid name; connection errors;
