@@ -681,6 +681,18 @@ impl Durability {
     }
 }
 
+/// `url` as baton's own messages show it: the user, the password and the query (which may
+/// carry a password) replaced by `<redacted>`, the rest bounded in length and escaped. For an
+/// application's logs and pages: `baton dashboard` shows its server this way.
+///
+/// ```
+/// let shown = baton::client::redacted_url("redis://app:s3cret@cache.internal:6379/2");
+/// assert_eq!(shown, "redis://<redacted>@cache.internal:6379/2");
+/// ```
+pub fn redacted_url(url: &str) -> String {
+    crate::util::redact::redact_url(url)
+}
+
 impl Client {
     /// Logs a warning (via `tracing`) when the server's durability settings are unsafe; best
     /// effort: managed Redis services often forbid `CONFIG`, which is fine.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
+#[cfg(feature = "dashboard")]
+use super::help::DASHBOARD_HELP;
 use super::help::{
     EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
     UNLOCK_HELP,
@@ -54,6 +56,16 @@ pub(crate) fn command() -> clap::Command {
     if let Some(prefix) = prefix {
         for (name, help) in PREFIX_HELP {
             cmd = cmd.mut_subcommand(name, |sub| sub.arg(prefix.clone().help(help)));
+        }
+        #[cfg(feature = "dashboard")]
+        {
+            cmd = cmd.mut_subcommand("dashboard", |sub| {
+                sub.arg(prefix.clone().help(
+                    "Key prefix of what the page lists: the keys of jobs, locks, leaders, fair \
+                     locks and queues under it on Redis, their rows' keys on PostgreSQL (must \
+                     end with `:`)",
+                ))
+            });
         }
     }
     // `schedule` is `run`'s flags (one struct) with a schedule required: the group is
@@ -184,6 +196,11 @@ pub(crate) enum Command {
     /// once per database, before workers run with a role that may only read and write them).
     #[command(after_long_help = MIGRATE_HELP)]
     Migrate,
+    /// Serve a read-only page of every job, lock, leader, fair lock, queue and schedule under
+    /// the prefix, updated live (loopback only unless --allow-remote).
+    #[cfg(feature = "dashboard")]
+    #[command(after_long_help = DASHBOARD_HELP)]
+    Dashboard(DashboardArgs),
     /// Forget a job's state, so the next `baton run` runs it again as attempt 1.
     Reset {
         /// The job name.
@@ -306,6 +323,34 @@ pub(crate) struct ScheduleArgs {
     /// skipped and does not run it here.
     #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
     pub(crate) overlap: OverlapArg,
+}
+
+/// `baton dashboard`: where to serve the page and how often to read the server.
+#[cfg(feature = "dashboard")]
+#[derive(Args, Debug)]
+pub(crate) struct DashboardArgs {
+    /// Where to serve the page, e.g. 127.0.0.1:8080 (port 0: any free port, printed at start).
+    /// A loopback address unless --allow-remote.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) listen: SocketAddr,
+    /// Serve on a non-loopback --listen address. The page has no authentication of its own:
+    /// put it behind a proxy that authenticates.
+    #[arg(long)]
+    pub(crate) allow_remote: bool,
+    /// How often the page's data is read from the server, once for every open page
+    /// (100ms ..= 1h).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval)]
+    pub(crate) interval: Duration,
+}
+
+/// --interval of `dashboard`: 100 ms ..= 1 h.
+#[cfg(feature = "dashboard")]
+fn interval(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&d) {
+        return Err(format!("{s} is outside 100ms ..= 1h"));
+    }
+    Ok(d)
 }
 
 /// --kind's values.

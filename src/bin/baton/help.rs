@@ -268,3 +268,26 @@ docs/advisory-locks.md).
 
 Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock without --yes, a job, several
 kinds without --kind); 69 the server cannot be reached.";
+
+/// `baton dashboard --help`: what the page shows, what it refuses, and its exit statuses.
+#[cfg(feature = "dashboard")]
+pub(crate) const DASHBOARD_HELP: &str = "\
+`baton dashboard` serves one page listing every job, lock, leader, fair lock, queue and
+schedule under --prefix, as `baton status` does: state, holder, time left, fencing token.
+Exhausted, corrupt and waiting jobs (a failed attempt, or a holder whose lease ran out) come
+first and stand out; rows that just changed are highlighted; the page filters by name prefix
+and kind. It updates live over server-sent events; the server is read once per --interval
+however many pages are open. When a read fails or hangs the page keeps the last good one and
+says since when it is stale. /api/entries gives the same view as JSON, /healthz answers 200
+while the server can be read and 503 otherwise.
+
+It is read-only (every route is a GET) and never shows a password: the server is shown with
+its credentials and query redacted. It binds to loopback unless --allow-remote, and on loopback
+answers only requests addressed to a loopback host name (no DNS rebinding).
+
+Example: baton dashboard --url redis://127.0.0.1:6379/ --listen 127.0.0.1:8080, then open
+http://127.0.0.1:8080/ (from another host: ssh -L 8080:127.0.0.1:8080 HOST).
+
+Exit statuses: 64 usage (a non-loopback --listen without --allow-remote); 69 the server cannot
+be reached at start, or --listen cannot be bound; 130 or 143 when stopped by Ctrl-C or
+SIGTERM.";

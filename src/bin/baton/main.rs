@@ -62,6 +62,7 @@
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
 //! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
+//! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, and the page |
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -76,6 +77,8 @@ use sink::Sink;
 
 mod admin;
 mod cli;
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod exit;
 mod guard;
 mod held;
@@ -155,6 +158,8 @@ enum Plan<'a> {
     Fail(FailoverConfig, &'a str, bool),
     Reset(FailoverConfig, bool),
     Migrate,
+    #[cfg(feature = "dashboard")]
+    Dashboard(&'a cli::DashboardArgs),
 }
 
 /// Checks everything that can be checked without Redis; `Err` is the exit status.
@@ -233,6 +238,11 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
         Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
         Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
         Command::Migrate => Plan::Migrate,
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard(args) => {
+            dashboard::check(args)?;
+            Plan::Dashboard(args)
+        }
     })
 }
 
@@ -317,6 +327,8 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
         Plan::Fail(cfg, reason, yes) => admin::fail(&client, cfg, reason, yes).await,
         Plan::Reset(cfg, yes) => admin::reset(&client, cfg, yes).await,
         Plan::Migrate => admin::migrate(&client).await,
+        #[cfg(feature = "dashboard")]
+        Plan::Dashboard(args) => dashboard::dashboard(&client, args, &cli.prefix, &cli.url).await,
     }
 }
 

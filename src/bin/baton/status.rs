@@ -162,7 +162,7 @@ fn entry_text(e: &Entry) -> String {
     out
 }
 
-fn entry_json(e: &Entry) -> serde_json::Value {
+pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
     serde_json::to_value(e).unwrap_or_default()
 }
 
@@ -193,8 +193,33 @@ fn row(
 /// How many occurrences of a schedule its row recalls.
 const LAST_OCCURRENCES: usize = 3;
 
-/// A schedule's occurrences, folded into one row: the only state a listing keeps across
-/// batches (a few occurrences per schedule, not the entries).
+/// A listing's schedules: each schedule's occurrences folded into one row, the only state a
+/// listing keeps across batches (a few occurrences per schedule, not the entries). `status`
+/// and `dashboard` fold alike.
+#[derive(Default)]
+pub(crate) struct Schedules(BTreeMap<(String, String), Schedule>);
+
+impl Schedules {
+    /// Keeps `entry` when it is a schedule's occurrence (`KEY@DIGEST@TICK`); gives it back
+    /// otherwise.
+    pub(crate) fn fold(&mut self, entry: Entry) -> Option<Entry> {
+        let Some((key, digest, tick)) = entry.occurrence() else {
+            return Some(entry);
+        };
+        let (key, digest, tick) = (key.to_string(), digest.to_string(), tick.to_string());
+        self.0.entry((key, digest)).or_default().add(&tick, entry);
+        None
+    }
+
+    /// One row per schedule, by key and digest.
+    pub(crate) fn rows(self) -> impl Iterator<Item = ScheduleRow> {
+        self.0
+            .into_iter()
+            .map(|((key, digest), s)| ScheduleRow { key, digest, s })
+    }
+}
+
+/// The occurrences of one schedule seen so far.
 #[derive(Default)]
 struct Schedule {
     count: u64,
@@ -213,6 +238,55 @@ impl Schedule {
     }
 }
 
+/// A schedule as one row: its latest occurrence's state, and a note of its last outcomes.
+pub(crate) struct ScheduleRow {
+    pub(crate) key: String,
+    pub(crate) digest: String,
+    s: Schedule,
+}
+
+impl ScheduleRow {
+    /// The latest occurrence (there is always one: a row exists once one was folded).
+    pub(crate) fn latest(&self) -> Option<&Entry> {
+        self.s.last.last().map(|(_, e)| e)
+    }
+
+    /// `3 occurrences; last: 2026-01-03T00:00:00Z done, …`, newest first.
+    pub(crate) fn note(&self) -> String {
+        let outcomes: Vec<String> = self
+            .s
+            .last
+            .iter()
+            .rev()
+            .map(|(tick, e)| format!("{tick} {}", e.state))
+            .collect();
+        let plural = if self.s.count == 1 { "" } else { "s" };
+        format!(
+            "{} occurrence{plural}; last: {}",
+            self.s.count,
+            outcomes.join(", ")
+        )
+    }
+
+    /// What `status --json` prints of it.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let last: Vec<serde_json::Value> = self
+            .s
+            .last
+            .iter()
+            .rev()
+            .map(|(tick, e)| serde_json::json!({ "tick": tick, "entry": entry_json(e) }))
+            .collect();
+        serde_json::json!({
+            "kind": "schedule",
+            "name": self.key,
+            "digest": self.digest,
+            "occurrences": self.s.count,
+            "last": last,
+        })
+    }
+}
+
 pub(crate) async fn list(
     client: &Client,
     prefix: &str,
@@ -225,7 +299,7 @@ pub(crate) async fn list(
         Err(e) => return super::exit::usage_config(&e),
     };
     let mut listing = inspect.list(kind);
-    let mut schedules: BTreeMap<(String, String), Schedule> = BTreeMap::new();
+    let mut schedules = Schedules::default();
     if !json {
         println!(
             "{:<8} {:<40} {:<10} {:<20} {:>9} {:>18}",
@@ -239,24 +313,32 @@ pub(crate) async fn list(
             Err(e) => return fail_with(&e),
         };
         for entry in batch {
-            if !all {
-                if let Some((key, digest, tick)) = entry.occurrence() {
-                    let (key, digest, tick) =
-                        (key.to_string(), digest.to_string(), tick.to_string());
-                    schedules
-                        .entry((key, digest))
-                        .or_default()
-                        .add(&tick, entry);
-                    continue;
-                }
+            let entry = if all {
+                Some(entry)
+            } else {
+                schedules.fold(entry)
+            };
+            if let Some(entry) = entry {
+                print_entry(&entry, json);
             }
-            print_entry(&entry, json);
         }
     }
-    for ((key, digest), s) in schedules {
-        print_schedule(&key, &digest, &s, json);
+    for s in schedules.rows() {
+        print_schedule(&s, json);
     }
     0
+}
+
+/// The note of an entry's row: its attempt (with the last failure, if any), its waiters or its
+/// detail.
+pub(crate) fn entry_note(e: &Entry) -> String {
+    match (e.attempt, e.waiting, &e.detail) {
+        (Some(a), _, Some(d)) => format!("attempt {a}; last failure: {d}"),
+        (Some(a), _, _) => format!("attempt {a}"),
+        (_, Some(w), _) => format!("{w} waiting"),
+        (_, _, Some(d)) => d.clone(),
+        _ => String::new(),
+    }
 }
 
 fn print_entry(e: &Entry, json: bool) {
@@ -264,12 +346,6 @@ fn print_entry(e: &Entry, json: bool) {
         println!("{}", entry_json(e));
         return;
     }
-    let note = match (e.attempt, e.waiting, &e.detail) {
-        (Some(a), _, _) => format!("attempt {a}"),
-        (_, Some(w), _) => format!("{w} waiting"),
-        (_, _, Some(d)) => d.clone(),
-        _ => String::new(),
-    };
     println!(
         "{}",
         row(
@@ -279,56 +355,29 @@ fn print_entry(e: &Entry, json: bool) {
             e.holder.as_deref(),
             e.remaining_ms,
             e.fencing_token,
-            &note
+            &entry_note(e)
         )
     );
 }
 
-fn print_schedule(key: &str, digest: &str, s: &Schedule, json: bool) {
-    let Some((_, latest)) = s.last.last() else {
+fn print_schedule(s: &ScheduleRow, json: bool) {
+    let Some(latest) = s.latest() else {
         return;
     };
     if json {
-        let last: Vec<serde_json::Value> = s
-            .last
-            .iter()
-            .rev()
-            .map(|(tick, e)| serde_json::json!({ "tick": tick, "entry": entry_json(e) }))
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({
-                "kind": "schedule",
-                "name": key,
-                "digest": digest,
-                "occurrences": s.count,
-                "last": last,
-            })
-        );
+        println!("{}", s.json());
         return;
     }
-    let outcomes: Vec<String> = s
-        .last
-        .iter()
-        .rev()
-        .map(|(tick, e)| format!("{tick} {}", e.state))
-        .collect();
-    let plural = if s.count == 1 { "" } else { "s" };
-    let note = format!(
-        "{} occurrence{plural}; last: {}",
-        s.count,
-        outcomes.join(", ")
-    );
     println!(
         "{}",
         row(
             "schedule",
-            &format!("{key}@{digest}"),
+            &format!("{}@{}", s.key, s.digest),
             latest.state.as_str(),
             latest.holder.as_deref(),
             latest.remaining_ms,
             latest.fencing_token,
-            &note
+            &s.note()
         )
     );
 }

@@ -1,0 +1,550 @@
+//! `baton dashboard`: one read-only page of every job, lock, leader, fair lock, queue and
+//! schedule under the prefix, updated live.
+//!
+//! One task reads the whole listing (the same [`Inspector`] listing as `baton status`: `SCAN`
+//! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
+//! each schedule's occurrences into one row, and publishes the result in a watch channel. Every
+//! open page is a server-sent-events stream of that channel, filtered by the page's own name
+//! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
+//! once per interval, and a read that fails or hangs leaves the last good one on the page with
+//! a banner saying since when it is stale.
+//!
+//! The page is three static files compiled into the binary (`dashboard/`), with no JavaScript
+//! build step and nothing fetched from elsewhere. It is read-only: every route is a `GET`, so
+//! there is nothing to forge (no CSRF surface). It binds to loopback unless `--allow-remote`;
+//! on loopback it also refuses a request whose `Host` is not a loopback name (a DNS-rebinding
+//! page in the operator's browser cannot read it). It never shows a password: the server is
+//! shown through [`baton::client::redacted_url`], and entries carry no credentials.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use baton::inspect::{Entry, EntryState, Kind};
+use baton::{Client, Inspector};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
+use tokio_stream::StreamExt;
+
+use super::cli::DashboardArgs;
+use super::exit::{usage, usage_config, EX_UNAVAILABLE};
+use super::status::{entry_note, Schedules};
+use super::text;
+
+/// The most rows one page shows: past it the page says how many more match and asks for a
+/// narrower filter (a browser renders a thousand rows a second comfortably).
+pub(crate) const MAX_SHOWN: usize = 1000;
+
+/// The most rows one read keeps, whatever the filter: bounds the dashboard's memory (about
+/// 200 bytes a row) on a prefix with millions of keys; the page says the listing was cut.
+pub(crate) const MAX_ROWS: usize = 50_000;
+
+/// The longest a read of the whole listing may take before the page calls it failed (a hung
+/// server, not a dead one, must not freeze the page on data that looks current).
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+const INDEX_HTML: &str = include_str!("dashboard/index.html");
+const APP_JS: &str = include_str!("dashboard/app.js");
+const APP_CSS: &str = include_str!("dashboard/app.css");
+
+/// What the page may load and do: its own script, style and event stream, nothing else (no
+/// inline script, no frame around it, no form sent anywhere).
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                   img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Checks the settings that need no server: a non-loopback `--listen` needs `--allow-remote`.
+pub(crate) fn check(args: &DashboardArgs) -> Result<(), u8> {
+    if !args.listen.ip().is_loopback() && !args.allow_remote {
+        return Err(usage(format!(
+            "--listen {}: not a loopback address; the page has no authentication of its own, \
+             so serve it elsewhere only behind a proxy that authenticates, with --allow-remote",
+            args.listen
+        )));
+    }
+    Ok(())
+}
+
+/// One row of the page: an entry, or a schedule folded.
+#[derive(Serialize, Clone, Debug)]
+struct Row {
+    kind: &'static str,
+    name: String,
+    state: &'static str,
+    holder: Option<String>,
+    remaining_ms: Option<u64>,
+    fencing_token: Option<u64>,
+    attempt: Option<u64>,
+    note: String,
+    /// Exhausted, corrupt, or a job between attempts (its last attempt failed or its holder's
+    /// lease ran out): what an operator looks at first.
+    problem: bool,
+}
+
+impl Row {
+    fn of(e: &Entry) -> Row {
+        Row {
+            kind: e.kind.as_str(),
+            name: e.name.clone(),
+            state: e.state.as_str(),
+            holder: e.holder.clone(),
+            remaining_ms: e.remaining_ms,
+            fencing_token: e.fencing_token,
+            attempt: e.attempt,
+            note: entry_note(e),
+            problem: is_problem(e.state),
+        }
+    }
+}
+
+fn is_problem(state: EntryState) -> bool {
+    matches!(
+        state,
+        EntryState::Exhausted | EntryState::Corrupt | EntryState::Waiting
+    )
+}
+
+/// One read of the whole listing.
+#[derive(Default, Debug)]
+struct Listing {
+    /// Problems first, then by kind and name.
+    rows: Vec<Row>,
+    /// Every entry read (schedules as one each), past [`MAX_ROWS`] too.
+    total: u64,
+    /// Rows by state, over `total`.
+    counts: BTreeMap<&'static str, u64>,
+    /// Rows were left out past [`MAX_ROWS`].
+    truncated: bool,
+}
+
+impl Listing {
+    fn push(&mut self, row: Row) {
+        self.total += 1;
+        *self.counts.entry(row.state).or_default() += 1;
+        if self.rows.len() < MAX_ROWS {
+            self.rows.push(row);
+        } else if row.problem {
+            // A problem is never the row left out: it replaces the last quiet one.
+            if let Some(at) = self.rows.iter().rposition(|r| !r.problem) {
+                self.rows[at] = row;
+            }
+            self.truncated = true;
+        } else {
+            self.truncated = true;
+        }
+    }
+}
+
+/// What the reading task publishes to every page.
+#[derive(Clone, Debug, Default)]
+struct Published {
+    listing: Arc<Listing>,
+    /// When the last good read ended (Unix ms; 0: none yet).
+    read_at_ms: u64,
+    /// The last read's failure, while reads fail.
+    error: Option<String>,
+    /// Since when reads fail (Unix ms).
+    failing_since_ms: Option<u64>,
+}
+
+/// The fixed facts every page shows.
+struct Shared {
+    server: String,
+    prefix: String,
+    interval_ms: u64,
+    loopback: bool,
+    port: u16,
+    published: watch::Receiver<Published>,
+}
+
+/// A page's filter: `?prefix=…&kind=…`.
+#[derive(Deserialize, Default, Debug)]
+struct Filter {
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// What one page receives: the published read, through its filter.
+#[derive(Serialize)]
+struct View<'a> {
+    server: &'a str,
+    prefix: &'a str,
+    interval_ms: u64,
+    read_at_ms: u64,
+    error: Option<&'a str>,
+    failing_since_ms: Option<u64>,
+    total: u64,
+    counts: &'a BTreeMap<&'static str, u64>,
+    truncated: bool,
+    /// Rows that pass the filter (of those kept).
+    matching: usize,
+    rows: Vec<&'a Row>,
+    max_shown: usize,
+}
+
+fn view_json(shared: &Shared, p: &Published, f: &Filter) -> String {
+    let l = &p.listing;
+    let mut matching = 0;
+    let mut rows = Vec::new();
+    for r in &l.rows {
+        if !r.name.starts_with(&f.prefix) || !(f.kind.is_empty() || f.kind == r.kind) {
+            continue;
+        }
+        matching += 1;
+        if rows.len() < MAX_SHOWN {
+            rows.push(r);
+        }
+    }
+    let view = View {
+        server: &shared.server,
+        prefix: &shared.prefix,
+        interval_ms: shared.interval_ms,
+        read_at_ms: p.read_at_ms,
+        error: p.error.as_deref(),
+        failing_since_ms: p.failing_since_ms,
+        total: l.total,
+        counts: &l.counts,
+        truncated: l.truncated,
+        matching,
+        rows,
+        max_shown: MAX_SHOWN,
+    };
+    // Strings, numbers and maps of strings: serializing them cannot fail.
+    serde_json::to_string(&view).unwrap_or_else(|_| "{}".into())
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reads everything under the prefix once.
+async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
+    let mut listing = Listing::default();
+    let mut schedules = Schedules::default();
+    let mut entries = inspect.list(None);
+    while let Some(batch) = entries.next_batch().await? {
+        for entry in batch {
+            if let Some(entry) = schedules.fold(entry) {
+                listing.push(Row::of(&entry));
+            }
+        }
+    }
+    for s in schedules.rows() {
+        if let Some(latest) = s.latest() {
+            let mut row = Row::of(latest);
+            row.kind = "schedule";
+            row.name = format!("{}@{}", s.key, s.digest);
+            row.note = s.note();
+            listing.push(row);
+        }
+    }
+    listing.rows.sort_by(|a, b| {
+        (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
+    });
+    Ok(listing)
+}
+
+fn kind_rank(kind: &str) -> usize {
+    Kind::ALL
+        .iter()
+        .position(|k| k.as_str() == kind)
+        .unwrap_or(Kind::ALL.len())
+}
+
+/// Reads the listing every `interval` (from the end of one read to the start of the next, so
+/// a slow server is never asked twice at once) and publishes each result.
+async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<Published>) {
+    loop {
+        let outcome = match tokio::time::timeout(READ_TIMEOUT, read(&inspect)).await {
+            Ok(Ok(listing)) => Ok(listing),
+            Ok(Err(e)) => Err(text::error_message(&e)),
+            Err(_) => Err(format!(
+                "the server did not answer within {}",
+                text::human(READ_TIMEOUT)
+            )),
+        };
+        let now = unix_ms();
+        tx.send_modify(|p| match outcome {
+            Ok(listing) => {
+                p.listing = Arc::new(listing);
+                p.read_at_ms = now;
+                p.error = None;
+                p.failing_since_ms = None;
+            }
+            Err(e) => {
+                p.error = Some(e);
+                p.failing_since_ms.get_or_insert(now);
+            }
+        });
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Serves the page until the process is stopped (a signal ends it: 130 on Ctrl-C, 143 on
+/// SIGTERM, as the shell counts).
+pub(crate) async fn dashboard(
+    client: &Client,
+    args: &DashboardArgs,
+    prefix: &str,
+    url: &str,
+) -> u8 {
+    let inspect = match client.inspect().with_prefix(prefix) {
+        Ok(i) => i,
+        Err(e) => return usage_config(&e),
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("baton: --listen {}: cannot listen: {e}", args.listen);
+            return EX_UNAVAILABLE;
+        }
+    };
+    let local: SocketAddr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("baton: --listen {}: {e}", args.listen);
+            return EX_UNAVAILABLE;
+        }
+    };
+    let (tx, rx) = watch::channel(Published::default());
+    let interval = args.interval;
+    tokio::spawn(keep_reading(inspect, interval, tx));
+    let shared = Arc::new(Shared {
+        server: baton::client::redacted_url(url),
+        prefix: prefix.to_string(),
+        interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+        loopback: local.ip().is_loopback(),
+        port: local.port(),
+        published: rx,
+    });
+    let app = axum::Router::new()
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
+        )
+        .route("/events", get(events))
+        .route("/api/entries", get(entries))
+        .route("/healthz", get(healthz))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .with_state(shared.clone());
+    eprintln!(
+        "baton: dashboard of {} (prefix {prefix}) at http://{local}/ (read-only; Ctrl-C stops it)",
+        shared.server
+    );
+    match axum::serve(listener, app).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("baton: --listen {local}: the server stopped: {e}");
+            EX_UNAVAILABLE
+        }
+    }
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// `/events`: the page's view now, then again after each read, as server-sent events.
+async fn events(State(shared): State<Arc<Shared>>, Query(filter): Query<Filter>) -> Response {
+    let updates = WatchStream::new(shared.published.clone());
+    let stream = updates.map(move |p| {
+        Ok::<Event, std::convert::Infallible>(
+            Event::default().data(view_json(&shared, &p, &filter)),
+        )
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// `/api/entries`: the same view once, as JSON (for `curl` and scripts).
+async fn entries(State(shared): State<Arc<Shared>>, Query(filter): Query<Filter>) -> Response {
+    let published = shared.published.borrow().clone();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        view_json(&shared, &published, &filter),
+    )
+        .into_response()
+}
+
+/// `/healthz`: 200 while the listing can be read, 503 once reads fail.
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let failing = shared.published.borrow().error.is_some();
+    if failing {
+        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy\n").into_response()
+    } else {
+        (StatusCode::OK, "ok\n").into_response()
+    }
+}
+
+/// Refuses a foreign `Host` on loopback, and sets the headers that keep the page to itself.
+async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    if shared.loopback {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if let Some(host) = host {
+            if !loopback_host(host, shared.port) {
+                return (
+                    StatusCode::FORBIDDEN,
+                    "baton dashboard: this page answers only to a loopback host name\n",
+                )
+                    .into_response();
+            }
+        }
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// Whether `host` (a `Host` header) names this loopback listener: `localhost`, an address of
+/// 127.0.0.0/8 or `[::1]`, with this port or none.
+fn loopback_host(host: &str, port: u16) -> bool {
+    let (name, given_port) = match host.rsplit_once(':') {
+        Some((n, p)) if !n.ends_with(':') && (n.starts_with('[') == n.ends_with(']')) => {
+            (n, Some(p))
+        }
+        _ => (host, None),
+    };
+    if let Some(p) = given_port {
+        if p.parse::<u16>() != Ok(port) {
+            return false;
+        }
+    }
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_host_names_with_this_port_pass() {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST:8080",
+            "[::1]:8080",
+            "127.0.0.2:8080",
+            "localhost",
+            "127.0.0.1",
+        ] {
+            assert!(loopback_host(ok, 8080), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "evil.example",
+            "127.0.0.1:8081",
+            "10.0.0.1:8080",
+            "localhost.evil.example:8080",
+            "[::2]:8080",
+            "127.0.0.1:notaport",
+        ] {
+            assert!(!loopback_host(bad, 8080), "{bad}");
+        }
+    }
+
+    fn row(name: &str, state: EntryState) -> Row {
+        Row {
+            kind: "job",
+            name: name.into(),
+            state: state.as_str(),
+            holder: None,
+            remaining_ms: None,
+            fencing_token: None,
+            attempt: None,
+            note: String::new(),
+            problem: is_problem(state),
+        }
+    }
+
+    #[test]
+    fn a_full_listing_keeps_its_problems_and_counts_everything() {
+        let mut l = Listing::default();
+        for i in 0..MAX_ROWS {
+            l.push(row(&format!("ok-{i}"), EntryState::Done));
+        }
+        l.push(row("late-quiet", EntryState::Done));
+        l.push(row("late-problem", EntryState::Exhausted));
+        assert_eq!(l.rows.len(), MAX_ROWS);
+        assert_eq!(l.total, MAX_ROWS as u64 + 2);
+        assert!(l.truncated);
+        assert!(l.rows.iter().any(|r| r.name == "late-problem"));
+        assert!(!l.rows.iter().any(|r| r.name == "late-quiet"));
+        assert_eq!(l.counts.get("exhausted"), Some(&1));
+        assert_eq!(l.counts.get("done"), Some(&(MAX_ROWS as u64 + 1)));
+    }
+
+    #[test]
+    fn a_view_filters_by_name_prefix_and_kind_and_caps_its_rows() {
+        let mut listing = Listing::default();
+        for i in 0..(MAX_SHOWN + 5) {
+            listing.push(row(&format!("report-{i}"), EntryState::Done));
+        }
+        let mut lock = row("report-lock", EntryState::Held);
+        lock.kind = "lock";
+        listing.push(lock);
+        let (_tx, rx) = watch::channel(Published::default());
+        let shared = Shared {
+            server: "redis://<redacted>@127.0.0.1:6379/".into(),
+            prefix: "baton:".into(),
+            interval_ms: 1000,
+            loopback: true,
+            port: 8080,
+            published: rx,
+        };
+        let p = Published {
+            listing: Arc::new(listing),
+            ..Published::default()
+        };
+        let view = |prefix: &str, kind: &str| -> serde_json::Value {
+            let f = Filter {
+                prefix: prefix.into(),
+                kind: kind.into(),
+            };
+            serde_json::from_str(&view_json(&shared, &p, &f)).unwrap()
+        };
+        let all = view("", "");
+        assert_eq!(all["matching"], MAX_SHOWN + 6);
+        assert_eq!(all["rows"].as_array().unwrap().len(), MAX_SHOWN);
+        let locks = view("report", "lock");
+        assert_eq!(locks["matching"], 1);
+        assert_eq!(locks["rows"][0]["name"], "report-lock");
+        assert_eq!(view("report-10", "job")["matching"], 1 + 10 + 5);
+        assert_eq!(view("nothing", "")["matching"], 0);
+    }
+}

@@ -1,0 +1,700 @@
+//! `baton dashboard` against a private redis-server: in a real browser (Debian's headless
+//! Chromium, driven over the DevTools protocol on a pipe), the page shows a job's attempt change
+//! and a lock's holder change within seconds, problems first, no password anywhere, and a
+//! screenshot is stored under `target/` for a person to look at; over plain HTTP, what it
+//! refuses (a foreign `Host`, anything but `GET`, a non-loopback `--listen`) and a hung server
+//! (the last good read stays, marked stale, `/healthz` says 503).
+#![cfg(all(feature = "dashboard", feature = "testing"))]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use baton::testing::RedisServer;
+use common::process::{baton_command, code, describe, finish_by};
+use common::{shq, TempDir};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
+
+const BATON: &str = env!("CARGO_BIN_EXE_baton");
+const EX_USAGE: i32 = 64;
+
+/// How long the page may take to show a change (it reads the server every 200 ms here): a
+/// bound for a hung page, not a speed claim; the time it took is printed.
+const SHOWN_WITHIN: Duration = Duration::from_secs(10);
+
+/// Upper bound for a `baton` process that has nothing to wait for.
+const QUICK: Duration = Duration::from_secs(15);
+
+/// The password of the test's server: it must appear nowhere on the page.
+const PASSWORD: &str = "dash-pw-7c41e9";
+
+fn baton(url: &str, args: &[&str]) -> Child {
+    let mut cmd = baton_command(BATON);
+    // --url before the subcommand's arguments: after `--` it would be PROGRAM's.
+    cmd.arg("--url").arg(url).args(args);
+    cmd.spawn().expect("spawn baton")
+}
+
+async fn finished(url: &str, args: &[&str]) -> std::process::Output {
+    finish_by(
+        baton(url, args),
+        tokio::time::Instant::now() + QUICK,
+        args[0],
+    )
+    .await
+}
+
+/// Starts `baton dashboard` on a free loopback port; returns it and its address, read from the
+/// line it prints at start.
+async fn dashboard(url: &str, extra: &[&str]) -> (Child, String) {
+    let mut args = vec![
+        "dashboard",
+        "--listen",
+        "127.0.0.1:0",
+        "--interval",
+        "200ms",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = baton(url, &args);
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let line = tokio::time::timeout(QUICK, lines.next_line())
+        .await
+        .expect("the dashboard's first line in time")
+        .expect("read stderr")
+        .expect("a first line");
+    let addr = line
+        .split("at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    assert!(
+        !line.contains(PASSWORD),
+        "the start line shows the password: {line}"
+    );
+    (child, addr)
+}
+
+/// One HTTP/1.1 request with `Host: host`: status, headers (lower-case names) and body.
+async fn request(addr: &str, method: &str, path: &str, host: &str) -> (u16, String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("send");
+    let mut reply = String::new();
+    tokio::time::timeout(QUICK, s.read_to_string(&mut reply))
+        .await
+        .expect("a reply in time")
+        .expect("read");
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// `/api/entries` as JSON (a chunked body is decoded by taking the JSON object out of it).
+async fn entries(addr: &str) -> Value {
+    let (status, _, body) = request(addr, "GET", "/api/entries", addr).await;
+    assert_eq!(status, 200, "{body}");
+    let start = body.find('{').expect("a JSON object");
+    let end = body.rfind('}').expect("a JSON object");
+    serde_json::from_str(&body[start..=end]).expect("JSON")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The browser: Chromium with --remote-debugging-pipe, the DevTools protocol as NUL-terminated
+// JSON messages on file descriptors 3 (to it) and 4 (from it), as Playwright drives it. No
+// WebSocket, no driver binary, no crate beyond serde_json.
+
+struct Browser {
+    child: std::process::Child,
+    to: std::fs::File,
+    replies: mpsc::Receiver<Value>,
+    next_id: u64,
+    session: String,
+    _profile: TempDir,
+}
+
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("BATON_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        path.exists(),
+        "{} is missing: install Debian's chromium (`bash .ci/test` does, through \
+         .ci/ensure-chromium), or set BATON_CHROMIUM",
+        path.display()
+    );
+    path
+}
+
+/// A pipe: (read end, write end), close-on-exec.
+fn pipe() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`, which the files then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+impl Browser {
+    fn start() -> Browser {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let profile = TempDir::new("chromium");
+        let (their_in, to) = pipe();
+        let (from, their_out) = pipe();
+        let (in_fd, out_fd) = (their_in.as_raw_fd(), their_out.as_raw_fd());
+        let mut cmd = std::process::Command::new(chromium());
+        cmd.args([
+            "--headless",
+            // The sandbox needs user namespaces a root test run does not have.
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            // Nothing but the page: no calls home on a machine without a network.
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--window-size=1280,760",
+            "--remote-debugging-pipe",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.path("profile").display()
+        ))
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: between fork and exec only dup2(2), which is async-signal-safe; the dup'ed
+        // descriptors 3 and 4 do not carry close-on-exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(in_fd, 3) < 0 || libc::dup2(out_fd, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start chromium");
+        drop((their_in, their_out));
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(from);
+            loop {
+                let mut msg = Vec::new();
+                match reader.read_until(0, &mut msg) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                msg.pop();
+                let Ok(value) = serde_json::from_slice::<Value>(&msg) else {
+                    continue;
+                };
+                // Replies only (they carry an id); events are not needed here.
+                if value.get("id").is_some() && tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut browser = Browser {
+            child,
+            to,
+            replies,
+            next_id: 0,
+            session: String::new(),
+            _profile: profile,
+        };
+        let target = browser.call("Target.createTarget", json!({ "url": "about:blank" }));
+        let target_id = target["targetId"]
+            .as_str()
+            .expect("a target id")
+            .to_string();
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({ "targetId": target_id, "flatten": true }),
+        );
+        browser.session = attached["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        browser
+    }
+
+    /// Sends one command (to the page's session once attached) and waits for its reply.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if !self.session.is_empty() {
+            msg["sessionId"] = Value::from(self.session.clone());
+        }
+        let mut bytes = serde_json::to_vec(&msg).expect("JSON");
+        bytes.push(0);
+        self.to.write_all(&bytes).expect("write to chromium");
+        let deadline = Instant::now() + QUICK;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = self
+                .replies
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("chromium did not answer {method} in time"));
+            if reply["id"] != id {
+                continue;
+            }
+            if let Some(e) = reply.get("error") {
+                panic!("{method}: {e}");
+            }
+            return reply["result"].clone();
+        }
+    }
+
+    fn open(&mut self, url: &str) {
+        self.call("Page.navigate", json!({ "url": url }));
+    }
+
+    /// The value of `expression` in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "returnByValue": true }),
+        );
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("{expression}: {e}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// The `data-*` attributes of the row of `kind` `name` as the page shows it (`null`: no such
+    /// row).
+    fn row(&mut self, kind: &str, name: &str) -> Value {
+        self.eval(&format!(
+            "(() => {{ const r = [...document.querySelectorAll('#rows tr')].find(r => \
+             r.dataset.kind === {kind} && r.dataset.name === {name}); \
+             return r ? {{ ...r.dataset, class: r.className }} : null; }})()",
+            kind = json!(kind),
+            name = json!(name)
+        ))
+    }
+
+    /// Polls the row until `ok` accepts it; returns it and how long it took. Panics with the
+    /// last one seen after [`SHOWN_WITHIN`].
+    fn until_row(
+        &mut self,
+        kind: &str,
+        name: &str,
+        ok: impl Fn(&Value) -> bool,
+    ) -> (Value, Duration) {
+        let start = Instant::now();
+        loop {
+            let row = self.row(kind, name);
+            if ok(&row) {
+                return (row, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < SHOWN_WITHIN,
+                "the page never showed the awaited {kind} {name}; last: {row}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A PNG of the page, as tall as its content.
+    fn screenshot(&mut self, path: &Path) {
+        let height = self
+            .eval("Math.ceil(document.body.getBoundingClientRect().bottom) + 16")
+            .as_u64()
+            .unwrap_or(760)
+            .clamp(200, 4000);
+        let shot = self.call(
+            "Page.captureScreenshot",
+            json!({
+                "format": "png",
+                "captureBeyondViewport": true,
+                "clip": { "x": 0, "y": 0, "width": 1280, "height": height, "scale": 1 },
+            }),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().expect("base64 data"))
+            .expect("base64");
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+        std::fs::write(path, png).expect("write the screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Closed through the protocol; killed if it does not go (it is ours, by PID).
+        self.next_id += 1;
+        let close = format!("{{\"id\":{},\"method\":\"Browser.close\"}}\0", self.next_id);
+        let _ = self.to.write_all(close.as_bytes());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the screenshot goes: `target/dashboard.png` (or under `CARGO_TARGET_DIR`).
+fn screenshot_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("dashboard.png")
+}
+
+/// A worker of job `send-message-42` (3 attempts) named `name`, running `program`.
+fn sender(url: &str, name: &str, program: &[&str]) -> Child {
+    let mut args = vec![
+        "run",
+        "--key",
+        "send-message-42",
+        "--max-attempts",
+        "3",
+        "--name",
+        name,
+        "--",
+    ];
+    args.extend_from_slice(program);
+    baton(url, &args)
+}
+
+/// A shell command that waits for file `flag`, then exits with `status`.
+fn until_flag(flag: &Path, status: i32) -> String {
+    format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; exit {status}",
+        shq(flag)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
+    let server = RedisServer::builder()
+        .requirepass(PASSWORD)
+        .start()
+        .expect("redis");
+    let url = server.url_for("default", PASSWORD);
+    assert!(
+        url.contains(PASSWORD),
+        "the test's URL carries the password"
+    );
+    let dir = TempDir::new("dashboard");
+    let (fail_flag, release_flag) = (dir.path("fail"), dir.path("release"));
+
+    // What an operator's fleet leaves: a job done, one exhausted, one between attempts (its
+    // first failed, no backup yet), a schedule's occurrence done, a leader. Exit statuses: a
+    // failed attempt exits with PROGRAM's own.
+    for (args, status) in [
+        ("run --key nightly-report --name worker-a -- true", 0),
+        (
+            "run --key flaky-export --max-attempts 1 --name worker-b -- false",
+            1,
+        ),
+        (
+            "run --key invoice-sync --max-attempts 3 --name worker-c -- false",
+            1,
+        ),
+        ("run --key sweep --every 1h --early 0s -- true", 0),
+    ] {
+        let args: Vec<&str> = args.split(' ').collect();
+        let out = finished(&url, &args).await;
+        assert_eq!(code(&out), status, "{args:?}: {}", describe(&out));
+    }
+    let _leader = baton(
+        &url,
+        &[
+            "leader",
+            "--key",
+            "scheduler",
+            "--name",
+            "node-1",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+
+    let (_dash, addr) = dashboard(&url, &[]).await;
+
+    // A job whose first attempt will fail, with a backup waiting to take it over; a lock with
+    // a second process waiting for it.
+    let fail_script = until_flag(&fail_flag, 1);
+    let _alpha = sender(&url, "alpha", &["sh", "-c", &fail_script]);
+    let release_script = until_flag(&release_flag, 0);
+    let _first = baton(
+        &url,
+        &[
+            "lock",
+            "--key",
+            "backups",
+            "--",
+            "sh",
+            "-c",
+            &release_script,
+        ],
+    );
+
+    let mut browser = tokio::task::block_in_place(Browser::start);
+    tokio::task::block_in_place(|| browser.open(&format!("http://{addr}/")));
+    let (job, _) = tokio::task::block_in_place(|| {
+        browser.until_row("job", "send-message-42", |r| {
+            r["attempt"] == "1" && r["holder"] == "alpha" && r["state"] == "running"
+        })
+    });
+    let (lock, _) = tokio::task::block_in_place(|| {
+        browser.until_row("lock", "backups", |r| r["state"] == "held")
+    });
+    let first_holder = lock["holder"].as_str().unwrap_or_default().to_string();
+    let first_fence: u64 = lock["fence"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .expect("a fence");
+    assert!(!first_holder.is_empty(), "{lock}");
+    assert_eq!(job["class"], "st-running", "{job}");
+
+    // The backups start only now: they wait (the job's attempt is alpha's, the lock is held).
+    let _beta = sender(&url, "beta", &["sleep", "60"]);
+    let _second = baton(&url, &["lock", "--key", "backups", "--", "sleep", "60"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Attempt 1 fails; beta takes over as attempt 2: the page shows it.
+    std::fs::write(&fail_flag, b"").expect("flag");
+    let (job, took) = tokio::task::block_in_place(|| {
+        browser.until_row("job", "send-message-42", |r| {
+            r["attempt"] == "2" && r["holder"] == "beta" && r["state"] == "running"
+        })
+    });
+    println!(
+        "attempt 1 -> 2 shown {} ms after the failure",
+        took.as_millis()
+    );
+    assert!(
+        job["class"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("changed"),
+        "{job}"
+    );
+
+    // The lock's holder lets go; the waiting process takes it with a higher fence.
+    std::fs::write(&release_flag, b"").expect("flag");
+    let (lock, took) = tokio::task::block_in_place(|| {
+        browser.until_row("lock", "backups", |r| {
+            r["state"] == "held"
+                && r["holder"] != first_holder.as_str()
+                && r["holder"] != ""
+                && r["fence"]
+                    .as_str()
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .is_some_and(|f| f > first_fence)
+        })
+    });
+    println!(
+        "lock holder {first_holder} -> {} shown {} ms after the release",
+        lock["holder"],
+        took.as_millis()
+    );
+
+    // Problems first and marked; the leader and the finished job are there; no password.
+    let first_row = tokio::task::block_in_place(|| {
+        browser.eval("document.querySelector('#rows tr').dataset.name")
+    });
+    assert_eq!(
+        first_row, "flaky-export",
+        "the exhausted job leads the table"
+    );
+    let flaky = tokio::task::block_in_place(|| browser.row("job", "flaky-export"));
+    assert!(
+        flaky["class"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("problem"),
+        "{flaky}"
+    );
+    let waiting = tokio::task::block_in_place(|| browser.row("job", "invoice-sync"));
+    assert_eq!(waiting["state"], "waiting", "{waiting}");
+    assert!(
+        waiting["class"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("problem"),
+        "{waiting}"
+    );
+    let schedule = tokio::task::block_in_place(|| {
+        browser.eval(
+            "[...document.querySelectorAll('#rows tr')].filter(r => r.dataset.kind === \
+             'schedule' && r.dataset.name.startsWith('sweep@')).map(r => r.dataset.state)",
+        )
+    });
+    assert_eq!(
+        schedule,
+        json!(["done"]),
+        "one row for the schedule, its occurrence done"
+    );
+    let leader = tokio::task::block_in_place(|| browser.row("leader", "scheduler"));
+    assert_eq!(leader["holder"], "node-1", "{leader}");
+    let done = tokio::task::block_in_place(|| browser.row("job", "nightly-report"));
+    assert_eq!(done["state"], "done", "{done}");
+    let page = tokio::task::block_in_place(|| {
+        browser.eval(
+            "document.documentElement.outerHTML + document.getElementById('server').textContent",
+        )
+    });
+    let page = page.as_str().unwrap_or_default();
+    assert!(!page.contains(PASSWORD), "the page shows the password");
+    assert!(
+        page.contains("<redacted>") || page.contains("&lt;redacted&gt;"),
+        "the server is shown redacted"
+    );
+
+    // The filter: by name prefix, the other rows go.
+    tokio::task::block_in_place(|| {
+        browser.eval(
+            "(() => { const i = document.getElementById('prefix'); i.value = 'send-'; \
+             i.dispatchEvent(new Event('input')); return true; })()",
+        );
+    });
+    tokio::task::block_in_place(|| {
+        browser.until_row("job", "nightly-report", |r| r.is_null());
+    });
+    let kept = tokio::task::block_in_place(|| browser.row("job", "send-message-42"));
+    assert_eq!(kept["holder"], "beta", "{kept}");
+    tokio::task::block_in_place(|| {
+        browser.eval(
+            "(() => { const i = document.getElementById('prefix'); i.value = ''; \
+             i.dispatchEvent(new Event('input')); return true; })()",
+        );
+        browser.until_row("job", "nightly-report", |r| !r.is_null());
+    });
+
+    let path = screenshot_path();
+    tokio::task::block_in_place(|| browser.screenshot(&path));
+    println!("screenshot: {}", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_refuses_foreign_hosts_and_writes_and_says_when_its_server_hangs() {
+    let server = RedisServer::builder()
+        .requirepass(PASSWORD)
+        .start()
+        .expect("redis");
+    let url = server.url_for("default", PASSWORD);
+    let done = finished(&url, &["run", "--key", "report", "--", "true"]).await;
+    assert_eq!(code(&done), 0, "{}", describe(&done));
+    let (_dash, addr) = dashboard(&url, &[]).await;
+
+    let (status, head, body) = request(&addr, "GET", "/", &addr).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>baton dashboard</title>"));
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
+    assert!(head.contains("x-frame-options: deny"), "{head}");
+    let port = addr.rsplit(':').next().unwrap();
+    let (status, _, _) = request(&addr, "GET", "/", &format!("localhost:{port}")).await;
+    assert_eq!(status, 200, "localhost is a loopback name");
+    // A DNS-rebinding page would reach the port with its own host name.
+    let (status, _, _) = request(
+        &addr,
+        "GET",
+        "/api/entries",
+        &format!("evil.example:{port}"),
+    )
+    .await;
+    assert_eq!(status, 403);
+    for method in ["POST", "PUT", "DELETE"] {
+        let (status, _, _) = request(&addr, method, "/api/entries", &addr).await;
+        assert_eq!(status, 405, "{method} on a read-only page");
+    }
+
+    // The listing, with the server's password nowhere.
+    let until = Instant::now() + SHOWN_WITHIN;
+    let view = loop {
+        let v = entries(&addr).await;
+        if v["total"] == 1 {
+            break v;
+        }
+        assert!(Instant::now() < until, "never listed: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(view["rows"][0]["name"], "report");
+    assert!(!view.to_string().contains(PASSWORD), "{view}");
+    assert_eq!(request(&addr, "GET", "/healthz", &addr).await.0, 200);
+
+    // A server that hangs rather than dies: the last good read stays, marked stale.
+    server.pause().expect("pause redis");
+    let until = Instant::now() + Duration::from_secs(30);
+    let stale = loop {
+        let v = entries(&addr).await;
+        if !v["error"].is_null() {
+            break v;
+        }
+        assert!(Instant::now() < until, "a hung server never shown: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        stale["rows"][0]["name"], "report",
+        "the last good read stays: {stale}"
+    );
+    assert!(stale["failing_since_ms"].as_u64().is_some(), "{stale}");
+    assert_eq!(request(&addr, "GET", "/healthz", &addr).await.0, 503);
+    server.resume().expect("resume redis");
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = entries(&addr).await;
+        if v["error"].is_null() {
+            break;
+        }
+        assert!(Instant::now() < until, "never recovered: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(request(&addr, "GET", "/healthz", &addr).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_non_loopback_address_or_a_bad_interval_is_a_usage_error() {
+    // Refused before connecting: nothing listens at this URL.
+    let url = "redis://127.0.0.1:1/";
+    let out = finished(url, &["dashboard", "--listen", "0.0.0.0:0"]).await;
+    assert_eq!(code(&out), EX_USAGE, "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--allow-remote"),
+        "{err}"
+    );
+    for interval in ["10ms", "2h"] {
+        let out = finished(url, &["dashboard", "--interval", interval]).await;
+        assert_eq!(code(&out), EX_USAGE, "{}", describe(&out));
+    }
+}
