@@ -158,6 +158,32 @@ impl Failover {
         }
     }
 
+    /// The latest tick of `schedule` at or before the server's clock now, as an occurrence of
+    /// `config`'s job, with that job's state: what catching up looks at (run it unless it is
+    /// `Done` or `Exhausted`: every server may have been down at its tick). `None` before the
+    /// schedule's first tick. [`CatchUp::Last`] and `baton schedule --catch-up last` use it.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts; [`Error::Config`] when `retention` does not suit the
+    /// occurrence's job ([`FailoverConfig::for_occurrence`]).
+    pub async fn latest_past_occurrence(
+        &self,
+        schedule: &Schedule,
+        config: &FailoverConfig,
+        retention: Option<Duration>,
+    ) -> Result<Option<(Occurrence, JobState)>, Error> {
+        let now = self.server_time(config.key()).await?;
+        let Some(occurrence) = schedule
+            .latest_at_or_before(now)
+            .and_then(|t| schedule.occurrence_of_tick(t))
+        else {
+            return Ok(None);
+        };
+        let job = config.for_occurrence(&occurrence, retention)?;
+        let state = self.job_state(job).await?;
+        Ok(Some((occurrence, state)))
+    }
+
     /// Runs `work` at every tick of `schedule`, each occurrence as a job of its own through
     /// [`Failover::run`] (attempts, backups, keepalive and fencing as for any job; `config`
     /// names the key and the settings, [`FailoverConfig::for_occurrence`] makes each
@@ -418,7 +444,7 @@ where
             // up matters most (every server may have been down at the tick). A configuration
             // error would fail every try, and each occurrence reports it anyway.
             loop {
-                match self.catch_up(&key).await {
+                match self.catch_up().await {
                     Ok(Some((occurrence, run))) => {
                         last = Some(occurrence.tick());
                         if run {
@@ -493,21 +519,15 @@ where
     }
 
     /// The latest past tick and whether it still needs a run (neither done nor exhausted).
-    async fn catch_up(&mut self, key: &str) -> Result<Option<(Occurrence, bool)>, Error> {
-        let now = self.failover.server_time(key).await?;
-        let Some(occurrence) = self
-            .schedule
-            .latest_at_or_before(now)
-            .and_then(|t| self.schedule.occurrence_of_tick(t))
-        else {
-            return Ok(None);
-        };
-        let config = self
-            .config
-            .for_occurrence(&occurrence, self.options.retention)?;
-        let state = self.failover.job_state(config).await?;
-        let run = !matches!(state, JobState::Done | JobState::Exhausted);
-        Ok(Some((occurrence, run)))
+    async fn catch_up(&mut self) -> Result<Option<(Occurrence, bool)>, Error> {
+        let found = self
+            .failover
+            .latest_past_occurrence(&self.schedule, &self.config, self.options.retention)
+            .await?;
+        Ok(found.map(|(occurrence, state)| {
+            let run = !matches!(state, JobState::Done | JobState::Exhausted);
+            (occurrence, run)
+        }))
     }
 
     /// Waits for the next occurrence to run after `last` ([`Failover::next_occurrence`]),

@@ -185,20 +185,10 @@ pub(crate) async fn schedule(
 impl<'a> Command<'a> {
     /// The latest past tick and its job's state (`--catch-up last`).
     async fn latest_past(&self) -> Result<Option<(Occurrence, JobState)>, baton::Error> {
-        let key = &self.args.run.key;
-        let now = self.client.failover().server_time(key).await?;
-        let Some(occurrence) = self
-            .schedule
-            .latest_at_or_before(now)
-            .and_then(|t| self.schedule.occurrence_of_tick(t))
-        else {
-            return Ok(None);
-        };
-        let job = self
-            .config
-            .for_occurrence(&occurrence, self.args.run.retention)?;
-        let state = self.client.failover().job_state(job).await?;
-        Ok(Some((occurrence, state)))
+        self.client
+            .failover()
+            .latest_past_occurrence(&self.schedule, &self.config, self.args.run.retention)
+            .await
     }
 
     /// The next occurrence to run, once its tick has come by the server's clock
