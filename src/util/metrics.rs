@@ -3,10 +3,11 @@
 //!
 //! baton records through the [`metrics`] facade and never installs a recorder: the application
 //! does (the `baton` command installs a Prometheus one for `--metrics-addr`). Each helper
-//! resolves its handle through the macros at the moment of the event, never earlier, because a
+//! resolves its handle through the current recorder at the moment of the event, never earlier, because a
 //! handle registered before the application installed its recorder stays a no-op forever (the
 //! facade's rule): a `Client` built before the recorder would otherwise record nothing. With no
-//! recorder installed a call costs a look at the global recorder and nothing else.
+//! recorder installed a call costs a look at the key table (built once) and at the global
+//! recorder, and nothing else.
 //!
 //! Labels are the primitive, the backend and small fixed enums, never a key or a worker name:
 //! the number of series stays bounded whatever the workload (docs/operating.md, "Metrics and
