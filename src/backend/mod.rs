@@ -63,7 +63,7 @@ impl Backend {
     }
 
     /// The backend's value of the metrics' `backend` label.
-    pub(crate) fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> crate::util::metrics::Backend {
         match self {
             Backend::Redis(_) => crate::util::metrics::backend::REDIS,
             #[cfg(feature = "postgres")]

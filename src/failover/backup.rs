@@ -125,7 +125,7 @@ impl<S: JobStore> Task<S> {
                     None => Ok(Step::Again),
                     Some(_) => {
                         self.labels().transition(transition::EXHAUST, sent);
-                        metrics::count(metrics::EXHAUSTED, S::BACKEND);
+                        metrics::count(metrics::Count::Exhausted, S::BACKEND);
                         tracing::info!(attempts, "job exhausted");
                         Ok(Step::Terminal(Event::Exhausted { attempts }))
                     }

@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::lease;
 use crate::util::backoff::Backoff;
 use crate::util::lock;
-use crate::util::metrics::{self, transition, ExtendOutcome, Loss};
+use crate::util::metrics::{self, transition, Count, ExtendOutcome, Loss};
 use crate::util::time::{after, human, ms, FAR};
 
 /// How a holder ends its attempt, with the reason kept for `status`.
@@ -44,7 +44,7 @@ impl Ending {
     }
 
     /// The metrics' `transition` label (and the `finish` span's `ending` field).
-    pub(super) fn label(&self) -> &'static str {
+    pub(super) fn label(&self) -> metrics::Transition {
         match self {
             Ending::Done => transition::DONE,
             Ending::Fail(_) => transition::FAIL,
@@ -271,7 +271,7 @@ impl<S: JobStore> Task<S> {
             let failed = matches!(ending, Ending::Fail(_));
             return match (result, ending) {
                 (Ok(()), Ending::Done) => {
-                    metrics::count(metrics::DONE, S::BACKEND);
+                    metrics::count(Count::Done, S::BACKEND);
                     tracing::info!(attempt = g.attempt, "done");
                     self.events.emit(Event::Completed {
                         attempt: Some(g.attempt),
@@ -280,11 +280,11 @@ impl<S: JobStore> Task<S> {
                 }
                 (Ok(()), Ending::Fail(reason) | Ending::Release(reason)) => {
                     tracing::info!(attempt = g.attempt, %reason, "attempt failed");
-                    metrics::count(metrics::FAILED_ATTEMPTS, S::BACKEND);
+                    metrics::count(Count::FailedAttempts, S::BACKEND);
                     if g.attempt >= self.cfg.max_attempts {
                         // Only a failure writes `EXHAUSTED` (a release leaves it to a backup).
                         if failed {
-                            metrics::count(metrics::EXHAUSTED, S::BACKEND);
+                            metrics::count(Count::Exhausted, S::BACKEND);
                         }
                         self.events.emit(Event::Exhausted {
                             attempts: g.attempt,
@@ -315,7 +315,7 @@ impl<S: JobStore> Task<S> {
                 }
                 (Err(e @ Error::NotReplicated { .. }), Ending::Done) => {
                     // `DONE` is on the primary: the job is done here, but not safely so.
-                    metrics::count(metrics::DONE, S::BACKEND);
+                    metrics::count(Count::Done, S::BACKEND);
                     self.report(&e);
                     tracing::warn!(attempt = g.attempt, error = %e, "done, not replicated");
                     self.events.emit(Event::Completed {
@@ -425,7 +425,11 @@ impl<S: JobStore> Task<S> {
             let outcome = {
                 let one_try = tracing::Instrument::instrument(
                     self.finish_once(g, &ending, pending, try_deadline, &mut exec_sent),
-                    tracing::debug_span!("finish", attempt = g.attempt, ending = ending.label()),
+                    tracing::debug_span!(
+                        "finish",
+                        attempt = g.attempt,
+                        ending = ending.label().as_str()
+                    ),
                 );
                 tokio::pin!(one_try);
                 loop {

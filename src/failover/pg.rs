@@ -436,7 +436,7 @@ pub(crate) fn grant_statement(
 
 impl JobStore for PgStore {
     type Conn = PgConn;
-    const BACKEND: &'static str = crate::util::metrics::backend::POSTGRES;
+    const BACKEND: crate::util::metrics::Backend = crate::util::metrics::backend::POSTGRES;
 
     fn settings(&self) -> &ConnSettings {
         &self.transport.settings

@@ -54,7 +54,7 @@ pub(crate) trait JobStore: Send + Sync + 'static {
     type Conn: Send;
 
     /// The metrics' `backend` label of this store.
-    const BACKEND: &'static str;
+    const BACKEND: crate::util::metrics::Backend;
 
     /// The client's connection settings.
     fn settings(&self) -> &ConnSettings;
@@ -234,7 +234,7 @@ impl RedisStore {
 
 impl JobStore for RedisStore {
     type Conn = Dedicated;
-    const BACKEND: &'static str = crate::util::metrics::backend::REDIS;
+    const BACKEND: crate::util::metrics::Backend = crate::util::metrics::backend::REDIS;
 
     fn settings(&self) -> &ConnSettings {
         &self.transport.settings

@@ -572,7 +572,7 @@ impl HeldKeys for QueueKeys {
         "fair lock"
     }
 
-    fn primitive(&self) -> &'static str {
+    fn primitive(&self) -> crate::util::metrics::Primitive {
         crate::util::metrics::primitive::FAIR
     }
 

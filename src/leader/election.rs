@@ -59,7 +59,7 @@ impl Held {
             // the elector and the worker form alike: its hold ends (unless a loss ended it
             // first), and leadership changes.
             self.term.state.released();
-            metrics::count(metrics::LEADER_CHANGES, self.backend.label());
+            metrics::count(metrics::Count::LeaderChanges, self.backend.label());
         }
         first
     }
@@ -183,7 +183,7 @@ impl Election {
                 CampaignStep::Elected => match outcome {
                     Ok(Ok(held)) => {
                         self.labels().granted(takeover, start);
-                        metrics::count(metrics::LEADER_CHANGES, self.backend.label());
+                        metrics::count(metrics::Count::LeaderChanges, self.backend.label());
                         return Ok(held);
                     }
                     // `after_try` elects only a grant.

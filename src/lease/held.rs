@@ -39,7 +39,7 @@ pub(crate) trait HeldKeys: FencedAt {
     /// What the logs call it ("lock", "fair lock").
     fn what(&self) -> &'static str;
     /// The metrics' `primitive` label ("mutex", "fair").
-    fn primitive(&self) -> &'static str;
+    fn primitive(&self) -> crate::util::metrics::Primitive;
     /// Releases `token` if it still holds the lock, in one round trip that gives up at
     /// `limit`; `Ok(false)` when it was no longer ours.
     fn release<'a>(

@@ -337,7 +337,10 @@ pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
 mod tests {
     use super::*;
 
-    const TEST_LABELS: Labels = Labels::new("mutex", "redis");
+    const TEST_LABELS: Labels = Labels::new(
+        crate::util::metrics::primitive::MUTEX,
+        crate::util::metrics::backend::REDIS,
+    );
 
     #[tokio::test]
     async fn the_loss_signal_reaches_tokens_made_before_and_after_it_fired() {

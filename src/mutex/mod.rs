@@ -506,7 +506,7 @@ impl HeldKeys for LockKeys {
         "lock"
     }
 
-    fn primitive(&self) -> &'static str {
+    fn primitive(&self) -> crate::util::metrics::Primitive {
         crate::util::metrics::primitive::MUTEX
     }
 

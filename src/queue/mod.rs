@@ -296,7 +296,7 @@ impl Queues {
                 .await;
         if outcome.is_ok() {
             // Posted either way: queued for the holder, or the first item this caller drains.
-            metrics::count(metrics::QUEUE_POSTS, metrics::backend::REDIS);
+            metrics::count(metrics::Count::QueuePosts, metrics::backend::REDIS);
         }
         match outcome {
             Ok(Enqueue::Granted { fence, sent, id }) => {
@@ -528,7 +528,7 @@ impl Queues {
                 match acked {
                     Some(true) => {
                         handled = handled.saturating_add(1);
-                        metrics::count(metrics::QUEUE_DRAINED, metrics::backend::REDIS);
+                        metrics::count(metrics::Count::QueueDrained, metrics::backend::REDIS);
                     }
                     Some(false) => {
                         state.lose(Loss::Taken, "removing a handled item found the lock held by another token (or gone)");

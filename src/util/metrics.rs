@@ -3,17 +3,19 @@
 //!
 //! baton records through the [`metrics`] facade and never installs a recorder: the application
 //! does (the `baton` command installs a Prometheus one for `--metrics-addr`). Each helper
-//! resolves its handle through the macros at the moment of the event, never earlier, because a
+//! resolves its handle through the current recorder at the moment of the event, never earlier, because a
 //! handle registered before the application installed its recorder stays a no-op forever (the
 //! facade's rule): a `Client` built before the recorder would otherwise record nothing. With no
-//! recorder installed a call costs a look at the global recorder and nothing else.
+//! recorder installed a call costs a look at the key table (built once) and at the global
+//! recorder, and nothing else.
 //!
 //! Labels are the primitive, the backend and small fixed enums, never a key or a worker name:
 //! the number of series stays bounded whatever the workload (docs/operating.md, "Metrics and
 //! traces", has the table).
 
-use std::time::Duration;
+use std::sync::OnceLock;
 
+use metrics::{Key, Label, Level, Metadata};
 use tokio::time::Instant;
 
 /// `baton_grants_total{primitive,backend,takeover}`: every grant (a failover attempt won, a
@@ -61,125 +63,247 @@ pub(crate) const ALL: &[&str] = &[
     TRANSITION_DURATION,
 ];
 
-/// The `primitive` label's values.
+/// A counter labelled by backend only (the failover's outcomes, leader changes, the queue's
+/// posts and drains), for [`count`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// [`FAILED_ATTEMPTS`].
+    FailedAttempts,
+    /// [`EXHAUSTED`].
+    Exhausted,
+    /// [`DONE`].
+    Done,
+    /// [`LEADER_CHANGES`].
+    LeaderChanges,
+    /// [`QUEUE_POSTS`].
+    QueuePosts,
+    /// [`QUEUE_DRAINED`].
+    QueueDrained,
+}
+
+impl Count {
+    /// Every value, in declaration order (the order of the key table's rows).
+    const ALL: [Count; 6] = [
+        Count::FailedAttempts,
+        Count::Exhausted,
+        Count::Done,
+        Count::LeaderChanges,
+        Count::QueuePosts,
+        Count::QueueDrained,
+    ];
+
+    /// The metric's name.
+    const fn name(self) -> &'static str {
+        match self {
+            Count::FailedAttempts => FAILED_ATTEMPTS,
+            Count::Exhausted => EXHAUSTED,
+            Count::Done => DONE,
+            Count::LeaderChanges => LEADER_CHANGES,
+            Count::QueuePosts => QUEUE_POSTS,
+            Count::QueueDrained => QUEUE_DRAINED,
+        }
+    }
+}
+
+/// A label's value type: a small fixed set, each value its string and its row in the key table.
+trait LabelValue: Copy + 'static {
+    /// Every value, in declaration order: `ALL[v.index()] == v`.
+    const ALL: &'static [Self];
+    /// The label value.
+    fn value(self) -> &'static str;
+    /// Its position in [`LabelValue::ALL`].
+    fn index(self) -> usize;
+    /// Every value's string, in [`LabelValue::ALL`]'s order.
+    fn values() -> Vec<&'static str> {
+        Self::ALL.iter().map(|v| v.value()).collect()
+    }
+}
+
+/// Declares a label's value type: the enum, its `ALL` and its strings.
+macro_rules! label_values {
+    ($(#[$doc:meta])* $name:ident {
+        $($(#[doc = $vdoc:literal])* $(#[cfg($vcfg:meta)])? $variant:ident = $value:literal,)*
+    }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum $name {
+            $($(#[doc = $vdoc])* $(#[cfg($vcfg)])? $variant,)*
+        }
+
+        impl $name {
+            /// The label value.
+            pub(crate) fn as_str(self) -> &'static str {
+                match self {
+                    $($(#[cfg($vcfg)])? $name::$variant => $value,)*
+                }
+            }
+        }
+
+        impl LabelValue for $name {
+            const ALL: &'static [Self] = &[$($(#[cfg($vcfg)])? $name::$variant,)*];
+            fn value(self) -> &'static str {
+                self.as_str()
+            }
+            fn index(self) -> usize {
+                // A fieldless enum's discriminant: its declaration order, the order of `ALL`.
+                self as usize
+            }
+        }
+    };
+}
+
+label_values! {
+    /// The `primitive` label.
+    Primitive {
+        /// The failover coordinator.
+        Failover = "failover",
+        /// The fenced mutex.
+        Mutex = "mutex",
+        /// The fair lock.
+        Fair = "fair",
+        /// Leader election.
+        Leader = "leader",
+        /// Redlock.
+        Redlock = "redlock",
+        /// Run-or-enqueue.
+        Queue = "queue",
+        /// PostgreSQL advisory locks.
+        #[cfg(feature = "postgres")]
+        Advisory = "advisory",
+    }
+}
+
+label_values! {
+    /// The `backend` label.
+    Backend {
+        /// Redis (one server, Sentinel or Cluster).
+        Redis = "redis",
+        /// PostgreSQL.
+        #[cfg(feature = "postgres")]
+        Postgres = "postgres",
+    }
+}
+
+label_values! {
+    /// The `transition` label: which state-changing round trip.
+    Transition {
+        /// A grant.
+        Grant = "grant",
+        /// A confirmed extension.
+        Extend = "extend",
+        /// A failover attempt's `done()`.
+        Done = "done",
+        /// A failover attempt's `fail()`.
+        Fail = "fail",
+        /// A release.
+        Release = "release",
+        /// A job's exhaustion by a backup.
+        Exhaust = "exhaust",
+    }
+}
+
+label_values! {
+    /// Why a lease was lost: the `reason` label, a small fixed set the loss reasons of the code
+    /// map to (the full sentence goes to the event, the log and the guard's `loss_reason`).
+    Loss {
+        /// No extension was confirmed before the lease could end (a slow or unreachable
+        /// server).
+        Expired = "expired",
+        /// The store says another holder has it (an extension or an ending was refused, a
+        /// later attempt was announced, an operator took it).
+        Taken = "taken",
+        /// The hold reached its cap (`max_hold`, `max_run`).
+        MaxHold = "max_hold",
+        /// The client shut down while the lease was held.
+        Shutdown = "shutdown",
+        /// The outcome could not be recorded, or an extension failed for good.
+        Error = "error",
+    }
+}
+
+label_values! {
+    /// What an extension came to: the `outcome` label.
+    ExtendOutcome {
+        /// Confirmed: the lease moved on.
+        Ok = "ok",
+        /// The store refused it: the lease is someone else's (or gone).
+        Refused = "refused",
+        /// It failed (a timeout, a connection error); it may be retried.
+        Error = "error",
+    }
+}
+
+/// The `primitive` label's values, by their call sites' names.
 pub(crate) mod primitive {
-    pub(crate) const FAILOVER: &str = "failover";
-    pub(crate) const MUTEX: &str = "mutex";
-    pub(crate) const FAIR: &str = "fair";
-    pub(crate) const LEADER: &str = "leader";
-    pub(crate) const REDLOCK: &str = "redlock";
-    pub(crate) const QUEUE: &str = "queue";
+    use super::Primitive;
+    pub(crate) const FAILOVER: Primitive = Primitive::Failover;
+    pub(crate) const MUTEX: Primitive = Primitive::Mutex;
+    pub(crate) const FAIR: Primitive = Primitive::Fair;
+    pub(crate) const LEADER: Primitive = Primitive::Leader;
+    pub(crate) const REDLOCK: Primitive = Primitive::Redlock;
+    pub(crate) const QUEUE: Primitive = Primitive::Queue;
     #[cfg(feature = "postgres")]
-    pub(crate) const ADVISORY: &str = "advisory";
+    pub(crate) const ADVISORY: Primitive = Primitive::Advisory;
 }
 
 /// The `backend` label's values.
 pub(crate) mod backend {
-    pub(crate) const REDIS: &str = "redis";
+    use super::Backend;
+    pub(crate) const REDIS: Backend = Backend::Redis;
     #[cfg(feature = "postgres")]
-    pub(crate) const POSTGRES: &str = "postgres";
+    pub(crate) const POSTGRES: Backend = Backend::Postgres;
 }
 
 /// The `transition` label's values.
 pub(crate) mod transition {
-    pub(crate) const GRANT: &str = "grant";
-    pub(crate) const EXTEND: &str = "extend";
-    pub(crate) const DONE: &str = "done";
-    pub(crate) const FAIL: &str = "fail";
-    pub(crate) const RELEASE: &str = "release";
-    pub(crate) const EXHAUST: &str = "exhaust";
+    use super::Transition;
+    pub(crate) const GRANT: Transition = Transition::Grant;
+    pub(crate) const EXTEND: Transition = Transition::Extend;
+    pub(crate) const DONE: Transition = Transition::Done;
+    pub(crate) const FAIL: Transition = Transition::Fail;
+    pub(crate) const RELEASE: Transition = Transition::Release;
+    pub(crate) const EXHAUST: Transition = Transition::Exhaust;
 }
 
-/// Why a lease was lost: the `reason` label, a small fixed set the loss reasons of the code map
-/// to (the full sentence goes to the event, the log and the guard's `loss_reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Loss {
-    /// No extension was confirmed before the lease could end (a slow or unreachable server).
-    Expired,
-    /// The store says another holder has it (an extension or an ending was refused, a later
-    /// attempt was announced, an operator took it).
-    Taken,
-    /// The hold reached its cap (`max_hold`, `max_run`).
-    MaxHold,
-    /// The client shut down while the lease was held.
-    Shutdown,
-    /// The outcome could not be recorded, or an extension failed for good.
-    Error,
-}
-
-impl Loss {
-    /// The label value.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Loss::Expired => "expired",
-            Loss::Taken => "taken",
-            Loss::MaxHold => "max_hold",
-            Loss::Shutdown => "shutdown",
-            Loss::Error => "error",
-        }
-    }
-}
-
-/// What an extension came to: the `outcome` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ExtendOutcome {
-    /// Confirmed: the lease moved on.
-    Ok,
-    /// The store refused it: the lease is someone else's (or gone).
-    Refused,
-    /// It failed (a timeout, a connection error); it may be retried.
-    Error,
-}
-
-impl ExtendOutcome {
-    /// The label value.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            ExtendOutcome::Ok => "ok",
-            ExtendOutcome::Refused => "refused",
-            ExtendOutcome::Error => "error",
-        }
-    }
-}
-
-/// The labels every event of one primitive on one backend carries. `Copy`, two static strings:
-/// cheap to keep in every handle and guard.
+/// The labels every event of one primitive on one backend carries. `Copy`, two bytes: cheap to
+/// keep in every handle and guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Labels {
-    pub(crate) primitive: &'static str,
-    pub(crate) backend: &'static str,
+    pub(crate) primitive: Primitive,
+    pub(crate) backend: Backend,
 }
 
 impl Labels {
-    /// The labels of `primitive` on `backend` (values from [`primitive`] and [`backend`]).
-    pub(crate) const fn new(primitive: &'static str, backend: &'static str) -> Self {
+    /// The labels of `primitive` on `backend`.
+    pub(crate) const fn new(primitive: Primitive, backend: Backend) -> Self {
         Labels { primitive, backend }
+    }
+
+    /// The row of this pair in a key table whose first two labels are `primitive` and
+    /// `backend`.
+    fn row(self) -> usize {
+        self.primitive.index() * Backend::ALL.len() + self.backend.index()
     }
 
     /// A grant: counted (with `takeover`), and the time since `asked` (the call, or the
     /// start of the wait) into the acquisition histogram.
     pub(crate) fn granted(self, takeover: bool, asked: Instant) {
-        metrics::counter!(GRANTS, "primitive" => self.primitive, "backend" => self.backend,
-            "takeover" => if takeover { "true" } else { "false" })
-        .increment(1);
-        metrics::histogram!(ACQUIRE_DURATION, "primitive" => self.primitive, "backend" => self.backend)
-            .record(seconds(asked.elapsed()));
+        let keys = keys();
+        increment(keys.grants.at(self.row() * 2 + usize::from(takeover)));
+        record(keys.acquire.at(self.row()), asked);
     }
 
-    /// One state-changing round trip `transition` (a [`transition`] value) that started at
-    /// `sent`.
-    pub(crate) fn transition(self, transition: &'static str, sent: Instant) {
-        metrics::histogram!(TRANSITION_DURATION, "primitive" => self.primitive,
-            "backend" => self.backend, "transition" => transition)
-        .record(seconds(sent.elapsed()));
+    /// One state-changing round trip `transition` that started at `sent`.
+    pub(crate) fn transition(self, transition: Transition, sent: Instant) {
+        let at = self.row() * Transition::ALL.len() + transition.index();
+        record(keys().transition.at(at), sent);
     }
 
     /// An extension that started at `sent` came to `outcome`; a confirmed one is also a
     /// transition.
     pub(crate) fn extended(self, outcome: ExtendOutcome, sent: Instant) {
-        metrics::counter!(EXTENSIONS, "primitive" => self.primitive, "backend" => self.backend,
-            "outcome" => outcome.label())
-        .increment(1);
+        let at = self.row() * ExtendOutcome::ALL.len() + outcome.index();
+        increment(keys().extensions.at(at));
         if outcome == ExtendOutcome::Ok {
             self.transition(transition::EXTEND, sent);
         }
@@ -187,27 +311,128 @@ impl Labels {
 
     /// A held lease was lost for `why` (the hold's end is recorded by [`Labels::held`]).
     pub(crate) fn lost(self, why: Loss) {
-        metrics::counter!(LEASE_LOST, "primitive" => self.primitive, "backend" => self.backend,
-            "reason" => why.label())
-        .increment(1);
+        let at = self.row() * Loss::ALL.len() + why.index();
+        increment(keys().lost.at(at));
     }
 
     /// A hold that began at `granted` ended, released or lost.
     pub(crate) fn held(self, granted: Instant) {
-        metrics::histogram!(HOLD_DURATION, "primitive" => self.primitive, "backend" => self.backend)
-            .record(seconds(granted.elapsed()));
+        record(keys().hold.at(self.row()), granted);
     }
 }
 
-/// A counter labelled by backend only (the failover's outcomes, leader changes, the queue's
-/// posts and drains): `name` is one of this module's constants.
-pub(crate) fn count(name: &'static str, backend: &'static str) {
-    metrics::counter!(name, "backend" => backend).increment(1);
+/// A counter labelled by backend only.
+pub(crate) fn count(what: Count, backend: Backend) {
+    let at = what as usize * Backend::ALL.len() + backend.index();
+    increment(keys().counts.at(at));
 }
 
-/// A duration in seconds, the Prometheus base unit.
-fn seconds(d: Duration) -> f64 {
-    d.as_secs_f64()
+/// Every metric's keys, one per combination of its labels' values, built once.
+///
+/// A key is a name and labels, not a handle: each event still resolves its counter or
+/// histogram through the recorder current at that moment ([`metrics::with_recorder`]), so an
+/// application that installs its recorder after the `Client` is built loses nothing (the
+/// facade's rule above). What the table saves is the macros' per-event work with runtime label
+/// values: a `Vec` of labels, the key's hash, and the recorder's copy of the labels into an
+/// `Arc` (`Key::to_retained`) before its registry lookup — the labels here are `'static`, so
+/// that copy is a pointer copy and the hash is computed once.
+struct KeyTable {
+    grants: Keys,
+    acquire: Keys,
+    hold: Keys,
+    transition: Keys,
+    extensions: Keys,
+    lost: Keys,
+    counts: Keys,
+}
+
+/// One metric's keys (or, for [`KeyTable::counts`], several metrics'), in row-major order of
+/// their labels' values.
+struct Keys(Vec<Key>);
+
+impl Keys {
+    /// The keys of `names` (each) × every combination of `labels`' values, the last label
+    /// varying fastest.
+    fn new(names: &[&'static str], labels: &[(&'static str, Vec<&'static str>)]) -> Keys {
+        let mut sets: Vec<Vec<Label>> = vec![Vec::new()];
+        for (label, values) in labels {
+            sets = sets
+                .iter()
+                .flat_map(|set| {
+                    values.iter().map(move |value| {
+                        let mut set = set.clone();
+                        set.push(Label::from_static_parts(label, value));
+                        set
+                    })
+                })
+                .collect();
+        }
+        let mut keys = Vec::with_capacity(names.len() * sets.len());
+        for name in names {
+            for set in &sets {
+                // Leaked once per process: a few hundred small label sets, made `'static` so a
+                // recorder's `to_retained` of the key borrows them instead of copying them.
+                let set: &'static [Label] = Box::leak(set.clone().into_boxed_slice());
+                keys.push(Key::from_static_parts(name, set));
+            }
+        }
+        Keys(keys)
+    }
+
+    /// The key at `at`; every index is computed from the label values' positions, in range by
+    /// construction.
+    fn at(&self, at: usize) -> &Key {
+        &self.0[at]
+    }
+}
+
+/// The key table, built at the first event.
+fn keys() -> &'static KeyTable {
+    static TABLE: OnceLock<KeyTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let pb = |third: Option<(&'static str, Vec<&'static str>)>| {
+            let mut labels = vec![
+                ("primitive", Primitive::values()),
+                ("backend", Backend::values()),
+            ];
+            labels.extend(third);
+            labels
+        };
+        KeyTable {
+            grants: Keys::new(&[GRANTS], &pb(Some(("takeover", vec!["false", "true"])))),
+            acquire: Keys::new(&[ACQUIRE_DURATION], &pb(None)),
+            hold: Keys::new(&[HOLD_DURATION], &pb(None)),
+            transition: Keys::new(
+                &[TRANSITION_DURATION],
+                &pb(Some(("transition", Transition::values()))),
+            ),
+            extensions: Keys::new(
+                &[EXTENSIONS],
+                &pb(Some(("outcome", ExtendOutcome::values()))),
+            ),
+            lost: Keys::new(&[LEASE_LOST], &pb(Some(("reason", Loss::values())))),
+            counts: Keys::new(
+                &Count::ALL.map(Count::name),
+                &[("backend", Backend::values())],
+            ),
+        }
+    })
+}
+
+/// What the macros would pass as the metadata: this module, level `INFO`.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Adds one to the counter `key` of the current recorder.
+fn increment(key: &Key) {
+    metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
+}
+
+/// Records the time since `since`, in seconds (the Prometheus base unit), into the histogram
+/// `key` of the current recorder.
+fn record(key: &Key, since: Instant) {
+    metrics::with_recorder(|r| r.register_histogram(key, &METADATA))
+        .record(since.elapsed().as_secs_f64());
 }
 
 #[cfg(test)]
@@ -217,16 +442,13 @@ mod tests {
     #[test]
     fn label_values_are_prometheus_friendly() {
         let values = [
-            Loss::Expired.label(),
-            Loss::Taken.label(),
-            Loss::MaxHold.label(),
-            Loss::Shutdown.label(),
-            Loss::Error.label(),
-            ExtendOutcome::Ok.label(),
-            ExtendOutcome::Refused.label(),
-            ExtendOutcome::Error.label(),
+            Primitive::values(),
+            Backend::values(),
+            Transition::values(),
+            Loss::values(),
+            ExtendOutcome::values(),
         ];
-        for v in values {
+        for v in values.concat() {
             assert!(v.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{v}");
         }
         for name in ALL {
@@ -235,6 +457,80 @@ mod tests {
                 name.ends_with("_total") || name.ends_with("_seconds"),
                 "{name}: counters end in _total, durations in _seconds"
             );
+        }
+    }
+
+    /// The labels of `key`, as (key, value) pairs in order.
+    fn labels_of(key: &Key) -> Vec<(&str, &str)> {
+        key.labels().map(|l| (l.key(), l.value())).collect()
+    }
+
+    #[test]
+    fn every_event_finds_the_key_of_its_own_labels() {
+        fn check<V: LabelValue>(
+            keys: &Keys,
+            name: &str,
+            label: &str,
+            at: impl Fn(Labels, V) -> usize,
+        ) {
+            for &p in Primitive::ALL {
+                for &b in Backend::ALL {
+                    for &v in V::ALL {
+                        let l = Labels::new(p, b);
+                        let key = keys.at(at(l, v));
+                        assert_eq!(key.name(), name);
+                        assert_eq!(
+                            labels_of(key),
+                            [
+                                ("primitive", p.as_str()),
+                                ("backend", b.as_str()),
+                                (label, v.value())
+                            ]
+                        );
+                    }
+                }
+            }
+        }
+        let k = keys();
+        check(
+            &k.transition,
+            TRANSITION_DURATION,
+            "transition",
+            |l, v: Transition| l.row() * Transition::ALL.len() + v.index(),
+        );
+        check(
+            &k.extensions,
+            EXTENSIONS,
+            "outcome",
+            |l, v: ExtendOutcome| l.row() * ExtendOutcome::ALL.len() + v.index(),
+        );
+        check(&k.lost, LEASE_LOST, "reason", |l, v: Loss| {
+            l.row() * Loss::ALL.len() + v.index()
+        });
+        for &p in Primitive::ALL {
+            for &b in Backend::ALL {
+                let l = Labels::new(p, b);
+                let pb = [("primitive", p.as_str()), ("backend", b.as_str())];
+                for takeover in [false, true] {
+                    let key = k.grants.at(l.row() * 2 + usize::from(takeover));
+                    assert_eq!(key.name(), GRANTS);
+                    assert_eq!(
+                        labels_of(key),
+                        [pb[0], pb[1], ("takeover", &*takeover.to_string())]
+                    );
+                }
+                assert_eq!(k.acquire.at(l.row()).name(), ACQUIRE_DURATION);
+                assert_eq!(labels_of(k.acquire.at(l.row())), pb);
+                assert_eq!(k.hold.at(l.row()).name(), HOLD_DURATION);
+                assert_eq!(labels_of(k.hold.at(l.row())), pb);
+            }
+        }
+        for what in Count::ALL {
+            for &b in Backend::ALL {
+                let key = k.counts.at(what as usize * Backend::ALL.len() + b.index());
+                assert_eq!(key.name(), what.name());
+                assert_eq!(labels_of(key), [("backend", b.as_str())]);
+            }
         }
     }
 
