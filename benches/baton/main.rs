@@ -21,6 +21,7 @@
 //! against without: see `metrics_cost.rs`); and `profile` (only when named: see `profile.rs`).
 
 mod alloc_count;
+mod baseline;
 mod cluster;
 mod fair;
 mod floor;
@@ -55,6 +56,8 @@ pub struct Opts {
     pub secs: Option<f64>,
     /// `profile` only: the `MONITOR` round also when sides are named.
     pub monitor: bool,
+    /// `--make-baseline FILE...`: write benches/baton/baseline.json from these runs, run nothing.
+    pub make_baseline: Vec<String>,
 }
 
 fn parse_args() -> Opts {
@@ -64,6 +67,7 @@ fn parse_args() -> Opts {
         sides: Vec::new(),
         secs: None,
         monitor: false,
+        make_baseline: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -96,6 +100,7 @@ fn parse_args() -> Opts {
                     std::process::exit(64);
                 }
             },
+            "--make-baseline" => opts.make_baseline.extend(args.by_ref()),
             "--scenario" => match args.next() {
                 Some(s) => opts.only.push(s),
                 None => {
@@ -107,6 +112,7 @@ fn parse_args() -> Opts {
                 println!(
                     "usage: cargo bench --features testing -- [--quick] [--scenario NAME]...\n\
                      \x20      [--side NAME]... [--secs N] [--monitor] (with --scenario profile)\n\
+                     \x20      or: -- --make-baseline RUN.json RUN.json RUN.json\n\
                      scenarios: {}; profile (only when named)",
                     scenarios::NAMES.join(", ")
                 );
@@ -194,6 +200,16 @@ async fn main() {
         return;
     }
     let opts = parse_args();
+    if !opts.make_baseline.is_empty() {
+        match baseline::make(&opts.make_baseline) {
+            Ok(path) => println!("wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let started = std::time::Instant::now();
     let mut report = scenarios::Report::default();
     let (version, pool_size) = {
@@ -256,7 +272,7 @@ async fn main() {
     if !report.cluster.is_null() {
         println!("{}", cluster::node_table(&report.cluster));
     }
-    let doc = json!({
+    let mut doc = json!({
         "meta": meta,
         "results": report.rows.iter().map(stats::Row::to_json).collect::<Vec<_>>(),
         "round_trips": report.round_trips,
@@ -264,6 +280,18 @@ async fn main() {
         "profile": report.profile,
         "cluster": report.cluster,
     });
+    // Against the committed figures: worse beyond the noise band is said on stdout and stderr.
+    let (lines, comparison) = baseline::compare(&doc);
+    if !lines.is_empty() {
+        println!("compared with {}:", baseline::path().display());
+        for line in &lines {
+            println!("  {line}");
+        }
+        if let Some(last) = lines.last().filter(|l| l.starts_with("!!!")) {
+            eprintln!("{last}");
+        }
+    }
+    doc["baseline"] = comparison;
     let path = out_path();
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).expect("create target/bench");
