@@ -26,7 +26,11 @@
 //! round trip); the poster that set the lock `RPOP`s 100 at a time, handles each, and on an
 //! empty pop runs one `EVALSHA` "DEL the lock iff it is mine and the list is empty" (else it
 //! pops again). An item is popped before it is handled: at-most-once, where baton is
-//! at-least-once (XADD / XRANGE / XDEL on a Stream, a fenced lease with a watchdog).
+//! at-least-once (XADD / XRANGE / XDEL on a Stream, a fenced lease with a watchdog). **The safe
+//! floor** keeps baton's guarantee: the same lock and posting, each item `LMOVE`d to a
+//! processing list and `LREM`ed after its handler returned (pipelined with the next `LMOVE`:
+//! one round trip per item), what a crashed holder left handled first; baton's target is
+//! against this one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,6 +78,11 @@ const FIFO_FLOOR: &str = "floor: LIST of waiters + SET PX lock, acquire = one EV
     iff free and head, else RPUSH once), per-waiter channel SUBSCRIBEd for the waiter's whole \
     life, release = EVALSHA \
     compare-and-DEL + PUBLISH to the head; no fence, no liveness, no reservation";
+
+/// What the safe run-or-enqueue floor is, stated in the notes.
+const SAFE_QUEUE_FLOOR: &str = "safe floor: LPUSH + SET NX PX pipelined; the setter LMOVEs each \
+    item to a processing list and LREMs it after handling (pipelined with the next LMOVE), then \
+    EVALSHA DEL-iff-mine-and-empty; at-least-once, as baton";
 
 /// What the run-or-enqueue floor is, stated in the notes.
 const QUEUE_FLOOR: &str = "floor: LPUSH + SET NX PX pipelined; the setter RPOPs 100 at a \
@@ -834,6 +843,106 @@ async fn floor_queue(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64) {
     (handled.load(Ordering::Relaxed), posted, wall)
 }
 
+/// The safe floor: the same lock and posting, but at-least-once as baton is: each item is
+/// `LMOVE`d to a processing list and `LREM`ed from it only after its handler returned (the
+/// `LREM` of one item pipelined with the `LMOVE` of the next: one round trip per item); a new
+/// holder first handles what a crashed one left in the processing list.
+async fn floor_queue_safe(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64) {
+    let handled = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let end = t0 + dur;
+    let (lock, items, processing) = (
+        format!("{key}:lock"),
+        format!("{key}:items"),
+        format!("{key}:processing"),
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..POSTERS {
+        let (f, lock, items, processing, handled) = (
+            f.clone(),
+            lock.clone(),
+            items.clone(),
+            processing.clone(),
+            handled.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut c = f.conn.clone();
+            let mut posted = 0u64;
+            while Instant::now() < end {
+                let t = token();
+                let (_, set): (i64, Option<String>) = redis::pipe()
+                    .cmd("LPUSH")
+                    .arg(&items)
+                    .arg("x")
+                    .cmd("SET")
+                    .arg(&lock)
+                    .arg(&t)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut c)
+                    .await
+                    .expect("safe floor LPUSH + SET NX");
+                posted += 1;
+                if set.is_none() {
+                    continue;
+                }
+                // What a crashed holder left: handled again (at-least-once), then removed.
+                let left: Vec<String> = redis::cmd("LRANGE")
+                    .arg(&processing)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut c)
+                    .await
+                    .expect("safe floor LRANGE processing");
+                assert!(left.is_empty(), "nobody crashed here");
+                let mut done: Option<String> = None;
+                loop {
+                    let mut p = redis::pipe();
+                    if let Some(item) = &done {
+                        p.cmd("LREM").arg(&processing).arg(1).arg(item).ignore();
+                    }
+                    p.cmd("LMOVE")
+                        .arg(&items)
+                        .arg(&processing)
+                        .arg("RIGHT")
+                        .arg("LEFT");
+                    let (next,): (Option<String>,) =
+                        p.query_async(&mut c).await.expect("safe floor LREM + LMOVE");
+                    match next {
+                        Some(item) => {
+                            handled.fetch_add(1, Ordering::Relaxed);
+                            done = Some(item);
+                        }
+                        None => {
+                            done = None;
+                            let r: i64 = redis::cmd("EVALSHA")
+                                .arg(&f.release_if_empty)
+                                .arg(2)
+                                .arg(&lock)
+                                .arg(&items)
+                                .arg(&t)
+                                .query_async(&mut c)
+                                .await
+                                .expect("safe floor release-if-empty");
+                            if r != 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            posted
+        }));
+    }
+    let mut posted = 0;
+    for t in tasks {
+        posted += t.await.expect("safe floor poster");
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    (handled.load(Ordering::Relaxed), posted, wall)
+}
+
 pub async fn queue(opts: &Opts, report: &mut Report) {
     let (dur, runs) = if opts.quick {
         (Duration::from_millis(300), 1)
@@ -845,17 +954,17 @@ pub async fn queue(opts: &Opts, report: &mut Report) {
     let client = connect(&url).await;
     let floor = Fifo::connect(&url).await;
     let id = run_id();
-    // (handled, posted, wall) per side.
-    let mut res = [(0u64, 0u64, 0.0f64); 2];
+    // (handled, posted, wall) per side: baton, the floor, the safe floor.
+    let mut res = [(0u64, 0u64, 0.0f64); 3];
     for round in 0..=runs {
         let d = if round == 0 { dur / 4 } else { dur };
-        for k in 0..2 {
-            let j = (k + round) % 2;
+        for k in 0..3 {
+            let j = (k + round) % 3;
             let key = format!("qt-{j}-{id}-{round}");
-            let r = if j == 0 {
-                baton_queue(&client, &key, d).await
-            } else {
-                floor_queue(&floor, &key, d).await
+            let r = match j {
+                0 => baton_queue(&client, &key, d).await,
+                1 => floor_queue(&floor, &key, d).await,
+                _ => floor_queue_safe(&floor, &key, d).await,
             };
             assert_eq!(r.0, r.1, "side {j}: every posted item handled once");
             if round > 0 {
@@ -866,17 +975,28 @@ pub async fn queue(opts: &Opts, report: &mut Report) {
         }
     }
     let rate = |j: usize| res[j].0 as f64 / res[j].2.max(1e-9);
-    let floor_rate = rate(1);
-    for (j, name) in ["baton", "floor"].iter().enumerate() {
+    // Each side against the unsafe floor, then baton against the safe floor (the target).
+    let rows = [
+        ("baton", 0, 1),
+        ("floor", 1, 1),
+        ("safe-floor", 2, 1),
+        ("baton vs safe-floor", 0, 2),
+    ];
+    for (name, j, against) in rows {
         let mut notes = format!(
             "{POSTERS} posters on one key, no-op handler: ops/s = items handled per second \
              (every posted item handled, checked)"
         );
-        if j == 1 {
-            notes.push_str("; ");
-            notes.push_str(QUEUE_FLOOR);
-        } else {
-            notes.push_str("; Queues defaults (ttl 10 s), at-least-once on a Stream");
+        match j {
+            1 => {
+                notes.push_str("; ");
+                notes.push_str(QUEUE_FLOOR);
+            }
+            2 => {
+                notes.push_str("; ");
+                notes.push_str(SAFE_QUEUE_FLOOR);
+            }
+            _ => notes.push_str("; Queues defaults (ttl 10 s), at-least-once on a Stream"),
         }
         notes.push_str(&format!("; {runs} runs"));
         report.rows.push(Row {
@@ -884,14 +1004,14 @@ pub async fn queue(opts: &Opts, report: &mut Report) {
             p50_us: None,
             p99_us: None,
             ops_per_s: Some(rate(j)),
-            floor_ops_per_s: Some(floor_rate),
-            ratio: Some(floor_rate / rate(j)),
+            floor_ops_per_s: Some(rate(against)),
+            ratio: Some(rate(against) / rate(j)),
             samples: res[j].0 as usize,
             notes,
             extra: json!({
                 "side": name,
                 "posters": POSTERS,
-                "ratio_of": "floor items/s ÷ this side's",
+                "ratio_of": if against == 1 { "floor items/s ÷ this side's" } else { "safe floor items/s ÷ baton's" },
                 "runs": runs,
             }),
         });
