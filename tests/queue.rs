@@ -823,3 +823,87 @@ async fn thousand_items_survive_a_holder_killed_mid_drain() {
     );
     assert!(sink.deliveries.values().all(|n| *n >= 1));
 }
+
+/// Queues `n` items on `name` behind a holder that waits for `go`; returns the holder's call
+/// (which then drains them with `handler`).
+async fn queue_behind_a_holder<H, Fut>(
+    q: &Queues,
+    name: &str,
+    n: usize,
+    mut handler: H,
+) -> RunOrEnqueue<String>
+where
+    H: FnMut(QueueItem) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (q2, name2) = (q.clone(), name.to_string());
+    let mut first = Some((held_tx, go_rx));
+    let holder = tokio::spawn(async move {
+        q2.run_or_enqueue(&name2, "first", TTL, move |item| {
+            let wait = first.take();
+            let out = handler(item);
+            async move {
+                if let Some((held, go)) = wait {
+                    let _ = held.send(());
+                    let _ = go.await;
+                }
+                out.await
+            }
+        })
+        .await
+        .expect("the holder's call")
+    });
+    held_rx.await.expect("the holder holds");
+    for i in 0..n {
+        let out = q
+            .run_or_enqueue(name, format!("item-{i}"), TTL, |_| async {
+                Ok::<(), String>(())
+            })
+            .await
+            .expect("post");
+        assert!(matches!(out, RunOrEnqueue::Enqueued { .. }), "{out:?}");
+    }
+    go_tx.send(()).expect("the holder waits");
+    holder.await.expect("the holder's task")
+}
+
+/// Handled items are removed a group at a time (one fenced `XDEL` script per 32, not per item),
+/// every one of them; a handler failing in the middle of a group leaves exactly it and the items
+/// after it queued, the ones before it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handled_items_are_removed_in_groups_and_a_failure_keeps_only_the_rest() {
+    let srv = server();
+    let c = client(&srv).await;
+    let q = c.queues();
+    let mut admin = raw(&srv).await;
+    let before = common::command_calls(&mut admin).await;
+    let out = queue_behind_a_holder(&q, "groups", 70, |_| async { Ok(()) }).await;
+    assert!(
+        matches!(out, RunOrEnqueue::Ran { handled: 71, .. }),
+        "{out:?}"
+    );
+    let after = common::command_calls(&mut admin).await;
+    let xdel = after.get("xdel").copied().unwrap_or(0) - before.get("xdel").copied().unwrap_or(0);
+    // The holder's first read holds its own item (a group of 1); the next read the 70 queued
+    // meanwhile: groups of 32, 32 and 6. One at a time this was 71.
+    assert_eq!(xdel, 4, "one XDEL per group of handled items");
+    assert_released_empty(&mut raw(&srv).await, "groups").await;
+
+    // The 41st item fails: the 40 before it (the holder's own among them) are removed, it and
+    // the 30 after it stay.
+    let out = queue_behind_a_holder(&q, "fails", 70, |item| async move {
+        if item.body == b"item-39" {
+            Err("sink down".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let RunOrEnqueue::HandlerFailed { handled, .. } = &out else {
+        panic!("expected a handler failure, got {out:?}");
+    };
+    assert_eq!(*handled, 40, "{out:?}");
+    assert_eq!(q.pending("fails").await.unwrap(), 31);
+}

@@ -907,8 +907,10 @@ async fn floor_queue_safe(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64)
                         .arg(&processing)
                         .arg("RIGHT")
                         .arg("LEFT");
-                    let (next,): (Option<String>,) =
-                        p.query_async(&mut c).await.expect("safe floor LREM + LMOVE");
+                    let (next,): (Option<String>,) = p
+                        .query_async(&mut c)
+                        .await
+                        .expect("safe floor LREM + LMOVE");
                     match next {
                         Some(item) => {
                             handled.fetch_add(1, Ordering::Relaxed);

@@ -52,15 +52,15 @@ return r
     ))
 });
 
-/// `KEYS` = lock, items; `ARGV` = token, item id. `-1` when the lock does not hold the token
-/// (nothing deleted), else what `XDEL` returned.
+/// `KEYS` = lock, items; `ARGV` = token, then the ids of handled items (at least one). `-1` when
+/// the lock does not hold the token (nothing deleted), else what `XDEL` returned.
 static ACK_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-return redis.call('XDEL', KEYS[2], ARGV[2])
+return redis.call('XDEL', KEYS[2], unpack(ARGV, 2))
 ",
     )
 });
@@ -190,8 +190,8 @@ fn is_stream_id(s: &str) -> bool {
     }
 }
 
-/// Deletes handled item `id` if the lock still holds `token`. `Ok(false)`: not ours any more,
-/// nothing deleted.
+/// Deletes handled items `ids` (at least one, at most [`ACK_GROUP`]) if the lock still holds
+/// `token`: one script for the group. `Ok(false)`: not ours any more, nothing deleted.
 ///
 /// # Errors
 /// [`Error::Timeout`] at `limit` (it may have applied; `XDEL` is idempotent, so retrying is
@@ -200,14 +200,17 @@ pub(crate) async fn ack(
     conn: &mut Conn,
     keys: &ItemKeys<'_>,
     token: &str,
-    id: &str,
+    ids: &[String],
     limit: Instant,
 ) -> Result<bool, Error> {
     let mut call = ACK_SCRIPT.prepare_invoke();
-    call.key(keys.lock).key(keys.items).arg(token).arg(id);
+    call.key(keys.lock).key(keys.items).arg(token);
+    for id in ids {
+        call.arg(id);
+    }
     let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
         Ok(r) => r?,
-        Err(_) => return Err(timed_out("removing a handled item")),
+        Err(_) => return Err(timed_out("removing handled items")),
     };
     match reply {
         Value::Int(-1) => Ok(false),
@@ -218,6 +221,11 @@ pub(crate) async fn ack(
         )),
     }
 }
+
+/// The most handled items one [`ack`] removes. Handled items are acknowledged in groups (one
+/// script per group, not per item); a holder that dies re-delivers at most this many handled
+/// items, where one at a time it re-delivered one (at-least-once either way).
+pub(crate) const ACK_GROUP: usize = 32;
 
 /// What [`release`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

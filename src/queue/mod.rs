@@ -14,9 +14,10 @@
 //!   either holds the lock (and drains, its own item included) or the lock is held by someone
 //!   who will see the item.
 //! - The holder reads items oldest first (`XRANGE`), runs `handler` on each, and only then
-//!   deletes it (`XDEL`, inside a script that checks the lock still holds its token). A holder
-//!   that dies between handling and deleting leaves the item for the next holder:
-//!   **at-least-once delivery**. Each [`QueueItem`] carries its stream id (unique, server
+//!   deletes it (`XDEL`, inside a script that checks the lock still holds its token), handled
+//!   items a group of up to 32 at a time (one script per group, before the next read and before
+//!   letting go). A holder that dies between handling and deleting leaves the items of its
+//!   unfinished group for the next holder: **at-least-once delivery**. Each [`QueueItem`] carries its stream id (unique, server
 //!   ordered) and the holder's fencing token, so a sink that records handled ids and rejects
 //!   tokens below the highest it has seen applies every item exactly once.
 //! - Letting go is "release if empty", one script: the lock is deleted only if it holds the
@@ -479,6 +480,11 @@ impl Queues {
                 }
             };
             let full = batch.len() >= BATCH;
+            // Handled, not yet removed: acknowledged a group at a time (one script per group),
+            // always before the next read (which would return them again) and before letting
+            // go. An id is removed only after its handler returned: a holder lost meanwhile
+            // leaves them queued, and the next holder delivers them again (at-least-once).
+            let mut done: Vec<String> = Vec::new();
             for stored in batch {
                 if lost.is_cancelled() {
                     hold.disarm();
@@ -501,46 +507,42 @@ impl Queues {
                         return Err(lost_error(state.reason()));
                     }
                     Some(Err(error)) => {
-                        // The item stays queued; let go at once so a retry need not wait out
-                        // the lease.
+                        // The items handled before it are removed first; it stays queued. Let
+                        // go at once so a retry need not wait out the lease.
+                        if !self
+                            .ack_group(&lost, ttl, keys, &token, &done, &state)
+                            .await?
+                        {
+                            hold.disarm();
+                            return Err(lost_error(state.reason()));
+                        }
+                        handled = handled.saturating_add(done.len() as u64);
                         hold.release_now(true).await;
                         tracing::warn!(key, id, "handler failed: the item stays queued");
                         return Ok(Drained::Failed { id, handled, error });
                     }
-                    Some(Ok(())) => {}
+                    Some(Ok(())) => done.push(id),
                 }
-                let (t, k, tok, i) = (
-                    self.transport()?.clone(),
-                    keys.clone(),
-                    token.clone(),
-                    id.clone(),
-                );
-                let acked = self
-                    .retrying(&lost, ttl, || {
-                        let (t, k, tok, i) = (t.clone(), k.clone(), tok.clone(), i.clone());
-                        async move {
-                            let node = t.node(&k.items).await?;
-                            let limit = after(Instant::now(), t.settings.response_timeout);
-                            kernel::ack(&mut node.conn(), &k.kernel(), &tok, &i, limit).await
-                        }
-                    })
-                    .await?;
-                match acked {
-                    Some(true) => {
-                        handled = handled.saturating_add(1);
-                        metrics::count(metrics::Count::QueueDrained, metrics::backend::REDIS);
-                    }
-                    Some(false) => {
-                        state.lose(Loss::Taken, "removing a handled item found the lock held by another token (or gone)");
+                if done.len() >= kernel::ACK_GROUP {
+                    if !self
+                        .ack_group(&lost, ttl, keys, &token, &done, &state)
+                        .await?
+                    {
                         hold.disarm();
                         return Err(lost_error(state.reason()));
                     }
-                    None => {
-                        hold.disarm();
-                        return Err(lost_error(state.reason()));
-                    }
+                    handled = handled.saturating_add(done.len() as u64);
+                    done.clear();
                 }
             }
+            if !self
+                .ack_group(&lost, ttl, keys, &token, &done, &state)
+                .await?
+            {
+                hold.disarm();
+                return Err(lost_error(state.reason()));
+            }
+            handled = handled.saturating_add(done.len() as u64);
             if full {
                 continue;
             }
@@ -610,6 +612,51 @@ impl Queues {
                 );
                 return Ok(Drained::All { handled });
             }
+        }
+    }
+
+    /// Removes the handled items `ids` (none: nothing to do) while the lock is still ours,
+    /// retrying transient errors; counts them drained. `Ok(false)`: the lease is lost (the lock
+    /// holds another token, or the watchdog gave up), nothing removed.
+    async fn ack_group(
+        &self,
+        lost: &CancellationToken,
+        ttl: Duration,
+        keys: &Arc<QueueKeys>,
+        token: &str,
+        ids: &[String],
+        state: &LeaseState,
+    ) -> Result<bool, Error> {
+        if ids.is_empty() {
+            return Ok(true);
+        }
+        let t = self.transport()?.clone();
+        let group = ids;
+        let acked = self
+            .retrying(lost, ttl, || {
+                let (t, k) = (t.clone(), keys.clone());
+                async move {
+                    let node = t.node(&k.items).await?;
+                    let limit = after(Instant::now(), t.settings.response_timeout);
+                    kernel::ack(&mut node.conn(), &k.kernel(), token, group, limit).await
+                }
+            })
+            .await?;
+        match acked {
+            Some(true) => {
+                for _ in 0..group.len() {
+                    metrics::count(metrics::Count::QueueDrained, metrics::backend::REDIS);
+                }
+                Ok(true)
+            }
+            Some(false) => {
+                state.lose(
+                    Loss::Taken,
+                    "removing handled items found the lock held by another token (or gone)",
+                );
+                Ok(false)
+            }
+            None => Ok(false),
         }
     }
 
