@@ -342,6 +342,25 @@ pub(super) fn truncate(s: &str, max: usize) -> &str {
 mod tests {
     use super::*;
 
+    /// The size of `R` for a function returning it, without calling the function.
+    fn returned_size<A, R>(_: fn(A) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every waiting backup keeps one of these futures (plus tokio's task header) for as long as
+    /// it waits: tens of thousands of them on one client make its size the bulk of a backup's
+    /// memory (see docs/benchmarks.md, the idle scenario). Sub-futures that only run briefly
+    /// (transitions, the pool checkout, subscribing) are boxed so that they do not count here.
+    #[test]
+    fn a_waiting_workers_future_stays_small() {
+        let size = returned_size(Task::<RedisStore>::run);
+        eprintln!("worker future: {size} bytes");
+        assert!(
+            size <= 1024,
+            "the worker task's future grew to {size} bytes"
+        );
+    }
+
     #[test]
     fn truncation_respects_char_boundaries() {
         assert_eq!(truncate("ジョブ", 4), "ジ");
