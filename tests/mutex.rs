@@ -627,3 +627,58 @@ scenario! {
         }
     }
 }
+
+// Redis only: counts script calls on the server, and flushes its scripts.
+scenario! {
+    #[tokio::test]
+    async fn a_cycle_is_two_script_calls_and_a_forgotten_script_is_loaded_again() {
+        let server = server();
+        let c = client(&server).await;
+        let mut r = raw(&server).await;
+        let locks = c.locks();
+        let ttl = Duration::from_secs(5);
+        // The first cycle may load the scripts; count from the second on.
+        let g = locks.try_acquire("cycle", ttl).await.unwrap().expect("free");
+        let mut last = g.fencing_token();
+        assert!(g.release().await.unwrap());
+        let before = common::command_calls(&mut r).await;
+        for _ in 0..20 {
+            let g = locks.try_acquire("cycle", ttl).await.unwrap().expect("free");
+            assert!(g.fencing_token() > last);
+            last = g.fencing_token();
+            assert!(g.release().await.unwrap());
+        }
+        let after = common::command_calls(&mut r).await;
+        let delta = |name: &str| {
+            after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
+        };
+        // One EVALSHA to acquire, one to release: two round trips per cycle (the commands
+        // the scripts run inside count on their own).
+        assert_eq!(delta("evalsha"), 40, "commands: {after:?} after {before:?}");
+        // A server that forgot its scripts (a restart, `SCRIPT FLUSH`) answers NOSCRIPT once per
+        // script: each is loaded and sent again, and the cycle works as before.
+        for mut node in r.primaries().await {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut node)
+                .await
+                .unwrap();
+        }
+        let before = common::command_calls(&mut r).await;
+        let g = locks.try_acquire("cycle", ttl).await.unwrap().expect("free");
+        assert!(g.fencing_token() > last);
+        assert!(g.release().await.unwrap());
+        let after = common::command_calls(&mut r).await;
+        let loads: u64 = after
+            .iter()
+            .filter(|(name, _)| name.starts_with("script"))
+            .map(|(name, n)| n - before.get(name).copied().unwrap_or(0))
+            .sum();
+        assert_eq!(loads, 2, "commands: {after:?} after {before:?}");
+        assert_eq!(
+            after.get("evalsha").copied().unwrap_or(0) - before.get("evalsha").copied().unwrap_or(0),
+            4,
+            "each script refused once, then run"
+        );
+    }
+}

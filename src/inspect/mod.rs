@@ -434,7 +434,11 @@ impl Inspector {
                 )
                 .into())
             }
-            Kind::Lock => Some(crate::mutex::keys::LockKeys::new(&self.prefix, name).channel),
+            Kind::Lock => Some(
+                crate::mutex::keys::LockKeys::new(&self.prefix, name)
+                    .channel()
+                    .to_string(),
+            ),
             Kind::Leader => {
                 Some(crate::leader::keys::ElectionKeys::new(&self.prefix, name).channel)
             }
@@ -600,9 +604,12 @@ mod tests {
             assert_eq!(parse_key(p, k), parsed(Kind::Job, "msg:42", Part::Beside));
         }
         let lock = crate::mutex::keys::LockKeys::new(p, "a");
-        assert_eq!(parse_key(p, &lock.lock), parsed(Kind::Lock, "a", Part::Own));
         assert_eq!(
-            parse_key(p, &lock.fence),
+            parse_key(p, lock.lock()),
+            parsed(Kind::Lock, "a", Part::Own)
+        );
+        assert_eq!(
+            parse_key(p, lock.fence()),
             parsed(Kind::Lock, "a", Part::Fence)
         );
         let leader = crate::leader::keys::ElectionKeys::new(p, "a");

@@ -95,8 +95,8 @@ pub(super) async fn find(inspector: &Inspector, name: &str) -> Result<Vec<Entry>
     let lock = crate::mutex::keys::LockKeys::new(&inspector.prefix, name);
     let leader = crate::leader::keys::ElectionKeys::new(&inspector.prefix, name);
     for (kind, key, fence) in [
-        (Kind::Lock, &lock.lock, &lock.fence),
-        (Kind::Leader, &leader.lease, &leader.fence),
+        (Kind::Lock, lock.lock(), lock.fence()),
+        (Kind::Leader, leader.lease.as_str(), leader.fence.as_str()),
     ] {
         let stored = inspector.backend.read(key, fence).await?;
         if stored.value.is_some() || stored.fence.is_some() {

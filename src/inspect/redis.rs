@@ -49,8 +49,8 @@ fn lock_keys(prefix: &str, kind: Kind, name: &str) -> LockKeys {
         Kind::Lock | Kind::Job => {
             let k = crate::mutex::keys::LockKeys::new(prefix, name);
             LockKeys {
-                own: k.lock,
-                fence: k.fence,
+                own: k.lock().to_string(),
+                fence: k.fence().to_string(),
                 waiting: None,
             }
         }

@@ -6,8 +6,8 @@
 //! Why scripts and not `WATCH`: each operation is a compare-and-set on one key (plus the fence
 //! beside it in the same hash slot). A script is atomic on the server, needs one round trip, and
 //! runs on the shared multiplexed connection, where a `WATCH` could be cancelled by another
-//! user's `EXEC`. `redis::Script` sends `EVALSHA` and reloads the body on `NOSCRIPT` (after a
-//! restart or `SCRIPT FLUSH`), so the scripts survive a server that forgot them.
+//! user's `EXEC`. [`evalsha`] and [`run_script`] send `EVALSHA` and load the body on `NOSCRIPT`
+//! (after a restart or `SCRIPT FLUSH`), so the scripts survive a server that forgot them.
 
 use std::time::Duration;
 
@@ -280,6 +280,39 @@ fn parse_fenced_read(resource: &str, reply: Value) -> Result<Option<FencedValue>
     }
 }
 
+/// An `EVALSHA` of `script` with `keys` (arguments to add with `arg`), built directly as the
+/// command that goes out: `redis::Script`'s invocation collects keys and arguments into buffers
+/// of its own and copies them into a second command on every call, which a lock pays twice per
+/// cycle.
+pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash()).arg(keys.len());
+    for k in keys {
+        call.arg(*k);
+    }
+    call
+}
+
+/// Sends `call` (from [`evalsha`] of `script`) on `conn`; on `NOSCRIPT` (a restarted or flushed
+/// server) loads `script` through the same connection and sends `call` again, as
+/// `redis::Script::invoke_async` does.
+///
+/// # Errors
+/// The reply's error, as the redis client reports it.
+pub(crate) async fn run_script(
+    conn: &mut Conn,
+    script: &redis::Script,
+    call: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    match call.query_async::<Value>(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            call.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
 /// One acquisition's inputs.
 pub(crate) struct Acquire<'a> {
     /// The lock key.
@@ -322,14 +355,13 @@ pub(crate) async fn acquire(
     req: &Acquire<'_>,
     limit: Instant,
 ) -> Result<Grant, Error> {
-    let mut call = ACQUIRE_SCRIPT.prepare_invoke();
-    call.key(req.lock)
-        .key(req.fence)
-        .arg(req.token)
+    let mut call = evalsha(&ACQUIRE_SCRIPT, &[req.lock, req.fence]);
+    call.arg(req.token)
         .arg(ms(req.ttl))
         .arg(ms(fence_ttl(req.ttl)));
     let sent = Instant::now();
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+    let reply = match tokio::time::timeout_at(limit, run_script(conn, &ACQUIRE_SCRIPT, &call)).await
+    {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
@@ -419,9 +451,10 @@ pub(crate) async fn release(
     token: &str,
     limit: Instant,
 ) -> Result<bool, Error> {
-    let mut call = RELEASE_SCRIPT.prepare_invoke();
-    call.key(lock).arg(token).arg(channel).arg(conn.publish());
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
+    let mut call = evalsha(&RELEASE_SCRIPT, &[lock]);
+    call.arg(token).arg(channel).arg(conn.publish());
+    let reply = match tokio::time::timeout_at(limit, run_script(conn, &RELEASE_SCRIPT, &call)).await
+    {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {

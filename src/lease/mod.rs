@@ -168,26 +168,28 @@ pub(crate) async fn extend(
     req: &Extend<'_>,
     limit: Instant,
 ) -> Result<Extension, Error> {
-    let mut call = EXTEND_SCRIPT.prepare_invoke();
-    call.key(req.lease).key(req.guard);
     // KEYS[2] is only read; whatever is refreshed comes from KEYS[3..] (the guard again, when
     // the caller lists it).
-    for k in req.refresh {
-        call.key(*k);
-    }
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(EXTEND_SCRIPT.get_hash())
+        .arg(2 + req.refresh.len())
+        .arg(req.lease)
+        .arg(req.guard)
+        .arg(req.refresh);
     call.arg(req.value)
         .arg(req.guard_value)
         .arg(crate::util::time::ms(req.ttl))
         .arg(crate::util::time::ms(req.retention));
     let sent = Instant::now();
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "extending the lease",
-            })
-        }
-    };
+    let reply =
+        match tokio::time::timeout_at(limit, lock::run_script(conn, &EXTEND_SCRIPT, &call)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    during: "extending the lease",
+                })
+            }
+        };
     let Value::Array(items) = reply else {
         return Err(crate::backend::redis::unexpected(
             "the lease extension",

@@ -25,41 +25,72 @@ pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 /// The longest lock name, in bytes.
 pub const MAX_KEY_BYTES: usize = crate::util::names::MAX_NAME_BYTES;
 
-/// The keys and channel of one lock.
+/// The keys and channel of one lock, formatted once into one buffer (`lock`, `:fence`, then
+/// `lock` again and `:released`): the lock is a prefix of the fence key, and a handle's three
+/// names cost one allocation instead of three on every acquisition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    pub lock: String,
-    pub fence: String,
-    pub channel: String,
+    all: String,
+    /// Where the lock key ends in `all` (the fence key goes on to `fence_end`).
+    lock_end: usize,
+    /// Where the fence key ends in `all` (the channel is the rest).
+    fence_end: usize,
 }
 
 impl crate::lease::pending::LockAt for LockKeys {
     fn lock(&self) -> &str {
-        &self.lock
+        self.lock()
     }
     fn channel(&self) -> &str {
-        &self.channel
+        self.channel()
     }
 }
 
 impl crate::lease::held::FencedAt for LockKeys {
     fn lock_key(&self) -> &str {
-        &self.lock
+        self.lock()
     }
     fn fence_key(&self) -> &str {
-        &self.fence
+        self.fence()
     }
 }
 
 impl LockKeys {
     /// The keys of lock `name` under `prefix` (both already validated).
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}{SUB_PREFIX}{{{name}}}");
-        LockKeys {
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            lock,
+        const FENCE: &str = ":fence";
+        const RELEASED: &str = ":released";
+        let lock_len = prefix.len() + SUB_PREFIX.len() + name.len() + 2;
+        let mut all = String::with_capacity(2 * lock_len + FENCE.len() + RELEASED.len());
+        for part in [prefix, SUB_PREFIX, "{", name, "}"] {
+            all.push_str(part);
         }
+        let lock_end = all.len();
+        all.push_str(FENCE);
+        let fence_end = all.len();
+        for part in [prefix, SUB_PREFIX, "{", name, "}", RELEASED] {
+            all.push_str(part);
+        }
+        LockKeys {
+            all,
+            lock_end,
+            fence_end,
+        }
+    }
+
+    /// The lock key: `P` `lock:{K}`.
+    pub(crate) fn lock(&self) -> &str {
+        &self.all[..self.lock_end]
+    }
+
+    /// The fence key: `P` `lock:{K}:fence`.
+    pub(crate) fn fence(&self) -> &str {
+        &self.all[..self.fence_end]
+    }
+
+    /// The release channel: `P` `lock:{K}:released`.
+    pub(crate) fn channel(&self) -> &str {
+        &self.all[self.fence_end..]
     }
 }
 
@@ -70,10 +101,10 @@ mod tests {
     #[test]
     fn keys_live_under_their_own_sub_prefix_and_share_a_hash_tag() {
         let k = LockKeys::new("baton:", "msg:42");
-        assert_eq!(k.lock, "baton:lock:{msg:42}");
-        assert_eq!(k.fence, "baton:lock:{msg:42}:fence");
-        assert_eq!(k.channel, "baton:lock:{msg:42}:released");
+        assert_eq!(k.lock(), "baton:lock:{msg:42}");
+        assert_eq!(k.fence(), "baton:lock:{msg:42}:fence");
+        assert_eq!(k.channel(), "baton:lock:{msg:42}:released");
         // A failover job of the same name uses `baton:{msg:42}`: no collision.
-        assert_ne!(k.lock, "baton:{msg:42}");
+        assert_ne!(k.lock(), "baton:{msg:42}");
     }
 }

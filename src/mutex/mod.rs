@@ -155,7 +155,7 @@ impl Locks {
         crate::util::names::check_name("key", key)?;
         let keys = LockKeys::new(&self.prefix, key);
         self.backend
-            .take(&keys.lock, &keys.fence, &keys.channel, |v| {
+            .take(keys.lock(), keys.fence(), keys.channel(), |v| {
                 short(v).to_string()
             })
             .await
@@ -248,15 +248,15 @@ impl Locks {
         let mut pending = Pending::arm(&backend, keys, &token);
         let limit = after(Instant::now(), backend.response_timeout());
         let req = kernel::Acquire {
-            lock: &keys.lock,
-            fence: &keys.fence,
+            lock: keys.lock(),
+            fence: keys.fence(),
             token: &token,
             ttl,
         };
         let grant = match (wait, &self.backend) {
-            (None, _) => backend.acquire(&req, &keys.channel, limit).await,
+            (None, _) => backend.acquire(&req, keys.channel(), limit).await,
             (Some(w), Backend::Redis(transport)) => {
-                let node = transport.node(&keys.lock).await?;
+                let node = transport.node(keys.lock()).await?;
                 match node.pool.get(limit).await {
                     Ok(mut conn) => {
                         match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
@@ -425,7 +425,7 @@ impl Locks {
                 // Best effort: without pub/sub (LISTEN) we still poll with backoff and the PTTL.
                 let limit = self.connect_timeout();
                 let backend = self.backend.clone();
-                let joined = tokio::time::timeout(limit, backend.wake_one(&keys.channel)).await;
+                let joined = tokio::time::timeout(limit, backend.wake_one(keys.channel())).await;
                 if let Ok(Ok(g)) = joined {
                     group = Some(g);
                     // A release between the try above and the subscription would be missed:
@@ -516,7 +516,7 @@ impl HeldKeys for LockKeys {
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a> {
-        Box::pin(backend.release(&self.lock, &self.channel, token, limit))
+        Box::pin(backend.release(self.lock(), self.channel(), token, limit))
     }
 
     fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
