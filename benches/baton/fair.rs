@@ -785,21 +785,8 @@ async fn floor_queue(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64) {
             let mut posted = 0u64;
             while Instant::now() < end {
                 let t = token();
-                let (_, set): (i64, Option<String>) = redis::pipe()
-                    .cmd("LPUSH")
-                    .arg(&items)
-                    .arg("x")
-                    .cmd("SET")
-                    .arg(&lock)
-                    .arg(&t)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut c)
-                    .await
-                    .expect("floor LPUSH + SET NX");
                 posted += 1;
-                if set.is_none() {
+                if !post_and_try_lock(&mut c, &items, &lock, &t).await {
                     continue;
                 }
                 loop {
@@ -816,16 +803,7 @@ async fn floor_queue(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64) {
                             }
                         }
                         _ => {
-                            let r: i64 = redis::cmd("EVALSHA")
-                                .arg(&f.release_if_empty)
-                                .arg(2)
-                                .arg(&lock)
-                                .arg(&items)
-                                .arg(&t)
-                                .query_async(&mut c)
-                                .await
-                                .expect("floor release-if-empty");
-                            if r != 0 {
+                            if release_if_empty(&mut c, &f, &lock, &items, &t).await != 0 {
                                 break;
                             }
                         }
@@ -841,6 +819,49 @@ async fn floor_queue(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64) {
     }
     let wall = t0.elapsed().as_secs_f64();
     (handled.load(Ordering::Relaxed), posted, wall)
+}
+
+/// The run-or-enqueue floors' post: `LPUSH` the item and try `SET lock token NX PX`, pipelined
+/// (one round trip); whether this poster now holds the lock.
+async fn post_and_try_lock(
+    c: &mut MultiplexedConnection,
+    items: &str,
+    lock: &str,
+    t: &str,
+) -> bool {
+    let (_, set): (i64, Option<String>) = redis::pipe()
+        .cmd("LPUSH")
+        .arg(items)
+        .arg("x")
+        .cmd("SET")
+        .arg(lock)
+        .arg(t)
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL.as_millis() as u64)
+        .query_async(c)
+        .await
+        .expect("floor LPUSH + SET NX");
+    set.is_some()
+}
+
+/// The run-or-enqueue floors' "release if empty" ([`FLOOR_RELEASE_IF_EMPTY`]'s reply).
+async fn release_if_empty(
+    c: &mut MultiplexedConnection,
+    f: &Fifo,
+    lock: &str,
+    items: &str,
+    t: &str,
+) -> i64 {
+    redis::cmd("EVALSHA")
+        .arg(&f.release_if_empty)
+        .arg(2)
+        .arg(lock)
+        .arg(items)
+        .arg(t)
+        .query_async(c)
+        .await
+        .expect("floor release-if-empty")
 }
 
 /// The safe floor: the same lock and posting, but at-least-once as baton is: each item is
@@ -870,21 +891,8 @@ async fn floor_queue_safe(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64)
             let mut posted = 0u64;
             while Instant::now() < end {
                 let t = token();
-                let (_, set): (i64, Option<String>) = redis::pipe()
-                    .cmd("LPUSH")
-                    .arg(&items)
-                    .arg("x")
-                    .cmd("SET")
-                    .arg(&lock)
-                    .arg(&t)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut c)
-                    .await
-                    .expect("safe floor LPUSH + SET NX");
                 posted += 1;
-                if set.is_none() {
+                if !post_and_try_lock(&mut c, &items, &lock, &t).await {
                     continue;
                 }
                 // What a crashed holder left: handled again (at-least-once), then removed.
@@ -918,16 +926,7 @@ async fn floor_queue_safe(f: &Fifo, key: &str, dur: Duration) -> (u64, u64, f64)
                         }
                         None => {
                             done = None;
-                            let r: i64 = redis::cmd("EVALSHA")
-                                .arg(&f.release_if_empty)
-                                .arg(2)
-                                .arg(&lock)
-                                .arg(&items)
-                                .arg(&t)
-                                .query_async(&mut c)
-                                .await
-                                .expect("safe floor release-if-empty");
-                            if r != 0 {
+                            if release_if_empty(&mut c, &f, &lock, &items, &t).await != 0 {
                                 break;
                             }
                         }
