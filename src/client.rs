@@ -552,6 +552,7 @@ fn assemble_with(
             tracker,
             settings,
             endpoint,
+            wait_reads: tokio::sync::Semaphore::new(crate::backend::redis::WAIT_READS),
             #[cfg(feature = "testing")]
             before_exec: std::sync::Mutex::new(None),
         })),

@@ -24,6 +24,7 @@ pub const MIN_BAND: f64 = 0.05;
 /// The idle scenario's figures compared (all costs: higher is worse).
 const IDLE_FIGURES: &[&str] = &[
     "rss_kb_per_backup",
+    "heap_kb_per_backup",
     "holders_process_rss_mb",
     "observations_per_backup_per_lease_period",
 ];

@@ -788,6 +788,39 @@ pub(crate) fn rss_kb(proc: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes the allocator has handed out and not had back (glibc's `mallinfo2`: `uordblks` plus
+/// `hblkhd`, the mmapped blocks); `None` on other C libraries. Set against RSS it tells the live
+/// heap from what the allocator keeps after a peak.
+pub(crate) fn heap_in_use() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        #[repr(C)]
+        struct Mallinfo2 {
+            arena: usize,
+            ordblks: usize,
+            smblks: usize,
+            hblks: usize,
+            hblkhd: usize,
+            usmblks: usize,
+            fsmblks: usize,
+            uordblks: usize,
+            fordblks: usize,
+            keepcost: usize,
+        }
+        extern "C" {
+            fn mallinfo2() -> Mallinfo2;
+        }
+        // SAFETY: glibc ≥ 2.33 exports `mallinfo2`, which takes no argument and returns the
+        // struct above by value; it only reads the allocator's statistics.
+        let m = unsafe { mallinfo2() };
+        Some((m.uordblks + m.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
 /// CPU time used so far (user + system) by `/proc/{proc}` (`"self"` or a PID), from its `stat`.
 fn cpu_time(proc: &str) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{proc}/stat")).unwrap_or_default();
@@ -887,6 +920,7 @@ async fn idle(opts: &Opts, report: &mut Report) {
     let unexpected = Arc::new(AtomicUsize::new(0));
     // This process before its first backup (the backups' client connected, nothing started).
     let rss_before = rss_kb("self");
+    let heap_before = heap_in_use();
     let mut tasks = Vec::new();
     for i in 0..n {
         for _ in 0..backups_per_job {
@@ -913,6 +947,7 @@ async fn idle(opts: &Opts, report: &mut Report) {
     // Let the initial subscriptions and post-subscription reads settle.
     tokio::time::sleep(lease).await;
     let rss_all = rss_kb("self");
+    let heap_all = heap_in_use();
     let window = lease * periods;
     let cs0 = redisinfo::commandstats(&mut adm).await;
     let (cpu0, hcpu0) = (cpu_time("self"), cpu_time(&hpid));
@@ -942,6 +977,10 @@ async fn idle(opts: &Opts, report: &mut Report) {
     let obs_per = observations as f64 / backups_n as f64 / lease_periods;
     let mb = |kb: u64| kb as f64 / 1024.0;
     let kb_per_backup = rss_all.saturating_sub(rss_before) as f64 / backups_n as f64;
+    // The live heap per backup (what the allocator handed out and did not get back).
+    let heap_kb_per_backup = heap_before
+        .zip(heap_all)
+        .map(|(b, a)| a.saturating_sub(b) as f64 / 1024.0 / backups_n as f64);
     let r1 = |x: f64| (x * 10.0).round() / 10.0;
     let r2 = |x: f64| (x * 100.0).round() / 100.0;
     // Backups' round trips: plain reads, WATCH transitions (1 each: the UNWATCH is deferred),
@@ -983,6 +1022,7 @@ async fn idle(opts: &Opts, report: &mut Report) {
         "rss_mb_before_backups": mb(rss_before),
         "rss_mb_all": mb(rss_all),
         "rss_kb_per_backup": r2(kb_per_backup),
+        "heap_kb_per_backup": heap_kb_per_backup.map(r2),
         "holders_process_rss_mb": mb(rss_holders),
         "bench_cpu_percent": cpu.as_secs_f64() / secs * 100.0,
         "holders_process_cpu_percent": hcpu.as_secs_f64() / secs * 100.0,
@@ -1003,11 +1043,12 @@ async fn idle(opts: &Opts, report: &mut Report) {
         notes: format!(
             "ops = backups' commands/s; {obs_per:.2} observations/backup/lease (target ≤ 1.5); \
              RSS of the backups' process {:.0} MB ({:.0} before the backups, {kb_per_backup:.1} \
-             KB per backup; target < 100 MB), holders in another process ({:.0} MB); holders \
+             KB per backup{}; target < 100 MB), holders in another process ({:.0} MB); holders \
              {:.0} EVALSHA/s ({:.0} commands/s on the server); CPU {:.0} % here, {:.0} % \
              holders; lease {} ms",
             mb(rss_all),
             mb(rss_before),
+            heap_kb_per_backup.map_or(String::new(), |h| format!(", live heap {h:.1} KB")),
             mb(rss_holders),
             extensions as f64 / secs,
             holder_server_cmds as f64 / secs,

@@ -14,7 +14,7 @@ use super::protocol::{
 };
 use super::store::JobStore;
 use super::worker::{fault_error, recv_sub, Flow, Grant, Step, Task};
-use crate::backend::redis::ReplicaWait;
+use crate::backend::redis::{ReplicaWait, Subscription};
 use crate::error::Error;
 use crate::util::metrics::{self, transition};
 use crate::util::time::{after, human};
@@ -38,8 +38,12 @@ impl<S: JobStore> Task<S> {
         self.store.checkout(after(Instant::now(), wait)).await
     }
 
-    /// One backup transition: observe under WATCH, decide, act.
-    pub(super) async fn transition(&mut self, mut conn: S::Conn) -> Result<Step, Error> {
+    /// One backup transition on the checked-out connection: observe under WATCH, decide, act.
+    pub(super) async fn transition(
+        &mut self,
+        checkout: Result<S::Conn, Error>,
+    ) -> Result<Step, Error> {
+        let mut conn = checkout?;
         let obs = self.observe(&mut conn).await?;
         let decision = decide_backup(&obs, &self.view);
         self.events.status(
@@ -99,7 +103,7 @@ impl<S: JobStore> Task<S> {
                     // acknowledgement required, it is released like an unconfirmed one.
                     unconfirmed: self.cfg.replica_ack.map(|w| Error::NotReplicated {
                         what: format!("the grant of attempt {attempt} (its reply was lost)"),
-                        key: self.cfg.key.clone(),
+                        key: self.cfg.key.to_string(),
                         acked: 0,
                         wanted: w.replicas,
                         timeout: w.timeout,
@@ -212,21 +216,33 @@ impl<S: JobStore> Task<S> {
         let acked = acked.unwrap_or(0);
         (acked < u64::from(w.replicas)).then(|| Error::NotReplicated {
             what: what(),
-            key: self.cfg.key.clone(),
+            key: self.cfg.key.to_string(),
             acked,
             wanted: w.replicas,
             timeout: w.timeout,
         })
     }
 
+    /// Keeps a new subscription; or reports why there is none (`Some`: what the error means for
+    /// the stream).
+    fn adopt(&mut self, subscribed: Result<Subscription, Error>) -> Option<Flow> {
+        match subscribed {
+            Ok(sub) => {
+                self.sub = Some(sub);
+                None
+            }
+            Err(e) => Some(self.report(&e)),
+        }
+    }
+
     /// Waits as a backup until the lease can have ended or a message says something changed.
     pub(super) async fn wait(&mut self, attempt: u64, mut pttl_ms: Option<u64>) -> Flow {
-        if self.locked_reported != Some(attempt) {
-            self.locked_reported = Some(attempt);
+        if self.locked_reported != attempt {
+            self.locked_reported = attempt;
             tracing::debug!(attempt, "locked by another worker");
             self.events.emit(Event::Locked {
                 attempt,
-                max_attempts: self.cfg.max_attempts,
+                max_attempts: self.view.max_attempts,
                 lease_remaining_ms: pttl_ms,
             });
         }
@@ -235,14 +251,21 @@ impl<S: JobStore> Task<S> {
             // Boxed sub-futures (here and below) are allocated only while they run: a backup
             // that sleeps keeps a small future, which matters with thousands of them.
             let store = self.store.clone();
-            match Box::pin(async move { store.subscribe().await }).await {
-                Ok(sub) => {
-                    self.sub = Some(sub);
+            let subscribed = Box::pin(async move { store.subscribe().await }).await;
+            // Consumed whole by a plain function: a `match` moving the subscription out would
+            // keep the rest of the `Result` in this future across the read below.
+            match self.adopt(subscribed) {
+                Some(Flow::End) => return Flow::End,
+                // Without pub/sub we would still wake when the lease runs out (slower, never
+                // wrong), but Redis is probably restarting: look again after a backoff, which
+                // also retries the subscription.
+                Some(Flow::Continue) => resubscribe_in = Some(self.backoff.next_delay()),
+                None => {
                     // Observe once more now that the subscription is confirmed: a `failed` or
                     // `done` published between our read and the confirmation was not delivered
                     // to us and would otherwise cost a whole lease time.
-                    let read = Box::pin(self.store.quick_read());
-                    match read.await {
+                    let read = Box::pin(self.store.quick_read()).await;
+                    match read {
                         Ok((State::Attempt(n), Some(p))) if n == attempt => pttl_ms = p,
                         Ok(_) => return Flow::Continue,
                         Err(e) => {
@@ -253,15 +276,6 @@ impl<S: JobStore> Task<S> {
                         }
                     }
                 }
-                // Without pub/sub we would still wake when the lease runs out (slower, never
-                // wrong), but Redis is probably restarting: look again after a backoff, which
-                // also retries the subscription.
-                Err(e) => {
-                    if self.report(&e) == Flow::End {
-                        return Flow::End;
-                    }
-                    resubscribe_in = Some(self.backoff.next_delay());
-                }
             }
         }
         loop {
@@ -269,7 +283,7 @@ impl<S: JobStore> Task<S> {
                 Some(p) => Duration::from_millis(p.max(1)),
                 None => {
                     let e = Error::NoExpiry {
-                        key: self.keys.lease().to_string(),
+                        key: self.store.locate(super::protocol::Which::Lease),
                     };
                     self.report(&e);
                     self.cfg.lock_timeout
@@ -281,11 +295,12 @@ impl<S: JobStore> Task<S> {
             let sub = self.sub.as_mut();
             tokio::select! {
                 biased;
+                // A dropped `Worker` cancels `stop` too, so this one arm serves both (a
+                // `Stopped` nobody reads is dropped): one future less in every waiting backup.
                 _ = self.stop.cancelled() => {
                     self.events.emit(Event::Stopped);
                     return Flow::End;
                 }
-                _ = self.events.closed() => return Flow::End,
                 msg = recv_sub(sub) => {
                     if msg.is_none() {
                         // The hub went away (client shutting down): fall back to timers.

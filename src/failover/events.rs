@@ -7,7 +7,6 @@
 //! news that a lease was won or lost.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -328,7 +327,6 @@ impl AttemptHandle {
 /// The worker task's end of the event stream.
 pub(crate) struct EventSender {
     tx: crate::util::mailbox::Sender<Event>,
-    queued: Arc<AtomicUsize>,
     capacity: usize,
     lagged: u64,
     level: StatusLevel,
@@ -337,7 +335,8 @@ pub(crate) struct EventSender {
 impl EventSender {
     /// Queues an event. Returns false when the receiver is gone.
     pub(crate) fn emit(&mut self, event: Event) -> bool {
-        if event.droppable() && self.queued.load(Ordering::Acquire) >= self.capacity {
+        // The queue's own length: no separate counter to keep per worker.
+        if event.droppable() && self.tx.len() >= self.capacity {
             self.lagged += 1;
             return !self.tx.is_closed();
         }
@@ -349,13 +348,7 @@ impl EventSender {
     }
 
     fn push(&mut self, event: Event) -> bool {
-        // Count before sending so the reader's decrement can never run first and underflow.
-        self.queued.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(event).is_err() {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-            return false;
-        }
-        true
+        self.tx.send(event).is_ok()
     }
 
     /// Queues a `Status` event if `level` passes the configured filter.
@@ -385,16 +378,15 @@ impl EventSender {
 #[must_use = "a worker stops (and fails an attempt it holds) when its event stream is dropped"]
 pub struct Worker {
     rx: crate::util::mailbox::Receiver<Event>,
-    queued: Arc<AtomicUsize>,
     stop: CancellationToken,
-    key: String,
+    key: Arc<str>,
 }
 
 /// A worker that reports `err` as its only (terminal) event: for a job it cannot run at all.
 #[cfg(feature = "postgres")]
 pub(crate) fn refused(config: super::FailoverConfig, err: Error) -> Worker {
     let (mut events, worker) = Worker::channel(
-        config.key.clone(),
+        config.key.as_str().into(),
         config.event_capacity,
         config.status_level,
         CancellationToken::new(),
@@ -405,27 +397,20 @@ pub(crate) fn refused(config: super::FailoverConfig, err: Error) -> Worker {
 
 impl Worker {
     pub(crate) fn channel(
-        key: String,
+        key: Arc<str>,
         capacity: usize,
         level: StatusLevel,
         stop: CancellationToken,
     ) -> (EventSender, Worker) {
         let (tx, rx) = crate::util::mailbox::unbounded();
-        let queued = Arc::new(AtomicUsize::new(0));
         (
             EventSender {
                 tx,
-                queued: queued.clone(),
                 capacity,
                 lagged: 0,
                 level,
             },
-            Worker {
-                rx,
-                queued,
-                stop,
-                key,
-            },
+            Worker { rx, stop, key },
         )
     }
 
@@ -445,11 +430,15 @@ impl Worker {
     /// # Cancel safety
     /// Cancel safe: no event is lost if the future is dropped.
     pub async fn next_event(&mut self) -> Option<Event> {
-        let ev = self.rx.recv().await;
-        if ev.is_some() {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        ev
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Worker {
+    /// Stops the task: a waiting backup then needs only its `stop` signal to notice that nobody
+    /// reads its events any more (see [`EventSender::closed`] for the holder's side).
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
@@ -457,11 +446,7 @@ impl tokio_stream::Stream for Worker {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        let polled = self.rx.poll_recv(cx);
-        if let Poll::Ready(Some(_)) = &polled {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        polled
+        self.rx.poll_recv(cx)
     }
 }
 

@@ -98,7 +98,7 @@ impl<S: JobStore> Task<S> {
             return self.give_back(&g, e, deadline_at).await;
         }
         let handle = AttemptHandle::new(
-            self.cfg.key.clone(),
+            self.cfg.key.to_string(),
             g.attempt,
             cmd_tx,
             ended.clone(),
@@ -156,10 +156,16 @@ impl<S: JobStore> Task<S> {
                     Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
                     None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
                 },
+                // A dropped `Worker` cancels `stop` as well: say which it was.
                 _ = self.stop.cancelled() => {
                     drop(extending.take());
-                    let _ = self.finish(&g, Ending::Release("the worker was stopped".into()), lease_end).await;
-                    self.set_ended(&ended, &g, "the worker was stopped");
+                    let why = if self.events.is_closed() {
+                        "the event receiver was dropped"
+                    } else {
+                        "the worker was stopped"
+                    };
+                    let _ = self.finish(&g, Ending::Release(why.into()), lease_end).await;
+                    self.set_ended(&ended, &g, why);
                     self.events.emit(Event::Stopped);
                     return Flow::End;
                 }
@@ -281,7 +287,7 @@ impl<S: JobStore> Task<S> {
                 (Ok(()), Ending::Fail(reason) | Ending::Release(reason)) => {
                     tracing::info!(attempt = g.attempt, %reason, "attempt failed");
                     metrics::count(Count::FailedAttempts, S::BACKEND);
-                    if g.attempt >= self.cfg.max_attempts {
+                    if g.attempt >= self.view.max_attempts {
                         // Only a failure writes `EXHAUSTED` (a release leaves it to a backup).
                         if failed {
                             metrics::count(Count::Exhausted, S::BACKEND);
@@ -364,7 +370,7 @@ impl<S: JobStore> Task<S> {
         if slot.is_none() {
             *slot = Some(Error::LeaseLost {
                 fencing_token: None,
-                key: self.cfg.key.clone(),
+                key: self.cfg.key.to_string(),
                 attempt: g.attempt,
                 reason: reason.to_string(),
             });
@@ -383,7 +389,7 @@ impl<S: JobStore> Task<S> {
         self.labels().lost(why);
         *lock(ended) = Some(Error::LeaseLost {
             fencing_token: None,
-            key: self.cfg.key.clone(),
+            key: self.cfg.key.to_string(),
             attempt: g.attempt,
             reason: reason.clone(),
         });
@@ -443,7 +449,7 @@ impl<S: JobStore> Task<S> {
                             Some(HubMsg::Message(m)) if later_grant(&m, g.attempt) => {
                                 break Err(Error::LeaseLost {
                                     fencing_token: None,
-                                    key: self.cfg.key.clone(),
+                                    key: self.cfg.key.to_string(),
                                     attempt: g.attempt,
                                     reason: format!("another worker announced `{m}`"),
                                 });
@@ -479,7 +485,7 @@ impl<S: JobStore> Task<S> {
                     if now >= lease_end {
                         break Err(match finish_gave_up(ending.kind(), pending) {
                             GaveUp::OutcomeUnknown => Error::OutcomeUnknown {
-                                key: self.cfg.key.clone(),
+                                key: self.cfg.key.to_string(),
                                 attempt: g.attempt,
                                 reason: format!(
                                     "the reply to DONE was lost and the lease deadline came \
@@ -488,7 +494,7 @@ impl<S: JobStore> Task<S> {
                             },
                             GaveUp::LeaseLost => Error::LeaseLost {
                                 fencing_token: None,
-                                key: self.cfg.key.clone(),
+                                key: self.cfg.key.to_string(),
                                 attempt: g.attempt,
                                 reason: format!(
                                     "the lease deadline passed before the outcome could be \
@@ -517,7 +523,7 @@ impl<S: JobStore> Task<S> {
             // Not released: the lease runs out by itself, and a backup takes over then.
             self.report(&e);
         }
-        if g.attempt >= self.cfg.max_attempts {
+        if g.attempt >= self.view.max_attempts {
             self.events.emit(Event::Exhausted {
                 attempts: g.attempt,
             });
@@ -554,7 +560,7 @@ impl<S: JobStore> Task<S> {
                 S::abandon(&mut conn);
                 return Err(Error::LeaseLost {
                     fencing_token: None,
-                    key: self.cfg.key.clone(),
+                    key: self.cfg.key.to_string(),
                     attempt: g.attempt,
                     reason,
                 });
@@ -562,7 +568,7 @@ impl<S: JobStore> Task<S> {
             HolderDecision::Unknown(reason) => {
                 S::abandon(&mut conn);
                 return Err(Error::OutcomeUnknown {
-                    key: self.cfg.key.clone(),
+                    key: self.cfg.key.to_string(),
                     attempt: g.attempt,
                     reason,
                 });
@@ -575,10 +581,10 @@ impl<S: JobStore> Task<S> {
         let failure = format!(
             "attempt {} by {}: {}",
             g.attempt,
-            self.name,
+            self.store.worker_name(),
             truncate(ending.reason(), 1024)
         );
-        let writes = finish_writes(ending.kind(), g.attempt, self.cfg.max_attempts);
+        let writes = finish_writes(ending.kind(), g.attempt, self.view.max_attempts);
         self.before_exec("finish").await;
         *exec_sent = true;
         // Only `DONE` waits for replicas: a failure or release lost to a failover only makes a
@@ -614,7 +620,7 @@ impl<S: JobStore> Task<S> {
             token: g.token.clone(),
         };
         let (attempt, token, fence) = (g.attempt, g.token.clone(), g.fence);
-        let job = self.cfg.key.clone();
+        let job = self.cfg.key.to_string();
         let store = self.store.clone();
         let extending = store.extension(held, lease_end);
         Box::pin(async move {

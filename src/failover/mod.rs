@@ -83,7 +83,7 @@ impl Failover {
                 if config.key.contains('\0') || config.prefix.contains('\0') {
                     return events::refused(config, pg::nul_unsupported());
                 }
-                let keys = Arc::new(keys::JobKeys::new(&config.prefix, &config.key));
+                let keys = keys::JobKeys::new(&config.prefix, &config.key);
                 let store = pg::PgStore {
                     transport: transport.clone(),
                     key: keys.state().to_string(),
@@ -91,7 +91,7 @@ impl Failover {
                     lock_timeout: config.lock_timeout,
                     retention: config.retention,
                 };
-                worker::spawn_on(store, keys, &transport.cancel, &transport.tracker, config)
+                worker::spawn_on(store, &transport.cancel, &transport.tracker, config)
             }
         }
     }

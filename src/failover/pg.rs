@@ -442,6 +442,10 @@ impl JobStore for PgStore {
         &self.transport.settings
     }
 
+    fn worker_name(&self) -> &str {
+        &self.name
+    }
+
     fn locate(&self, which: Which) -> String {
         let column = match which {
             Which::State => "state",

@@ -62,6 +62,9 @@ pub(crate) trait JobStore: Send + Sync + 'static {
     /// Where `which` of this job is stored, for messages (a key name, a table row).
     fn locate(&self, which: Which) -> String;
 
+    /// The worker's name, stored with its lease.
+    fn worker_name(&self) -> &str;
+
     /// Runs the test hook (feature `testing`) between a transition's observation and commit.
     fn before_exec(&self, what: &'static str) -> impl std::future::Future<Output = ()> + Send;
 
@@ -240,6 +243,10 @@ impl JobStore for RedisStore {
         &self.transport.settings
     }
 
+    fn worker_name(&self) -> &str {
+        &self.name
+    }
+
     fn locate(&self, which: Which) -> String {
         self.keys.of(which).to_string()
     }
@@ -300,6 +307,8 @@ impl JobStore for RedisStore {
     }
 
     async fn quick_read(&self) -> Result<(State, Option<Option<u64>>), Error> {
+        // The semaphore is never closed; the error is mapped all the same.
+        let _permit = (self.transport.wait_reads.acquire().await).map_err(|_| Error::Stopped)?;
         let mut conn = self.transport.node(self.keys.state()).await?.conn();
         let mut p = redis::pipe();
         p.ignore_errors()

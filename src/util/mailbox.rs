@@ -79,6 +79,11 @@ impl<T> Sender<T> {
         Ok(())
     }
 
+    /// How many items wait unread.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock().items.len()
+    }
+
     /// Whether the receiver is gone.
     pub(crate) fn is_closed(&self) -> bool {
         !self.shared.lock().receiver_alive

@@ -58,9 +58,18 @@ pub(crate) struct Transport {
     /// never credentials. Lets a primitive over several servers (Redlock) reject one server
     /// counted twice.
     pub endpoint: String,
+    /// Bounds the waiting backups' plain reads in flight on this client to [`WAIT_READS`].
+    pub wait_reads: tokio::sync::Semaphore,
     #[cfg(feature = "testing")]
     pub before_exec: std::sync::Mutex<Option<ExecHook>>,
 }
+
+/// How many waiting backups' plain reads (`GET` state, `PTTL` lease) one client has in flight at
+/// once. Backups started together (or whose leases ran out together) would otherwise each hold a
+/// request's buffers at the same moment: about 3 KB each, a peak the allocator then keeps as the
+/// process's memory. The reads share one pipelined connection per server anyway, so queueing
+/// the rest behind a permit costs no time in total.
+pub(crate) const WAIT_READS: usize = 64;
 
 impl Transport {
     /// The node that serves `key` (any key of the operation: they share a hash tag).
