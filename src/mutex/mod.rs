@@ -254,7 +254,12 @@ impl Locks {
             ttl,
         };
         let grant = match (wait, &self.backend) {
-            (None, _) => backend.acquire(&req, keys.channel(), limit).await,
+            // Grouped with this client's other lock calls to the node when they overlap.
+            (None, _) => {
+                backend
+                    .acquire_grouped(keys, &req, limit, &mut pending)
+                    .await
+            }
             (Some(w), Backend::Redis(transport)) => {
                 let node = transport.node(keys.lock()).await?;
                 match node.pool.get(limit).await {
