@@ -169,9 +169,12 @@ scenario! {
         let before = evalsha(&mut r).await;
 
         server.pause().unwrap();
-        // A lone call, in flight on the paused server: the lane is busy.
-        let locks = c.locks();
-        let first = tokio::spawn(async move { locks.try_acquire("first", TTL).await });
+        // Two lone calls, in flight on the paused server: every place of the lane is taken.
+        let lone = |name: &'static str| {
+            let locks = c.locks();
+            tokio::spawn(async move { locks.try_acquire(name, TTL).await })
+        };
+        let (first, second) = (lone("first"), lone("second"));
         tokio::time::sleep(Duration::from_millis(50)).await;
         // Queued behind it, and dropped before anything was sent.
         let dropped = tokio::time::timeout(
@@ -183,13 +186,15 @@ scenario! {
         server.resume().unwrap();
 
         let g = first.await.unwrap().expect("first").expect("free");
+        let g2 = second.await.unwrap().expect("second").expect("free");
         // Whatever a background task would have sent has had its time.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
             evalsha(&mut r).await - before,
-            1,
-            "only the lone call reached the server: no batch, no release by token"
+            2,
+            "only the lone calls reached the server: no batch, no release by token"
         );
+        assert!(g2.release().await.unwrap());
         assert_eq!(get(&mut r, &lock_key("queued")).await, None);
         assert_eq!(get(&mut r, &fence_key("queued")).await, None, "never ran");
         assert!(g.release().await.unwrap());
@@ -212,11 +217,12 @@ scenario! {
         release_all(wave(&c, 16, |i| format!("warm{i}")).await).await;
 
         server.pause().unwrap();
-        // A lone call in flight; four callers queue behind it.
-        let lone = {
+        // Two lone calls in flight (every place of the lane); four callers queue behind them.
+        let lone = |name: &'static str| {
             let locks = c.locks();
-            tokio::spawn(async move { locks.try_acquire("lone", TTL).await })
+            tokio::spawn(async move { locks.try_acquire(name, TTL).await })
         };
+        let (lone, lone2) = (lone("lone"), lone("lone2"));
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut members = Vec::new();
         for i in 0..4 {
@@ -226,7 +232,7 @@ scenario! {
             }));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        // The lone caller gives up: the lane passes to the queue, whose batch leaves for the
+        // A lone caller gives up: its place passes to the queue, whose batch leaves for the
         // paused server and gets no reply.
         lone.abort();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -247,7 +253,7 @@ scenario! {
 
         // The batch ran when the server resumed (each member's fence stepped), and every lock
         // it took was released by token behind it: none stays for its 10 s ttl.
-        let names = ["lone", "m0", "m1", "m2", "m3"];
+        let names = ["lone", "lone2", "m0", "m1", "m2", "m3"];
         let start = Instant::now();
         loop {
             let mut left = Vec::new();
@@ -265,6 +271,8 @@ scenario! {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // The other lone call ran into its timeout too.
+        assert!(lone2.await.unwrap().is_err(), "no reply from a paused server");
         for n in names {
             assert!(
                 get(&mut r, &fence_key(n)).await.is_some(),

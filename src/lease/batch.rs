@@ -3,12 +3,12 @@
 //! them all, so the fixed cost of an `EVALSHA` on the server and the client's per-request work
 //! are paid once per batch instead of once per lock.
 //!
-//! No timer, no Nagle delay: a node's [`Lane`] is idle or busy. A caller that finds it idle
-//! takes it and sends its own script alone, exactly as without batching (an uncontended lock
-//! pays one mutex lock for this). Callers that arrive while it is busy queue; when the call in
-//! flight returns, whoever held the lane hands it on: the queue (up to [`MAX_BATCH`]
-//! operations) leaves as one script call from a task of its own, and so on until the queue is
-//! empty. One lock-script call per node is in flight at a time; under load each carries many.
+//! No timer, no Nagle delay: a node's [`Lane`] has at most [`MAX_IN_FLIGHT`] lock-script calls
+//! in flight. A caller that finds a free place takes it and sends its own script alone, exactly
+//! as without batching (an uncontended lock pays one mutex lock for this). Callers that arrive
+//! while every place is taken queue; when a call in flight returns, whoever held its place
+//! hands it on: the queue (up to [`MAX_BATCH`] operations) leaves as one script call from a
+//! task of its own, and so on until the queue is empty. Under load each call carries many.
 //!
 //! Every guarantee of a lone call holds per operation:
 //! - each acquisition in a batch runs the lone script's own text on its own keys (a local
@@ -42,6 +42,13 @@ use crate::util::time::{after, ms};
 /// The most operations one batch call carries: large enough to amortize a call, small enough
 /// that one script does not hold the server for long (each operation is a lone script's work).
 pub(crate) const MAX_BATCH: usize = 64;
+
+/// How many lock-script calls a node's lane keeps in flight: two, so that the server runs one
+/// batch while the client reads the other's replies and gathers the next (with one, client and
+/// server took turns, and on a host where they share two cores much of the CPU sat idle:
+/// `lock-distinct` ran at 0.81 × the fenced floor's throughput with one, see
+/// docs/benchmarks.md).
+pub(crate) const MAX_IN_FLIGHT: u8 = 2;
 
 /// The keys of a lock an operation may carry past its caller's frame (it may leave later, in
 /// a batch).
@@ -105,8 +112,8 @@ pub(crate) struct Lane {
 
 #[derive(Default)]
 struct State {
-    /// A lock-script call to the node is in flight (or about to be).
-    busy: bool,
+    /// Lock-script calls to the node in flight (or about to be), at most [`MAX_IN_FLIGHT`].
+    busy: u8,
     queue: Vec<Queued>,
     next_id: u64,
 }
@@ -121,8 +128,8 @@ enum Joined {
 impl Lane {
     fn join(&self, keys: impl FnOnce() -> Arc<dyn BatchKeys>, op: impl FnOnce() -> Op) -> Joined {
         let mut s = crate::util::lock(&self.state);
-        if !s.busy {
-            s.busy = true;
+        if s.busy < MAX_IN_FLIGHT {
+            s.busy += 1;
             return Joined::Alone;
         }
         let id = s.next_id;
@@ -149,11 +156,12 @@ impl Lane {
         }
     }
 
-    /// The next batch, oldest first; empty (and the lane idle again) when nobody waits.
+    /// The next batch, oldest first, for a place in flight that is handed on; empty (and the
+    /// place free again) when nobody waits.
     fn next(&self) -> Vec<Queued> {
         let mut s = crate::util::lock(&self.state);
         if s.queue.is_empty() {
-            s.busy = false;
+            s.busy = s.busy.saturating_sub(1);
             return Vec::new();
         }
         let n = s.queue.len().min(MAX_BATCH);
@@ -167,8 +175,8 @@ impl Lane {
     }
 }
 
-/// The lane, held: dropped (the call returned, or its caller gave up on it), it hands the lane
-/// on to the queue's next batch, sent by a task of its own, or leaves it idle.
+/// A place in flight on the lane, held: dropped (the call returned, or its caller gave up on
+/// it), it hands the place on to the queue's next batch, sent by a task of its own, or frees it.
 struct Busy {
     lane: Arc<Lane>,
     node: Arc<Node>,
@@ -446,9 +454,11 @@ mod tests {
     }
 
     #[test]
-    fn the_first_caller_goes_alone_and_later_ones_queue_until_handed_on() {
+    fn the_first_callers_go_alone_and_later_ones_queue_until_handed_on() {
         let lane = Lane::default();
-        assert!(matches!(lane.join(keys, release_op), Joined::Alone));
+        for _ in 0..MAX_IN_FLIGHT {
+            assert!(matches!(lane.join(keys, release_op), Joined::Alone));
+        }
         let mut ids = Vec::new();
         for _ in 0..(MAX_BATCH + 3) {
             match lane.join(keys, release_op) {
@@ -466,10 +476,11 @@ mod tests {
         // Taken into a batch: too late to leave.
         assert!(!lane.leave(ids[0]));
         assert_eq!(lane.next().len(), 2);
+        // One place freed: the next caller goes alone, and the one after queues.
         assert!(lane.next().is_empty());
-        // Idle again: the next caller goes alone.
         assert!(matches!(lane.join(keys, release_op), Joined::Alone));
-        assert_eq!(lane.queued(), 0);
+        assert!(matches!(lane.join(keys, release_op), Joined::Queued(..)));
+        assert_eq!(lane.queued(), 1);
     }
 
     #[test]
