@@ -28,20 +28,18 @@ async fn evalsha(r: &mut common::Raw) -> u64 {
     command_calls(r).await.get("evalsha").copied().unwrap_or(0)
 }
 
+type Tried = (String, Result<Option<LockGuard>, baton::Error>);
+
 /// `n` tasks try `key_of(i)` at once (released together by the barrier) and hold what they got:
-/// the grants, by task.
-async fn wave(
-    c: &Client,
-    n: usize,
-    key_of: impl Fn(usize) -> String,
-) -> Vec<(String, Option<LockGuard>)> {
+/// the outcomes, by task.
+async fn try_wave(c: &Client, n: usize, key_of: impl Fn(usize) -> String) -> Vec<Tried> {
     let start = Arc::new(tokio::sync::Barrier::new(n));
     let mut tasks = Vec::new();
     for i in 0..n {
         let (locks, start, key) = (c.locks(), start.clone(), key_of(i));
         tasks.push(tokio::spawn(async move {
             start.wait().await;
-            let g = locks.try_acquire(&key, TTL).await.expect("try_acquire");
+            let g = locks.try_acquire(&key, TTL).await;
             (key, g)
         }));
     }
@@ -50,6 +48,27 @@ async fn wave(
         out.push(t.await.unwrap());
     }
     out
+}
+
+/// [`try_wave`], every try answered.
+async fn wave(
+    c: &Client,
+    n: usize,
+    key_of: impl Fn(usize) -> String,
+) -> Vec<(String, Option<LockGuard>)> {
+    let tried = try_wave(c, n, key_of).await;
+    tried
+        .into_iter()
+        .map(|(k, g)| (k, g.expect("try_acquire")))
+        .collect()
+}
+
+/// A client of `server` and a raw connection, with the lone and the batch scripts loaded, so
+/// that counts of `EVALSHA` are of lock calls only.
+async fn warmed(server: &common::Deployment) -> (Client, common::Raw) {
+    let c = client(server).await;
+    release_all(wave(&c, 16, |i| format!("warm{i}")).await).await;
+    (c, raw(server).await)
 }
 
 /// Releases every guard at once; each must still have been ours.
@@ -70,10 +89,7 @@ scenario! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sixty_four_tasks_share_script_calls_and_each_grant_keeps_its_own_fence() {
         let server = server();
-        let c = client(&server).await;
-        let mut r = raw(&server).await;
-        // Loads the lone and the batch scripts, so the counts below are of lock calls only.
-        release_all(wave(&c, 16, |i| format!("warm{i}")).await).await;
+        let (c, mut r) = warmed(&server).await;
 
         let before = evalsha(&mut r).await;
         let tasks = 64usize;
@@ -163,9 +179,7 @@ scenario! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_caller_dropped_while_queued_is_removed_and_nothing_is_sent_for_it() {
         let server = server();
-        let c = client(&server).await;
-        let mut r = raw(&server).await;
-        release_all(wave(&c, 16, |i| format!("warm{i}")).await).await;
+        let (c, mut r) = warmed(&server).await;
         let before = evalsha(&mut r).await;
 
         server.pause().unwrap();
@@ -309,19 +323,10 @@ scenario! {
         let give_up = Instant::now() + Duration::from_secs(10);
         loop {
             let before = evalsha(&mut r).await;
-            let start = Arc::new(tokio::sync::Barrier::new(n));
-            let mut tasks = Vec::new();
-            for i in 0..n {
-                let (locks, start, key) = (c.locks(), start.clone(), key_of(i));
-                tasks.push(tokio::spawn(async move {
-                    start.wait().await;
-                    (key.clone(), locks.try_acquire(&key, TTL).await)
-                }));
-            }
             let mut got = Vec::new();
             let mut failed = None;
-            for t in tasks {
-                match t.await.unwrap() {
+            for tried in try_wave(&c, n, key_of).await {
+                match tried {
                     (k, Ok(g)) => got.push((k, g)),
                     (_, Err(e)) => failed = Some(e),
                 }
