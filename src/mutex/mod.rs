@@ -32,7 +32,8 @@
 //! - Release and extension compare the token: `false` means it was no longer ours and nothing
 //!   was written. A failed extension never deletes anything.
 //! - Under load, one client's lock calls to one node share script calls (group commit, up to
-//!   64 per `EVALSHA`; the first call goes alone, so an uncontended lock pays nothing for it).
+//!   64 per `EVALSHA`; while fewer than two calls are in flight a call goes alone, so an
+//!   uncontended lock pays nothing for it).
 //!   Each operation in a batch runs the lone script's own steps on its own keys: its own fence
 //!   step, its own token check, the same recovery when its caller is dropped or the reply is
 //!   lost. Not on a Redis Cluster (one script cannot span slots), with `replica_ack`, or on
