@@ -98,6 +98,20 @@ fn mutex_case(watchdog: bool, faults: mutex::Faults) -> Case {
     }
 }
 
+/// The mutex with its lock calls also going through the group commit (tasks of one client).
+fn mutex_batching_case(rounds: u8, faults: mutex::Faults, ci: bool) -> Case {
+    let mut model = mutex::MutexModel::new(3, rounds, true, faults);
+    model.batching = true;
+    Case {
+        name: format!(
+            "mutex batched 3 tasks x {rounds} rounds, watchdog on, {} lost replies, {} pauses, {} crashes, {} restarts losing every key",
+            faults.lost_replies, faults.pauses, faults.crashes, faults.wipes
+        ),
+        model: Subject::Mutex(model),
+        ci,
+    }
+}
+
 fn leader_case(candidates: u8, terms: u8, faults: leader::Faults) -> Case {
     Case {
         name: format!(
@@ -272,6 +286,21 @@ fn cases() -> Vec<Case> {
         cases.push(mutex_case(watchdog, faults));
         cases.push(mutex_case(watchdog, wipe));
     }
+    // Batching multiplies the interleavings (any task may queue at any time): CI checks one
+    // round of three tasks (batches of up to three, a handoff inside a batch needs a
+    // release queued with an acquisition) here and two tasks × two rounds in the unit tests;
+    // two rounds of three tasks take minutes (`check "mutex batched" --all`).
+    let batched = mutex::Faults {
+        lost_replies: 1,
+        pauses: 1,
+        crashes: 1,
+        wipes: 0,
+    };
+    cases.push(mutex_batching_case(1, batched, true));
+    cases.push(mutex_batching_case(1, wipe, true));
+    cases.push(mutex_batching_case(1, faults, false));
+    cases.push(mutex_batching_case(2, wipe, false));
+    cases.push(mutex_batching_case(2, faults, false));
     cases.push(leader_case(
         3,
         2,

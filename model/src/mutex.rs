@@ -18,6 +18,14 @@
 //!   resource never refuses a valid holder's write (a refusal would mean a later grant while it
 //!   held the lock).
 //!
+//! With `batching` the clients are tasks of one client whose lock calls may also go through
+//! the group commit (`src/lease/batch.rs`): an acquisition or a release queues, and the queue
+//! leaves as one script call that runs each operation's own step atomically, in order (a
+//! release then an acquisition in one batch is a handoff). A queued acquisition may be dropped
+//! (it leaves the queue; nothing was sent, nothing is released); a batch's reply may be lost
+//! (every acquisition in it is then orphaned, [`orphaned`] decides, and released by token
+//! behind the batch on the same connection), or the batch never arrives.
+//!
 //! Liveness: from every state, fault-free steps end every client with no lock left behind; a
 //! lock orphaned by an abandoned acquisition expiring on its TTL counts as a fault, so the
 //! release by token must clean it up.
@@ -57,6 +65,11 @@ pub(crate) enum Mutation {
     OrphansKept,
     /// The fence is `old + 1`, without the server-time floor.
     NoTimeFloor,
+    /// A batch's grants skip the fence step: each is handed the stored fence.
+    BatchSkipsFenceStep,
+    /// A batch tests the lock once for all its members: every acquisition in it is granted
+    /// if the lock was free when the batch began.
+    BatchGrantsTwice,
 }
 
 /// The mutex model's parameters.
@@ -68,6 +81,10 @@ pub(crate) struct MutexModel {
     pub watchdog: bool,
     pub faults: Faults,
     pub mutation: Option<Mutation>,
+    /// Lock calls may also go through the group commit (see the module docs).
+    pub batching: bool,
+    /// Whether a lone acquisition's reply may be lost (else only a batch's).
+    pub lone_lost: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,7 +99,11 @@ struct Hold {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Idle,
+    /// An acquisition waits in the group commit's queue.
+    Queued,
     Holding(Hold),
+    /// A release waits in the group commit's queue (the watchdog already stopped).
+    Releasing(Hold),
     Ended,
 }
 
@@ -98,6 +119,22 @@ enum Op {
     Acquire(Tok),
     /// Release by token (`None`: by key, a mutation).
     Release(Option<Tok>),
+}
+
+/// An operation in the group commit: whose, and its token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum QOp {
+    Acquire(u8, Tok),
+    Release(u8, Tok),
+}
+
+/// A request on the group commit's shared connection whose reply nobody waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Shared {
+    /// A batch whose reply was lost: its operations' tokens (acquisitions, releases).
+    Batch(Vec<(bool, Tok)>),
+    /// A release by token of an acquisition the lost batch carried.
+    Release(Tok),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -120,6 +157,10 @@ pub(crate) struct Sys {
     clients: Vec<Client>,
     /// Per client, its requests in flight, oldest first.
     inflight: Vec<Vec<Op>>,
+    /// The group commit's queue, oldest first.
+    queue: Vec<QOp>,
+    /// Requests on the group commit's connection whose reply was lost, oldest first.
+    shared: Vec<Shared>,
     faults: Faults,
     ghost: Ghost,
 }
@@ -154,6 +195,21 @@ pub(crate) enum Action {
     ExpireOrphan,
     /// Redis restarts without its data.
     Wipe,
+    /// An idle client's acquisition queues in the group commit.
+    Enqueue(u8),
+    /// A holder's release queues in the group commit.
+    EnqueueRelease(u8),
+    /// A queued acquisition's caller is dropped (its round ends): it leaves the queue, nothing
+    /// was sent.
+    Leave(u8),
+    /// The queue leaves as one script call, with its reply.
+    Flush,
+    /// The queue leaves as one script call whose reply is lost (fault).
+    FlushLost,
+    /// The oldest request on the shared connection reaches the server.
+    ApplyShared,
+    /// ...or a batch on it never does.
+    DropShared,
 }
 
 fn violate(s: &mut Sys, message: String) {
@@ -170,6 +226,8 @@ impl MutexModel {
             watchdog,
             faults,
             mutation: None,
+            batching: false,
+            lone_lost: true,
         }
     }
 
@@ -190,19 +248,51 @@ impl MutexModel {
                 Op::Release(None) => {}
             }
         }
+        for c in &s.clients {
+            if let Phase::Releasing(h) = c.phase {
+                mark(h.tok);
+            }
+        }
+        for q in &s.queue {
+            match *q {
+                QOp::Acquire(_, t) | QOp::Release(_, t) => mark(t),
+            }
+        }
+        for op in &s.shared {
+            match op {
+                Shared::Batch(ops) => ops.iter().for_each(|&(_, t)| mark(t)),
+                Shared::Release(t) => mark(*t),
+            }
+        }
         Tok(used.trailing_ones() as u8)
     }
 
     /// The acquire script, atomically: `Some(fence)` if it took the lock.
     fn acquire_script(&self, s: &mut Sys, tok: Tok) -> Option<u64> {
-        if s.lock.is_some() {
+        self.acquire_step(s, tok, false, None)
+    }
+
+    /// The acquire script's step, alone or as one operation of a batch (`in_batch`; `free`:
+    /// whether the lock was free when the batch began, which only a mutation looks at).
+    fn acquire_step(
+        &self,
+        s: &mut Sys,
+        tok: Tok,
+        in_batch: bool,
+        free: Option<bool>,
+    ) -> Option<u64> {
+        let free = match (self.mutation, free) {
+            (Some(Mutation::BatchGrantsTwice), Some(f)) if in_batch => f,
+            _ => s.lock.is_none(),
+        };
+        if !free {
             return None;
         }
         let old = s.fence.unwrap_or(0);
-        let fence = if self.mutation == Some(Mutation::NoTimeFloor) {
-            old + 1
-        } else {
-            (old + 1).max(s.ghost.last_fence + 1)
+        let fence = match self.mutation {
+            Some(Mutation::NoTimeFloor) => old + 1,
+            Some(Mutation::BatchSkipsFenceStep) if in_batch && s.fence.is_some() => old,
+            _ => (old + 1).max(s.ghost.last_fence + 1),
         };
         if fence <= s.ghost.last_fence {
             violate(
@@ -260,16 +350,64 @@ impl MutexModel {
 
     fn canonical(mut s: Sys) -> Sys {
         let n = s.clients.len();
+        // A client's place in the queue is part of what tells it apart.
+        let place = |i: usize| {
+            s.queue.iter().position(|q| match *q {
+                QOp::Acquire(c, _) | QOp::Release(c, _) => c as usize == i,
+            })
+        };
         let keys: Vec<u64> = (0..n)
-            .map(|i| fx_hash(&(&s.clients[i], &s.inflight[i])))
+            .map(|i| fx_hash(&(&s.clients[i], &s.inflight[i], place(i))))
             .collect();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| keys[i]);
         if order.iter().enumerate().any(|(pos, &i)| pos != i) {
             s.clients = order.iter().map(|&i| s.clients[i]).collect();
             s.inflight = order.iter().map(|&i| s.inflight[i].clone()).collect();
+            let mut new_of = vec![0u8; n];
+            for (pos, &old) in order.iter().enumerate() {
+                new_of[old] = pos as u8;
+            }
+            for q in &mut s.queue {
+                match q {
+                    QOp::Acquire(c, _) | QOp::Release(c, _) => *c = new_of[*c as usize],
+                }
+            }
         }
         s
+    }
+
+    /// Runs a batch's operations in order, atomically (the batch script). With `deliver` (the
+    /// reply came back) each caller learns its outcome at once, so a later grant in the same
+    /// batch is checked against the earlier ones.
+    fn batch_script(&self, s: &mut Sys, ops: &[QOp], deliver: bool) {
+        let free = Some(s.lock.is_none());
+        for op in ops {
+            match *op {
+                QOp::Acquire(c, tok) => {
+                    let fence = self.acquire_step(s, tok, true, free);
+                    if !deliver {
+                        continue;
+                    }
+                    s.clients[c as usize].phase = match fence {
+                        Some(fence) => Phase::Holding(Hold {
+                            tok,
+                            fence,
+                            valid: true,
+                            wrote: false,
+                        }),
+                        // Contended: the caller tries again later.
+                        None => Phase::Idle,
+                    };
+                }
+                QOp::Release(c, tok) => {
+                    self.release_script(s, Some(tok));
+                    if deliver {
+                        self.end_round(s, c as usize);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -291,6 +429,8 @@ impl Model for MutexModel {
                 n
             ],
             inflight: vec![Vec::new(); n],
+            queue: Vec::new(),
+            shared: Vec::new(),
             faults: self.faults,
             ghost: Ghost::default(),
         }]
@@ -312,14 +452,22 @@ impl Model for MutexModel {
                 // as waiting for them.
                 Phase::Idle if s.inflight[i].is_empty() => {
                     out.push(Action::Try(i8));
-                    if f.lost_replies > 0 {
+                    if f.lost_replies > 0 && self.lone_lost {
                         out.push(Action::TryLost(i8));
+                    }
+                    if self.batching {
+                        out.push(Action::Enqueue(i8));
                     }
                 }
                 Phase::Idle => {}
+                Phase::Queued => out.push(Action::Leave(i8)),
+                Phase::Releasing(_) => {}
                 Phase::Holding(h) => {
                     if !h.wrote {
                         out.push(Action::Work(i8));
+                    }
+                    if self.batching && (h.valid || !self.watchdog) {
+                        out.push(Action::EnqueueRelease(i8));
                     }
                     if h.valid {
                         out.push(Action::Release(i8));
@@ -353,6 +501,18 @@ impl Model for MutexModel {
         }
         if f.wipes > 0 {
             out.push(Action::Wipe);
+        }
+        if !s.queue.is_empty() {
+            out.push(Action::Flush);
+            if f.lost_replies > 0 {
+                out.push(Action::FlushLost);
+            }
+        }
+        if let Some(first) = s.shared.first() {
+            out.push(Action::ApplyShared);
+            if matches!(first, Shared::Batch(_)) {
+                out.push(Action::DropShared);
+            }
         }
     }
 
@@ -471,6 +631,78 @@ impl Model for MutexModel {
                 s.faults.crashes -= 1;
                 s.clients[i as usize].phase = Phase::Ended;
             }
+            Action::Enqueue(i) => {
+                let tok = Self::fresh_token(&s);
+                s.queue.push(QOp::Acquire(i, tok));
+                s.clients[i as usize].phase = Phase::Queued;
+            }
+            Action::EnqueueRelease(i) => {
+                let Phase::Holding(h) = s.clients[i as usize].phase else {
+                    return None;
+                };
+                s.queue.push(QOp::Release(i, h.tok));
+                s.clients[i as usize].phase = Phase::Releasing(h);
+            }
+            Action::Leave(i) => {
+                s.queue
+                    .retain(|q| !matches!(*q, QOp::Acquire(c, _) if c == i));
+                // The caller gave up on this round.
+                self.end_round(&mut s, i as usize);
+            }
+            Action::Flush => {
+                let ops = std::mem::take(&mut s.queue);
+                self.batch_script(&mut s, &ops, true);
+            }
+            Action::FlushLost => {
+                s.faults.lost_replies -= 1;
+                let ops = std::mem::take(&mut s.queue);
+                let lost: Result<Grant, Error> = Err(Error::Timeout {
+                    during: "acquiring the lock",
+                });
+                let mut batch = Vec::new();
+                let mut releases = Vec::new();
+                for op in &ops {
+                    match *op {
+                        QOp::Acquire(c, tok) => {
+                            batch.push((true, tok));
+                            s.ghost.abandoned |= 1u64 << tok.0.min(63);
+                            if orphaned(&lost) && self.mutation != Some(Mutation::OrphansKept) {
+                                releases.push(Shared::Release(tok));
+                            }
+                            s.clients[c as usize].phase = Phase::Idle;
+                        }
+                        // The release's outcome is unknown to its caller; the guard is gone
+                        // either way (the ttl is the backstop if the batch never arrives).
+                        QOp::Release(c, tok) => {
+                            batch.push((false, tok));
+                            self.end_round(&mut s, c as usize);
+                        }
+                    }
+                }
+                s.shared.push(Shared::Batch(batch));
+                s.shared.extend(releases);
+            }
+            Action::ApplyShared => match s.shared.remove(0) {
+                Shared::Batch(ops) => {
+                    let ops: Vec<QOp> = ops
+                        .into_iter()
+                        .map(|(acq, t)| {
+                            if acq {
+                                QOp::Acquire(0, t)
+                            } else {
+                                QOp::Release(0, t)
+                            }
+                        })
+                        .collect();
+                    self.batch_script(&mut s, &ops, false);
+                }
+                Shared::Release(tok) => {
+                    self.release_script(&mut s, Some(tok));
+                }
+            },
+            Action::DropShared => {
+                s.shared.remove(0);
+            }
             Action::Expire | Action::ExpireOrphan => s.lock = None,
             Action::Wipe => {
                 s.faults.wipes -= 1;
@@ -481,6 +713,7 @@ impl Model for MutexModel {
                 for q in &mut s.inflight {
                     q.clear();
                 }
+                s.shared.clear();
             }
         }
         // An abandoned token nothing refers to any more can never matter again.
@@ -493,6 +726,12 @@ impl Model for MutexModel {
                 live |= 1u64 << t.0.min(63);
             }
         }
+        for op in &s.shared {
+            match op {
+                Shared::Batch(ops) => ops.iter().for_each(|&(_, t)| live |= 1u64 << t.0.min(63)),
+                Shared::Release(t) => live |= 1u64 << t.0.min(63),
+            }
+        }
         s.ghost.abandoned &= live;
         Some(Self::canonical(s))
     }
@@ -501,6 +740,7 @@ impl Model for MutexModel {
         matches!(
             a,
             Action::TryLost(_)
+                | Action::FlushLost
                 | Action::Pause(_)
                 | Action::Crash(_)
                 | Action::Wipe
@@ -518,6 +758,8 @@ impl Model for MutexModel {
     fn is_terminal(&self, s: &Sys) -> bool {
         s.lock.is_none()
             && s.inflight.iter().all(Vec::is_empty)
+            && s.queue.is_empty()
+            && s.shared.is_empty()
             && s.clients.iter().all(|c| c.phase == Phase::Ended)
     }
 }
@@ -571,6 +813,71 @@ mod tests {
                 let outcome = run(&MutexModel::new(2, 2, watchdog, faults));
                 assert!(matches!(outcome, Outcome::Exhausted), "{outcome}");
             }
+        }
+    }
+
+    fn batching(faults: Faults, m: Option<Mutation>) -> MutexModel {
+        let mut model = MutexModel::new(2, 2, true, faults);
+        model.batching = true;
+        model.mutation = m;
+        model
+    }
+
+    #[test]
+    fn the_mutex_holds_with_batched_calls() {
+        for faults in [
+            ALL,
+            Faults {
+                wipes: 1,
+                lost_replies: 1,
+                ..Faults::default()
+            },
+        ] {
+            let outcome = run(&batching(faults, None));
+            assert!(matches!(outcome, Outcome::Exhausted), "{outcome}");
+        }
+    }
+
+    #[test]
+    fn a_batch_grant_without_its_fence_step_is_found() {
+        match run(&batching(
+            Faults::default(),
+            Some(Mutation::BatchSkipsFenceStep),
+        )) {
+            Outcome::Violation(cx) => {
+                eprintln!("{cx}");
+                assert!(cx.message.contains("went back"), "{}", cx.message);
+            }
+            other => panic!("expected a counterexample, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_granting_one_lock_twice_is_found() {
+        match run(&batching(
+            Faults::default(),
+            Some(Mutation::BatchGrantsTwice),
+        )) {
+            Outcome::Violation(cx) => {
+                eprintln!("{cx}");
+                assert!(cx.message.contains("still valid"), "{}", cx.message);
+            }
+            other => panic!("expected a counterexample, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_batch_whose_acquisitions_are_not_released_by_token_leaves_a_lock_behind() {
+        let faults = Faults {
+            lost_replies: 1,
+            ..Faults::default()
+        };
+        let mut model = batching(faults, Some(Mutation::OrphansKept));
+        // Only batched calls may lose their reply here: the lone path's loss is covered above.
+        model.lone_lost = false;
+        match run(&model) {
+            Outcome::LivenessViolation(cx) => eprintln!("{cx}"),
+            other => panic!("expected a liveness counterexample, got {other}"),
         }
     }
 

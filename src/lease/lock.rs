@@ -50,6 +50,21 @@ return {1, now}
 }
 pub(crate) use fence_step;
 
+/// The whole of [`ACQUIRE_SOURCE`] as text (`SET NX PX`, then [`fence_step!`]), so the batch
+/// script runs the very same Lua per lock. It ends with a `return`.
+macro_rules! acquire_step {
+    () => {
+        concat!(
+            r"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+",
+            fence_step!()
+        )
+    };
+}
+
 /// `KEYS` = lock, fence; `ARGV` = token, lock ms, fence ms.
 ///
 /// `SET NX PX` first, so contention costs one write attempt and a `PTTL` (`{0, PTTL}`). Only if
@@ -67,23 +82,13 @@ pub(crate) use fence_step;
 /// one µs) does `INCR` step it, exactly, as a 64-bit integer, and the new value is read back as
 /// a string (the integer `INCR` returns would become a Lua double in the script). No Lua double
 /// is involved, so there is no 2^53 limit.
-pub(crate) const ACQUIRE_SOURCE: &str = concat!(
-    r"
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-",
-    fence_step!()
-);
+pub(crate) const ACQUIRE_SOURCE: &str = acquire_step!();
 static ACQUIRE_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(ACQUIRE_SOURCE));
 
-/// `KEYS` = lock; `ARGV` = token, channel, publish command (`PUBLISH`, or `SPUBLISH` on a
-/// cluster). Deletes the lock only if it holds `token`, then publishes `released` on the channel
-/// so waiters try at once instead of sleeping out a backoff.
-/// `1` if it was ours, `0` otherwise (nothing written).
-static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
+/// [`RELEASE_SCRIPT`]'s text, shared with the batch script as [`acquire_step!`] is.
+macro_rules! release_step {
+    () => {
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -91,9 +96,55 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-",
-    )
-});
+"
+    };
+}
+
+/// `KEYS` = lock; `ARGV` = token, channel, publish command (`PUBLISH`, or `SPUBLISH` on a
+/// cluster). Deletes the lock only if it holds `token`, then publishes `released` on the channel
+/// so waiters try at once instead of sleeping out a backoff.
+/// `1` if it was ours, `0` otherwise (nothing written).
+static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(release_step!()));
+
+/// Many acquisitions and releases of one node's locks in one script call (group commit, see
+/// [`super::batch`]). `ARGV[1]` = the publish command; then one run of arguments per operation:
+/// `a`, token, lock ms, fence ms (`KEYS`: lock, fence) for an acquisition, `r`, token, channel
+/// (`KEYS`: lock) for a release. Each runs the single script's own text ([`acquire_step!`],
+/// [`release_step!`]) on its own keys, as a local function whose parameters `KEYS` and `ARGV`
+/// shadow the script's, so every grant steps its own fence exactly as a lone acquisition does.
+/// Returns one reply per operation, in order, each what the lone script returns, or `{3,
+/// error}` when that operation's commands failed (`WRONGTYPE`, say): `pcall` keeps one bad key
+/// from failing its neighbours, whose writes a script error would not undo.
+pub(crate) const BATCH_SOURCE: &str = concat!(
+    "local function acquire(KEYS, ARGV)",
+    acquire_step!(),
+    "end\nlocal function release(KEYS, ARGV)",
+    release_step!(),
+    r"end
+local out, k, a, n = {}, 1, 2, 0
+while a <= #ARGV do
+  local ok, r
+  n = n + 1
+  if ARGV[a] == 'a' then
+    ok, r = pcall(acquire, {KEYS[k], KEYS[k + 1]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]})
+    k, a = k + 2, a + 4
+  else
+    ok, r = pcall(release, {KEYS[k]}, {ARGV[a + 1], ARGV[a + 2], ARGV[1]})
+    k, a = k + 1, a + 3
+  end
+  if ok then
+    out[n] = r
+  else
+    if type(r) == 'table' then r = r.err end
+    out[n] = {3, tostring(r)}
+  end
+end
+return out
+"
+);
+pub(crate) static BATCH_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(BATCH_SOURCE));
 
 /// `KEYS` = the resource (a hash); `ARGV` = fencing token (canonical decimal), value.
 ///

@@ -17,6 +17,7 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod batch;
 pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod lock;

@@ -61,6 +61,29 @@ impl Backend {
         }
     }
 
+    /// [`Backend::acquire`], grouped with other tasks' lock calls to the same node when they
+    /// overlap (see [`super::batch`]): on a Redis client whose keys all live on one node; alone
+    /// elsewhere (a cluster, PostgreSQL). `pending` is the caller's release by token, disarmed
+    /// here only when the call never left (its caller dropped it while it was queued).
+    ///
+    /// # Errors
+    /// As [`Backend::acquire`].
+    pub(crate) async fn acquire_grouped<K: super::batch::BatchKeys>(
+        &self,
+        keys: &std::sync::Arc<K>,
+        req: &Acquire<'_>,
+        limit: Instant,
+        pending: &mut dyn crate::util::drop_guard::Disarm,
+    ) -> Result<Grant, Error> {
+        match self {
+            Backend::Redis(t) if t.router.one_node() => {
+                let node = t.node(req.lock).await?;
+                super::batch::acquire(&node, keys, req, limit, pending).await
+            }
+            _ => self.acquire(req, keys.channel(), limit).await,
+        }
+    }
+
     /// Sends `message` on `channel` in the background (a client task), bounded by `limit`;
     /// best effort: nothing waits for it and a failure is only logged. `lock` names the key
     /// whose node serves the channel (Redis Cluster).
@@ -145,6 +168,11 @@ impl Backend {
         limit: Instant,
     ) -> Result<bool, Error> {
         match self {
+            // Grouped with other tasks' lock calls to the node when they overlap.
+            Backend::Redis(t) if t.router.one_node() => {
+                let node = t.node(lock).await?;
+                super::batch::release(&node, lock, channel, token, limit).await
+            }
             Backend::Redis(t) => {
                 let mut conn = t.node(lock).await?.conn();
                 super::lock::release(&mut conn, lock, channel, token, limit).await

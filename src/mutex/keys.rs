@@ -46,6 +46,18 @@ impl crate::lease::pending::LockAt for LockKeys {
     }
 }
 
+impl crate::lease::batch::BatchKeys for LockKeys {
+    fn lock(&self) -> &str {
+        self.lock()
+    }
+    fn fence(&self) -> &str {
+        self.fence()
+    }
+    fn channel(&self) -> &str {
+        self.channel()
+    }
+}
+
 impl crate::lease::held::FencedAt for LockKeys {
     fn lock_key(&self) -> &str {
         self.lock()

@@ -31,6 +31,13 @@
 //!   holder from writing late.
 //! - Release and extension compare the token: `false` means it was no longer ours and nothing
 //!   was written. A failed extension never deletes anything.
+//! - Under load, one client's lock calls to one node share script calls (group commit, up to
+//!   64 per `EVALSHA`; while fewer than two calls are in flight a call goes alone, so an
+//!   uncontended lock pays nothing for it).
+//!   Each operation in a batch runs the lone script's own steps on its own keys: its own fence
+//!   step, its own token check, the same recovery when its caller is dropped or the reply is
+//!   lost. Not on a Redis Cluster (one script cannot span slots), with `replica_ack`, or on
+//!   PostgreSQL: calls go alone there.
 //! - [`LockGuard::lease_deadline`] errs early: send time of the granting (or last confirmed
 //!   extending) request + ttl − max(1 %, 2 ms), on this host's monotonic clock.
 
@@ -254,7 +261,12 @@ impl Locks {
             ttl,
         };
         let grant = match (wait, &self.backend) {
-            (None, _) => backend.acquire(&req, keys.channel(), limit).await,
+            // Grouped with this client's other lock calls to the node when they overlap.
+            (None, _) => {
+                backend
+                    .acquire_grouped(keys, &req, limit, &mut pending)
+                    .await
+            }
             (Some(w), Backend::Redis(transport)) => {
                 let node = transport.node(keys.lock()).await?;
                 match node.pool.get(limit).await {

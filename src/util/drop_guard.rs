@@ -31,6 +31,20 @@ impl<F: FnOnce()> Armed<F> {
     }
 }
 
+/// An [`Armed`] seen without its cleanup's type, for code that may only call it off (the
+/// group commit of lock scripts disarms a queued acquisition's release, since nothing was
+/// sent).
+pub(crate) trait Disarm: Send {
+    /// As [`Armed::disarm`].
+    fn disarm(&mut self);
+}
+
+impl<F: FnOnce() + Send> Disarm for Armed<F> {
+    fn disarm(&mut self) {
+        Armed::disarm(self);
+    }
+}
+
 impl<F: FnOnce()> Drop for Armed<F> {
     fn drop(&mut self) {
         if let Some(f) = self.on_drop.take() {

@@ -49,6 +49,9 @@ pub(crate) struct Node {
     /// On a cluster: where an `ASK` redirect is followed (the router, held weakly: nodes are
     /// the router's).
     redirects: OnceLock<Weak<dyn Redirects>>,
+    /// State a layer above keeps per node, which this layer cannot name (the lease kernel's
+    /// group commit of lock scripts): made on first use, see [`Node::extension`].
+    extension: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A router that can name the node at an address (where an `ASK` redirect points).
@@ -74,7 +77,23 @@ impl Node {
             born: Instant::now(),
             last_reply: AtomicU64::new(0),
             redirects: OnceLock::new(),
+            extension: OnceLock::new(),
         })
+    }
+
+    /// The per-node state of type `T` a layer above keeps here, made on first use. One type
+    /// per node: `None` if another type was made first (the caller then does without).
+    pub(crate) fn extension<T: std::any::Any + Send + Sync + Default>(&self) -> Option<Arc<T>> {
+        self.extension
+            .get_or_init(|| Arc::new(T::default()))
+            .clone()
+            .downcast::<T>()
+            .ok()
+    }
+
+    /// The node's settings (timeouts), as its connections use them.
+    pub(crate) fn settings(&self) -> &crate::util::settings::ConnSettings {
+        self.pool.settings()
     }
 
     /// Lets requests on this node follow `ASK` redirects through `router`.

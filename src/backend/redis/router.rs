@@ -72,6 +72,18 @@ impl Router {
         }
     }
 
+    /// Whether every key lives on one node (one server, or a followed primary): what lets one
+    /// script touch keys of different hash tags (on a cluster that is `CROSSSLOT`).
+    pub(crate) fn one_node(&self) -> bool {
+        match self {
+            Router::Single(_) => true,
+            #[cfg(feature = "cluster")]
+            Router::Cluster(_) => false,
+            #[cfg(feature = "sentinel")]
+            Router::Followed(_) => true,
+        }
+    }
+
     /// Every primary once: the one server, each primary of a cluster's last slot map, or the
     /// followed primary. What a walk over every key (`SCAN` per node) visits.
     ///
