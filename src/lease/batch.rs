@@ -15,8 +15,9 @@
 //!   function), so it gets its own fence step; each release compares its own token;
 //! - the grant's lease deadline counts from when the batch was sent (after the caller asked);
 //! - a caller dropped while queued is taken out of the queue: nothing was sent, nothing is
-//!   released ([`Disarm`]); one dropped after its batch left keeps its acquisition's release by
-//!   token armed, as a lone acquisition abandoned mid-flight does;
+//!   released ([`Disarm`]); one dropped (or out of time) after its batch was taken from the
+//!   queue is released by token by the batch's own task once the batch's reply (or timeout) is
+//!   in: after the batch reached the connection, so the release cannot overtake it;
 //! - a batch whose reply is lost gives every member the error a lone call gets (a timeout, a
 //!   broken connection: indeterminate, so each acquisition is released by token);
 //! - one operation's failing command (`WRONGTYPE` on its key) fails that operation only.
@@ -248,33 +249,69 @@ async fn send(node: &Arc<Node>, batch: Vec<Queued>) {
         Ok(Ok(other)) => Err(unexpected("the lock batch", &other)),
         Ok(Err(e)) => Err(Error::from(e)),
         // Each member gets the error its lone call would: the timeout of its own step.
-        Err(_) => {
-            for q in batch {
-                let during = q.op.during();
-                let _ = q.reply.send(Err(Error::Timeout { during }));
-            }
-            return;
-        }
+        Err(_) => Err(Error::Timeout {
+            during: "acquiring the lock",
+        }),
     };
+    // Members that gave up after their batch was taken from the queue (dropped, or their own
+    // deadline passed) left their acquisitions to this task: it releases them here, after its
+    // own script reached the connection, so a release can never overtake the acquisition it
+    // undoes (the caller's own release, sent at once, could have: the batch is taken from the
+    // queue a moment before its task writes it).
+    let mut orphans = Vec::new();
     match shared {
         Ok(items) => {
             for (q, v) in batch.into_iter().zip(items) {
-                // A member that gave up meanwhile: its own guard decides (an acquisition's
-                // release by token stays armed once its batch left).
-                let _ = q.reply.send(Ok((v, sent)));
+                let granted =
+                    matches!(&v, Value::Array(r) if matches!(r.first(), Some(Value::Int(1))));
+                if q.reply.send(Ok((v, sent))).is_err() && granted {
+                    if let Op::Acquire { token, .. } = q.op {
+                        orphans.push((q.keys, token));
+                    }
+                }
             }
         }
         Err(e) => {
             for q in batch {
-                let _ = q.reply.send(Err(e.clone()));
+                let e = match e {
+                    Error::Timeout { .. } => Error::Timeout {
+                        during: q.op.during(),
+                    },
+                    ref other => other.clone(),
+                };
+                // The outcome is unknown: an orphan's acquisition may have applied.
+                if q.reply.send(Err(e)).is_err() {
+                    if let Op::Acquire { token, .. } = q.op {
+                        orphans.push((q.keys, token));
+                    }
+                }
             }
         }
+    }
+    for (keys, token) in orphans {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let limit = after(Instant::now(), node.settings().response_timeout);
+            let (lock_key, channel) = (keys.lock(), keys.channel());
+            match lock::release(&mut node.conn(), lock_key, channel, &token, limit).await {
+                Ok(ours) => {
+                    tracing::debug!(key = lock_key, ours, "a given-up batch member released")
+                }
+                Err(e) => tracing::warn!(
+                    key = lock_key,
+                    error = %e,
+                    "releasing a given-up batch member failed; the lock's ttl is the backstop"
+                ),
+            }
+        });
     }
 }
 
 /// A queued member's place: dropped before its reply came, it leaves the queue if it is still
-/// there, and then nothing was sent, so `pending` (an acquisition's release by token) is
-/// disarmed.
+/// there (then nothing was sent), and otherwise its batch releases the acquisition once the
+/// batch's own reply (or timeout) is in. Either way `pending` (the caller's own release by
+/// token) is disarmed: sent at once, it could reach the server before a batch that was taken
+/// from the queue but not yet written.
 struct Waiting<'a> {
     lane: &'a Lane,
     id: u64,
@@ -284,7 +321,8 @@ struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        if !self.answered && self.lane.leave(self.id) {
+        if !self.answered {
+            self.lane.leave(self.id);
             if let Some(p) = self.pending.take() {
                 p.disarm();
             }
