@@ -436,7 +436,8 @@ impl Worker {
 
 impl Drop for Worker {
     /// Stops the task: a waiting backup then needs only its `stop` signal to notice that nobody
-    /// reads its events any more (see [`EventSender::closed`] for the holder's side).
+    /// reads its events any more. A holder still releases its attempt, saying the receiver was
+    /// dropped.
     fn drop(&mut self) {
         self.stop.cancel();
     }
