@@ -549,6 +549,53 @@ async fn evalsha_calls(conn: &mut Raw) -> u64 {
         .unwrap_or(0)
 }
 
+scenario! { postgres:
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_that_releases_and_asks_again_waits_behind_the_local_waiter() {
+        let server = server();
+        let c = client(&server).await;
+        let locks = c.locks();
+        let ttl = Duration::from_secs(30);
+        let opts = AcquireOptions::default();
+        // A wait on another lock first opens the client's pub/sub connection, which can take
+        // longer than a round's pause below on a loaded host.
+        let warm = locks.try_acquire("warm", ttl).await.unwrap().expect("free");
+        let (locks_w, opts_w) = (locks.clone(), opts.clone());
+        let waiter = tokio::spawn(async move {
+            let g = locks_w.acquire("warm", ttl, &opts_w).await.expect("acquires");
+            assert!(g.release().await.unwrap());
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(warm.release().await.unwrap());
+        waiter.await.unwrap();
+        let mut held = locks.try_acquire("turns", ttl).await.unwrap().expect("free");
+        for round in 0..10 {
+            let order = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let (locks_b, opts_b, order_b) = (locks.clone(), opts.clone(), order.clone());
+            let b = tokio::spawn(async move {
+                let g = locks_b.acquire("turns", ttl, &opts_b).await.expect("b acquires");
+                order_b.lock().unwrap().push('b');
+                assert!(g.release().await.unwrap());
+            });
+            // B has tried, joined the lock's channel and parked.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            // A releases and asks again at once: its release woke B, and A waits behind it.
+            assert!(held.release().await.unwrap());
+            held = locks.acquire("turns", ttl, &opts).await.expect("a acquires");
+            order.lock().unwrap().push('a');
+            let order = order.lock().unwrap().clone();
+            // B took the lock and gave it back before A's acquire returned.
+            assert_eq!(
+                order, "ba",
+                "round {round}: the task that released took the lock back before the waiter \
+                 its release woke"
+            );
+            b.await.unwrap();
+        }
+        assert!(held.release().await.unwrap());
+    }
+}
+
 // Redis only: counts EVALSHA calls on the server (on PostgreSQL every local waiter is
 // woken; tests/mutex_pg.rs checks the wake-up itself).
 scenario! {

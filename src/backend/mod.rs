@@ -169,6 +169,16 @@ impl Backend {
         }
     }
 
+    /// This client's waiters on `channel`, joined without subscribing, if another local waiter
+    /// is on it: `None` when nobody local waits (see [`crate::util::wake::join_waiting`]).
+    pub(crate) fn waiting(&self, channel: &str) -> Option<WakeOne> {
+        match self {
+            Backend::Redis(t) => t.hub.waiting(channel),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.waiting(channel),
+        }
+    }
+
     /// Every message on `channel` (a Redis channel, or a PostgreSQL notification topic).
     ///
     /// # Errors

@@ -13,13 +13,19 @@
 //! ([`Woken`]); a reconnect (messages may have been missed) wakes them all. Waiters still sleep
 //! with a timeout of their own (a crashed holder publishes nothing), so a wake is a shortcut,
 //! never the only way forward.
+//!
+//! Wakes go to the oldest member of the group, in the order they joined ([`Turns`]), whether
+//! they are parked or between tries: a wake that comes while the oldest member's try is in
+//! flight is kept for it (it looks again as soon as that try fails), not given to a younger one
+//! parked meanwhile. So a task that releases the lock and asks again at once, joining behind
+//! the waiters, cannot take it back before the waiter its release woke.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::{oneshot, OnceCell};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -33,7 +39,7 @@ pub(crate) type Groups = Arc<Mutex<HashMap<String, Weak<Group>>>>;
 /// The waiters of one channel on one client.
 pub(crate) struct Group {
     channel: String,
-    notify: Notify,
+    turns: Turns,
     /// Set once the shared subscription is confirmed and its pump runs.
     ready: OnceCell<()>,
     /// The hub went away (client shut down): waiters fall back to their timers.
@@ -59,9 +65,23 @@ impl Drop for Group {
     }
 }
 
-/// One waiter's membership in its channel's group.
+/// One waiter's membership in its channel's group, with its place in line (its ticket).
 pub(crate) struct WakeOne {
     group: Arc<Group>,
+    ticket: u64,
+}
+
+impl WakeOne {
+    fn new(group: Arc<Group>) -> Self {
+        let ticket = group.turns.join();
+        WakeOne { group, ticket }
+    }
+}
+
+impl Drop for WakeOne {
+    fn drop(&mut self) {
+        self.group.turns.leave(self.ticket);
+    }
 }
 
 /// Joins the wake-one group of `channel` in `groups`, subscribing with `subscribe` (once per
@@ -85,7 +105,7 @@ where
             None => {
                 let g = Arc::new(Group {
                     channel: channel.to_string(),
-                    notify: Notify::new(),
+                    turns: Turns::default(),
                     ready: OnceCell::new(),
                     closed: AtomicBool::new(false),
                     stop: cancel.child_token(),
@@ -104,7 +124,18 @@ where
             Ok::<(), Error>(())
         })
         .await?;
-    Ok(WakeOne { group })
+    Ok(WakeOne::new(group))
+}
+
+/// This client's waiters on `channel`, joined without subscribing: `Some` only while another
+/// local waiter is on it (a live group whose subscription is confirmed and whose hub is up).
+/// A new caller then queues behind them instead of trying at once (see `Locks::acquire`).
+pub(crate) fn join_waiting(groups: &Groups, channel: &str) -> Option<WakeOne> {
+    // The map's lock is released at the end of this statement, before `group` can be dropped
+    // (a group's drop takes the same lock).
+    let group = lock(groups).get(channel).and_then(Weak::upgrade)?;
+    (group.ready.initialized() && !group.closed.load(Ordering::Acquire))
+        .then(|| WakeOne::new(group))
 }
 
 fn spawn_pump(tracker: &TaskTracker, mut sub: Subscription, group: &Arc<Group>) {
@@ -118,16 +149,13 @@ fn spawn_pump(tracker: &TaskTracker, mut sub: Subscription, group: &Arc<Group>) 
             };
             let Some(g) = weak.upgrade() else { return };
             match msg {
-                Some(HubMsg::Message(_)) => g.notify.notify_one(),
+                Some(HubMsg::Message(_)) => g.turns.notify_one(),
                 // Messages may have been missed: everyone looks again, and a waiter between
                 // tries finds a stored wake.
-                Some(HubMsg::Reconnected) => {
-                    g.notify.notify_waiters();
-                    g.notify.notify_one();
-                }
+                Some(HubMsg::Reconnected) => g.turns.notify_all(),
                 None => {
                     g.closed.store(true, Ordering::Release);
-                    g.notify.notify_waiters();
+                    g.turns.notify_all();
                     return;
                 }
             }
@@ -136,14 +164,13 @@ fn spawn_pump(tracker: &TaskTracker, mut sub: Subscription, group: &Arc<Group>) 
 }
 
 impl WakeOne {
-    /// Takes a wake stored while nobody waited, if there is one: the try about to be made sees
+    /// Takes a wake kept for this waiter (it came while this waiter's try was in flight, and
+    /// this waiter is the group's oldest), if there is one: the try about to be made sees
     /// whatever that message announced. Hold it like one from [`WakeOne::wait`].
     pub(crate) fn take_stored(&self) -> Option<Woken> {
-        let mut n = std::pin::pin!(self.group.notify.notified());
-        let mut cx = std::task::Context::from_waker(&NOOP_WAKER);
-        // Ready consumes the stored wake; Pending registers nothing that outlives `n`.
-        std::future::Future::poll(n.as_mut(), &mut cx)
-            .is_ready()
+        self.group
+            .turns
+            .take_stored(self.ticket)
             .then(|| self.woken())
     }
 
@@ -152,17 +179,18 @@ impl WakeOne {
         self.group.closed.load(Ordering::Acquire)
     }
 
-    /// Waits for this waiter's turn to be woken, or `timeout`. `Some` when woken: hold the
-    /// [`Woken`] until the try it prompted is made, so a waiter dropped in between passes its
-    /// wake on.
+    /// Waits for this waiter's turn to be woken (a kept wake, if this waiter is the oldest, at
+    /// once), or `timeout`. `Some` when woken: hold the [`Woken`] until the try it prompted is
+    /// made, so a waiter dropped in between passes its wake on.
     ///
     /// # Cancel safety
     /// Cancel safe: a wake that reached this waiter as it was dropped goes to the next one.
     pub(crate) async fn wait(&self, timeout: Duration) -> Option<Woken> {
-        match tokio::time::timeout(timeout, self.group.notify.notified()).await {
-            Ok(()) => Some(self.woken()),
-            Err(_) => None,
-        }
+        self.group
+            .turns
+            .wait(self.ticket, timeout)
+            .await
+            .then(|| self.woken())
     }
 
     fn woken(&self) -> Woken {
@@ -171,16 +199,6 @@ impl WakeOne {
             armed: true,
         }
     }
-}
-
-/// A waker that does nothing, for polling a future once (`Waker::noop` needs Rust 1.85).
-static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> =
-    std::sync::LazyLock::new(|| std::task::Waker::from(Arc::new(Noop)));
-
-struct Noop;
-
-impl std::task::Wake for Noop {
-    fn wake(self: Arc<Self>) {}
 }
 
 /// A wake taken by one waiter; passed on to the next unless [`Woken::used`] says the try it
@@ -200,7 +218,139 @@ impl Woken {
 impl Drop for Woken {
     fn drop(&mut self) {
         if self.armed {
-            self.group.notify.notify_one();
+            self.group.turns.notify_one();
+        }
+    }
+}
+
+/// The members of one group in the order they joined (by ticket), which of them are parked,
+/// and the one wake kept for the oldest member while its try is in flight (or for whoever
+/// joins when nobody is a member).
+///
+/// Invariant, restored by [`TurnsState::pass`] after every change: a kept wake never waits
+/// while the oldest member is parked.
+#[derive(Default)]
+struct Turns {
+    state: Mutex<TurnsState>,
+}
+
+#[derive(Default)]
+struct TurnsState {
+    stored: bool,
+    members: BTreeSet<u64>,
+    parked: BTreeMap<u64, oneshot::Sender<()>>,
+    next_ticket: u64,
+}
+
+impl TurnsState {
+    /// Hands a kept wake to the oldest member if it is parked; keeps it while that member's
+    /// try is in flight (or while nobody is a member).
+    fn pass(&mut self) {
+        while self.stored {
+            let Some(&oldest) = self.members.first() else {
+                return;
+            };
+            let Some(tx) = self.parked.remove(&oldest) else {
+                return;
+            };
+            if tx.send(()).is_ok() {
+                self.stored = false;
+            }
+        }
+    }
+}
+
+impl Turns {
+    fn join(&self) -> u64 {
+        let mut s = lock(&self.state);
+        let ticket = s.next_ticket;
+        s.next_ticket = s.next_ticket.wrapping_add(1);
+        s.members.insert(ticket);
+        ticket
+    }
+
+    /// A member leaves (its acquire returned): a wake kept for it goes to the next.
+    fn leave(&self, ticket: u64) {
+        let mut s = lock(&self.state);
+        s.members.remove(&ticket);
+        s.parked.remove(&ticket);
+        s.pass();
+    }
+
+    /// A message: wakes the oldest member, or keeps the wake for it.
+    fn notify_one(&self) {
+        let mut s = lock(&self.state);
+        s.stored = true;
+        s.pass();
+    }
+
+    /// Wakes every parked member and keeps one wake for a member between tries.
+    fn notify_all(&self) {
+        let mut s = lock(&self.state);
+        for (_, tx) in std::mem::take(&mut s.parked) {
+            let _ = tx.send(());
+        }
+        s.stored = true;
+    }
+
+    /// Takes the kept wake if there is one and `ticket` is the oldest member.
+    fn take_stored(&self, ticket: u64) -> bool {
+        let mut s = lock(&self.state);
+        let mine = s.stored && s.members.first() == Some(&ticket);
+        if mine {
+            s.stored = false;
+        }
+        mine
+    }
+
+    /// `true` when woken, `false` on `timeout`.
+    async fn wait(&self, ticket: u64, timeout: Duration) -> bool {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = lock(&self.state);
+            s.parked.insert(ticket, tx);
+            s.pass();
+        }
+        let mut place = Parked {
+            turns: self,
+            ticket,
+            left: false,
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(())) => {
+                place.left = true;
+                true
+            }
+            // The sender went without a wake (not done by this module), or the time ran out:
+            // still parked means not woken; otherwise the wake came as the time ran out.
+            Ok(Err(_)) | Err(_) => place.leave(),
+        }
+    }
+}
+
+/// A member's place among the parked: dropped while parked it leaves; dropped after a wake was
+/// sent to it (which it never saw), it passes the wake on.
+struct Parked<'a> {
+    turns: &'a Turns,
+    ticket: u64,
+    left: bool,
+}
+
+impl Parked<'_> {
+    /// Stops being parked: `true` if a wake had already been sent to this place.
+    fn leave(&mut self) -> bool {
+        self.left = true;
+        lock(&self.turns.state)
+            .parked
+            .remove(&self.ticket)
+            .is_none()
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if !self.left && self.leave() {
+            self.turns.notify_one();
         }
     }
 }
@@ -212,7 +362,7 @@ mod tests {
     fn group() -> Arc<Group> {
         Arc::new(Group {
             channel: "c".into(),
-            notify: Notify::new(),
+            turns: Turns::default(),
             ready: OnceCell::new(),
             closed: AtomicBool::new(false),
             stop: CancellationToken::new(),
@@ -221,7 +371,7 @@ mod tests {
     }
 
     fn waiter(g: &Arc<Group>) -> tokio::task::JoinHandle<bool> {
-        let w = WakeOne { group: g.clone() };
+        let w = WakeOne::new(g.clone());
         tokio::spawn(async move {
             match w.wait(Duration::from_secs(5)).await {
                 Some(woken) => {
@@ -238,13 +388,13 @@ mod tests {
         let g = group();
         let (a, b) = (waiter(&g), waiter(&g));
         tokio::time::sleep(Duration::from_millis(50)).await;
-        g.notify.notify_one();
+        g.turns.notify_one();
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(
             usize::from(a.is_finished()) + usize::from(b.is_finished()),
             1
         );
-        g.notify.notify_one();
+        g.turns.notify_one();
         assert!(
             a.await.unwrap() && b.await.unwrap(),
             "the second message woke the other"
@@ -254,7 +404,7 @@ mod tests {
     #[tokio::test]
     async fn a_wake_dropped_before_its_try_passes_on() {
         let g = group();
-        let c = WakeOne { group: g.clone() };
+        let c = WakeOne::new(g.clone());
         let dropper = tokio::spawn(async move {
             // Woken, then gone before trying (a cancelled acquire).
             assert!(c.wait(Duration::from_secs(5)).await.is_some());
@@ -262,7 +412,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let d = waiter(&g);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        g.notify.notify_one();
+        g.turns.notify_one();
         dropper.await.unwrap();
         assert!(d.await.unwrap(), "the dropped wake reached the next waiter");
     }
@@ -270,9 +420,9 @@ mod tests {
     #[tokio::test]
     async fn a_message_while_nobody_waits_is_kept_once() {
         let g = group();
-        let a = WakeOne { group: g.clone() };
-        g.notify.notify_one();
-        g.notify.notify_one();
+        let a = WakeOne::new(g.clone());
+        g.turns.notify_one();
+        g.turns.notify_one();
         a.wait(Duration::from_millis(10))
             .await
             .expect("kept")
@@ -282,8 +432,59 @@ mod tests {
             "only one kept"
         );
         assert!(a.take_stored().is_none(), "nothing stored");
-        g.notify.notify_one();
+        g.turns.notify_one();
         a.take_stored().expect("the stored wake").used();
         assert!(a.wait(Duration::from_millis(10)).await.is_none(), "taken");
+    }
+
+    #[tokio::test]
+    async fn wakes_go_to_the_oldest_member_and_wait_for_it_while_its_try_is_in_flight() {
+        let g = group();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Members join in order 0..4 and park in the reverse order.
+        let members: Vec<WakeOne> = (0..4).map(|_| WakeOne::new(g.clone())).collect();
+        let mut tasks = Vec::new();
+        for (i, w) in members.into_iter().enumerate().rev() {
+            let tx = tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let woken = w.wait(Duration::from_secs(5)).await.expect("woken");
+                woken.used();
+                tx.send(i).unwrap();
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for expected in 0..4 {
+            g.turns.notify_one();
+            assert_eq!(
+                rx.recv().await,
+                Some(expected),
+                "woken in the order they joined"
+            );
+        }
+        // The oldest member is between tries (not parked) when a message comes: a younger one
+        // parked meanwhile is not woken; the wake is kept for the oldest.
+        let oldest = WakeOne::new(g.clone());
+        let younger = WakeOne::new(g.clone());
+        let parked = tokio::spawn(async move {
+            younger
+                .wait(Duration::from_millis(200))
+                .await
+                .map(Woken::used)
+                .is_some()
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        g.turns.notify_one();
+        assert!(!parked.await.unwrap(), "the younger member was not woken");
+        oldest.take_stored().expect("kept for the oldest").used();
+        drop(oldest);
+        // A member that leaves with a wake kept for it passes it to the next one.
+        let (first, second) = (WakeOne::new(g.clone()), WakeOne::new(g.clone()));
+        let next =
+            tokio::spawn(async move { second.wait(Duration::from_secs(5)).await.map(Woken::used) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        g.turns.notify_one();
+        drop(first);
+        assert!(next.await.unwrap().is_some(), "passed on");
+        assert!(!lock(&g.turns.state).stored, "nothing left kept");
     }
 }

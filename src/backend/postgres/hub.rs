@@ -93,6 +93,12 @@ impl PgTransport {
         })
         .await
     }
+
+    /// This client's waiters on `topic`, joined, if there are any (see
+    /// [`crate::util::wake::join_waiting`]).
+    pub(crate) fn waiting(&self, topic: &str) -> Option<crate::util::wake::WakeOne> {
+        crate::util::wake::join_waiting(&self.groups, topic)
+    }
 }
 
 /// Subscribers by topic.

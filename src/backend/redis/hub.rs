@@ -570,4 +570,10 @@ impl Hub {
         })
         .await
     }
+
+    /// This client's waiters on `channel`, joined, if there are any (see
+    /// [`crate::util::wake::join_waiting`]).
+    pub(crate) fn waiting(&self, channel: &str) -> Option<crate::util::wake::WakeOne> {
+        crate::util::wake::join_waiting(&self.groups, channel)
+    }
 }
