@@ -700,7 +700,7 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
         );
         match side {
             Side::Fair => notes.push_str("; FairOptions::default()"),
-            Side::Mutex => notes.push_str("; baton's mutex, AcquireOptions::default() (barges)"),
+            Side::Mutex => notes.push_str("; baton's mutex, AcquireOptions::default() (one client: its tasks take turns, no order across clients)"),
             Side::Floor => {
                 notes.push_str("; ");
                 notes.push_str(FIFO_FLOOR);

@@ -166,11 +166,12 @@ impl FairLocks {
     /// Takes fair lock `key` for `ttl`, queueing behind earlier waiters.
     ///
     /// The first try grants at once when the lock is free, nobody queues and nobody reserved
-    /// it. Otherwise this waiter is queued (in the server's order), subscribes to its own wake
-    /// channel, tries once more (a release in between is not missed), and then sleeps until
-    /// woken by a release (only the head is), until its liveness refresh (a third of
-    /// [`FairOptions::waiter_timeout`]), or, as the head, until the holder's lease or a
-    /// reservation can run out. Transient errors are retried with backoff within the same
+    /// it. Otherwise this waiter is queued (in the server's order) and sleeps on its wake
+    /// channel: one of this lock's that the client keeps subscribed between waits, or, when
+    /// none is idle, a new one it subscribes to and then tries once more (a release in between
+    /// is not missed). It sleeps until woken by a release (only the head is), until its
+    /// liveness refresh (a third of [`FairOptions::waiter_timeout`]), or, as the head, until
+    /// the holder's lease or a reservation can run out. Transient errors are retried with backoff within the same
     /// bound.
     ///
     /// # Errors
@@ -315,6 +316,31 @@ impl FairLocks {
         turns: Turns<'_>,
         lifetime: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
+        let transport = self.transport()?.clone();
+        // A waiter (not a single try, not the reserver, whose id is its reservation's) is woken
+        // on a channel kept subscribed between waits: an idle one of this lock if there is
+        // one, so this wait neither subscribes nor tries twice. Its id names the channel after
+        // the last `.` (the leave script publishes there).
+        let mut wake = Wake {
+            parked: &transport.hub.parked,
+            lock: &keys.lock,
+            name: None,
+            sub: None,
+        };
+        let id = if matches!(turns, Turns::Wait(_)) && lifetime.is_none() {
+            let name = match transport.hub.parked.take(&keys.lock) {
+                Some(c) => {
+                    wake.sub = Some(c.sub);
+                    c.name
+                }
+                None => new_token(),
+            };
+            let id = format!("{id}.{name}");
+            wake.name = Some(name);
+            id
+        } else {
+            id
+        };
         // Armed for the whole wait: any exit but a grant (an error, the bound, a dropped
         // future, a single try that found the lock taken) leaves the queue, releases a lock a
         // lost reply may have granted, and drops the reservation, through a task of the client.
@@ -338,10 +364,11 @@ impl FairLocks {
         let start = Instant::now();
         let give_up = opts.wait.map(|w| after(start, w));
         let mut backoff = Backoff::new(opts.max_backoff);
-        let mut sub: Option<Subscription> = None;
+        let sub = &mut wake.sub;
         let mut tries: u32 = 0;
         loop {
-            // Wakes that arrived before this try are answered by it.
+            // Wakes that arrived before this try are answered by it (on a kept channel, also
+            // any left over from its last wait).
             if let Some(s) = sub.as_mut() {
                 while s.rx.try_recv().is_some() {}
             }
@@ -374,7 +401,7 @@ impl FairLocks {
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = LockGuard::new(HeldLock::new(
                         Backend::Redis(self.transport()?.clone()),
-                        keys,
+                        keys.clone(),
                         key,
                         id,
                         fence,
@@ -404,13 +431,12 @@ impl FairLocks {
                     backoff.reset();
                     if sub.is_none() {
                         // Best effort: without pub/sub we still wake on our timers.
-                        let limit = self.transport()?.settings.connect_timeout;
-                        let channel = keys.wake(&id);
+                        let limit = transport.settings.connect_timeout;
+                        let channel = keys.wake(wake.name.as_deref().unwrap_or(&id));
                         if let Ok(Ok(s)) =
-                            tokio::time::timeout(limit, self.transport()?.hub.subscribe(&channel))
-                                .await
+                            tokio::time::timeout(limit, transport.hub.subscribe(&channel)).await
                         {
-                            sub = Some(s);
+                            *sub = Some(s);
                             // A release between the try above and the subscription published
                             // to nobody: try again now that we listen.
                             continue;
@@ -439,11 +465,29 @@ impl FairLocks {
                 Some(s) => {
                     if let Ok(None) = tokio::time::timeout(nap, s.rx.recv()).await {
                         // The hub is gone (client shutting down): fall back to timers.
-                        sub = None;
+                        *sub = None;
                     }
                 }
                 None => tokio::time::sleep(nap).await,
             }
+        }
+    }
+}
+
+/// A waiter's wake channel: its name (a waiter's, not the reserver's) and subscription, given
+/// back to the client's idle channels when the wait ends, however it ends.
+struct Wake<'a> {
+    parked: &'a crate::util::parked::Parked,
+    lock: &'a str,
+    name: Option<String>,
+    sub: Option<Subscription>,
+}
+
+impl Drop for Wake<'_> {
+    fn drop(&mut self) {
+        if let (Some(name), Some(sub)) = (self.name.take(), self.sub.take()) {
+            self.parked
+                .give_back(self.lock, crate::util::parked::Channel { name, sub });
         }
     }
 }

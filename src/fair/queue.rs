@@ -181,7 +181,10 @@ return {0, redis.call('PTTL', KEYS[1]), rank, rp}
 static ACQUIRE_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(ACQUIRE_SOURCE));
 
-/// `KEYS` = lock, queue, alive, reservation; `ARGV` = id, publish command, wake prefix.
+/// `KEYS` = lock, queue, alive, reservation; `ARGV` = id, publish command, wake prefix. The
+/// next waiter's wake channel is the prefix and what follows the last `.` of its id (a waiter
+/// id is `<token>.<channel>`, see `util::parked`; the whole id when it has no `.`: a reserver,
+/// or a waiter of an earlier version).
 /// `1` if the lock held `id` (and was deleted), else `0`. See the module docs.
 const LEAVE_SOURCE: &str = concat!(
     r"
@@ -212,7 +215,7 @@ if not nxt then
   nxt = head
 end
 if nxt then
-  redis.call(ARGV[2], ARGV[3] .. nxt, 'go')
+  redis.call(ARGV[2], ARGV[3] .. string.match(nxt, '[^.]*$'), 'go')
 end
 return ours
 "
@@ -234,7 +237,8 @@ pub(crate) struct QueueKeys {
     pub alive: String,
     /// The priority reservation: the reserver's id, with the reservation's lifetime.
     pub reserved: String,
-    /// A waiter's wake channel is this followed by its id.
+    /// A waiter's wake channel is this followed by its channel name (see `util::parked`), or
+    /// by its id when the id has no `.`.
     pub wake_prefix: String,
 }
 
@@ -248,7 +252,7 @@ impl crate::lease::held::FencedAt for QueueKeys {
 }
 
 impl QueueKeys {
-    /// The wake channel of waiter `id`.
+    /// The wake channel named `id` (a channel name, or a waiter id without `.`).
     pub(crate) fn wake(&self, id: &str) -> String {
         format!("{}{id}", self.wake_prefix)
     }
@@ -494,6 +498,7 @@ mod tests {
     #[test]
     fn scripts_hold_no_rust_formatting_and_share_the_fence_step() {
         assert!(ACQUIRE_SOURCE.contains(fence_step!()));
-        assert!(LEAVE_SOURCE.contains("redis.call(ARGV[2], ARGV[3] .. nxt, 'go')"));
+        assert!(LEAVE_SOURCE
+            .contains("redis.call(ARGV[2], ARGV[3] .. string.match(nxt, '[^.]*$'), 'go')"));
     }
 }

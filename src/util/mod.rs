@@ -12,6 +12,7 @@ pub(crate) mod mailbox;
 // The metric names, labels and per-event helpers (the library records, never installs).
 pub(crate) mod metrics;
 pub(crate) mod names;
+pub(crate) mod parked;
 pub(crate) mod pubsub;
 pub(crate) mod redact;
 pub(crate) mod settings;

@@ -24,6 +24,8 @@ pub(crate) struct Hub {
     next_id: std::sync::atomic::AtomicU64,
     /// Wake-one groups by channel ([`crate::util::wake`]).
     pub(super) groups: crate::util::wake::Groups,
+    /// Wake channels kept subscribed between waits ([`crate::util::parked`]).
+    pub(crate) parked: crate::util::parked::Parked,
     pub(super) tracker: tokio_util::task::TaskTracker,
     pub(super) cancel: CancellationToken,
 }
@@ -235,6 +237,7 @@ impl Hub {
             cmds: tx,
             next_id: std::sync::atomic::AtomicU64::new(1),
             groups: Default::default(),
+            parked: Default::default(),
             tracker: tracker.clone(),
             cancel,
         }
