@@ -33,6 +33,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use super::lock::{self, fence_ttl, Acquire, Grant, BATCH_SCRIPT};
 use crate::backend::redis::{unexpected, Node};
@@ -181,6 +182,9 @@ impl Lane {
 struct Busy {
     lane: Arc<Lane>,
     node: Arc<Node>,
+    /// The client's tasks (a client's `shutdown` waits for them): batches and the releases of
+    /// given-up members run on it.
+    tracker: TaskTracker,
 }
 
 impl Drop for Busy {
@@ -192,13 +196,17 @@ impl Drop for Busy {
         let busy = Busy {
             lane: self.lane.clone(),
             node: self.node.clone(),
+            tracker: self.tracker.clone(),
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(async move {
-                    send(&busy.node, batch).await;
-                    drop(busy);
-                });
+                self.tracker.spawn_on(
+                    async move {
+                        send(&busy.node, &busy.tracker, batch).await;
+                        drop(busy);
+                    },
+                    &rt,
+                );
             }
             // No runtime to send from (a caller dropped after its runtime ended): the members'
             // reply channels close with `batch`, and `busy` hands on to the rest the same way.
@@ -208,7 +216,7 @@ impl Drop for Busy {
 }
 
 /// Sends `batch` as one script call on `node` and gives each member its reply.
-async fn send(node: &Arc<Node>, batch: Vec<Queued>) {
+async fn send(node: &Arc<Node>, tracker: &TaskTracker, batch: Vec<Queued>) {
     let mut call = redis::cmd("EVALSHA");
     call.arg(BATCH_SCRIPT.get_hash());
     let keys: usize = batch
@@ -290,7 +298,7 @@ async fn send(node: &Arc<Node>, batch: Vec<Queued>) {
     }
     for (keys, token) in orphans {
         let node = node.clone();
-        tokio::spawn(async move {
+        tracker.spawn(async move {
             let limit = after(Instant::now(), node.settings().response_timeout);
             let (lock_key, channel) = (keys.lock(), keys.channel());
             match lock::release(&mut node.conn(), lock_key, channel, &token, limit).await {
@@ -398,6 +406,7 @@ pub(crate) async fn acquire<K: BatchKeys>(
     req: &Acquire<'_>,
     limit: Instant,
     pending: &mut dyn Disarm,
+    tracker: &TaskTracker,
 ) -> Result<Grant, Error> {
     let Some(lane) = lane_of(node) else {
         return lock::acquire(&mut node.conn(), req, limit).await;
@@ -414,6 +423,7 @@ pub(crate) async fn acquire<K: BatchKeys>(
             let _busy = Busy {
                 lane: lane.clone(),
                 node: node.clone(),
+                tracker: tracker.clone(),
             };
             lock::acquire(&mut node.conn(), req, limit).await
         }
@@ -438,6 +448,7 @@ pub(crate) async fn release(
     channel: &str,
     token: &str,
     limit: Instant,
+    tracker: &TaskTracker,
 ) -> Result<bool, Error> {
     let Some(lane) = lane_of(node) else {
         return lock::release(&mut node.conn(), lock_key, channel, token, limit).await;
@@ -458,6 +469,7 @@ pub(crate) async fn release(
             let _busy = Busy {
                 lane: lane.clone(),
                 node: node.clone(),
+                tracker: tracker.clone(),
             };
             lock::release(&mut node.conn(), lock_key, channel, token, limit).await
         }

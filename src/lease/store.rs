@@ -78,7 +78,7 @@ impl Backend {
         match self {
             Backend::Redis(t) if t.router.one_node() => {
                 let node = t.node(req.lock).await?;
-                super::batch::acquire(&node, keys, req, limit, pending).await
+                super::batch::acquire(&node, keys, req, limit, pending, &t.tracker).await
             }
             _ => self.acquire(req, keys.channel(), limit).await,
         }
@@ -171,7 +171,7 @@ impl Backend {
             // Grouped with other tasks' lock calls to the node when they overlap.
             Backend::Redis(t) if t.router.one_node() => {
                 let node = t.node(lock).await?;
-                super::batch::release(&node, lock, channel, token, limit).await
+                super::batch::release(&node, lock, channel, token, limit, &t.tracker).await
             }
             Backend::Redis(t) => {
                 let mut conn = t.node(lock).await?.conn();
