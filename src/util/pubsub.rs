@@ -15,12 +15,35 @@ pub(crate) enum HubMsg {
     Reconnected,
 }
 
+/// A function the hub calls with each of a subscription's messages, on its own task (so it
+/// must not block): `false` once its owner is gone (the hub then forgets it).
+pub(crate) type Call = std::sync::Arc<dyn Fn(HubMsg) -> bool + Send + Sync>;
+
+/// Where a hub delivers a subscription's messages.
+pub(crate) enum Sink {
+    /// A mailbox its owner reads ([`Subscription::rx`]).
+    Mailbox(crate::util::mailbox::Sender<HubMsg>),
+    /// A function called on the hub's task: one task hop less than a mailbox read by a task
+    /// that then wakes another (a wake-one group's waiters, `util::wake`).
+    Call(Call),
+}
+
+impl Sink {
+    /// Delivers `msg`: `false` when the subscriber is gone.
+    pub(crate) fn deliver(&self, msg: HubMsg) -> bool {
+        match self {
+            Sink::Mailbox(tx) => tx.send(msg).is_ok(),
+            Sink::Call(f) => f(msg),
+        }
+    }
+}
+
 /// A request to a hub task (the Redis hub here, or PostgreSQL's `LISTEN` hub).
 pub(crate) enum HubCmd {
     Subscribe {
         channel: String,
         id: u64,
-        tx: crate::util::mailbox::Sender<HubMsg>,
+        tx: Sink,
         ack: oneshot::Sender<Result<(), Error>>,
     },
     Unsubscribe {

@@ -26,10 +26,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, OnceCell};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::pubsub::{HubMsg, Subscription};
+use super::pubsub::{Call, HubMsg, Subscription};
 use crate::error::Error;
 use crate::util::lock;
 
@@ -40,18 +38,16 @@ pub(crate) type Groups = Arc<Mutex<HashMap<String, Weak<Group>>>>;
 pub(crate) struct Group {
     channel: String,
     turns: Turns,
-    /// Set once the shared subscription is confirmed and its pump runs.
-    ready: OnceCell<()>,
+    /// The shared subscription, once confirmed (its messages reach [`Turns`] from the hub's
+    /// task); dropped with the group's last member, which unsubscribes.
+    ready: OnceCell<Subscription>,
     /// The hub went away (client shut down): waiters fall back to their timers.
     closed: AtomicBool,
-    /// Stops the pump when the last waiter leaves.
-    stop: CancellationToken,
     registry: Weak<Mutex<HashMap<String, Weak<Group>>>>,
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        self.stop.cancel();
         if let Some(reg) = self.registry.upgrade() {
             let mut map = lock(&reg);
             // Only our own (dead) entry: a newer group for the channel may already be there.
@@ -85,17 +81,15 @@ impl Drop for WakeOne {
 }
 
 /// Joins the wake-one group of `channel` in `groups`, subscribing with `subscribe` (once per
-/// group) if nobody local listens yet; the pump runs on `tracker` and stops with `cancel`. The
-/// same for every hub (Redis pub/sub, PostgreSQL `LISTEN`): see `Hub::wake_one` in the Redis backend.
+/// group, its messages delivered to the call it is given) if nobody local listens yet. The same
+/// for every hub (Redis pub/sub, PostgreSQL `LISTEN`): see `Hub::wake_one` in the Redis backend.
 pub(crate) async fn join<F, Fut>(
     groups: &Groups,
-    tracker: &TaskTracker,
-    cancel: &CancellationToken,
     channel: &str,
     subscribe: F,
 ) -> Result<WakeOne, Error>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(Call) -> Fut,
     Fut: std::future::Future<Output = Result<Subscription, Error>>,
 {
     let group = {
@@ -108,7 +102,6 @@ where
                     turns: Turns::default(),
                     ready: OnceCell::new(),
                     closed: AtomicBool::new(false),
-                    stop: cancel.child_token(),
                     registry: Arc::downgrade(groups),
                 });
                 map.insert(channel.to_string(), Arc::downgrade(&g));
@@ -118,10 +111,11 @@ where
     };
     group
         .ready
-        .get_or_try_init(|| async {
-            let sub = subscribe().await?;
-            spawn_pump(tracker, sub, &group);
-            Ok::<(), Error>(())
+        .get_or_try_init(|| {
+            let deliver = Deliver {
+                group: Arc::downgrade(&group),
+            };
+            subscribe(Arc::new(move |msg| deliver.call(msg)))
         })
         .await?;
     Ok(WakeOne::new(group))
@@ -138,29 +132,39 @@ pub(crate) fn join_waiting(groups: &Groups, channel: &str) -> Option<WakeOne> {
         .then(|| WakeOne::new(group))
 }
 
-fn spawn_pump(tracker: &TaskTracker, mut sub: Subscription, group: &Arc<Group>) {
-    let weak = Arc::downgrade(group);
-    let stop = group.stop.clone();
-    tracker.spawn(async move {
-        loop {
-            let msg = tokio::select! {
-                _ = stop.cancelled() => return,
-                m = sub.rx.recv() => m,
-            };
-            let Some(g) = weak.upgrade() else { return };
-            match msg {
-                Some(HubMsg::Message(_)) => g.turns.notify_one(),
-                // Messages may have been missed: everyone looks again, and a waiter between
-                // tries finds a stored wake.
-                Some(HubMsg::Reconnected) => g.turns.notify_all(),
-                None => {
-                    g.closed.store(true, Ordering::Release);
-                    g.turns.notify_all();
-                    return;
-                }
+/// Hands a group's messages to its [`Turns`], on the hub's task.
+struct Deliver {
+    group: Weak<Group>,
+}
+
+impl Deliver {
+    /// `false` once the group is gone (the hub then forgets this subscriber).
+    fn call(&self, msg: HubMsg) -> bool {
+        let Some(g) = self.group.upgrade() else {
+            return false;
+        };
+        match msg {
+            HubMsg::Message(_) => g.turns.notify_one(),
+            // Messages may have been missed: everyone looks again, and a waiter between tries
+            // finds a kept wake.
+            HubMsg::Reconnected => g.turns.notify_all(),
+        }
+        true
+    }
+}
+
+impl Drop for Deliver {
+    /// The hub let go of this subscriber while its group lives with a confirmed subscription:
+    /// the hub is gone (the client shut down), so waiters fall back to their timers. (A group
+    /// that unsubscribed is gone already; one whose subscription failed is not confirmed.)
+    fn drop(&mut self) {
+        if let Some(g) = self.group.upgrade() {
+            if g.ready.initialized() {
+                g.closed.store(true, Ordering::Release);
+                g.turns.notify_all();
             }
         }
-    });
+    }
 }
 
 impl WakeOne {
@@ -365,7 +369,6 @@ mod tests {
             turns: Turns::default(),
             ready: OnceCell::new(),
             closed: AtomicBool::new(false),
-            stop: CancellationToken::new(),
             registry: Weak::new(),
         })
     }

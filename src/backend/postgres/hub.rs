@@ -49,6 +49,14 @@ impl PgTransport {
     /// A connection error while PostgreSQL cannot be reached (the caller retries);
     /// [`Error::Stopped`] once the client shut down.
     pub(crate) async fn subscribe(&self, topic: &str) -> Result<Subscription, Error> {
+        self.subscribe_to(topic, None).await
+    }
+
+    async fn subscribe_to(
+        &self,
+        topic: &str,
+        call: Option<crate::util::pubsub::Call>,
+    ) -> Result<Subscription, Error> {
         let cmds = self.hub.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             self.tracker.spawn(listen_task(
@@ -66,6 +74,10 @@ impl PgTransport {
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = crate::util::mailbox::unbounded();
+        let tx = match call {
+            Some(f) => crate::util::pubsub::Sink::Call(f),
+            None => crate::util::pubsub::Sink::Mailbox(tx),
+        };
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel();
         let sub = Subscription::new(rx, topic.to_string(), id, cmds.clone());
         cmds.send(HubCmd::Subscribe {
@@ -88,8 +100,8 @@ impl PgTransport {
     /// # Errors
     /// As [`PgTransport::subscribe`].
     pub(crate) async fn wake_one(&self, topic: &str) -> Result<crate::util::wake::WakeOne, Error> {
-        crate::util::wake::join(&self.groups, &self.tracker, &self.cancel, topic, || {
-            self.subscribe(topic)
+        crate::util::wake::join(&self.groups, topic, |call| {
+            self.subscribe_to(topic, Some(call))
         })
         .await
     }
@@ -102,7 +114,7 @@ impl PgTransport {
 }
 
 /// Subscribers by topic.
-type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
+type Waiters = std::collections::HashMap<String, Vec<(u64, crate::util::pubsub::Sink)>>;
 
 /// The channels the hub listens on: how many subscribed topics each one carries.
 type Shards = std::collections::HashMap<String, usize>;
@@ -157,7 +169,7 @@ async fn listen_task(
         if connected_before {
             for list in waiters.values() {
                 for (_, tx) in list {
-                    let _ = tx.send(HubMsg::Reconnected);
+                    tx.deliver(HubMsg::Reconnected);
                 }
             }
         }
@@ -203,7 +215,7 @@ async fn listen_task(
                             continue;
                         };
                         if let Some(list) = waiters.get_mut(topic) {
-                            list.retain(|(_, tx)| tx.send(HubMsg::Message(message.to_string())).is_ok());
+                            list.retain(|(_, tx)| tx.deliver(HubMsg::Message(message.to_string())));
                         }
                     }
                     None => break,

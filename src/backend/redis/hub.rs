@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ConnSettings;
 use crate::error::Error;
-use crate::util::pubsub::{HubCmd, HubMsg, Subscription};
+use crate::util::pubsub::{Call, HubCmd, HubMsg, Sink, Subscription};
 
 /// The shared pub/sub connection.
 pub(crate) struct Hub {
@@ -26,8 +26,6 @@ pub(crate) struct Hub {
     pub(super) groups: crate::util::wake::Groups,
     /// Wake channels kept subscribed between waits ([`crate::util::parked`]).
     pub(crate) parked: crate::util::parked::Parked,
-    pub(super) tracker: tokio_util::task::TaskTracker,
-    pub(super) cancel: CancellationToken,
 }
 
 /// Where the hub subscribes.
@@ -232,14 +230,12 @@ impl Hub {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Hub {
         let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(hub_task(source, settings, rx, cancel.clone()));
+        tracker.spawn(hub_task(source, settings, rx, cancel));
         Hub {
             cmds: tx,
             next_id: std::sync::atomic::AtomicU64::new(1),
             groups: Default::default(),
             parked: Default::default(),
-            tracker: tracker.clone(),
-            cancel,
         }
     }
 
@@ -248,10 +244,28 @@ impl Hub {
     /// # Errors
     /// A connection error if the pub/sub connection is down; the caller retries with backoff.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
+        self.subscribe_to(channel, None).await
+    }
+
+    /// As [`Hub::subscribe`], the messages going to `call` (on the hub's task) instead of the
+    /// subscription's mailbox, which stays empty; dropping the subscription unsubscribes.
+    pub(crate) async fn subscribe_calling(
+        &self,
+        channel: &str,
+        call: Call,
+    ) -> Result<Subscription, Error> {
+        self.subscribe_to(channel, Some(call)).await
+    }
+
+    async fn subscribe_to(&self, channel: &str, call: Option<Call>) -> Result<Subscription, Error> {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = crate::util::mailbox::unbounded();
+        let tx = match call {
+            Some(f) => Sink::Call(f),
+            None => Sink::Mailbox(tx),
+        };
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = Subscription::new(rx, channel.to_string(), id, self.cmds.clone());
         self.cmds
@@ -273,7 +287,7 @@ impl Hub {
 /// How the hub confirms a subscription (or says why it failed).
 type Ack = oneshot::Sender<Result<(), Error>>;
 
-type Waiters = HashMap<String, Vec<(u64, crate::util::mailbox::Sender<HubMsg>)>>;
+type Waiters = HashMap<String, Vec<(u64, Sink)>>;
 
 async fn hub_task(
     source: HubSource,
@@ -348,7 +362,7 @@ async fn hub_task(
                     }
                     Some(Incoming::Message { channel, payload }) => {
                         if let Some(list) = waiters.get_mut(&channel) {
-                            list.retain(|(_, tx)| tx.send(HubMsg::Message(payload.clone())).is_ok());
+                            list.retain(|(_, tx)| tx.deliver(HubMsg::Message(payload.clone())));
                         }
                     }
                     Some(Incoming::Dropped(channel)) => {
@@ -543,7 +557,7 @@ fn notify(waiters: &Waiters, channel: Option<&str>) {
     };
     for list in lists {
         for (_, tx) in list {
-            let _ = tx.send(HubMsg::Reconnected);
+            tx.deliver(HubMsg::Reconnected);
         }
     }
 }
@@ -568,8 +582,8 @@ impl Hub {
         &self,
         channel: &str,
     ) -> Result<crate::util::wake::WakeOne, Error> {
-        crate::util::wake::join(&self.groups, &self.tracker, &self.cancel, channel, || {
-            self.subscribe(channel)
+        crate::util::wake::join(&self.groups, channel, |call| {
+            self.subscribe_calling(channel, call)
         })
         .await
     }
