@@ -24,7 +24,9 @@
 //! release then an acquisition in one batch is a handoff). A queued acquisition may be dropped
 //! (it leaves the queue; nothing was sent, nothing is released); a batch's reply may be lost
 //! (every acquisition in it is then orphaned, [`orphaned`] decides, and released by token
-//! behind the batch on the same connection), or the batch never arrives.
+//! behind the batch on the same connection), or the batch never arrives; and the callers of a
+//! batch's acquisitions may give up after it was taken, in which case the batch's task
+//! releases their grants by token behind it, as `src/lease/batch.rs` does.
 //!
 //! Liveness: from every state, fault-free steps end every client with no lock left behind; a
 //! lock orphaned by an abandoned acquisition expiring on its TTL counts as a fault, so the
@@ -70,6 +72,9 @@ pub(crate) enum Mutation {
     /// A batch tests the lock once for all its members: every acquisition in it is granted
     /// if the lock was free when the batch began.
     BatchGrantsTwice,
+    /// A batch member that gave up after its batch was taken from the queue is not released:
+    /// its grant stays until its ttl.
+    GivenUpKept,
 }
 
 /// The mutex model's parameters.
@@ -206,6 +211,11 @@ pub(crate) enum Action {
     Flush,
     /// The queue leaves as one script call whose reply is lost (fault).
     FlushLost,
+    /// The queue leaves as one script call and its reply comes back, but the acquisitions'
+    /// callers gave up after the batch was taken (dropped, or out of their own time; drawn
+    /// from the lost-reply budget to bound the search, not a fault): the batch's task
+    /// releases each grant by token, sent after the batch on the same connection.
+    FlushGivenUp,
     /// The oldest request on the shared connection reaches the server.
     ApplyShared,
     /// ...or a batch on it never does.
@@ -506,6 +516,9 @@ impl Model for MutexModel {
             out.push(Action::Flush);
             if f.lost_replies > 0 {
                 out.push(Action::FlushLost);
+                if s.queue.iter().any(|q| matches!(q, QOp::Acquire(..))) {
+                    out.push(Action::FlushGivenUp);
+                }
             }
         }
         if let Some(first) = s.shared.first() {
@@ -680,6 +693,30 @@ impl Model for MutexModel {
                     }
                 }
                 s.shared.push(Shared::Batch(batch));
+                s.shared.extend(releases);
+            }
+            Action::FlushGivenUp => {
+                s.faults.lost_replies -= 1;
+                let ops = std::mem::take(&mut s.queue);
+                let free = Some(s.lock.is_none());
+                let mut releases = Vec::new();
+                for op in &ops {
+                    match *op {
+                        QOp::Acquire(c, tok) => {
+                            let granted = self.acquire_step(&mut s, tok, true, free).is_some();
+                            s.ghost.abandoned |= 1u64 << tok.0.min(63);
+                            if granted && self.mutation != Some(Mutation::GivenUpKept) {
+                                releases.push(Shared::Release(tok));
+                            }
+                            // The caller gave up on this round.
+                            self.end_round(&mut s, c as usize);
+                        }
+                        QOp::Release(c, tok) => {
+                            self.release_script(&mut s, Some(tok));
+                            self.end_round(&mut s, c as usize);
+                        }
+                    }
+                }
                 s.shared.extend(releases);
             }
             Action::ApplyShared => match s.shared.remove(0) {
@@ -893,6 +930,20 @@ mod tests {
                 assert!(cx.message.contains("still valid"), "{}", cx.message);
             }
             other => panic!("expected a counterexample, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_member_that_gave_up_and_is_not_released_leaves_a_lock_behind() {
+        let faults = Faults {
+            lost_replies: 1,
+            ..Faults::default()
+        };
+        let mut model = batching(faults, Some(Mutation::GivenUpKept));
+        model.lone_lost = false;
+        match run(&model) {
+            Outcome::LivenessViolation(cx) => eprintln!("{cx}"),
+            other => panic!("expected a liveness counterexample, got {other}"),
         }
     }
 
