@@ -1614,6 +1614,7 @@ async fn url_help_is_one_line_with_h_and_prefix_help_names_each_commands_keys() 
         ("reset", "job's keys"),
         ("lock", "lock's keys"),
         ("leader", "election's keys"),
+        ("unlock", "fair lock's PREFIXfair:{KEY}"),
     ];
     for (sub, whose) in keys {
         let o = run(&mut plain(&[sub, "-h"]), &format!("{sub} -h")).await;

@@ -21,7 +21,7 @@ pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
 /// election's), and so does what PostgreSQL does with it.
-const PREFIX_HELP: [(&str, &str); 8] = [
+const PREFIX_HELP: [(&str, &str); 9] = [
     ("run", JOB_PREFIX),
     ("schedule", JOB_PREFIX),
     ("status", JOB_PREFIX),
@@ -38,6 +38,12 @@ const PREFIX_HELP: [(&str, &str); 8] = [
         "leader",
         "Key prefix of the election's keys: PREFIXleader:{KEY} on Redis; on PostgreSQL the key \
          of the election's row in baton_locks (must end with `:`)",
+    ),
+    (
+        "unlock",
+        "Key prefix of the keys --key may name: a lock's PREFIXlock:{KEY}, a fair lock's \
+         PREFIXfair:{KEY} or an election's PREFIXleader:{KEY} on Redis; on PostgreSQL the key \
+         of the lock's or election's row in baton_locks (must end with `:`)",
     ),
 ];
 
