@@ -187,17 +187,23 @@ struct Busy {
     tracker: TaskTracker,
 }
 
+impl Busy {
+    fn new(lane: &Arc<Lane>, node: &Arc<Node>, tracker: &TaskTracker) -> Busy {
+        Busy {
+            lane: lane.clone(),
+            node: node.clone(),
+            tracker: tracker.clone(),
+        }
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         let batch = self.lane.next();
         if batch.is_empty() {
             return;
         }
-        let busy = Busy {
-            lane: self.lane.clone(),
-            node: self.node.clone(),
-            tracker: self.tracker.clone(),
-        };
+        let busy = Busy::new(&self.lane, &self.node, &self.tracker);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 self.tracker.spawn_on(
@@ -420,11 +426,7 @@ pub(crate) async fn acquire<K: BatchKeys>(
     );
     match joined {
         Joined::Alone => {
-            let _busy = Busy {
-                lane: lane.clone(),
-                node: node.clone(),
-                tracker: tracker.clone(),
-            };
+            let _busy = Busy::new(&lane, node, tracker);
             lock::acquire(&mut node.conn(), req, limit).await
         }
         Joined::Queued(id, rx) => {
@@ -466,11 +468,7 @@ pub(crate) async fn release(
     );
     match joined {
         Joined::Alone => {
-            let _busy = Busy {
-                lane: lane.clone(),
-                node: node.clone(),
-                tracker: tracker.clone(),
-            };
+            let _busy = Busy::new(&lane, node, tracker);
             lock::release(&mut node.conn(), lock_key, channel, token, limit).await
         }
         Joined::Queued(id, rx) => {
