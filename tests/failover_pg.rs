@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use baton::testing::PgServer;
 use baton::{Client, Event, FailoverConfig};
+use common::Logs;
 use tokio::time::Instant;
 
 const WAKE: Duration = Duration::from_secs(5);
@@ -287,44 +288,24 @@ async fn unicode_and_newline_names_work_and_a_nul_is_refused() {
 }
 
 /// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Connecting warns when PostgreSQL may lose acknowledged commits (the shared fixture runs with
 /// fsync and synchronous_commit off), and stays quiet on a durable server.
 #[tokio::test]
 async fn connecting_warns_about_unsafe_durability_settings() {
     let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let seen = |logs: &Logs| String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let _guard = tracing::subscriber::set_default(logs.subscriber(tracing::Level::WARN));
 
     let _unsafe = Client::connect(pg().url()).await.unwrap();
-    let warned = seen(&logs);
+    let warned = logs.text();
     assert!(
         warned.contains("fsync is off") && warned.contains("synchronous_commit is off"),
         "{warned}"
     );
 
-    logs.0.lock().unwrap().clear();
+    logs.clear();
     let durable = PgServer::start_durable().unwrap();
     let _safe = Client::connect(durable.url()).await.unwrap();
-    let quiet = seen(&logs);
+    let quiet = logs.text();
     assert!(!quiet.contains("may lose"), "{quiet}");
 }
 

@@ -5,8 +5,9 @@ mod common;
 use std::time::Duration;
 
 use baton::{AcquireOptions, ErrorKind};
-use common::{client, get, pttl, raw, server, Deployment, Raw};
+use common::{client, get, pttl, raw, server, Deployment, Logs, Raw};
 use tokio::time::Instant;
+use tracing::instrument::WithSubscriber;
 
 /// What a backend-neutral scenario reads besides the API: the lock as stored.
 enum Db {
@@ -572,13 +573,26 @@ scenario! { postgres:
         for round in 0..10 {
             let order = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
             let (locks_b, opts_b, order_b) = (locks.clone(), opts.clone(), order.clone());
-            let b = tokio::spawn(async move {
-                let g = locks_b.acquire("turns", ttl, &opts_b).await.expect("b acquires");
-                order_b.lock().unwrap().push('b');
-                assert!(g.release().await.unwrap());
-            });
-            // B has tried, joined the lock's channel and parked.
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            // B's own trace says when it has tried, joined the lock's channel and parked (a
+            // fixed pause was sometimes too short for three PostgreSQL round trips on a loaded
+            // host).
+            let logs = Logs::default();
+            let subscriber = logs.subscriber(tracing::Level::TRACE);
+            let b = tokio::spawn(
+                async move {
+                    let g = locks_b.acquire("turns", ttl, &opts_b).await.expect("b acquires");
+                    order_b.lock().unwrap().push('b');
+                    assert!(g.release().await.unwrap());
+                }
+                .with_subscriber(subscriber),
+            );
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while !logs.text().contains("waiting for a release") {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("B parks within 30 s");
             // A releases and asks again at once: its release woke B, and A waits behind it.
             assert!(held.release().await.unwrap());
             held = locks.acquire("turns", ttl, &opts).await.expect("a acquires");

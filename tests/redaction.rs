@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::testing::RedisServer;
@@ -18,29 +16,6 @@ use tokio_stream::StreamExt;
 
 /// Every secret in this file contains it.
 const CANARY: &str = "canary-7f3a9c";
-
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buffer {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
 
 /// Everything collected, with where it came from.
 #[derive(Default)]
@@ -123,13 +98,8 @@ async fn connect_and_run(seen: &mut Seen, what: &str, b: ClientBuilder) -> Clien
 #[tokio::test]
 async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
     record_panics();
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let logs = Logs::default();
+    let subscriber = logs.subscriber(tracing::Level::TRACE);
     // The test runs on one thread (current-thread runtime), so the library's tasks log here too.
     let _guard = tracing::subscriber::set_default(subscriber);
     let mut seen = Seen::default();
@@ -279,13 +249,8 @@ async fn the_password_never_shows_in_debug_display_events_logs_or_errors() {
 #[tokio::test]
 async fn tls_key_material_and_password_never_show() {
     record_panics();
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let logs = Logs::default();
+    let subscriber = logs.subscriber(tracing::Level::TRACE);
     let _guard = tracing::subscriber::set_default(subscriber);
     let mut seen = Seen::default();
 

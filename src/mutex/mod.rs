@@ -406,6 +406,7 @@ impl Locks {
                     if let Some(g) = give_up {
                         nap = nap.min(g.saturating_duration_since(Instant::now()));
                     }
+                    tracing::trace!(key, "waiting for a release (behind this client's waiters)");
                     woken = waiters.wait(nap).await;
                 }
             }
@@ -482,7 +483,10 @@ impl Locks {
                     group = None;
                     tokio::time::sleep(nap).await;
                 }
-                Some(g) => woken = g.wait(nap).await,
+                Some(g) => {
+                    tracing::trace!(key, "waiting for a release");
+                    woken = g.wait(nap).await;
+                }
                 None => tokio::time::sleep(nap).await,
             }
         }

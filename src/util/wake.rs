@@ -198,8 +198,10 @@ impl WakeOne {
     }
 
     fn woken(&self) -> Woken {
+        lock(&self.group.turns.state).trying.insert(self.ticket);
         Woken {
             group: self.group.clone(),
+            ticket: self.ticket,
             armed: true,
         }
     }
@@ -209,6 +211,7 @@ impl WakeOne {
 /// prompted was made.
 pub(crate) struct Woken {
     group: Arc<Group>,
+    ticket: u64,
     armed: bool,
 }
 
@@ -221,8 +224,11 @@ impl Woken {
 
 impl Drop for Woken {
     fn drop(&mut self) {
+        let mut s = lock(&self.group.turns.state);
+        s.trying.remove(&self.ticket);
         if self.armed {
-            self.group.turns.notify_one();
+            s.stored = true;
+            s.pass();
         }
     }
 }
@@ -243,6 +249,8 @@ struct TurnsState {
     stored: bool,
     members: BTreeSet<u64>,
     parked: BTreeMap<u64, oneshot::Sender<()>>,
+    /// Members holding a [`Woken`]: a try a wake prompted is in flight.
+    trying: BTreeSet<u64>,
     next_ticket: u64,
 }
 
@@ -308,8 +316,14 @@ impl Turns {
     }
 
     /// `true` when woken, `false` on `timeout`.
+    ///
+    /// A member whose time runs out while an older member's woken try is in flight waits one
+    /// `timeout` more: that try takes the lock if it is free, so a timer try now would be
+    /// redundant, and it could take the lock before the member the release woke (on a loaded
+    /// host a woken try can take longer than a first nap). Once more only, so a woken member
+    /// whose future is held but never polled delays the others by one nap, not for good.
     async fn wait(&self, ticket: u64, timeout: Duration) -> bool {
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         {
             let mut s = lock(&self.state);
             s.parked.insert(ticket, tx);
@@ -320,14 +334,27 @@ impl Turns {
             ticket,
             left: false,
         };
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(())) => {
-                place.left = true;
-                true
+        let mut extended = false;
+        loop {
+            match tokio::time::timeout(timeout, &mut rx).await {
+                Ok(Ok(())) => {
+                    place.left = true;
+                    return true;
+                }
+                Err(_)
+                    if !extended
+                        && lock(&self.state)
+                            .trying
+                            .first()
+                            .is_some_and(|&t| t < ticket) =>
+                {
+                    extended = true;
+                }
+                // The sender went without a wake (not done by this module), or the time ran
+                // out: still parked means not woken; otherwise the wake came as the time ran
+                // out.
+                Ok(Err(_)) | Err(_) => return place.leave(),
             }
-            // The sender went without a wake (not done by this module), or the time ran out:
-            // still parked means not woken; otherwise the wake came as the time ran out.
-            Ok(Err(_)) | Err(_) => place.leave(),
         }
     }
 }
@@ -489,5 +516,40 @@ mod tests {
         drop(first);
         assert!(next.await.unwrap().is_some(), "passed on");
         assert!(!lock(&g.turns.state).stored, "nothing left kept");
+    }
+
+    #[tokio::test]
+    async fn a_younger_members_nap_waits_once_more_for_an_older_members_woken_try() {
+        let g = group();
+        let (older, younger) = (WakeOne::new(g.clone()), WakeOne::new(g.clone()));
+        g.turns.notify_one();
+        let in_flight = older.take_stored().expect("kept for the oldest");
+        let nap = Duration::from_millis(100);
+        let start = tokio::time::Instant::now();
+        assert!(younger.wait(nap).await.is_none(), "not woken");
+        assert!(
+            start.elapsed() >= nap * 2,
+            "the nap ran out while the older member's try was in flight: one more nap ({:?})",
+            start.elapsed()
+        );
+        in_flight.used();
+        let start = tokio::time::Instant::now();
+        assert!(younger.wait(nap).await.is_none());
+        assert!(
+            start.elapsed() < nap * 2,
+            "no try in flight: one nap ({:?})",
+            start.elapsed()
+        );
+        // The older member's wake dropped untried, and the member gone: the younger is woken.
+        g.turns.notify_one();
+        let held = older.take_stored().expect("kept for the oldest");
+        let waiting =
+            tokio::spawn(
+                async move { younger.wait(Duration::from_secs(5)).await.map(Woken::used) },
+            );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(held);
+        drop(older);
+        assert!(waiting.await.unwrap().is_some(), "passed to the younger");
     }
 }
