@@ -21,7 +21,9 @@
 //! BEGIN/COMMIT pairs fenced by the fencing token; holders and reservers paused past their lease
 //! or the reservation's lifetime, workers killed, Redis paused and restarted, links cut; M7 wants
 //! every lock granted again soon after the heal; and its control `control-fair-fencing-off`);
-//! profile `fair` runs only those. Profile `cluster` (needs
+//! profile `fair` runs only those. `failover` runs only the main phase and its two controls, and
+//! a list (`failover,mutex`, `leader,fair`) runs each listed workload's phases: `quick` is
+//! `failover,mutex,leader,fair`. Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
@@ -46,7 +48,7 @@
 //! jump (it moves every lease at once, like `ttl_shrink`, which the Redis lock phases go
 //! without too) and two lanes of holder pauses; then both workloads' fencing-off controls. Logs and
 //! `report.json` go to
-//! `target/chaos/<seed>/`. The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
+//! `target/chaos/<seed>/<profile>/` (a list's commas become `+`). The seed also comes from `CHAOS_SEED`. The last line is `chaos: N passed, N failed`; the exit code is non-zero when
 //! anything failed.
 
 mod checker;
@@ -131,16 +133,38 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     println!(
         "chaos: seed {seed} profile {profile} (rerun with --seed {seed} or CHAOS_SEED={seed})"
     );
+    // A list of workloads (`failover,mutex`) runs each one's phases; `quick` is all four.
+    let exclusive = ["controls", "cluster", "postgres", "postgres-locks"];
+    let mut workloads: Vec<&str> = Vec::new();
+    if !exclusive.contains(&profile.as_str()) {
+        for p in profile.split(',') {
+            match p {
+                "quick" => workloads.extend(["failover", "mutex", "leader", "fair"]),
+                "failover" | "mutex" | "leader" | "fair" => workloads.push(p),
+                _ => {
+                    return Err(format!(
+                        "unknown profile {p} (quick, failover, mutex, leader, fair or a list of \
+                         them such as failover,mutex; controls, cluster, postgres, \
+                         postgres-locks alone)"
+                    )
+                    .into())
+                }
+            }
+        }
+    }
+    let has = |w: &str| workloads.contains(&w);
+    // Per seed and profile: profiles run at once with one seed (as CI does) keep apart.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("chaos")
-        .join(seed.to_string());
+        .join(seed.to_string())
+        .join(profile.replace(',', "+"));
     std::fs::create_dir_all(&root)?;
     // The canary password: never printed, never logged; C8 greps every log for it.
     let canary = format!("canary-{:016x}", mix(&[seed, 0xC8]));
 
     let mut phases = Vec::new();
-    if profile == "quick" {
+    if has("failover") {
         phases.push(PhaseCfg {
             name: "main".into(),
             jobs,
@@ -329,12 +353,6 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 postgres: true,
             });
         }
-    } else if !["controls", "mutex", "leader", "fair"].contains(&profile.as_str()) {
-        return Err(format!(
-            "unknown profile {profile} (quick, controls, mutex, leader, fair, cluster, postgres, \
-             postgres-locks)"
-        )
-        .into());
     }
     if profile == "cluster" {
         // The negative control on the cluster: the resource ignores tokens, holders are paused
@@ -403,7 +421,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         liveness_extra_ms: 0,
         postgres: false,
     });
-    let mutex_phases = profile == "quick" || profile == "mutex";
+    let mutex_phases = has("mutex");
     if mutex_phases {
         // The mutex workload: holders paused past the lease, Redis paused and crash-restarted,
         // links cut. ttl_shrink only touches failover leases, so the server lane goes without.
@@ -469,7 +487,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         });
     }
 
-    let leader_phases = profile == "quick" || profile == "leader";
+    let leader_phases = has("leader");
     if leader_phases {
         // Leader election: candidates paused past their lease (a paused leader's spawned
         // commit lands late and must be refused by its term), Redis paused and crash-restarted,
@@ -516,7 +534,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             postgres: false,
         });
     }
-    let fair_phases = profile == "quick" || profile == "fair";
+    let fair_phases = has("fair");
     if fair_phases {
         // The fair lock: holders (and reservers, one acquisition in six) paused past their
         // lease or the reservation's lifetime, killed, cut off; Redis paused and crash-restarted.
@@ -564,14 +582,8 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             postgres: false,
         });
     }
-    if profile == "mutex" {
-        phases.retain(|p| p.workload == Workload::Mutex);
-    }
-    if profile == "fair" {
-        phases.retain(|p| p.workload == Workload::Fair);
-    }
-    if profile == "leader" {
-        phases.retain(|p| p.workload == Workload::Leader);
+    if !workloads.is_empty() {
+        phases.retain(|p| !p.cluster && !p.postgres && has(p.workload.name()));
     }
     if profile == "cluster" {
         phases.retain(|p| p.cluster);
