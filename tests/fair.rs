@@ -710,6 +710,14 @@ scenario! {
             "a handoff is the release and the head's grant: {one:?}"
         );
         assert_eq!(one, ten, "10 waiters cost more per handoff than 1");
+        // The grant reads the fence and the server's clock once each (checked before anything
+        // is written, reused by the fence step): one TIME per script, and GETs of the lock
+        // (twice), the reservation (twice) and the fence.
+        assert_eq!(
+            (one.get("time"), one.get("get")),
+            (Some(&2), Some(&5)),
+            "a handoff reads the clock once per script and the fence once: {one:?}"
+        );
         assert!(
             !one.contains_key("subscribe") && !one.contains_key("unsubscribe"),
             "no wake channel is (un)subscribed on a handoff: {one:?}"

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::backend::redis::Conn;
 use crate::error::{preview, Error};
-use crate::lease::lock::fence_step;
+use crate::lease::lock::{fence_step, fence_step_from};
 use crate::util::time::ms;
 
 /// Evicts up to 64 waiters whose liveness (`KEYS[q]`/`KEYS[a]`, spliced below) passed, by the
@@ -141,13 +141,15 @@ if not holder then
 ",
     fence_checked!(),
     r"    redis.call('SET', KEYS[1], id, 'PX', ARGV[2])
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('ZREM', KEYS[4], id)
+    if redis.call('ZREM', KEYS[3], id) == 1 then
+      redis.call('ZREM', KEYS[4], id)
+    end
     if res then
       redis.call('DEL', KEYS[5])
     end
+    local old, t = f, t0
 ",
-    fence_step!(),
+    fence_step_from!(),
     r"  end
 end
 if reserver then
@@ -196,8 +198,9 @@ if holder == id then
   holder = false
   ours = 1
 end
-redis.call('ZREM', KEYS[2], id)
-redis.call('ZREM', KEYS[3], id)
+if redis.call('ZREM', KEYS[2], id) == 1 then
+  redis.call('ZREM', KEYS[3], id)
+end
 local res = redis.call('GET', KEYS[4])
 if res == id then
   redis.call('DEL', KEYS[4])
@@ -498,6 +501,7 @@ mod tests {
     #[test]
     fn scripts_hold_no_rust_formatting_and_share_the_fence_step() {
         assert!(ACQUIRE_SOURCE.contains(fence_step!()));
+        assert!(ACQUIRE_SOURCE.contains(concat!("local old, t = f, t0\n", fence_step_from!())));
         assert!(LEAVE_SOURCE
             .contains("redis.call(ARGV[2], ARGV[3] .. string.match(nxt, '[^.]*$'), 'go')"));
     }

@@ -29,9 +29,22 @@ pub(crate) use crate::util::lock_replies::Stored;
 /// See `ACQUIRE_SOURCE` for the rule. It ends with a `return`, so it must close its block.
 macro_rules! fence_step {
     () => {
-        r"local old = redis.call('GET', KEYS[2])
+        concat!(
+            r"local old = redis.call('GET', KEYS[2])
 local t = redis.call('TIME')
-local now = t[1] .. string.sub('00000' .. t[2], -6)
+",
+            fence_step_from!()
+        )
+    };
+}
+pub(crate) use fence_step;
+
+/// [`fence_step!`] after its two reads, for a script that has already read the fence (`old`,
+/// `false` when none) and the server's `TIME` (`t`) in this run: the fair lock's grant, which
+/// checks the fence before it writes anything.
+macro_rules! fence_step_from {
+    () => {
+        r"local now = t[1] .. string.sub('00000' .. t[2], -6)
 if old then
   if #old > 18 or not string.match(old, '^[1-9][0-9]*$') then
     redis.call('DEL', KEYS[1])
@@ -48,7 +61,7 @@ return {1, now}
 "
     };
 }
-pub(crate) use fence_step;
+pub(crate) use fence_step_from;
 
 /// The whole of [`ACQUIRE_SOURCE`] as text (`SET NX PX`, then [`fence_step!`]), so the batch
 /// script runs the very same Lua per lock. It ends with a `return`.
