@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::backend::redis::Conn;
 use crate::error::{preview, Error};
-use crate::lease::lock::{fence_step, fence_step_from};
+use crate::lease::lock::{evalsha, fence_step, fence_step_from, script_until};
 use crate::util::time::ms;
 
 /// Evicts up to 64 waiters whose liveness (`KEYS[q]`/`KEYS[a]`, spliced below) passed, by the
@@ -308,27 +308,31 @@ pub(crate) async fn acquire_or_enqueue(
     req: &Enqueue<'_>,
     limit: Instant,
 ) -> Result<Turn, Error> {
-    let mut call = ACQUIRE_SCRIPT.prepare_invoke();
-    call.key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.alive)
-        .key(&keys.reserved)
-        .arg(req.id)
+    let mut call = evalsha(
+        &ACQUIRE_SCRIPT,
+        &[
+            &keys.lock,
+            &keys.fence,
+            &keys.queue,
+            &keys.alive,
+            &keys.reserved,
+        ],
+    );
+    call.arg(req.id)
         .arg(ms(req.ttl))
         .arg(ms(crate::lease::lock::fence_ttl(req.ttl)))
         .arg(ms(req.liveness).max(1))
         .arg(if req.reserver { "1" } else { "0" })
         .arg(ms(req.liveness.saturating_mul(2)).max(1));
     let sent = Instant::now();
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "acquiring the fair lock",
-            })
-        }
-    };
+    let reply: Value = script_until(
+        conn,
+        &ACQUIRE_SCRIPT,
+        &call,
+        limit,
+        "acquiring the fair lock",
+    )
+    .await?;
     parse_turn(&keys.fence, &reply, sent)
 }
 
@@ -380,22 +384,19 @@ pub(crate) async fn leave(
     id: &str,
     limit: Instant,
 ) -> Result<bool, Error> {
-    let mut call = LEAVE_SCRIPT.prepare_invoke();
-    call.key(&keys.lock)
-        .key(&keys.queue)
-        .key(&keys.alive)
-        .key(&keys.reserved)
-        .arg(id)
-        .arg(conn.publish())
-        .arg(&keys.wake_prefix);
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "leaving the fair lock's queue",
-            })
-        }
-    };
+    let mut call = evalsha(
+        &LEAVE_SCRIPT,
+        &[&keys.lock, &keys.queue, &keys.alive, &keys.reserved],
+    );
+    call.arg(id).arg(conn.publish()).arg(&keys.wake_prefix);
+    let reply: Value = script_until(
+        conn,
+        &LEAVE_SCRIPT,
+        &call,
+        limit,
+        "leaving the fair lock's queue",
+    )
+    .await?;
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),

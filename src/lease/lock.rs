@@ -215,16 +215,10 @@ pub(crate) async fn fenced_write(
     value: &[u8],
     limit: Instant,
 ) -> Result<FencedWrite, Error> {
-    let mut call = FENCED_WRITE_SCRIPT.prepare_invoke();
-    call.key(resource).arg(fencing_token.to_string()).arg(value);
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "a fenced write",
-            })
-        }
-    };
+    let mut call = evalsha(&FENCED_WRITE_SCRIPT, &[resource]);
+    call.arg(fencing_token.to_string()).arg(value);
+    let reply: Value =
+        script_until(conn, &FENCED_WRITE_SCRIPT, &call, limit, "a fenced write").await?;
     parse_fenced_write(resource, &reply)
 }
 
@@ -303,16 +297,15 @@ pub(crate) async fn fenced_read_on(
 ) -> Result<Option<FencedValue>, Error> {
     let mut conn = transport.node(resource).await?.conn();
     let limit = crate::util::time::after(Instant::now(), transport.settings.response_timeout);
-    let mut call = FENCED_READ_SCRIPT.prepare_invoke();
-    call.key(resource);
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(&mut conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "a fenced read",
-            })
-        }
-    };
+    let call = evalsha(&FENCED_READ_SCRIPT, &[resource]);
+    let reply: Value = script_until(
+        &mut conn,
+        &FENCED_READ_SCRIPT,
+        &call,
+        limit,
+        "a fenced read",
+    )
+    .await?;
     parse_fenced_read(resource, reply)
 }
 
@@ -377,6 +370,24 @@ pub(crate) async fn run_script(
     }
 }
 
+/// [`run_script`] that gives up at `limit`: the reply, or [`Error::Timeout`] naming what it
+/// was `during` (the script may or may not have run), or the reply's error.
+///
+/// # Errors
+/// As said: a timeout, connection and server errors.
+pub(crate) async fn script_until(
+    conn: &mut Conn,
+    script: &redis::Script,
+    call: &redis::Cmd,
+    limit: Instant,
+    during: &'static str,
+) -> Result<Value, Error> {
+    match tokio::time::timeout_at(limit, run_script(conn, script, call)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(Error::Timeout { during }),
+    }
+}
+
 /// One acquisition's inputs.
 pub(crate) struct Acquire<'a> {
     /// The lock key.
@@ -424,15 +435,7 @@ pub(crate) async fn acquire(
         .arg(ms(req.ttl))
         .arg(ms(fence_ttl(req.ttl)));
     let sent = Instant::now();
-    let reply = match tokio::time::timeout_at(limit, run_script(conn, &ACQUIRE_SCRIPT, &call)).await
-    {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "acquiring the lock",
-            })
-        }
-    };
+    let reply = script_until(conn, &ACQUIRE_SCRIPT, &call, limit, "acquiring the lock").await?;
     parse_acquire(req.fence, reply, sent)
 }
 
@@ -517,15 +520,7 @@ pub(crate) async fn release(
 ) -> Result<bool, Error> {
     let mut call = evalsha(&RELEASE_SCRIPT, &[lock]);
     call.arg(token).arg(channel).arg(conn.publish());
-    let reply = match tokio::time::timeout_at(limit, run_script(conn, &RELEASE_SCRIPT, &call)).await
-    {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "releasing the lock",
-            })
-        }
-    };
+    let reply = script_until(conn, &RELEASE_SCRIPT, &call, limit, "releasing the lock").await?;
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),

@@ -183,14 +183,7 @@ pub(crate) async fn extend(
         .arg(crate::util::time::ms(req.retention));
     let sent = Instant::now();
     let reply =
-        match tokio::time::timeout_at(limit, lock::run_script(conn, &EXTEND_SCRIPT, &call)).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    during: "extending the lease",
-                })
-            }
-        };
+        lock::script_until(conn, &EXTEND_SCRIPT, &call, limit, "extending the lease").await?;
     let Value::Array(items) = reply else {
         return Err(crate::backend::redis::unexpected(
             "the lease extension",

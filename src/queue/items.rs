@@ -20,7 +20,9 @@ use tokio::time::Instant;
 
 use crate::backend::redis::Conn;
 use crate::error::{preview, Error};
-use crate::lease::lock::{fence_ttl, parse_acquire, string_of, Grant, ACQUIRE_SOURCE};
+use crate::lease::lock::{
+    evalsha, fence_ttl, parse_acquire, script_until, string_of, Grant, ACQUIRE_SOURCE,
+};
 use crate::util::time::ms;
 
 /// `KEYS` = lock, fence, items; `ARGV` = token, lock ms, fence ms, item body.
@@ -139,19 +141,14 @@ pub(crate) async fn enqueue_or_acquire(
     body: &[u8],
     limit: Instant,
 ) -> Result<Enqueue, Error> {
-    let mut call = ENQUEUE_SCRIPT.prepare_invoke();
-    call.key(keys.lock)
-        .key(keys.fence)
-        .key(keys.items)
-        .arg(token)
+    let mut call = evalsha(&ENQUEUE_SCRIPT, &[keys.lock, keys.fence, keys.items]);
+    call.arg(token)
         .arg(ms(ttl))
         .arg(ms(fence_ttl(ttl)))
         .arg(body);
     let sent = Instant::now();
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => return Err(timed_out("enqueueing an item")),
-    };
+    let reply: Value =
+        script_until(conn, &ENQUEUE_SCRIPT, &call, limit, "enqueueing an item").await?;
     parse_enqueue(keys.fence, reply, sent)
 }
 
@@ -203,15 +200,13 @@ pub(crate) async fn ack(
     ids: &[String],
     limit: Instant,
 ) -> Result<bool, Error> {
-    let mut call = ACK_SCRIPT.prepare_invoke();
-    call.key(keys.lock).key(keys.items).arg(token);
+    let mut call = evalsha(&ACK_SCRIPT, &[keys.lock, keys.items]);
+    call.arg(token);
     for id in ids {
         call.arg(id);
     }
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => return Err(timed_out("removing handled items")),
-    };
+    let reply: Value =
+        script_until(conn, &ACK_SCRIPT, &call, limit, "removing handled items").await?;
     match reply {
         Value::Int(-1) => Ok(false),
         Value::Int(n) if n >= 0 => Ok(true),
@@ -257,16 +252,18 @@ pub(crate) async fn release(
     retention: Duration,
     limit: Instant,
 ) -> Result<Release, Error> {
-    let mut call = RELEASE_SCRIPT.prepare_invoke();
-    call.key(keys.lock)
-        .key(keys.items)
-        .arg(token)
+    let mut call = evalsha(&RELEASE_SCRIPT, &[keys.lock, keys.items]);
+    call.arg(token)
         .arg(if force { "1" } else { "0" })
         .arg(ms(retention));
-    let reply: Value = match tokio::time::timeout_at(limit, call.invoke_async(conn)).await {
-        Ok(r) => r?,
-        Err(_) => return Err(timed_out("releasing the queue's lock")),
-    };
+    let reply: Value = script_until(
+        conn,
+        &RELEASE_SCRIPT,
+        &call,
+        limit,
+        "releasing the queue's lock",
+    )
+    .await?;
     match reply {
         Value::Int(1) => Ok(Release::Released),
         Value::Int(2) => Ok(Release::More),
