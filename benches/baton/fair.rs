@@ -656,8 +656,16 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
     let floor = Fifo::connect(&url).await;
     let id = run_id();
     let sides = [Side::Fair, Side::Mutex, Side::Floor];
-    // (ops, wall, per-task counts) per side.
+    // (ops, wall, per-task counts) per side; server and this process's CPU seconds per side.
     let mut adm = admin(&url).await;
+    let mut cpu: Vec<(f64, f64)> = sides.iter().map(|_| (0.0, 0.0)).collect();
+    let server_cpu = |adm: &mut MultiplexedConnection| {
+        let mut adm = adm.clone();
+        async move {
+            redisinfo::field(&mut adm, "cpu", "used_cpu_user").await
+                + redisinfo::field(&mut adm, "cpu", "used_cpu_sys").await
+        }
+    };
     let mut cmds: Vec<CommandStats> = sides.iter().map(|_| CommandStats::new()).collect();
     let mut res: Vec<(u64, f64, Vec<u64>)> =
         sides.iter().map(|_| (0, 0.0, vec![0; TASKS])).collect();
@@ -667,10 +675,14 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
             let j = (k + round) % sides.len();
             let key = format!("fc-{}-{id}-{round}", sides[j].name());
             let before = redisinfo::commandstats(&mut adm).await;
+            let (server0, own0) = (server_cpu(&mut adm).await, crate::profile::proc_now());
             let (counts, wall) = contended_round(sides[j], &client, &floor, &key, d).await;
+            let (server1, own1) = (server_cpu(&mut adm).await, crate::profile::proc_now());
             let after = redisinfo::commandstats(&mut adm).await;
             if round > 0 {
                 add(&mut cmds[j], &redisinfo::delta(&before, &after));
+                cpu[j].0 += server1 - server0;
+                cpu[j].1 += (own1.user + own1.sys) - (own0.user + own0.sys);
                 let r = &mut res[j];
                 r.0 += counts.iter().sum::<u64>();
                 r.1 += wall;
@@ -691,11 +703,14 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
         let ops = res[j].0 as usize;
         let (all, by) = per_op(&cmds[j], ops);
         let (sent, in_scripts) = split(&cmds[j], ops);
+        let per_op_us = |secs: f64| secs * 1e6 / (ops.max(1) as f64);
+        let (server_us, client_us) = (per_op_us(cpu[j].0), per_op_us(cpu[j].1));
         let mut notes = format!(
             "{TASKS} tasks on one key, one client, hold 0: ops/s = handoffs/s; per-task counts \
              min {min} max {max} (the spread shows the order: FIFO keeps it near 1); per \
              acquire+release {sent:.2} scripts and pub/sub commands sent + {in_scripts:.1} run \
-             inside scripts = {all:.1} ({})",
+             inside scripts = {all:.1} ({}); CPU per acquire+release: server {server_us:.0} µs, \
+             client {client_us:.0} µs",
             brief(&by)
         );
         match side {
@@ -725,6 +740,8 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
                 "sent_per_op": sent,
                 "in_scripts_per_op": in_scripts,
                 "commands": by,
+                "server_cpu_us_per_op": server_us,
+                "client_cpu_us_per_op": client_us,
                 "runs": runs,
             }),
         });
