@@ -27,56 +27,17 @@ const QUICK: Duration = Duration::from_secs(10);
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// `baton SUB --redis-url URL`, with no inherited `BATON_*` connection settings, stdin closed,
-/// stdout/stderr captured, the forwarded signals at their defaults, and killed if the test drops
-/// it.
+/// `baton SUB --redis-url URL` ([`baton_command`]).
 fn baton(sub: &str, url: &str) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = baton_command(BATON);
     cmd.arg(sub).arg("--redis-url").arg(url);
-    cmd.env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    default_signals(&mut cmd);
     cmd
-}
-
-/// Resets SIGHUP, SIGINT, SIGQUIT and SIGTERM to their defaults in the child, as an interactive
-/// shell would start it: a test run started in the background by a script (`cmd &`) inherits
-/// SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals ignored.
-fn default_signals(cmd: &mut Command) {
-    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
-    // async-signal-safe and allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
 }
 
 /// `baton ARGS` for commands that need no Redis (help).
 fn plain(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BATON);
-    cmd.args(args)
-        .env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = baton_command(BATON);
+    cmd.args(args);
     cmd
 }
 
@@ -1098,7 +1059,7 @@ async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
     let pidfile = dir.path("pid");
     let script = format!("echo $$ > {}; sleep 1", shq(&pidfile));
     // As `nohup baton run ...` would start it.
-    let mut cmd = Command::new("sh");
+    let mut cmd = baton_command("sh");
     cmd.arg("-c")
         .arg(r#"trap '' HUP; exec "$@""#)
         .arg("sh")
@@ -1113,18 +1074,7 @@ async fn a_signal_baton_inherits_as_ignored_stays_ignored() {
             "sh",
             "-c",
             &script,
-        ])
-        .env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    default_signals(&mut cmd);
+        ]);
     let holder = spawn(&mut cmd);
     let program = read_pid(&pidfile, QUICK).await;
     send_signal(holder.id().unwrap(), libc::SIGHUP);
@@ -1298,7 +1248,7 @@ async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
     let pidfile = dir.path("pid");
     let trace = dir.path("trace");
     let script = format!("echo $$ > {}; exit 3", shq(&pidfile));
-    let mut cmd = Command::new("strace");
+    let mut cmd = baton_command("strace");
     cmd.args(["-f", "-qq", "-e", "trace=kill,wait4,waitid", "-o"])
         .arg(&trace)
         .args([
@@ -1311,17 +1261,7 @@ async fn no_signal_goes_to_the_programs_group_after_its_leader_was_reaped() {
             "--max-attempts",
             "1",
         ])
-        .args(["--", "sh", "-c", &script])
-        .env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .args(["--", "sh", "-c", &script]);
     let o = finish(
         spawn(&mut cmd),
         Duration::from_secs(20),

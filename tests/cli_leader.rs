@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
+
 use std::time::Duration;
 
 use common::process::*;
@@ -20,31 +20,10 @@ const BATON: &str = env!("CARGO_BIN_EXE_baton");
 /// Upper bound for a `baton` process that has nothing to wait for.
 const QUICK: Duration = Duration::from_secs(10);
 
-/// `baton leader --redis-url URL ARGS`, with no inherited `BATON_*` settings, stdin closed,
-/// output captured, the forwarded signals at their defaults, killed if the test drops it.
+/// `baton leader --redis-url URL ARGS` ([`baton_command`]).
 fn leader(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = baton_command(BATON);
     cmd.arg("leader").arg("--redis-url").arg(url).args(args);
-    cmd.env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
-    // async-signal-safe and allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 

@@ -24,32 +24,10 @@ const EX_LOST: i32 = 74;
 /// `--wait` ran out (EX_TEMPFAIL).
 const EX_TEMPFAIL: i32 = 75;
 
-/// `baton lock --redis-url URL ARGS`, with no inherited `BATON_*` settings, stdin closed,
-/// stdout/stderr captured, the forwarded signals at their defaults, killed if the test drops it.
+/// `baton lock --redis-url URL ARGS` ([`baton_command`]).
 fn lock(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = baton_command(BATON);
     cmd.arg("lock").arg("--redis-url").arg(url).args(args);
-    cmd.env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // SAFETY: the closure runs between fork and exec and only calls signal(2), which is
-    // async-signal-safe and allocates nothing. A test run started by a script's `&` inherits
-    // SIGINT and SIGQUIT ignored, and baton leaves inherited ignored signals ignored.
-    unsafe {
-        cmd.pre_exec(|| {
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 

@@ -5,29 +5,20 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
+use common::process::baton_command;
 use common::PgDatabase;
 use tokio::process::Command;
 
 const BATON: &str = env!("CARGO_BIN_EXE_baton");
 const QUICK: Duration = Duration::from_secs(20);
 
-/// `baton ARGS`, with no inherited `BATON_*` settings, output captured, killed on drop.
+/// `baton ARGS` ([`baton_command`]).
 fn baton(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BATON);
-    cmd.args(args)
-        .env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = baton_command(BATON);
+    cmd.args(args);
     cmd
 }
 

@@ -23,21 +23,11 @@ fn lock_key(name: &str) -> String {
     format!("baton:redlock:{{{name}}}")
 }
 
-/// `baton lock --redlock URLS ARGS`, with no inherited `BATON_*` settings, killed on drop.
+/// `baton lock --redlock URLS ARGS` ([`baton_command`], and no inherited fencing token).
 fn redlock(urls: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BATON);
+    let mut cmd = baton_command(BATON);
     cmd.arg("lock").arg("--redlock").arg(urls).args(args);
-    cmd.env_remove("BATON_REDIS_URL")
-        .env_remove("BATON_URL")
-        .env_remove("BATON_REDIS_PASSWORD_FILE")
-        .env_remove("BATON_TLS_CA_FILE")
-        .env_remove("BATON_TLS_CERT_FILE")
-        .env_remove("BATON_TLS_KEY_FILE")
-        .env_remove("BATON_FENCING_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.env_remove("BATON_FENCING_TOKEN");
     cmd
 }
 

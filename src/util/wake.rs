@@ -329,7 +329,7 @@ impl Turns {
             s.parked.insert(ticket, tx);
             s.pass();
         }
-        let mut place = Parked {
+        let mut place = Place {
             turns: self,
             ticket,
             left: false,
@@ -361,13 +361,13 @@ impl Turns {
 
 /// A member's place among the parked: dropped while parked it leaves; dropped after a wake was
 /// sent to it (which it never saw), it passes the wake on.
-struct Parked<'a> {
+struct Place<'a> {
     turns: &'a Turns,
     ticket: u64,
     left: bool,
 }
 
-impl Parked<'_> {
+impl Place<'_> {
     /// Stops being parked: `true` if a wake had already been sent to this place.
     fn leave(&mut self) -> bool {
         self.left = true;
@@ -378,7 +378,7 @@ impl Parked<'_> {
     }
 }
 
-impl Drop for Parked<'_> {
+impl Drop for Place<'_> {
     fn drop(&mut self) {
         if !self.left && self.leave() {
             self.turns.notify_one();
