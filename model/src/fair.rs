@@ -9,7 +9,8 @@
 //! watches the holder's lease or a reservation) is what that function returns.
 //!
 //! Faults: acquisition and release replies lost, waiter death (a crash: its liveness entry then
-//! passes and the next script evicts it), a waiter's liveness passing while it lives (a
+//! passes and the next queued try evicts it, or a grant or release once it heads the queue), a
+//! waiter's liveness passing while it lives (a
 //! pause), holder pauses past the lease, crashes, lost wake messages, a reservation running
 //! out while its owner waits.
 //!
@@ -121,7 +122,8 @@ struct Client {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Entry {
     tok: Tok,
-    /// Its liveness time passed (the next script evicts it).
+    /// Its liveness time passed (the next queued try evicts it; a grant or a release once it
+    /// heads the queue).
     passed: bool,
 }
 
@@ -221,8 +223,19 @@ impl FairModel {
         }
     }
 
+    /// A queued try's scan: every waiter whose liveness passed.
     fn evict(s: &mut Sys) {
         s.queue.retain(|e| !e.passed);
+    }
+
+    /// A grant's or a release's look at the head: dead heads only, up to the first live one.
+    fn evict_head(s: &mut Sys) {
+        let live = s
+            .queue
+            .iter()
+            .position(|e| !e.passed)
+            .unwrap_or(s.queue.len());
+        s.queue.drain(..live);
     }
 
     /// The acquire-or-enqueue script, atomically.
@@ -230,7 +243,6 @@ impl FairModel {
         if s.lock == Some(tok) {
             return TryReply::Granted(s.fence);
         }
-        Self::evict(s);
         if reserver && s.reservation != Some(tok) {
             return TryReply::ReservationGone;
         }
@@ -243,7 +255,10 @@ impl FairModel {
             let go = match res {
                 _ if self.mutation == Some(Mutation::GrantWhenFree) => true,
                 Some(r) => r == tok,
-                None => s.queue.first().map_or(true, |h| h.tok == tok),
+                None => {
+                    Self::evict_head(s);
+                    s.queue.first().map_or(true, |h| h.tok == tok)
+                }
             };
             if go {
                 self.check_grant(s, tok);
@@ -261,6 +276,7 @@ impl FairModel {
                 return TryReply::Granted(fence);
             }
         }
+        Self::evict(s);
         let pttl = s.lock.map(|_| PTTL);
         if reserver {
             return TryReply::Waiting {
@@ -335,7 +351,7 @@ impl FairModel {
         let next = match s.reservation {
             Some(r) => Some(r),
             None => {
-                Self::evict(s);
+                Self::evict_head(s);
                 s.queue.first().map(|e| e.tok)
             }
         };

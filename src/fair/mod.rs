@@ -29,7 +29,8 @@
 //!   of its timeout, apart from handoffs.
 //! - **Dead waiters.** Each waiter's place lives as long as it refreshes it (every third of
 //!   [`FairOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
-//!   a runtime) is evicted by the next script after its timeout, so it delays the queue by at
+//!   a runtime) is evicted after its timeout by the next queued try, or by a grant or release
+//!   once it heads the queue, so it delays the queue by at
 //!   most its timeout plus the next waiter's refresh period. A crashed holder publishes
 //!   nothing: a head that learned it was the head (its last try said so) sleeps at most the
 //!   lock's PTTL; one that became the head by the grant of the waiter before it, without a

@@ -15,9 +15,9 @@
 //! - **Enqueue** otherwise (once: the score is the queue's highest + 1, so the order is the
 //!   order in which the server ran the scripts), and refresh the caller's liveness: an entry in
 //!   a second sorted set, scored by the server-time (ms) at which the caller counts as dead.
-//!   Every script first evicts waiters whose liveness passed (at most 64 per call), and a head
-//!   with no liveness entry is skipped, so a dead waiter holds the queue up for at most its own
-//!   timeout.
+//!   A queued try evicts waiters whose liveness passed (at most 64 per call); a grant and a
+//!   release look at the head only, evicting dead heads (liveness passed, or no liveness entry)
+//!   until a live one, so a dead waiter holds the queue up for at most its own timeout.
 //! - **Leave** deletes the lock if it holds the caller's id, removes the caller from the queue,
 //!   deletes the reservation if it is the caller's, and then, if the lock is free, publishes
 //!   `go` on the channel of whoever goes next (the reserver, else the live head): exactly one
@@ -33,14 +33,22 @@ use crate::error::{preview, Error};
 use crate::lease::lock::{evalsha, fence_step, fence_step_from, script_until};
 use crate::util::time::ms;
 
-/// Evicts up to 64 waiters whose liveness (`KEYS[q]`/`KEYS[a]`, spliced below) passed, by the
-/// server's clock in ms. A ms timestamp has 13 digits, which Lua turns into an argument exactly
-/// (its `%.14g`).
+/// Reads the server's clock: `t0` (its `TIME`, which a grant's fence step reuses) and `now_ms`.
+/// A ms timestamp has 13 digits, which Lua turns into an argument exactly (its `%.14g`).
+macro_rules! clock {
+    () => {
+        "local t0 = redis.call('TIME')
+local now_ms = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000)
+"
+    };
+}
+
+/// Evicts up to 64 waiters whose liveness (`KEYS[q]`/`KEYS[a]`, spliced below) passed by
+/// `now_ms` ([`clock!`]): a queued try's scan, so ranks count live waiters and dead ones do
+/// not pile up behind a held lock.
 macro_rules! evict_dead {
     ($queue:literal, $alive:literal) => {
         concat!(
-            "local t0 = redis.call('TIME')\n",
-            "local now_ms = tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000)\n",
             "local dead = redis.call('ZRANGE', KEYS[",
             $alive,
             "], '-inf', now_ms, 'BYSCORE', 'LIMIT', 0, 64)\n",
@@ -56,8 +64,9 @@ macro_rules! evict_dead {
     };
 }
 
-/// Sets `head` to the queue's first live waiter (`false` when none), dropping heads with no
-/// liveness entry (their entry expired with its key).
+/// Sets `head` to the queue's first live waiter (`false` when none), evicting dead heads on
+/// the way: one whose liveness passed by `now_ms` ([`clock!`]), or with no liveness entry (it
+/// expired with its key). Only heads: a grant or a release needs no scan of the whole queue.
 macro_rules! live_head {
     ($queue:literal, $alive:literal) => {
         concat!(
@@ -67,12 +76,16 @@ macro_rules! live_head {
             $queue,
             "], 0, 0)\n",
             "  if #h == 0 then break end\n",
-            "  if redis.call('ZSCORE', KEYS[",
+            "  local sc = redis.call('ZSCORE', KEYS[",
             $alive,
-            "], h[1]) then head = h[1] break end\n",
+            "], h[1])\n",
+            "  if sc and tonumber(sc) > now_ms then head = h[1] break end\n",
             "  redis.call('ZREM', KEYS[",
             $queue,
             "], h[1])\n",
+            "  if sc then redis.call('ZREM', KEYS[",
+            $alive,
+            "], h[1]) end\n",
             "end\n",
         )
     };
@@ -120,7 +133,7 @@ if holder == id then
     fence_step!(),
     r"end
 ",
-    evict_dead!("3", "4"),
+    clock!(),
     r"
 local res = redis.call('GET', KEYS[5])
 local reserver = ARGV[5] == '1'
@@ -152,7 +165,9 @@ if not holder then
     fence_step_from!(),
     r"  end
 end
-if reserver then
+",
+    evict_dead!("3", "4"),
+    r"if reserver then
   redis.call('PEXPIRE', KEYS[5], ARGV[4])
   return {0, redis.call('PTTL', KEYS[1]), -1, redis.call('PTTL', KEYS[5])}
 end
@@ -212,7 +227,7 @@ end
 local nxt = res
 if not nxt then
 ",
-    evict_dead!("2", "3"),
+    clock!(),
     live_head!("2", "3"),
     r"
   nxt = head
