@@ -242,7 +242,7 @@ impl Election {
                     group = None;
                     tokio::time::sleep(nap).await;
                 }
-                Some(g) => woken = g.wait(nap).await,
+                Some(g) => woken = g.wait(nap, None).await,
                 None => tokio::time::sleep(nap).await,
             }
         }

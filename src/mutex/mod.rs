@@ -407,7 +407,7 @@ impl Locks {
                         nap = nap.min(g.saturating_duration_since(Instant::now()));
                     }
                     tracing::trace!(key, "waiting for a release (behind this client's waiters)");
-                    woken = waiters.wait(nap).await;
+                    woken = waiters.wait(nap, give_up).await;
                 }
             }
             tries = tries.saturating_add(1);
@@ -485,7 +485,7 @@ impl Locks {
                 }
                 Some(g) => {
                     tracing::trace!(key, "waiting for a release");
-                    woken = g.wait(nap).await;
+                    woken = g.wait(nap, give_up).await;
                 }
                 None => tokio::time::sleep(nap).await,
             }

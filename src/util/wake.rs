@@ -10,15 +10,17 @@
 //! Nothing is lost by waking one: a message that arrives while no waiter is parked is kept (one
 //! stored wake, as [`tokio::sync::Notify`] keeps a permit), so a waiter returning from a failed
 //! try sees it at once; a waiter woken and then dropped before its try passes the wake on
-//! ([`Woken`]); a reconnect (messages may have been missed) wakes them all. Waiters still sleep
-//! with a timeout of their own (a crashed holder publishes nothing), so a wake is a shortcut,
-//! never the only way forward.
+//! ([`Woken`]); a reconnect (messages may have been missed) wakes them all. The oldest waiter
+//! still sleeps with a timeout of its own (a crashed holder publishes nothing), so a wake is a
+//! shortcut, never the only way forward.
 //!
 //! Wakes go to the oldest member of the group, in the order they joined ([`Turns`]), whether
 //! they are parked or between tries: a wake that comes while the oldest member's try is in
 //! flight is kept for it (it looks again as soon as that try fails), not given to a younger one
-//! parked meanwhile. So a task that releases the lock and asks again at once, joining behind
-//! the waiters, cannot take it back before the waiter its release woke.
+//! parked meanwhile. Only the oldest member ends a wait on its own timer; a younger one waits on
+//! until it is woken or becomes the oldest. So a task that releases the lock and asks again at
+//! once, joining behind the waiters, cannot take it back before the waiter its release woke,
+//! however late the release's message.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +28,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, OnceCell};
+use tokio::time::Instant;
 
 use super::pubsub::{Call, HubMsg, Subscription};
 use crate::error::Error;
@@ -184,24 +187,24 @@ impl WakeOne {
     }
 
     /// Waits for this waiter's turn to be woken (a kept wake, if this waiter is the oldest, at
-    /// once), or `timeout`. `Some` when woken: hold the [`Woken`] until the try it prompted is
-    /// made, so a waiter dropped in between passes its wake on.
+    /// once), or for `timeout` to pass while it is the group's oldest member (a younger one
+    /// waits on: only the oldest tries on its own timer), or for `until`. `Some` when woken:
+    /// hold the [`Woken`] until the try it prompted is made, so a waiter dropped in between
+    /// passes its wake on.
     ///
     /// # Cancel safety
     /// Cancel safe: a wake that reached this waiter as it was dropped goes to the next one.
-    pub(crate) async fn wait(&self, timeout: Duration) -> Option<Woken> {
+    pub(crate) async fn wait(&self, timeout: Duration, until: Option<Instant>) -> Option<Woken> {
         self.group
             .turns
-            .wait(self.ticket, timeout)
+            .wait(self.ticket, timeout, until, &self.group.closed)
             .await
             .then(|| self.woken())
     }
 
     fn woken(&self) -> Woken {
-        lock(&self.group.turns.state).trying.insert(self.ticket);
         Woken {
             group: self.group.clone(),
-            ticket: self.ticket,
             armed: true,
         }
     }
@@ -211,7 +214,6 @@ impl WakeOne {
 /// prompted was made.
 pub(crate) struct Woken {
     group: Arc<Group>,
-    ticket: u64,
     armed: bool,
 }
 
@@ -224,11 +226,8 @@ impl Woken {
 
 impl Drop for Woken {
     fn drop(&mut self) {
-        let mut s = lock(&self.group.turns.state);
-        s.trying.remove(&self.ticket);
         if self.armed {
-            s.stored = true;
-            s.pass();
+            self.group.turns.notify_one();
         }
     }
 }
@@ -249,8 +248,6 @@ struct TurnsState {
     stored: bool,
     members: BTreeSet<u64>,
     parked: BTreeMap<u64, oneshot::Sender<()>>,
-    /// Members holding a [`Woken`]: a try a wake prompted is in flight.
-    trying: BTreeSet<u64>,
     next_ticket: u64,
 }
 
@@ -315,14 +312,20 @@ impl Turns {
         mine
     }
 
-    /// `true` when woken, `false` on `timeout`.
-    ///
-    /// A member whose time runs out while an older member's woken try is in flight waits one
-    /// `timeout` more: that try takes the lock if it is free, so a timer try now would be
-    /// redundant, and it could take the lock before the member the release woke (on a loaded
-    /// host a woken try can take longer than a first nap). Once more only, so a woken member
-    /// whose future is held but never polled delays the others by one nap, not for good.
-    async fn wait(&self, ticket: u64, timeout: Duration) -> bool {
+    /// `true` when woken, `false` when the time ran out: `timeout` for the oldest member, or
+    /// `until`. A younger member whose `timeout` ends waits on, as long as an older one is a
+    /// member: only the oldest tries on its own timer (its naps are bounded by the holder's
+    /// lease), so a younger member never takes the lock before an older one by the accident of
+    /// a timer, however late a release's message or the older member's try. As with tokio's
+    /// fair `Mutex`, an older member whose future is held but never polled holds the others up
+    /// (until their own `until`).
+    async fn wait(
+        &self,
+        ticket: u64,
+        timeout: Duration,
+        until: Option<Instant>,
+        closed: &AtomicBool,
+    ) -> bool {
         let (tx, mut rx) = oneshot::channel();
         {
             let mut s = lock(&self.state);
@@ -334,22 +337,20 @@ impl Turns {
             ticket,
             left: false,
         };
-        let mut extended = false;
         loop {
-            match tokio::time::timeout(timeout, &mut rx).await {
+            let mut end = Instant::now() + timeout;
+            if let Some(u) = until {
+                end = end.min(u);
+            }
+            match tokio::time::timeout_at(end, &mut rx).await {
                 Ok(Ok(())) => {
                     place.left = true;
                     return true;
                 }
                 Err(_)
-                    if !extended
-                        && lock(&self.state)
-                            .trying
-                            .first()
-                            .is_some_and(|&t| t < ticket) =>
-                {
-                    extended = true;
-                }
+                    if until.map_or(true, |u| Instant::now() < u)
+                        && !closed.load(Ordering::Acquire)
+                        && lock(&self.state).members.first() != Some(&ticket) => {}
                 // The sender went without a wake (not done by this module), or the time ran
                 // out: still parked means not woken; otherwise the wake came as the time ran
                 // out.
@@ -403,7 +404,7 @@ mod tests {
     fn waiter(g: &Arc<Group>) -> tokio::task::JoinHandle<bool> {
         let w = WakeOne::new(g.clone());
         tokio::spawn(async move {
-            match w.wait(Duration::from_secs(5)).await {
+            match w.wait(Duration::from_secs(5), None).await {
                 Some(woken) => {
                     woken.used();
                     true
@@ -437,7 +438,7 @@ mod tests {
         let c = WakeOne::new(g.clone());
         let dropper = tokio::spawn(async move {
             // Woken, then gone before trying (a cancelled acquire).
-            assert!(c.wait(Duration::from_secs(5)).await.is_some());
+            assert!(c.wait(Duration::from_secs(5), None).await.is_some());
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         let d = waiter(&g);
@@ -453,18 +454,21 @@ mod tests {
         let a = WakeOne::new(g.clone());
         g.turns.notify_one();
         g.turns.notify_one();
-        a.wait(Duration::from_millis(10))
+        a.wait(Duration::from_millis(10), None)
             .await
             .expect("kept")
             .used();
         assert!(
-            a.wait(Duration::from_millis(10)).await.is_none(),
+            a.wait(Duration::from_millis(10), None).await.is_none(),
             "only one kept"
         );
         assert!(a.take_stored().is_none(), "nothing stored");
         g.turns.notify_one();
         a.take_stored().expect("the stored wake").used();
-        assert!(a.wait(Duration::from_millis(10)).await.is_none(), "taken");
+        assert!(
+            a.wait(Duration::from_millis(10), None).await.is_none(),
+            "taken"
+        );
     }
 
     #[tokio::test]
@@ -477,7 +481,7 @@ mod tests {
         for (i, w) in members.into_iter().enumerate().rev() {
             let tx = tx.clone();
             tasks.push(tokio::spawn(async move {
-                let woken = w.wait(Duration::from_secs(5)).await.expect("woken");
+                let woken = w.wait(Duration::from_secs(5), None).await.expect("woken");
                 woken.used();
                 tx.send(i).unwrap();
             }));
@@ -497,7 +501,10 @@ mod tests {
         let younger = WakeOne::new(g.clone());
         let parked = tokio::spawn(async move {
             younger
-                .wait(Duration::from_millis(200))
+                .wait(
+                    Duration::from_millis(50),
+                    Some(Instant::now() + Duration::from_millis(200)),
+                )
                 .await
                 .map(Woken::used)
                 .is_some()
@@ -509,8 +516,12 @@ mod tests {
         drop(oldest);
         // A member that leaves with a wake kept for it passes it to the next one.
         let (first, second) = (WakeOne::new(g.clone()), WakeOne::new(g.clone()));
-        let next =
-            tokio::spawn(async move { second.wait(Duration::from_secs(5)).await.map(Woken::used) });
+        let next = tokio::spawn(async move {
+            second
+                .wait(Duration::from_secs(5), None)
+                .await
+                .map(Woken::used)
+        });
         tokio::time::sleep(Duration::from_millis(20)).await;
         g.turns.notify_one();
         drop(first);
@@ -519,37 +530,55 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_younger_members_nap_waits_once_more_for_an_older_members_woken_try() {
+    async fn only_the_oldest_member_ends_its_wait_on_its_own_timer() {
         let g = group();
         let (older, younger) = (WakeOne::new(g.clone()), WakeOne::new(g.clone()));
-        g.turns.notify_one();
-        let in_flight = older.take_stored().expect("kept for the oldest");
-        let nap = Duration::from_millis(100);
-        let start = tokio::time::Instant::now();
-        assert!(younger.wait(nap).await.is_none(), "not woken");
+        let nap = Duration::from_millis(50);
+        // The older member is between tries (or its wake is slow to come): the younger one's
+        // naps end, and it waits on instead of trying.
+        let start = Instant::now();
+        let until = start + Duration::from_millis(300);
+        assert!(younger.wait(nap, Some(until)).await.is_none(), "not woken");
         assert!(
-            start.elapsed() >= nap * 2,
-            "the nap ran out while the older member's try was in flight: one more nap ({:?})",
+            start.elapsed() >= Duration::from_millis(300),
+            "the younger member's wait ended after {:?}, before its bound, while an older \
+             member waited",
             start.elapsed()
         );
-        in_flight.used();
-        let start = tokio::time::Instant::now();
-        assert!(younger.wait(nap).await.is_none());
+        // A message while it waits wakes the oldest, not the younger one.
+        let waiting = tokio::spawn(async move {
+            let woken = younger.wait(nap, None).await.map(Woken::used).is_some();
+            (woken, younger)
+        });
+        tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(
-            start.elapsed() < nap * 2,
-            "no try in flight: one nap ({:?})",
-            start.elapsed()
+            !waiting.is_finished(),
+            "the younger member waits on past its naps"
         );
-        // The older member's wake dropped untried, and the member gone: the younger is woken.
         g.turns.notify_one();
-        let held = older.take_stored().expect("kept for the oldest");
-        let waiting =
-            tokio::spawn(
-                async move { younger.wait(Duration::from_secs(5)).await.map(Woken::used) },
-            );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        drop(held);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the wake is kept for the older member"
+        );
+        older.take_stored().expect("kept for the oldest").used();
+        // The older member got its lock and left: the younger, now the oldest, ends its wait on
+        // its own timer.
+        let left = Instant::now();
         drop(older);
-        assert!(waiting.await.unwrap().is_some(), "passed to the younger");
+        let (woken, younger) = waiting.await.unwrap();
+        assert!(!woken, "no wake was sent to it");
+        assert!(
+            left.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            left.elapsed()
+        );
+        let start = Instant::now();
+        assert!(younger.wait(nap, None).await.is_none());
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the oldest's nap: {:?}",
+            start.elapsed()
+        );
     }
 }
