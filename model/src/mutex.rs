@@ -903,19 +903,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_lost_batch_whose_acquisitions_are_not_released_by_token_leaves_a_lock_behind() {
+    /// Runs the batched model with one lost reply, only on batched calls (the lone path's loss
+    /// is covered above), and `mutation`: a lock must be left behind (a liveness violation).
+    fn batched_loss_leaves_a_lock_behind(mutation: Mutation) {
         let faults = Faults {
             lost_replies: 1,
             ..Faults::default()
         };
-        let mut model = batching(faults, Some(Mutation::OrphansKept));
-        // Only batched calls may lose their reply here: the lone path's loss is covered above.
+        let mut model = batching(faults, Some(mutation));
         model.lone_lost = false;
         match run(&model) {
             Outcome::LivenessViolation(cx) => eprintln!("{cx}"),
             other => panic!("expected a liveness counterexample, got {other}"),
         }
+    }
+
+    #[test]
+    fn a_lost_batch_whose_acquisitions_are_not_released_by_token_leaves_a_lock_behind() {
+        batched_loss_leaves_a_lock_behind(Mutation::OrphansKept);
     }
 
     #[test]
@@ -935,16 +940,7 @@ mod tests {
 
     #[test]
     fn a_batch_member_that_gave_up_and_is_not_released_leaves_a_lock_behind() {
-        let faults = Faults {
-            lost_replies: 1,
-            ..Faults::default()
-        };
-        let mut model = batching(faults, Some(Mutation::GivenUpKept));
-        model.lone_lost = false;
-        match run(&model) {
-            Outcome::LivenessViolation(cx) => eprintln!("{cx}"),
-            other => panic!("expected a liveness counterexample, got {other}"),
-        }
+        batched_loss_leaves_a_lock_behind(Mutation::GivenUpKept);
     }
 
     #[test]
