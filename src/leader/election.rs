@@ -23,6 +23,14 @@ use crate::util::time::after;
 use crate::util::token::new_token;
 use crate::util::wake::{WakeOne, Woken};
 
+/// What a new term runs besides its supervisor: the watchdog and the `elected` notification,
+/// as one future, to be polled to its end in the one task the caller spawns for the term. One
+/// task per term, not three: the first task spawned while a runtime thread runs the campaign
+/// waits in that thread's next-task slot, and each one after it wakes a parked thread, which
+/// costs the new leader's `campaign()` tens of µs each on a small machine. Dropped unpolled
+/// (a campaign dropped right after its grant), nothing renews and [`Held`]'s drop releases.
+pub(super) type TermTasks = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// One election, as one candidate takes part in it.
 pub(super) struct Election {
     pub(super) backend: Backend,
@@ -84,8 +92,10 @@ impl Election {
         Labels::new(primitive::LEADER, self.backend.label())
     }
 
-    /// One try: the term, or the leader's PTTL.
-    pub(super) async fn try_once(&self) -> Result<Result<Held, Option<Duration>>, Error> {
+    /// One try: the term and what it must run ([`TermTasks`]), or the leader's PTTL.
+    pub(super) async fn try_once(
+        &self,
+    ) -> Result<Result<(Held, TermTasks), Option<Duration>>, Error> {
         let value = keys::lease_value(&new_token(), &self.name);
         // Armed before the request leaves: an error, a timeout or a dropped future releases
         // the lease by token unless we learn the outcome.
@@ -122,7 +132,7 @@ impl Election {
                     keys: self.keys.clone(),
                     let_go: std::sync::atomic::AtomicBool::new(false),
                 };
-                watchdog::spawn(
+                let watchdog = watchdog::task(
                     &self.backend,
                     Watch {
                         lease: self.keys.lease.clone(),
@@ -140,26 +150,29 @@ impl Election {
                 // The test seam: a campaign can be dropped here, granted but not yet returned.
                 self.backend.before_exec("leader: granted").await;
                 // Observers learn of it at once; best effort (they re-read on a reconnect and
-                // on a timer too), and off the new leader's path: sent by a client task
+                // on a timer too), and off the new leader's path: sent from the term's task
                 // without waiting for the reply (one round trip less before `campaign`
                 // returns).
-                self.backend.notify_in_background(
+                let elected = self.backend.notification(
                     &self.keys.lease,
                     &self.keys.channel,
                     "elected",
                     limit,
                 );
-                Ok(Ok(held))
+                let tasks: TermTasks = Box::pin(async move {
+                    tokio::join!(elected, watchdog);
+                });
+                Ok(Ok((held, tasks)))
             }
         }
     }
 
-    /// Campaigns until elected. Transient errors are passed to `on_error` and retried with
-    /// backoff; others are returned.
+    /// Campaigns until elected: the term and what it must run ([`TermTasks`]). Transient
+    /// errors are passed to `on_error` and retried with backoff; others are returned.
     pub(super) async fn campaign(
         &self,
         on_error: &mut (dyn FnMut(&Error) + Send),
-    ) -> Result<Held, Error> {
+    ) -> Result<(Held, TermTasks), Error> {
         let mut backoff = Backoff::new(Duration::from_secs(1));
         let mut group: Option<WakeOne> = None;
         let mut woken: Option<Woken> = None;

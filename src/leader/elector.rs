@@ -77,7 +77,8 @@ impl Elector {
         );
         let mut on_error = |e: &Error| tracing::debug!(error = %e, "campaign failed; retrying");
         let campaign = self.election.campaign(&mut on_error);
-        let held = Arc::new(tracing::Instrument::instrument(campaign, span.clone()).await?);
+        let (held, tasks) = tracing::Instrument::instrument(campaign, span.clone()).await?;
+        let held = Arc::new(held);
         let term = held.term.clone();
         span.record("fencing_token", term.number());
         let previous = lock(&self.current).replace(held.clone());
@@ -86,7 +87,8 @@ impl Elector {
             old.let_go();
         }
         // The term's supervisor: fires the stop token when the term must end, then lets the
-        // lease go at its deadline (the work had until then to stop).
+        // lease go at its deadline (the work had until then to stop). It runs in the term's
+        // one task, beside the watchdog and the `elected` notification (`TermTasks`).
         let election = self.election.clone();
         let current = self.current.clone();
         let supervisor = async move {
@@ -124,7 +126,12 @@ impl Elector {
         self.election
             .backend
             .tracker()
-            .spawn(tracing::Instrument::instrument(supervisor, span));
+            .spawn(tracing::Instrument::instrument(
+                async move {
+                    tokio::join!(tasks, supervisor);
+                },
+                span,
+            ));
         Ok(term)
     }
 

@@ -143,7 +143,14 @@ impl WorkerTask {
                 h = self.election.campaign(&mut on_error) => h,
             };
             let held = match held {
-                Ok(h) => h,
+                Ok((h, tasks)) => {
+                    // The watchdog and the `elected` notification, in one task of the client.
+                    self.election
+                        .backend
+                        .tracker()
+                        .spawn(tracing::Instrument::in_current_span(tasks));
+                    h
+                }
                 Err(e) => {
                     tracing::error!(key = %self.election.key, error = %e, "campaign failed");
                     self.emit(LeaderEvent::error(&e)).await;

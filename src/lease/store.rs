@@ -84,19 +84,19 @@ impl Backend {
         }
     }
 
-    /// Sends `message` on `channel` in the background (a client task), bounded by `limit`;
-    /// best effort: nothing waits for it and a failure is only logged. `lock` names the key
-    /// whose node serves the channel (Redis Cluster).
-    pub(crate) fn notify_in_background(
+    /// Sends `message` on `channel`, bounded by `limit`, as a future for a task the caller runs
+    /// anyway; best effort: a failure is only logged. `lock` names the key whose node serves the
+    /// channel (Redis Cluster).
+    pub(crate) fn notification(
         &self,
         lock: &str,
         channel: &str,
         message: &'static str,
         limit: Instant,
-    ) {
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let backend = self.clone();
         let (lock, channel) = (lock.to_string(), channel.to_string());
-        self.tracker().spawn(async move {
+        async move {
             let sent = match &backend {
                 Backend::Redis(t) => {
                     let sent = async {
@@ -126,7 +126,7 @@ impl Backend {
                     "a notification was not sent; readers re-read on a timer"
                 );
             }
-        });
+        }
     }
 
     /// The lock `lock` as stored: its holder's value, its fence (`fence` is the fence key on

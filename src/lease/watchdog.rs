@@ -196,24 +196,37 @@ pub(crate) fn spawn(
     state: Arc<LeaseState>,
     stop: CancellationToken,
 ) {
+    // In the span of whoever holds the lease (a guard's, an elector's): a spawned task would
+    // otherwise log outside it.
+    backend
+        .tracker()
+        .spawn(tracing::Instrument::in_current_span(task(
+            backend, watch, state, stop,
+        )));
+}
+
+/// The watchdog [`spawn`] starts, as a future for a task its owner runs anyway (a leader's
+/// term runs it beside its supervisor, in one task). It must be polled to its end: a watchdog
+/// not running extends nothing and fires no loss signal.
+pub(crate) fn task(
+    backend: &Backend,
+    watch: Watch,
+    state: Arc<LeaseState>,
+    stop: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     // Weakly (on Redis the router, not the transport): the watchdog must not keep the client
     // alive.
     let weak = backend.downgrade();
     let client_gone = backend.cancel().clone();
     let response = backend.response_timeout();
-    // In the span of whoever holds the lease (a guard's, an elector's): a spawned task would
-    // otherwise log outside it.
-    let task = async move {
+    async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
             _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lease is no longer extended"),
             _ = run(weak, watch, state.clone(), response) => {}
         }
-    };
-    backend
-        .tracker()
-        .spawn(tracing::Instrument::in_current_span(task));
+    }
 }
 
 async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, response: Duration) {
