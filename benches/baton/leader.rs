@@ -15,6 +15,10 @@
 //!   connection) and tries again as soon as a message arrives.
 //! - Resign: one `EVALSHA` compare-and-`DEL` that `PUBLISH`es `released` when it deleted.
 //!
+//! `leader-handover` also runs a **fenced floor**: the floor whose tries are one `EVALSHA` of
+//! [`FENCED_TRY`], which also steps a term number (the fence, as baton's term) past a restart
+//! that lost the data: what a careful user writes for a leader whose term only grows.
+//!
 //! Nothing is asserted about timings.
 
 use std::sync::Arc;
@@ -39,6 +43,20 @@ const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 const RESIGN: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                       redis.call('DEL', KEYS[1]); redis.call('PUBLISH', KEYS[2], 'released'); \
                       return 1 else return 0 end";
+
+/// The fenced floor's try, as a careful user writes it: the lease, then the term stepped to
+/// `max(old + 1, server time in µs)` with a day's retention, as the mutex's fenced floor
+/// (`locks.rs`); `{1, term}` when it leads, else `{0, the leader's PTTL}`.
+const FENCED_TRY: &str = "
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000000 + t[2]
+  local old = tonumber(redis.call('GET', KEYS[2])) or 0
+  local f = string.format('%.0f', math.max(old + 1, now))
+  redis.call('SET', KEYS[2], f, 'PX', 86400000)
+  return {1, f}
+end
+return {0, redis.call('PTTL', KEYS[1])}";
 
 /// What the floor does, stated in the notes.
 const FLOOR_WHAT: &str = "floor: SET NX PX + PTTL pipelined, sleep PTTL, renew by EVALSHA \
@@ -181,6 +199,8 @@ struct Floor {
     conn: MultiplexedConnection,
     renew: String,
     resign: String,
+    /// The fenced floor's try ([`FENCED_TRY`]), for `leader-handover`.
+    fenced: String,
 }
 
 async fn floor_pubsub(url: &str) -> PubSub {
@@ -211,10 +231,12 @@ impl Floor {
         };
         let renew = load(RENEW).await;
         let resign = load(RESIGN).await;
+        let fenced = load(FENCED_TRY).await;
         Floor {
             conn,
             renew,
             resign,
+            fenced,
         }
     }
 
@@ -237,6 +259,41 @@ impl Floor {
             Ok(())
         } else {
             Err(pttl)
+        }
+    }
+
+    /// The fenced floor's try: `Ok(term)` when it leads, else the holder's PTTL in ms.
+    async fn try_lead_fenced(&self, key: &str, token: &str, lease: Duration) -> Result<u64, i64> {
+        let mut c = self.conn.clone();
+        let (led, v): (i64, String) = redis::cmd("EVALSHA")
+            .arg(&self.fenced)
+            .arg(2)
+            .arg(key)
+            .arg(format!("{key}:term"))
+            .arg(token)
+            .arg(lease.as_millis() as u64)
+            .query_async(&mut c)
+            .await
+            .expect("fenced floor EVALSHA");
+        if led == 1 {
+            Ok(v.parse().expect("a term"))
+        } else {
+            Err(v.parse().expect("a PTTL"))
+        }
+    }
+
+    /// One try of the floor (`fenced`: of the fenced floor).
+    async fn try_side(
+        &self,
+        fenced: bool,
+        key: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<(), i64> {
+        if fenced {
+            self.try_lead_fenced(key, token, lease).await.map(|_| ())
+        } else {
+            self.try_lead(key, token, lease).await
         }
     }
 
@@ -296,11 +353,14 @@ impl Floor {
     }
 }
 
-/// The floor standby of `leader-handover`: subscribes, tries, then tries again on each
-/// message (or at the holder's PTTL); unsubscribes once it leads. Returns when it led.
+/// The floor standby of `leader-handover` (`fenced`: the fenced floor's): subscribes, tries,
+/// then tries again on each message (or at the holder's PTTL); unsubscribes once it leads.
+/// Returns when it led.
+#[allow(clippy::too_many_arguments)]
 async fn floor_standby(
     ps: &mut PubSub,
     f: &Floor,
+    fenced: bool,
     key: &str,
     channel: &str,
     token: &str,
@@ -310,7 +370,7 @@ async fn floor_standby(
     ps.subscribe(channel).await.expect("floor SUBSCRIBE");
     let mut parked = Some(parked);
     let led = loop {
-        match f.try_lead(key, token, lease).await {
+        match f.try_side(fenced, key, token, lease).await {
             Ok(()) => break Instant::now(),
             Err(-2) => continue,
             Err(p) => {
@@ -579,10 +639,12 @@ async fn baton_handover(a: &Client, b: &Client, adm: &mut MultiplexedConnection,
     (t1 - t0).as_secs_f64() * 1e6
 }
 
-async fn floor_handover(f: &Arc<Floor>, ps: &mut Option<PubSub>, key: &str) -> f64 {
+/// The floor (`fenced`: the fenced floor): as [`baton_handover`], µs from the resignation being
+/// sent to the standby's winning try's reply.
+async fn floor_handover(f: &Arc<Floor>, fenced: bool, ps: &mut Option<PubSub>, key: &str) -> f64 {
     let channel = format!("{key}:events");
     let lt = token();
-    f.try_lead(key, &lt, HANDOVER_LEASE)
+    f.try_side(fenced, key, &lt, HANDOVER_LEASE)
         .await
         .expect("floor leader elected");
     let (tx, parked) = tokio::sync::oneshot::channel();
@@ -590,7 +652,7 @@ async fn floor_handover(f: &Arc<Floor>, ps: &mut Option<PubSub>, key: &str) -> f
     let (fs, k, ch) = (f.clone(), key.to_string(), channel.clone());
     let camp = tokio::spawn(async move {
         let st = token();
-        let t = floor_standby(&mut p, &fs, &k, &ch, &st, HANDOVER_LEASE, tx).await;
+        let t = floor_standby(&mut p, &fs, fenced, &k, &ch, &st, HANDOVER_LEASE, tx).await;
         (t, st, p)
     });
     parked.await.expect("floor standby parked");
@@ -605,6 +667,25 @@ async fn floor_handover(f: &Arc<Floor>, ps: &mut Option<PubSub>, key: &str) -> f
     (t1 - t0).as_secs_f64() * 1e6
 }
 
+/// One handover of side `side` of [`handover`]: baton, the floor, the fenced floor.
+async fn handover_side(
+    side: usize,
+    (a, b): (&Client, &Client),
+    floor: &Arc<Floor>,
+    ps: &mut Option<PubSub>,
+    adm: &mut MultiplexedConnection,
+    key: &str,
+) -> f64 {
+    match side {
+        0 => {
+            let d = baton_handover(a, b, adm, key).await;
+            drain_pubsub(adm).await;
+            d
+        }
+        s => floor_handover(floor, s == 2, ps, key).await,
+    }
+}
+
 pub async fn handover(opts: &Opts, report: &mut Report) {
     let (n, runs) = if opts.quick { (20, 1) } else { (100, 3) };
     let server = start_server();
@@ -615,37 +696,43 @@ pub async fn handover(opts: &Opts, report: &mut Report) {
     let mut ps = Some(floor_pubsub(&url).await);
     let mut adm = admin(&url).await;
     let id = run_id();
-    let (mut bs, mut fs) = (Samples::default(), Samples::default());
-    let (mut bc, mut fc) = (CommandStats::new(), CommandStats::new());
+    // baton, the floor, the fenced floor: samples and command counts, interleaved one by one.
+    const SIDES: [&str; 3] = ["baton", "floor", "fenced-floor"];
+    let mut samples: [Samples; 3] = Default::default();
+    let mut counts = [
+        CommandStats::new(),
+        CommandStats::new(),
+        CommandStats::new(),
+    ];
     for round in 0..=runs {
         let count = if round == 0 { 5 } else { n };
         for i in 0..count {
-            let before = redisinfo::commandstats(&mut adm).await;
-            let d = baton_handover(&a, &b, &mut adm, &format!("lh-b-{id}-{round}-{i}")).await;
-            drain_pubsub(&mut adm).await;
-            let mid = redisinfo::commandstats(&mut adm).await;
-            let e = floor_handover(&floor, &mut ps, &format!("lh-f-{id}-{round}-{i}")).await;
-            let after = redisinfo::commandstats(&mut adm).await;
-            if round > 0 {
-                bs.push_us(d);
-                fs.push_us(e);
-                add(&mut bc, &redisinfo::delta(&before, &mid));
-                add(&mut fc, &redisinfo::delta(&mid, &after));
+            for side in 0..SIDES.len() {
+                let before = redisinfo::commandstats(&mut adm).await;
+                let key = format!("lh-{side}-{id}-{round}-{i}");
+                let d = handover_side(side, (&a, &b), &floor, &mut ps, &mut adm, &key).await;
+                let after = redisinfo::commandstats(&mut adm).await;
+                if round > 0 {
+                    samples[side].push_us(d);
+                    add(&mut counts[side], &redisinfo::delta(&before, &after));
+                }
             }
         }
     }
     let mon = Monitor::start(server.port()).expect("MONITOR");
     let _ = sent(&mon);
-    baton_handover(&a, &b, &mut adm, &format!("lh-b-{id}-m")).await;
-    drain_pubsub(&mut adm).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let bm = sent(&mon);
-    floor_handover(&floor, &mut ps, &format!("lh-f-{id}-m")).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let fm = sent(&mon);
+    let mut monitored = Vec::new();
+    for side in 0..SIDES.len() {
+        let key = format!("lh-{side}-{id}-m");
+        handover_side(side, (&a, &b), &floor, &mut ps, &mut adm, &key).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        monitored.push(sent(&mon));
+    }
     mon.stop();
-    let fp = fs.pct(50.0).unwrap();
-    for (name, s, c, m) in [("baton", &bs, &bc, &bm), ("floor", &fs, &fc, &fm)] {
+    let fp = samples[1].pct(50.0).unwrap();
+    let fenced_p50 = samples[2].pct(50.0).unwrap();
+    for (side, name) in SIDES.iter().enumerate() {
+        let (s, c, m) = (&samples[side], &counts[side], &monitored[side]);
         let (mj, mnote) = sent_note(&m.0, m.1);
         let p50 = s.pct(50.0).unwrap();
         let (cmds, by) = per_op(c, s.len());
@@ -655,9 +742,13 @@ pub async fn handover(opts: &Opts, report: &mut Report) {
              {}); {mnote}",
             brief(&by)
         );
-        if name == "floor" {
-            notes.push_str("; ");
-            notes.push_str(FLOOR_HANDOVER);
+        match side {
+            0 => notes.push_str(&format!("; vs fenced floor: p50 {:.2} ×", p50 / fenced_p50)),
+            1 => {
+                notes.push_str("; ");
+                notes.push_str(FLOOR_HANDOVER);
+            }
+            _ => notes.push_str("; the floor, each try one EVALSHA that also steps the term"),
         }
         notes.push_str(&format!("; {runs} runs"));
         report.rows.push(Row {
@@ -672,7 +763,9 @@ pub async fn handover(opts: &Opts, report: &mut Report) {
             extra: json!({
                 "side": name,
                 "floor_p50_us": fp,
-                "floor_p99_us": fs.pct(99.0),
+                "floor_p99_us": samples[1].pct(99.0),
+                "fenced_floor_p50_us": fenced_p50,
+                "p50_vs_fenced_floor": p50 / fenced_p50,
                 "ratio_of": "p50",
                 "target_p50_us": 2000,
                 "commands_per_cycle": cmds,
