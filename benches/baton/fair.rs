@@ -22,6 +22,15 @@
 //! `EVALSHA` compare-and-`DEL` that `PUBLISH`es `go` to the list's head. No fence, no liveness
 //! (a dead waiter blocks the list forever), no reservation, no timeouts.
 //!
+//! **The fenced FIFO floor** (`fair-contended`) is the FIFO floor with what baton's fair lock
+//! guarantees besides order, as a careful user adds it: each grant steps a fencing token to
+//! `max(old + 1, server time in µs)` (as the mutex's fenced floor, `locks.rs`), and waiters
+//! have liveness: each try writes the waiter's deadline (server time + the waiter timeout,
+//! baton's default 10 s) into a hash and refreshes the list's and the hash's TTLs, and a grant
+//! or release first drops dead heads (head only, as baton). Its parked waiters try again every
+//! third of the waiter timeout, which refreshes their deadline. Baton's `fair-contended` target
+//! is against this floor.
+//!
 //! **The run-or-enqueue floor**: `LPUSH items x` and `SET lock token NX PX` pipelined (one
 //! round trip); the poster that set the lock `RPOP`s 100 at a time, handles each, and on an
 //! empty pop runs one `EVALSHA` "DEL the lock iff it is mine and the list is empty" (else it
@@ -51,6 +60,11 @@ use crate::{run_id, start_server, Opts};
 /// Every lock is taken for this long (never reached: every cycle releases).
 const TTL: Duration = Duration::from_secs(10);
 
+/// The fenced FIFO floor's waiter timeout: baton's default.
+fn fenced_waiter_timeout() -> Duration {
+    FairOptions::default().waiter_timeout()
+}
+
 /// The floor's acquire: grant iff free and first in line, else join the line once.
 const FLOOR_ACQUIRE: &str = "local head = redis.call('LINDEX', KEYS[2], 0) \
     if redis.call('EXISTS', KEYS[1]) == 0 and ((not head) or head == ARGV[1]) then \
@@ -67,11 +81,57 @@ const FLOOR_RELEASE: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then retur
     if head then redis.call('PUBLISH', ARGV[2] .. head, 'go') end \
     return 1";
 
+/// Drops dead heads of the line (`KEYS[2]`; deadlines in the hash `KEYS[A]`, ms of server
+/// time `now`) and leaves `head` at the first live one: the fenced FIFO floor's shared prefix.
+const FENCED_EVICT: &str = "local t = redis.call('TIME') \
+    local now_us = t[1] * 1000000 + t[2] \
+    local now = math.floor(now_us / 1000) \
+    local head = redis.call('LINDEX', KEYS[2], 0) \
+    while head and head ~= ARGV[1] do \
+      local d = tonumber(redis.call('HGET', KEYS[A], head)) \
+      if d and d > now then break end \
+      redis.call('LPOP', KEYS[2]) redis.call('HDEL', KEYS[A], head) \
+      head = redis.call('LINDEX', KEYS[2], 0) \
+    end ";
+
+/// The fenced FIFO floor's acquire after [`FENCED_EVICT`] (`KEYS`: lock, line, fence,
+/// deadlines; `ARGV`: token, ttl ms, waiter timeout ms): the fencing token when granted (free and first live in line), else
+/// 0 after joining the line once and writing the waiter's deadline.
+const FENCED_FLOOR_ACQUIRE: &str =
+    "if redis.call('EXISTS', KEYS[1]) == 0 and ((not head) or head == ARGV[1]) then \
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+      if head then redis.call('LPOP', KEYS[2]) redis.call('HDEL', KEYS[4], head) end \
+      local old = tonumber(redis.call('GET', KEYS[3])) or 0 \
+      local f = string.format('%.0f', math.max(old + 1, now_us)) \
+      redis.call('SET', KEYS[3], f, 'PX', 86400000) \
+      return f end \
+    if not redis.call('LPOS', KEYS[2], ARGV[1]) then redis.call('RPUSH', KEYS[2], ARGV[1]) end \
+    redis.call('HSET', KEYS[4], ARGV[1], now + tonumber(ARGV[3])) \
+    redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3])) \
+    redis.call('PEXPIRE', KEYS[4], 2 * tonumber(ARGV[3])) \
+    return 0";
+
+/// The fenced FIFO floor's release around [`FENCED_EVICT`] (`KEYS`: lock, line, deadlines;
+/// `ARGV`: token, channel prefix): compare-and-DEL, drop dead heads, wake the first live one on
+/// its own channel.
+const FENCED_FLOOR_RELEASE_CHECK: &str =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
+    redis.call('DEL', KEYS[1]) ";
+
+/// The end of [`FENCED_FLOOR_RELEASE_CHECK`], after [`FENCED_EVICT`].
+const FENCED_FLOOR_RELEASE: &str = "if head then redis.call('PUBLISH', ARGV[2] .. head, 'go') end \
+    return 1";
+
 /// The run-or-enqueue floor's release: DEL the lock iff it is ours and nothing is queued.
 /// 1: released; 0: items left; -1: not ours any more.
 const FLOOR_RELEASE_IF_EMPTY: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end \
     if redis.call('LLEN', KEYS[2]) > 0 then return 0 end \
     redis.call('DEL', KEYS[1]) return 1";
+
+/// What the fenced FIFO floor adds, stated in the notes.
+const FENCED_FIFO_FLOOR: &str = "; the floor plus a fence stepped on each grant, waiter \
+    deadlines (server time + 10 s) in a hash written on each try, TTLs on the line and the hash, \
+    dead heads dropped on grant and release, parked waiters retrying every 3.3 s";
 
 /// What the FIFO floor is, stated in the notes.
 const FIFO_FLOOR: &str = "floor: LIST of waiters + SET PX lock, acquire = one EVALSHA (grant \
@@ -188,12 +248,14 @@ struct Fifo {
     acquire: String,
     release: String,
     release_if_empty: String,
+    fenced_acquire: String,
+    fenced_release: String,
 }
 
 impl Fifo {
     async fn connect(url: &str) -> Fifo {
         let conn = admin(url).await;
-        let load = |src: &'static str| {
+        let load = |src: String| {
             let mut c = conn.clone();
             async move {
                 redis::cmd("SCRIPT")
@@ -204,11 +266,17 @@ impl Fifo {
                     .expect("SCRIPT LOAD")
             }
         };
+        let evict = |deadlines: &str| FENCED_EVICT.replace("KEYS[A]", deadlines);
         Fifo {
             url: url.to_string(),
-            acquire: load(FLOOR_ACQUIRE).await,
-            release: load(FLOOR_RELEASE).await,
-            release_if_empty: load(FLOOR_RELEASE_IF_EMPTY).await,
+            acquire: load(FLOOR_ACQUIRE.into()).await,
+            release: load(FLOOR_RELEASE.into()).await,
+            release_if_empty: load(FLOOR_RELEASE_IF_EMPTY.into()).await,
+            fenced_acquire: load(evict("KEYS[4]") + FENCED_FLOOR_ACQUIRE).await,
+            fenced_release: load(
+                FENCED_FLOOR_RELEASE_CHECK.to_string() + &evict("KEYS[3]") + FENCED_FLOOR_RELEASE,
+            )
+            .await,
             conn,
         }
     }
@@ -251,6 +319,59 @@ impl Fifo {
             let mut msgs = ps.on_message();
             let _ = tokio::time::timeout(Duration::from_secs(1), msgs.next()).await;
         }
+    }
+
+    /// The fenced FIFO floor's try: its fencing token when granted.
+    async fn try_acquire_fenced(&self, key: &str, token: &str) -> Option<u64> {
+        let v: redis::Value = redis::cmd("EVALSHA")
+            .arg(&self.fenced_acquire)
+            .arg(4)
+            .arg(key)
+            .arg(format!("{key}:queue"))
+            .arg(format!("{key}:fence"))
+            .arg(format!("{key}:alive"))
+            .arg(token)
+            .arg(TTL.as_millis() as u64)
+            .arg(fenced_waiter_timeout().as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("fenced floor acquire");
+        match v {
+            redis::Value::BulkString(b) => Some(
+                std::str::from_utf8(&b)
+                    .expect("utf-8")
+                    .parse()
+                    .expect("a fence"),
+            ),
+            _ => None,
+        }
+    }
+
+    /// As [`Fifo::acquire`] for the fenced floor: a parked waiter tries again (refreshing its
+    /// deadline) every third of the waiter timeout. Returns the fencing token.
+    async fn acquire_fenced(&self, ps: &mut PubSub, key: &str, token: &str) -> u64 {
+        loop {
+            if let Some(f) = self.try_acquire_fenced(key, token).await {
+                return f;
+            }
+            let mut msgs = ps.on_message();
+            let _ = tokio::time::timeout(fenced_waiter_timeout() / 3, msgs.next()).await;
+        }
+    }
+
+    async fn release_fenced(&self, key: &str, token: &str) -> bool {
+        let n: i64 = redis::cmd("EVALSHA")
+            .arg(&self.fenced_release)
+            .arg(3)
+            .arg(key)
+            .arg(format!("{key}:queue"))
+            .arg(format!("{key}:alive"))
+            .arg(token)
+            .arg(format!("{key}:wake:"))
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("fenced floor release");
+        n == 1
     }
 
     async fn release(&self, key: &str, token: &str) -> bool {
@@ -571,6 +692,7 @@ enum Side {
     Fair,
     Mutex,
     Floor,
+    FencedFloor,
 }
 
 impl Side {
@@ -579,6 +701,7 @@ impl Side {
             Side::Fair => "fair",
             Side::Mutex => "mutex",
             Side::Floor => "floor",
+            Side::FencedFloor => "fenced-floor",
         }
     }
 }
@@ -599,7 +722,7 @@ async fn contended_round(
         let (client, f, key, counts) = (client.clone(), f.clone(), key.to_string(), counts.clone());
         // The floor's waiter: one id and one subscribed channel for the task's whole life.
         let t = token();
-        let ps = if side == Side::Floor {
+        let ps = if matches!(side, Side::Floor | Side::FencedFloor) {
             let mut ps = f.pubsub().await;
             Fifo::subscribe(&mut ps, &key, &t).await;
             Some(ps)
@@ -629,6 +752,11 @@ async fn contended_round(
                         f.acquire(p, &key, &t).await;
                         f.release(&key, &t).await;
                     }
+                    Side::FencedFloor => {
+                        let p = ps.as_mut().expect("pub/sub");
+                        f.acquire_fenced(p, &key, &t).await;
+                        f.release_fenced(&key, &t).await;
+                    }
                 }
                 counts[i].fetch_add(1, Ordering::Relaxed);
             }
@@ -655,7 +783,7 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
     let client = connect(&url).await;
     let floor = Fifo::connect(&url).await;
     let id = run_id();
-    let sides = [Side::Fair, Side::Mutex, Side::Floor];
+    let sides = [Side::Fair, Side::Mutex, Side::Floor, Side::FencedFloor];
     // (ops, wall, per-task counts) per side; server and this process's CPU seconds per side.
     let mut adm = admin(&url).await;
     let mut cpu: Vec<(f64, f64)> = sides.iter().map(|_| (0.0, 0.0)).collect();
@@ -694,6 +822,7 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
     }
     let rate = |j: usize| res[j].0 as f64 / res[j].1.max(1e-9);
     let floor_rate = rate(2);
+    let fenced_rate = rate(3);
     for (j, side) in sides.iter().enumerate() {
         let per = &res[j].2;
         let (min, max) = (
@@ -714,12 +843,16 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
             brief(&by)
         );
         match side {
-            Side::Fair => notes.push_str("; FairOptions::default()"),
+            Side::Fair => notes.push_str(&format!(
+                "; FairOptions::default(); fenced floor ÷ this: {:.2}",
+                fenced_rate / rate(j)
+            )),
             Side::Mutex => notes.push_str("; baton's mutex, AcquireOptions::default() (one client: its tasks take turns, no order across clients)"),
             Side::Floor => {
                 notes.push_str("; ");
                 notes.push_str(FIFO_FLOOR);
             }
+            Side::FencedFloor => notes.push_str(FENCED_FIFO_FLOOR),
         }
         notes.push_str(&format!("; {runs} runs"));
         report.rows.push(Row {
@@ -735,6 +868,8 @@ pub async fn contended(opts: &Opts, report: &mut Report) {
                 "side": side.name(),
                 "tasks": TASKS,
                 "ratio_of": "floor ops/s ÷ this side's",
+                "fenced_floor_ops_per_s": fenced_rate,
+                "fenced_floor_ratio": fenced_rate / rate(j),
                 "per_task": per,
                 "commands_per_op": all,
                 "sent_per_op": sent,
