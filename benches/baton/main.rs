@@ -69,7 +69,7 @@ fn parse_args() -> Opts {
         monitor: false,
         make_baseline: Vec::new(),
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
@@ -100,7 +100,12 @@ fn parse_args() -> Opts {
                     std::process::exit(64);
                 }
             },
-            "--make-baseline" => opts.make_baseline.extend(args.by_ref()),
+            // The files up to the next option: `cargo bench` appends `--bench` after them.
+            "--make-baseline" => {
+                while let Some(f) = args.next_if(|a| !a.starts_with("--")) {
+                    opts.make_baseline.push(f);
+                }
+            }
             "--scenario" => match args.next() {
                 Some(s) => opts.only.push(s),
                 None => {
