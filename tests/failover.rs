@@ -246,6 +246,32 @@ scenario! {
 scenario! {
     postgres:
     #[tokio::test]
+    async fn the_handle_shows_the_deadline_each_confirmed_extension_moves() {
+        let srv = server();
+        let client = client(&srv).await;
+        let lease = Duration::from_millis(600);
+        let cfg = FailoverConfig::builder("moving")
+            .lease(lease)
+            .keepalive(true)
+            .build()
+            .unwrap();
+        let mut w = client.failover().start(cfg);
+        let got = acquired(&mut w, WAKE).await;
+        let handle = got.handle.clone();
+        assert_eq!(handle.lease_deadline(), got.lease_deadline);
+        // Past the grant's own deadline the attempt is still held: keepalive extended it, and
+        // the handle's deadline moved on with the extensions, always ahead of now.
+        tokio::time::sleep_until(got.lease_deadline + lease).await;
+        let moved = handle.lease_deadline();
+        assert!(moved > got.lease_deadline + lease, "{moved:?}");
+        assert!(moved > Instant::now());
+        got.done().await.unwrap();
+    }
+}
+
+scenario! {
+    postgres:
+    #[tokio::test]
     async fn k_backups_racing_for_one_count_produce_exactly_one_acquired() {
         let srv = server();
         let client = client(&srv).await;

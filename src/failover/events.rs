@@ -156,7 +156,8 @@ pub struct Acquired {
     /// When the lease ends at the latest, on this process's monotonic clock, as the worker
     /// computed it from the send time of the grant's `EXEC` (`sent + lock_timeout −
     /// max(1 %, 2 ms)`): it errs early, never late, and does not depend on when this event is
-    /// read. With keepalive, confirmed extensions move the real end further on.
+    /// read. With keepalive, confirmed extensions move the real end further on: this field is
+    /// the grant's deadline, [`AttemptHandle::lease_deadline`] the one that moves.
     #[serde(skip)]
     pub lease_deadline: tokio::time::Instant,
     /// The lease time left (ms) when the event was emitted, measured to `lease_deadline`.
@@ -208,6 +209,10 @@ struct HandleInner {
     ended: Arc<Mutex<Option<Error>>>,
     /// Cancelled once the worker no longer holds the attempt for the user's code.
     released: CancellationToken,
+    /// The lease deadline as last confirmed (see [`AttemptHandle::lease_deadline`]): the
+    /// holder moves it on with every extension the store acknowledged. A std mutex: it is
+    /// only ever held to copy an `Instant` in or out, never across an await.
+    deadline: Arc<Mutex<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for AttemptHandle {
@@ -226,6 +231,7 @@ impl AttemptHandle {
         tx: crate::util::mailbox::Sender<HolderCmd>,
         ended: Arc<Mutex<Option<Error>>>,
         released: CancellationToken,
+        deadline: Arc<Mutex<tokio::time::Instant>>,
     ) -> Self {
         AttemptHandle {
             inner: Arc::new(HandleInner {
@@ -234,6 +240,7 @@ impl AttemptHandle {
                 tx: Mutex::new(Some(tx)),
                 ended,
                 released,
+                deadline,
             }),
         }
     }
@@ -260,6 +267,18 @@ impl AttemptHandle {
     /// The attempt number.
     pub fn attempt(&self) -> u64 {
         self.inner.attempt
+    }
+
+    /// When the lease ends at the earliest as of the last extension the store confirmed, on
+    /// this process's monotonic clock: the send time of the granting (or last confirmed
+    /// extending) request + `lock_timeout` − max(1 %, 2 ms). It starts at
+    /// [`Acquired::lease_deadline`] and moves on with every confirmed keepalive extension;
+    /// without keepalive it never moves. It errs early, never late: until this instant no
+    /// backup can hold the next attempt, whatever happened since. A supervisor that must stop
+    /// the work before the lease can pass on (a process outside this one, say) reads it each
+    /// time it changes; once the attempt ended it keeps its last value.
+    pub fn lease_deadline(&self) -> tokio::time::Instant {
+        *lock(&self.inner.deadline)
     }
 
     /// Records success: `DONE` is stored (with the retention TTL), the lease deleted and backups
@@ -515,6 +534,7 @@ mod tests {
             tx,
             Arc::new(Mutex::new(None)),
             CancellationToken::new(),
+            Arc::new(Mutex::new(tokio::time::Instant::now())),
         );
         let h2 = h.clone();
         let task = tokio::spawn(async move {

@@ -97,12 +97,15 @@ impl<S: JobStore> Task<S> {
         if let Some(e) = g.unconfirmed.clone() {
             return self.give_back(&g, e, deadline_at).await;
         }
+        // The deadline the handle shows, moved on below with every confirmed extension.
+        let confirmed = Arc::new(Mutex::new(deadline_at));
         let handle = AttemptHandle::new(
             self.cfg.key.to_string(),
             g.attempt,
             cmd_tx,
             ended.clone(),
             released.clone(),
+            confirmed.clone(),
         );
         let span = tracing::Span::current();
         span.record("attempt", g.attempt);
@@ -200,6 +203,7 @@ impl<S: JobStore> Task<S> {
                     match r {
                         Ok(sent) => {
                             lease_end = lease::deadline(sent, lock_timeout);
+                            *lock(&confirmed) = lease_end;
                             next_extend = after(sent, interval);
                             extend_backoff.reset();
                             self.events.status(

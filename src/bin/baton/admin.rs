@@ -4,12 +4,13 @@
 use baton::{Client, FailoverConfig};
 
 use super::exit::{fail_with, EX_USAGE};
+use super::out;
 
 pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
     let key = job.key().to_string();
     match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
-            eprintln!(
+            say!(
                 "baton: {key} is live ({}); pass --yes to release its attempt",
                 s.state
             );
@@ -20,11 +21,11 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes
     }
     match client.failover().fail_attempt(job, reason).await {
         Ok(Some(n)) => {
-            println!("released attempt {n} of {key}");
+            outln!("released attempt {n} of {key}");
             0
         }
         Ok(None) => {
-            println!("{key} has no live attempt; nothing to release");
+            outln!("{key} has no live attempt; nothing to release");
             0
         }
         Err(e) => fail_with(&e),
@@ -35,7 +36,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8
     let key = job.key().to_string();
     match client.failover().job_status(job.clone()).await {
         Ok(s) if s.is_live() && !yes => {
-            eprintln!("baton: {key} is live ({}); pass --yes to reset it", s.state);
+            say!("baton: {key} is live ({}); pass --yes to reset it", s.state);
             return EX_USAGE;
         }
         Ok(_) => {}
@@ -43,7 +44,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8
     }
     match client.failover().reset_job(job).await {
         Ok(()) => {
-            println!("reset {key}");
+            outln!("reset {key}");
             0
         }
         Err(e) => fail_with(&e),
@@ -54,7 +55,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8
 pub(crate) async fn migrate(client: &Client) -> u8 {
     match client.migrate().await {
         Ok(()) => {
-            eprintln!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
+            say!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
             0
         }
         Err(e) => fail_with(&e),

@@ -36,6 +36,7 @@ use tokio_stream::StreamExt;
 
 use super::cli::DashboardArgs;
 use super::exit::{usage, usage_config, EX_UNAVAILABLE};
+use super::out;
 use super::status::{entry_note, Schedules};
 use super::text;
 
@@ -306,14 +307,14 @@ pub(crate) async fn dashboard(
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("baton: --listen {}: cannot listen: {e}", args.listen);
+            say!("baton: --listen {}: cannot listen: {e}", args.listen);
             return EX_UNAVAILABLE;
         }
     };
     let local: SocketAddr = match listener.local_addr() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("baton: --listen {}: {e}", args.listen);
+            say!("baton: --listen {}: {e}", args.listen);
             return EX_UNAVAILABLE;
         }
     };
@@ -346,14 +347,14 @@ pub(crate) async fn dashboard(
         .route("/healthz", get(healthz))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared.clone());
-    eprintln!(
+    say!(
         "baton: dashboard of {} (prefix {prefix}) at http://{local}/ (read-only; Ctrl-C stops it)",
         shared.server
     );
     match axum::serve(listener, app).await {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("baton: --listen {local}: the server stopped: {e}");
+            say!("baton: --listen {local}: the server stopped: {e}");
             EX_UNAVAILABLE
         }
     }

@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use baton::{ConfigError, ErrorKind};
 
+use super::out;
 use super::signals::signal_status;
 use super::text;
 
@@ -23,7 +24,7 @@ pub(crate) const EX_TEMPFAIL: u8 = 75;
 
 /// Prints a usage error (baton's own words) and returns its status.
 pub(crate) fn usage(e: impl std::fmt::Display) -> u8 {
-    eprintln!("baton: {e}");
+    say!("baton: {e}");
     EX_USAGE
 }
 
@@ -34,7 +35,7 @@ pub(crate) fn usage_config(e: &ConfigError) -> u8 {
 
 /// Maps a library error to an exit status and prints it (in the CLI's words, text.rs).
 pub(crate) fn fail_with(e: &baton::Error) -> u8 {
-    eprintln!("baton: {}", text::error_message(e));
+    say!("baton: {}", text::error_message(e));
     exit_for(e.kind())
 }
 

@@ -30,6 +30,10 @@ pub(crate) trait Lease {
     /// Whether this process still holds the lease after being stopped (job control) for
     /// `away`; `Err` says why not.
     async fn still_held(&mut self, away: Duration) -> Result<(), String>;
+
+    /// When the lease ends at the earliest as of the last extension the server confirmed, on
+    /// this host's monotonic clock: what the guard of PROGRAM's group enforces (guard.rs).
+    fn confirmed_deadline(&self) -> Instant;
 }
 
 /// What `baton lock` needs of a held lock (the fenced mutex or a Redlock): its watchdog's loss
@@ -112,6 +116,10 @@ impl<G: HeldLock> Lease for LockLease<'_, G> {
             term: true,
             kill_at,
         }
+    }
+
+    fn confirmed_deadline(&self) -> Instant {
+        self.guard.deadline()
     }
 
     async fn still_held(&mut self, away: Duration) -> Result<(), String> {

@@ -8,6 +8,7 @@ use baton::{Client, ElectionOptions};
 use super::cli::LeaderArgs;
 use super::exit::{exit_code, fail_with, EX_LOST};
 use super::metrics::Health;
+use super::out;
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
 use super::supervisor::{run_held, Stopping, Supervised};
@@ -94,6 +95,7 @@ pub(crate) async fn leader(
             &term,
             &args.program,
             &env,
+            args.lease,
             args.kill_grace,
             &mut sink,
             &mut signals,
@@ -119,7 +121,7 @@ pub(crate) async fn leader(
         let status = match done.status {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("baton: lost track of PROGRAM: {e}");
+                say!("baton: lost track of PROGRAM: {e}");
                 return EX_LOST;
             }
         };

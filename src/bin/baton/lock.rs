@@ -8,6 +8,7 @@ use super::cli::LockArgs;
 use super::exit::{
     exit_code, fail_with, usage, usage_config, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE,
 };
+use super::out;
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
 use super::supervisor::{run_held, Stopping};
@@ -62,7 +63,7 @@ pub(crate) async fn lock(
     let guard = match got {
         Ok(Ok(guard)) => guard,
         Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
-            eprintln!(
+            say!(
                 "baton: {}: not acquired: {}",
                 args.key,
                 text::error_message(&e)
@@ -88,6 +89,7 @@ pub(crate) async fn lock(
         &guard,
         &args.program,
         &env,
+        args.ttl,
         args.kill_grace,
         &mut sink,
         &mut signals,
@@ -107,7 +109,7 @@ pub(crate) async fn lock(
     let status = match done.status {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("baton: lost track of PROGRAM: {e}");
+            say!("baton: lost track of PROGRAM: {e}");
             return EX_LOST;
         }
     };
@@ -117,7 +119,7 @@ pub(crate) async fn lock(
         None => match released {
             Ok(true) => exit_code(&status),
             Ok(false) => {
-                eprintln!(
+                say!(
                     "baton: {}: PROGRAM ended, but the lock was held by another token by then \
                      (mutual exclusion may have been broken)",
                     args.key
@@ -126,7 +128,7 @@ pub(crate) async fn lock(
             }
             Err(e) => {
                 // PROGRAM finished while the lock was ours; it expires by its ttl.
-                eprintln!(
+                say!(
                     "baton: {}: the release failed (the lock expires by its ttl): {}",
                     args.key,
                     text::error_message(&e)
@@ -230,7 +232,7 @@ pub(crate) async fn redlock_with(
     let mut guard = match got {
         Ok(Ok(guard)) => guard,
         Ok(Err(e)) if e.kind() == ErrorKind::NotAcquired => {
-            eprintln!(
+            say!(
                 "baton: {}: not acquired: {}",
                 args.key,
                 text::error_message(&e)
@@ -238,7 +240,7 @@ pub(crate) async fn redlock_with(
             return EX_TEMPFAIL;
         }
         Ok(Err(e)) if e.kind() == ErrorKind::QuorumUnavailable => {
-            eprintln!(
+            say!(
                 "baton: {}: the Redlock needs a quorum of {} of {} masters: {}",
                 args.key,
                 rl.quorum(),
@@ -263,6 +265,7 @@ pub(crate) async fn redlock_with(
         &guard,
         &args.program,
         &env,
+        args.ttl,
         args.kill_grace,
         sink,
         &mut signals,
@@ -281,7 +284,7 @@ pub(crate) async fn redlock_with(
     let status = match done.status {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("baton: lost track of PROGRAM: {e}");
+            say!("baton: lost track of PROGRAM: {e}");
             return EX_LOST;
         }
     };
@@ -291,7 +294,7 @@ pub(crate) async fn redlock_with(
         None => match released {
             Ok(held) if held >= quorum => exit_code(&status),
             Ok(held) => {
-                eprintln!(
+                say!(
                     "baton: {}: PROGRAM ended, but only {held} masters still held the lock \
                      (a quorum is {quorum}; mutual exclusion may have been broken)",
                     args.key
@@ -299,7 +302,7 @@ pub(crate) async fn redlock_with(
                 EX_LOST
             }
             Err(e) => {
-                eprintln!(
+                say!(
                     "baton: {}: the release failed (the lock expires by its ttl): {}",
                     args.key,
                     text::error_message(&e)

@@ -75,6 +75,10 @@ use cli::{LeaderArgs, LockArgs, RunArgs, ScheduleArgs};
 use exit::{fail_with, usage, usage_config, EX_UNAVAILABLE, EX_USAGE};
 use sink::Sink;
 
+// First: its `say!`, `outln!` and `out!` macros are used by every module after it.
+#[macro_use]
+mod out;
+
 mod admin;
 mod cli;
 #[cfg(feature = "dashboard")]
@@ -137,11 +141,16 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("baton: cannot start the runtime: {e}");
+            say!("baton: cannot start the runtime: {e}");
+            out::finish();
             return ExitCode::from(EX_UNAVAILABLE);
         }
     };
-    ExitCode::from(runtime.block_on(dispatch(cli)))
+    let code = runtime.block_on(dispatch(cli));
+    // What baton said last (how the job ended) gets a moment to reach stderr; a stderr nobody
+    // reads does not hold the exit up (out.rs).
+    out::finish();
+    ExitCode::from(code)
 }
 
 /// A command with its configuration checked, ready to run once connected.
@@ -283,7 +292,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     };
     if verbose >= 2 {
         let _ = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
+            .with_writer(|| out::TracingWriter)
             .with_env_filter("baton=debug")
             .try_init();
     }
@@ -296,7 +305,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     };
     if let Plan::Migrate = plan {
         if !(cli.url.starts_with("postgres://") || cli.url.starts_with("postgresql://")) {
-            eprintln!("baton: nothing to migrate: Redis keys need no schema");
+            say!("baton: nothing to migrate: Redis keys need no schema");
             return 0;
         }
     }
@@ -363,7 +372,7 @@ async fn connect(url: &str) -> Result<Client, u8> {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(fail_with(&e)),
         Err(_) => {
-            eprintln!("baton: the server did not answer within 8 s");
+            say!("baton: the server did not answer within 8 s");
             Err(EX_UNAVAILABLE)
         }
     }

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use super::cli::MetricsArgs;
 use super::exit::EX_UNAVAILABLE;
+use super::out;
 
 /// The buckets of baton's duration histograms, in seconds: a local round trip (1 ms) to a
 /// long wait for a lock or a job (10 min).
@@ -144,7 +145,7 @@ impl Exporter {
     /// the process).
     async fn serve(&self, addr: SocketAddr) -> Result<(), u8> {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            eprintln!("baton: --metrics-addr {addr}: cannot listen: {e}");
+            say!("baton: --metrics-addr {addr}: cannot listen: {e}");
             EX_UNAVAILABLE
         })?;
         let handle = self.handle.clone();
@@ -163,7 +164,7 @@ impl Exporter {
             );
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
-                eprintln!("baton: --metrics-addr {addr}: the server stopped: {e}");
+                say!("baton: --metrics-addr {addr}: the server stopped: {e}");
             }
         });
         Ok(())
@@ -176,7 +177,7 @@ impl Exporter {
             return;
         };
         if let Err(e) = write_atomically(path, self.handle.render().as_bytes()) {
-            eprintln!(
+            say!(
                 "baton: --metrics-file {}: cannot write: {e}",
                 path.display()
             );
@@ -225,7 +226,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// A failure that is not the user's: said, and the command does not run.
 fn internal(what: &str) -> u8 {
-    eprintln!("baton: {what}");
+    say!("baton: {what}");
     EX_UNAVAILABLE
 }
 

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
 use super::guard;
+use super::out;
 use super::signals::FORWARDED;
 
 /// PROGRAM could not be started: gives the terminal back (the child made its group the
@@ -15,7 +16,7 @@ pub(crate) fn spawn_failed(program: &[OsString], e: &std::io::Error, tty: bool) 
     if tty {
         set_foreground(own_group());
     }
-    eprintln!(
+    say!(
         "baton: cannot execute {}: {e}",
         program[0].to_string_lossy()
     );
@@ -38,9 +39,12 @@ pub(crate) struct Program {
     pub(crate) has_terminal: bool,
     /// Whether the leader has ended (it is a zombie, kept so until [`Program::reap`]).
     pub(crate) ended: bool,
-    /// Kills the group if baton dies; stopped right before the leader is reaped. `None` when it
-    /// could not be started (PROGRAM then runs with only its own parent-death signal).
+    /// Kills the group if baton dies or the lease's confirmed deadline passes; stopped right
+    /// before the leader is reaped. `None` when it could not be started (PROGRAM then runs with
+    /// only its own parent-death signal and baton's supervisor).
     pub(crate) guard: Option<guard::Guard>,
+    /// What the guard did to PROGRAM's group, as read when the leader was reaped.
+    pub(crate) acted: Option<guard::Acted>,
 }
 
 /// A status change of PROGRAM.
@@ -108,12 +112,31 @@ impl Program {
     /// from the reap on, the group's number may name another group.
     pub(crate) fn reap(&mut self) -> std::io::Result<std::process::ExitStatus> {
         self.signal(libc::SIGKILL);
-        if let Some(guard) = self.guard.take() {
+        if let Some(mut guard) = self.guard.take() {
+            // Its reports stay readable in the pipe after it is gone; read them first anyway.
+            self.acted = guard.acted();
             guard.stop();
         }
         let status = reap(self.pid)?;
         self.group = None;
         Ok(std::process::ExitStatus::from_raw(status))
+    }
+
+    /// Tells the guard the lease's confirmed deadline (see guard.rs): it stops PROGRAM's group
+    /// by then even if baton cannot. Never blocks.
+    pub(crate) fn send_deadline(
+        &mut self,
+        deadline: tokio::time::Instant,
+        kill_grace: std::time::Duration,
+        lease: std::time::Duration,
+    ) {
+        if let Some(guard) = &mut self.guard {
+            guard.send_deadline(
+                deadline.into_std(),
+                guard::term_lead(kill_grace, lease),
+                guard::kill_margin(lease),
+            );
+        }
     }
 
     /// Makes PROGRAM's group the terminal's foreground group again, if baton is in the
@@ -137,9 +160,27 @@ impl Program {
 impl Drop for Program {
     /// A PROGRAM dropped before it was reaped (baton lost track of it and is giving up) is
     /// killed with its whole group, while the unreaped leader still holds the group's number;
-    /// the guard is stopped only after that (its field drops after this body).
+    /// then the guard is stopped and the leader reaped, so no zombie is left behind in a
+    /// long-running `baton schedule`. The reap never blocks this thread: a leader that is not
+    /// gone at once (in uninterruptible sleep, say) is reaped by a thread of its own.
     fn drop(&mut self) {
+        if self.group.is_none() {
+            return;
+        }
         self.signal(libc::SIGKILL);
+        if let Some(guard) = self.guard.take() {
+            guard.stop();
+        }
+        self.group = None;
+        let pid = self.pid;
+        if !matches!(waitid(pid, libc::WEXITED), Ok(Some(_))) {
+            // Best effort: if no thread can be started, the zombie stays until baton exits.
+            let _ = std::thread::Builder::new()
+                .name("baton-reaper".into())
+                .spawn(move || {
+                    let _ = reap(pid);
+                });
+        }
     }
 }
 
@@ -265,7 +306,7 @@ pub(crate) fn spawn(
         Ok(g) => Some(g),
         Err(e) => {
             // Without /proc, say. PROGRAM still dies with baton; what it starts may not.
-            eprintln!(
+            say!(
                 "baton: cannot start the guard of PROGRAM's process group ({e}): what PROGRAM \
                  starts may outlive baton"
             );
@@ -319,6 +360,7 @@ pub(crate) fn spawn(
         has_terminal: terminal,
         ended: false,
         guard,
+        acted: None,
     })
 }
 
@@ -360,6 +402,7 @@ mod tests {
             has_terminal: false,
             ended: false,
             guard: None,
+            acted: None,
         };
         match program.poll().unwrap() {
             Some(Change::Ended) => {}

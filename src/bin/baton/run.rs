@@ -18,6 +18,7 @@ use super::exit::{
     exit_code, exit_for, fail_with, usage, usage_config, EX_EXHAUSTED, EX_LOST, EX_UNAVAILABLE,
 };
 use super::held::{Lease, Loss};
+use super::out;
 use super::program::{in_foreground, spawn, spawn_failed};
 use super::signals::{install_signals, signal_name, signal_status, Signals};
 use super::sink::{Bound, Sink};
@@ -62,10 +63,12 @@ pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Si
                 .create(true)
                 .append(true)
                 .open(path)
+                .and_then(super::out::FileOut::start)
                 .map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?,
         ),
         None => None,
     };
+    super::out::set_json(args.json);
     let sink = Sink {
         json: args.json,
         file,
@@ -312,14 +315,14 @@ impl Job<'_> {
                     let since = *failing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > Duration::from_secs(5) {
                         // Said even with --json, whose events only show the retries.
-                        eprintln!("baton: {}: the server keeps failing; giving up", args.key);
+                        say!("baton: {}: the server keeps failing; giving up", args.key);
                         let code = stop_waiting(&mut worker, sink, EX_UNAVAILABLE).await;
                         return Ended::Error(code);
                     }
                 }
                 Event::Error { kind, message, .. } => {
                     if args.json {
-                        eprintln!("baton: {}", text::reword(&message));
+                        say!("baton: {}", text::reword(&message));
                     }
                     return Ended::Error(exit_for(kind));
                 }
@@ -356,12 +359,18 @@ pub(crate) struct RunLease<'a> {
     job: &'a Job<'a>,
     worker: &'a mut baton::Worker,
     attempt: u64,
+    /// The attempt's handle, for its confirmed deadline as keepalive moves it.
+    handle: baton::AttemptHandle,
     /// An ended stream answers `None` at once, forever: stop polling it, or the supervision
     /// loop would spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
     events_ended: bool,
 }
 
 impl Lease for RunLease<'_> {
+    fn confirmed_deadline(&self) -> Instant {
+        self.handle.lease_deadline()
+    }
+
     async fn lost(&mut self, sink: &mut Sink) -> Loss {
         loop {
             if self.events_ended {
@@ -493,6 +502,7 @@ impl Holder<'_> {
             job,
             worker: self.worker,
             attempt: acquired.attempt,
+            handle: acquired.handle.clone(),
             events_ended: false,
         };
         let mut supervisor = Supervisor {
@@ -501,6 +511,7 @@ impl Holder<'_> {
             sigchld: self.sigchld,
             kill_grace: args.kill_grace,
             lease_end,
+            lease: args.lock_timeout,
             job_control: job.job_control,
         };
         let Supervised {
@@ -514,7 +525,7 @@ impl Holder<'_> {
         let status = match status {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("baton: lost track of PROGRAM: {e}");
+                say!("baton: lost track of PROGRAM: {e}");
                 let _ = acquired.fail(format!("lost track of PROGRAM: {e}")).await;
                 drain(self.worker, self.sink).await;
                 return Ended::Failed(EX_LOST);
@@ -535,7 +546,7 @@ impl Holder<'_> {
             None if status.success() => match acquired.done().await {
                 Ok(()) => Ended::Done,
                 Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
-                    eprintln!(
+                    say!(
                         "baton: PROGRAM succeeded, but whether that was recorded is unknown: the \
                          job may or may not be DONE (see `baton status`): {}",
                         text::error_message(&e)
@@ -543,7 +554,7 @@ impl Holder<'_> {
                     Ended::Failed(EX_LOST)
                 }
                 Err(e) => {
-                    eprintln!(
+                    say!(
                         "baton: PROGRAM succeeded but the success could not be recorded: {}",
                         text::error_message(&e)
                     );
@@ -554,7 +565,7 @@ impl Holder<'_> {
                 let reason = format!("PROGRAM exited with status {code}");
                 match acquired.fail(reason).await {
                     Ok(()) | Err(baton::Error::LeaseLost { .. }) => {}
-                    Err(e) => eprintln!(
+                    Err(e) => say!(
                         "baton: the failure could not be recorded: {}",
                         text::error_message(&e)
                     ),

@@ -25,6 +25,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
 use super::exit::{EX_UNAVAILABLE, EX_USAGE};
+use super::out;
 use super::run::{occurrence_env, Ended, Job};
 use super::signals::{signal_name, signal_status, Fan, Signals};
 use super::sink::{Bound, Sink};
@@ -91,7 +92,7 @@ pub(crate) async fn schedule(
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("baton: cannot install signal handlers: {e}");
+            say!("baton: cannot install signal handlers: {e}");
             return EX_UNAVAILABLE;
         }
     };
@@ -207,7 +208,7 @@ impl<'a> Command<'a> {
                     .next_after(last.unwrap_or(now))
                     .and_then(|t| self.schedule.occurrence_of_tick(t));
                 if let Some(next) = next {
-                    eprintln!(
+                    say!(
                         "baton: {key}: next tick {} in {}",
                         next.id(),
                         human(next.until_due(now))
@@ -219,17 +220,17 @@ impl<'a> Command<'a> {
             match failover.next_occurrence(&self.schedule, key, last).await {
                 Ok(occurrence) => {
                     if failing {
-                        eprintln!("baton: {key}: the server's clock can be read again");
+                        say!("baton: {key}: the server's clock can be read again");
                     }
                     return occurrence;
                 }
                 Err(baton::Error::Config(_)) => {
-                    eprintln!("baton: {key}: {} has no further tick", self.schedule);
+                    say!("baton: {key}: {} has no further tick", self.schedule);
                     return std::future::pending().await;
                 }
                 Err(e) => {
                     if !failing {
-                        eprintln!(
+                        say!(
                             "baton: {key}: cannot read the server's clock ({}); trying again \
                              every {}",
                             text::error_message(&e),
@@ -249,7 +250,7 @@ impl<'a> Command<'a> {
         let config = match self.config.for_occurrence(&occurrence, args.retention) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("baton: {}", text::config_message(&e));
+                say!("baton: {}", text::config_message(&e));
                 let job = occurrence.job_key(&args.key);
                 report(
                     sink,
@@ -265,7 +266,7 @@ impl<'a> Command<'a> {
         let mut sigchld = match signal(SignalKind::child()) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("baton: cannot install signal handlers: {e}");
+                say!("baton: cannot install signal handlers: {e}");
                 let ended = Ended::Error(EX_UNAVAILABLE);
                 report(sink, &occurrence, &job_key, Outcome::Ran(ended));
                 return None;

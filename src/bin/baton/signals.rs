@@ -8,6 +8,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
 
 use super::exit::EX_UNAVAILABLE;
+use super::out;
 
 /// The signals baton forwards to PROGRAM's group; each ends the attempt (exit 128 + n).
 pub(crate) const FORWARDED: [libc::c_int; 4] =
@@ -129,7 +130,7 @@ pub(crate) fn signal_name(sig: libc::c_int) -> String {
 pub(crate) fn install_signals() -> Result<(Signals, tokio::signal::unix::Signal), u8> {
     let installed = Signals::install().and_then(|s| Ok((s, signal(SignalKind::child())?)));
     installed.map_err(|e| {
-        eprintln!("baton: cannot install signal handlers: {e}");
+        say!("baton: cannot install signal handlers: {e}");
         EX_UNAVAILABLE
     })
 }

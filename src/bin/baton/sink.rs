@@ -1,17 +1,19 @@
 //! Where `baton run`'s events go: human lines on stderr (only what matters without
 //! --verbose), JSON lines on stderr (--json) or appended to a file (--events). Apart from the
-//! commands because every line baton writes about a job goes through it.
-
-use std::io::Write;
+//! commands because every line baton writes about a job goes through it. Every line goes
+//! through a queue that never blocks (out.rs): no output can stall the keepalive.
 
 use baton::Event;
+
+use super::out;
+use super::out::FileOut;
 
 use super::text::{human_ms, reword};
 
 /// Where events go.
 pub(crate) struct Sink {
     pub(crate) json: bool,
-    pub(crate) file: Option<std::fs::File>,
+    pub(crate) file: Option<FileOut>,
     pub(crate) verbose: u8,
     /// The key the user gave (`--key`).
     pub(crate) key: String,
@@ -42,7 +44,7 @@ impl Sink {
             Event::Error { .. } | Event::LeaseLost { .. } | Event::DeadlinePassed { .. }
         );
         if important || self.verbose >= 1 {
-            eprintln!("baton: {}: {}", self.label(), describe(event));
+            say!("baton: {}: {}", self.label(), describe(event));
         }
     }
 
@@ -52,7 +54,7 @@ impl Sink {
     pub(crate) fn say(&mut self, value: serde_json::Value, text: &str) {
         self.write_json(value);
         if !self.json {
-            eprintln!("baton: {}: {text}", self.key);
+            say!("baton: {}: {text}", self.key);
         }
     }
 
@@ -71,10 +73,10 @@ impl Sink {
         }
         let line = value.to_string();
         if self.json {
-            eprintln!("{line}");
+            super::out::err(&line);
         }
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{line}");
+        if let Some(f) = &self.file {
+            f.line(&line);
         }
     }
 
@@ -83,7 +85,7 @@ impl Sink {
     pub(crate) fn for_occurrence(&self, bound: Bound) -> Sink {
         Sink {
             json: self.json,
-            file: self.file.as_ref().and_then(|f| f.try_clone().ok()),
+            file: self.file.clone(),
             verbose: self.verbose,
             key: self.key.clone(),
             occurrence: Some(bound),
@@ -101,14 +103,14 @@ impl Sink {
     /// A remark shown with --verbose.
     pub(crate) fn note(&mut self, text: &str) {
         if !self.json && self.verbose >= 1 {
-            eprintln!("baton: {}: {text}", self.label());
+            say!("baton: {}: {text}", self.label());
         }
     }
 
     /// Something the operator must see (not with --json, whose events tell it).
     pub(crate) fn warn(&mut self, text: &str) {
         if !self.json {
-            eprintln!("baton: {}: {text}", self.label());
+            say!("baton: {}: {text}", self.label());
         }
     }
 }

@@ -8,6 +8,7 @@ use baton::inspect::{Entry, EntryState, Kind};
 use baton::{Client, FailoverConfig, JobState, JobStatus};
 
 use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
+use super::out;
 use super::text::{self, human_ms};
 
 pub(crate) fn status_json(s: &JobStatus) -> serde_json::Value {
@@ -95,9 +96,9 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
     }
     for entry in &others {
         if json {
-            println!("{}", entry_json(entry));
+            outln!("{}", entry_json(entry));
         } else {
-            print!("{}", entry_text(entry));
+            out!("{}", entry_text(entry));
         }
         if entry.state == EntryState::Corrupt {
             code = EX_DATAERR;
@@ -110,12 +111,12 @@ async fn job_status(client: &Client, job: FailoverConfig, prefix: &str, json: bo
     match client.failover().job_status(job).await {
         Ok(s) => {
             if json {
-                println!("{}", status_json(&s));
+                outln!("{}", status_json(&s));
             } else {
-                print!("{}", status_text(&s));
+                out!("{}", status_text(&s));
             }
             if let JobState::Corrupt { value } = &s.state {
-                eprintln!(
+                say!(
                     "baton: key `{prefix}{{{}}}` holds {value}, which baton never writes",
                     s.key
                 );
@@ -301,9 +302,14 @@ pub(crate) async fn list(
     let mut listing = inspect.list(kind);
     let mut schedules = Schedules::default();
     if !json {
-        println!(
+        outln!(
             "{:<8} {:<40} {:<10} {:<20} {:>9} {:>18}",
-            "KIND", "NAME", "STATE", "HOLDER", "LEFT", "FENCE"
+            "KIND",
+            "NAME",
+            "STATE",
+            "HOLDER",
+            "LEFT",
+            "FENCE"
         );
     }
     loop {
@@ -343,10 +349,10 @@ pub(crate) fn entry_note(e: &Entry) -> String {
 
 fn print_entry(e: &Entry, json: bool) {
     if json {
-        println!("{}", entry_json(e));
+        outln!("{}", entry_json(e));
         return;
     }
-    println!(
+    outln!(
         "{}",
         row(
             e.kind.as_str(),
@@ -365,10 +371,10 @@ fn print_schedule(s: &ScheduleRow, json: bool) {
         return;
     };
     if json {
-        println!("{}", s.json());
+        outln!("{}", s.json());
         return;
     }
-    println!(
+    outln!(
         "{}",
         row(
             "schedule",
@@ -416,13 +422,17 @@ pub(crate) async fn watch(
     };
     print_change(json, "status", &last);
     while !last.is_finished() {
+        // Nobody reads any more (`baton watch ... | head -3`): end quietly.
+        if super::out::stdout_closed() {
+            return 0;
+        }
         match changes.next().await {
             Some(Ok(change)) => {
                 print_change(json, &change.message, &change.status);
                 last = change.status;
             }
             Some(Err(e)) => {
-                eprintln!("baton: {}", text::error_message(&e));
+                say!("baton: {}", text::error_message(&e));
             }
             None => break,
         }
@@ -447,12 +457,16 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
     };
     let mut first = true;
     loop {
+        // Nobody reads any more (`baton watch ... | head -3`): end quietly.
+        if super::out::stdout_closed() {
+            return 0;
+        }
         match watch.next().await {
             Ok(entry) => {
                 let message = if first { "status" } else { "changed" };
                 first = false;
                 if json {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({ "message": message, "state": entry_json(&entry) })
                     );
@@ -469,11 +483,11 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
                         };
                         line += &format!(" {label} {f}");
                     }
-                    println!("{line}");
+                    outln!("{line}");
                 }
             }
             Err(e) => {
-                eprintln!("baton: {}", text::error_message(&e));
+                say!("baton: {}", text::error_message(&e));
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
         }
@@ -482,7 +496,7 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
 
 pub(crate) fn print_change(json: bool, message: &str, status: &JobStatus) {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "message": message, "state": status_json(status) })
         );
@@ -495,6 +509,6 @@ pub(crate) fn print_change(json: bool, message: &str, status: &JobStatus) {
         if let Some(h) = holder {
             line += &format!(" held by {h}");
         }
-        println!("{line}");
+        outln!("{line}");
     }
 }

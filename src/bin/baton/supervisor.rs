@@ -66,6 +66,9 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) kill_grace: Duration,
     /// When the lease ends for sure (no keepalive): PROGRAM is dead by then, whatever the grace.
     pub(crate) lease_end: Option<Instant>,
+    /// The lease's length (--lock-timeout, --ttl, --lease): the guard's SIGTERM lead and
+    /// SIGKILL margin before the confirmed deadline depend on it (guard.rs).
+    pub(crate) lease: Duration,
     /// Whether baton acts as a shell's job (passes a SIGTSTP for itself on to PROGRAM, and
     /// stops with a PROGRAM stopped by job control). Not for `baton schedule`, a daemon whose
     /// PROGRAMs never have the terminal and run several at once: stopping the whole process
@@ -96,6 +99,14 @@ impl Supervisor<'_> {
         // SIGCHLD reports every change of PROGRAM; this slow tick is only a safety net.
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The guard learns each confirmed deadline (guard.rs): it stops PROGRAM by then even
+        // when this process cannot (stopped, blocked, starved). Read often against the lease:
+        // a deadline the guard learns late only makes it err early.
+        program.send_deadline(lease.confirmed_deadline(), self.kill_grace, self.lease);
+        let mut deadlines = tokio::time::interval(
+            (self.lease / 20).clamp(Duration::from_millis(5), Duration::from_millis(100)),
+        );
+        deadlines.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // A SIGTSTP for baton itself (Ctrl-Z when stdin is not the terminal, or `kill -TSTP`)
         // goes to PROGRAM: stopping baton alone would let the lease lapse while PROGRAM runs.
         // PROGRAM's stop then stops baton too (below).
@@ -108,6 +119,10 @@ impl Supervisor<'_> {
             tokio::select! {
                 _ = self.sigchld.recv() => {}
                 _ = recheck.tick() => {}
+                _ = deadlines.tick(), if !program.ended => {
+                    program.send_deadline(lease.confirmed_deadline(), self.kill_grace, self.lease);
+                    continue;
+                }
                 // No SIGCHLD tells of PROGRAM's leftovers ending (they are not baton's children).
                 _ = tokio::time::sleep(LEFTOVER_POLL), if program.ended => {}
                 loss = lease.lost(self.sink) => {
@@ -234,6 +249,20 @@ impl Supervisor<'_> {
                 }
             }
         };
+        // The guard stopped PROGRAM: the lease's confirmed deadline came while this process
+        // could not act on it (stopped, blocked, starved) or just before a late extension.
+        // PROGRAM may have been cut short: the lease counts as lost, whatever its status.
+        if let Some(acted) = program.acted {
+            why_text = format!(
+                "stopped by the guard: no extension confirmed by {}",
+                wall_time(acted.deadline)
+            );
+            self.sink.warn(&format!(
+                "PROGRAM was {why_text} ({})",
+                signal_name(acted.signal)
+            ));
+            stopping = Some(Stopping::Lost);
+        }
         let had_terminal = program.has_terminal;
         program.take_terminal_back();
         Supervised {
@@ -283,6 +312,11 @@ impl Supervisor<'_> {
     }
 }
 
+/// `t` in RFC 3339 (UTC) to the millisecond, as baton's messages write instants.
+pub(crate) fn wall_time(t: std::time::SystemTime) -> String {
+    jiff::Timestamp::try_from(t).map_or_else(|_| format!("{t:?}"), |ts| format!("{ts:.3}"))
+}
+
 /// `at`, but never later than the lease's end (if the lease is not kept alive).
 pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
     match lease_end {
@@ -294,10 +328,12 @@ pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
 /// Starts PROGRAM and runs it to its end under a held lock (the mutex, a Redlock, a leader's
 /// term): the watchdog's loss signal, not a fixed end, bounds it. `Err` is the exit status when
 /// PROGRAM could not be started (said already; the caller lets the lock go).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_held<G: HeldLock>(
     guard: &G,
     program: &[OsString],
     env: &[(&str, String)],
+    lease_len: Duration,
     kill_grace: Duration,
     sink: &mut Sink,
     signals: &mut Signals,
@@ -316,6 +352,7 @@ pub(crate) async fn run_held<G: HeldLock>(
         sigchld,
         kill_grace,
         lease_end: None,
+        lease: lease_len,
         job_control: true,
     };
     let far = later(Instant::now(), FAR);

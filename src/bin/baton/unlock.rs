@@ -6,6 +6,7 @@ use baton::inspect::{EntryState, Kind};
 use baton::Client;
 
 use super::exit::{fail_with, usage_config, EX_USAGE};
+use super::out;
 
 /// The kinds `unlock` takes.
 const TAKEN: [Kind; 3] = [Kind::Lock, Kind::Fair, Kind::Leader];
@@ -42,8 +43,8 @@ pub(crate) async fn unlock(
                     }
                 }
             }
-            println!("{key}: nothing holds it; nothing to unlock");
-            eprintln!(
+            outln!("{key}: nothing holds it; nothing to unlock");
+            say!(
                 "baton: a Redlock lock or a PostgreSQL advisory lock is not taken here: see \
                  `baton unlock --help`"
             );
@@ -52,7 +53,7 @@ pub(crate) async fn unlock(
         [one] => *one,
         several => {
             let kinds: Vec<&str> = several.iter().map(|e| e.kind.as_str()).collect();
-            eprintln!(
+            say!(
                 "baton: {key} is held as {}; pass --kind to say which to take",
                 kinds.join(" and ")
             );
@@ -64,7 +65,7 @@ pub(crate) async fn unlock(
         .fencing_token
         .map_or(String::new(), |t| format!(", fencing token {t}"));
     if !yes {
-        eprintln!(
+        say!(
             "baton: {} {key} is held by {who}{token}; pass --yes to take it",
             entry.kind
         );
@@ -89,14 +90,15 @@ pub(crate) async fn unlock(
             let token = t
                 .fencing_token
                 .map_or(String::new(), |f| format!(" (fencing token {f})"));
-            println!(
+            outln!(
                 "took {} {key} from {}{token}; the next holder's token is higher",
-                entry.kind, t.holder
+                entry.kind,
+                t.holder
             );
             0
         }
         Ok(None) => {
-            println!("{key}: released meanwhile; nothing to unlock");
+            outln!("{key}: released meanwhile; nothing to unlock");
             0
         }
         Err(e) => fail_with(&e),
@@ -107,11 +109,9 @@ pub(crate) async fn unlock(
 fn refuse(kind: Kind, key: &str) -> u8 {
     match kind {
         Kind::Job => {
-            eprintln!("baton: {key} is a job: release its attempt with `baton fail --key {key}`")
+            say!("baton: {key} is a job: release its attempt with `baton fail --key {key}`")
         }
-        _ => eprintln!(
-            "baton: a queue's holder drains it; stop that process (its lease then runs out)"
-        ),
+        _ => say!("baton: a queue's holder drains it; stop that process (its lease then runs out)"),
     }
     EX_USAGE
 }
