@@ -369,6 +369,37 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A PROGRAM dropped unreaped (baton lost track of it) is killed and reaped: no zombie is
+    /// left behind. Before, it stayed a zombie for the life of a long-running `baton schedule`.
+    #[test]
+    fn a_dropped_program_is_killed_and_reaped() {
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let program = Program {
+            pid,
+            group: Some(pid),
+            has_terminal: false,
+            ended: false,
+            guard: None,
+            acted: None,
+        };
+        drop(program);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Gone from /proc once reaped; a zombie keeps its entry (state Z) until then.
+        while std::fs::metadata(format!("/proc/{pid}")).is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PROGRAM {pid} was left a zombie: {:?}",
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A child that ends between `poll`'s exit check and its stop check: Linux answers that
     /// stop check with ECHILD, which once made `baton lock` exit 74 ("lost track of PROGRAM").
     #[test]
