@@ -350,8 +350,9 @@ impl ClientBuilder {
                 // Fail at connect, as on Redis: an unreachable server or bad credentials. The
                 // same round trip reads the durability settings, warned about like Redis'.
                 let conn = t.pooled().await?;
-                let rows = t
-                    .timed(
+                let rows = conn
+                    .by(
+                        tokio::time::Instant::now() + t.settings.response_timeout,
                         "connecting",
                         conn.query(
                             "SELECT name, setting FROM pg_settings WHERE name IN \

@@ -44,6 +44,9 @@
 mod binaries;
 pub mod cluster;
 mod postgres;
+#[cfg(test)]
+#[cfg(feature = "postgres")]
+mod postgres_pool_tests;
 mod process;
 mod redis;
 pub mod sentinel;
@@ -71,6 +74,11 @@ mod internals {
 
     #[cfg(feature = "postgres")]
     pub use crate::backend::postgres::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
+
+    #[cfg(all(test, feature = "postgres"))]
+    pub(crate) use crate::backend::postgres::PgTransport;
+    #[cfg(all(test, feature = "postgres"))]
+    pub(crate) use crate::util::{settings::ConnSettings, tls::TlsSettings};
 
     #[cfg(all(test, feature = "sentinel"))]
     pub(crate) use crate::backend::redis::{

@@ -1,6 +1,9 @@
 //! The pool of short-lived connections: a transition of a primitive borrows one ([`Pooled`]),
-//! runs its statements and gives it back, unless a reply on it was not awaited: then the
-//! connection is retired (closed) instead, so no later borrower inherits the statement.
+//! runs its statements and gives it back, but only when the last statement on it completed:
+//! a connection whose reply was not awaited (a timeout, or the caller dropping its future
+//! mid-statement) is retired (closed) instead, so no later borrower inherits the statement.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
@@ -10,18 +13,27 @@ use crate::error::{ConfigError, Error};
 use crate::util::settings::ConnSettings;
 
 /// A connection borrowed from the pool; derefs to a [`tokio_postgres::Client`]. Dropping it
-/// gives it back, unless it was [retired](Pooled::retire).
+/// gives it back when it is clean: it was not [retired](Pooled::retire), and every statement
+/// begun on it (through [`Pooled::by`], or bracketed by [`Pooled::begin`] and
+/// [`Pooled::end`]) completed. Otherwise it is closed.
 pub(crate) struct Pooled {
     /// `Some` until `drop` (the only place that takes it).
     conn: Option<deadpool_postgres::Object>,
-    retired: std::sync::atomic::AtomicBool,
+    retired: AtomicBool,
+    /// Statements begun and not yet completed. A future dropped mid-statement never comes
+    /// back to decrement it, which is the point: the count stays above zero and `drop` closes
+    /// the connection. The driver would otherwise keep the dropped statement's request on the
+    /// socket, and the next borrower's statements would queue behind it (a lock wait, a slow
+    /// scan) or run inside its still-open transaction.
+    in_flight: AtomicUsize,
 }
 
 impl Pooled {
     fn new(conn: deadpool_postgres::Object) -> Self {
         Pooled {
             conn: Some(conn),
-            retired: std::sync::atomic::AtomicBool::new(false),
+            retired: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -32,22 +44,47 @@ impl Pooled {
     /// connection were reused it could cancel the next borrower's statement instead.
     /// The server ends the statement itself by `statement_timeout` (see [`PgTransport::new`]).
     pub(crate) fn retire(&self) {
-        self.retired
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Marks the start of work on this connection that runs outside [`Pooled::by`] (a
+    /// transaction driven through `deref_mut`): until the matching [`Pooled::end`], the
+    /// connection counts as busy, and dropping it then closes it.
+    pub(crate) fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the end of work begun with [`Pooled::begin`], whatever its outcome: its reply
+    /// came (an error of unknown effect [retires](Pooled::retire) the connection separately).
+    pub(crate) fn end(&self) {
+        // Saturating: an unmatched `end` must not wrap the count and make a busy connection
+        // look clean, nor panic.
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Whether dropping this connection gives it back to the pool (see the type's docs).
+    pub(crate) fn is_clean(&self) -> bool {
+        !self.retired.load(Ordering::Relaxed) && self.in_flight.load(Ordering::Relaxed) == 0
     }
 
     /// `fut`, a statement on this connection, bounded by `limit`, its driver errors classified.
-    /// A timeout or a lost connection retires the connection (see [`Pooled::retire`]).
+    /// A timeout or a lost connection retires the connection (see [`Pooled::retire`]), and so
+    /// does dropping the returned future before it completes.
     pub(crate) async fn by<T>(
         &self,
         limit: tokio::time::Instant,
         during: &'static str,
         fut: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, Error> {
+        self.begin();
         let outcome = match tokio::time::timeout_at(limit, fut).await {
             Ok(result) => result.map_err(|e| classify(e, during)),
             Err(_) => Err(Error::Timeout { during }),
         };
+        // Reached only when the statement's future ended: dropped with it, the count stays up.
+        self.end();
         if matches!(&outcome, Err(e) if e.is_indeterminate()) {
             self.retire();
         }
@@ -80,7 +117,7 @@ impl Drop for Pooled {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.is_clean() {
             // Detached from the pool and dropped: deadpool aborts its driver task, so the
             // socket closes now, even with a reply still due.
             drop(deadpool_postgres::Object::take(conn));

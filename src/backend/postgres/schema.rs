@@ -94,8 +94,9 @@ impl PgTransport {
     async fn relations_exist(&self, names: &[&str]) -> Result<bool, Error> {
         const DURING: &str = "looking for baton's tables";
         let conn = self.pooled().await?;
-        let row = self
-            .timed(
+        let row = conn
+            .by(
+                tokio::time::Instant::now() + self.settings.response_timeout,
                 DURING,
                 conn.query_one(
                     "SELECT bool_and(to_regclass(n) IS NOT NULL) FROM unnest($1::text[]) AS n",
@@ -140,6 +141,9 @@ impl PgTransport {
         loop {
             tries += 1;
             let mut conn = self.pooled().await?;
+            // The transaction runs outside `Pooled::by`: bracketed, so that a caller dropping
+            // this future mid-DDL closes the connection rather than pooling an open transaction.
+            conn.begin();
             let ran = async {
                 let tx = self.timed(DURING, conn.transaction()).await?;
                 match tokio::time::timeout(bound, tx.batch_execute(&script)).await {
@@ -149,6 +153,7 @@ impl PgTransport {
                 self.timed(DURING, tx.commit()).await
             }
             .await;
+            conn.end();
             match ran {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_indeterminate() => {

@@ -53,9 +53,12 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "spublish",
     "ssubscribe",
     "sunsubscribe",
-    // Reading a Redis Cluster's slot map, and following an `ASK` redirect while a slot
-    // migrates.
+    // Reading a Redis Cluster's slot map, with each node's view of the primaries' config
+    // epochs (to prefer the newest map over a resumed primary's stale one; without it a node's
+    // map is still used, ranked below those with an epoch), and following an `ASK` redirect
+    // while a slot migrates.
     "cluster|slots",
+    "cluster|nodes",
     "asking",
     // The fair lock's waiter queue and liveness sets (inside its scripts; `ZRANGE` with
     // `BYSCORE` needs Redis 6.2+).

@@ -11,9 +11,20 @@
 //! dropped connection, a timeout) marks it [`Stale`]; the next lookup starts a refresh in the
 //! background and waits for it at most one refresh round (at most one read per [`MIN_REFRESH`]
 //! while the cluster settles, e.g. while a failover promotes a replica). A refresh asks
-//! [`FANOUT`] nodes at once and takes the first full answer, so a node that hangs (paused,
-//! swapping) never stalls it, nor any lookup. The refused operation fails with a retryable
-//! error; its caller backs off and observes again on the new owner.
+//! [`FANOUT`] nodes at once, each within its own deadline, and waits at most [`SETTLE`] for the
+//! others once the first full answer came, so a node that hangs (paused, swapping) never stalls
+//! it, nor any lookup. The refused operation fails with a retryable error; its caller backs off
+//! and observes again on the new owner.
+//!
+//! The first answer is not always the right one: a primary resumed after a pause (or cut off
+//! by a partition) still serves `CLUSTER SLOTS` from its own view, which says it owns slots its
+//! replica took over meanwhile, until it hears from the new owner. Taken as the map, it would
+//! route every operation on those slots to a node that answers `MOVED` (or, for a moment,
+//! accepts a read). Redis resolves such conflicts by config epoch: the claim with the higher
+//! one wins, and a promoted replica claims its slots with a new epoch above every other. So
+//! each node is also asked `CLUSTER NODES`, which gives the config epoch of every primary in
+//! its view, and the answer whose view holds the newest claim is taken ([`choose`]); among
+//! answers as new as each other, the one most nodes gave; then the first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -53,6 +64,13 @@ impl SlotMap {
             .map(|(_, _, n)| n)
     }
 }
+
+/// How long a refresh waits, once a first full answer came, for the other nodes it asked, to
+/// compare their views ([`choose`]). Healthy nodes answer within a round trip (well under a
+/// millisecond on one network); a node that has not answered by then is probably hung, and its
+/// answer is not waited for. A stale answer is taken only if every node with a newer view is
+/// slower than this, and the map is then corrected by the next `MOVED`.
+const SETTLE: Duration = Duration::from_millis(50);
 
 /// How many nodes are asked for the slot map at once. A hung node (paused, swapping) answers
 /// nothing until its timeout: asked alone, one after another, it would hold every lookup; asked
@@ -273,9 +291,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`, [`FANOUT`] at a time
-    /// (another one joins as soon as one fails); the first full answer wins and the others
-    /// are dropped.
+    /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS` (and `CLUSTER NODES`),
+    /// [`FANOUT`] at a time (another one joins as soon as one fails). Once a full answer has
+    /// come, the others get [`SETTLE`] more to arrive; the newest view among those in hand wins
+    /// ([`choose`]), and the questions still open are dropped.
     async fn fetch(&self) -> Result<Vec<(u16, u16, String, u16)>, Error> {
         let mut candidates: Vec<(String, redis::Client)> = self
             .primaries()
@@ -289,27 +308,56 @@ impl Cluster {
             }
         }
         let mut waiting = candidates.into_iter().map(|(_, c)| c);
-        // Each question runs as its own task: dropping the set (a good answer came) aborts
+        // Each question runs as its own task: dropping the set (the answers are in) aborts
         // the others.
         let mut asking = tokio::task::JoinSet::new();
         for c in waiting.by_ref().take(FANOUT) {
             asking.spawn(ask(self.settings.clone(), c));
         }
+        let mut answers = Vec::new();
+        let mut settle_by: Option<Instant> = None;
         let mut last_err = None;
-        while let Some(answer) = asking.join_next().await {
+        loop {
+            // Bounded: each question ends by its own deadline (`ask`), and once an answer is
+            // in, the loop ends at `settle_by` whatever is still open.
+            let next = match settle_by {
+                None => asking.join_next().await,
+                Some(by) => match tokio::time::timeout_at(by, asking.join_next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some(answer) = next else { break };
             match answer {
-                Ok(Ok(ranges)) => return Ok(ranges),
+                Ok(Ok(a)) => {
+                    settle_by.get_or_insert_with(|| Instant::now() + SETTLE);
+                    answers.push(a);
+                }
                 Ok(Err(e)) => last_err = Some(e),
                 Err(_) => {}
             }
-            if let Some(c) = waiting.next() {
-                asking.spawn(ask(self.settings.clone(), c));
+            if answers.is_empty() {
+                if let Some(c) = waiting.next() {
+                    asking.spawn(ask(self.settings.clone(), c));
+                }
             }
         }
-        Err(last_err.unwrap_or(Error::Connection {
-            message: "no cluster node to ask for the slot map".into(),
-            source: None,
-        }))
+        let first = answers.first().map(|a| a.ranges.clone());
+        match choose(answers) {
+            Some(chosen) => {
+                if first.as_ref() != Some(&chosen.ranges) {
+                    tracing::debug!(
+                        epoch = chosen.epoch,
+                        "a node answered with an older slot map than another; the newer one is used"
+                    );
+                }
+                Ok(chosen.ranges)
+            }
+            None => Err(last_err.unwrap_or(Error::Connection {
+                message: "no cluster node to ask for the slot map".into(),
+                source: None,
+            })),
+        }
     }
 
     /// A client for `host:port` with the template's credentials, TLS and protocol.
@@ -359,26 +407,85 @@ impl Redirects for Cluster {
     }
 }
 
-/// `CLUSTER SLOTS` on a short-lived connection to `client`'s node, within one connect and
-/// one response timeout.
-async fn ask(
-    settings: ConnSettings,
-    client: redis::Client,
-) -> Result<Vec<(u16, u16, String, u16)>, Error> {
+/// One node's answer to a refresh: its slot map, and how new its view is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Answer {
+    /// The full map, sorted by first slot (as [`parse_slots`] gives it, then sorted, so that
+    /// two nodes' identical maps compare equal).
+    ranges: Vec<(u16, u16, String, u16)>,
+    /// The highest config epoch among the primaries that serve slots in this node's view
+    /// ([`view_epoch`]); `None` when the node did not say (an ACL user without
+    /// `+cluster|nodes`, an unreadable reply): such an answer ranks below any that did.
+    epoch: Option<u64>,
+}
+
+/// Which of `answers` (in the order they arrived) becomes the slot map: the one with the
+/// highest epoch (its view holds the newest slot claim; see the module docs); among those
+/// with the same epoch, the one whose map most of them gave; then the first to arrive.
+/// `None` only for no answers at all.
+fn choose(answers: Vec<Answer>) -> Option<Answer> {
+    let agreeing = |a: &Answer| {
+        answers
+            .iter()
+            .filter(|b| b.epoch == a.epoch && b.ranges == a.ranges)
+            .count()
+    };
+    let best = answers
+        .iter()
+        .enumerate()
+        // `max_by_key` keeps the last of equal keys: the reversed index makes it the first.
+        .max_by_key(|(i, a)| (a.epoch, agreeing(a), std::cmp::Reverse(*i)))
+        .map(|(i, _)| i)?;
+    answers.into_iter().nth(best)
+}
+
+/// The highest config epoch among the nodes that serve at least one slot in a `CLUSTER NODES`
+/// reply (`<id> <ip:port@cport[,hostname]> <flags> <primary> <ping-sent> <pong-recv>
+/// <config-epoch> <link-state> <slot> <slot> ...`): the newest slot claim this node has
+/// accepted. Migration markers (`[slot->-id]`, `[slot-<-id]`) are not slots served. `None`
+/// when no line serves a slot or none parses.
+fn view_epoch(nodes: &str) -> Option<u64> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let serves = fields
+                .get(8..)
+                .is_some_and(|slots| slots.iter().any(|s| !s.starts_with('[')));
+            if !serves {
+                return None;
+            }
+            fields.get(6)?.parse::<u64>().ok()
+        })
+        .max()
+}
+
+/// `CLUSTER SLOTS` and `CLUSTER NODES` on a short-lived connection to `client`'s node (one
+/// round trip: both are written before either reply is read), within one connect and one
+/// response timeout. Only `CLUSTER SLOTS` must succeed: without `CLUSTER NODES` (a refusal, an
+/// odd reply) the answer has no epoch.
+async fn ask(settings: ConnSettings, client: redis::Client) -> Result<Answer, Error> {
     let config = super::connection::async_config(&settings);
     let limit = settings.connect_timeout + settings.response_timeout;
     let asked_host = match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(h, _) | ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
         other => other.to_string(),
     };
-    let reply: Value = match tokio::time::timeout(limit, async {
+    let (slots, nodes) = match tokio::time::timeout(limit, async {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async::<Value>(&mut conn)
-            .await
+        let mut same = conn.clone();
+        // Two handles on one multiplexed connection: both requests share its socket, so they
+        // leave together and the node answers them from one view.
+        let (mut slots, mut nodes) = (redis::cmd("CLUSTER"), redis::cmd("CLUSTER"));
+        slots.arg("SLOTS");
+        nodes.arg("NODES");
+        let (slots, nodes) = tokio::join!(
+            slots.query_async::<Value>(&mut conn),
+            nodes.query_async::<Value>(&mut same),
+        );
+        Ok::<_, redis::RedisError>((slots?, nodes))
     })
     .await
     {
@@ -389,7 +496,19 @@ async fn ask(
             })
         }
     };
-    parse_slots(&reply, &asked_host)
+    let mut ranges = parse_slots(&slots, &asked_host)?;
+    ranges.sort_by_key(|(start, _, _, _)| *start);
+    let epoch = match nodes {
+        Ok(Value::BulkString(b)) => view_epoch(&String::from_utf8_lossy(&b)),
+        Ok(Value::VerbatimString { text, .. }) => view_epoch(&text),
+        Ok(Value::SimpleString(text)) => view_epoch(&text),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "CLUSTER NODES refused; the node's slot map has no epoch");
+            None
+        }
+    };
+    Ok(Answer { ranges, epoch })
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply: `(first, last, host, port)` of each range's primary.
@@ -475,6 +594,106 @@ mod tests {
         assert_eq!(r[0], (0, 5460, "127.0.0.1".into(), 7000));
         assert_eq!(r[1], (5461, 10922, "10.0.0.9".into(), 7001));
         assert_eq!(r[2], (10923, 16383, "10.0.0.9".into(), 7002));
+    }
+
+    /// A full map whose first range is served by `first` (port), the rest by 7001 and 7002.
+    fn map(first: u16) -> Vec<(u16, u16, String, u16)> {
+        vec![
+            (0, 5460, "127.0.0.1".into(), first),
+            (5461, 10922, "127.0.0.1".into(), 7001),
+            (10923, 16383, "127.0.0.1".into(), 7002),
+        ]
+    }
+
+    fn answer(first: u16, epoch: Option<u64>) -> Answer {
+        Answer {
+            ranges: map(first),
+            epoch,
+        }
+    }
+
+    #[test]
+    fn the_answer_with_the_highest_epoch_wins_whichever_came_first() {
+        // A primary resumed after a pause (7000, its view's newest claim at epoch 6) and a node
+        // that saw its replica (7003) take its slots at epoch 7.
+        let stale = answer(7000, Some(6));
+        let fresh = answer(7003, Some(7));
+        assert_eq!(
+            choose(vec![stale.clone(), fresh.clone()]),
+            Some(fresh.clone())
+        );
+        assert_eq!(choose(vec![fresh.clone(), stale]), Some(fresh));
+    }
+
+    #[test]
+    fn the_highest_epoch_wins_over_a_majority_of_older_views() {
+        let fresh = answer(7003, Some(7));
+        let answers = vec![answer(7000, Some(6)), answer(7000, Some(6)), fresh.clone()];
+        assert_eq!(choose(answers), Some(fresh));
+    }
+
+    #[test]
+    fn among_equal_epochs_the_map_most_nodes_gave_wins_then_the_first() {
+        let a = answer(7000, Some(7));
+        let b = answer(7003, Some(7));
+        assert_eq!(
+            choose(vec![a.clone(), b.clone(), b.clone()]),
+            Some(b.clone())
+        );
+        assert_eq!(choose(vec![a.clone(), b.clone()]), Some(a.clone()));
+        assert_eq!(choose(vec![b.clone(), a.clone()]), Some(b.clone()));
+        // Without epochs (an ACL user without `+cluster|nodes`): the same rule.
+        let (a, b) = (answer(7000, None), answer(7003, None));
+        assert_eq!(
+            choose(vec![a.clone(), b.clone(), b.clone()]),
+            Some(b.clone())
+        );
+        assert_eq!(choose(vec![a.clone(), b]), Some(a));
+    }
+
+    #[test]
+    fn an_answer_with_an_epoch_ranks_above_one_without() {
+        let known = answer(7000, Some(1));
+        let answers = vec![answer(7003, None), answer(7003, None), known.clone()];
+        assert_eq!(choose(answers), Some(known));
+    }
+
+    #[test]
+    fn a_single_answer_is_taken_and_none_gives_none() {
+        let only = answer(7000, None);
+        assert_eq!(choose(vec![only.clone()]), Some(only));
+        assert_eq!(choose(Vec::new()), None);
+    }
+
+    #[test]
+    fn the_view_epoch_is_the_highest_config_epoch_of_a_node_serving_slots() {
+        // A resumed primary's view: it still serves 0-5460 at epoch 1; its replica (which was
+        // promoted at epoch 7 elsewhere) is still a replica here.
+        let stale = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001 master - 0 1700000000000 2 connected 5461-10922 [5461->-c3]
+c3 127.0.0.1:7002@17002,host.example master - 0 1700000000000 3 connected 10923-16383
+d4 127.0.0.1:7003@17003 slave a1 0 1700000000000 1 connected
+";
+        assert_eq!(view_epoch(stale), Some(3));
+        // The new owner's view: 7003 serves the slots at epoch 7; the old primary lost them
+        // (failed, no slots) and a node serving only a migration marker counts for nothing.
+        let fresh = "\
+a1 127.0.0.1:7000@17000 master,fail - 0 0 1 disconnected
+b2 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master - 0 0 3 connected 10923-16383
+d4 127.0.0.1:7003@17003 myself,master - 0 0 7 connected 0-5460
+e5 127.0.0.1:7004@17004 master - 0 0 9 connected [100-<-d4]
+";
+        assert_eq!(view_epoch(fresh), Some(7));
+        for odd in [
+            "",
+            "garbage",
+            "a1 127.0.0.1:7000@17000 master - 0 0 x connected 0-16383",
+            "a1 127.0.0.1:7000@17000 master - 0 0 5 connected",
+        ] {
+            assert_eq!(view_epoch(odd), None, "{odd:?}");
+        }
     }
 
     #[test]
