@@ -271,6 +271,44 @@ async fn a_killed_holder_is_taken_over_after_its_lease_within_its_occurrence() {
     );
 }
 
+/// `--retention` shorter than the window a run binds to a tick in: `--every 10s` binds runs to
+/// a tick until 5 s after it, `--retention 1s` would let `DONE` expire after 1 s. Two runs of
+/// the same tick 2.5 s apart (a late cron, a systemd `Persistent=` catch-up): PROGRAM runs once,
+/// the late run finds the occurrence done, and baton says once that it kept `DONE` longer.
+#[tokio::test]
+async fn a_retention_shorter_than_the_gap_never_runs_an_occurrence_twice() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-retention");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {}", shq(&log));
+    let run = || {
+        let mut cmd = baton("run", &url);
+        cmd.args(["--key", "short", "--every", "10s", "--retention", "1s"])
+            .args(["--lock-timeout", "500ms", "--", "sh", "-c", &script]);
+        cmd
+    };
+    let tick = tick_after(10, 0.0);
+    sleep_until_epoch(tick as f64 + 0.2).await;
+    let first = finish(spawn(&mut run()), "the first run").await;
+    assert_eq!(code(&first), 0, "{}", describe(&first));
+    sleep_until_epoch(tick as f64 + 2.7).await;
+    let late = finish(spawn(&mut run()), "the late run").await;
+    assert_eq!(code(&late), 0, "{}", describe(&late));
+    assert_eq!(
+        lines(&log),
+        [format!("{} 1", id_of(tick))],
+        "PROGRAM ran once for the occurrence; the late run: {}",
+        describe(&late)
+    );
+    let said = stderr(&first);
+    assert_eq!(
+        said.matches("--retention 1.0 s is too short").count(),
+        1,
+        "said once: {said}"
+    );
+}
+
 /// Two schedules on one key (`--every 1s` and `--every 2s`) bind to the same instant but never
 /// share an occurrence: each has its own job, and both run.
 #[tokio::test]

@@ -716,6 +716,100 @@ async fn a_worker_paused_past_whole_periods_runs_the_occurrence_it_binds_to_now(
     assert_never_early(&schedule, &log.lock().unwrap());
 }
 
+/// `for_occurrence` with a retention shorter than the binding window (1 s for `every(10s)`,
+/// whose runs bind to a tick for up to 5 s after it): the occurrence's `DONE` outlives it, so
+/// a late run of the same occurrence 1.5 s later completes elsewhere instead of running again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_retention_never_lets_a_late_run_repeat_the_occurrence() {
+    let srv = server();
+    let client = client(&srv).await;
+    let failover = client.failover();
+    let schedule = every(10 * SECOND);
+    let occurrence = failover.occurrence(&schedule, "short").await.unwrap();
+    let job = || {
+        config("short", "w", Duration::from_millis(500))
+            .for_occurrence(&occurrence, Some(SECOND))
+            .unwrap()
+    };
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let run = |ran: Arc<std::sync::atomic::AtomicUsize>| {
+        failover.run(job(), move |_| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, String>(()) }
+        })
+    };
+    let first = run(ran.clone()).await.unwrap();
+    assert!(matches!(first, RunOutcome::Done(())), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = run(ran.clone()).await.unwrap();
+    assert!(
+        matches!(late, RunOutcome::CompletedElsewhere),
+        "the late run of {} ran it again: {late:?}",
+        occurrence.id()
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+/// A caller that keeps the stream without polling it: at most `report_capacity` reports wait
+/// (the newest), and every other one is counted as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_nobody_reads_are_bounded_and_the_oldest_dropped_counted() {
+    let srv = server();
+    let client = client(&srv).await;
+    let schedule = every(SECOND);
+    let log = Log::default();
+    let options = ScheduleOptions::builder()
+        .report_capacity(2)
+        .build()
+        .unwrap();
+    let mut runs = start(
+        &client,
+        "w",
+        &schedule,
+        "unread",
+        SECOND,
+        options,
+        &log,
+        |_, _| Act::Succeed,
+    );
+    // Not polled while five ticks run.
+    let deadline = Instant::now() + 15 * SECOND;
+    while runs.dropped_reports() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no drops after {} runs",
+            log.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    runs.stop();
+    let mut kept = Vec::new();
+    while let Some(report) = tokio::time::timeout(5 * SECOND, runs.next())
+        .await
+        .expect("the stream ends after stop")
+    {
+        kept.push(report);
+    }
+    assert!(kept.len() <= 2, "more than the capacity waited: {kept:?}");
+    let ran = log.lock().unwrap().clone();
+    let dropped = runs.dropped_reports() as usize;
+    // One report per occurrence run here, plus one for a run stopped before its work began.
+    let reported = kept.len() + dropped;
+    assert!(
+        reported == ran.len() || reported == ran.len() + 1,
+        "{} kept + {dropped} dropped for {} runs",
+        kept.len(),
+        ran.len()
+    );
+    // The newest were kept: the last tick that ran is among them (unless a stopped run's
+    // report came after it).
+    let newest = ran.iter().map(|r| r.tick).max().unwrap();
+    assert!(
+        kept.iter().any(|r| r.occurrence.tick() >= newest),
+        "the newest report was dropped: {kept:?}"
+    );
+}
+
 /// A holder that hangs and an occurrence that then stops here, by dropping the stream or by
 /// `stop()`: its attempt is failed at once (the backup takes it over long before the 10 s
 /// lease), and `stop()` reports it.

@@ -9,10 +9,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,12 +24,18 @@ use super::status::JobState;
 use super::Failover;
 use crate::error::{ConfigError, Error};
 use crate::schedule::{Occurrence, Schedule};
+use crate::util::mailbox;
 
 /// The longest sleep between two readings of the server's clock while waiting for a tick:
 /// the local clock's drift over it stays far below a millisecond.
 const MAX_NAP: Duration = Duration::from_secs(300);
 /// How long the long-running form waits before reading the clock again after an error.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(1);
+/// How many reports [`Scheduled`] keeps unread by default
+/// ([`ScheduleOptionsBuilder::report_capacity`]): an hour of a one-minute schedule.
+const DEFAULT_REPORT_CAPACITY: usize = 64;
+/// The largest report capacity: like a worker's event capacity.
+const MAX_REPORT_CAPACITY: usize = 65_536;
 
 impl FailoverConfig {
     /// This configuration for the job that runs `occurrence`: the key becomes
@@ -36,19 +43,37 @@ impl FailoverConfig {
     /// `retention`, or by default [`Occurrence::default_retention`] (two periods, at least ten
     /// minutes and twice the lease). Everything else is kept.
     ///
+    /// The retention is never below [`Occurrence::retention_floor`] (the gap to the next tick
+    /// plus its early tolerance and a margin): a run can still bind to the tick until then,
+    /// and would run the occurrence again once its outcome expired. A shorter `retention` is
+    /// raised to the floor with a warning (`tracing`, each call).
+    ///
     /// # Errors
     /// [`ConfigError`] when the occurrence's key is too long, or `retention` breaks the
-    /// coordinator's rules (below twice the lease).
+    /// coordinator's rules (below twice the lease) even before it is raised.
     pub fn for_occurrence(
         &self,
         occurrence: &Occurrence,
         retention: Option<Duration>,
     ) -> Result<FailoverConfig, ConfigError> {
+        let (config, raised) = self.occurrence_config(occurrence, retention)?;
+        if let Some(given) = raised {
+            warn_raised(&config, given);
+        }
+        Ok(config)
+    }
+
+    /// [`FailoverConfig::for_occurrence`] without its warning: the configuration, and the
+    /// given retention when the floor raised it (for the caller to say once).
+    pub(crate) fn occurrence_config(
+        &self,
+        occurrence: &Occurrence,
+        retention: Option<Duration>,
+    ) -> Result<(FailoverConfig, Option<Duration>), ConfigError> {
         let mut builder = FailoverConfig::builder(occurrence.job_key(&self.key))
             .prefix(self.prefix.clone())
             .lease(self.lock_timeout)
             .max_attempts(self.max_attempts)
-            .retention(retention.unwrap_or_else(|| occurrence.default_retention(self.lock_timeout)))
             .keepalive(self.keepalive)
             .retry_delay(self.retry_delay)
             .rejoin_after_fail(self.rejoin_after_fail)
@@ -61,8 +86,31 @@ impl FailoverConfig {
         if let Some(w) = self.replica_ack {
             builder = builder.replica_ack(w.replicas, w.timeout);
         }
-        builder.build()
+        let raised = match retention {
+            // Checked as given first: a value the coordinator refuses stays a mistake to
+            // report, not one the floor hides.
+            Some(given) if given < occurrence.retention_floor() => {
+                builder.clone().retention(given).build()?;
+                Some(given)
+            }
+            _ => None,
+        };
+        let config = builder
+            .retention(occurrence.retention(retention, self.lock_timeout))
+            .build()?;
+        Ok((config, raised))
     }
+}
+
+/// The warning of a retention raised to its occurrence's floor.
+fn warn_raised(config: &FailoverConfig, given: Duration) {
+    tracing::warn!(
+        key = %config.key,
+        given = ?given,
+        kept = ?config.retention,
+        "the retention is shorter than a run can still bind to the occurrence's tick: \
+         its outcome is kept longer, so a late run does not run it again"
+    );
 }
 
 impl Failover {
@@ -162,10 +210,14 @@ impl Failover {
     /// `config`'s job, with that job's state: what catching up looks at (run it unless it is
     /// `Done` or `Exhausted`: every server may have been down at its tick). `None` before the
     /// schedule's first tick. [`CatchUp::Last`] and `baton schedule --catch-up last` use it.
+    /// It looks at a tick until the next one comes, and the occurrence's retention outlasts
+    /// that ([`Occurrence::retention_floor`]): an occurrence run to `Done` is never read as
+    /// `Absent` and run again.
     ///
     /// # Errors
     /// Connection errors and timeouts; [`Error::Config`] when `retention` does not suit the
-    /// occurrence's job ([`FailoverConfig::for_occurrence`]).
+    /// occurrence's job ([`FailoverConfig::for_occurrence`], whose warning this does not
+    /// repeat).
     pub async fn latest_past_occurrence(
         &self,
         schedule: &Schedule,
@@ -179,7 +231,7 @@ impl Failover {
         else {
             return Ok(None);
         };
-        let job = config.for_occurrence(&occurrence, retention)?;
+        let (job, _) = config.occurrence_config(&occurrence, retention)?;
         let state = self.job_state(job).await?;
         Ok(Some((occurrence, state)))
     }
@@ -199,6 +251,12 @@ impl Failover {
     /// Dropping the stream stops it: occurrences this worker holds are failed (a backup takes
     /// over) and their work aborted; [`Scheduled::stop`] does the same and lets the stream
     /// report them before it ends.
+    ///
+    /// Reports wait for the caller in a bounded queue
+    /// ([`ScheduleOptionsBuilder::report_capacity`], 64 by default): ticks never wait for the
+    /// caller, and once that many reports wait unread the oldest is dropped for each new one,
+    /// counted by [`Scheduled::dropped_reports`] (and logged as the count reaches each power
+    /// of two). A caller that keeps the stream without polling it holds at most that many.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), baton::Error> {
@@ -235,21 +293,28 @@ impl Failover {
         T: Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mailbox::unbounded();
+        let dropped = Arc::new(AtomicU64::new(0));
         let stop = self.backend.cancel().child_token();
         let driver = Driver {
             failover: self.clone(),
             schedule,
             config,
+            reports: Reports {
+                tx,
+                capacity: options.report_capacity,
+                dropped: dropped.clone(),
+            },
             options,
             work,
-            tx,
             stop: stop.clone(),
             running: HashMap::new(),
+            warned_retention: false,
         };
         let task = self.backend.tracker().spawn(driver.drive());
         Scheduled {
             rx,
+            dropped,
             stop,
             _task: AbortOnDrop(task),
         }
@@ -288,16 +353,28 @@ pub enum Overlap {
 }
 
 /// Options of [`Failover::schedule`]; `ScheduleOptions::default()` or the builder.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ScheduleOptions {
     pub(crate) catch_up: CatchUp,
     pub(crate) overlap: Overlap,
     pub(crate) retention: Option<Duration>,
+    pub(crate) report_capacity: usize,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> Self {
+        ScheduleOptions {
+            catch_up: CatchUp::default(),
+            overlap: Overlap::default(),
+            retention: None,
+            report_capacity: DEFAULT_REPORT_CAPACITY,
+        }
+    }
 }
 
 impl ScheduleOptions {
     /// Starts from the defaults: no catch-up, overlapping occurrences allowed, each
-    /// occurrence's retention by [`Occurrence::default_retention`].
+    /// occurrence's retention by [`Occurrence::default_retention`], 64 reports kept unread.
     pub fn builder() -> ScheduleOptionsBuilder {
         ScheduleOptionsBuilder {
             opts: ScheduleOptions::default(),
@@ -314,6 +391,10 @@ impl ScheduleOptions {
     /// The retention of each occurrence's outcome, when set.
     pub fn retention(&self) -> Option<Duration> {
         self.retention
+    }
+    /// How many reports wait unread before the oldest is dropped.
+    pub fn report_capacity(&self) -> usize {
+        self.report_capacity
     }
 }
 
@@ -335,17 +416,31 @@ impl ScheduleOptionsBuilder {
         self
     }
     /// How long each occurrence's `DONE`/`EXHAUSTED` is kept (default: two periods, at least
-    /// ten minutes).
+    /// ten minutes). Never less than the occurrence's [`Occurrence::retention_floor`]: a
+    /// shorter one is raised to it, with a warning (`tracing`) at the first occurrence raised.
     pub fn retention(mut self, d: Duration) -> Self {
         self.opts.retention = Some(d);
         self
     }
-    /// The options (every combination is valid; the retention is checked against each
-    /// occurrence's configuration by [`FailoverConfig::for_occurrence`]).
+    /// How many [`OccurrenceReport`]s wait unread in [`Scheduled`] before the oldest is
+    /// dropped (and counted: [`Scheduled::dropped_reports`]). Defaults to 64.
+    pub fn report_capacity(mut self, n: usize) -> Self {
+        self.opts.report_capacity = n;
+        self
+    }
+    /// The options (the retention is checked against each occurrence's configuration by
+    /// [`FailoverConfig::for_occurrence`]).
     ///
     /// # Errors
-    /// None today; the `Result` keeps the builders' one shape.
+    /// `report_capacity`: outside 1 ..= 65536.
     pub fn build(self) -> Result<ScheduleOptions, ConfigError> {
+        let n = self.opts.report_capacity;
+        if n == 0 || n > MAX_REPORT_CAPACITY {
+            return Err(ConfigError::invalid(
+                "report_capacity",
+                format!("{n} is outside 1 ..= {MAX_REPORT_CAPACITY}"),
+            ));
+        }
         Ok(self.opts)
     }
 }
@@ -378,8 +473,12 @@ pub enum OccurrenceOutcome<T, E = String> {
 
 /// The stream of [`Failover::schedule`]: one [`OccurrenceReport`] per occurrence, until
 /// stopped. Dropping it stops everything it runs.
+///
+/// At most [`ScheduleOptions::report_capacity`] reports (64 by default) wait unread: past
+/// that the oldest is dropped for each new one, and counted ([`Scheduled::dropped_reports`]).
 pub struct Scheduled<T, E = String> {
-    rx: mpsc::UnboundedReceiver<OccurrenceReport<T, E>>,
+    rx: mailbox::Receiver<OccurrenceReport<T, E>>,
+    dropped: Arc<AtomicU64>,
     stop: CancellationToken,
     _task: AbortOnDrop,
 }
@@ -388,6 +487,7 @@ impl<T, E> std::fmt::Debug for Scheduled<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduled")
             .field("stopped", &self.stop.is_cancelled())
+            .field("dropped_reports", &self.dropped_reports())
             .finish_non_exhaustive()
     }
 }
@@ -397,6 +497,12 @@ impl<T, E> Scheduled<T, E> {
     /// failed, so backups take over); the stream reports them, then ends.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// How many reports were dropped unread since the start, because
+    /// [`ScheduleOptions::report_capacity`] of them were already waiting (the oldest goes).
+    pub fn dropped_reports(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -414,16 +520,53 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The driver's end of the reports: a bounded queue that drops the oldest, counted.
+struct Reports<T, E> {
+    tx: mailbox::Sender<OccurrenceReport<T, E>>,
+    capacity: usize,
+    /// Shared with [`Scheduled::dropped_reports`].
+    dropped: Arc<AtomicU64>,
+}
+
+impl<T, E> Reports<T, E> {
+    fn send(&mut self, report: OccurrenceReport<T, E>) {
+        // A full queue takes out the oldest: the ticks never wait for the caller, and the
+        // newest reports are the ones worth reading late.
+        let Ok(evicted) = self.tx.send_evicting(report, self.capacity) else {
+            // The caller is gone: nobody reads any more, nothing to count.
+            return;
+        };
+        if evicted.is_empty() {
+            return;
+        }
+        let before = self
+            .dropped
+            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        let total = before + evicted.len() as u64;
+        // Logged when the count reaches a power of two: a stream nobody polls logs a few
+        // dozen lines over its life, not one per tick.
+        if (before + 1..=total).any(u64::is_power_of_two) {
+            tracing::warn!(
+                capacity = self.capacity,
+                dropped = total,
+                "reports of the schedule are not being read: the oldest are dropped"
+            );
+        }
+    }
+}
+
 struct Driver<F, T, E> {
     failover: Failover,
     schedule: Schedule,
     config: FailoverConfig,
     options: ScheduleOptions,
     work: F,
-    tx: mpsc::UnboundedSender<OccurrenceReport<T, E>>,
+    reports: Reports<T, E>,
     stop: CancellationToken,
     /// The occurrence of each running task, to report one that did not finish by itself.
     running: HashMap<tokio::task::Id, Occurrence>,
+    /// Whether a retention raised to an occurrence's floor was logged (once per stream).
+    warned_retention: bool,
 }
 
 type Finished<T, E> = OccurrenceReport<T, E>;
@@ -487,7 +630,7 @@ where
                     key = %job_key,
                     "an earlier occurrence still runs here: this one is skipped (overlap skip)"
                 );
-                let _ = self.tx.send(OccurrenceReport {
+                self.reports.send(OccurrenceReport {
                     occurrence,
                     job_key,
                     outcome: OccurrenceOutcome::Skipped,
@@ -514,7 +657,7 @@ where
                     None => continue,
                 },
             };
-            let _ = self.tx.send(report);
+            self.reports.send(report);
         }
     }
 
@@ -608,16 +751,28 @@ where
                 None => return,
             },
         };
-        let _ = self.tx.send(report);
+        self.reports.send(report);
     }
 
     fn start(&mut self, runs: &mut JoinSet<Finished<T, E>>, occurrence: Occurrence) {
         let failover = self.failover.clone();
         let mut work = self.work.clone();
         let job_key = occurrence.job_key(&self.config.key);
-        let config = self
+        let config = match self
             .config
-            .for_occurrence(&occurrence, self.options.retention);
+            .occurrence_config(&occurrence, self.options.retention)
+        {
+            Ok((config, raised)) => {
+                // Said once per stream: the floor raises the retention of every occurrence
+                // alike (or of the long gaps of an irregular cron), tick after tick.
+                if let Some(given) = raised.filter(|_| !self.warned_retention) {
+                    self.warned_retention = true;
+                    warn_raised(&config, given);
+                }
+                Ok(config)
+            }
+            Err(e) => Err(e),
+        };
         let tick = occurrence.clone();
         // The occurrence's span: its worker's `baton_worker` span (attempt, fencing token)
         // opens inside it.
@@ -650,5 +805,131 @@ where
         };
         let handle = runs.spawn(tracing::Instrument::instrument(run, span));
         self.running.insert(handle.id(), tick);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::RETENTION_CLOCK_MARGIN;
+
+    fn at(s: &str) -> SystemTime {
+        SystemTime::from(s.parse::<jiff::Timestamp>().unwrap())
+    }
+
+    fn base(lease: Duration) -> FailoverConfig {
+        FailoverConfig::builder("report")
+            .lease(lease)
+            .build()
+            .unwrap()
+    }
+
+    /// `baton run --every 10s --retention 1s --lock-timeout 500ms`: the occurrence's job keeps
+    /// its outcome past the last run that can bind to its tick, not 1 s.
+    #[test]
+    fn a_retention_shorter_than_the_binding_window_is_raised_to_the_floor() {
+        let every = Schedule::every(Duration::from_secs(10)).unwrap();
+        let occ = every.occurrence_at(at("2026-11-26T02:00:00.2Z")).unwrap();
+        let config = base(Duration::from_millis(500));
+        let job = config
+            .for_occurrence(&occ, Some(Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(job.key(), occ.job_key("report"));
+        assert_eq!(
+            job.retention(),
+            Duration::from_secs(10 + 5) + RETENTION_CLOCK_MARGIN
+        );
+        let (_, raised) = config
+            .occurrence_config(&occ, Some(Duration::from_secs(1)))
+            .unwrap();
+        assert_eq!(raised, Some(Duration::from_secs(1)));
+        // Long enough already: kept as given, nothing to say.
+        let (job, raised) = config
+            .occurrence_config(&occ, Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!((job.retention(), raised), (Duration::from_secs(60), None));
+        assert_eq!(
+            config.for_occurrence(&occ, None).unwrap().retention(),
+            Duration::from_secs(600)
+        );
+    }
+
+    /// `0 2,3 * * *`: the 02:00 occurrence's floor is about the 1 h gap, the 03:00 one's about
+    /// the 23 h gap; a 2 h retention is kept for the first and raised for the second.
+    #[test]
+    fn each_occurrence_of_an_irregular_cron_gets_the_floor_of_its_own_gap() {
+        let cron = Schedule::cron("0 2,3 * * *").unwrap();
+        let config = base(Duration::from_secs(30));
+        let two_hours = Some(Duration::from_secs(7200));
+        let two = cron.occurrence_of_tick(at("2026-11-26T02:00:00Z")).unwrap();
+        let three = cron.occurrence_of_tick(at("2026-11-26T03:00:00Z")).unwrap();
+        let job = config.for_occurrence(&two, two_hours).unwrap();
+        assert_eq!(job.retention(), Duration::from_secs(7200));
+        let job = config.for_occurrence(&three, two_hours).unwrap();
+        assert_eq!(
+            job.retention(),
+            Duration::from_secs(23 * 3600 + 60) + RETENTION_CLOCK_MARGIN
+        );
+    }
+
+    /// A retention the coordinator refuses (below twice the lease) is still refused, not
+    /// hidden by the floor.
+    #[test]
+    fn a_retention_below_twice_the_lease_is_still_an_error() {
+        let every = Schedule::every(Duration::from_secs(10)).unwrap();
+        let occ = every.occurrence_at(at("2026-11-26T02:00:00Z")).unwrap();
+        let err = base(Duration::from_secs(10))
+            .for_occurrence(&occ, Some(Duration::from_secs(1)))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    field: "retention",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    /// The longest period's default retention (two periods, twenty years) is capped at the
+    /// coordinator's ten years instead of refused.
+    #[test]
+    fn the_longest_period_gets_a_retention_the_coordinator_accepts() {
+        let every = Schedule::every(crate::schedule::MAX_PERIOD).unwrap();
+        let occ = every.occurrence_at(at("2026-11-26T02:00:00Z")).unwrap();
+        let job = base(Duration::from_secs(30))
+            .for_occurrence(&occ, None)
+            .unwrap();
+        assert_eq!(job.retention(), crate::schedule::MAX_PERIOD);
+    }
+
+    #[test]
+    fn the_report_capacity_is_64_by_default_and_checked() {
+        assert_eq!(ScheduleOptions::default().report_capacity(), 64);
+        assert_eq!(
+            ScheduleOptions::builder()
+                .build()
+                .unwrap()
+                .report_capacity(),
+            64
+        );
+        for n in [0, MAX_REPORT_CAPACITY + 1] {
+            let err = ScheduleOptions::builder()
+                .report_capacity(n)
+                .build()
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ConfigError::Invalid {
+                        field: "report_capacity",
+                        ..
+                    }
+                ),
+                "{n}: {err:?}"
+            );
+        }
     }
 }

@@ -51,6 +51,16 @@ pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 pub const MAX_PERIOD: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// The shortest retention of an occurrence's outcome by default.
 pub const MIN_DEFAULT_RETENTION: Duration = Duration::from_secs(600);
+/// What [`Occurrence::retention_floor`] adds for clock reads: a run reads the server's clock to
+/// bind, then reaches the occurrence's job a round trip or two later, and on a Redis Cluster the
+/// node that timed the binding need not be the one that stores the job (their clocks differ by
+/// what NTP leaves, milliseconds). Five seconds covers both with room for a slow connection;
+/// it only lengthens how long a small key is kept.
+pub const RETENTION_CLOCK_MARGIN: Duration = Duration::from_secs(5);
+/// The longest retention the coordinator accepts
+/// ([`FailoverConfig`](crate::FailoverConfig)'s limit, ten years): the retentions computed here
+/// never exceed it.
+const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// A validated schedule: `every` a period (optionally offset) or a cron expression in a time
 /// zone. Cheap to clone; compare with `==` (two equal schedules have equal digests).
@@ -291,6 +301,7 @@ impl Schedule {
             tick: SystemTime::from(tick),
             next: next.map(SystemTime::from),
             early: self.tolerance_of(tick),
+            next_early: next.map(|n| self.tolerance_of(n)),
             id,
             digest: self.digest.clone(),
         })
@@ -352,6 +363,8 @@ pub struct Occurrence {
     tick: SystemTime,
     next: Option<SystemTime>,
     early: Duration,
+    /// The next tick's early tolerance: runs bind to this tick until `next - next_early`.
+    next_early: Option<Duration>,
     id: String,
     digest: String,
 }
@@ -389,7 +402,8 @@ impl Occurrence {
     }
 
     /// How long the occurrence's `DONE`/`EXHAUSTED` is kept by default: two gaps to the next
-    /// tick, at least ten minutes (and at least twice `lease`, the coordinator's own rule).
+    /// tick, at least ten minutes (and at least twice `lease`, the coordinator's own rule, and
+    /// [`Occurrence::retention_floor`]), at most ten years (the coordinator's limit).
     pub fn default_retention(&self, lease: Duration) -> Duration {
         let gap = self
             .next
@@ -398,6 +412,46 @@ impl Occurrence {
         (gap.saturating_mul(2))
             .max(MIN_DEFAULT_RETENTION)
             .max(lease.saturating_mul(2))
+            .min(MAX_RETENTION)
+            .max(self.retention_floor())
+    }
+
+    /// The shortest retention that keeps this occurrence from running twice:
+    /// `(next − tick) + E_next` ([`RETENTION_CLOCK_MARGIN`] added), `E_next` being the next
+    /// tick's early tolerance; ten years (the coordinator's limit) past the calendar's end.
+    ///
+    /// A run binds to this tick until `E_next` before the next one
+    /// ([`Schedule::occurrence_at`]), and catching up ([`Failover::latest_past_occurrence`])
+    /// looks at it until the next tick itself. The outcome is written at or after the tick
+    /// and kept for the retention from then, so with this floor it outlives both windows by
+    /// `E_next` and the margin: room for a run that read the clock just before its window
+    /// closed to reach the job. Below it, a late run of the same tick finds no outcome and
+    /// runs the occurrence again as attempt 1.
+    /// [`FailoverConfig::for_occurrence`](crate::FailoverConfig::for_occurrence) never keeps
+    /// an outcome for less.
+    ///
+    /// [`Failover::latest_past_occurrence`]: crate::Failover::latest_past_occurrence
+    pub fn retention_floor(&self) -> Duration {
+        let until_next = self
+            .next
+            .and_then(|n| n.duration_since(self.tick).ok())
+            .zip(self.next_early);
+        match until_next {
+            Some((gap, early)) => gap
+                .saturating_add(early)
+                .saturating_add(RETENTION_CLOCK_MARGIN)
+                .min(MAX_RETENTION),
+            None => MAX_RETENTION,
+        }
+    }
+
+    /// The retention an occurrence's job gets: `given` (by default
+    /// [`Occurrence::default_retention`]), raised to [`Occurrence::retention_floor`] when
+    /// below it.
+    pub fn retention(&self, given: Option<Duration>, lease: Duration) -> Duration {
+        given
+            .unwrap_or_else(|| self.default_retention(lease))
+            .max(self.retention_floor())
     }
 
     /// How long before the tick `now` is (zero once it is due): what a run that bound to a

@@ -56,6 +56,15 @@ fn check_binding(s: &Schedule, now: SystemTime) {
     assert!(e_n <= n.duration_since(t).unwrap() / 2);
     // The run waits for a coming tick: it never starts before it.
     assert!(now + occ.until_due(now) >= t);
+    // The outcome, written at the tick at the earliest, outlives every run that can still bind
+    // to the tick (this one included) and the catch-up's look at it (until the next tick).
+    let kept_until = t + occ.retention_floor();
+    assert!(
+        kept_until >= n + RETENTION_CLOCK_MARGIN && kept_until > now + RETENTION_CLOCK_MARGIN,
+        "{s}: the outcome of {} would expire at {} while a run can still bind to it",
+        id(t),
+        id(kept_until)
+    );
 }
 
 fn samples(s: &Schedule, seed: u64, span: Duration, count: usize) {
@@ -306,4 +315,88 @@ fn occurrence_job_names_split_back_into_their_parts() {
     ] {
         assert_eq!(split_job_key(other), None, "{other}");
     }
+}
+
+#[test]
+fn the_retention_floor_outlasts_the_binding_window_of_an_every_tick() {
+    let lease = Duration::from_millis(500);
+    // The CLI repro: `--every 10s --retention 1s`. E of the next tick is 5 s (half the gap).
+    let s = Schedule::every(Duration::from_secs(10)).unwrap();
+    let occ = s.occurrence_at(at("2026-11-26T02:00:00.2Z")).unwrap();
+    assert_eq!(occ.id(), "2026-11-26T02:00:00Z");
+    let floor = Duration::from_secs(10 + 5) + RETENTION_CLOCK_MARGIN;
+    assert_eq!(occ.retention_floor(), floor);
+    assert_eq!(
+        occ.retention(Some(Duration::from_secs(1)), lease),
+        floor,
+        "a shorter retention is raised"
+    );
+    assert_eq!(
+        occ.retention(Some(Duration::from_secs(60)), lease),
+        Duration::from_secs(60),
+        "a longer one is kept"
+    );
+    assert_eq!(occ.retention(None, lease), MIN_DEFAULT_RETENTION);
+    // A day: E is the full minute.
+    let daily = Schedule::every(Duration::from_secs(86_400)).unwrap();
+    let occ = daily.occurrence_at(at("2026-11-26T12:00:00Z")).unwrap();
+    assert_eq!(
+        occ.retention_floor(),
+        Duration::from_secs(86_400 + 60) + RETENTION_CLOCK_MARGIN
+    );
+    assert_eq!(
+        occ.retention(Some(Duration::from_secs(3600)), lease),
+        occ.retention_floor()
+    );
+    assert_eq!(
+        occ.default_retention(lease),
+        Duration::from_secs(2 * 86_400)
+    );
+}
+
+#[test]
+fn the_retention_floor_follows_each_gap_of_an_irregular_cron() {
+    let lease = Duration::from_secs(30);
+    // 02:00 and 03:00: gaps of 1 h and 23 h. With E = 1 h, the 03:00 tick's E is capped at
+    // 30 min (half the gap before it), the 02:00 tick's is the full hour.
+    let s = Schedule::cron("0 2,3 * * *")
+        .unwrap()
+        .early(Duration::from_secs(3600));
+    let two = s.occurrence_of_tick(at("2026-11-26T02:00:00Z")).unwrap();
+    assert_eq!(
+        two.retention_floor(),
+        Duration::from_secs(3600 + 1800) + RETENTION_CLOCK_MARGIN
+    );
+    let three = s.occurrence_of_tick(at("2026-11-26T03:00:00Z")).unwrap();
+    assert_eq!(
+        three.retention_floor(),
+        Duration::from_secs(23 * 3600 + 3600) + RETENTION_CLOCK_MARGIN
+    );
+    let two_hours = Some(Duration::from_secs(7200));
+    assert_eq!(
+        two.retention(two_hours, lease),
+        Duration::from_secs(7200),
+        "above the short gap's floor: kept"
+    );
+    assert_eq!(
+        three.retention(two_hours, lease),
+        three.retention_floor(),
+        "below the long gap's floor: raised"
+    );
+    // A run 22 h late still binds to 03:00; its outcome is still there.
+    let late = at("2026-11-27T00:59:00Z");
+    assert_eq!(s.occurrence_at(late), Some(three.clone()));
+    assert!(three.tick() + three.retention(two_hours, lease) > late);
+}
+
+#[test]
+fn retentions_stay_within_the_coordinators_ten_years() {
+    let s = Schedule::every(MAX_PERIOD).unwrap();
+    let occ = s.occurrence_at(at("2026-11-26T02:00:00Z")).unwrap();
+    assert_eq!(occ.retention_floor(), MAX_RETENTION);
+    assert_eq!(
+        occ.default_retention(Duration::from_secs(30)),
+        MAX_RETENTION,
+        "two periods would be twenty years"
+    );
 }

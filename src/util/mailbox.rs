@@ -79,6 +79,26 @@ impl<T> Sender<T> {
         Ok(())
     }
 
+    /// Queues `item`, first taking out the oldest items unread while `capacity` of them wait:
+    /// a bounded queue whose sender never waits. Returns those taken out (dropped by the
+    /// caller, outside the lock); gives `item` back when the receiver is gone.
+    pub(crate) fn send_evicting(&self, item: T, capacity: usize) -> Result<Vec<T>, T> {
+        let (evicted, waker) = {
+            let mut s = self.shared.lock();
+            if !s.receiver_alive {
+                return Err(item);
+            }
+            let over = (s.items.len() + 1).saturating_sub(capacity.max(1));
+            let evicted: Vec<T> = s.items.drain(..over).collect();
+            s.items.push_back(item);
+            (evicted, s.rx_waker.take())
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(evicted)
+    }
+
     /// How many items wait unread.
     pub(crate) fn len(&self) -> usize {
         self.shared.lock().items.len()
@@ -263,6 +283,24 @@ mod tests {
             assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(i)));
         }
         assert!(rx.shared.lock().items.capacity() <= 16);
+    }
+
+    #[test]
+    fn a_bounded_send_takes_out_the_oldest() {
+        let (tx, mut rx) = unbounded();
+        for i in 0..3 {
+            assert_eq!(tx.send_evicting(i, 3), Ok(vec![]));
+        }
+        assert_eq!(tx.send_evicting(3, 3), Ok(vec![0]));
+        assert_eq!(tx.send_evicting(4, 3), Ok(vec![1]));
+        assert_eq!(tx.len(), 3);
+        let waker = futures_noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        for i in 2..5 {
+            assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(i)));
+        }
+        drop(rx);
+        assert_eq!(tx.send_evicting(5, 3), Err(5));
     }
 
     fn futures_noop_waker() -> Waker {

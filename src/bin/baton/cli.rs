@@ -230,7 +230,8 @@ pub(crate) struct RunArgs {
     /// The maximum number of attempts.
     #[arg(long, default_value_t = 5)]
     pub(crate) max_attempts: u64,
-    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years)
+    /// How long DONE/EXHAUSTED are kept, so late duplicates are not re-run (at most 10 years;
+    /// with a schedule, at least the gap to the next tick plus its E plus 5s)
     /// [default: 24h; with a schedule, two periods and at least 10m].
     #[arg(long, value_parser = duration)]
     pub(crate) retention: Option<Duration>,

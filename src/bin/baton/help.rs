@@ -64,8 +64,10 @@ that fires a little early or late (or a timer catching up after boot) still find
 occurrence; each occurrence runs once across the fleet, with attempts and backups as above
 (a failed attempt is retried within the occurrence); PROGRAM never starts before its tick by the
 server's clock (a run bound to a coming tick waits for it). DONE/EXHAUSTED of an occurrence are
-kept two periods (at least 10m) unless --retention says otherwise. baton says which occurrence it
-bound to on stderr (--json: an \"occurrence\" event; both name the job key). `baton status --key
+kept two periods (at least 10m) unless --retention says otherwise, and never less than the gap
+to the next tick plus its E plus 5s: a late run can still bind to the tick until then, so a
+shorter --retention is raised (baton says so once). baton says which occurrence it bound to on
+stderr (--json: an \"occurrence\" event; both name the job key). `baton status --key
 'KEY@DIGEST@TICK'` shows an occurrence's job.
 
 Crontab example (every server runs it; exactly one runs the report of each night at 02:00 in

@@ -103,8 +103,45 @@ pub(crate) fn schedule_of(
         config
             .for_occurrence(&occurrence, retention)
             .map_err(|e| usage_config(&e))?;
+        if let Some(given) = retention {
+            say_retention_floor(&schedule, occurrence, given);
+        }
     }
     Ok(Some(schedule))
+}
+
+/// How many ticks from now [`say_retention_floor`] looks at: enough for the irregular gaps
+/// of a cron expression's week (`0 2,3 * * 1-5`), and cheap.
+const FLOOR_TICKS: usize = 64;
+
+/// Says once, before connecting, when --retention is below what keeps an occurrence from
+/// running twice ([`Occurrence::retention_floor`]): the library keeps each occurrence's
+/// outcome that long instead, and the operator should know the flag was overruled.
+fn say_retention_floor(schedule: &Schedule, first: Occurrence, given: Duration) {
+    let floors: Vec<Duration> = std::iter::successors(Some(first), |o| {
+        o.next_tick().and_then(|t| schedule.occurrence_of_tick(t))
+    })
+    .take(FLOOR_TICKS)
+    .map(|o| o.retention_floor())
+    .collect();
+    let (Some(low), Some(high)) = (floors.iter().min(), floors.iter().max()) else {
+        return;
+    };
+    if given >= *high {
+        return;
+    }
+    let kept = if low == high {
+        human(*high)
+    } else {
+        format!("up to {}", human(*high))
+    };
+    eprintln!(
+        "baton: --retention {} is too short for {schedule}: a late run could bind to an \
+         occurrence after its DONE expired and run it again; each occurrence's DONE/EXHAUSTED \
+         is kept {kept} instead (the gap to the next tick, its --early, and {} for clock reads)",
+        human(given),
+        human(baton::schedule::RETENTION_CLOCK_MARGIN),
+    );
 }
 
 /// How one job's run ended in this process.
