@@ -135,7 +135,7 @@ fn say_retention_floor(schedule: &Schedule, first: Occurrence, given: Duration) 
     } else {
         format!("up to {}", human(*high))
     };
-    eprintln!(
+    say!(
         "baton: --retention {} is too short for {schedule}: a late run could bind to an \
          occurrence after its DONE expired and run it again; each occurrence's DONE/EXHAUSTED \
          is kept {kept} instead (the gap to the next tick, its --early, and {} for clock reads)",
