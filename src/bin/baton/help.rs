@@ -14,9 +14,11 @@ Exit statuses of `baton run`:
   69       the server (Redis or PostgreSQL) cannot be reached, or kept failing for a few
            seconds (transient: trying again later may help)
   74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
-           Ctrl-Z, for longer than the lease), deadline passed (--no-keepalive), --max-run
-           reached, a success that could no longer be recorded, or a success whose outcome is
-           unknown (the job may or may not be DONE: check `baton status`)
+           Ctrl-Z, for longer than the lease), PROGRAM stopped by the guard (no extension was
+           confirmed by the lease's deadline while baton could not act: stopped by SIGSTOP,
+           blocked, starved of CPU), deadline passed (--no-keepalive), --max-run reached, a
+           success that could no longer be recorded, or a success whose outcome is unknown
+           (the job may or may not be DONE: check `baton status`)
   75       the job is exhausted and this process ran no attempt
   77       the server refused the credentials or a command: a wrong password or unknown user
            (Redis WRONGPASS, PostgreSQL 28P01/28000), an ACL denial (Redis NOPERM), a missing
@@ -40,19 +42,25 @@ which gets SIGTERM (then SIGCONT, so a stopped PROGRAM acts on it) and then SIGK
 attempt is lost or runs out of time. Nothing in that group outlives baton: when PROGRAM exits,
 what it left running there gets SIGTERM, then SIGKILL after --kill-grace, and is gone before
 DONE is written or the attempt failed; when baton dies, even by SIGKILL (the OOM killer), a
-guard process (`baton-guard` in ps) kills the whole group at once. What leaves the group
-escapes both: a descendant that calls setsid or setpgid (a daemon's double fork, a shell with
-job control). A lease cannot stop a paused or partitioned holder in time: pass
-BATON_FENCING_TOKEN to what PROGRAM writes to.
+guard process (`baton-guard` in ps) kills the whole group at once. The guard also enforces the
+lease when baton itself cannot (stopped by SIGSTOP or a frozen cgroup, blocked, starved of CPU):
+baton tells it each deadline the server confirmed, and it sends the group SIGTERM
+min(--kill-grace, lease/4) before that deadline and SIGKILL just before it (a twentieth of the
+lease, at most 250ms), counting time the host spent suspended; baton then says \"stopped by the
+guard\", fails the attempt and exits 74. baton's own output never holds it up: a stderr or
+--events file nobody reads loses lines (counted: \"N messages dropped\"), never the lease. What
+escapes: a descendant that calls setsid or setpgid (a daemon's double fork, a shell with job
+control) leaves the group; a whole host or VM paused pauses the guard too. A lease cannot stop
+a paused or partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to.
 
 In a terminal, `baton run` is a well-behaved job: when stdin is a terminal and baton runs in the
 foreground, PROGRAM's process group gets the terminal (PROGRAM can read it; Ctrl-C and Ctrl-Z
 reach it, and PROGRAM ended by Ctrl-C fails the attempt with 130) and baton takes it back
 before exiting. SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to
 baton are forwarded to PROGRAM's group (unless baton started with them ignored, as under nohup).
-Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile.
-On `fg`/`bg` baton first checks that it still holds its attempt: if the lease ran out, PROGRAM is
-killed and baton exits 74.
+Ctrl-Z (or SIGTSTP sent to baton) stops PROGRAM and baton; the lease is not kept alive meanwhile,
+and the guard kills PROGRAM's group when it runs out. On `fg`/`bg` baton first checks that it
+still holds its attempt: if the lease ran out, PROGRAM is killed and baton exits 74.
 
 With a schedule (--every DURATION [--offset DURATION], or --cron EXPR [--tz ZONE]) the job is one
 occurrence of it, KEY@DIGEST@TICK (DIGEST names the schedule: two schedules on one key never
@@ -159,7 +167,8 @@ Exit statuses of `baton lock`:
            (transient: trying again later may help)
   74       the lock was lost while PROGRAM ran: an extension found another token (or none),
            or no extension was confirmed before the lease's end (also when baton was stopped,
-           e.g. by Ctrl-Z, for longer than the lease). PROGRAM got SIGTERM, then SIGKILL at the
+           e.g. by Ctrl-Z, for longer than the lease, or when the guard stopped PROGRAM because
+           baton could not act: SIGSTOP, blocked, starved). PROGRAM got SIGTERM, then SIGKILL at the
            latest when the lease could pass on. Also when PROGRAM ended but the release found
            the lock held by another token (mutual exclusion may have been broken). With
            --redlock: an extension round found no quorum still holding the lock, or no quorum
@@ -183,7 +192,8 @@ refuse smaller tokens. Terminal, job control and signals work as for `baton run`
 in its own process group (which gets the terminal when baton is in the foreground), SIGHUP,
 SIGINT, SIGQUIT and SIGTERM are forwarded to it, Ctrl-Z stops both (the lock is not extended
 meanwhile, and PROGRAM is killed on `fg`/`bg` if the lease ran out), PROGRAM's whole group dies
-with baton (a descendant that calls setsid or setpgid escapes), and what PROGRAM leaves running
+with baton (a descendant that calls setsid or setpgid escapes) or, when baton cannot act, by the
+lease's confirmed deadline (the guard; a whole host paused escapes), and what PROGRAM leaves running
 in its group gets SIGTERM, then SIGKILL after --kill-grace, and is gone before the lock is
 released.
 
