@@ -846,6 +846,9 @@ async fn help_documents_every_flag_and_exit_status() {
         "--name",
         "--json",
         "--events",
+        "--give-up-after",
+        "--connect-timeout",
+        "--rejoin",
     ];
     let statuses = [64, 65, 69, 74, 75, 77, 78, 126, 127, 129, 130, 131, 143];
 
