@@ -159,7 +159,7 @@ pub(crate) async fn run(
         Some(schedule) => {
             let bound = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
-                b = bind(client, &args.key, &schedule) => b,
+                b = bind(client, args, &schedule) => b,
             };
             let (occurrence, wait) = match bound {
                 Ok(b) => b,
@@ -178,12 +178,18 @@ pub(crate) async fn run(
                 // A signal while waiting for the tick ends the run as one while waiting for an
                 // attempt does: nothing ran here.
                 let failover = client.failover();
+                let due = patiently(
+                    &args.key,
+                    "read the server's clock",
+                    args.give_up_after,
+                    || failover.wait_until_due(&occurrence, &args.key),
+                );
                 let due = tokio::select! {
                     sig = signals.recv() => return signal_status(sig),
-                    r = failover.wait_until_due(&occurrence, &args.key) => r,
+                    r = due => r,
                 };
-                if let Err(e) = due {
-                    return fail_with(&e);
+                if let Err(code) = due {
+                    return code;
                 }
             }
             env = occurrence_env(&occurrence, &config);
@@ -205,15 +211,17 @@ pub(crate) async fn run(
 /// tick that is. `Err` is the exit status (said).
 async fn bind(
     client: &Client,
-    key: &str,
+    args: &RunArgs,
     schedule: &Schedule,
 ) -> Result<(Occurrence, Duration), u8> {
-    // `Failover::occurrence` with the server's time kept, to say how long the wait is.
-    let now = client
-        .failover()
-        .server_time(key)
-        .await
-        .map_err(|e| fail_with(&e))?;
+    // `Failover::occurrence` with the server's time kept, to say how long the wait is. A cron
+    // line that fires during a failover reads it once the server answers again.
+    let failover = client.failover();
+    let key = args.key.as_str();
+    let now = patiently(key, "read the server's clock", args.give_up_after, || {
+        failover.server_time(key)
+    })
+    .await?;
     let occurrence = schedule.occurrence_at(now).ok_or_else(|| {
         usage(format!(
             "{schedule} has no tick around the server's time ({})",
@@ -223,6 +231,47 @@ async fn bind(
     let wait = occurrence.until_due(now);
     Ok((occurrence, wait))
 }
+
+/// `op` until it succeeds, retrying errors a retry can fix (said once) for up to `give_up` of
+/// them in a row (--give-up-after). `Err` is the exit status (said).
+async fn patiently<T, Fut>(
+    key: &str,
+    what: &str,
+    give_up: Duration,
+    mut op: impl FnMut() -> Fut,
+) -> Result<T, u8>
+where
+    Fut: std::future::Future<Output = Result<T, baton::Error>>,
+{
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(|| {
+                    eprintln!(
+                        "baton: {key}: cannot {what} yet ({}); trying again",
+                        text::error_message(&e)
+                    );
+                    Instant::now()
+                });
+                if since.elapsed() >= give_up {
+                    eprintln!(
+                        "baton: {key}: the server kept failing for {} (--give-up-after); giving up",
+                        human(give_up)
+                    );
+                    return Err(fail_with(&e));
+                }
+                tokio::time::sleep(RETRY_PAUSE.min(give_up)).await;
+            }
+            Err(e) => return Err(fail_with(&e)),
+        }
+    }
+}
+
+/// The pause between two tries of [`patiently`]: what the server's clock is read for can wait
+/// that long, and a failover takes seconds.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// `t` in RFC 3339 (UTC), as occurrence ids are written.
 pub(crate) fn baton_time(t: SystemTime) -> String {
