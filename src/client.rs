@@ -343,6 +343,72 @@ impl ClientBuilder {
     /// [`Error::Tls`] at once (no retries, never a plain-TCP fallback) when the TLS handshake
     /// fails.
     pub async fn connect(self) -> Result<Client, Error> {
+        self.connect_once(&mut false).await
+    }
+
+    /// Connects as [`connect`](Self::connect) does, but rides out a deployment that is briefly
+    /// unavailable (a restart, a failover, a network blip): failures a retry can fix
+    /// ([`Error::is_retryable`]: refused, reset, timed out, `LOADING`, `CLUSTERDOWN`, …) are
+    /// retried with capped, jittered backoff. It gives up once `unreached` has passed without
+    /// any server of the deployment answering since the call began (the server, a Cluster
+    /// seed, a Sentinel: a mistyped address fails quickly), or, once one has answered (a
+    /// Sentinel that names a primary still being failed over, a server answering `LOADING`),
+    /// once `outage` has passed since the call began.
+    ///
+    /// # Errors
+    /// The last attempt's error when it gives up (a [`Error::Timeout`] if that attempt was cut
+    /// short); an error no retry can fix (configuration, credentials, TLS) at once.
+    pub async fn connect_patiently(
+        self,
+        unreached: Duration,
+        outage: Duration,
+    ) -> Result<Client, Error> {
+        let start = tokio::time::Instant::now();
+        let mut reached = false;
+        let mut backoff = crate::util::backoff::Backoff::new(self.settings.max_backoff);
+        // Both limits count from the call: nothing answered a client yet.
+        let deadline = |reached: bool| {
+            let limit = if reached {
+                unreached.max(outage)
+            } else {
+                unreached
+            };
+            crate::util::time::after(start, limit)
+        };
+        loop {
+            let until = deadline(reached);
+            let attempt = self.clone().connect_once(&mut reached);
+            let error = match tokio::time::timeout_at(until, attempt).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(e)) if !e.is_retryable() => return Err(e),
+                Ok(Err(e)) => e,
+                Err(_) => Error::Timeout {
+                    during: "connecting",
+                },
+            };
+            let now = tokio::time::Instant::now();
+            let deadline = deadline(reached);
+            if now >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(error = %error, reached, "cannot connect yet; retrying");
+            let retry_at = crate::util::time::after(now, backoff.next_delay()).min(deadline);
+            tokio::time::sleep_until(retry_at).await;
+        }
+    }
+
+    /// One try of [`connect`](Self::connect); sets `reached` once a server of the deployment
+    /// answered, even with an error (a Sentinel naming a primary that does not answer yet, a
+    /// server replying `LOADING`).
+    async fn connect_once(self, reached: &mut bool) -> Result<Client, Error> {
+        let result = self.connect_inner(reached).await;
+        if matches!(result, Ok(_) | Err(Error::Redis { .. })) {
+            *reached = true;
+        }
+        result
+    }
+
+    async fn connect_inner(self, reached: &mut bool) -> Result<Client, Error> {
         if is_postgres(&self.url) {
             let client = self.postgres()?;
             #[cfg(feature = "postgres")]
@@ -394,7 +460,11 @@ impl ClientBuilder {
                 sentinels,
                 service,
                 data,
-            } => return self.connect_sentinel(sentinels, service, &data).await,
+            } => {
+                return self
+                    .connect_sentinel(sentinels, service, &data, reached)
+                    .await
+            }
             #[cfg(not(feature = "sentinel"))]
             Target::Sentinel { .. } => return Err(missing_feature(&self.url, "sentinel")),
         }
@@ -420,6 +490,7 @@ impl ClientBuilder {
         sentinels: Vec<String>,
         service: String,
         data: &crate::backend::redis::topology_url::DataTemplate,
+        reached: &mut bool,
     ) -> Result<Client, Error> {
         self.check_settings()?;
         let settings = self.settings.clone();
@@ -429,6 +500,8 @@ impl ClientBuilder {
             settings.connect_timeout,
         )
         .await?;
+        // A Sentinel answered: the deployment is there, its primary may be failing over.
+        *reached = true;
         let client = self.client_for(&data.primary_url(&host, port))?;
         let manager = connect_manager(&client, &settings).await?;
         let mut conn = manager.clone();

@@ -491,14 +491,24 @@ async fn an_unreachable_redis_exits_69_with_a_message_and_no_panic() {
     let dir = TempDir::new("unreachable");
     let marker = dir.path("ran");
     let script = format!("echo ran > {}", shq(&marker));
+    // Nothing ever answered: --connect-timeout (not --give-up-after's ten minutes) ends it.
     let o = run(
-        baton("run", &url).args(["--key", "nowhere", "--", "sh", "-c", &script]),
+        baton("run", &url).args([
+            "--key",
+            "nowhere",
+            "--connect-timeout",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]),
         "run without redis",
     )
     .await;
     assert_eq!(code(&o), 69, "{}", describe(&o));
     let err = stderr(&o);
-    assert!(!err.trim().is_empty(), "no message: {}", describe(&o));
+    assert!(err.contains("--connect-timeout"), "{}", describe(&o));
     assert!(!err.contains("panicked"), "{}", describe(&o));
     assert!(!marker.exists(), "the program ran without coordination");
 
@@ -509,6 +519,99 @@ async fn an_unreachable_redis_exits_69_with_a_message_and_no_panic() {
     .await;
     assert_eq!(code(&o), 69, "status: {}", describe(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", describe(&o));
+}
+
+/// A job whose holder (straight to the server) runs attempt 1 until the test lets it fail, and
+/// whose only backup reaches the server through a relay that the test cuts for each of
+/// `outages` (`(after, length)`: the gap since the previous step, then the cut's length).
+/// Returns the backup's output, its events and the attempts PROGRAM ran.
+async fn backup_behind_a_blipping_link(
+    tag: &str,
+    outages: &[(Duration, Duration)],
+    backup_args: &[&str],
+) -> (Output, Vec<Value>, Vec<String>) {
+    let srv = server();
+    let url = srv.url();
+    let relay = baton::testing::TcpRelay::start(srv.port()).expect("relay");
+    let relayed = format!("redis://127.0.0.1:{}/", relay.port());
+    let dir = TempDir::new(tag);
+    let (out, go, events) = (dir.path("out"), dir.path("go"), dir.path("events"));
+    // Attempt 1 waits (bounded, 20 s) for the test's go, then fails; later attempts succeed.
+    let script = format!(
+        "echo \"$BATON_ATTEMPT\" >> {out}; [ \"$BATON_ATTEMPT\" = 1 ] || exit 0; i=0; \
+         while [ ! -e {go} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 3",
+        out = shq(&out),
+        go = shq(&go),
+    );
+    let lease = ["--key", tag, "--lock-timeout", "600ms"];
+    let holder = spawn(
+        baton("run", &url)
+            .args(lease)
+            .args(["--", "sh", "-c", &script]),
+    );
+    assert!(
+        wait_file(&out, QUICK, |t| t.contains('1')).await.is_some(),
+        "the holder did not start attempt 1"
+    );
+    let backup = spawn(
+        baton("run", &relayed)
+            .args(lease)
+            .args(backup_args)
+            .arg("--events")
+            .arg(&events)
+            .args(["--", "sh", "-c", &script]),
+    );
+    wait_event(&events, "Locked", QUICK).await;
+    for (after, length) in outages {
+        tokio::time::sleep(*after).await;
+        relay.cut();
+        tokio::time::sleep(*length).await;
+        relay.restore();
+    }
+    std::fs::write(&go, "").unwrap();
+    let deadline = Instant::now() + QUICK;
+    let h = finish_by(holder, deadline, "holder").await;
+    assert_eq!(code(&h), 3, "holder: {}", describe(&h));
+    let b = finish_by(backup, deadline, "backup").await;
+    let events = event_lines(&std::fs::read_to_string(&events).unwrap_or_default());
+    (b, events, lines(&out))
+}
+
+#[tokio::test]
+async fn a_backup_rides_out_two_blips_and_runs_the_attempt_the_holder_failed() {
+    // Two 1.5 s outages whose errors are more than 5 s apart, with the server answering
+    // between them: each outage is short, and the answers between them reset the clock.
+    let blips = [
+        (Duration::from_millis(300), Duration::from_millis(1500)),
+        (Duration::from_millis(3700), Duration::from_millis(1500)),
+    ];
+    let (b, events, attempts) = backup_behind_a_blipping_link("blips", &blips, &[]).await;
+    assert_eq!(
+        code(&b),
+        0,
+        "the backup gave up on two short outages: {}",
+        describe(&b)
+    );
+    assert_eq!(attempts, ["1", "2"], "attempt 2 ran on the backup");
+    let names = event_names(&events);
+    let reachable = names.iter().filter(|n| *n == "Reachable").count();
+    assert!(reachable >= 2, "one Reachable per outage: {names:?}");
+}
+
+#[tokio::test]
+async fn a_backup_rides_out_one_blip_and_gives_up_only_past_give_up_after() {
+    // The control: one outage, survived before as now.
+    let blip = [(Duration::from_millis(300), Duration::from_millis(1500))];
+    let (b, _, attempts) = backup_behind_a_blipping_link("one-blip", &blip, &[]).await;
+    assert_eq!(code(&b), 0, "one outage: {}", describe(&b));
+    assert_eq!(attempts, ["1", "2"]);
+    // An outage longer than --give-up-after ends the wait with 69, and nothing ran there.
+    let long = [(Duration::from_millis(300), Duration::from_millis(2500))];
+    let (b, _, attempts) =
+        backup_behind_a_blipping_link("long-outage", &long, &["--give-up-after", "1s"]).await;
+    assert_eq!(code(&b), 69, "a long outage: {}", describe(&b));
+    assert!(stderr(&b).contains("--give-up-after"), "{}", describe(&b));
+    assert_eq!(attempts, ["1"], "the backup gave up: no attempt 2 ran");
 }
 
 /// The `count` of the `ACL LOG` entries of failed logins (`reason` `auth`) as `user`: how many
@@ -743,6 +846,9 @@ async fn help_documents_every_flag_and_exit_status() {
         "--name",
         "--json",
         "--events",
+        "--give-up-after",
+        "--connect-timeout",
+        "--rejoin",
     ];
     let statuses = [64, 65, 69, 74, 75, 77, 78, 126, 127, 129, 130, 131, 143];
 

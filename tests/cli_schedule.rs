@@ -563,6 +563,90 @@ async fn overlap_skip_reports_a_tick_that_comes_while_one_runs() {
     }
 }
 
+/// One server, PROGRAM failing the first time it runs: `schedule` rejoins by default, so the
+/// same occurrence's attempt 2 runs here and the occurrence ends done.
+#[tokio::test]
+async fn a_one_server_schedule_retries_an_occurrence_whose_attempt_1_failed() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-rejoin");
+    let (log, failed, err) = (dir.path("log"), dir.path("failed"), dir.path("err"));
+    let script = format!(
+        "echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {log}; \
+         if [ ! -e {failed} ]; then touch {failed}; exit 3; fi",
+        log = shq(&log),
+        failed = shq(&failed),
+    );
+    let mut cmd = baton("schedule", &url);
+    cmd.args(["--key", "rejoin", "--every", "2s", "--json"])
+        .args(["--lock-timeout", "600ms", "--", "sh", "-c", &script]);
+    stderr_to(&mut cmd, &err);
+    let child = spawn(&mut cmd);
+    let text = wait_file(&err, QUICK, |t| !reports(t).is_empty()).await;
+    send_signal(child.id().unwrap(), libc::SIGTERM);
+    let _ = finish(child, "baton schedule").await;
+    let text = text.expect("an occurrence ended");
+    let first = &reports(&text)[0];
+    assert_eq!(
+        first["outcome"], "done",
+        "the occurrence whose attempt 1 failed was not retried here: {first}"
+    );
+    let occurrence = first["occurrence"].as_str().unwrap();
+    assert_eq!(
+        by_occurrence(&log)
+            .get(occurrence)
+            .cloned()
+            .unwrap_or_default(),
+        ["1", "2"],
+        "attempts of {occurrence}"
+    );
+}
+
+/// `--overlap allow` with PROGRAM outlasting several ticks: no more than --max-concurrent
+/// occurrences run at once; the others are reported skipped.
+#[tokio::test]
+async fn max_concurrent_bounds_the_occurrences_that_run_at_once() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("sched-max");
+    let (log, err) = (dir.path("log"), dir.path("err"));
+    let script = format!("echo \"$BATON_OCCURRENCE\" >> {}; sleep 2.5", shq(&log));
+    let mut cmd = baton("schedule", &url);
+    cmd.args([
+        "--key",
+        "max",
+        "--every",
+        "1s",
+        "--max-concurrent",
+        "1",
+        "--json",
+    ])
+    .args(["--lock-timeout", "3s", "--", "sh", "-c", &script]);
+    stderr_to(&mut cmd, &err);
+    let child = spawn(&mut cmd);
+    let text = wait_file(&err, QUICK, |t| {
+        reports(t).iter().any(|r| r["outcome"] == "skipped")
+    })
+    .await;
+    send_signal(child.id().unwrap(), libc::SIGTERM);
+    let out = finish(child, "baton schedule").await;
+    let text = text.unwrap_or_else(|| {
+        panic!(
+            "no tick reported skipped: {}{}",
+            std::fs::read_to_string(&err).unwrap_or_default(),
+            stderr(&out)
+        )
+    });
+    let skipped: BTreeSet<String> = reports(&text)
+        .iter()
+        .filter(|r| r["outcome"] == "skipped")
+        .map(|r| r["occurrence"].as_str().unwrap().to_string())
+        .collect();
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 1, "one occurrence at a time ran: {ran:?}");
+    assert!(!skipped.contains(&ran[0]), "{skipped:?} / {ran:?}");
+}
+
 /// SIGTERM to `baton schedule` while it waits for a tick: exit 0. While it holds an attempt:
 /// PROGRAM is stopped, the attempt failed (a backup may take over), exit 143.
 #[tokio::test]

@@ -68,6 +68,69 @@ async fn run_and_status_work_on_a_sentinel_url() {
     run_then_status(&set.url(), "s").await;
 }
 
+/// A run that starts right after the primary of its job's slot was killed: the seeds answer,
+/// that slot does not until its replica takes over (here by hand, 6 s after the kill, with a
+/// node timeout long enough that no automatic failover comes first). The run waits for it and
+/// then runs PROGRAM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_as_its_primary_dies_waits_for_the_failover_and_runs() {
+    let mut cluster = tokio::task::spawn_blocking(|| {
+        RedisCluster::builder()
+            .arg("cluster-node-timeout", "60000")
+            .start()
+            .expect("cluster")
+    })
+    .await
+    .unwrap();
+    let primary = cluster.node_for_key(b"{failing}").expect("a primary");
+    let replica = cluster
+        .replicas()
+        .into_iter()
+        .find(|&r| cluster.primary_of(r) == Some(primary))
+        .expect("its replica");
+    let replica_url = cluster.nodes()[replica].url();
+    cluster.node_mut(primary).kill();
+    let url = cluster.cluster_url();
+    let run = tokio::spawn(async move {
+        baton(
+            &url,
+            &[
+                "run",
+                "--key",
+                "failing",
+                "--lock-timeout",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                "exit 0",
+            ],
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(replica_url)
+            .and_then(|c| c.get_connection())
+            .expect("replica connection");
+        redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .arg("TAKEOVER")
+            .query::<()>(&mut conn)
+            .expect("CLUSTER FAILOVER TAKEOVER");
+    })
+    .await
+    .unwrap();
+    let out = run.await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the run gave up before the failover: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(cluster);
+}
+
 #[tokio::test]
 async fn a_bad_cluster_url_exits_64_without_echoing_the_password() {
     let out = baton(

@@ -532,6 +532,11 @@ scenario! {
         let mut a = client.failover().start(cfg);
         let first = acquired(&mut a, WAKE).await;
         first.fail("once").await.unwrap();
+        // Said by an event that is never dropped, unlike a `Status` line.
+        assert!(matches!(
+            next(&mut a, WAKE).await,
+            Event::Rejoined { attempt: 1, ref reason } if reason == "once"
+        ));
         // With nobody else around, the same worker takes attempt 2.
         let second = acquired(&mut a, WAKE).await;
         assert_eq!(second.attempt, 2);

@@ -65,7 +65,7 @@ async fn a_grant_and_done_both_replicas_confirmed_are_handed_out_as_usual() {
                 assert_eq!(a.attempt, 1);
                 a.done().await.expect("done, acknowledged by both replicas");
             }
-            Event::Status { .. } => {}
+            Event::Status { .. } | Event::Reachable { .. } => {}
             other => {
                 let end = other.is_terminal();
                 events.push(other);
@@ -130,7 +130,7 @@ async fn a_done_no_replica_confirmed_is_reported_though_the_job_completes() {
             .expect("open stream")
         {
             Event::Acquired(a) => break a,
-            Event::Status { .. } => {}
+            Event::Status { .. } | Event::Reachable { .. } => {}
             other => panic!("before the grant: {other:?}"),
         }
     };

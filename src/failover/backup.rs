@@ -229,6 +229,7 @@ impl<S: JobStore> Task<S> {
         match subscribed {
             Ok(sub) => {
                 self.sub = Some(sub);
+                self.contact();
                 None
             }
             Err(e) => Some(self.report(&e)),
@@ -265,6 +266,9 @@ impl<S: JobStore> Task<S> {
                     // `done` published between our read and the confirmation was not delivered
                     // to us and would otherwise cost a whole lease time.
                     let read = Box::pin(self.store.quick_read()).await;
+                    if read.is_ok() {
+                        self.contact();
+                    }
                     match read {
                         Ok((State::Attempt(n), Some(p))) if n == attempt => pttl_ms = p,
                         Ok(_) => return Flow::Continue,
@@ -320,11 +324,11 @@ impl<S: JobStore> Task<S> {
             // tells, and the backup goes back to sleep for the new PTTL. Only a lease that is
             // gone, or a state that moved, needs the full WATCH transition (and a dedicated
             // connection). So a waiting backup costs one small read per lease period.
-            let read = Box::pin(self.store.quick_read());
-            match read
-                .await
-                .map(|(state, lease)| keep_waiting(&state, lease, attempt))
-            {
+            let read = Box::pin(self.store.quick_read()).await;
+            if read.is_ok() {
+                self.contact();
+            }
+            match read.map(|(state, lease)| keep_waiting(&state, lease, attempt)) {
                 Ok(Some(p)) => pttl_ms = Some(p),
                 // Changed, gone, or unreadable: the transition decides and reports.
                 _ => return Flow::Continue,

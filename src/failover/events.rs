@@ -61,6 +61,25 @@ pub enum Event {
         /// The attempt.
         attempt: u64,
     },
+    /// The server answered again after retryable errors: sent once per outage, at the first
+    /// successful exchange after the `Error` events it ends (never for a healthy worker, so a
+    /// waiting backup's stream stays quiet). A reader that gives up on a long outage restarts
+    /// its clock here.
+    Reachable {
+        /// How long the server failed, in ms: from the first `Error` of the outage to this
+        /// answer.
+        outage_ms: u64,
+    },
+    /// With [`rejoin_after_fail`](super::FailoverConfigBuilder::rejoin_after_fail): this
+    /// worker's attempt failed and it waits as a backup again (after a head start for the
+    /// others). Not terminal: `Locked`, `Acquired`, … follow as for a new worker. Without
+    /// rejoin a failed attempt ends the stream with `Failed` instead.
+    Rejoined {
+        /// The attempt that failed here.
+        attempt: u64,
+        /// The reason given to `fail()`.
+        reason: String,
+    },
     /// `dropped` `Status`/`Locked` events were discarded because nobody read them.
     Lagged {
         /// How many.
@@ -106,6 +125,8 @@ impl Event {
             Event::Status { .. } => "Status",
             Event::Error { .. } => "Error",
             Event::DeadlinePassed { .. } => "DeadlinePassed",
+            Event::Reachable { .. } => "Reachable",
+            Event::Rejoined { .. } => "Rejoined",
             Event::Lagged { .. } => "Lagged",
             Event::Completed { .. } => "Completed",
             Event::Exhausted { .. } => "Exhausted",

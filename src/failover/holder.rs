@@ -202,6 +202,7 @@ impl<S: JobStore> Task<S> {
                     self.labels().extended(outcome, r.as_ref().map_or_else(|_| Instant::now(), |s| *s));
                     match r {
                         Ok(sent) => {
+                            self.contact();
                             lease_end = lease::deadline(sent, lock_timeout);
                             *lock(&confirmed) = lease_end;
                             next_extend = after(sent, interval);
@@ -301,13 +302,12 @@ impl<S: JobStore> Task<S> {
                         });
                         Flow::End
                     } else if self.cfg.rejoin_after_fail {
-                        self.events.status(
-                            StatusLevel::Normal,
-                            format!(
-                                "attempt {} failed ({reason}); waiting as a backup again",
-                                g.attempt
-                            ),
-                        );
+                        // An event that is never dropped: a reader that ran the attempt learns
+                        // here that the stream goes on (a `Status` could be lagged away).
+                        self.events.emit(Event::Rejoined {
+                            attempt: g.attempt,
+                            reason,
+                        });
                         // Give the backups woken by our `failed` a head start, so the worker
                         // that just failed does not usually win the next attempt itself.
                         let head_start = (self.cfg.lock_timeout / 10)
@@ -466,10 +466,12 @@ impl<S: JobStore> Task<S> {
             };
             match outcome {
                 Ok(true) => {
+                    self.contact();
                     self.labels().transition(ending.label(), sent);
                     break Ok(());
                 }
                 Ok(false) => {
+                    self.contact();
                     // A watched key changed (a backup's failed race, an expiring key): look again.
                     nil += 1;
                     if nil > 100 {

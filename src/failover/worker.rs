@@ -91,6 +91,7 @@ pub(crate) fn spawn_on<S: JobStore>(
         locked_reported: 0,
         sub: None,
         asked: Instant::now(),
+        outage: None,
     };
     // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
     // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
@@ -194,6 +195,9 @@ pub(super) struct Task<S: JobStore> {
     /// When this worker began to wait for its next grant (it started, or rejoined as a backup
     /// after its own failed attempt): the acquisition histogram counts from here.
     pub(super) asked: Instant,
+    /// When the first retryable error of the current outage was reported (`None`: the server
+    /// answered the last exchange). The first answer after one emits [`Event::Reachable`].
+    pub(super) outage: Option<Instant>,
 }
 
 impl<S: JobStore> Task<S> {
@@ -275,6 +279,10 @@ impl<S: JobStore> Task<S> {
     /// What the loop does after `step`: reports and counts here, so that the loop's awaits hold
     /// only the small [`Next`].
     fn next(&mut self, step: Result<Step, Error>, nil_in_a_row: &mut u32) -> Next {
+        if step.is_ok() {
+            // Every step that is not an error was an exchange the server answered.
+            self.contact();
+        }
         match step {
             Ok(Step::Granted(g)) => {
                 *nil_in_a_row = 0;
@@ -319,10 +327,21 @@ impl<S: JobStore> Task<S> {
         }
     }
 
+    /// The server answered an exchange: ends an outage, if one was reported, with one
+    /// [`Event::Reachable`]. Called on every success, it costs nothing while there is none.
+    pub(super) fn contact(&mut self) {
+        if let Some(since) = self.outage.take() {
+            let outage_ms = crate::util::time::ms(since.elapsed());
+            tracing::info!(outage_ms, "the server answers again");
+            self.events.emit(Event::Reachable { outage_ms });
+        }
+    }
+
     /// Emits an `Error` event; returns `End` for errors that end the stream.
     pub(super) fn report(&mut self, e: &Error) -> Flow {
         if e.is_retryable() {
             tracing::debug!(error = %e, "retryable error");
+            self.outage.get_or_insert_with(Instant::now);
         } else {
             tracing::warn!(error = %e, "worker ends with an error");
         }

@@ -15,6 +15,8 @@
 //! - [`sentinel`]: [`RedisSentinel`], a primary, two replicas and three Sentinels.
 //! - `postgres.rs`: [`PgServer`], `initdb` and `postgres` in a temporary directory, with a
 //!   least-privilege worker role ([`PG_WORKER_ROLE`]) and one shared server per test binary.
+//! - `proxy.rs`: [`TcpRelay`], a loopback relay in front of a server that a test cuts and
+//!   restores (a network blip between one client and the server).
 //! - `tls.rs`: [`TlsFiles`], the certificates `openssl` makes for a TLS Redis server or
 //!   [`PgServer::enable_tls`].
 //! - `process.rs`: what every server shares about living and dying: one spawner thread, so
@@ -48,6 +50,7 @@ mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_pool_tests;
 mod process;
+mod proxy;
 mod redis;
 pub mod sentinel;
 #[cfg(test)]
@@ -60,6 +63,7 @@ pub use cluster::{RedisCluster, RedisClusterBuilder};
 #[cfg(feature = "postgres")]
 pub use internals::{TEST_CLEANUP_EVERY_ENV, TEST_FENCE_RETENTION_ENV};
 pub use postgres::{PgServer, PG_WORKER_PASSWORD, PG_WORKER_ROLE};
+pub use proxy::TcpRelay;
 pub use redis::{url_from_env_or_start, Persistence, RedisServer, RedisServerBuilder};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use tls::TlsFiles;

@@ -3,32 +3,36 @@
 use std::time::Duration;
 
 /// Exponential backoff with full jitter, from 50 ms up to a cap.
+///
+/// Kept in whole milliseconds (8 bytes, not 32): every waiting failover backup keeps one in its
+/// task, and the cap is never below the 50 ms base, so nothing finer is ever needed.
 pub(crate) struct Backoff {
-    next: Duration,
-    max: Duration,
+    next_ms: u32,
+    max_ms: u32,
 }
 
 impl Backoff {
-    const BASE: Duration = Duration::from_millis(50);
+    const BASE_MS: u32 = 50;
 
     pub(crate) fn new(max: Duration) -> Self {
+        let max_ms = u32::try_from(max.as_millis()).unwrap_or(u32::MAX);
         Backoff {
-            next: Self::BASE,
-            max: max.max(Self::BASE),
+            next_ms: Self::BASE_MS,
+            max_ms: max_ms.max(Self::BASE_MS),
         }
     }
 
     /// The next delay: uniformly in [d/2, d), where d doubles up to the cap.
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
+        let d = Duration::from_millis(u64::from(self.next_ms));
+        self.next_ms = self.next_ms.saturating_mul(2).min(self.max_ms);
         let half = d / 2;
         let nanos = half.as_nanos().max(1) as u64;
         half + Duration::from_nanos(super::token::random_u64() % nanos)
     }
 
     pub(crate) fn reset(&mut self) {
-        self.next = Self::BASE;
+        self.next_ms = Self::BASE_MS;
     }
 }
 

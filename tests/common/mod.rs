@@ -559,12 +559,14 @@ pub fn job(key: &str) -> FailoverConfigBuilder {
     FailoverConfig::builder(key).lease(Duration::from_secs(10))
 }
 
-/// The next event that is not `Status`/`Lagged`, or a panic after `within`.
+/// The next event that is not `Status`/`Lagged`/`Reachable`, or a panic after `within`.
 pub async fn next(w: &mut Worker, within: Duration) -> Event {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         match tokio::time::timeout_at(deadline, w.next()).await {
-            Ok(Some(Event::Status { .. } | Event::Lagged { .. })) => continue,
+            Ok(Some(Event::Status { .. } | Event::Lagged { .. } | Event::Reachable { .. })) => {
+                continue
+            }
             Ok(Some(ev)) => return ev,
             Ok(None) => panic!("stream of {} ended without the expected event", w.key()),
             Err(_) => panic!("no event from {} within {within:?}", w.key()),
@@ -572,13 +574,13 @@ pub async fn next(w: &mut Worker, within: Duration) -> Event {
     }
 }
 
-/// Reads events until the terminal one; returns them all (without `Status`).
+/// Reads events until the terminal one; returns them all (without `Status` and `Reachable`).
 pub async fn until_end(w: &mut Worker, within: Duration) -> Vec<Event> {
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + within;
     loop {
         match tokio::time::timeout_at(deadline, w.next()).await {
-            Ok(Some(Event::Status { .. })) => continue,
+            Ok(Some(Event::Status { .. } | Event::Reachable { .. })) => continue,
             Ok(Some(ev)) => {
                 let end = ev.is_terminal();
                 out.push(ev);

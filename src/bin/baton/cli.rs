@@ -253,6 +253,32 @@ pub(crate) struct RunArgs {
     /// This worker's name, shown by `baton status` (default host:pid).
     #[arg(long)]
     pub(crate) name: Option<String>,
+    /// How long the server may keep failing (refused, reset, timed out, CLUSTERDOWN, LOADING,
+    /// TRYAGAIN, a failover in progress) before a run or a waiting backup gives up with 69.
+    /// Each answer from the server restarts this clock; retries back off (jittered, capped).
+    /// The default outlasts a Sentinel failover (failover-timeout defaults to 3 minutes) and
+    /// a Cluster's (node timeout 15 s) several times over, so only a real outage ends the
+    /// wait; it is never longer than three quarters of --retention, past which a job done
+    /// during the outage could be forgotten.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration)]
+    pub(crate) give_up_after: Duration,
+    /// How long to keep trying to reach the deployment (the server, a Cluster seed or a
+    /// Sentinel) when none has answered yet since baton started, then exit 69: a mistyped URL
+    /// fails quickly. Once one has answered, --give-up-after applies instead.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub(crate) connect_timeout: Duration,
+    /// Whether this worker, after its own attempt failed, waits as a backup again and may run
+    /// a later attempt (a waiting backup elsewhere still goes first). `--rejoin=false` turns
+    /// it off [default: off for `run`, on for `schedule`, so a one-server fleet retries a
+    /// failed occurrence].
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub(crate) rejoin: Option<bool>,
     /// Write events as JSON lines on stderr.
     #[arg(long)]
     pub(crate) json: bool,
@@ -330,6 +356,12 @@ pub(crate) struct ScheduleArgs {
     /// skipped and does not run it here.
     #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
     pub(crate) overlap: OverlapArg,
+    /// With `--overlap allow`: the most occurrences that run (or wait as a backup) here at
+    /// once; a tick that comes while this many still do is reported skipped and not run here
+    /// (a backup elsewhere may run it). Bounds the processes and connections that pile up when
+    /// PROGRAM hangs tick after tick.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_concurrent: u32,
 }
 
 /// `baton dashboard`: where to serve the page and how often to read the server.

@@ -11,8 +11,9 @@ Exit statuses of `baton run`:
   64       usage or configuration error (checked before connecting), or an operation the
            URL's backend does not have
   65       the job's stored state is corrupt (a value baton never writes)
-  69       the server (Redis or PostgreSQL) cannot be reached, or kept failing for a few
-           seconds (transient: trying again later may help)
+  69       the server (Redis or PostgreSQL) could not be reached: no server of the
+           deployment answered within --connect-timeout, or it kept failing for longer than
+           --give-up-after (transient: trying again later may help)
   74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
            Ctrl-Z, for longer than the lease), PROGRAM stopped by the guard (no extension was
            confirmed by the lease's deadline while baton could not act: stopped by SIGSTOP,
@@ -107,7 +108,9 @@ Exit statuses of `baton schedule`:
            failed (a backup takes over within the occurrence), and baton exited once every
            occurrence here had ended
   64       usage or configuration error (checked before connecting)
-  69       the server cannot be reached at start (later outages are retried and reported)
+  69       the server cannot be reached at start (--connect-timeout, --give-up-after); later
+           outages are ridden out, and an occurrence that gave up is run again while it is
+           still the current one
   77       the server refused the credentials at start (as for `baton run`)
   78       the server rejects the configuration at start (as for `baton run`)
 An occurrence's end does not end `baton schedule`: it is reported, and the next tick waited for.

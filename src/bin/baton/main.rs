@@ -181,12 +181,12 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
     };
     Ok(match &cli.command {
         Command::Run(args) => {
-            let (config, sink) = run::config(args, &cli.prefix)?;
+            let (config, sink) = run::config(args, &cli.prefix, false)?;
             let schedule = run::schedule_of(&args.when, &config, args.retention)?;
             Plan::Run(args, config, schedule, sink)
         }
         Command::Schedule(args) => {
-            let (config, sink) = run::config(&args.run, &cli.prefix)?;
+            let (config, sink) = run::config(&args.run, &cli.prefix, true)?;
             let schedule = run::schedule_of(&args.run.when, &config, args.run.retention)?
                 // clap requires --every or --cron here; said again rather than assumed.
                 .ok_or_else(|| usage("`baton schedule` needs --every or --cron"))?;
@@ -309,7 +309,15 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
             return 0;
         }
     }
-    let client = match connect(&cli.url).await {
+    // `run` and `schedule` ride out a deployment that is briefly down (--connect-timeout,
+    // --give-up-after); the other commands answer an operator, at once.
+    let patience = match &cli.command {
+        Command::Run(a) | Command::Schedule(ScheduleArgs { run: a, .. }) => {
+            Some((a.connect_timeout, a.give_up_after))
+        }
+        _ => None,
+    };
+    let client = match connect(&cli.url, patience).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -341,7 +349,10 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     }
 }
 
-async fn connect(url: &str) -> Result<Client, u8> {
+/// Connects to `url`. With `patience` (`--connect-timeout`, `--give-up-after`), failures a
+/// retry can fix are retried: for that long while no server of the deployment has answered,
+/// then for up to the second once one has.
+async fn connect(url: &str, patience: Option<(Duration, Duration)>) -> Result<Client, u8> {
     let mut builder = Client::builder(url);
     if let Some(path) = std::env::var_os("BATON_REDIS_PASSWORD_FILE") {
         builder = builder.password_file(path).map_err(|e| usage_config(&e))?;
@@ -366,6 +377,22 @@ async fn connect(url: &str) -> Result<Client, u8> {
                 "BATON_TLS_CERT_FILE and BATON_TLS_KEY_FILE are set together or not at all",
             ))
         }
+    }
+    if let Some((unreached, outage)) = patience {
+        let started = tokio::time::Instant::now();
+        return builder
+            .connect_patiently(unreached, outage)
+            .await
+            .map_err(|e| {
+                if e.is_retryable() {
+                    say!(
+                        "baton: no answer from the server within {} (--connect-timeout, \
+                         --give-up-after); giving up",
+                        text::human(started.elapsed())
+                    );
+                }
+                fail_with(&e)
+            });
     }
     // The client retries connecting for a few seconds by itself; past that Redis is unavailable.
     match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {

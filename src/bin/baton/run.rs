@@ -30,7 +30,12 @@ use super::LEASE_CHECK_TIMEOUT;
 const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// Builds and checks `run`'s job configuration and opens its events file.
-pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Sink), u8> {
+/// `rejoin` is `--rejoin`'s default for the command (`schedule` rejoins, `run` does not).
+pub(crate) fn config(
+    args: &RunArgs,
+    prefix: &str,
+    rejoin: bool,
+) -> Result<(FailoverConfig, Sink), u8> {
     let scheduled = args.when.every.is_some() || args.when.cron.is_some();
     // An occurrence's job gets its own retention (`for_occurrence`); this one only has to pass
     // the coordinator's rule (at least twice the lease) for a long --lock-timeout.
@@ -45,7 +50,8 @@ pub(crate) fn config(args: &RunArgs, prefix: &str) -> Result<(FailoverConfig, Si
         .max_attempts(args.max_attempts)
         .retention(retention)
         .keepalive(!args.no_keepalive)
-        .retry_delay(args.retry_delay);
+        .retry_delay(args.retry_delay)
+        .rejoin_after_fail(args.rejoin.unwrap_or(rejoin));
     if let Some(name) = &args.name {
         builder = builder.worker_name(name.clone());
     }
@@ -193,7 +199,7 @@ pub(crate) async fn run(
         Some(schedule) => {
             let bound = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
-                b = bind(client, &args.key, &schedule) => b,
+                b = bind(client, args, &schedule) => b,
             };
             let (occurrence, wait) = match bound {
                 Ok(b) => b,
@@ -212,12 +218,18 @@ pub(crate) async fn run(
                 // A signal while waiting for the tick ends the run as one while waiting for an
                 // attempt does: nothing ran here.
                 let failover = client.failover();
+                let due = patiently(
+                    &args.key,
+                    "read the server's clock",
+                    args.give_up_after,
+                    || failover.wait_until_due(&occurrence, &args.key),
+                );
                 let due = tokio::select! {
                     sig = signals.recv() => return signal_status(sig),
-                    r = failover.wait_until_due(&occurrence, &args.key) => r,
+                    r = due => r,
                 };
-                if let Err(e) = due {
-                    return fail_with(&e);
+                if let Err(code) = due {
+                    return code;
                 }
             }
             env = occurrence_env(&occurrence, &config);
@@ -239,15 +251,17 @@ pub(crate) async fn run(
 /// tick that is. `Err` is the exit status (said).
 async fn bind(
     client: &Client,
-    key: &str,
+    args: &RunArgs,
     schedule: &Schedule,
 ) -> Result<(Occurrence, Duration), u8> {
-    // `Failover::occurrence` with the server's time kept, to say how long the wait is.
-    let now = client
-        .failover()
-        .server_time(key)
-        .await
-        .map_err(|e| fail_with(&e))?;
+    // `Failover::occurrence` with the server's time kept, to say how long the wait is. A cron
+    // line that fires during a failover reads it once the server answers again.
+    let failover = client.failover();
+    let key = args.key.as_str();
+    let now = patiently(key, "read the server's clock", args.give_up_after, || {
+        failover.server_time(key)
+    })
+    .await?;
     let occurrence = schedule.occurrence_at(now).ok_or_else(|| {
         usage(format!(
             "{schedule} has no tick around the server's time ({})",
@@ -257,6 +271,47 @@ async fn bind(
     let wait = occurrence.until_due(now);
     Ok((occurrence, wait))
 }
+
+/// `op` until it succeeds, retrying errors a retry can fix (said once) for up to `give_up` of
+/// them in a row (--give-up-after). `Err` is the exit status (said).
+async fn patiently<T, Fut>(
+    key: &str,
+    what: &str,
+    give_up: Duration,
+    mut op: impl FnMut() -> Fut,
+) -> Result<T, u8>
+where
+    Fut: std::future::Future<Output = Result<T, baton::Error>>,
+{
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(|| {
+                    say!(
+                        "baton: {key}: cannot {what} yet ({}); trying again",
+                        text::error_message(&e)
+                    );
+                    Instant::now()
+                });
+                if since.elapsed() >= give_up {
+                    say!(
+                        "baton: {key}: the server kept failing for {} (--give-up-after); giving up",
+                        human(give_up)
+                    );
+                    return Err(fail_with(&e));
+                }
+                tokio::time::sleep(RETRY_PAUSE.min(give_up)).await;
+            }
+            Err(e) => return Err(fail_with(&e)),
+        }
+    }
+}
+
+/// The pause between two tries of [`patiently`]: what the server's clock is read for can wait
+/// that long, and a failover takes seconds.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// `t` in RFC 3339 (UTC), as occurrence ids are written.
 pub(crate) fn baton_time(t: SystemTime) -> String {
@@ -320,23 +375,47 @@ impl Job<'_> {
         sigchld: &mut tokio::signal::unix::Signal,
     ) -> Ended {
         let args = self.args;
+        let give_up = give_up_after(args.give_up_after, self.config.retention());
+        let rejoin = self.config.rejoin_after_fail();
         let mut worker = self.client.failover().start(self.config.clone());
+        // When the server began to fail, by the first retryable error since its last answer
+        // (the library's `Reachable` event says when it answers again).
         let mut failing_since: Option<Instant> = None;
+        // With --rejoin: how this worker's own failed attempt ended, reported if the job ends
+        // without another attempt here.
+        let mut ran: Option<Ended> = None;
         loop {
+            let give_up_at = failing_since.map(|since| later(since, give_up));
             let event = tokio::select! {
                 sig = signals.recv() => {
                     let code = stop_waiting(&mut worker, sink, signal_status(sig)).await;
-                    return Ended::StoppedWaiting(code);
+                    return ran.unwrap_or(Ended::StoppedWaiting(code));
+                }
+                () = sleep_until_some(give_up_at) => {
+                    // Said even with --json, whose events only show the retries.
+                    say!(
+                        "baton: {}: the server kept failing for {} (--give-up-after); giving up",
+                        args.key,
+                        human(give_up)
+                    );
+                    let code = stop_waiting(&mut worker, sink, EX_UNAVAILABLE).await;
+                    return Ended::Error(code);
                 }
                 ev = worker.next() => ev,
             };
             let Some(event) = event else {
+                // With --rejoin the stream goes on after this worker's failed attempt only if
+                // the worker rejoined; otherwise its end is that attempt's.
+                if let Some(ended) = ran {
+                    return ended;
+                }
                 sink.warn("the worker ended unexpectedly");
                 return Ended::Error(EX_UNAVAILABLE);
             };
             sink.emit(&event);
             match event {
                 Event::Acquired(acquired) => {
+                    failing_since = None;
                     let mut holder = Holder {
                         job: self,
                         worker: &mut worker,
@@ -344,18 +423,23 @@ impl Job<'_> {
                         signals,
                         sigchld,
                     };
-                    return holder.hold(acquired).await;
+                    let ended = holder.hold(acquired).await;
+                    match ended {
+                        // The worker rejoined as a backup (`drain` stopped at `Rejoined`) or
+                        // ended (the next read says so): read on either way.
+                        Ended::Failed(_) if rejoin => ran = Some(ended),
+                        // A signal ends the whole run, even when the worker rejoined.
+                        Ended::Signalled(_) if rejoin => {
+                            stop_waiting(&mut worker, sink, 0).await;
+                            return ended;
+                        }
+                        _ => return ended,
+                    }
                 }
                 Event::Error {
                     retryable: true, ..
                 } => {
-                    let since = *failing_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(5) {
-                        // Said even with --json, whose events only show the retries.
-                        say!("baton: {}: the server keeps failing; giving up", args.key);
-                        let code = stop_waiting(&mut worker, sink, EX_UNAVAILABLE).await;
-                        return Ended::Error(code);
-                    }
+                    failing_since.get_or_insert_with(Instant::now);
                 }
                 Event::Error { kind, message, .. } => {
                     if args.json {
@@ -364,12 +448,31 @@ impl Job<'_> {
                     return Ended::Error(exit_for(kind));
                 }
                 Event::Completed { .. } => return Ended::DoneElsewhere,
-                Event::Exhausted { .. } => return Ended::Exhausted,
-                Event::Stopped => return Ended::StoppedWaiting(130),
-                Event::Locked { .. } | Event::Status { .. } => failing_since = None,
+                // Every attempt failed; if the last one ran here, its status says more.
+                Event::Exhausted { .. } => return ran.unwrap_or(Ended::Exhausted),
+                Event::Stopped => return ran.unwrap_or(Ended::StoppedWaiting(130)),
+                // Both come from an answer of the server.
+                Event::Reachable { .. } | Event::Locked { .. } => failing_since = None,
                 _ => {}
             }
         }
+    }
+}
+
+/// How long a waiting run rides out a failing server: --give-up-after, but never so long that
+/// the job's DONE could have come and gone unseen. DONE is kept `retention` after it is
+/// written, at the earliest after the last answer this worker saw; the outage's clock starts a
+/// little after that answer (the failing request's timeout, a backoff), which the quarter of
+/// the retention left over covers (at least half a lease: retention is two leases or more).
+pub(crate) fn give_up_after(flag: Duration, retention: Duration) -> Duration {
+    flag.min(retention / 4 * 3)
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -380,13 +483,19 @@ pub(crate) async fn stop_waiting(worker: &mut baton::Worker, sink: &mut Sink, co
     code
 }
 
-/// Reads the worker's events until the stream ends (bounded).
+/// Reads the worker's events until the stream ends (bounded), or until the worker rejoins as
+/// a backup after its failed attempt (`--rejoin`): what follows that belongs to the next wait,
+/// which [`Job::run`] reads.
 pub(crate) async fn drain(worker: &mut baton::Worker, sink: &mut Sink) -> Option<Event> {
     let mut last = None;
     let deadline = Instant::now() + Duration::from_secs(15);
     while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, worker.next()).await {
         sink.emit(&ev);
+        let rejoined = matches!(ev, Event::Rejoined { .. });
         last = Some(ev);
+        if rejoined {
+            break;
+        }
     }
     last
 }

@@ -31,7 +31,8 @@ use super::signals::{signal_name, signal_status, Fan, Signals};
 use super::sink::{Bound, Sink};
 use super::text::{self, human};
 
-/// How long to wait before reading the server's clock again after it could not be read.
+/// How long to wait before reading the server's clock again after it could not be read, and
+/// before running again an occurrence whose coordination failed.
 const CLOCK_RETRY: Duration = Duration::from_secs(1);
 
 /// How one occurrence ended on this server, as its report line says.
@@ -40,6 +41,8 @@ enum Outcome {
     Ran(Ended),
     /// `--overlap skip`: an earlier occurrence still ran here at its tick.
     Skipped,
+    /// `--max-concurrent`: this many occurrences still ran here at its tick.
+    Full(usize),
     /// `--catch-up last` found it already DONE or EXHAUSTED.
     Found(JobState),
 }
@@ -47,15 +50,20 @@ enum Outcome {
 /// An occurrence's run in this process, and what it reports when it ends.
 type Run<'a> = Pin<Box<dyn Future<Output = (Occurrence, String, Ended)> + 'a>>;
 
-/// The occurrences running in this process at once (a handful at most: one per tick that came
-/// while earlier ones ran). Polled together by the command's one task, so they share its thread
-/// (PROGRAM is forked from it, see main.rs) and its signal handlers.
+/// The occurrences running in this process at once: one per tick that came while earlier ones
+/// ran (or waited as backups), at most `--max-concurrent` of them (one with `--overlap skip`).
+/// Polled together by the command's one task, so they share its thread (PROGRAM is forked from
+/// it, see main.rs) and its signal handlers.
 #[derive(Default)]
 struct Runs<'a>(Vec<Run<'a>>);
 
 impl<'a> Runs<'a> {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
     }
 
     /// The next occurrence to end. Cancel safe: a run is removed only when it has ended.
@@ -110,9 +118,33 @@ pub(crate) async fn schedule(
 
     let stop = 'ticks: {
         if args.catch_up == CatchUpArg::Last {
-            let found = tokio::select! {
-                sig = signals.recv() => break 'ticks sig,
-                f = cmd.latest_past() => f,
+            // Tried until it can be checked, as the library's `CatchUp::Last` does: a server
+            // unreachable at start is when catching up matters most (every server may have
+            // been down at the tick).
+            let mut failing = false;
+            let found = loop {
+                let found = tokio::select! {
+                    sig = signals.recv() => break 'ticks sig,
+                    f = cmd.latest_past() => f,
+                };
+                match found {
+                    Err(e) if e.is_retryable() => {
+                        if !failing {
+                            say!(
+                                "baton: {key}: the latest past tick cannot be checked yet ({}); \
+                                 trying again every {}",
+                                text::error_message(&e),
+                                human(CLOCK_RETRY)
+                            );
+                        }
+                        failing = true;
+                        tokio::select! {
+                            sig = signals.recv() => break 'ticks sig,
+                            () = tokio::time::sleep(CLOCK_RETRY) => {}
+                        }
+                    }
+                    other => break other,
+                }
             };
             match found {
                 Ok(Some((occurrence, state))) => {
@@ -146,13 +178,30 @@ pub(crate) async fn schedule(
                 sig = signals.recv() => break 'ticks sig,
                 (occurrence, job, ended) = runs.next(), if !runs.is_empty() => {
                     report(&mut sink, &occurrence, &job, Outcome::Ran(ended));
+                    if ended == Ended::Error(EX_UNAVAILABLE) && can_still_run(&occurrence) {
+                        // The server kept failing past --give-up-after, but the occurrence is
+                        // still the current one: run it again (a backup elsewhere may have
+                        // done it meanwhile; its state says so).
+                        sink.note(&format!(
+                            "occurrence {} can still run; trying again in {}",
+                            occurrence.id(),
+                            human(CLOCK_RETRY)
+                        ));
+                        if let Some(run) = cmd.start_after(&mut sink, occurrence, CLOCK_RETRY) {
+                            runs.0.push(run);
+                        }
+                    }
                 }
                 occurrence = &mut due => {
                     last = Some(occurrence.tick());
                     due = Box::pin(cmd.next_due(last, verbose));
+                    let most = usize::try_from(args.max_concurrent).unwrap_or(usize::MAX);
                     if args.overlap == OverlapArg::Skip && !runs.is_empty() {
                         let job = occurrence.job_key(key);
                         report(&mut sink, &occurrence, &job, Outcome::Skipped);
+                    } else if runs.len() >= most {
+                        let job = occurrence.job_key(key);
+                        report(&mut sink, &occurrence, &job, Outcome::Full(runs.len()));
                     } else if let Some(run) = cmd.start(&mut sink, occurrence) {
                         runs.0.push(run);
                     }
@@ -246,6 +295,17 @@ impl<'a> Command<'a> {
 
     /// Starts `occurrence`'s run, or reports why it cannot start (`None`).
     fn start(&'a self, sink: &mut Sink, occurrence: Occurrence) -> Option<Run<'a>> {
+        self.start_after(sink, occurrence, Duration::ZERO)
+    }
+
+    /// As [`start`](Self::start), the job's run beginning after `delay` (a signal meanwhile
+    /// ends it as one while waiting as a backup does: nothing ran here).
+    fn start_after(
+        &'a self,
+        sink: &mut Sink,
+        occurrence: Occurrence,
+        delay: Duration,
+    ) -> Option<Run<'a>> {
         let args = &self.args.run;
         let config = match self.config.for_occurrence(&occurrence, args.retention) {
             Ok(c) => c,
@@ -291,10 +351,27 @@ impl<'a> Command<'a> {
             job_control: false,
         };
         Some(Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::select! {
+                    sig = signals.recv() => {
+                        return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
             (occurrence, job_key, ended)
         }))
     }
+}
+
+/// Whether `occurrence` is still the one a run starting now binds to (its next tick has not
+/// come by this host's clock): then a run of it that could not coordinate is worth another
+/// try. Past that, the next occurrence is due and runs on its own.
+fn can_still_run(occurrence: &Occurrence) -> bool {
+    occurrence
+        .next_tick()
+        .is_some_and(|next| SystemTime::now() < next)
 }
 
 /// Warns when a holder that dies would keep its occurrence past the next tick: allowed (each
@@ -350,6 +427,11 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
             "skipped",
             None,
             "skipped: an earlier occurrence still runs here (--overlap skip)".into(),
+        ),
+        Outcome::Full(n) => (
+            "skipped",
+            None,
+            format!("skipped: {n} earlier occurrences still run here (--max-concurrent)"),
         ),
         Outcome::Found(JobState::Exhausted) => (
             "exhausted",

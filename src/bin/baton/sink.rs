@@ -41,7 +41,10 @@ impl Sink {
         }
         let important = matches!(
             event,
-            Event::Error { .. } | Event::LeaseLost { .. } | Event::DeadlinePassed { .. }
+            Event::Error { .. }
+                | Event::LeaseLost { .. }
+                | Event::DeadlinePassed { .. }
+                | Event::Reachable { .. }
         );
         if important || self.verbose >= 1 {
             say!("baton: {}: {}", self.label(), describe(event));
@@ -143,6 +146,13 @@ pub(crate) fn describe(event: &Event) -> String {
             reword(message)
         ),
         Event::DeadlinePassed { attempt } => format!("attempt {attempt} ran out of time"),
+        Event::Reachable { outage_ms } => {
+            format!("the server answers again (after {})", human_ms(*outage_ms))
+        }
+        Event::Rejoined { attempt, reason } => format!(
+            "attempt {attempt} failed ({}); waiting as a backup again",
+            reword(reason)
+        ),
         Event::Lagged { dropped } => format!("{dropped} events dropped"),
         Event::Completed { attempt: Some(n) } => format!("done (attempt {n})"),
         Event::Completed { attempt: None } => "done by another worker".into(),
