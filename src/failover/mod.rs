@@ -32,7 +32,7 @@ use std::sync::Arc;
 use crate::backend::redis::Transport;
 use crate::backend::Backend;
 
-pub use admin::{JobChange, JobWatch};
+pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use run::{Attempt, IntoJob, RunOutcome};
