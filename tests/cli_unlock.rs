@@ -187,9 +187,9 @@ async fn granted(w: &mut baton::Worker) -> baton::Acquired {
     }
 }
 
-/// Attempt 1 is shown; it fails and a backup takes attempt 2; the operator's late `fail` and
-/// `reset` leave attempt 2 alone unless they name it.
-async fn late_fail_and_reset_leave_the_new_attempt_alone(url: &str) {
+/// Attempt 1 is shown; it fails and a backup takes attempt 2; the operator's late `fail`
+/// leaves attempt 2 alone unless it names it (or says `--any`).
+async fn a_late_fail_leaves_the_new_attempt_alone(url: &str) {
     let client = Client::connect(url).await.expect("connect");
     let mut a = client.failover().start(job());
     let first = common::acquired(&mut a, QUICK).await;
@@ -217,24 +217,6 @@ async fn late_fail_and_reset_leave_the_new_attempt_alone(url: &str) {
     assert_eq!(out.status.code(), Some(EX_TEMPFAIL), "{}", describe(&out));
     assert_eq!(live_attempt(&client).await, Some(2), "attempt 2 goes on");
 
-    // `reset` of a live job: refused unless its live attempt is named.
-    let out = baton(url, &["reset", "--key", "nightly", "--yes"]).await;
-    assert_eq!(
-        live_attempt(&client).await,
-        Some(2),
-        "`reset --yes` deleted a live job's state: {}",
-        describe(&out)
-    );
-    assert_eq!(out.status.code(), Some(EX_USAGE), "{}", describe(&out));
-    assert!(
-        printed(&out).ends_with("reset --key nightly --attempt 2"),
-        "{}",
-        describe(&out)
-    );
-    let out = baton(url, &["reset", "--key", "nightly", "--attempt", "1"]).await;
-    assert_eq!(out.status.code(), Some(EX_TEMPFAIL), "{}", describe(&out));
-    assert_eq!(live_attempt(&client).await, Some(2));
-
     // `fail --any` releases whichever attempt is live: the holder hears `failed` at once.
     let out = baton(url, &["fail", "--key", "nightly", "--any"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -248,11 +230,29 @@ async fn late_fail_and_reset_leave_the_new_attempt_alone(url: &str) {
     tokio::time::timeout(QUICK, second.handle.lost())
         .await
         .unwrap_or_else(|_| panic!("the holder of attempt 2 heard it: {heard:?}"));
-    // A new attempt, named: reset.
-    let mut c = client.failover().start(job());
-    let third = granted(&mut c).await;
-    assert_eq!(third.attempt, 3);
-    let out = baton(url, &["reset", "--key", "nightly", "--attempt", "3"]).await;
+}
+
+/// `reset` of a live job is refused unless its live attempt is named; the refusal prints the
+/// command that names it.
+async fn reset_of_a_live_job_needs_its_attempt(url: &str) {
+    let client = Client::connect(url).await.expect("connect");
+    let mut a = client.failover().start(job());
+    let first = granted(&mut a).await;
+    assert_eq!(first.attempt, 1);
+    let out = baton(url, &["reset", "--key", "nightly", "--yes"]).await;
+    assert_eq!(
+        live_attempt(&client).await,
+        Some(1),
+        "`reset --yes` deleted a live job's state: {}",
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(EX_USAGE), "{}", describe(&out));
+    let line = printed(&out);
+    assert!(line.ends_with("reset --key nightly --attempt 1"), "{line}");
+    let out = baton(url, &["reset", "--key", "nightly", "--attempt", "2"]).await;
+    assert_eq!(out.status.code(), Some(EX_TEMPFAIL), "{}", describe(&out));
+    assert_eq!(live_attempt(&client).await, Some(1));
+    let out = run_printed(&line, url).await;
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(
         client.failover().job_status(job()).await.unwrap().state,
@@ -261,14 +261,27 @@ async fn late_fail_and_reset_leave_the_new_attempt_alone(url: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_fail_and_reset_leave_the_new_attempt_alone_on_redis() {
+async fn reset_of_a_live_job_needs_its_attempt_on_redis() {
     let server = RedisServer::start().expect("redis");
-    late_fail_and_reset_leave_the_new_attempt_alone(&server.url()).await;
+    reset_of_a_live_job_needs_its_attempt(&server.url()).await;
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_fail_and_reset_leave_the_new_attempt_alone_on_postgres() {
+async fn reset_of_a_live_job_needs_its_attempt_on_postgres() {
     let db = common::PgDatabase::create();
-    late_fail_and_reset_leave_the_new_attempt_alone(&db.url).await;
+    reset_of_a_live_job_needs_its_attempt(&db.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_fail_leaves_the_new_attempt_alone_on_redis() {
+    let server = RedisServer::start().expect("redis");
+    a_late_fail_leaves_the_new_attempt_alone(&server.url()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_fail_leaves_the_new_attempt_alone_on_postgres() {
+    let db = common::PgDatabase::create();
+    a_late_fail_leaves_the_new_attempt_alone(&db.url).await;
 }

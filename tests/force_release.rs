@@ -248,3 +248,94 @@ async fn a_leaders_term_taken_ends_it_at_once_and_the_next_term_is_higher() {
         next.number()
     );
 }
+
+/// How many of the lock's channels have subscribers.
+async fn lock_channels(admin: &mut Raw) -> i64 {
+    let c: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("baton:lock:*")
+        .query_async(admin)
+        .await
+        .unwrap();
+    c.len() as i64
+}
+
+async fn info(admin: &mut Raw, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async::<String>(admin)
+        .await
+        .unwrap()
+}
+
+/// The cost of listening for a force release, measured (not asserted): 30 000 mutexes held by
+/// one client with their watchdogs, each listening on its lock's channel. Prints the server's
+/// channels, pub/sub connections and memory before and after the watchdogs start. Run it with
+/// `cargo test --all-features --test force_release -- --ignored --nocapture listening_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: 30 000 holders"]
+async fn listening_cost_of_30_000_holders() {
+    const HOLDERS: usize = 30_000;
+    let server = server();
+    let a = client(&server).await;
+    let mut admin = raw(&server).await;
+    let mut guards = Vec::with_capacity(HOLDERS);
+    for i in 0..HOLDERS {
+        guards.push(
+            a.locks()
+                .try_acquire(&format!("k{i}"), Duration::from_secs(600))
+                .await
+                .unwrap()
+                .expect("free"),
+        );
+    }
+    let report = |label: &str, info: &str, clients: &str, channels: i64| {
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                .unwrap_or("?")
+                .trim()
+                .to_string()
+        };
+        eprintln!(
+            "{label}: channels {channels}, used_memory {} ({}), connected_clients {}, \
+             pubsub_clients {}",
+            field(info, "used_memory"),
+            field(info, "used_memory_human"),
+            field(clients, "connected_clients"),
+            field(clients, "pubsub_clients"),
+        );
+        field(info, "used_memory").parse::<i64>().unwrap_or(0)
+    };
+    let before = report(
+        "held, no watchdog",
+        &info(&mut admin, "memory").await,
+        &info(&mut admin, "clients").await,
+        lock_channels(&mut admin).await,
+    );
+    for g in &mut guards {
+        g.start_watchdog(None);
+    }
+    let mut n = 0;
+    for _ in 0..600 {
+        n = lock_channels(&mut admin).await;
+        if n as usize >= HOLDERS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = report(
+        "held, watchdogs listening",
+        &info(&mut admin, "memory").await,
+        &info(&mut admin, "clients").await,
+        n,
+    );
+    eprintln!(
+        "per listening holder: {} bytes on the server",
+        (after - before) / HOLDERS as i64
+    );
+    assert_eq!(
+        n as usize, HOLDERS,
+        "every holder listens on its lock's channel"
+    );
+}

@@ -228,10 +228,12 @@ pub(crate) fn task(
     let weak = backend.downgrade();
     let client_gone = backend.cancel().clone();
     let response = backend.response_timeout();
-    let listen = watch
-        .taken
-        .clone()
-        .map(|(channel, fence)| listen_taken(backend.clone(), channel, fence, response));
+    let listen = watch.taken.clone().map(|(channel, fence)| {
+        // Bounded by the first extension: by then the client's pub/sub connection is
+        // overloaded or down, and the extensions tell as they always did.
+        let within = (watch.ttl / 3).max(response);
+        listen_taken(backend.clone(), channel, fence, within)
+    });
     let lease = watch.lease.clone();
     async move {
         tokio::select! {
@@ -259,11 +261,12 @@ async fn taken(listen: Option<impl std::future::Future<Output = bool>>) {
 }
 
 /// Subscribes to `channel` and resolves `true` on `taken:<fence>` there; `false` when the
-/// subscription could not be made (within a response timeout) or the client went away: the
-/// next extension then finds the loss. The strong `backend` is held only until the
-/// subscription is confirmed, so the watchdog still does not keep the client alive.
-async fn listen_taken(backend: Backend, channel: String, fence: u64, response: Duration) -> bool {
-    let sub = tokio::time::timeout(response, backend.subscribe(&channel)).await;
+/// subscription could not be made `within` (a third of the lease: the first extension) or the
+/// client went away: extensions then find the loss, as before. The strong `backend` is held
+/// only until the subscription is confirmed (milliseconds, normally), so the watchdog does not
+/// keep the client alive beyond that bound.
+async fn listen_taken(backend: Backend, channel: String, fence: u64, within: Duration) -> bool {
+    let sub = tokio::time::timeout(within, backend.subscribe(&channel)).await;
     drop(backend);
     let Ok(Ok(mut sub)) = sub else {
         tracing::debug!(

@@ -12,8 +12,8 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 #[cfg(feature = "dashboard")]
 use super::help::DASHBOARD_HELP;
 use super::help::{
-    EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
-    UNLOCK_HELP,
+    EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
+    SCHEDULE_HELP, UNLOCK_HELP,
 };
 
 /// The longest `--kill-grace` accepted.
@@ -202,6 +202,7 @@ pub(crate) enum Command {
     },
     /// Release a hung holder's attempt so a backup takes over at once: the attempt named by
     /// --attempt.
+    #[command(after_long_help = JOB_ADMIN_HELP)]
     #[command(group(ArgGroup::new("grant").args(["attempt", "any"])))]
     Fail {
         /// The job name.
@@ -232,6 +233,7 @@ pub(crate) enum Command {
     Dashboard(DashboardArgs),
     /// Forget a job's state, so the next `baton run` runs it again as attempt 1. A live job
     /// only with --attempt naming its live attempt.
+    #[command(after_long_help = JOB_ADMIN_HELP)]
     #[command(group(ArgGroup::new("grant").args(["attempt", "any"])))]
     Reset {
         /// The job name.
