@@ -269,10 +269,10 @@ pub use advisory::{
 pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
-    Acquired, Attempt, AttemptHandle, CatchUp, Event, Failover, FailoverConfig,
+    Acquired, Attempt, AttemptHandle, CatchUp, Event, FailAttempt, Failover, FailoverConfig,
     FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
-    OccurrenceReport, Overlap, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder, Scheduled,
-    StatusLevel, Worker,
+    OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
+    Scheduled, StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use inspect::{EntryWatch, Inspector, Listing};
@@ -282,7 +282,8 @@ pub use leader::{
 };
 pub use lease::guard::{Fenced, LeaseGuard};
 pub use mutex::{
-    AcquireOptions, AcquireOptionsBuilder, FencedValue, FencedWrite, LockGuard, Locks, Taken,
+    AcquireOptions, AcquireOptionsBuilder, Expected, FencedValue, FencedWrite, ForceRelease,
+    LockGuard, Locks, Taken,
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};

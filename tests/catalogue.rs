@@ -174,12 +174,12 @@ async fn least_privilege_user_runs_the_whole_protocol_and_the_list_matches_acl_g
     assert_eq!(
         client
             .failover()
-            .fail_attempt("acl2", "test")
+            .fail_attempt("acl2", &baton::Expected::Attempt(1), "test")
             .await
             .unwrap(),
-        Some(1)
+        baton::FailAttempt::Released(1)
     );
-    client.failover().reset_job("acl").await.unwrap();
+    client.failover().reset_job("acl", None).await.unwrap();
 
     // The constant is exactly what the server granted.
     let mut conn = raw(&srv).await;

@@ -762,27 +762,28 @@ async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
     );
     wait_event(&events, "Locked", QUICK).await;
 
-    // Without --yes, a live job is left alone.
+    // Without naming the attempt, a live job is left alone; the refusal prints the command
+    // that names it.
     let o = run(
         baton("fail", &url).args(["--key", "hung", "--reason", "stuck"]),
-        "fail without --yes",
+        "fail without --attempt",
     )
     .await;
-    assert_eq!(code(&o), 64, "fail without --yes: {}", describe(&o));
+    assert_eq!(code(&o), 64, "fail without --attempt: {}", describe(&o));
     assert!(
-        format!("{}{}", stdout(&o), stderr(&o)).contains("--yes"),
-        "the refusal mentions --yes: {}",
+        stderr(&o).contains("fail --key hung --attempt 1 --reason stuck"),
+        "the refusal prints the command: {}",
         describe(&o)
     );
     let o = run(
-        baton("reset", &url).args(["--key", "hung"]),
-        "reset without --yes",
+        baton("reset", &url).args(["--key", "hung", "--yes"]),
+        "reset --yes without --attempt",
     )
     .await;
-    assert_eq!(code(&o), 64, "reset without --yes: {}", describe(&o));
+    assert_eq!(code(&o), 64, "reset without --attempt: {}", describe(&o));
     assert!(
-        format!("{}{}", stdout(&o), stderr(&o)).contains("--yes"),
-        "the refusal mentions --yes: {}",
+        stderr(&o).contains("reset --key hung --attempt 1"),
+        "the refusal prints the command: {}",
         describe(&o)
     );
     assert!(
@@ -797,11 +798,11 @@ async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
     assert!(lines(&out).is_empty(), "backup still waiting");
 
     let o = run(
-        baton("fail", &url).args(["--key", "hung", "--reason", "stuck", "--yes"]),
-        "fail --yes",
+        baton("fail", &url).args(["--key", "hung", "--reason", "stuck", "--attempt", "1"]),
+        "fail --attempt 1",
     )
     .await;
-    assert_eq!(code(&o), 0, "fail --yes: {}", describe(&o));
+    assert_eq!(code(&o), 0, "fail --attempt 1: {}", describe(&o));
     let t0 = Instant::now();
 
     // The backup is woken by `failed`, well before the 30 s lease would have run out.

@@ -1,6 +1,7 @@
 //! The operator's view: `baton status` listing every job, lock, leader, fair lock and queue
 //! (text, `--json`, `--kind`, schedules folded or `--all`), `status --key` of a lock and a
-//! leader, `baton unlock` taking a lock from a running `baton lock` (Redis and PostgreSQL),
+//! leader, `baton unlock` taking a lock from a running `baton lock` (Redis and PostgreSQL; the
+//! late confirmation and `fail`/`reset` are tests/cli_unlock.rs),
 //! `baton watch` of a lock, and the listing of a 6-node cluster, each against private servers.
 #![cfg(all(feature = "cli", feature = "testing"))]
 
@@ -184,8 +185,9 @@ async fn status_lists_every_kind_folds_schedules_and_filters() {
     drop((lock, fair, term));
 }
 
-/// `baton lock` holds `key`; `baton unlock` refuses without --yes (64), takes it with it; the
-/// holder exits 74; the next holder's fencing token is higher than the one taken.
+/// `baton lock` holds `key`; `baton unlock` refuses without naming its grant (64), takes it with
+/// its fencing token; the holder exits 74; the next holder's fencing token is higher than the
+/// one taken.
 async fn unlock_takes_a_lock_from_baton_lock(url: &str) {
     let client = connect(url).await;
     let mut cmd = baton_command(BATON);
@@ -197,7 +199,12 @@ async fn unlock_takes_a_lock_from_baton_lock(url: &str) {
 
     let out = baton(url, &["unlock", "--key", "hung"]).await;
     assert_eq!(out.status.code(), Some(EX_USAGE), "{}", describe(&out));
-    let out = baton(url, &["unlock", "--key", "hung", "--yes"]).await;
+    let token = taken.to_string();
+    let out = baton(
+        url,
+        &["unlock", "--key", "hung", "--yes", "--token", &token],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(
         stdout(&out).contains(&format!("fencing token {taken}")),

@@ -58,7 +58,7 @@ async fn a_refused_watch_is_a_permission_error_and_nothing_is_written() {
     // The operator tool's transaction is guarded the same way.
     let err = client
         .failover()
-        .fail_attempt("refused-watch", "test")
+        .fail_attempt("refused-watch", &baton::Expected::Any, "test")
         .await
         .expect_err("fail_attempt with WATCH refused");
     assert_eq!(err.kind(), ErrorKind::Permission, "{err}");

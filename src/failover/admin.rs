@@ -5,6 +5,8 @@
 use serde::Serialize;
 
 use super::keys::JobKeys;
+use super::named::attempt_matches;
+pub use super::named::{FailAttempt, ResetJob};
 use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
 use super::status::{job_state, JobStatus};
 use super::Failover;
@@ -12,6 +14,7 @@ use super::IntoJob;
 use crate::backend::redis::{Expect, HubMsg, Subscription};
 use crate::backend::Backend;
 use crate::error::Error;
+pub use crate::lease::store::Expected;
 
 /// One change of a followed job; see [`Failover::watch_job`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -199,24 +202,27 @@ impl Failover {
         })
     }
 
-    /// Releases the current attempt of a job as an operator: the lease is deleted and `failed`
-    /// is published, so a backup takes over at once (the holder learns it lost the attempt at
-    /// its next extension or `done()`). The reason is recorded like a holder's own.
-    ///
-    /// Returns the attempt released, or `None` when no attempt's lease was alive.
+    /// Releases the current attempt of a job as an operator, if it is the one `expected`
+    /// names ([`Expected::Attempt`] with the attempt shown; [`Expected::Any`] for whichever
+    /// is live): the lease is deleted and `failed` is published, so a backup takes over at
+    /// once (the holder hears `failed` on the job's channel and stops). The reason is recorded
+    /// like a holder's own. The check and the release are one transaction: an attempt granted
+    /// after the operator looked is left alone.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid job name; [`Error::CorruptState`] when the state is not
-    /// baton's; connection errors.
+    /// [`Error::Config`] for an invalid job name or an expectation other than an attempt or
+    /// any; [`Error::CorruptState`] when the state is not baton's; connection errors.
     pub async fn fail_attempt(
         &self,
         job: impl IntoJob,
+        expected: &Expected,
         reason: &str,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<FailAttempt, Error> {
         let config = job.into_job()?;
+        attempt_matches(expected, 0)?;
         #[cfg(feature = "postgres")]
         if let Backend::Postgres(t) = &self.backend {
-            return super::pg::fail_attempt(t, config, reason).await;
+            return super::pg::fail_attempt(t, config, expected, reason).await;
         }
         let keys = JobKeys::new(&config.prefix, &config.key);
         for _ in 0..20 {
@@ -252,9 +258,13 @@ impl Failover {
                 }
                 _ => {
                     conn.defer_unwatch();
-                    return Ok(None);
+                    return Ok(FailAttempt::NotLive);
                 }
             };
+            if !attempt_matches(expected, attempt)? {
+                conn.defer_unwatch();
+                return Ok(FailAttempt::Another(attempt));
+            }
             // Keep the failure note as long as the state itself.
             let ttl = match state_ttl {
                 redis::Value::Int(n) if *n > 0 => *n as u64,
@@ -285,7 +295,7 @@ impl Failover {
                         &replies,
                         &[Expect::Int, Expect::Ok, Expect::Int],
                     )?;
-                    return Ok(Some(attempt));
+                    return Ok(FailAttempt::Released(attempt));
                 }
             }
         }
@@ -297,23 +307,78 @@ impl Failover {
     /// Forgets a job: deletes its state, lease, fence and failure keys, so the next worker runs
     /// it again as attempt 1. Workers still waiting on it report `StateLost`.
     ///
+    /// A job with a live attempt is reset only when `live` names that attempt
+    /// ([`Expected::Attempt`], or [`Expected::Any`]); with `None`, only a job with no live
+    /// attempt is. Otherwise nothing is done ([`ResetJob::Live`]). The check and the deletion
+    /// are one transaction.
+    ///
     /// # Errors
-    /// [`Error::Config`] for an invalid job name; connection errors.
-    pub async fn reset_job(&self, job: impl IntoJob) -> Result<(), Error> {
+    /// [`Error::Config`] for an invalid job name or an expectation other than an attempt or
+    /// any; [`Error::CorruptState`] when the state is not baton's; connection errors.
+    pub async fn reset_job(
+        &self,
+        job: impl IntoJob,
+        live: Option<&Expected>,
+    ) -> Result<ResetJob, Error> {
         let config = job.into_job()?;
+        if let Some(e) = live {
+            attempt_matches(e, 0)?;
+        }
         #[cfg(feature = "postgres")]
         if let Backend::Postgres(t) = &self.backend {
-            return super::pg::reset_job(t, config).await;
+            return super::pg::reset_job(t, config, live).await;
         }
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport()?.node(keys.state()).await?.conn();
-        let _: i64 = redis::cmd("DEL")
-            .arg(keys.state())
-            .arg(keys.lease())
-            .arg(keys.fence())
-            .arg(keys.failure())
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
+        for _ in 0..20 {
+            let deadline =
+                tokio::time::Instant::now() + self.transport()?.settings.response_timeout * 10;
+            let node = self.transport()?.node(keys.state()).await?;
+            let mut conn = node.pool.get(deadline).await?;
+            let values = conn
+                .watch_read(&[keys.state(), keys.lease()], |p| {
+                    state_and_lease_reads(p, &keys)
+                })
+                .await?;
+            let [state, _, lease, lease_ttl] = values.as_slice() else {
+                conn.defer_unwatch();
+                return Err(Error::UnexpectedReply {
+                    context: "reading a job before resetting it",
+                    reply: format!("{} replies instead of 4", values.len()),
+                });
+            };
+            // A corrupt state is reset all the same: forgetting it is the way out.
+            if let (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) =
+                (parse_state(state), parse_lease(lease, lease_ttl))
+            {
+                let named = match live {
+                    Some(e) => attempt_matches(e, n)?,
+                    None => false,
+                };
+                if !named {
+                    conn.defer_unwatch();
+                    return Ok(ResetJob::Live(n));
+                }
+            }
+            let mut tx = conn.transaction();
+            tx.cmd("DEL")
+                .arg(keys.state())
+                .arg(keys.lease())
+                .arg(keys.fence())
+                .arg(keys.failure());
+            match conn.exec(tx).await? {
+                None => continue,
+                Some(replies) => {
+                    crate::backend::redis::check_replies(
+                        "resetting a job",
+                        &replies,
+                        &[Expect::Int],
+                    )?;
+                    return Ok(ResetJob::Reset);
+                }
+            }
+        }
+        Err(Error::Timeout {
+            during: "resetting a job under constant contention",
+        })
     }
 }

@@ -16,6 +16,7 @@ pub mod config;
 pub mod events;
 mod holder;
 pub(crate) mod keys;
+mod named;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
 // `pub` items for the hidden `crate::model_api` only (the model checker's crate).
@@ -32,7 +33,7 @@ use std::sync::Arc;
 use crate::backend::redis::Transport;
 use crate::backend::Backend;
 
-pub use admin::{JobChange, JobWatch};
+pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use run::{Attempt, IntoJob, RunOutcome};

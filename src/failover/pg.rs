@@ -299,10 +299,15 @@ impl RowWriter<'_> {
             params: Vec::new(),
         };
         let key = st.bind(self.key.to_string());
-        let retention = format!(
-            "c.now + {}::float8 * interval '1 millisecond'",
-            st.bind(self.retention.as_secs_f64() * 1000.0)
-        );
+        // Bound only where the statement uses it: PostgreSQL cannot type a parameter it never
+        // sees (42P18), as in an operator's release, which leaves the expiry alone.
+        let retention_ms = self.retention.as_secs_f64() * 1000.0;
+        let retention = |st: &mut Statement| {
+            format!(
+                "c.now + {}::float8 * interval '1 millisecond'",
+                st.bind(retention_ms)
+            )
+        };
         let mut state = None;
         let mut keep = false;
         let mut lease: Option<Option<(String, String, String)>> = None;
@@ -350,6 +355,7 @@ impl RowWriter<'_> {
                     Some((t, h, e)) => (t, h, e),
                     None => ("NULL".into(), "NULL".into(), "NULL".into()),
                 };
+                let retention = retention(&mut st);
                 format!(
                     "INSERT INTO baton_jobs AS j (key, state, lease_token, lease_holder, \
                      lease_expires, fence, failure, expires_at, version) \
@@ -367,7 +373,7 @@ impl RowWriter<'_> {
                     sets.push(format!("state = {state}"));
                 }
                 if set_expiry {
-                    sets.push(format!("expires_at = {retention}"));
+                    sets.push(format!("expires_at = {}", retention(&mut st)));
                 }
                 match lease {
                     Some(Some((t, h, e))) => {
@@ -671,8 +677,10 @@ pub(crate) async fn job_status(
 pub(crate) async fn fail_attempt(
     transport: &Arc<PgTransport>,
     config: FailoverConfig,
+    expected: &crate::lease::store::Expected,
     reason: &str,
-) -> Result<Option<u64>, Error> {
+) -> Result<super::named::FailAttempt, Error> {
+    use super::named::{attempt_matches, FailAttempt};
     let store = store_for(transport, &config);
     for _ in 0..20 {
         let deadline = Instant::now() + transport.settings.response_timeout * 10;
@@ -686,8 +694,13 @@ pub(crate) async fn fail_attempt(
                     value,
                 })
             }
-            _ => return Ok(None),
+            _ => return Ok(FailAttempt::NotLive),
         };
+        // The commit below is conditional on the row's version: an attempt granted after this
+        // read makes it fail, and the loop compares again.
+        if !attempt_matches(expected, attempt)? {
+            return Ok(FailAttempt::Another(attempt));
+        }
         let writes = [
             Write::DelLease,
             Write::SetFailure,
@@ -705,7 +718,7 @@ pub(crate) async fn fail_attempt(
             )
             .await?;
         if committed.is_some() {
-            return Ok(Some(attempt));
+            return Ok(FailAttempt::Released(attempt));
         }
     }
     Err(Error::Timeout {
@@ -713,22 +726,50 @@ pub(crate) async fn fail_attempt(
     })
 }
 
-/// [`Failover::reset_job`](crate::Failover::reset_job) on PostgreSQL: deletes the row.
+/// [`Failover::reset_job`](crate::Failover::reset_job) on PostgreSQL: deletes the row, unless
+/// a live attempt is not the one `live` names; the deletion is conditional on the version read,
+/// so an attempt granted in between is compared again.
 pub(crate) async fn reset_job(
     transport: &Arc<PgTransport>,
     config: FailoverConfig,
-) -> Result<(), Error> {
+    live: Option<&crate::lease::store::Expected>,
+) -> Result<super::named::ResetJob, Error> {
+    use super::named::{attempt_matches, ResetJob};
     ensure_schema(transport).await?;
     let store = store_for(transport, &config);
-    let conn = transport.pooled().await?;
-    let limit = Instant::now() + transport.settings.response_timeout;
-    conn.by(
-        limit,
-        "forgetting a job",
-        conn.execute("DELETE FROM baton_jobs WHERE key = $1", &[&store.key]),
-    )
-    .await?;
-    Ok(())
+    for _ in 0..20 {
+        let conn = transport.pooled().await?;
+        let row = observe_row(transport, &conn, &store.key, None).await?;
+        if let (State::Attempt(n), Lease::Held { .. }) = (&row.obs.state, &row.obs.lease) {
+            let named = match live {
+                Some(e) => attempt_matches(e, *n)?,
+                None => false,
+            };
+            if !named {
+                return Ok(ResetJob::Live(*n));
+            }
+        }
+        let Some(version) = row.version else {
+            return Ok(ResetJob::Reset);
+        };
+        let limit = Instant::now() + transport.settings.response_timeout;
+        let deleted = conn
+            .by(
+                limit,
+                "forgetting a job",
+                conn.execute(
+                    "DELETE FROM baton_jobs WHERE key = $1 AND version = $2",
+                    &[&store.key, &version],
+                ),
+            )
+            .await?;
+        if deleted == 1 {
+            return Ok(ResetJob::Reset);
+        }
+    }
+    Err(Error::Timeout {
+        during: "resetting a job under constant contention",
+    })
 }
 
 /// One page of the listing: the live rows after `after` whose key starts with `prefix`, in key

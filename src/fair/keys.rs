@@ -9,6 +9,7 @@
 //! | `P` `fair:{K}:alive` | sorted set: waiter id → server time (ms) at which it counts as dead | as the queue |
 //! | `P` `fair:{K}:reserved` | the reserver's id | the reservation's lifetime, renewed while it waits |
 //! | `P` `fair:{K}:wake:<c>` | pub/sub channel of one waiter (`<c>` follows the last `.` of its id, the whole id without one): `go` | — |
+//! | `P` `fair:{K}:taken` | pub/sub channel the holder's watchdog listens on: `taken:<fencing token>` after an operator's force release | — |
 //!
 //! `{K}` is a Redis Cluster hash tag: every key and every wake channel of one lock share a slot,
 //! so one script reads and writes them all and publishes with `SPUBLISH` on a cluster. That is

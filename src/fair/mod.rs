@@ -63,7 +63,7 @@ use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
 use crate::lease::guard::hold_while;
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
-pub use crate::lease::store::Taken;
+pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
 use crate::util::time::after;
@@ -123,40 +123,59 @@ impl FairLocks {
         &self.prefix
     }
 
-    /// Takes fair lock `key` from its holder, as an operator does with a hung one (the next waiter is woken): the holder's
-    /// next extension fails and it reports the loss; the fence stays, so the next holder's
-    /// fencing token is higher than the one taken. `None` when nothing held it. One method, the same on the mutex, the fair lock and
-    /// elections: [`Locks::force_release`](crate::Locks::force_release),
+    /// Takes fair lock `key` from its holder, as an operator does with a hung one (the next waiter is woken), but only
+    /// the grant `expected` names (its fencing token as shown, or its holder where no token is
+    /// shown; [`Expected::Any`] for whatever holds it): the holder value and the fence are
+    /// read together and the release is by that value, so a grant made after the operator
+    /// looked is left alone ([`ForceRelease::HeldByAnother`]). The holder hears it at once on
+    /// its lock's `taken` channel when it listens there (its watchdog does), at its next extension otherwise, and
+    /// reports the loss; the fence stays, so the next holder's fencing token is higher than the one taken. One
+    /// method, the same on the mutex, the fair lock and elections:
+    /// [`Locks::force_release`](crate::Locks::force_release),
     /// [`FairLocks::force_release`](crate::FairLocks::force_release),
     /// [`Leaders::force_release`](crate::Leaders::force_release).
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name; [`Error::Unsupported`] on PostgreSQL; connection errors;
-    /// [`Error::Timeout`] when the holder kept changing through every try.
-    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+    /// [`Error::Config`] for an invalid name or [`Expected::Attempt`]; [`Error::Unsupported`] on PostgreSQL; connection errors;
+    /// [`Error::Timeout`] when, with [`Expected::Any`], the holder kept changing through every
+    /// try.
+    pub async fn force_release(
+        &self,
+        key: &str,
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
         let keys = self.keys(key)?;
         let transport = self
             .backend
             .redis("the fair lock", "it exists on Redis only")?;
-        for _ in 0..20 {
-            let stored = self.backend.read(&keys.lock, &keys.fence).await?;
-            let Some(id) = stored.value else {
-                return Ok(None);
-            };
-            // Leaving as the holder's id releases the lock and wakes the next waiter, in the
-            // script every release of a fair lock goes through.
-            let mut conn = transport.node(&keys.lock).await?.conn();
-            let limit = Instant::now() + transport.settings.response_timeout;
-            if kernel::leave(&mut conn, &keys, &id, limit).await? {
-                return Ok(Some(Taken {
-                    fencing_token: stored.fence.and_then(|f| f.parse().ok()),
-                    holder: short(&id).to_string(),
-                }));
-            }
-        }
-        Err(Error::Timeout {
-            during: "taking a fair lock whose holder kept changing",
-        })
+        let (outcome, _) = crate::lease::store::take_expected(
+            expected,
+            || async {
+                let stored = self.backend.read(&keys.lock, &keys.fence).await?;
+                Ok(stored.value.map(|id| {
+                    let taken = Taken {
+                        fencing_token: stored.fence.and_then(|f| f.parse().ok()),
+                        holder: short(&id).to_string(),
+                    };
+                    (id, taken)
+                }))
+            },
+            |id| {
+                let keys = keys.clone();
+                async move {
+                    // Leaving as the holder's id releases the lock and wakes the next waiter,
+                    // in the script every release of a fair lock goes through.
+                    let mut conn = transport.node(&keys.lock).await?.conn();
+                    let limit = Instant::now() + transport.settings.response_timeout;
+                    kernel::leave(&mut conn, &keys, &id, limit).await
+                }
+            },
+        )
+        .await?;
+        self.backend
+            .tell_taken(&keys.lock, &keys.taken_channel(), &outcome)
+            .await;
+        Ok(outcome)
     }
 
     fn keys(&self, key: &str) -> Result<Arc<QueueKeys>, Error> {
@@ -638,5 +657,9 @@ impl HeldKeys for QueueKeys {
         if let Ok(t) = backend.redis("the fair lock", "it exists on Redis only") {
             leave_in_background(t, &self, token);
         }
+    }
+
+    fn taken_channel(&self) -> String {
+        QueueKeys::taken_channel(self)
     }
 }

@@ -274,6 +274,12 @@ impl QueueKeys {
     pub(crate) fn wake(&self, id: &str) -> String {
         format!("{}{id}", self.wake_prefix)
     }
+
+    /// The channel on which a force release tells the holder its grant was taken
+    /// (`taken:<fencing token>`), which its watchdog listens on.
+    pub(crate) fn taken_channel(&self) -> String {
+        format!("{}:taken", self.lock)
+    }
 }
 
 /// What one acquire-or-enqueue found.

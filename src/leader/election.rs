@@ -142,6 +142,7 @@ impl Election {
                         refresh: vec![self.keys.fence.clone()],
                         retention: kernel::fence_ttl(self.opts.lease),
                         hold_until: None,
+                        taken: Some((self.keys.channel.clone(), fence)),
                     },
                     state,
                     held.watchdog.clone(),

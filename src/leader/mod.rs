@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-pub use crate::lease::store::Taken;
+pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::token::default_worker_name;
 
 use election::Election;
@@ -121,23 +121,37 @@ impl Leaders {
         &self.prefix
     }
 
-    /// Takes election `key` from its holder, as an operator does with a hung one: the holder's
-    /// next renewal fails and it reports the loss; the fence stays, so the next leader's
-    /// term is higher than the one taken. `None` when nothing held it. One method, the same on the mutex, the fair lock and
-    /// elections: [`Locks::force_release`](crate::Locks::force_release),
+    /// Takes election `key` from its holder, as an operator does with a hung one, but only
+    /// the grant `expected` names (its fencing token as shown, or its holder where no token is
+    /// shown; [`Expected::Any`] for whatever holds it): the holder value and the fence are
+    /// read together and the release is by that value, so a grant made after the operator
+    /// looked is left alone ([`ForceRelease::HeldByAnother`]). The holder hears it at once on
+    /// its election's channel when it listens there (its watchdog does), at its next renewal otherwise, and
+    /// reports the loss; the fence stays, so the next leader's term is higher than the one taken. One
+    /// method, the same on the mutex, the fair lock and elections:
+    /// [`Locks::force_release`](crate::Locks::force_release),
     /// [`FairLocks::force_release`](crate::FairLocks::force_release),
     /// [`Leaders::force_release`](crate::Leaders::force_release).
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name; connection errors;
-    /// [`Error::Timeout`] when the holder kept changing through every try.
-    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+    /// [`Error::Config`] for an invalid name or [`Expected::Attempt`]; connection errors;
+    /// [`Error::Timeout`] when, with [`Expected::Any`], the holder kept changing through every
+    /// try.
+    pub async fn force_release(
+        &self,
+        key: &str,
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
         crate::util::names::check_name("key", key)?;
         let k = ElectionKeys::new(&self.prefix, key);
         self.backend
-            .take(&k.lease, &k.fence, &k.channel, |v| {
-                keys::name_of(v).unwrap_or("?").to_string()
-            })
+            .take(
+                &k.lease,
+                &k.fence,
+                &k.channel,
+                |v| keys::name_of(v).unwrap_or("?").to_string(),
+                expected,
+            )
             .await
     }
 

@@ -50,6 +50,9 @@ pub(crate) trait HeldKeys: FencedAt {
     ) -> ReleaseFuture<'a>;
     /// The same, through a task of the client; never blocks (a dropped guard).
     fn release_in_background(self: Arc<Self>, backend: &Backend, token: String);
+    /// The channel a force release tells the holder on (`taken:<fencing token>`), which the
+    /// watchdog listens on.
+    fn taken_channel(&self) -> String;
 }
 
 /// One grant, held.
@@ -132,6 +135,7 @@ impl HeldLock {
                 refresh: vec![self.keys.fence_key().to_string()],
                 retention: fence_ttl(self.ttl),
                 hold_until: max_hold.map(|m| after(self.sent, m)),
+                taken: Some((self.keys.taken_channel(), self.fence)),
             },
             self.state.clone(),
             stop.clone(),

@@ -91,11 +91,12 @@ impl Backend {
         &self,
         lock: &str,
         channel: &str,
-        message: &'static str,
+        message: impl Into<String>,
         limit: Instant,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let backend = self.clone();
         let (lock, channel) = (lock.to_string(), channel.to_string());
+        let message: String = message.into();
         async move {
             let sent = match &backend {
                 Backend::Redis(t) => {
@@ -104,7 +105,7 @@ impl Backend {
                         let publish = conn.publish();
                         redis::cmd(publish)
                             .arg(&channel)
-                            .arg(message)
+                            .arg(&message)
                             .query_async::<redis::Value>(&mut conn)
                             .await
                             .map_err(Error::from)
@@ -114,7 +115,7 @@ impl Backend {
                 #[cfg(feature = "postgres")]
                 Backend::Postgres(t) => tokio::time::timeout_at(
                     limit,
-                    crate::backend::postgres::locks::notify(t, &channel, message),
+                    crate::backend::postgres::locks::notify(t, &channel, &message),
                 )
                 .await
                 .map(|r| r.map(|()| redis::Value::Nil)),
@@ -122,7 +123,7 @@ impl Backend {
             if !matches!(sent, Ok(Ok(_))) {
                 tracing::debug!(
                     channel,
-                    message,
+                    message = %message,
                     "a notification was not sent; readers re-read on a timer"
                 );
             }
@@ -230,7 +231,7 @@ impl WeakBackend {
 }
 
 /// What an operator took from a hung holder with `force_release` (on [`Locks`],
-/// [`FairLocks`] and [`Leaders`]).
+/// [`FairLocks`] and [`Leaders`]), or who holds it instead.
 ///
 /// [`Locks`]: crate::Locks
 /// [`FairLocks`]: crate::FairLocks
@@ -238,19 +239,137 @@ impl WeakBackend {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Taken {
-    /// The fencing token (a leader's term) of the grant taken: every later grant's is higher,
-    /// since a release never moves the fence back. `None` when the fence was unreadable.
+    /// The fencing token (a leader's term) of the grant: every later grant's is higher, since
+    /// a release never moves the fence back. `None` when the fence was unreadable.
     pub fencing_token: Option<u64>,
     /// Who held it: a leader's name, or the first characters of a lock holder's token (tokens
     /// are never shown in full).
     pub holder: String,
 }
 
+/// Which grant an operator's command may act on: the one it was shown (by
+/// [`Inspector::find`](crate::Inspector::find), `baton status` or `baton unlock`), so that a
+/// grant made after it was shown is never taken by mistake.
+///
+/// A lock, fair lock or election is named by [`Expected::Token`] (its fencing token, a
+/// leader's term) or, where no fencing token is shown, by [`Expected::Holder`]; a job's attempt
+/// by [`Expected::Attempt`]. [`Expected::Any`] is the old behaviour, for callers that mean
+/// "whatever holds it now".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Expected {
+    /// The grant with this fencing token (a leader's term).
+    Token(u64),
+    /// The grant whose holder is shown as this: a leader's name, or the first characters of a
+    /// lock holder's token ([`Taken::holder`], `Entry::holder`).
+    Holder(String),
+    /// A job's attempt with this number.
+    Attempt(u64),
+    /// Whatever holds it when the command runs.
+    Any,
+}
+
+impl Expected {
+    /// Whether a lock-shaped grant shown as `taken` is the one meant.
+    ///
+    /// # Errors
+    /// [`ConfigError`](crate::ConfigError) for [`Expected::Attempt`]: a lock has no attempts.
+    fn matches_grant(&self, taken: &Taken) -> Result<bool, crate::error::ConfigError> {
+        match self {
+            Expected::Token(t) => Ok(taken.fencing_token == Some(*t)),
+            Expected::Holder(h) => Ok(*h == taken.holder),
+            Expected::Any => Ok(true),
+            Expected::Attempt(_) => Err(crate::error::ConfigError::invalid(
+                "expected",
+                "a fencing token, a holder or any (a lock has no attempts)",
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expected::Token(t) => write!(f, "fencing token {t}"),
+            Expected::Holder(h) => write!(f, "holder {h}"),
+            Expected::Attempt(n) => write!(f, "attempt {n}"),
+            Expected::Any => f.write_str("whatever holds it"),
+        }
+    }
+}
+
+/// What `force_release` did (on [`Locks`], [`FairLocks`] and [`Leaders`]).
+///
+/// [`Locks`]: crate::Locks
+/// [`FairLocks`]: crate::FairLocks
+/// [`Leaders`]: crate::Leaders
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ForceRelease {
+    /// The expected grant was released: this one.
+    Released(Taken),
+    /// Nothing holds it; nothing was done.
+    Free,
+    /// Another grant holds it now (this one); nothing was done.
+    HeldByAnother(Taken),
+}
+
+/// The message a force release publishes on the holder's channel once it released the grant
+/// of fencing token `fence`: what a holder listening there loses its lease on at once.
+pub(crate) fn taken_message(fence: u64) -> String {
+    format!("taken:{fence}")
+}
+
+/// Whether `message` says the grant of fencing token `fence` was taken (see [`taken_message`]).
+pub(crate) fn is_taken(message: &str, fence: u64) -> bool {
+    message
+        .strip_prefix("taken:")
+        .and_then(|f| f.parse::<u64>().ok())
+        == Some(fence)
+}
+
+/// A force release's loop: reads the grant with `read` (`None`: free), compares it with
+/// `expected`, and releases it with `release` (by the value read, so a grant that changed in
+/// between is never released blindly: it is read and compared again). On a release, `taken`
+/// tells the holder.
+///
+/// # Errors
+/// As `read` and `release`; [`Error::Config`] for an expectation a lock cannot meet;
+/// [`Error::Timeout`] when the holder kept changing through every try (only with
+/// [`Expected::Any`]: any other changes at most once to a grant it does not match).
+pub(crate) async fn take_expected<R, RF, L, LF>(
+    expected: &Expected,
+    mut read: R,
+    mut release: L,
+) -> Result<(ForceRelease, Option<String>), Error>
+where
+    R: FnMut() -> RF,
+    RF: std::future::Future<Output = Result<Option<(String, Taken)>, Error>>,
+    L: FnMut(String) -> LF,
+    LF: std::future::Future<Output = Result<bool, Error>>,
+{
+    for _ in 0..20 {
+        let Some((value, taken)) = read().await? else {
+            return Ok((ForceRelease::Free, None));
+        };
+        if !expected.matches_grant(&taken)? {
+            return Ok((ForceRelease::HeldByAnother(taken), None));
+        }
+        if release(value.clone()).await? {
+            return Ok((ForceRelease::Released(taken), Some(value)));
+        }
+    }
+    Err(Error::Timeout {
+        during: "taking a lock whose holder kept changing",
+    })
+}
+
 impl Backend {
-    /// Takes lock `lock` (its fence `fence`, its waiters woken on `channel`) from whoever holds
-    /// it: reads the holder's value, then releases by that value, so a holder that changed in
-    /// between is never released blindly (it is read again). `holder` makes the value
-    /// printable. `None` when nothing held it.
+    /// Takes lock `lock` (its fence `fence`, its waiters woken on `channel`) from its holder
+    /// if that is the grant `expected` names: reads the holder's value and fence atomically,
+    /// compares, then releases by that value. `holder` makes the value printable. A released
+    /// grant's holder is told on `channel` ([`taken_message`]).
     ///
     /// # Errors
     /// Connection errors; [`Error::Timeout`] when the holder kept changing through every try.
@@ -260,22 +379,41 @@ impl Backend {
         fence: &str,
         channel: &str,
         holder: fn(&str) -> String,
-    ) -> Result<Option<Taken>, Error> {
-        for _ in 0..20 {
-            let stored = self.read(lock, fence).await?;
-            let Some(value) = stored.value else {
-                return Ok(None);
-            };
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
+        let (outcome, _) = take_expected(
+            expected,
+            || async {
+                let stored = self.read(lock, fence).await?;
+                Ok(stored.value.map(|value| {
+                    let taken = Taken {
+                        fencing_token: stored.fence.and_then(|f| f.parse().ok()),
+                        holder: holder(&value),
+                    };
+                    (value, taken)
+                }))
+            },
+            |value| async move {
+                let limit = Instant::now() + self.response_timeout();
+                self.release(lock, channel, &value, limit).await
+            },
+        )
+        .await?;
+        self.tell_taken(lock, channel, &outcome).await;
+        Ok(outcome)
+    }
+
+    /// Tells the holder of a released grant, on `channel` (best effort: a holder that misses
+    /// it learns at its next extension).
+    pub(crate) async fn tell_taken(&self, lock: &str, channel: &str, outcome: &ForceRelease) {
+        if let ForceRelease::Released(Taken {
+            fencing_token: Some(f),
+            ..
+        }) = outcome
+        {
             let limit = Instant::now() + self.response_timeout();
-            if self.release(lock, channel, &value, limit).await? {
-                return Ok(Some(Taken {
-                    fencing_token: stored.fence.and_then(|f| f.parse().ok()),
-                    holder: holder(&value),
-                }));
-            }
+            let message = taken_message(*f);
+            self.notification(lock, channel, message, limit).await;
         }
-        Err(Error::Timeout {
-            during: "taking a lock whose holder kept changing",
-        })
     }
 }

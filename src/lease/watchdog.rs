@@ -15,6 +15,12 @@
 //!   lease cannot be kept.
 //! - An optional cap on the total hold: extensions never reach past it, and the signal fires
 //!   when it is reached.
+//! - An operator's force release fires the signal at once, not at the next extension: the
+//!   watchdog listens on the lock's channel (the client's one pub/sub connection, shared by
+//!   every subscriber of that channel on the client) for `taken:<its fencing token>`, which
+//!   `force_release` publishes once it released exactly that grant. Best effort by design: a
+//!   message missed (sent before the subscription was confirmed, or while the pub/sub
+//!   connection was down) leaves the next extension to find the loss, as before.
 //!
 //! The task has one owner (the guard, through `stop`) and also ends with the client.
 
@@ -185,6 +191,9 @@ pub(crate) struct Watch {
     pub retention: Duration,
     /// No extension reaches past this instant; the signal fires there.
     pub hold_until: Option<Instant>,
+    /// The channel a force release announces on, and this grant's fencing token: the signal
+    /// fires at once on `taken:<token>` there. `None`: not listened for (a queue).
+    pub taken: Option<(String, u64)>,
 }
 
 /// Starts the watchdog on the client's task tracker; it ends when `stop` fires (the owner
@@ -219,12 +228,60 @@ pub(crate) fn task(
     let weak = backend.downgrade();
     let client_gone = backend.cancel().clone();
     let response = backend.response_timeout();
+    let listen = watch.taken.clone().map(|(channel, fence)| {
+        // Bounded by the first extension: by then the client's pub/sub connection is
+        // overloaded or down, and the extensions tell as they always did.
+        let within = (watch.ttl / 3).max(response);
+        listen_taken(backend.clone(), channel, fence, within)
+    });
+    let lease = watch.lease.clone();
     async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}
             _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lease is no longer extended"),
+            () = taken(listen) => {
+                tracing::warn!(key = %lease, "lease taken by an operator");
+                state.lose(Loss::Taken, "taken by an operator (force_release)");
+            }
             _ = run(weak, watch, state.clone(), response) => {}
+        }
+    }
+}
+
+/// Resolves once a force release announced this grant taken; never when nothing listens.
+async fn taken(listen: Option<impl std::future::Future<Output = bool>>) {
+    let heard = match listen {
+        Some(l) => l.await,
+        None => false,
+    };
+    if !heard {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Subscribes to `channel` and resolves `true` on `taken:<fence>` there; `false` when the
+/// subscription could not be made `within` (a third of the lease: the first extension) or the
+/// client went away: extensions then find the loss, as before. The strong `backend` is held
+/// only until the subscription is confirmed (milliseconds, normally), so the watchdog does not
+/// keep the client alive beyond that bound.
+async fn listen_taken(backend: Backend, channel: String, fence: u64, within: Duration) -> bool {
+    let sub = tokio::time::timeout(within, backend.subscribe(&channel)).await;
+    drop(backend);
+    let Ok(Ok(mut sub)) = sub else {
+        tracing::debug!(
+            channel,
+            "not listening for a force release; extensions will tell"
+        );
+        return false;
+    };
+    loop {
+        match sub.rx.recv().await {
+            Some(crate::util::pubsub::HubMsg::Message(m)) if super::store::is_taken(&m, fence) => {
+                return true
+            }
+            Some(_) => {}
+            None => return false,
         }
     }
 }

@@ -59,7 +59,7 @@ use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 use crate::lease::lock::{self as kernel, Grant};
 pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::pending::{release_in_background, Pending};
-pub use crate::lease::store::Taken;
+pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::backoff::Backoff;
 use crate::util::metrics::{primitive, transition, Labels};
 use crate::util::time::after;
@@ -148,23 +148,37 @@ impl Locks {
         &self.prefix
     }
 
-    /// Takes lock `key` from its holder, as an operator does with a hung one: the holder's
-    /// next extension fails and it reports the loss; the fence stays, so the next holder's
-    /// fencing token is higher than the one taken. `None` when nothing held it. One method, the same on the mutex, the fair lock and
-    /// elections: [`Locks::force_release`](crate::Locks::force_release),
+    /// Takes lock `key` from its holder, as an operator does with a hung one, but only
+    /// the grant `expected` names (its fencing token as shown, or its holder where no token is
+    /// shown; [`Expected::Any`] for whatever holds it): the holder value and the fence are
+    /// read together and the release is by that value, so a grant made after the operator
+    /// looked is left alone ([`ForceRelease::HeldByAnother`]). The holder hears it at once on
+    /// its lock's channel when it listens there (its watchdog does), at its next extension otherwise, and
+    /// reports the loss; the fence stays, so the next holder's fencing token is higher than the one taken. One
+    /// method, the same on the mutex, the fair lock and elections:
+    /// [`Locks::force_release`](crate::Locks::force_release),
     /// [`FairLocks::force_release`](crate::FairLocks::force_release),
     /// [`Leaders::force_release`](crate::Leaders::force_release).
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name; connection errors;
-    /// [`Error::Timeout`] when the holder kept changing through every try.
-    pub async fn force_release(&self, key: &str) -> Result<Option<Taken>, Error> {
+    /// [`Error::Config`] for an invalid name or [`Expected::Attempt`]; connection errors;
+    /// [`Error::Timeout`] when, with [`Expected::Any`], the holder kept changing through every
+    /// try.
+    pub async fn force_release(
+        &self,
+        key: &str,
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
         crate::util::names::check_name("key", key)?;
         let keys = LockKeys::new(&self.prefix, key);
         self.backend
-            .take(keys.lock(), keys.fence(), keys.channel(), |v| {
-                short(v).to_string()
-            })
+            .take(
+                keys.lock(),
+                keys.fence(),
+                keys.channel(),
+                |v| short(v).to_string(),
+                expected,
+            )
             .await
     }
 
@@ -558,5 +572,10 @@ impl HeldKeys for LockKeys {
 
     fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
         release_in_background(backend, &self, token);
+    }
+
+    fn taken_channel(&self) -> String {
+        // The waiters' channel: one subscription per lock and client serves both.
+        self.channel().to_string()
     }
 }

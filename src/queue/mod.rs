@@ -447,6 +447,8 @@ impl Queues {
                 refresh: vec![keys.fence.clone()],
                 retention: kernel_lock::fence_ttl(ttl),
                 hold_until: None,
+                // A queue has no force release: nothing to listen for.
+                taken: None,
             },
             state.clone(),
             stop.clone(),

@@ -1,30 +1,194 @@
 //! `baton fail`, `baton reset` and `baton migrate`: the operator's tools. Each is one library
-//! call behind a confirmation; they are apart from `status`/`watch`, which only read.
+//! call that names what it acts on (the attempt shown), so a grant made after the operator
+//! looked is never touched; they are apart from `status`/`watch`, which only read.
 
-use baton::{Client, FailoverConfig};
+use baton::{Client, Expected, FailAttempt, FailoverConfig, ResetJob};
 
-use super::exit::{fail_with, EX_USAGE};
+use super::cli::{Cli, Command};
+use super::exit::{fail_with, usage_config, EX_TEMPFAIL, EX_USAGE};
 use super::out;
+use super::Plan;
 
-pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes: bool) -> u8 {
-    let key = job.key().to_string();
-    match client.failover().job_status(job.clone()).await {
-        Ok(s) if s.is_live() && !yes => {
-            say!(
-                "baton: {key} is live ({}); pass --yes to release its attempt",
-                s.state
-            );
-            return EX_USAGE;
+/// What an operator's command names (`--token`, `--holder`, `--attempt`, `--any`), and how to
+/// print the command that names it when it names nothing.
+pub(crate) struct Named {
+    /// The grant meant; `None` when the command line names none (then it only describes).
+    pub(crate) expected: Option<Expected>,
+    /// `--yes` was given (alone it names nothing: said so in the refusal).
+    pub(crate) yes: bool,
+    /// How the printed command starts: `baton`, with `--url` and `--prefix` when they were
+    /// given.
+    head: String,
+    /// The URL given has credentials: the printed command reads it from `BATON_URL`.
+    secret_url: bool,
+}
+
+impl Named {
+    /// What the command line names, with `url`/`prefix` for the printed command (`--url` only
+    /// when `url_given`: otherwise it came from the environment or the default, which the
+    /// printed command uses too).
+    pub(crate) fn new(
+        expected: Option<Expected>,
+        yes: bool,
+        url: &str,
+        url_given: bool,
+        prefix: &str,
+    ) -> Named {
+        let mut head = String::from("baton");
+        let mut secret_url = false;
+        if url_given {
+            // A URL with credentials is never printed; the command reads it from the
+            // environment instead.
+            if baton::client::redacted_url(url) == url {
+                head.push_str(&format!(" --url {}", shell_word(url)));
+            } else {
+                head.push_str(" --url \"$BATON_URL\"");
+                secret_url = true;
+            }
         }
-        Ok(_) => {}
-        Err(e) => return fail_with(&e),
+        if prefix != "baton:" {
+            head.push_str(&format!(" --prefix {}", shell_word(prefix)));
+        }
+        Named {
+            expected,
+            yes,
+            head,
+            secret_url,
+        }
     }
-    match client.failover().fail_attempt(job, reason).await {
-        Ok(Some(n)) => {
+
+    /// Prints the refusal of a command that names nothing: `what` is described, and the
+    /// command to run is printed whole (`rest`: the subcommand and its flags), to copy.
+    pub(crate) fn refuse(&self, what: &str, rest: &str) -> u8 {
+        say!("baton: {what}");
+        if self.yes {
+            say!("baton: --yes alone names nothing; name what you saw:");
+        } else {
+            say!("baton: to act on exactly that, run:");
+        }
+        // On a line of its own, to copy whole.
+        say!("    {} {rest}", self.head);
+        if self.secret_url {
+            say!("baton: (set BATON_URL to the URL first: its credentials are never printed)");
+        }
+        EX_USAGE
+    }
+}
+
+/// The plan of `unlock`, `fail` and `reset`: the job (or lock) name checked, and what the
+/// command line names.
+pub(crate) fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
+    let job = |key: &str| {
+        FailoverConfig::builder(key)
+            .prefix(cli.prefix.clone())
+            .build()
+            .map_err(|e| usage_config(&e))
+    };
+    let named = |expected, yes| Named::new(expected, yes, &cli.url, cli.url_given, &cli.prefix);
+    Ok(match &cli.command {
+        Command::Unlock {
+            key,
+            kind,
+            token,
+            holder,
+            any,
+            yes,
+        } => Plan::Unlock(
+            job(key)?,
+            kind.map(|k| k.kind()),
+            named(
+                super::unlock::expected(*token, holder.as_deref(), *any),
+                *yes,
+            ),
+        ),
+        Command::Fail {
+            key,
+            reason,
+            attempt,
+            any,
+            yes,
+        } => Plan::Fail(
+            job(key)?,
+            reason,
+            named(self::attempt(*attempt, *any), *yes),
+        ),
+        Command::Reset {
+            key,
+            attempt,
+            any,
+            yes,
+        } => Plan::Reset(job(key)?, named(self::attempt(*attempt, *any), *yes)),
+        // main.rs sends only these three here.
+        _ => return Err(EX_USAGE),
+    })
+}
+
+/// What `--attempt` and `--any` name (clap lets at most one through).
+pub(crate) fn attempt(attempt: Option<u64>, any: bool) -> Option<Expected> {
+    match (attempt, any) {
+        (Some(n), _) => Some(Expected::Attempt(n)),
+        (None, true) => Some(Expected::Any),
+        (None, false) => None,
+    }
+}
+
+/// `s` as one shell word: as is when it is plain, single-quoted otherwise.
+pub(crate) fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, '-' | '_' | '.' | '/' | ':' | '@' | ',' | '=' | '+')
+        });
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, named: Named) -> u8 {
+    let key = job.key().to_string();
+    let Some(expected) = &named.expected else {
+        // Nothing named: describe what is live, and print the command that names it.
+        return match client.failover().job_status(job.clone()).await {
+            Ok(s) if s.is_live() => {
+                let attempt = match &s.state {
+                    baton::JobState::Attempt { number, .. } => *number,
+                    _ => 0,
+                };
+                let reason_arg = if reason == DEFAULT_REASON {
+                    String::new()
+                } else {
+                    format!(" --reason {}", shell_word(reason))
+                };
+                named.refuse(
+                    &format!(
+                        "{key} is live ({}); name its attempt to release it",
+                        s.state
+                    ),
+                    &format!(
+                        "fail --key {} --attempt {attempt}{reason_arg}",
+                        shell_word(&key)
+                    ),
+                )
+            }
+            Ok(_) => {
+                outln!("{key} has no live attempt; nothing to release");
+                0
+            }
+            Err(e) => fail_with(&e),
+        };
+    };
+    match client.failover().fail_attempt(job, expected, reason).await {
+        Ok(FailAttempt::Released(n)) => {
             outln!("released attempt {n} of {key}");
             0
         }
-        Ok(None) => {
+        Ok(FailAttempt::Another(n)) => {
+            say!("baton: {key} is now at attempt {n}, not the {expected} named; nothing done");
+            EX_TEMPFAIL
+        }
+        Ok(_) => {
             outln!("{key} has no live attempt; nothing to release");
             0
         }
@@ -32,18 +196,27 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, yes
     }
 }
 
-pub(crate) async fn reset(client: &Client, job: FailoverConfig, yes: bool) -> u8 {
+/// `--reason`'s default (cli.rs): left out of the printed command.
+const DEFAULT_REASON: &str = "released by an operator";
+
+pub(crate) async fn reset(client: &Client, job: FailoverConfig, named: Named) -> u8 {
     let key = job.key().to_string();
-    match client.failover().job_status(job.clone()).await {
-        Ok(s) if s.is_live() && !yes => {
-            say!("baton: {key} is live ({}); pass --yes to reset it", s.state);
-            return EX_USAGE;
-        }
-        Ok(_) => {}
-        Err(e) => return fail_with(&e),
-    }
-    match client.failover().reset_job(job).await {
-        Ok(()) => {
+    match client
+        .failover()
+        .reset_job(job, named.expected.as_ref())
+        .await
+    {
+        Ok(ResetJob::Live(n)) => match &named.expected {
+            None => named.refuse(
+                &format!("{key} is live (attempt {n}); name its attempt to reset it"),
+                &format!("reset --key {} --attempt {n}", shell_word(&key)),
+            ),
+            Some(expected) => {
+                say!("baton: {key} is now at attempt {n}, not the {expected} named; nothing done");
+                EX_TEMPFAIL
+            }
+        },
+        Ok(_) => {
             outln!("reset {key}");
             0
         }
@@ -59,5 +232,24 @@ pub(crate) async fn migrate(client: &Client) -> u8 {
             0
         }
         Err(e) => fail_with(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_commands_quote_what_a_shell_would_split_and_never_print_credentials() {
+        assert_eq!(shell_word("report-1"), "report-1");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        let n = Named::new(None, false, "redis://127.0.0.1:7000/", true, "app:");
+        assert_eq!(n.head, "baton --url redis://127.0.0.1:7000/ --prefix app:");
+        let n = Named::new(None, false, "redis://u:secret@127.0.0.1/", true, "baton:");
+        assert_eq!(n.head, "baton --url \"$BATON_URL\"");
+        assert!(n.secret_url);
+        let n = Named::new(None, false, "redis://u:secret@127.0.0.1/", false, "baton:");
+        assert_eq!(n.head, "baton");
     }
 }

@@ -12,8 +12,8 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 #[cfg(feature = "dashboard")]
 use super::help::DASHBOARD_HELP;
 use super::help::{
-    EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
-    UNLOCK_HELP,
+    EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
+    SCHEDULE_HELP, UNLOCK_HELP,
 };
 
 /// The longest `--kill-grace` accepted.
@@ -172,9 +172,11 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Take a mutex, a fair lock or a leader's term from a hung holder: its next extension
-    /// fails and it reports the loss; the next holder's fencing token is higher.
+    /// Take a mutex, a fair lock or a leader's term from a hung holder, the grant named by
+    /// --token (or --holder): it hears so at once and stops; the next holder's fencing token
+    /// is higher.
     #[command(after_long_help = UNLOCK_HELP)]
+    #[command(group(ArgGroup::new("grant").args(["token", "holder", "any"])))]
     Unlock {
         /// The lock's (or election's) name.
         #[arg(long)]
@@ -182,11 +184,26 @@ pub(crate) enum Command {
         /// Which one, when the name is held as several kinds.
         #[arg(long, value_enum)]
         kind: Option<KindArg>,
-        /// Confirm taking a live lock.
+        /// Take only the grant with this fencing token (a leader's term), as `baton unlock
+        /// --key K` or `baton status` showed it; another grant holding K then is left alone
+        /// (exit 75).
+        #[arg(long, value_name = "N")]
+        token: Option<u64>,
+        /// Take only the grant of this holder, as shown, for an entry shown without a fencing
+        /// token.
+        #[arg(long, value_name = "ID")]
+        holder: Option<String>,
+        /// Take whatever holds K when the command runs (scripts that mean it).
+        #[arg(long)]
+        any: bool,
+        /// Accepted beside --token, --holder or --any; alone it names no grant and is refused.
         #[arg(long)]
         yes: bool,
     },
-    /// Release a hung holder's attempt so a backup takes over at once.
+    /// Release a hung holder's attempt so a backup takes over at once: the attempt named by
+    /// --attempt.
+    #[command(after_long_help = JOB_ADMIN_HELP)]
+    #[command(group(ArgGroup::new("grant").args(["attempt", "any"])))]
     Fail {
         /// The job name.
         #[arg(long)]
@@ -194,7 +211,14 @@ pub(crate) enum Command {
         /// Why (kept in the job's failure note).
         #[arg(long, default_value = "released by an operator")]
         reason: String,
-        /// Confirm releasing a live attempt.
+        /// Release only this attempt, as `baton fail --key K` or `baton status` showed it;
+        /// another attempt live then is left alone (exit 75).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u64>,
+        /// Release whichever attempt is live when the command runs (scripts that mean it).
+        #[arg(long)]
+        any: bool,
+        /// Accepted beside --attempt or --any; alone it names no attempt and is refused.
         #[arg(long)]
         yes: bool,
     },
@@ -207,12 +231,23 @@ pub(crate) enum Command {
     #[cfg(feature = "dashboard")]
     #[command(after_long_help = DASHBOARD_HELP)]
     Dashboard(DashboardArgs),
-    /// Forget a job's state, so the next `baton run` runs it again as attempt 1.
+    /// Forget a job's state, so the next `baton run` runs it again as attempt 1. A live job
+    /// only with --attempt naming its live attempt.
+    #[command(after_long_help = JOB_ADMIN_HELP)]
+    #[command(group(ArgGroup::new("grant").args(["attempt", "any"])))]
     Reset {
         /// The job name.
         #[arg(long)]
         key: String,
-        /// Confirm resetting a live job.
+        /// Reset a live job only while this attempt is the live one, as `baton reset --key K`
+        /// or `baton status` showed it (another: exit 75).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u64>,
+        /// Reset the job whatever attempt is live (scripts that mean it).
+        #[arg(long)]
+        any: bool,
+        /// Accepted beside --attempt or --any; alone it names no attempt and is refused on a
+        /// live job.
         #[arg(long)]
         yes: bool,
     },

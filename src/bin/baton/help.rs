@@ -269,20 +269,40 @@ database).";
 
 /// `baton unlock --help`: what it takes, what it does not, and its exit statuses.
 pub(crate) const UNLOCK_HELP: &str = "\
-`baton unlock --key K --yes` takes mutex K (`baton lock`), fair lock K or election K's term
-(`baton leader`) from its holder, on Redis and PostgreSQL (fair locks: Redis only). The holder's
-next extension fails and it reports the loss (`baton lock` stops PROGRAM and exits 74); the
-fence is kept, so the next holder's fencing token is higher than the one taken. Without --yes a
-held lock is only described. When K is held as several kinds, --kind says which.
+`baton unlock --key K --token N` takes mutex K (`baton lock`), fair lock K or election K's term
+(`baton leader`) from its holder, on Redis and PostgreSQL (fair locks: Redis only): the grant
+with fencing token N (a leader's term), and only that one. `baton unlock --key K` describes the
+holder and prints the exact command that names it (an entry shown without a fencing token is
+named by --holder ID). If by the time it runs another grant holds K (the shown holder finished
+and a healthy one took K), nothing is done and it exits 75. The holder hears it at once on the
+lock's channel and reports the loss (`baton lock` stops PROGRAM and exits 74); one that was not
+listening yet learns at its next extension. The fence is kept, so the next holder's fencing
+token is higher than the one taken. --any takes whatever holds K when it runs; --yes is accepted
+beside --token, --holder or --any, and alone names nothing. When K is held as several kinds,
+--kind says which.
 
-Not for: a job (release its attempt with `baton fail --key K`); a Redlock lock (it lives on its
-masters: delete PREFIXredlock:{K} on each, e.g. `redis-cli -u URL DEL 'baton:redlock:{K}'`); a
-PostgreSQL advisory lock (it lasts as long as its session: end the session holding it with
+Not for: a job (release its attempt with `baton fail --key K --attempt N`); a Redlock lock (it
+lives on its masters: delete PREFIXredlock:{K} on each, e.g.
+`redis-cli -u URL DEL 'baton:redlock:{K}'`); a PostgreSQL advisory lock (it lasts as long as its
+session: end the session holding it with
 `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'`, see
 docs/advisory-locks.md).
 
-Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock without --yes, a job, several
-kinds without --kind); 69 the server cannot be reached.";
+Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock not named by --token, --holder
+or --any, a job, several kinds without --kind); 69 the server cannot be reached; 75 another
+grant holds K now: nothing done.";
+
+/// `baton fail --help` and `baton reset --help`: the attempt named, and the exit statuses.
+pub(crate) const JOB_ADMIN_HELP: &str = "\
+`baton fail --key K --attempt N` releases attempt N of job K so a backup takes over at once (its
+holder hears `failed` and stops). `baton reset --key K` forgets job K so the next run is attempt
+1 again; a live job only with --attempt N naming its live attempt. Without --attempt, a live job
+is described and the exact command to run is printed. --any acts on whichever attempt is live
+when the command runs; --yes is accepted beside --attempt or --any, and alone names nothing.
+
+Exit statuses: 0 done, or nothing live to release; 64 usage (a live job not named by --attempt
+or --any); 65 a corrupt state; 69 the server cannot be reached; 75 another attempt is live now:
+nothing done.";
 
 /// `baton dashboard --help`: what the page shows, what it refuses, and its exit statuses.
 #[cfg(feature = "dashboard")]

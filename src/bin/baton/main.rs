@@ -163,9 +163,9 @@ enum Plan<'a> {
     Status(FailoverConfig, bool),
     List(Option<baton::inspect::Kind>, bool, bool),
     Watch(FailoverConfig, Option<baton::inspect::Kind>, bool),
-    Unlock(FailoverConfig, Option<baton::inspect::Kind>, bool),
-    Fail(FailoverConfig, &'a str, bool),
-    Reset(FailoverConfig, bool),
+    Unlock(FailoverConfig, Option<baton::inspect::Kind>, admin::Named),
+    Fail(FailoverConfig, &'a str, admin::Named),
+    Reset(FailoverConfig, admin::Named),
     Migrate,
     #[cfg(feature = "dashboard")]
     Dashboard(&'a cli::DashboardArgs),
@@ -243,9 +243,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             all,
         } => Plan::List(kind.map(|k| k.kind()), *all, *json),
         Command::Watch { key, kind, json } => Plan::Watch(job(key)?, kind.map(|k| k.kind()), *json),
-        Command::Unlock { key, kind, yes } => Plan::Unlock(job(key)?, kind.map(|k| k.kind()), *yes),
-        Command::Fail { key, reason, yes } => Plan::Fail(job(key)?, reason, *yes),
-        Command::Reset { key, yes } => Plan::Reset(job(key)?, *yes),
+        Command::Unlock { .. } | Command::Fail { .. } | Command::Reset { .. } => admin::plan(cli)?,
         Command::Migrate => Plan::Migrate,
         #[cfg(feature = "dashboard")]
         Command::Dashboard(args) => {
@@ -338,11 +336,11 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
         Plan::Status(cfg, json) => status::status(&client, cfg, &cli.prefix, json).await,
         Plan::List(kind, all, json) => status::list(&client, &cli.prefix, kind, all, json).await,
         Plan::Watch(cfg, kind, json) => status::watch(&client, cfg, kind, json).await,
-        Plan::Unlock(cfg, kind, yes) => {
-            unlock::unlock(&client, &cli.prefix, cfg.key(), kind, yes).await
+        Plan::Unlock(cfg, kind, named) => {
+            unlock::unlock(&client, &cli.prefix, cfg.key(), kind, named).await
         }
-        Plan::Fail(cfg, reason, yes) => admin::fail(&client, cfg, reason, yes).await,
-        Plan::Reset(cfg, yes) => admin::reset(&client, cfg, yes).await,
+        Plan::Fail(cfg, reason, named) => admin::fail(&client, cfg, reason, named).await,
+        Plan::Reset(cfg, named) => admin::reset(&client, cfg, named).await,
         Plan::Migrate => admin::migrate(&client).await,
         #[cfg(feature = "dashboard")]
         Plan::Dashboard(args) => dashboard::dashboard(&client, args, &cli.prefix, &cli.url).await,

@@ -1,11 +1,13 @@
 //! `baton unlock`: take a mutex, a fair lock or an election's term from a hung holder. One
-//! library call (`force_release`, the same name on `Locks`, `FairLocks` and `Leaders`) behind
-//! a confirmation, like the job tools of admin.rs.
+//! library call (`force_release`, the same name on `Locks`, `FairLocks` and `Leaders`) that
+//! names the grant it takes (the fencing token shown, or the holder), like the job tools of
+//! admin.rs: without a name it only describes the holder and prints the command that names it.
 
 use baton::inspect::{EntryState, Kind};
-use baton::Client;
+use baton::{Client, Expected, ForceRelease};
 
-use super::exit::{fail_with, usage_config, EX_USAGE};
+use super::admin::{shell_word, Named};
+use super::exit::{fail_with, usage_config, EX_TEMPFAIL, EX_USAGE};
 use super::out;
 
 /// The kinds `unlock` takes.
@@ -16,7 +18,7 @@ pub(crate) async fn unlock(
     prefix: &str,
     key: &str,
     kind: Option<Kind>,
-    yes: bool,
+    named: Named,
 ) -> u8 {
     if let Some(k @ (Kind::Job | Kind::Queue)) = kind {
         return refuse(k, key);
@@ -61,32 +63,42 @@ pub(crate) async fn unlock(
         }
     };
     let who = entry.holder.as_deref().unwrap_or("?");
-    let token = entry
-        .fencing_token
-        .map_or(String::new(), |t| format!(", fencing token {t}"));
-    if !yes {
-        say!(
-            "baton: {} {key} is held by {who}{token}; pass --yes to take it",
-            entry.kind
+    let Some(expected) = &named.expected else {
+        // Nothing named: describe the holder and print the command that names this grant.
+        let (shown, flag) = match (entry.fencing_token, &entry.holder) {
+            (Some(t), _) => (format!(", fencing token {t}"), format!("--token {t}")),
+            (None, Some(h)) => (String::new(), format!("--holder {}", shell_word(h))),
+            // Neither is shown: only --any can name it.
+            (None, None) => (String::new(), "--any".to_string()),
+        };
+        let kind_arg = match kind {
+            Some(k) => format!(" --kind {k}"),
+            None => String::new(),
+        };
+        return named.refuse(
+            &format!(
+                "{} {key} is held by {who}{shown}; name that grant to take it",
+                entry.kind
+            ),
+            &format!("unlock --key {}{kind_arg} {flag}", shell_word(key)),
         );
-        return EX_USAGE;
-    }
+    };
     let taken = match entry.kind {
         Kind::Lock => match client.locks().with_prefix(prefix) {
-            Ok(l) => l.force_release(key).await,
+            Ok(l) => l.force_release(key, expected).await,
             Err(e) => return usage_config(&e),
         },
         Kind::Fair => match client.fair_locks().with_prefix(prefix) {
-            Ok(f) => f.force_release(key).await,
+            Ok(f) => f.force_release(key, expected).await,
             Err(e) => return usage_config(&e),
         },
         _ => match client.leaders().with_prefix(prefix) {
-            Ok(l) => l.force_release(key).await,
+            Ok(l) => l.force_release(key, expected).await,
             Err(e) => return usage_config(&e),
         },
     };
     match taken {
-        Ok(Some(t)) => {
+        Ok(ForceRelease::Released(t)) => {
             let token = t
                 .fencing_token
                 .map_or(String::new(), |f| format!(" (fencing token {f})"));
@@ -97,7 +109,19 @@ pub(crate) async fn unlock(
             );
             0
         }
-        Ok(None) => {
+        Ok(ForceRelease::HeldByAnother(t)) => {
+            let token = t
+                .fencing_token
+                .map_or(String::new(), |f| format!(", fencing token {f}"));
+            say!(
+                "baton: {} {key} is now held by another grant ({}{token}), not the {expected} \
+                 named; nothing done",
+                entry.kind,
+                t.holder
+            );
+            EX_TEMPFAIL
+        }
+        Ok(_) => {
             outln!("{key}: released meanwhile; nothing to unlock");
             0
         }
@@ -114,4 +138,14 @@ fn refuse(kind: Kind, key: &str) -> u8 {
         _ => say!("baton: a queue's holder drains it; stop that process (its lease then runs out)"),
     }
     EX_USAGE
+}
+
+/// What `--token`, `--holder` and `--any` name (clap lets at most one through).
+pub(crate) fn expected(token: Option<u64>, holder: Option<&str>, any: bool) -> Option<Expected> {
+    match (token, holder, any) {
+        (Some(t), _, _) => Some(Expected::Token(t)),
+        (None, Some(h), _) => Some(Expected::Holder(h.to_string())),
+        (None, None, true) => Some(Expected::Any),
+        (None, None, false) => None,
+    }
 }
