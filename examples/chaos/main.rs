@@ -52,6 +52,7 @@
 //! anything failed.
 
 mod checker;
+mod cli;
 mod cluster;
 mod control;
 mod fleet;
@@ -139,12 +140,12 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     if !exclusive.contains(&profile.as_str()) {
         for p in profile.split(',') {
             match p {
-                "quick" => workloads.extend(["failover", "mutex", "leader", "fair"]),
-                "failover" | "mutex" | "leader" | "fair" => workloads.push(p),
+                "quick" => workloads.extend(["failover", "mutex", "leader", "fair", "cli"]),
+                "failover" | "mutex" | "leader" | "fair" | "cli" => workloads.push(p),
                 _ => {
                     return Err(format!(
-                        "unknown profile {p} (quick, failover, mutex, leader, fair or a list of \
-                         them such as failover,mutex; controls, cluster, postgres, \
+                        "unknown profile {p} (quick, failover, mutex, leader, fair, cli or a \
+                         list of them such as failover,mutex; controls, cluster, postgres, \
                          postgres-locks alone)"
                     )
                     .into())
@@ -713,6 +714,60 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             let (pass, note) = control_verdict(&name, &an);
             report["controls"][&name] = json!({"pass": pass, "note": note});
             lines.push((format!("control {name}"), pass, note));
+        }
+    }
+    // The CLI workload (cli.rs): `baton run` processes under their host's faults, then its
+    // control; on the cluster profile, the same fleet against the cluster (stalls and freezes).
+    let mut cli_phases = Vec::new();
+    if has("cli") {
+        cli_phases.push(cli::CliCfg {
+            name: "cli".into(),
+            seed: mix(&[seed, 0xC1C]),
+            chaos_s: 20.0,
+            control: false,
+            cluster: false,
+        });
+        cli_phases.push(cli::CliCfg {
+            name: "control-cli-setsid".into(),
+            seed: mix(&[seed, 0xC1D]),
+            chaos_s: 8.0,
+            control: true,
+            cluster: false,
+        });
+    }
+    if profile == "cluster" {
+        cli_phases.push(cli::CliCfg {
+            name: "cluster-cli".into(),
+            seed: mix(&[seed, 0xC1E]),
+            chaos_s: 15.0,
+            control: false,
+            cluster: true,
+        });
+    }
+    for cfg in cli_phases {
+        let name = cfg.name.clone();
+        println!(
+            "chaos: phase {name}: baton run fleet, {}s chaos",
+            cfg.chaos_s
+        );
+        match cli::run_phase(cfg, &root, &canary).await {
+            Ok(res) => {
+                let (phase_lines, stats) = cli::check(&res);
+                for l in &phase_lines {
+                    if l.0.starts_with("control ") {
+                        report["controls"][&name] = json!({"pass": l.1, "note": l.2});
+                    } else if let Some(id) = l.0.split_whitespace().nth(1) {
+                        report["violations"][format!("{name}/{id}")] = json!(!l.1);
+                    }
+                }
+                report["phases"][&name] = stats;
+                lines.extend(phase_lines);
+            }
+            Err(e) => {
+                println!("chaos: phase {name} could not run: {e}");
+                report["phases"][&name] = json!({"error": e.to_string()});
+                lines.push((format!("phase {name} ran"), false, e.to_string()));
+            }
         }
     }
     report["wall_s"] = json!(t_start.elapsed().as_secs_f64());
