@@ -28,7 +28,8 @@
 //! Checks: no two PROGRAMs of one job overlap (a span is one PID's first..last timestamp),
 //! their fencing tokens rise in the order they started, every job ends DONE or EXHAUSTED
 //! within 40 s of the heal, and every `baton run` exits 0, 1 (PROGRAM's status), 74 (lost its
-//! attempt) or 75 (exhausted). Diagnostics that the faults bit: freezes of a holder that ended
+//! attempt) or 75 (exhausted), and the password (in every process's URL, passed in the
+//! environment) shows in no log. Diagnostics that the faults bit: freezes of a holder that ended
 //! in exit 74 (stopped by the guard), and processes that dropped output lines.
 //!
 //! The negative control `control-cli-setsid` runs the same fleet with a PROGRAM whose work
@@ -137,6 +138,8 @@ pub struct CliResult {
     pub faults: BTreeMap<String, u64>,
     /// Holder freezes (past the lease) whose process then exited 74.
     pub frozen_holders: Vec<(usize, usize)>,
+    /// The logs the password showed up in.
+    pub secret_in: Vec<String>,
 }
 
 /// The `baton` binary next to this example's own (`target/<profile>/examples/chaos` →
@@ -831,6 +834,18 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
         .collect();
     let frozen_holders = lock(&phase.frozen_holders).clone();
     let _ = std::fs::remove_file(dir.join("baton-bin"));
+    // The password is in every process's URL (their environment): it must show in no log.
+    let secret_in = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    std::fs::read(p)
+                        .is_ok_and(|b| b.windows(canary.len()).any(|w| w == canary.as_bytes()))
+                })
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
     log.write(json!({"p":"control","type":"info","f":"phase_end","stuck":stuck}));
     drop(phase);
     drop(node_links);
@@ -849,6 +864,7 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
         stuck,
         faults,
         frozen_holders,
+        secret_in,
     })
 }
 
@@ -1044,6 +1060,12 @@ pub fn check(r: &CliResult) -> (Vec<(String, bool, String)>, Value) {
             odd_exits.len(),
             json!(by_code)
         ),
+    ));
+    examples(&r.secret_in);
+    lines.push((
+        format!("{name} X5 no secret in logs"),
+        r.secret_in.is_empty(),
+        format!("{} violation(s)", r.secret_in.len()),
     ));
     let total = r.faults.get("total").copied().unwrap_or(0);
     let kinds = ["stall_stderr", "freeze_baton", "blip"]

@@ -757,7 +757,14 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                     if l.0.starts_with("control ") {
                         report["controls"][&name] = json!({"pass": l.1, "note": l.2});
                     } else if let Some(id) = l.0.split_whitespace().nth(1) {
-                        report["violations"][format!("{name}/{id}")] = json!(!l.1);
+                        // Each check's note starts with its count of violations.
+                        let n =
+                            l.2.split_whitespace()
+                                .next()
+                                .and_then(|n| n.parse::<u64>().ok());
+                        if let Some(n) = n {
+                            report["violations"][format!("{name}/{id}")] = json!(n);
+                        }
                     }
                 }
                 report["phases"][&name] = stats;
