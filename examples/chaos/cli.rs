@@ -39,7 +39,7 @@
 //!
 //! The `baton` binary is the one built next to this example (`target/<profile>/baton`):
 //! `cargo run --example chaos` does not build binaries, so `cargo build --all-features --bin
-//! baton` first (CI's test step does).
+//! baton` first (CI's test step does), or name another build with `CHAOS_BATON=PATH`.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -57,6 +57,9 @@ use tokio::io::AsyncReadExt;
 use crate::control::WORKER_USER;
 use crate::proxy::{Link, Mode};
 use crate::util::{job_name, mix, mono_ns, BoxError, Jsonl, Rng};
+
+/// Names a `baton` binary to run instead of the one built next to this example.
+const BATON_ENV: &str = "CHAOS_BATON";
 
 /// The lease every `baton run` asks for, and what a freeze or a holder's cut must outlast.
 const LEASE_MS: u64 = 1_000;
@@ -144,17 +147,21 @@ pub struct CliResult {
 
 /// The `baton` binary next to this example's own (`target/<profile>/examples/chaos` →
 /// `target/<profile>/baton`), copied privately (a build may replace it meanwhile).
+/// `CHAOS_BATON=PATH` runs another build instead (an older one, to see the checks bite).
 fn baton_bin(dir: &Path) -> Result<PathBuf, BoxError> {
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.join("baton"))
-        .ok_or("cannot place the baton binary next to this example")?;
+    let bin = match std::env::var_os(BATON_ENV) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(|p| p.parent())
+            .map(|p| p.join("baton"))
+            .ok_or("cannot place the baton binary next to this example")?,
+    };
     if !bin.is_file() {
         return Err(format!(
             "the cli workload runs the baton binary, {} is missing: build it first with \
-             `cargo build --all-features --bin baton` (cargo run --example does not build it)",
+             `cargo build --all-features --bin baton` (cargo run --example does not build it), \
+             or name one with CHAOS_BATON=PATH",
             bin.display()
         )
         .into());

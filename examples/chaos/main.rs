@@ -1,6 +1,7 @@
 //! The seeded chaos harness for baton's coordinator (workload W1 of RELIABILITY.md (b)).
 //!
 //! ```text
+//! cargo build --features cli --bin baton   # the `cli` workload (in `quick`) runs it
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
 //! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
 //! cargo run --example chaos --features testing,postgres -- --profile postgres [--seed N]
@@ -21,15 +22,25 @@
 //! BEGIN/COMMIT pairs fenced by the fencing token; holders and reservers paused past their lease
 //! or the reservation's lifetime, workers killed, Redis paused and restarted, links cut; M7 wants
 //! every lock granted again soon after the heal; and its control `control-fair-fencing-off`);
-//! profile `fair` runs only those. `failover` runs only the main phase and its two controls, and
-//! a list (`failover,mutex`, `leader,fair`) runs each listed workload's phases: `quick` is
-//! `failover,mutex,leader,fair`. Profile `cluster` (needs
+//! profile `fair` runs only those. Then the CLI workload (`cli`, examples/chaos/cli.rs: 20 s of
+//! jobs each run by 3 or 4 `baton run` processes through their own fault proxies, 1 s leases;
+//! a worker's stderr stalled, `baton` (not PROGRAM) frozen past its lease, link blips between a
+//! backup and the server; no two PROGRAMs of one job may overlap by their own timestamps and
+//! every job must end DONE or EXHAUSTED; and its control `control-cli-setsid`, whose PROGRAM's
+//! work escapes its group so the overlap check must flag it); profile `cli` runs only those. It
+//! runs the `baton` binary next to this example's (`target/<profile>/baton`), which `cargo run
+//! --example` does not build: `cargo build --all-features --bin baton` first.
+//! `failover` runs only the main phase and its two controls, and
+//! a list (`failover,mutex`, `leader,fair,cli`) runs each listed workload's phases: `quick` is
+//! `failover,mutex,leader,fair,cli`. Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
 //! below the node timeout, reshards of a running job's slot, per-node link faults (each node
 //! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
-//! its two controls on fresh clusters (fencing off; one shard restarted without its data).
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data), then
+//! the CLI workload against a fresh cluster (`cluster-cli`: stalls and freezes; the nodes'
+//! proxies are shared, so no per-process link blips).
 //! Profile `postgres` (needs `--features testing,postgres`) runs the failover workload, fenced,
 //! with the same checker against a durable PostgreSQL (`PgServer::start_durable`, fsync on),
 //! each worker connecting with a `postgres://` URL through its fault proxy (60 jobs, 25 s of
@@ -134,7 +145,7 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     println!(
         "chaos: seed {seed} profile {profile} (rerun with --seed {seed} or CHAOS_SEED={seed})"
     );
-    // A list of workloads (`failover,mutex`) runs each one's phases; `quick` is all four.
+    // A list of workloads (`failover,mutex`) runs each one's phases; `quick` is all five.
     let exclusive = ["controls", "cluster", "postgres", "postgres-locks"];
     let mut workloads: Vec<&str> = Vec::new();
     if !exclusive.contains(&profile.as_str()) {
