@@ -11,7 +11,7 @@
 //! fencing token, the wall clock in ns from `date +%s%N`) to the job's `spans-j-NNNN` file, an
 //! `alive` line every 50 ms for 1–2 s, and exits 1 one time in five (a backup takes over).
 //!
-//! Faults, seeded, from three lanes (two on the cluster) until the phase's end:
+//! Faults, seeded, from three lanes until the phase's end:
 //! - `stall_stderr`: a process's stderr is a pipe the harness stops reading for 2–5 s, filled
 //!   to the brim first (atomic 4 KiB writes the reader discards); a 0.3–0.6 s reset of the
 //!   same process's link in the middle gives baton an error line to write into the full pipe
@@ -768,6 +768,7 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
         (false, true) => &[
             &["stall_stderr", "freeze_baton", "nothing"],
             &["freeze_baton", "stall_stderr", "nothing"],
+            &["freeze_baton", "stall_stderr"],
         ],
         (false, false) => &[
             &["stall_stderr", "freeze_baton", "blip", "nothing"],
