@@ -413,7 +413,7 @@ async fn volatile_restart(ctx: &nemesis::Ctx, restart_w0: bool) -> u64 {
 }
 
 /// `GET baton:{j-…}` for every job, via an admin connection that bypasses the proxy.
-async fn read_final_state(
+pub(crate) async fn read_final_state(
     url: &str,
     jobs: usize,
 ) -> Result<BTreeMap<String, Option<String>>, BoxError> {

@@ -1,6 +1,7 @@
 //! The seeded chaos harness for baton's coordinator (workload W1 of RELIABILITY.md (b)).
 //!
 //! ```text
+//! cargo build --features cli --bin baton   # the `cli` workload (in `quick`) runs it
 //! cargo run --example chaos --features testing -- --profile quick [--seed N] [--seconds T]
 //! cargo run --example chaos --features testing,cluster -- --profile cluster [--seed N]
 //! cargo run --example chaos --features testing,postgres -- --profile postgres [--seed N]
@@ -21,15 +22,25 @@
 //! BEGIN/COMMIT pairs fenced by the fencing token; holders and reservers paused past their lease
 //! or the reservation's lifetime, workers killed, Redis paused and restarted, links cut; M7 wants
 //! every lock granted again soon after the heal; and its control `control-fair-fencing-off`);
-//! profile `fair` runs only those. `failover` runs only the main phase and its two controls, and
-//! a list (`failover,mutex`, `leader,fair`) runs each listed workload's phases: `quick` is
-//! `failover,mutex,leader,fair`. Profile `cluster` (needs
+//! profile `fair` runs only those. Then the CLI workload (`cli`, examples/chaos/cli.rs: 20 s of
+//! jobs each run by 3 or 4 `baton run` processes through their own fault proxies, 1 s leases;
+//! a worker's stderr stalled, `baton` (not PROGRAM) frozen past its lease, link blips between a
+//! backup and the server; no two PROGRAMs of one job may overlap by their own timestamps and
+//! every job must end DONE or EXHAUSTED; and its control `control-cli-setsid`, whose PROGRAM's
+//! work escapes its group so the overlap check must flag it); profile `cli` runs only those. It
+//! runs the `baton` binary next to this example's (`target/<profile>/baton`), which `cargo run
+//! --example` does not build: `cargo build --all-features --bin baton` first.
+//! `failover` runs only the main phase and its two controls, and
+//! a list (`failover,mutex`, `leader,fair,cli`) runs each listed workload's phases: `quick` is
+//! `failover,mutex,leader,fair,cli`. Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
 //! below the node timeout, reshards of a running job's slot, per-node link faults (each node
 //! announces its proxy's port with `cluster-announce-port`) and worker pauses and kills, then
-//! its two controls on fresh clusters (fencing off; one shard restarted without its data).
+//! its two controls on fresh clusters (fencing off; one shard restarted without its data), then
+//! the CLI workload against a fresh cluster (`cluster-cli`: stalls and freezes; the nodes'
+//! proxies are shared, so no per-process link blips).
 //! Profile `postgres` (needs `--features testing,postgres`) runs the failover workload, fenced,
 //! with the same checker against a durable PostgreSQL (`PgServer::start_durable`, fsync on),
 //! each worker connecting with a `postgres://` URL through its fault proxy (60 jobs, 25 s of
@@ -52,6 +63,7 @@
 //! anything failed.
 
 mod checker;
+mod cli;
 mod cluster;
 mod control;
 mod fleet;
@@ -133,18 +145,18 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     println!(
         "chaos: seed {seed} profile {profile} (rerun with --seed {seed} or CHAOS_SEED={seed})"
     );
-    // A list of workloads (`failover,mutex`) runs each one's phases; `quick` is all four.
+    // A list of workloads (`failover,mutex`) runs each one's phases; `quick` is all five.
     let exclusive = ["controls", "cluster", "postgres", "postgres-locks"];
     let mut workloads: Vec<&str> = Vec::new();
     if !exclusive.contains(&profile.as_str()) {
         for p in profile.split(',') {
             match p {
-                "quick" => workloads.extend(["failover", "mutex", "leader", "fair"]),
-                "failover" | "mutex" | "leader" | "fair" => workloads.push(p),
+                "quick" => workloads.extend(["failover", "mutex", "leader", "fair", "cli"]),
+                "failover" | "mutex" | "leader" | "fair" | "cli" => workloads.push(p),
                 _ => {
                     return Err(format!(
-                        "unknown profile {p} (quick, failover, mutex, leader, fair or a list of \
-                         them such as failover,mutex; controls, cluster, postgres, \
+                        "unknown profile {p} (quick, failover, mutex, leader, fair, cli or a \
+                         list of them such as failover,mutex; controls, cluster, postgres, \
                          postgres-locks alone)"
                     )
                     .into())
@@ -713,6 +725,67 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             let (pass, note) = control_verdict(&name, &an);
             report["controls"][&name] = json!({"pass": pass, "note": note});
             lines.push((format!("control {name}"), pass, note));
+        }
+    }
+    // The CLI workload (cli.rs): `baton run` processes under their host's faults, then its
+    // control; on the cluster profile, the same fleet against the cluster (stalls and freezes).
+    let mut cli_phases = Vec::new();
+    if has("cli") {
+        cli_phases.push(cli::CliCfg {
+            name: "cli".into(),
+            seed: mix(&[seed, 0xC1C]),
+            chaos_s: 20.0,
+            control: false,
+            cluster: false,
+        });
+        cli_phases.push(cli::CliCfg {
+            name: "control-cli-setsid".into(),
+            seed: mix(&[seed, 0xC1D]),
+            chaos_s: 8.0,
+            control: true,
+            cluster: false,
+        });
+    }
+    if profile == "cluster" {
+        cli_phases.push(cli::CliCfg {
+            name: "cluster-cli".into(),
+            seed: mix(&[seed, 0xC1E]),
+            chaos_s: 15.0,
+            control: false,
+            cluster: true,
+        });
+    }
+    for cfg in cli_phases {
+        let name = cfg.name.clone();
+        println!(
+            "chaos: phase {name}: baton run fleet, {}s chaos",
+            cfg.chaos_s
+        );
+        match cli::run_phase(cfg, &root, &canary).await {
+            Ok(res) => {
+                let (phase_lines, stats) = cli::check(&res);
+                for l in &phase_lines {
+                    if l.0.starts_with("control ") {
+                        report["controls"][&name] = json!({"pass": l.1, "note": l.2});
+                    } else if let Some(id) = l.0.split_whitespace().nth(1) {
+                        // Each check's note starts with its count of violations.
+                        let n =
+                            l.2.split_whitespace()
+                                .next()
+                                .and_then(|n| n.parse::<u64>().ok());
+                        if let Some(n) = n {
+                            report["violations"][format!("{name}/{id}")] = json!(n);
+                        }
+                    }
+                }
+                report["phases"][&name] = stats;
+                lines.extend(phase_lines);
+            }
+            Err(e) => {
+                println!("chaos: phase {name} could not run: {e}");
+                report["phases"][&name] = json!({"error": e.to_string()});
+                lines.push((format!("phase {name} ran"), false, e.to_string()));
+            }
         }
     }
     report["wall_s"] = json!(t_start.elapsed().as_secs_f64());
