@@ -498,6 +498,11 @@ async fn apply_batch(
         .into_iter()
         .filter(|c| subscribed.contains(c) && !waiters.contains_key(c))
         .collect();
+    // A failure anywhere below still answers every subscriber of this batch, with the
+    // connection's error: an ack dropped unanswered reads as `Error::Stopped` (the hub is
+    // gone, nothing to retry), and a waiting backup whose subscription met a dying connection
+    // would quit instead of retrying once the hub has reconnected.
+    let mut failure = None;
     for chunk in unwanted.chunks(256) {
         match tokio::time::timeout(limit, sink.unsubscribe(chunk)).await {
             Ok(Ok(())) => {
@@ -505,7 +510,16 @@ async fn apply_batch(
                     subscribed.remove(c);
                 }
             }
-            _ => return Err(()),
+            Ok(Err(e)) => {
+                failure = Some(Error::from(e));
+                break;
+            }
+            Err(_) => {
+                failure = Some(Error::Timeout {
+                    during: "unsubscribing",
+                });
+                break;
+            }
         }
     }
     let mut wanted: Vec<String> = pending
@@ -515,7 +529,10 @@ async fn apply_batch(
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
-    let mut failure = None;
+    // Nothing more is sent on a connection that already failed.
+    if failure.is_some() {
+        wanted.clear();
+    }
     for chunk in wanted.chunks(256) {
         match tokio::time::timeout(limit, sink.subscribe(chunk)).await {
             Ok(Ok(())) => subscribed.extend(chunk.iter().cloned()),
@@ -592,5 +609,73 @@ impl Hub {
     /// [`crate::util::wake::join_waiting`]).
     pub(crate) fn waiting(&self, channel: &str) -> Option<crate::util::wake::WakeOne> {
         crate::util::wake::join_waiting(&self.groups, channel)
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+
+    fn settings() -> ConnSettings {
+        ConnSettings {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_millis(500),
+            max_backoff: Duration::from_millis(500),
+            pool_size: 2,
+        }
+    }
+
+    fn subscribe(channel: &str, id: u64) -> (HubCmd, oneshot::Receiver<Result<(), Error>>) {
+        let (tx, _rx) = crate::util::mailbox::unbounded();
+        let (ack, acked) = oneshot::channel();
+        let cmd = HubCmd::Subscribe {
+            channel: channel.into(),
+            id,
+            tx: Sink::Mailbox(tx),
+            ack,
+        };
+        (cmd, acked)
+    }
+
+    /// A batch that unsubscribes a channel and subscribes another on a connection that died:
+    /// the UNSUBSCRIBE fails first. The subscriber must hear a retryable connection error.
+    /// Before, the batch returned at the failed UNSUBSCRIBE and dropped the ack, which the
+    /// subscriber read as `Error::Stopped` (not retryable): a waiting backup whose wake channel
+    /// was being subscribed while Redis crashed quit, and its job was lost (chaos seed 6).
+    #[tokio::test]
+    async fn a_failed_unsubscribe_answers_the_batch_subscribers_with_a_retryable_error() {
+        let mut server = crate::testing::RedisServer::start().expect("redis-server");
+        let client = redis::Client::open(server.url()).expect("url");
+        let source = HubSource::Plain(Box::new(client));
+        let mut link = Link::open(&source, &settings()).await.expect("open");
+        let mut waiters = Waiters::new();
+        let mut subscribed = HashSet::new();
+        let (first, acked) = subscribe("old", 1);
+        apply_batch(
+            &mut link,
+            &mut waiters,
+            &mut subscribed,
+            vec![first],
+            &settings(),
+        )
+        .await
+        .expect("subscribed");
+        assert!(matches!(acked.await, Ok(Ok(()))));
+        server.kill();
+        let (second, acked) = subscribe("new", 2);
+        let batch = vec![
+            HubCmd::Unsubscribe {
+                channel: "old".into(),
+                id: 1,
+            },
+            second,
+        ];
+        let applied =
+            apply_batch(&mut link, &mut waiters, &mut subscribed, batch, &settings()).await;
+        assert!(applied.is_err(), "the connection is gone");
+        match acked.await {
+            Ok(Err(e)) => assert!(e.is_retryable(), "{e:?}"),
+            other => panic!("the subscriber was not answered with a retryable error: {other:?}"),
+        }
     }
 }
