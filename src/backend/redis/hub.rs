@@ -612,7 +612,7 @@ impl Hub {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -644,8 +644,27 @@ mod tests {
     /// was being subscribed while Redis crashed quit, and its job was lost (chaos seed 6).
     #[tokio::test]
     async fn a_failed_unsubscribe_answers_the_batch_subscribers_with_a_retryable_error() {
-        let mut server = crate::testing::RedisServer::start().expect("redis-server");
-        let client = redis::Client::open(server.url()).expect("url");
+        // A private redis-server started here (the transport may not use the `testing`
+        // fixtures: tests/layering.rs), on a free loopback port.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while client.get_multiplexed_async_connection().await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let source = HubSource::Plain(Box::new(client));
         let mut link = Link::open(&source, &settings()).await.expect("open");
         let mut waiters = Waiters::new();
@@ -661,7 +680,8 @@ mod tests {
         .await
         .expect("subscribed");
         assert!(matches!(acked.await, Ok(Ok(()))));
-        server.kill();
+        server.kill().expect("kill redis-server");
+        server.wait().expect("reap redis-server");
         let (second, acked) = subscribe("new", 2);
         let batch = vec![
             HubCmd::Unsubscribe {
