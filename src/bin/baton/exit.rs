@@ -66,7 +66,8 @@ pub(crate) fn exit_code(status: &std::process::ExitStatus) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::super::help::{
-        EXIT_STATUSES, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP, SCHEDULE_HELP,
+        EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
+        SCHEDULE_HELP, UNLOCK_HELP,
     };
     use super::*;
 
@@ -89,6 +90,8 @@ mod tests {
             LEADER_EXIT_STATUSES,
             MIGRATE_HELP,
             SCHEDULE_HELP,
+            UNLOCK_HELP,
+            JOB_ADMIN_HELP,
         ] {
             assert!(table.contains("77") && table.contains("78"), "{table}");
         }

@@ -290,7 +290,8 @@ docs/advisory-locks.md).
 
 Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock not named by --token, --holder
 or --any, a job, several kinds without --kind); 69 the server cannot be reached; 75 another
-grant holds K now: nothing done.";
+grant holds K now: nothing done; 77 the server refused the credentials or a command, 78 it
+rejects the configuration (as for `baton run`; no retry helps).";
 
 /// `baton fail --help` and `baton reset --help`: the attempt named, and the exit statuses.
 pub(crate) const JOB_ADMIN_HELP: &str = "\
@@ -302,7 +303,8 @@ when the command runs; --yes is accepted beside --attempt or --any, and alone na
 
 Exit statuses: 0 done, or nothing live to release; 64 usage (a live job not named by --attempt
 or --any); 65 a corrupt state; 69 the server cannot be reached; 75 another attempt is live now:
-nothing done.";
+nothing done; 77 the server refused the credentials or a command, 78 it rejects the
+configuration (as for `baton run`; no retry helps).";
 
 /// `baton dashboard --help`: what the page shows, what it refuses, and its exit statuses.
 #[cfg(feature = "dashboard")]
