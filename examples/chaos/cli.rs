@@ -5,8 +5,9 @@
 //! `baton run --key j-NNNN` processes, as a cron line on 3 or 4 servers would: each process
 //! connects through its own fault proxy, with a 1 s lease (`--lock-timeout 1s --kill-grace
 //! 200ms`) and `--max-attempts` equal to the number of its processes (each process runs at most
-//! one attempt, so a job whose processes all took theirs and failed ends EXHAUSTED: a job left
-//! in neither DONE nor EXHAUSTED means a process left it without taking its attempt). PROGRAM
+//! one attempt, so a job whose processes all took theirs and failed ends EXHAUSTED; one whose
+//! last holder lost its lease with nobody left to see it stays at its last attempt, and the
+//! next run finds it exhausted). PROGRAM
 //! is a small `sh` script that appends `PID start|alive|end TOKEN NS` lines (its process id, the
 //! fencing token, the wall clock in ns from `date +%s%N`) to the job's `spans-j-NNNN` file, an
 //! `alive` line every 50 ms for 1–2 s, and exits 1 one time in five (a backup takes over).
@@ -27,7 +28,9 @@
 //!
 //! Checks: no two PROGRAMs of one job overlap (a span is one PID's first..last timestamp),
 //! their fencing tokens rise in the order they started, every job ends DONE or EXHAUSTED
-//! within 40 s of the heal, and every `baton run` exits 0, 1 (PROGRAM's status), 74 (lost its
+//! within 40 s of the heal (a job left at an attempt gets one late `baton run`, the next cron
+//! line's, straight to the server: it must exit 75 without running PROGRAM, which proves no
+//! attempt was left untaken), and every `baton run` exits 0, 1 (PROGRAM's status), 74 (lost its
 //! attempt) or 75 (exhausted), and the password (in every process's URL, passed in the
 //! environment) shows in no log. Diagnostics that the faults bit: freezes of a holder that ended
 //! in exit 74 (stopped by the guard), and processes that dropped output lines.
@@ -137,6 +140,8 @@ pub struct CliResult {
     pub runners: Vec<(usize, usize, Option<i32>, Option<i32>)>,
     pub final_state: BTreeMap<String, Option<String>>,
     pub final_state_err: Option<String>,
+    /// The late runs of jobs left unfinished after the heal: exit code and whether PROGRAM ran.
+    pub late: BTreeMap<String, Result<(Option<i32>, bool), String>>,
     pub stuck: Vec<String>,
     pub faults: BTreeMap<String, u64>,
     /// Holder freezes (past the lease) whose process then exited 74.
@@ -322,6 +327,29 @@ struct Phase {
 }
 
 impl Phase {
+    /// The next cron line's run of `job`, after the heal, straight to the server: with every
+    /// attempt used it must find the job exhausted (exit 75, writing EXHAUSTED) without running
+    /// PROGRAM; running PROGRAM proves an attempt was left that no process took (a backup that
+    /// quit: a lost job). Returns its exit code and whether PROGRAM ran.
+    async fn late_run(&self, job: usize, runners: usize) -> Result<(Option<i32>, bool), BoxError> {
+        let url = self.url.replace("{port}", &self.upstream.to_string());
+        let marker = self.dir.join(format!("late-{}", job_name(job)));
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.args(["run", "--key", &job_name(job)])
+            .args(["--lock-timeout", "1s", "--kill-grace", "200ms"])
+            .args(["--max-attempts", &runners.to_string()])
+            .args(["--", "sh", "-c", "echo ran >> \"$0\""])
+            .arg(&marker)
+            .env("BATON_URL", url)
+            .env_remove("BATON_REDIS_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let status = tokio::time::timeout(Duration::from_secs(20), cmd.status()).await??;
+        Ok((status.code(), marker.exists()))
+    }
+
     fn spans_path(&self, job: usize) -> PathBuf {
         self.dir.join(format!("spans-{}", job_name(job)))
     }
@@ -819,10 +847,39 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
         Some(c) => crate::cluster::read_final_state(c, jobs).await,
         None => crate::control::read_final_state(&admin_url, jobs).await,
     };
-    let (final_state, final_state_err) = match read {
+    let (mut final_state, mut final_state_err) = match read {
         Ok(s) => (s, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
+    // A job left at an attempt is exhausted in effect when its last holder lost the lease with
+    // no backup left (each process takes at most one attempt): the next run must find it so.
+    let mut late = BTreeMap::new();
+    for j in 0..jobs {
+        let name = job_name(j);
+        if matches!(
+            final_state.get(&name).and_then(|s| s.as_deref()),
+            Some("DONE" | "EXHAUSTED")
+        ) {
+            continue;
+        }
+        let runners = lock(&phase.runners).iter().filter(|r| r.job == j).count();
+        let outcome = phase.late_run(j, runners).await;
+        log.write(
+            json!({"p":"control","type":"info","f":"late_run","job":name,
+            "outcome":format!("{outcome:?}")}),
+        );
+        late.insert(name, outcome.map_err(|e| e.to_string()));
+    }
+    if !late.is_empty() {
+        let read = match &cluster {
+            Some(c) => crate::cluster::read_final_state(c, jobs).await,
+            None => crate::control::read_final_state(&admin_url, jobs).await,
+        };
+        match read {
+            Ok(s) => final_state = s,
+            Err(e) => final_state_err = Some(e.to_string()),
+        }
+    }
     let mut faults = lock(&phase.faults).clone();
     faults.insert(
         "total".into(),
@@ -869,6 +926,7 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
         runners,
         final_state,
         final_state_err,
+        late,
         stuck,
         faults,
         frozen_holders,
@@ -977,11 +1035,19 @@ pub fn check(r: &CliResult) -> (Vec<(String, bool, String)>, Value) {
     if let Some(e) = &r.final_state_err {
         lost.push(format!("final state unreadable: {e}"));
     }
+    let mut exhausted_late = 0u64;
     for (job, st) in &r.final_state {
-        match st.as_deref() {
-            Some("DONE") => done += 1,
-            Some("EXHAUSTED") => exhausted += 1,
-            other => lost.push(format!("{job}: final state {other:?}")),
+        match (st.as_deref(), r.late.get(job)) {
+            (_, Some(Ok((_, true)))) => lost.push(format!(
+                "{job}: an attempt was left that no process took (a late run ran PROGRAM)"
+            )),
+            (Some("EXHAUSTED"), Some(Ok((Some(75), false)))) => exhausted_late += 1,
+            (_, Some(late)) => {
+                lost.push(format!("{job}: final state {st:?}; the late run: {late:?}"))
+            }
+            (Some("DONE"), None) => done += 1,
+            (Some("EXHAUSTED"), None) => exhausted += 1,
+            (other, None) => lost.push(format!("{job}: final state {other:?}")),
         }
     }
     let guard_stops = r
@@ -1053,8 +1119,9 @@ pub fn check(r: &CliResult) -> (Vec<(String, bool, String)>, Value) {
         format!("{name} X3 every job ends DONE or EXHAUSTED"),
         lost.is_empty() && r.stuck.is_empty(),
         format!(
-            "{} violation(s); {done} DONE, {exhausted} EXHAUSTED; {} process(es) still running \
-             {QUIESCE_S} s after the heal",
+            "{} violation(s); {done} DONE, {exhausted} EXHAUSTED, {exhausted_late} exhausted by \
+             the last holder's lost lease (a late run found them so); {} process(es) still \
+             running {QUIESCE_S} s after the heal",
             lost.len(),
             r.stuck.len()
         ),
