@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+pub(crate) use crate::backend::redis::script::{evalsha, run_script, script_until};
 use crate::backend::redis::{Conn, Dedicated, ReplicaWait};
 use crate::error::{preview, Error};
 use crate::util::time::ms;
@@ -334,57 +335,6 @@ fn parse_fenced_read(resource: &str, reply: Value) -> Result<Option<FencedValue>
             _ => Err(crate::backend::redis::unexpected("the fenced read", &reply)),
         },
         _ => Err(crate::backend::redis::unexpected("the fenced read", &reply)),
-    }
-}
-
-/// An `EVALSHA` of `script` with `keys` (arguments to add with `arg`), built directly as the
-/// command that goes out: `redis::Script`'s invocation collects keys and arguments into buffers
-/// of its own and copies them into a second command on every call, which a lock pays twice per
-/// cycle.
-pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(script.get_hash()).arg(keys.len());
-    for k in keys {
-        call.arg(*k);
-    }
-    call
-}
-
-/// Sends `call` (from [`evalsha`] of `script`) on `conn`; on `NOSCRIPT` (a restarted or flushed
-/// server) loads `script` through the same connection and sends `call` again, as
-/// `redis::Script::invoke_async` does.
-///
-/// # Errors
-/// The reply's error, as the redis client reports it.
-pub(crate) async fn run_script(
-    conn: &mut Conn,
-    script: &redis::Script,
-    call: &redis::Cmd,
-) -> redis::RedisResult<Value> {
-    match call.query_async::<Value>(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.load_async(conn).await?;
-            call.query_async(conn).await
-        }
-        other => other,
-    }
-}
-
-/// [`run_script`] that gives up at `limit`: the reply, or [`Error::Timeout`] naming what it
-/// was `during` (the script may or may not have run), or the reply's error.
-///
-/// # Errors
-/// As said: a timeout, connection and server errors.
-pub(crate) async fn script_until(
-    conn: &mut Conn,
-    script: &redis::Script,
-    call: &redis::Cmd,
-    limit: Instant,
-    during: &'static str,
-) -> Result<Value, Error> {
-    match tokio::time::timeout_at(limit, run_script(conn, script, call)).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(Error::Timeout { during }),
     }
 }
 

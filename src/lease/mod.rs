@@ -5,7 +5,7 @@
 //!   on the server before `t + ttl`; measured on this host's monotonic clock from `t`, minus a
 //!   margin of max(1 %, 2 ms) for clock-rate differences, a deadline errs early, never late
 //!   ([`deadline`]).
-//! - **Keepalive in one command.** [`extend`] is one `EVALSHA`: the script checks that the lease
+//! - **Keepalive in one command.** [`extend`] (the Redis backend's `script::extend`) is one `EVALSHA`: the script checks that the lease
 //!   still holds this holder's value (and a guard key the value the primitive expects, e.g. the
 //!   failover state its attempt number), and only then extends the lease and refreshes the TTL
 //!   of the primitive's other keys. Being atomic it needs no `WATCH`, so it runs on the shared
@@ -27,11 +27,11 @@ pub(crate) mod watchdog;
 
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 
-use crate::backend::redis::Conn;
-use crate::error::{ConfigError, Error};
+// The extension script is the Redis backend's; the kernel's callers name it here.
+pub(crate) use crate::backend::redis::script::{extend, Extend};
+use crate::error::ConfigError;
 use crate::util::time::after;
 
 // What a lock store answers, defined in the leaves so a backend can build it (see there).
@@ -116,91 +116,6 @@ pub(crate) fn next_fence(stored: u64, now_us: u64, last_fence: u64) -> u64 {
         .saturating_add(1)
         .max(now_us)
         .max(last_fence.saturating_add(1))
-}
-
-/// One lease extension's inputs.
-pub(crate) struct Extend<'a> {
-    /// The lease key.
-    pub lease: &'a str,
-    /// The value this holder wrote to it.
-    pub value: &'a str,
-    /// The lease's TTL.
-    pub ttl: Duration,
-    /// A key that must hold `guard_value` too (pass the lease itself when there is none).
-    pub guard: &'a str,
-    /// What `guard` must hold.
-    pub guard_value: &'a str,
-    /// Keys whose TTL is refreshed to `retention` with the extension (the guard among them if
-    /// it should be).
-    pub refresh: &'a [&'a str],
-    /// Their TTL.
-    pub retention: Duration,
-}
-
-/// `KEYS` = lease, guard, keys to refresh…; `ARGV` = lease value, guard value, lease ms,
-/// retention ms. `{1}` when extended, else `{0, guard, lease, PTTL lease}` as read.
-static EXTEND_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"
-local lease = redis.call('GET', KEYS[1])
-local guard = redis.call('GET', KEYS[2])
-if lease == ARGV[1] and guard == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  for i = 3, #KEYS do
-    redis.call('PEXPIRE', KEYS[i], ARGV[4])
-  end
-  return {1}
-end
-return {0, guard, lease, redis.call('PTTL', KEYS[1])}
-",
-    )
-});
-
-/// Extends a lease if it is still this holder's, in one round trip that gives up at `limit`.
-///
-/// # Errors
-/// [`Error::Timeout`] at `limit` (the outcome is unknown: the extension may have applied);
-/// connection and server errors (a wrong type inside the script is `WrongType`).
-///
-/// # Cancel safety
-/// Cancel safe: dropping it abandons the request; the lease is then as if it was not extended.
-pub(crate) async fn extend(
-    conn: &mut Conn,
-    req: &Extend<'_>,
-    limit: Instant,
-) -> Result<Extension, Error> {
-    // KEYS[2] is only read; whatever is refreshed comes from KEYS[3..] (the guard again, when
-    // the caller lists it).
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(EXTEND_SCRIPT.get_hash())
-        .arg(2 + req.refresh.len())
-        .arg(req.lease)
-        .arg(req.guard)
-        .arg(req.refresh);
-    call.arg(req.value)
-        .arg(req.guard_value)
-        .arg(crate::util::time::ms(req.ttl))
-        .arg(crate::util::time::ms(req.retention));
-    let sent = Instant::now();
-    let reply =
-        lock::script_until(conn, &EXTEND_SCRIPT, &call, limit, "extending the lease").await?;
-    let Value::Array(items) = reply else {
-        return Err(crate::backend::redis::unexpected(
-            "the lease extension",
-            &reply,
-        ));
-    };
-    let mut items = items.into_iter();
-    match (items.next(), items.next(), items.next(), items.next()) {
-        (Some(Value::Int(1)), None, None, None) => Ok(Extension::Confirmed { sent }),
-        (Some(Value::Int(0)), Some(guard), Some(lease), Some(pttl)) => {
-            Ok(Extension::Refused { guard, lease, pttl })
-        }
-        _ => Err(Error::UnexpectedReply {
-            context: "the lease extension",
-            reply: "a reply of another shape".into(),
-        }),
-    }
 }
 
 #[cfg(test)]

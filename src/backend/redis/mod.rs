@@ -23,6 +23,7 @@ pub(crate) mod hub;
 pub(crate) mod node;
 pub(crate) mod pool;
 pub(crate) mod router;
+pub(crate) mod script;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod stale;
