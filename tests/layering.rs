@@ -198,8 +198,11 @@ enum Tok {
     /// `::`
     PathSep,
     Punct(char),
-    /// Any string, char or number literal; its content is never looked at.
+    /// A char or number literal; its content is never looked at.
     Literal,
+    /// A string literal (plain, raw, byte or C), with its content as written between the
+    /// quotes (escapes left as they are): only the wire rule reads it, for SQL and scripts.
+    Str(String),
 }
 
 #[derive(Debug, Clone)]
@@ -267,6 +270,14 @@ fn char_literal_end(c: &[char], i: usize) -> Option<usize> {
     (c.get(i + 2) == Some(&'\'')).then_some(i + 3)
 }
 
+/// The characters `c[from..to]` (empty when the literal ran off the end of the file).
+fn between(c: &[char], from: usize, to: usize) -> String {
+    c.get(from..to.max(from))
+        .unwrap_or_default()
+        .iter()
+        .collect()
+}
+
 fn lex(text: &str) -> Vec<Token> {
     let c: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
@@ -311,8 +322,13 @@ fn lex(text: &str) -> Vec<Token> {
             }
             '"' => {
                 let start_line = line;
+                let start = i;
                 i = skip_quoted(&c, i, &mut line);
-                push(&mut out, Tok::Literal, start_line);
+                push(
+                    &mut out,
+                    Tok::Str(between(&c, start + 1, i - 1)),
+                    start_line,
+                );
             }
             '\'' => match char_literal_end(&c, i) {
                 Some(end) => {
@@ -338,8 +354,13 @@ fn lex(text: &str) -> Vec<Token> {
                 match (word.as_str(), after) {
                     // Byte and C strings, byte chars.
                     ("b" | "c", Some('"')) => {
+                        let start = i;
                         i = skip_quoted(&c, i, &mut line);
-                        push(&mut out, Tok::Literal, start_line);
+                        push(
+                            &mut out,
+                            Tok::Str(between(&c, start + 1, i - 1)),
+                            start_line,
+                        );
                     }
                     ("b", Some('\'')) => {
                         i = char_literal_end(&c, i).unwrap_or(i + 1);
@@ -352,8 +373,10 @@ fn lex(text: &str) -> Vec<Token> {
                             j += 1;
                         }
                         if c.get(j) == Some(&'"') {
-                            i = skip_raw(&c, j, j - i, &mut line);
-                            push(&mut out, Tok::Literal, start_line);
+                            let hashes = j - i;
+                            i = skip_raw(&c, j, hashes, &mut line);
+                            let text = between(&c, j + 1, i.saturating_sub(1 + hashes));
+                            push(&mut out, Tok::Str(text), start_line);
                         } else if word == "r" && j == i + 1 {
                             // Kept with its `r#` so that `r#mod` is not taken for the keyword.
                             let s = j;
@@ -982,6 +1005,222 @@ fn report(violations: &[Violation]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The wire rule: wire protocols live only under src/backend/
+// ---------------------------------------------------------------------------------------------
+
+/// The files that still speak a wire protocol outside `src/backend/`, each as the rule prints it
+/// (`src/...`). Each entry is a debt, not a licence: the code is moving into the backends'
+/// folders, and the entry goes once its file is clean (the check reports an entry whose file
+/// no longer violates, so the list cannot go stale).
+const KNOWN_WIRE: &[&str] = &[
+    "src/advisory/mod.rs",
+    "src/client.rs",
+    "src/failover/admin.rs",
+    "src/failover/backup.rs",
+    "src/failover/config.rs",
+    "src/failover/holder.rs",
+    "src/failover/mod.rs",
+    "src/failover/pg.rs",
+    "src/failover/protocol.rs",
+    "src/failover/store.rs",
+    "src/failover/worker.rs",
+    "src/fair/mod.rs",
+    "src/fair/queue.rs",
+    "src/inspect/mod.rs",
+    "src/inspect/pg.rs",
+    "src/inspect/redis.rs",
+    "src/leader/observer.rs",
+    "src/lease/batch.rs",
+    "src/lease/lock.rs",
+    "src/lease/mod.rs",
+    "src/lease/pending.rs",
+    "src/lease/store.rs",
+    "src/model_api.rs",
+    "src/mutex/mod.rs",
+    "src/mutex/options.rs",
+    "src/queue/items.rs",
+    "src/queue/mod.rs",
+    "src/redlock/mod.rs",
+    "src/util/lock_replies.rs",
+    "src/util/tls.rs",
+];
+
+/// The external crates that speak a backend's protocol.
+const WIRE_CRATES: &[&str] = &["redis", "tokio_postgres"];
+
+/// The first words of a SQL statement (a string literal that starts with one, after leading
+/// whitespace, in any case, is SQL).
+const SQL_VERBS: &[&str] = &[
+    "SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "CREATE", "ALTER", "DROP", "LISTEN",
+    "UNLISTEN", "NOTIFY", "TRUNCATE",
+];
+
+/// Whether the rule applies to the file at `rel` (relative to `src`): everything but the
+/// backends (`backend/`), the test fixtures (`testing/`) and the CLI (`bin/`, which may only
+/// use `baton::` anyway).
+fn wire_rule_applies(rel: &[String]) -> bool {
+    let top = rel.first().map(|t| t.trim_end_matches(".rs"));
+    !matches!(top, Some("backend" | "testing" | "bin"))
+}
+
+/// What a string literal speaks, if it is wire code: a Lua script's `redis.call(`, or SQL.
+fn wire_literal(text: &str) -> Option<String> {
+    if text.contains("redis.call(") {
+        return Some("a Redis script (`redis.call(`)".to_string());
+    }
+    let rest = text.trim_start();
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    let after = rest[word.len()..].chars().next();
+    let whole_word = after.map_or(true, |c| !(c.is_alphanumeric() || c == '_'));
+    let verb = SQL_VERBS
+        .iter()
+        .find(|v| whole_word && v.eq_ignore_ascii_case(&word))?;
+    // `with` also starts English ("with the lock held"): SQL's names a common table expression.
+    if *verb == "WITH" && !rest.to_ascii_uppercase().contains(" AS (") {
+        return None;
+    }
+    Some(format!("a SQL statement (`{verb} …`)"))
+}
+
+/// Every wire-protocol path and literal outside the backends in the tree at `src`: a path into
+/// `redis::` or `tokio_postgres::` (the crates), or into `crate::backend::redis`/`postgres`
+/// (only the seams' own items, `crate::backend::X` for X not a backend folder, may be named);
+/// a string literal holding a Redis script or starting with a SQL verb.
+fn wire_violations(src: &Path) -> Vec<Violation> {
+    let mut files = Vec::new();
+    rust_files(src, src, &mut files);
+    let mut found = Vec::new();
+    for rel in files.iter().filter(|rel| wire_rule_applies(rel)) {
+        let file = format!("src/{}", rel.join("/"));
+        let path = rel.iter().fold(src.to_path_buf(), |p, c| p.join(c));
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let module: Vec<String> = match place_of(rel) {
+            Place::Module(m) => m,
+            _ => Vec::new(),
+        };
+        let module_name = if module.is_empty() {
+            "crate".to_string()
+        } else {
+            module.join("::")
+        };
+        let mut push = |line: usize, target: String, message: String| {
+            found.push(Violation {
+                file: file.clone(),
+                line,
+                module: module_name.clone(),
+                target,
+                message,
+                hint: "wire protocols live only under src/backend/: move the commands, scripts or \
+                       statements into the backend's folder, behind the seam's method set, and \
+                       take typed values back"
+                    .to_string(),
+            });
+        };
+        // Paths from the crate root (or climbing to it with `super`) into a backend's folder.
+        for (p, inline) in &scan(&text).paths {
+            let segs: Vec<&str> = p.segs.iter().map(String::as_str).collect();
+            let here: Vec<&str> = module.iter().chain(inline).map(String::as_str).collect();
+            let abs: Vec<&str> = if segs[0] == "crate" {
+                segs[1..].to_vec()
+            } else {
+                let ups = segs.iter().take_while(|s| **s == "super").count();
+                if ups > here.len() {
+                    continue; // reported by the layer check
+                }
+                here[..here.len() - ups]
+                    .iter()
+                    .copied()
+                    .chain(segs[ups..].iter().copied())
+                    .collect()
+            };
+            if let ["backend", b, ..] = abs[..] {
+                if BACKEND_FOLDERS.contains(&b) {
+                    push(
+                        p.line,
+                        format!("backend::{b}"),
+                        format!(
+                            "{module_name} names crate::{} (a backend's internals) outside src/backend/",
+                            abs.join("::")
+                        ),
+                    );
+                }
+            }
+        }
+        // The crates themselves, and literals. A `use crate::{redis::X}` group names a module of
+        // ours, not the crate: only a path whose `use` starts at the crate counts there.
+        let toks = lex(&text);
+        let mut use_root: Option<String> = None;
+        for (i, t) in toks.iter().enumerate() {
+            match &t.tok {
+                Tok::Ident(k) if k == "use" => {
+                    use_root = match tok_at(&toks, i + 1) {
+                        Some(Tok::Ident(r)) => Some(r.clone()),
+                        Some(Tok::PathSep) => ident_at(&toks, i + 2).map(str::to_string),
+                        _ => None,
+                    };
+                }
+                Tok::Punct(';') => use_root = None,
+                Tok::Ident(k)
+                    if WIRE_CRATES.contains(&k.as_str())
+                        && tok_at(&toks, i + 1) == Some(&Tok::PathSep) =>
+                {
+                    // `a::redis::` is someone's module; `::redis::` (nothing before the `::`) is
+                    // the crate.
+                    let prev = i.checked_sub(1).and_then(|j| tok_at(&toks, j));
+                    let before_prev = i.checked_sub(2).and_then(|j| tok_at(&toks, j));
+                    let leading_sep = prev == Some(&Tok::PathSep)
+                        && !matches!(before_prev, Some(Tok::Ident(_) | Tok::Punct('>')));
+                    let in_group_of_ours = matches!(prev, Some(Tok::Punct('{' | ',')))
+                        && use_root
+                            .as_deref()
+                            .is_some_and(|r| matches!(r, "crate" | "super" | "self"));
+                    if (prev != Some(&Tok::PathSep) || leading_sep) && !in_group_of_ours {
+                        push(
+                            t.line,
+                            k.clone(),
+                            format!("{module_name} names the `{k}` crate outside src/backend/"),
+                        );
+                    }
+                }
+                Tok::Str(s) => {
+                    if let Some(what) = wire_literal(s) {
+                        push(
+                            t.line,
+                            "literal".to_string(),
+                            format!("{module_name} holds {what} outside src/backend/"),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// The wire rule against an allowlist: the violations in files not on `known`, and the entries
+/// of `known` whose file no longer violates (a stale entry).
+fn wire_check(src: &Path, known: &[&str]) -> (Vec<Violation>, Vec<String>) {
+    let found = wire_violations(src);
+    let violating: BTreeSet<&str> = found.iter().map(|v| v.file.as_str()).collect();
+    let stale = known
+        .iter()
+        .filter(|k| !violating.contains(**k))
+        .map(|k| k.to_string())
+        .collect();
+    let new = found
+        .iter()
+        .filter(|v| !known.contains(&v.file.as_str()))
+        .cloned()
+        .collect();
+    (new, stale)
+}
+
+// ---------------------------------------------------------------------------------------------
 // The real tree
 // ---------------------------------------------------------------------------------------------
 
@@ -994,6 +1233,19 @@ fn the_source_tree_respects_the_layers() {
         "{} layering violation(s) in src/:\n{}",
         violations.len(),
         report(&violations)
+    );
+}
+
+#[test]
+fn wire_protocols_live_only_under_the_backends() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (new, stale) = wire_check(&src, KNOWN_WIRE);
+    assert!(
+        new.is_empty() && stale.is_empty(),
+        "{} wire violation(s) outside src/backend/ in files not on KNOWN_WIRE:\n{}\n\
+         KNOWN_WIRE entries whose file is clean now (delete them): {stale:?}",
+        new.len(),
+        report(&new)
     );
 }
 
@@ -1341,4 +1593,155 @@ fn an_import_cycle_between_files_is_reported() {
         v.message,
         "import cycle between files: failover::events -> failover::store -> failover::events"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Self-tests of the wire rule
+// ---------------------------------------------------------------------------------------------
+
+/// The wire rule's violations in `tree`, as `(file, line, target)`.
+fn wire_summary(tree: &Tree) -> Vec<(String, usize, String)> {
+    wire_violations(&tree.root.join("src"))
+        .into_iter()
+        .map(|v| (v.file, v.line, v.target))
+        .collect()
+}
+
+/// The clean tree with a seam (`backend/mod.rs`) and a backend folder that speak the wire
+/// freely: the rule has nothing to say about them.
+fn wire_tree(name: &str) -> Tree {
+    let tree = Tree::clean(name);
+    tree.write(
+        "backend/mod.rs",
+        "pub mod redis;\npub mod inspect;\npub struct Backend;\n\
+         pub fn f() { let _ = ::redis::cmd(\"PING\"); }\n",
+    )
+    .write(
+        "backend/redis/mod.rs",
+        "use redis::Value;\nuse tokio_postgres::Row;\n\
+         const S: &str = \"return redis.call('GET', KEYS[1])\";\n\
+         const Q: &str = \"\\n  select 1\";\npub struct Node;\n",
+    )
+    .write("backend/inspect.rs", "pub struct Record;\n")
+    .write(
+        "testing.rs",
+        "use crate::util::after;\nuse crate::error::{Error, ErrorKind};\n\
+         const Q: &str = \"DELETE FROM t\";\npub fn f() { let _ = redis::cmd(\"FLUSHALL\"); }\n",
+    );
+    tree
+}
+
+#[test]
+fn wire_code_inside_the_backends_and_the_fixtures_is_fine() {
+    let tree = wire_tree("wire-clean");
+    assert_eq!(wire_summary(&tree), []);
+    // The seam's own items may be named from anywhere.
+    tree.write(
+        "mutex.rs",
+        "use crate::backend::Backend;\nuse crate::backend::inspect::Record;\n\
+         pub struct Guard;\nconst M: &str = \"with the lock held\";\n\
+         const N: &str = \"selected\";\n",
+    );
+    assert_eq!(wire_summary(&tree), []);
+}
+
+#[test]
+fn a_primitive_naming_the_redis_crate_is_reported() {
+    let tree = wire_tree("wire-crate");
+    tree.write(
+        "mutex.rs",
+        "pub struct Guard;\n\npub fn f() {\n    let _ = redis::cmd(\"GET\");\n}\n",
+    );
+    assert_eq!(
+        wire_summary(&tree),
+        [("src/mutex.rs".to_string(), 4, "redis".to_string())]
+    );
+    // Through a `use` line, a leading `::`, and tokio_postgres too.
+    tree.write(
+        "mutex.rs",
+        "use redis::Value;\npub struct Guard;\npub fn f(_: ::redis::Value) {}\n\
+         pub fn g(_: &tokio_postgres::Row) {}\n",
+    );
+    assert_eq!(
+        wire_summary(&tree),
+        [
+            ("src/mutex.rs".to_string(), 1, "redis".to_string()),
+            ("src/mutex.rs".to_string(), 3, "redis".to_string()),
+            ("src/mutex.rs".to_string(), 4, "tokio_postgres".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn a_path_into_a_backend_folder_is_reported() {
+    let tree = wire_tree("wire-folder");
+    tree.write(
+        "failover/worker.rs",
+        "use crate::backend::{Backend, redis::Node};\n\
+         pub struct Worker;\n\
+         pub fn f() { let _ = super::super::backend::redis::Node; }\n",
+    );
+    assert_eq!(
+        wire_summary(&tree),
+        [
+            (
+                "src/failover/worker.rs".to_string(),
+                1,
+                "backend::redis".to_string()
+            ),
+            (
+                "src/failover/worker.rs".to_string(),
+                3,
+                "backend::redis".to_string()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_script_or_a_statement_outside_the_backends_is_reported() {
+    let tree = wire_tree("wire-literal");
+    tree.write(
+        "client.rs",
+        "pub struct Client;\n\
+         const A: &str = \"if redis.call('GET', KEYS[1]) then return 1 end\";\n\
+         const B: &str = r#\"\n    Select key FROM t\"#;\n\
+         const C: &str = \"insert into t values (1)\";\n\
+         const D: &str = \"  WITH c AS (SELECT 1) SELECT * FROM c\";\n",
+    );
+    assert_eq!(
+        wire_summary(&tree),
+        [
+            ("src/client.rs".to_string(), 2, "literal".to_string()),
+            ("src/client.rs".to_string(), 3, "literal".to_string()),
+            ("src/client.rs".to_string(), 5, "literal".to_string()),
+            ("src/client.rs".to_string(), 6, "literal".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn the_wire_allowlist_hides_its_files_and_reports_the_clean_ones() {
+    let tree = wire_tree("wire-known");
+    tree.write(
+        "mutex.rs",
+        "pub struct Guard;\npub fn f() { let _ = redis::cmd(\"GET\"); }\n",
+    );
+    let src = tree.root.join("src");
+    let (new, stale) = wire_check(&src, &["src/mutex.rs"]);
+    assert!(new.is_empty() && stale.is_empty(), "{new:?} {stale:?}");
+    // An entry whose file no longer violates is reported, so the list only shrinks.
+    tree.write("mutex.rs", "pub struct Guard;\n");
+    let (new, stale) = wire_check(&src, &["src/mutex.rs"]);
+    assert!(new.is_empty(), "{new:?}");
+    assert_eq!(stale, ["src/mutex.rs"]);
+    // A violation in a file not on the list is reported.
+    tree.write(
+        "lease/mod.rs",
+        "use crate::redis::Conn;\nuse crate::error::Error;\npub struct Lease;\n\
+         const Q: &str = \"UPDATE t SET a = 1\";\n",
+    );
+    let (new, _) = wire_check(&src, &["src/mutex.rs"]);
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_eq!((new[0].file.as_str(), new[0].line), ("src/lease/mod.rs", 4));
 }
