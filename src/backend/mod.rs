@@ -24,6 +24,7 @@
 //! for the crate.
 
 pub(crate) mod clock;
+pub(crate) mod inspect;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod redis;

@@ -3,10 +3,11 @@
 //! queue, with its state, holder, time left and fencing token ([`Inspector`], from
 //! [`Client::inspect`](crate::Client::inspect)).
 //!
-//! - [`Inspector::list`]: a [`Listing`], read batch by batch. On Redis a cursor-based
-//!   `SCAN MATCH prefix* COUNT n` on every primary (one server, each primary of a cluster, the
-//!   followed primary of a Sentinel set), each batch's values read in one pipeline on the node
-//!   that returned the keys; never `KEYS`, and never more than one batch in memory. On
+//! - [`Inspector::list`]: a [`Listing`], read batch by batch through the backend's inspection
+//!   seam (`backend::inspect`). On Redis a cursor-based `SCAN MATCH prefix* COUNT n` on every
+//!   primary (one server, each primary of a cluster, the followed primary of a Sentinel set),
+//!   each batch's locks read in one pipeline on the node that returned the keys and its jobs
+//!   through the job store; never `KEYS`, and never more than one batch in memory. On
 //!   PostgreSQL the tables `baton_jobs` and `baton_locks`, a page at a time (keyset
 //!   pagination).
 //! - [`Inspector::find`]: what name `K` is, of any kind (a job and a lock may share a name:
@@ -23,18 +24,15 @@
 //! A listing is not a snapshot: `SCAN` may return a key twice or miss one that is created or
 //! deleted while it runs, and each entry is read when its batch is.
 
-#[cfg(feature = "postgres")]
-mod pg;
-mod redis;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::backend::inspect::{Found, LockRead, LockRecord, Position, Tables, Waiting};
 use crate::backend::Backend;
-use crate::error::{ConfigError, Error};
-use crate::failover::{JobState, JobStatus};
+use crate::error::{ConfigError, Error, ErrorKind};
+use crate::failover::{Failover, FailoverConfig, JobState, JobStatus};
 
 /// The default number of keys asked of one `SCAN` call (or rows of one page): the bound of what
 /// a listing holds at a time.
@@ -398,7 +396,7 @@ impl Inspector {
         Listing {
             inspector: self.clone(),
             kind,
-            at: At::Start,
+            at: Position::default(),
         }
     }
 
@@ -409,11 +407,60 @@ impl Inspector {
     /// [`Error::Config`] for an invalid name; connection errors.
     pub async fn find(&self, name: &str) -> Result<Vec<Entry>, Error> {
         crate::util::names::check_name("key", name)?;
-        match &self.backend {
-            Backend::Redis(t) => redis::find(t, &self.prefix, name).await,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => pg::find(self, name).await,
+        let mut out: Vec<Entry> = Entry::of_job(name, self.job_status(name).await?)
+            .into_iter()
+            .collect();
+        let kinds = [Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
+        let reads: Vec<LockRead> = kinds
+            .iter()
+            .map(|k| lock_read(&self.prefix, *k, name))
+            .collect();
+        let records = self.backend.read_locks(None, &reads).await?;
+        for (kind, record) in kinds.into_iter().zip(&records) {
+            out.extend(lock_entry(kind, name, record));
         }
+        Ok(out)
+    }
+
+    /// Job `name`'s status, read through the job store.
+    async fn job_status(&self, name: &str) -> Result<JobStatus, Error> {
+        let job = FailoverConfig::builder(name)
+            .prefix(self.prefix.to_string())
+            .build()?;
+        Failover::new(self.backend.clone()).job_status(job).await
+    }
+
+    /// The entries of jobs `names` (a batch's), read concurrently through the job store; a job
+    /// whose stored values baton never writes is a corrupt entry.
+    async fn jobs(&self, names: Vec<String>) -> Result<Vec<Entry>, Error> {
+        let mut reads = tokio::task::JoinSet::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let inspector = self.clone();
+            reads.spawn(async move {
+                let status = inspector.job_status(&name).await;
+                (i, name, status)
+            });
+        }
+        let mut read = Vec::new();
+        while let Some(done) = reads.join_next().await {
+            let (i, name, status) = done.map_err(|e| Error::UnexpectedReply {
+                context: "listing jobs",
+                reply: e.to_string(),
+            })?;
+            let entry = match status {
+                Ok(status) => Entry::of_job(&name, status),
+                Err(e) if is_unreadable(&e) => {
+                    let mut entry = Entry::lock(Kind::Job, &name);
+                    entry.state = EntryState::Corrupt;
+                    entry.detail = Some(e.to_string());
+                    Some(entry)
+                }
+                Err(e) => return Err(e),
+            };
+            read.push((i, entry));
+        }
+        read.sort_by_key(|(i, _)| *i);
+        Ok(read.into_iter().filter_map(|(_, e)| e).collect())
     }
 
     /// Follows lock-shaped entry `name` of `kind` (a lock, fair lock, queue or election):
@@ -470,29 +517,11 @@ impl Inspector {
     }
 }
 
-/// Where a listing is.
-enum At {
-    Start,
-    /// On Redis: the primaries, the one being scanned and its cursor.
-    Scan {
-        nodes: Vec<Arc<crate::backend::redis::Node>>,
-        node: usize,
-        cursor: u64,
-    },
-    /// On PostgreSQL: the table being read (0 jobs, 1 locks) and the last key read.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Page {
-        table: usize,
-        after: String,
-    },
-    Done,
-}
-
 /// Everything under a prefix, read a batch at a time; from [`Inspector::list`].
 pub struct Listing {
     inspector: Inspector,
     kind: Option<Kind>,
-    at: At,
+    at: Position,
 }
 
 impl std::fmt::Debug for Listing {
@@ -516,19 +545,194 @@ impl Listing {
     /// Cancel safe: the position moves only once a batch is read.
     pub async fn next_batch(&mut self) -> Result<Option<Vec<Entry>>, Error> {
         loop {
-            // A clone of the handle (an `Arc`), so the listing's position can move meanwhile.
-            let backend = self.inspector.backend.clone();
-            let batch = match &backend {
-                Backend::Redis(t) => redis::next_batch(t, self).await?,
-                #[cfg(feature = "postgres")]
-                Backend::Postgres(t) => pg::next_batch(t, self).await?,
-            };
-            match batch {
+            match self.step().await? {
                 Some(b) if b.is_empty() => continue,
                 other => return Ok(other),
             }
         }
     }
+
+    /// One step of the backend's listing, read (`Some(empty)` when it held nothing listed).
+    async fn step(&mut self) -> Result<Option<Vec<Entry>>, Error> {
+        let inspector = &self.inspector;
+        let wants = |k: Kind| self.kind.map_or(true, |w| w == k);
+        let tables = Tables {
+            jobs: wants(Kind::Job),
+            locks: wants(Kind::Lock) || wants(Kind::Leader),
+        };
+        let prefix = &*inspector.prefix;
+        let Some((found, next)) = inspector
+            .backend
+            .list_step(&self.at, prefix, inspector.batch, tables)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let out = match found {
+            Found::Keys { keys, at } => {
+                let mut jobs = Vec::new();
+                let mut locks: Vec<Parsed<'_>> = Vec::new();
+                for key in &keys {
+                    let Some(parsed) = parse_key(prefix, key) else {
+                        continue;
+                    };
+                    if self.kind.is_some_and(|k| k != parsed.kind) || parsed.part == Part::Beside {
+                        continue;
+                    }
+                    if parsed.kind == Kind::Job {
+                        if parsed.part == Part::Own {
+                            jobs.push(parsed.name.to_string());
+                        }
+                    } else {
+                        locks.push(parsed);
+                    }
+                }
+                let reads: Vec<LockRead> = locks
+                    .iter()
+                    .map(|p| lock_read(prefix, p.kind, p.name))
+                    .collect();
+                let records = inspector.backend.read_locks(Some(&at), &reads).await?;
+                let mut out = inspector.jobs(jobs).await?;
+                for (parsed, record) in locks.iter().zip(&records) {
+                    if parsed.stands_for_entry(record.fence_stored) {
+                        out.extend(lock_entry(parsed.kind, parsed.name, record));
+                    }
+                }
+                out
+            }
+            Found::JobPage { after } => {
+                let limit = i64::try_from(inspector.batch).unwrap_or(i64::MAX);
+                let rows = job_page(&inspector.backend, prefix, &after, limit).await?;
+                let last = rows.last().map(|(k, _)| k.clone());
+                let mut out = Vec::new();
+                for (key, status) in rows {
+                    if let Some(p) = parse_key(prefix, &key) {
+                        if p.kind == Kind::Job && p.part == Part::Own {
+                            out.extend(Entry::of_job(p.name, status));
+                        }
+                    }
+                }
+                self.at = next.after_jobs(last);
+                return Ok(Some(out));
+            }
+            Found::LockRows(rows) => {
+                let mut out = Vec::new();
+                for (key, record) in rows {
+                    let Some(p) = parse_key(prefix, &key) else {
+                        continue;
+                    };
+                    if p.part != Part::Own || self.kind.is_some_and(|k| k != p.kind) {
+                        continue;
+                    }
+                    out.push(Entry::of_lock(
+                        p.kind,
+                        p.name,
+                        record.value.as_deref(),
+                        record.fence.as_deref(),
+                        record.pttl,
+                    ));
+                }
+                out
+            }
+        };
+        // Moved on only once the batch was read: an error asks for the same batch again.
+        self.at = next;
+        Ok(Some(out))
+    }
+}
+
+/// A page of the job table (PostgreSQL), read by the job store: each row's key and status.
+#[cfg(feature = "postgres")]
+async fn job_page(
+    backend: &Backend,
+    prefix: &str,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<(String, JobStatus)>, Error> {
+    let t = backend.postgres("listing jobs", "the job table is PostgreSQL's")?;
+    crate::failover::pg::status_page(t, prefix, after, limit).await
+}
+
+/// Never asked for without PostgreSQL: only its listing has job pages.
+#[cfg(not(feature = "postgres"))]
+async fn job_page(
+    _: &Backend,
+    _: &str,
+    _: &str,
+    _: i64,
+) -> Result<Vec<(String, JobStatus)>, Error> {
+    Ok(Vec::new())
+}
+
+/// Whether reading a job failed on what is stored (an entry to show as corrupt), not on the
+/// way there (an error for the batch).
+fn is_unreadable(e: &Error) -> bool {
+    matches!(e, Error::UnexpectedReply { .. })
+        || matches!(e.kind(), ErrorKind::CorruptState | ErrorKind::WrongType)
+}
+
+/// The keys a lock-shaped entry is read from, by its primitive's key layout: its holder, its
+/// fence, and what counts its waiters (a fair lock's queue, a queue's items).
+fn lock_read(prefix: &str, kind: Kind, name: &str) -> LockRead {
+    match kind {
+        Kind::Fair => {
+            let k = crate::fair::keys::fair_keys(prefix, name);
+            LockRead {
+                own: k.lock,
+                fence: k.fence,
+                waiting: Some(Waiting::Members(k.queue)),
+            }
+        }
+        Kind::Queue => {
+            let k = crate::queue::keys::QueueKeys::new(prefix, name);
+            LockRead {
+                own: k.lock,
+                fence: k.fence,
+                waiting: Some(Waiting::Entries(k.items)),
+            }
+        }
+        Kind::Leader => {
+            let k = crate::leader::keys::ElectionKeys::new(prefix, name);
+            LockRead {
+                own: k.lease,
+                fence: k.fence,
+                waiting: None,
+            }
+        }
+        // A job never gets here; the mutex's layout is the default.
+        Kind::Lock | Kind::Job => {
+            let k = crate::mutex::keys::LockKeys::new(prefix, name);
+            LockRead {
+                own: k.lock().to_string(),
+                fence: k.fence().to_string(),
+                waiting: None,
+            }
+        }
+    }
+}
+
+/// A lock-shaped entry from its record; `None` when nothing is stored.
+fn lock_entry(kind: Kind, name: &str, record: &LockRecord) -> Option<Entry> {
+    if let Some(refused) = &record.refused {
+        let mut entry = Entry::lock(kind, name);
+        entry.state = EntryState::Corrupt;
+        entry.detail = Some(refused.clone());
+        return Some(entry);
+    }
+    if record.value.is_none() && record.fence.is_none() {
+        return None;
+    }
+    let mut entry = Entry::of_lock(
+        kind,
+        name,
+        record.value.as_deref(),
+        record.fence.as_deref(),
+        record.pttl,
+    );
+    if record.waiting.is_some() {
+        entry.waiting = record.waiting;
+    }
+    Some(entry)
 }
 
 /// A followed lock, fair lock, queue or election; from [`Inspector::watch`].

@@ -38,6 +38,7 @@
 pub(crate) mod classify;
 pub(crate) mod dedicated;
 pub(crate) mod hub;
+pub(crate) mod inspect;
 pub(crate) mod locks;
 pub(crate) mod pool;
 pub(crate) mod schema;

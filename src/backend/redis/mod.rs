@@ -20,6 +20,7 @@ pub(crate) mod connection;
 #[cfg(feature = "sentinel")]
 pub(crate) mod follow;
 pub(crate) mod hub;
+pub(crate) mod inspect;
 pub(crate) mod node;
 pub(crate) mod pool;
 pub(crate) mod router;

@@ -1,0 +1,151 @@
+//! The inspection seam: what the operator's view (`crate::inspect`) reads from a backend, as
+//! raw typed data. The inspector decides what a key is (from the primitives' key layouts) and
+//! what an entry's state is; a backend only lists what is stored under a prefix, a bounded
+//! batch at a time, and reads the keys it is asked for:
+//!
+//! - [`Backend::list_step`]: the next batch of a listing. On Redis the keys of one cursor-based
+//!   `SCAN MATCH prefix* COUNT n` call on one primary (to be read with
+//!   [`Backend::read_locks`] on the node that returned them); on PostgreSQL a page of the lock
+//!   table, or the job table's next page, which the job store reads.
+//! - [`Backend::read_locks`]: lock-shaped entries (a holder's key, its fence and what counts
+//!   its waiters), read in one round trip on Redis.
+//!
+//! Each backend implements them in its own folder (`redis/inspect.rs`,
+//! `postgres/inspect.rs`); a third backend adds one arm to each method here.
+
+use std::sync::Arc;
+
+use super::Backend;
+use crate::error::Error;
+pub(crate) use crate::util::inspect::{LockRead, LockRecord, Waiting};
+
+/// Which of PostgreSQL's tables a listing reads (whether the kinds asked for live there).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) struct Tables {
+    /// The job table (failover jobs).
+    pub(crate) jobs: bool,
+    /// The lock table (mutexes and elections).
+    pub(crate) locks: bool,
+}
+
+/// Where a listing is; moved on only once a batch was read, so an error asks for the same
+/// batch again.
+#[derive(Clone, Default)]
+pub(crate) struct Position(At);
+
+#[derive(Clone, Default)]
+enum At {
+    #[default]
+    Start,
+    Redis(super::redis::inspect::Scan),
+    #[cfg(feature = "postgres")]
+    Postgres(super::postgres::inspect::Page),
+    Done,
+}
+
+/// Where the keys of a batch are read (on Redis, the node that returned them).
+pub(crate) struct ReadAt(Arc<super::redis::Node>);
+
+/// What one step of a listing found.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) enum Found {
+    /// The keys one `SCAN` call returned (Redis), to read at `at`.
+    Keys { keys: Vec<String>, at: ReadAt },
+    /// The job table's page after key `after` is next (PostgreSQL): the job store reads it,
+    /// and [`Position::after_jobs`] moves on.
+    JobPage { after: String },
+    /// A page of the lock table (PostgreSQL): each row's key and record.
+    LockRows(Vec<(String, LockRecord)>),
+}
+
+impl Position {
+    /// Past a page of the job table whose last key was `last` (`None`: the page was empty, the
+    /// table is read through).
+    pub(crate) fn after_jobs(&self, last: Option<String>) -> Position {
+        match &self.0 {
+            #[cfg(feature = "postgres")]
+            At::Postgres(page) => Position(At::Postgres(page.after_jobs(last))),
+            _ => {
+                let _ = last;
+                self.clone()
+            }
+        }
+    }
+
+    fn of<T>(next: Option<T>, at: impl FnOnce(T) -> At) -> Position {
+        Position(next.map_or(At::Done, at))
+    }
+}
+
+impl Backend {
+    /// The next step of a listing of everything under `prefix` (`batch` keys or rows at most)
+    /// from `at`, with the position after it; `None` once everything was read through.
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub(crate) async fn list_step(
+        &self,
+        at: &Position,
+        prefix: &str,
+        batch: usize,
+        tables: Tables,
+    ) -> Result<Option<(Found, Position)>, Error> {
+        match self {
+            Backend::Redis(t) => {
+                let _ = tables;
+                let from = match &at.0 {
+                    At::Start => None,
+                    At::Redis(scan) => Some(scan),
+                    _ => return Ok(None),
+                };
+                let step = super::redis::inspect::list_step(t, from, prefix, batch).await?;
+                Ok(step.map(|(keys, node, next)| {
+                    let at = ReadAt(node);
+                    (Found::Keys { keys, at }, Position::of(next, At::Redis))
+                }))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                use super::postgres::inspect::PageFound;
+                let from = match &at.0 {
+                    At::Start => None,
+                    At::Postgres(page) => Some(page),
+                    _ => return Ok(None),
+                };
+                let (jobs, locks) = (tables.jobs, tables.locks);
+                let step = super::postgres::inspect::list_step(t, from, prefix, batch, jobs, locks)
+                    .await?;
+                Ok(step.map(|(found, next)| {
+                    let found = match found {
+                        PageFound::Jobs { after } => Found::JobPage { after },
+                        PageFound::Locks(rows) => Found::LockRows(rows),
+                    };
+                    (found, Position::of(next, At::Postgres))
+                }))
+            }
+        }
+    }
+
+    /// Reads lock-shaped entries, in `reads`' order: at `at` (the node a listing's keys came
+    /// from), or where their keys live (every key of one name shares its hash tag).
+    ///
+    /// # Errors
+    /// Connection errors and timeouts (a key of another type is a record's `refused`).
+    pub(crate) async fn read_locks(
+        &self,
+        at: Option<&ReadAt>,
+        reads: &[LockRead],
+    ) -> Result<Vec<LockRecord>, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::inspect::read_locks(t, at.map(|a| &a.0), reads).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                let _ = at;
+                super::postgres::inspect::read_locks(t, reads).await
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The records the inspection seam (`backend::inspect`) carries between the operator's view
+//! and the backends: what to read of a lock-shaped entry, and what it holds. They sit in a leaf
+//! so that every backend can fill them without knowing the seam above it.
+
+use std::time::Duration;
+
+/// What counts the waiters of a lock-shaped entry.
+#[derive(Debug, Clone)]
+pub(crate) enum Waiting {
+    /// The members of a sorted set (a fair lock's queue).
+    Members(String),
+    /// The entries of a stream (a queue's items).
+    Entries(String),
+}
+
+/// The keys a lock-shaped entry is read from.
+#[derive(Debug, Clone)]
+pub(crate) struct LockRead {
+    /// The holder's key.
+    pub(crate) own: String,
+    /// The fence (it outlives the holder).
+    pub(crate) fence: String,
+    /// What counts its waiters, if it has any.
+    pub(crate) waiting: Option<Waiting>,
+}
+
+/// A lock-shaped entry as stored: what [`LockRead`]'s keys hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LockRecord {
+    /// The holder's value (`None`: no holder).
+    pub(crate) value: Option<String>,
+    /// The fence's value, as text.
+    pub(crate) fence: Option<String>,
+    /// Whether the fence key holds anything at all (of any type).
+    pub(crate) fence_stored: bool,
+    /// The holder's time left (`None`: no holder, or no expiry).
+    pub(crate) pttl: Option<Duration>,
+    /// The waiters counted, if asked for.
+    pub(crate) waiting: Option<u64>,
+    /// A read the server refused (a key of another type), as its reply reads.
+    pub(crate) refused: Option<String>,
+}
