@@ -1,25 +1,19 @@
 //! [`Client`]: the connections shared by every worker of a process.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use crate::backend::redis::topology_url::{self, Target};
-use crate::backend::redis::url::{check_url, redact_url};
-use crate::backend::redis::{
-    connect_manager, lazy_manager, ConnSettings, Hub, HubSource, Router, Transport,
-};
+use crate::backend::connect::ConnectSettings;
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::failover::Failover;
 use crate::mutex::Locks;
 use crate::queue::Queues;
 use crate::redlock::Redlock;
-use redis::aio::ConnectionManager;
+use crate::util::redact::redact_url;
+use crate::util::settings::ConnSettings;
+
+pub use crate::util::durability::Durability;
 
 /// A connection to one Redis server, shared cheaply by many jobs and workers.
 ///
@@ -218,110 +212,14 @@ impl ClientBuilder {
     }
 
     /// Whether any TLS option was given.
-    fn tls_options_set(&self) -> bool {
-        #[cfg(feature = "tls")]
-        {
-            self.tls.is_set()
+    /// What the backend connects with besides the URL.
+    fn connect_settings(&self) -> ConnectSettings {
+        ConnectSettings {
+            password: self.password.clone(),
+            conn: self.settings.clone(),
+            #[cfg(feature = "tls")]
+            tls: self.tls.clone(),
         }
-        #[cfg(not(feature = "tls"))]
-        {
-            false
-        }
-    }
-
-    fn validate(&self) -> Result<redis::Client, ConfigError> {
-        self.check_settings()?;
-        self.client_for(&self.url)
-    }
-
-    /// The connection settings' ranges.
-    fn check_settings(&self) -> Result<(), ConfigError> {
-        let s = &self.settings;
-        let range = |field: &'static str, d: Duration, lo: Duration, hi: Duration| {
-            if d < lo || d > hi {
-                Err(ConfigError::invalid(
-                    field,
-                    format!("{d:?} is outside {lo:?} ..= {hi:?}"),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        range(
-            "connect_timeout",
-            s.connect_timeout,
-            Duration::from_millis(10),
-            Duration::from_secs(60),
-        )?;
-        range(
-            "response_timeout",
-            s.response_timeout,
-            Duration::from_millis(10),
-            Duration::from_secs(60),
-        )?;
-        range(
-            "max_backoff",
-            s.max_backoff,
-            Duration::from_millis(50),
-            Duration::from_secs(300),
-        )?;
-        if s.pool_size == 0 || s.pool_size > 1024 {
-            return Err(ConfigError::invalid(
-                "pool_size",
-                format!("{} is outside 1 ..= 1024", s.pool_size),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A checked client for one server's URL, with this builder's password and TLS material.
-    /// Messages name the URL the user typed (`self.url`), redacted.
-    fn client_for(&self, url: &str) -> Result<redis::Client, ConfigError> {
-        let scheme = check_url(url, self.tls_options_set())?;
-        let info = url.into_connection_info().map_err(|e| {
-            ConfigError::invalid(
-                "url",
-                format!(
-                    "{} is not a valid redis URL ({:?})",
-                    redact_url(&self.url),
-                    e.kind()
-                ),
-            )
-        })?;
-        if let redis::ConnectionAddr::Tcp(_, 0) | redis::ConnectionAddr::TcpTls { port: 0, .. } =
-            info.addr()
-        {
-            return Err(ConfigError::invalid(
-                "url",
-                format!(
-                    "{}: port 0 is not a port to connect to",
-                    redact_url(&self.url)
-                ),
-            ));
-        }
-        let info = match &self.password {
-            Some(pw) => {
-                let redis = info.redis_settings().clone().set_password(pw);
-                info.set_redis_settings(redis)
-            }
-            None => info,
-        };
-        let rejected = |e: redis::RedisError| {
-            ConfigError::invalid(
-                "url",
-                format!("{} rejected ({:?})", redact_url(&self.url), e.kind()),
-            )
-        };
-        #[cfg(feature = "tls")]
-        if scheme == crate::backend::redis::url::Scheme::Tls {
-            crate::util::tls::install_crypto_provider();
-            if self.tls.is_set() {
-                let certs = self.tls.certificates()?;
-                return redis::Client::build_with_tls(info, certs).map_err(rejected);
-            }
-        }
-        let _ = scheme;
-        redis::Client::open(info).map_err(rejected)
     }
 
     /// Connects (the multiplexed connection first, so a bad address fails here) and starts the
@@ -409,122 +307,9 @@ impl ClientBuilder {
     }
 
     async fn connect_inner(self, reached: &mut bool) -> Result<Client, Error> {
-        if is_postgres(&self.url) {
-            let client = self.postgres()?;
-            #[cfg(feature = "postgres")]
-            if let Backend::Postgres(t) = &client.backend {
-                // Fail at connect, as on Redis: an unreachable server or bad credentials. The
-                // same round trip reads the durability settings, warned about like Redis'.
-                let conn = t.pooled().await?;
-                let rows = conn
-                    .by(
-                        tokio::time::Instant::now() + t.settings.response_timeout,
-                        "connecting",
-                        conn.query(
-                            "SELECT name, setting FROM pg_settings WHERE name IN \
-                             ('fsync', 'synchronous_commit', 'full_page_writes')",
-                            &[],
-                        ),
-                    )
-                    .await?;
-                let unsafe_settings: Vec<String> = rows
-                    .iter()
-                    .filter_map(|r| {
-                        let (name, value): (String, String) =
-                            (r.try_get(0).ok()?, r.try_get(1).ok()?);
-                        let safe = match name.as_str() {
-                            "synchronous_commit" => value != "off",
-                            _ => value == "on",
-                        };
-                        (!safe).then(|| format!("{name} is {value}"))
-                    })
-                    .collect();
-                if !unsafe_settings.is_empty() {
-                    tracing::warn!(
-                        problems = ?unsafe_settings,
-                        "PostgreSQL may lose acknowledged commits in a crash; baton's guarantees \
-                         need fsync on, synchronous_commit on and full_page_writes on"
-                    );
-                }
-            }
-            return Ok(client);
-        }
-        match topology_url::parse(&self.url)? {
-            Target::Single(_) => {}
-            #[cfg(feature = "cluster")]
-            Target::Cluster { seeds } => return self.connect_cluster(&seeds).await,
-            #[cfg(not(feature = "cluster"))]
-            Target::Cluster { .. } => return Err(missing_feature(&self.url, "cluster")),
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel {
-                sentinels,
-                service,
-                data,
-            } => {
-                return self
-                    .connect_sentinel(sentinels, service, &data, reached)
-                    .await
-            }
-            #[cfg(not(feature = "sentinel"))]
-            Target::Sentinel { .. } => return Err(missing_feature(&self.url, "sentinel")),
-        }
-        let client = self.validate()?;
-        let settings = self.settings;
-        first_connection_check(&client, &settings).await?;
-        let manager = connect_manager(&client, &settings).await?;
-        // Fail closed, and at connect: with no password given, redis-rs sends no AUTH, so a
-        // server that requires one accepts the connection and only the first request fails
-        // (NOAUTH). One PING makes that a Permission error here.
-        let mut conn = manager.clone();
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        let client = assemble(client, manager, settings);
-        client.warn_if_unsafe().await;
-        Ok(client)
-    }
-
-    /// Connects to the primary a Sentinel set names for `service` and follows it across
-    /// failovers ([`crate::backend::redis::follow`]).
-    #[cfg(feature = "sentinel")]
-    async fn connect_sentinel(
-        self,
-        sentinels: Vec<String>,
-        service: String,
-        data: &crate::backend::redis::topology_url::DataTemplate,
-        reached: &mut bool,
-    ) -> Result<Client, Error> {
-        self.check_settings()?;
-        let settings = self.settings.clone();
-        let (host, port) = crate::backend::redis::sentinel::resolve_primary(
-            &sentinels,
-            &service,
-            settings.connect_timeout,
-        )
-        .await?;
-        // A Sentinel answered: the deployment is there, its primary may be failing over.
-        *reached = true;
-        let client = self.client_for(&data.primary_url(&host, port))?;
-        let manager = connect_manager(&client, &settings).await?;
-        let mut conn = manager.clone();
-        redis::cmd("PING").query_async::<()>(&mut conn).await?;
-        let endpoint = format!("sentinel:{service}@{}", endpoint_of(&client));
-        let cancel = CancellationToken::new();
-        let followed = crate::backend::redis::follow::Followed::start(
-            client,
-            manager,
-            sentinels,
-            service,
-            settings.clone(),
-            cancel.clone(),
-        );
-        let client = assemble_with(
-            Router::Followed(followed.clone()),
-            HubSource::Followed(followed),
-            settings,
-            endpoint,
-            cancel,
-        );
-        client.warn_if_unsafe().await;
-        Ok(client)
+        let backend =
+            crate::backend::connect::connect(&self.url, &self.connect_settings(), reached).await?;
+        Ok(Client { backend })
     }
 
     /// A client that connects on first use instead of now: checks the settings and URL as
@@ -540,219 +325,8 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::Config`] for invalid settings or URL, or when called outside a Tokio runtime.
     pub fn build_lazy(self) -> Result<Client, Error> {
-        if is_postgres(&self.url) {
-            return self.postgres();
-        }
-        if !matches!(topology_url::parse(&self.url)?, Target::Single(_)) {
-            return Err(Error::Config(ConfigError::invalid(
-                "url",
-                format!(
-                    "{}: build_lazy takes a single server's URL (a cluster or Sentinel client \
-                     must first ask the nodes where the data lives: use connect)",
-                    redact_url(&self.url)
-                ),
-            )));
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::Config(ConfigError::invalid(
-                "runtime",
-                "build_lazy must be called within a Tokio runtime",
-            )));
-        }
-        let client = self.validate()?;
-        let settings = self.settings;
-        let manager = lazy_manager(&client, &settings)?;
-        Ok(assemble(client, manager, settings))
-    }
-}
-
-/// Whether `url` asks for PostgreSQL (`postgres://`, `postgresql://`).
-fn is_postgres(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
-impl ClientBuilder {
-    /// A PostgreSQL client (feature `postgres`), not connected yet.
-    fn postgres(&self) -> Result<Client, Error> {
-        self.check_settings()?;
-        #[cfg(feature = "postgres")]
-        {
-            let transport = crate::backend::postgres::PgTransport::new(
-                &self.url,
-                self.password.as_deref(),
-                self.settings.clone(),
-                &self.tls,
-            )?;
-            Ok(Client {
-                backend: Backend::Postgres(Arc::new(transport)),
-            })
-        }
-        #[cfg(not(feature = "postgres"))]
-        Err(Error::Config(ConfigError::invalid(
-            "url",
-            format!(
-                "{}: this URL needs baton's `postgres` feature, which is not compiled in",
-                redact_url(&self.url)
-            ),
-        )))
-    }
-}
-
-/// A client on `manager`, with its pub/sub task started.
-fn assemble(client: redis::Client, manager: ConnectionManager, settings: ConnSettings) -> Client {
-    let endpoint = endpoint_of(&client);
-    let hub = HubSource::Plain(Box::new(client.clone()));
-    let router = Router::single(client, manager, &settings, endpoint.clone());
-    assemble_with(router, hub, settings, endpoint, CancellationToken::new())
-}
-
-/// A client over `router`, with its pub/sub task started on `hub`.
-fn assemble_with(
-    router: Router,
-    hub: HubSource,
-    settings: ConnSettings,
-    endpoint: String,
-    cancel: CancellationToken,
-) -> Client {
-    // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
-    // connection.
-    let tracker = TaskTracker::new();
-    let hub = Hub::start(hub, settings.clone(), cancel.clone(), &tracker);
-    Client {
-        backend: Backend::Redis(Arc::new(Transport {
-            router,
-            hub,
-            cancel,
-            tracker,
-            settings,
-            endpoint,
-            wait_reads: tokio::sync::Semaphore::new(crate::backend::redis::WAIT_READS),
-            #[cfg(feature = "testing")]
-            before_exec: std::sync::Mutex::new(None),
-        })),
-    }
-}
-
-/// A configuration error for a URL form whose cargo feature is not compiled in.
-#[cfg(not(all(feature = "cluster", feature = "sentinel")))]
-fn missing_feature(url: &str, feature: &str) -> Error {
-    Error::Config(ConfigError::invalid(
-        "url",
-        format!(
-            "{}: this URL needs baton's `{feature}` feature, which is not compiled in",
-            redact_url(url)
-        ),
-    ))
-}
-
-#[cfg(feature = "cluster")]
-impl ClientBuilder {
-    /// Connects to a Redis Cluster through `seeds` (plain URLs from a `redis+cluster://` URL):
-    /// reads the slot map from the first seed that answers and starts the sharded pub/sub task.
-    async fn connect_cluster(self, seeds: &[String]) -> Result<Client, Error> {
-        self.check_settings()?;
-        let clients = seeds
-            .iter()
-            .map(|u| self.client_for(u))
-            .collect::<Result<Vec<_>, _>>()?;
-        let infos = clients
-            .iter()
-            .map(|c| c.get_connection_info().clone())
-            .collect();
-        let endpoint = format!("cluster:{}", endpoint_of(&clients[0]));
-        let cluster =
-            crate::backend::redis::cluster::Cluster::connect(clients, self.settings.clone())
-                .await?;
-        let moved = cluster.moved();
-        let client = assemble_with(
-            Router::Cluster(cluster),
-            HubSource::Sharded {
-                seeds: infos,
-                moved,
-            },
-            self.settings,
-            endpoint,
-            CancellationToken::new(),
-        );
-        client.warn_if_unsafe().await;
-        Ok(client)
-    }
-}
-
-/// `host:port/db` (host lowercased) or `path/db`: what identifies a server as configured, without
-/// credentials.
-fn endpoint_of(client: &redis::Client) -> String {
-    let info = client.get_connection_info();
-    format!(
-        "{}/{}",
-        info.addr().to_string().to_ascii_lowercase(),
-        info.redis_settings().db()
-    )
-}
-
-/// One direct connection before the connection manager, which retries whatever fails: an
-/// error no retry can fix (a failed TLS handshake, a wrong password or unknown user, a
-/// database index out of range) is returned at once, so the server sees one failed login, not
-/// one per retry; anything else is left to the manager's usual path.
-async fn first_connection_check(
-    client: &redis::Client,
-    settings: &ConnSettings,
-) -> Result<(), Error> {
-    let cfg = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.response_timeout));
-    let fut = client.get_multiplexed_async_connection_with_config(&cfg);
-    match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
-        Ok(Err(e)) => {
-            let e = Error::from(e);
-            if matches!(
-                e.kind(),
-                crate::ErrorKind::Tls
-                    | crate::ErrorKind::Permission
-                    | crate::ErrorKind::Misconfigured
-            ) {
-                return Err(e);
-            }
-            Ok(())
-        }
-        Ok(Ok(_)) => Ok(()),
-        Err(_) => Ok(()),
-    }
-}
-
-/// The durability settings Redis reports (`CONFIG GET`); see [`Client::durability`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct Durability {
-    /// `appendonly` (`yes` is needed).
-    pub appendonly: Option<String>,
-    /// `appendfsync` (`always` is needed).
-    pub appendfsync: Option<String>,
-    /// `maxmemory-policy` (`noeviction` is needed).
-    pub maxmemory_policy: Option<String>,
-}
-
-impl Durability {
-    /// What keeps acknowledged writes from surviving a crash or memory pressure (empty if safe).
-    pub fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut want = |name: &str, have: &Option<String>, need: &str| {
-            if have.as_deref() != Some(need) {
-                out.push(format!(
-                    "{name} is {} (needs {need})",
-                    have.as_deref().unwrap_or("unknown")
-                ));
-            }
-        };
-        want("appendonly", &self.appendonly, "yes");
-        want("appendfsync", &self.appendfsync, "always");
-        want("maxmemory-policy", &self.maxmemory_policy, "noeviction");
-        out
-    }
-
-    /// Whether every acknowledged write survives a crash and is never evicted.
-    pub fn is_safe(&self) -> bool {
-        self.problems().is_empty()
+        let backend = crate::backend::connect::connect_lazy(&self.url, &self.connect_settings())?;
+        Ok(Client { backend })
     }
 }
 
@@ -769,20 +343,6 @@ pub fn redacted_url(url: &str) -> String {
 }
 
 impl Client {
-    /// Logs a warning (via `tracing`) when the server's durability settings are unsafe; best
-    /// effort: managed Redis services often forbid `CONFIG`, which is fine.
-    async fn warn_if_unsafe(&self) {
-        match self.durability().await {
-            Ok(d) if !d.is_safe() => tracing::warn!(
-                problems = ?d.problems(),
-                "redis may lose acknowledged writes; baton's guarantees need appendonly yes, \
-                 appendfsync always and maxmemory-policy noeviction"
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
-        }
-    }
-
     /// Reads the server's durability settings with `CONFIG GET`.
     ///
     /// `Client::connect` already logs a warning (via `tracing`) when they are unsafe.
@@ -794,19 +354,7 @@ impl Client {
             "Client::durability",
             "it reads Redis' CONFIG; on PostgreSQL, check fsync and synchronous_commit (docs/operating.md, \"Durability settings\")",
         )?;
-        let mut conn = transport.router.any().await?.conn();
-        let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendonly")
-            .arg("appendfsync")
-            .arg("maxmemory-policy")
-            .query_async(&mut conn)
-            .await?;
-        Ok(Durability {
-            appendonly: pairs.get("appendonly").cloned(),
-            appendfsync: pairs.get("appendfsync").cloned(),
-            maxmemory_policy: pairs.get("maxmemory-policy").cloned(),
-        })
+        transport.durability().await
     }
 
     /// Starts a builder for the server at `url` (`redis://[:password@]host:port[/db]`).
@@ -890,7 +438,7 @@ impl Client {
         self.failover().migrate().await?;
         self.locks().migrate().await?;
         #[cfg(feature = "postgres")]
-        if let Backend::Postgres(_) = &self.backend {
+        if self.backend.postgres("migrate", "").is_ok() {
             self.advisory_locks().migrate().await?;
         }
         Ok(())
@@ -942,10 +490,12 @@ impl Redlock {
     pub fn new(masters: &[Client]) -> Result<Redlock, ConfigError> {
         let mut transports = Vec::with_capacity(masters.len());
         for master in masters {
-            match &master.backend {
-                Backend::Redis(t) => transports.push(t.clone()),
-                #[cfg(feature = "postgres")]
-                Backend::Postgres(_) => {
+            match master
+                .backend
+                .redis("Redlock", "it needs independent Redis masters")
+            {
+                Ok(t) => transports.push(t.clone()),
+                Err(_) => {
                     return Err(ConfigError::invalid(
                         "masters",
                         "Redlock needs independent Redis masters; a postgres:// client is one \
@@ -969,11 +519,7 @@ pub mod seam {
     /// trip 2 (`MULTI … EXEC`) of every transition of `client`'s workers, and before each lease
     /// extension, with the transition's name (`"grant"`, `"exhaust"`, `"finish"`, `"extend"`).
     pub fn set_before_exec_hook(client: &super::Client, hook: Option<ExecHook>) {
-        match client.backend() {
-            crate::backend::Backend::Redis(t) => *crate::util::lock(&t.before_exec) = hook,
-            #[cfg(feature = "postgres")]
-            crate::backend::Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
-        }
+        client.backend().set_before_exec(hook);
     }
 
     /// The schema and the periodic cleanup statement of each PostgreSQL table a client keeps
@@ -987,9 +533,9 @@ pub mod seam {
                 crate::failover::pg::CLEANUP,
             ),
             (
-                crate::backend::postgres::locks::SCHEMA_NAME,
-                crate::backend::postgres::locks::SCHEMA,
-                crate::backend::postgres::locks::CLEANUP,
+                crate::backend::pg_seam::SCHEMA_NAME,
+                crate::backend::pg_seam::SCHEMA,
+                crate::backend::pg_seam::CLEANUP,
             ),
         ]
     }
@@ -997,20 +543,14 @@ pub mod seam {
     /// How many notifications `client`'s `LISTEN` connection has received, on any channel
     /// (0 on Redis, or before anything subscribed).
     pub fn pg_notifications_received(client: &super::Client) -> u64 {
-        match client.backend() {
-            crate::backend::Backend::Redis(_) => 0,
-            #[cfg(feature = "postgres")]
-            crate::backend::Backend::Postgres(t) => t
-                .notices_received
-                .load(std::sync::atomic::Ordering::Relaxed),
-        }
+        client.backend().notifications_received()
     }
 
     /// The lock acquisition statement of `baton_locks` (`$1` key, `$2` token, `$3` lock ms,
     /// `$4` fence retention ms), for tests that interleave it with the cleanup.
     #[cfg(feature = "postgres")]
     pub fn pg_lock_acquire() -> &'static str {
-        crate::backend::postgres::locks::ACQUIRE
+        crate::backend::pg_seam::ACQUIRE
     }
 
     /// A backup's grant of `attempt` (fencing token `fence`, lease `token`) to job row `key`
@@ -1027,13 +567,7 @@ pub mod seam {
         attempt: u64,
         fence: u64,
         token: &str,
-    ) -> Result<
-        (
-            String,
-            Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
-        ),
-        crate::Error,
-    > {
+    ) -> Result<(String, crate::backend::pg_seam::Params), crate::error::Error> {
         crate::failover::pg::grant_statement(key, version, attempt, fence, token)
     }
 }
@@ -1042,8 +576,12 @@ pub mod seam {
 mod tests {
     use super::*;
 
+    fn validate(b: &ClientBuilder) -> Result<(), ConfigError> {
+        crate::backend::connect::check(&b.url, &b.connect_settings())
+    }
+
     fn field(b: ClientBuilder) -> &'static str {
-        match b.validate() {
+        match validate(&b) {
             Err(ConfigError::Invalid { field, .. }) => field,
             Ok(_) => "accepted",
         }
@@ -1054,9 +592,9 @@ mod tests {
     #[cfg(feature = "postgres")]
     #[test]
     fn every_relation_of_the_postgres_schemas_is_read_from_their_ddl() {
-        use crate::backend::postgres::schema::created_relations;
+        use crate::backend::pg_seam::created_relations;
         assert_eq!(
-            created_relations(crate::backend::postgres::locks::SCHEMA),
+            created_relations(crate::backend::pg_seam::SCHEMA),
             [
                 ("TABLE", "baton_locks"),
                 ("INDEX", "baton_locks_fence_expires_at")
@@ -1083,7 +621,7 @@ mod tests {
 
     /// The reason of a rejected builder, asserting it names `url`.
     fn url_reason(b: ClientBuilder) -> String {
-        match b.validate() {
+        match validate(&b) {
             Err(ConfigError::Invalid {
                 field: "url",
                 reason,
@@ -1173,9 +711,7 @@ mod tests {
 
     #[test]
     fn url_errors_never_echo_the_password() {
-        let err = Client::builder("redis://:s3cret@127.0.0.1:99999/")
-            .validate()
-            .unwrap_err();
+        let err = validate(&Client::builder("redis://:s3cret@127.0.0.1:99999/")).unwrap_err();
         assert!(!err.to_string().contains("s3cret"), "{err}");
         let b = Client::builder("redis://:s3cret@127.0.0.1:6379/").password("s3cret-2");
         let shown = format!("{b:?}");

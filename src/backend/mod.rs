@@ -24,6 +24,7 @@
 //! for the crate.
 
 pub(crate) mod clock;
+pub(crate) mod connect;
 pub(crate) mod inspect;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -211,4 +212,40 @@ pub(crate) enum WeakBackend {
     /// The PostgreSQL transport, weakly.
     #[cfg(feature = "postgres")]
     Postgres(std::sync::Weak<postgres::PgTransport>),
+}
+
+/// The hidden test seam's hooks into the backends (feature `testing`; see `client::seam`).
+#[cfg(feature = "testing")]
+impl Backend {
+    /// Installs (or removes) the hook run before each commit and lease extension.
+    pub(crate) fn set_before_exec(&self, hook: Option<crate::util::settings::ExecHook>) {
+        match self {
+            Backend::Redis(t) => *crate::util::lock(&t.before_exec) = hook,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => *crate::util::lock(&t.before_exec) = hook,
+        }
+    }
+
+    /// How many notifications the `LISTEN` connection has received (0 on Redis).
+    pub(crate) fn notifications_received(&self) -> u64 {
+        match self {
+            Backend::Redis(_) => 0,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t
+                .notices_received
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the hidden test seam (`client::seam`) and the unit tests read of the PostgreSQL
+/// backend's statements and schema.
+#[cfg(all(feature = "postgres", any(test, feature = "testing")))]
+pub(crate) mod pg_seam {
+    pub(crate) use super::postgres::locks::{ACQUIRE, CLEANUP, SCHEMA, SCHEMA_NAME};
+    #[cfg(test)]
+    pub(crate) use super::postgres::schema::created_relations;
+
+    /// A statement's parameters, as the job store's grant builds them.
+    pub(crate) type Params = Vec<Box<dyn ::tokio_postgres::types::ToSql + Sync + Send>>;
 }

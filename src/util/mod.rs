@@ -4,6 +4,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod drop_guard;
+pub(crate) mod durability;
 pub(crate) mod inspect;
 // What a lock store answers the lease kernel; built by the backends' lock statements. `pub`
 // for `model_api` only, as the lease kernel's decisions are (see `lib.rs`).

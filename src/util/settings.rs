@@ -22,3 +22,48 @@ pub type ExecHook = std::sync::Arc<
         + Send
         + Sync,
 >;
+
+impl ConnSettings {
+    /// The settings' ranges, checked before any network I/O.
+    ///
+    /// # Errors
+    /// A [`ConfigError`](crate::error::ConfigError) naming the first setting out of its range.
+    pub(crate) fn check(&self) -> Result<(), crate::error::ConfigError> {
+        use crate::error::ConfigError;
+        let range = |field: &'static str, d: Duration, lo: Duration, hi: Duration| {
+            if d < lo || d > hi {
+                Err(ConfigError::invalid(
+                    field,
+                    format!("{d:?} is outside {lo:?} ..= {hi:?}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        range(
+            "connect_timeout",
+            self.connect_timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(60),
+        )?;
+        range(
+            "response_timeout",
+            self.response_timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(60),
+        )?;
+        range(
+            "max_backoff",
+            self.max_backoff,
+            Duration::from_millis(50),
+            Duration::from_secs(300),
+        )?;
+        if self.pool_size == 0 || self.pool_size > 1024 {
+            return Err(ConfigError::invalid(
+                "pool_size",
+                format!("{} is outside 1 ..= 1024", self.pool_size),
+            ));
+        }
+        Ok(())
+    }
+}

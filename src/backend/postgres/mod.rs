@@ -36,6 +36,7 @@
 //!   as `super::redis::classify` is for Redis.
 
 pub(crate) mod classify;
+pub(crate) mod connect;
 pub(crate) mod dedicated;
 pub(crate) mod hub;
 pub(crate) mod inspect;

@@ -16,6 +16,7 @@ pub mod acl;
 pub(crate) mod classify;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+pub(crate) mod connect;
 pub(crate) mod connection;
 #[cfg(feature = "sentinel")]
 pub(crate) mod follow;

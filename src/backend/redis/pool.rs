@@ -183,7 +183,7 @@ impl Dedicated {
             }
             Err(e) => {
                 self.conn = None;
-                if e.kind() == crate::ErrorKind::Connection {
+                if e.kind() == crate::error::ErrorKind::Connection {
                     self.pool.flush();
                 }
                 self.pool.stale.note(&e);

@@ -1,0 +1,371 @@
+//! Connecting to Redis: the URL and TLS material checked before any network I/O, one server,
+//! a Cluster through its seeds, or the primary a Sentinel set names (followed across
+//! failovers); the `PING` that makes bad credentials fail at connect; and the durability
+//! settings (`CONFIG GET`) a connect warns about.
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use redis::IntoConnectionInfo;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::topology_url::{self, Target};
+use super::url::{check_url, redact_url};
+use super::{connect_manager, lazy_manager, ConnSettings, Hub, HubSource, Router, Transport};
+use crate::error::{ConfigError, Error, ErrorKind};
+use crate::util::durability::Durability;
+
+/// What a Redis client is built from: the URL as the user typed it, the password given beside
+/// it, the connection settings and the TLS material.
+pub(crate) struct Options<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) password: Option<&'a str>,
+    pub(crate) settings: &'a ConnSettings,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: &'a crate::util::tls::TlsSettings,
+}
+
+impl Options<'_> {
+    fn tls_options_set(&self) -> bool {
+        #[cfg(feature = "tls")]
+        {
+            self.tls.is_set()
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            false
+        }
+    }
+
+    /// The settings and the URL, checked (what [`connect`] checks before any network I/O).
+    fn validate(&self) -> Result<redis::Client, ConfigError> {
+        self.settings.check()?;
+        self.client_for(self.url)
+    }
+
+    /// A checked client for one server's URL, with this password and TLS material. Messages
+    /// name the URL the user typed (`self.url`), redacted.
+    fn client_for(&self, url: &str) -> Result<redis::Client, ConfigError> {
+        let scheme = check_url(url, self.tls_options_set())?;
+        let info = url.into_connection_info().map_err(|e| {
+            ConfigError::invalid(
+                "url",
+                format!(
+                    "{} is not a valid redis URL ({:?})",
+                    redact_url(self.url),
+                    e.kind()
+                ),
+            )
+        })?;
+        if let redis::ConnectionAddr::Tcp(_, 0) | redis::ConnectionAddr::TcpTls { port: 0, .. } =
+            info.addr()
+        {
+            return Err(ConfigError::invalid(
+                "url",
+                format!(
+                    "{}: port 0 is not a port to connect to",
+                    redact_url(self.url)
+                ),
+            ));
+        }
+        let info = match self.password {
+            Some(pw) => {
+                let redis = info.redis_settings().clone().set_password(pw);
+                info.set_redis_settings(redis)
+            }
+            None => info,
+        };
+        let rejected = |e: redis::RedisError| {
+            ConfigError::invalid(
+                "url",
+                format!("{} rejected ({:?})", redact_url(self.url), e.kind()),
+            )
+        };
+        #[cfg(feature = "tls")]
+        if scheme == super::url::Scheme::Tls {
+            crate::util::tls::install_crypto_provider();
+            if self.tls.is_set() {
+                let certs = self.tls.certificates()?;
+                return redis::Client::build_with_tls(info, certs).map_err(rejected);
+            }
+        }
+        let _ = scheme;
+        redis::Client::open(info).map_err(rejected)
+    }
+}
+
+/// Checks the settings and a single server's URL as [`connect`] does, without connecting.
+///
+/// # Errors
+/// A [`ConfigError`] naming the setting or `url`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn check(o: &Options<'_>) -> Result<(), ConfigError> {
+    o.validate().map(|_| ())
+}
+
+/// Connects (the multiplexed connection first, so a bad address fails here) and starts the
+/// pub/sub task; sets `reached` once a Sentinel of the set answered.
+///
+/// # Errors
+/// As `ClientBuilder::connect`.
+pub(crate) async fn connect(o: Options<'_>, reached: &mut bool) -> Result<Arc<Transport>, Error> {
+    match topology_url::parse(o.url)? {
+        Target::Single(_) => {}
+        #[cfg(feature = "cluster")]
+        Target::Cluster { seeds } => return connect_cluster(o, &seeds).await,
+        #[cfg(not(feature = "cluster"))]
+        Target::Cluster { .. } => return Err(missing_feature(o.url, "cluster")),
+        #[cfg(feature = "sentinel")]
+        Target::Sentinel {
+            sentinels,
+            service,
+            data,
+        } => return connect_sentinel(o, sentinels, service, &data, reached).await,
+        #[cfg(not(feature = "sentinel"))]
+        Target::Sentinel { .. } => return Err(missing_feature(o.url, "sentinel")),
+    }
+    let _ = reached;
+    let client = o.validate()?;
+    let settings = o.settings.clone();
+    first_connection_check(&client, &settings).await?;
+    let manager = connect_manager(&client, &settings).await?;
+    // Fail closed, and at connect: with no password given, redis-rs sends no AUTH, so a
+    // server that requires one accepts the connection and only the first request fails
+    // (NOAUTH). One PING makes that a Permission error here.
+    let mut conn = manager.clone();
+    redis::cmd("PING").query_async::<()>(&mut conn).await?;
+    let t = assemble(client, manager, settings);
+    warn_if_unsafe(&t).await;
+    Ok(t)
+}
+
+/// Connects to the primary a Sentinel set names for `service` and follows it across
+/// failovers ([`super::follow`]).
+#[cfg(feature = "sentinel")]
+async fn connect_sentinel(
+    o: Options<'_>,
+    sentinels: Vec<String>,
+    service: String,
+    data: &topology_url::DataTemplate,
+    reached: &mut bool,
+) -> Result<Arc<Transport>, Error> {
+    o.settings.check()?;
+    let settings = o.settings.clone();
+    let (host, port) =
+        super::sentinel::resolve_primary(&sentinels, &service, settings.connect_timeout).await?;
+    // A Sentinel answered: the deployment is there, its primary may be failing over.
+    *reached = true;
+    let client = o.client_for(&data.primary_url(&host, port))?;
+    let manager = connect_manager(&client, &settings).await?;
+    let mut conn = manager.clone();
+    redis::cmd("PING").query_async::<()>(&mut conn).await?;
+    let endpoint = format!("sentinel:{service}@{}", endpoint_of(&client));
+    let cancel = CancellationToken::new();
+    let followed = super::follow::Followed::start(
+        client,
+        manager,
+        sentinels,
+        service,
+        settings.clone(),
+        cancel.clone(),
+    );
+    let t = assemble_with(
+        Router::Followed(followed.clone()),
+        HubSource::Followed(followed),
+        settings,
+        endpoint,
+        cancel,
+    );
+    warn_if_unsafe(&t).await;
+    Ok(t)
+}
+
+/// Connects to a Redis Cluster through `seeds` (plain URLs from a `redis+cluster://` URL):
+/// reads the slot map from the first seed that answers and starts the sharded pub/sub task.
+#[cfg(feature = "cluster")]
+async fn connect_cluster(o: Options<'_>, seeds: &[String]) -> Result<Arc<Transport>, Error> {
+    o.settings.check()?;
+    let clients = seeds
+        .iter()
+        .map(|u| o.client_for(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    let infos = clients
+        .iter()
+        .map(|c| c.get_connection_info().clone())
+        .collect();
+    let Some(first) = clients.first() else {
+        return Err(Error::Config(ConfigError::invalid(
+            "url",
+            format!("{}: a cluster URL needs a seed", redact_url(o.url)),
+        )));
+    };
+    let endpoint = format!("cluster:{}", endpoint_of(first));
+    let cluster = super::cluster::Cluster::connect(clients, o.settings.clone()).await?;
+    let moved = cluster.moved();
+    let t = assemble_with(
+        Router::Cluster(cluster),
+        HubSource::Sharded {
+            seeds: infos,
+            moved,
+        },
+        o.settings.clone(),
+        endpoint,
+        CancellationToken::new(),
+    );
+    warn_if_unsafe(&t).await;
+    Ok(t)
+}
+
+/// A client that connects on first use: checks the settings and URL as [`connect`] does, but
+/// sends nothing.
+///
+/// # Errors
+/// [`Error::Config`] for invalid settings or URL, a cluster or Sentinel URL, or when called
+/// outside a Tokio runtime.
+pub(crate) fn connect_lazy(o: Options<'_>) -> Result<Arc<Transport>, Error> {
+    if !matches!(topology_url::parse(o.url)?, Target::Single(_)) {
+        return Err(Error::Config(ConfigError::invalid(
+            "url",
+            format!(
+                "{}: build_lazy takes a single server's URL (a cluster or Sentinel client \
+                 must first ask the nodes where the data lives: use connect)",
+                redact_url(o.url)
+            ),
+        )));
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(Error::Config(ConfigError::invalid(
+            "runtime",
+            "build_lazy must be called within a Tokio runtime",
+        )));
+    }
+    let client = o.validate()?;
+    let settings = o.settings.clone();
+    let manager = lazy_manager(&client, &settings)?;
+    Ok(assemble(client, manager, settings))
+}
+
+/// A transport on `manager`, with its pub/sub task started.
+fn assemble(
+    client: redis::Client,
+    manager: ConnectionManager,
+    settings: ConnSettings,
+) -> Arc<Transport> {
+    let endpoint = endpoint_of(&client);
+    let hub = HubSource::Plain(Box::new(client.clone()));
+    let router = Router::single(client, manager, &settings, endpoint.clone());
+    assemble_with(router, hub, settings, endpoint, CancellationToken::new())
+}
+
+/// A transport over `router`, with its pub/sub task started on `hub`.
+fn assemble_with(
+    router: Router,
+    hub: HubSource,
+    settings: ConnSettings,
+    endpoint: String,
+    cancel: CancellationToken,
+) -> Arc<Transport> {
+    // The hub is tracked with the workers, so `shutdown` also waits for it to let go of its
+    // connection.
+    let tracker = TaskTracker::new();
+    let hub = Hub::start(hub, settings.clone(), cancel.clone(), &tracker);
+    Arc::new(Transport {
+        router,
+        hub,
+        cancel,
+        tracker,
+        settings,
+        endpoint,
+        wait_reads: tokio::sync::Semaphore::new(super::WAIT_READS),
+        #[cfg(feature = "testing")]
+        before_exec: std::sync::Mutex::new(None),
+    })
+}
+
+/// A configuration error for a URL form whose cargo feature is not compiled in.
+#[cfg(not(all(feature = "cluster", feature = "sentinel")))]
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::Config(ConfigError::invalid(
+        "url",
+        format!(
+            "{}: this URL needs baton's `{feature}` feature, which is not compiled in",
+            redact_url(url)
+        ),
+    ))
+}
+
+/// `host:port/db` (host lowercased) or `path/db`: what identifies a server as configured, without
+/// credentials.
+fn endpoint_of(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    format!(
+        "{}/{}",
+        info.addr().to_string().to_ascii_lowercase(),
+        info.redis_settings().db()
+    )
+}
+
+/// One direct connection before the connection manager, which retries whatever fails: an
+/// error no retry can fix (a failed TLS handshake, a wrong password or unknown user, a
+/// database index out of range) is returned at once, so the server sees one failed login, not
+/// one per retry; anything else is left to the manager's usual path.
+async fn first_connection_check(
+    client: &redis::Client,
+    settings: &ConnSettings,
+) -> Result<(), Error> {
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    let fut = client.get_multiplexed_async_connection_with_config(&cfg);
+    match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
+        Ok(Err(e)) => {
+            let e = Error::from(e);
+            if matches!(
+                e.kind(),
+                ErrorKind::Tls | ErrorKind::Permission | ErrorKind::Misconfigured
+            ) {
+                return Err(e);
+            }
+            Ok(())
+        }
+        Ok(Ok(_)) => Ok(()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Logs a warning (via `tracing`) when the server's durability settings are unsafe; best
+/// effort: managed Redis services often forbid `CONFIG`, which is fine.
+async fn warn_if_unsafe(t: &Transport) {
+    match t.durability().await {
+        Ok(d) if !d.is_safe() => tracing::warn!(
+            problems = ?d.problems(),
+            "redis may lose acknowledged writes; baton's guarantees need appendonly yes, \
+             appendfsync always and maxmemory-policy noeviction"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "cannot read redis durability settings"),
+    }
+}
+
+impl Transport {
+    /// Reads the server's durability settings with `CONFIG GET`.
+    ///
+    /// # Errors
+    /// A permission error where `CONFIG` is not allowed; connection errors.
+    pub(crate) async fn durability(&self) -> Result<Durability, Error> {
+        let mut conn = self.router.any().await?.conn();
+        let pairs: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .arg("appendfsync")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await?;
+        Ok(Durability {
+            appendonly: pairs.get("appendonly").cloned(),
+            appendfsync: pairs.get("appendfsync").cloned(),
+            maxmemory_policy: pairs.get("maxmemory-policy").cloned(),
+        })
+    }
+}
