@@ -98,12 +98,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
-use tokio_postgres::Row;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::postgres::{classify, kind_of, not_creatable, Dedicated, PgTransport, Pooled};
+use crate::backend::postgres::advisory::{self as sql, Beat, Call, CREATE_FENCE};
+use crate::backend::postgres::{Dedicated, PgTransport, Pooled};
 use crate::backend::Backend;
 use crate::error::{Error, ErrorKind};
 
@@ -118,12 +116,6 @@ pub use tokio_postgres;
 /// transaction it is given.
 pub type XactFuture<'t, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 't>>;
 
-/// The fencing sequence of session guards.
-const FENCE_SEQUENCE: &str = "baton_advisory_fence";
-const CREATE_FENCE: &str = "CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence";
-const NEXT_FENCE: &str = "SELECT nextval('baton_advisory_fence'), pg_backend_pid()";
-const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, $2)";
-
 /// Exclusive or shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdvisoryMode {
@@ -133,97 +125,13 @@ pub enum AdvisoryMode {
     Shared,
 }
 
-/// Which PostgreSQL function a step calls.
-#[derive(Clone, Copy)]
-enum Call {
-    Lock,
-    TryLock,
-    Unlock,
-    XactLock,
-    TryXactLock,
-}
-
-/// `SELECT <function>($1[, $2])` for `call` in `mode` (fixed identifiers only; the key is bound);
-/// a session lock also returns `pg_backend_pid()`, for the pooler check.
-fn statement(call: Call, mode: AdvisoryMode, key: AdvisoryKey) -> String {
-    let base = match call {
-        Call::Lock => "pg_advisory_lock",
-        Call::TryLock => "pg_try_advisory_lock",
-        Call::Unlock => "pg_advisory_unlock",
-        Call::XactLock => "pg_advisory_xact_lock",
-        Call::TryXactLock => "pg_try_advisory_xact_lock",
+/// `key` in PostgreSQL's key spaces, and whether `mode` is shared: what the statements take.
+fn wire(key: AdvisoryKey, mode: AdvisoryMode) -> (sql::Key, bool) {
+    let key = match key.repr() {
+        Repr::Int(k) => sql::Key::Int(k),
+        Repr::Pair(a, b) => sql::Key::Pair(a, b),
     };
-    let suffix = match mode {
-        AdvisoryMode::Exclusive => "",
-        AdvisoryMode::Shared => "_shared",
-    };
-    let args = match key.repr() {
-        Repr::Int(_) => "$1::int8",
-        Repr::Pair(..) => "$1::int4, $2::int4",
-    };
-    let pid = match call {
-        Call::Lock | Call::TryLock => ", pg_backend_pid()",
-        Call::Unlock | Call::XactLock | Call::TryXactLock => "",
-    };
-    format!("SELECT {base}{suffix}({args}){pid}")
-}
-
-/// Runs the statement of `call` for `key` on `client`, in one round trip (types given).
-async fn run_call(
-    client: &tokio_postgres::Client,
-    call: Call,
-    mode: AdvisoryMode,
-    key: AdvisoryKey,
-) -> Result<Vec<Row>, tokio_postgres::Error> {
-    let sql = statement(call, mode, key);
-    match key.repr() {
-        Repr::Int(k) => client.query_typed(&sql, &[(&k, Type::INT8)]).await,
-        Repr::Pair(a, b) => {
-            client
-                .query_typed(&sql, &[(&a, Type::INT4), (&b, Type::INT4)])
-                .await
-        }
-    }
-}
-
-/// The boolean a `pg_try_*`/`pg_*_unlock` call returned.
-fn boolean(rows: &[Row], context: &'static str) -> Result<bool, Error> {
-    rows.first()
-        .and_then(|row| row.try_get::<_, bool>(0).ok())
-        .ok_or_else(|| Error::UnexpectedReply {
-            context,
-            reply: format!("{} rows, not one boolean", rows.len()),
-        })
-}
-
-/// Whether a failed statement still proves the session alive: the server answered with an
-/// ordinary error (e.g. "current transaction is aborted" inside the holder's own transaction).
-fn session_alive(err: &tokio_postgres::Error) -> bool {
-    err.as_db_error()
-        .is_some_and(|db| kind_of(db.code()) != ErrorKind::Connection)
-}
-
-/// Sends PostgreSQL a cancel request for the statement in flight if dropped armed: a caller
-/// that gives up on a blocking acquisition (drops its future) must not leave a backend queued
-/// for the lock (it would take it and hold it until it noticed the connection gone).
-struct CancelOnDrop(Option<(tokio_postgres::CancelToken, crate::backend::postgres::Tls)>);
-
-impl CancelOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some((token, tls)) = self.0.take() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let _ = token.cancel_query(tls).await;
-                });
-            }
-        }
-    }
+    (key, mode == AdvisoryMode::Shared)
 }
 
 /// A pooled connection that goes back to the pool only when marked clean: after an error of
@@ -351,48 +259,28 @@ impl AdvisoryLocks {
         let t = self.transport()?.clone();
         let conn = t.dedicated().await?;
         let client = &conn.client;
-        let rows = if try_only {
-            let rows = t
-                .timed(
-                    "taking an advisory lock",
-                    run_call(client, Call::TryLock, mode, key),
-                )
-                .await?;
-            if !boolean(&rows, "pg_try_advisory_lock")? {
+        let (k, shared) = wire(key, mode);
+        let granted = if try_only {
+            match sql::try_lock(&t, client, Call::TryLock, shared, k).await? {
+                Some(granted) => granted,
                 // Dropping `conn` closes the connection.
-                return Ok(None);
+                None => return Ok(None),
             }
-            rows
         } else {
             let lock_timeout = opts.lock_timeout();
             if let Some(lock_timeout) = &lock_timeout {
-                t.timed(
-                    "setting lock_timeout",
-                    client.query_typed(
-                        SET_LOCK_TIMEOUT,
-                        &[(lock_timeout, Type::TEXT), (&false, Type::BOOL)],
-                    ),
-                )
-                .await?;
+                sql::set_lock_timeout(&t, client, lock_timeout, false).await?;
             }
-            let rows = wait_for_lock(&t, client, Call::Lock, mode, key, opts).await?;
+            let name = key.to_string();
+            let granted =
+                sql::wait_for_lock(&t, client, Call::Lock, shared, k, opts.wait(), &name).await?;
             if lock_timeout.is_some() {
-                t.timed(
-                    "resetting lock_timeout",
-                    client.batch_execute("SET lock_timeout TO DEFAULT"),
-                )
-                .await?;
+                sql::reset_lock_timeout(&t, client, false).await?;
             }
-            rows
+            granted
         };
-        let lock_pid: i32 = rows
-            .first()
-            .and_then(|row| row.try_get(1).ok())
-            .ok_or_else(|| Error::UnexpectedReply {
-                context: "pg_advisory_lock",
-                reply: format!("{} rows, without the backend pid", rows.len()),
-            })?;
-        let (fencing_token, backend_pid) = next_fence(&t, client).await?;
+        let lock_pid = granted.backend_pid()?;
+        let (fencing_token, backend_pid) = sql::next_fence(&t, client).await?;
         if lock_pid != backend_pid {
             // Two statements, two server sessions: a pooler in transaction mode (see the module
             // docs). Dropping `conn` is all that can be done; the lock stays on the server
@@ -518,20 +406,12 @@ impl AdvisoryLocks {
             .await?;
         // The pool's connections bound baton's own statements at the response timeout; the
         // wait and the caller's work get the role's own setting back.
-        t.timed(
-            "beginning a transaction",
-            tx.batch_execute("SET LOCAL statement_timeout TO DEFAULT"),
-        )
-        .await?;
+        sql::unbound_statements(&t, &tx).await?;
         let client = tx.client();
+        let (k, shared) = wire(key, mode);
         if try_only {
-            let rows = t
-                .timed(
-                    "taking an advisory lock",
-                    run_call(client, Call::TryXactLock, mode, key),
-                )
-                .await?;
-            if !boolean(&rows, "pg_try_advisory_xact_lock")? {
+            let granted = sql::try_lock(&t, client, Call::TryXactLock, shared, k).await?;
+            if granted.is_none() {
                 t.timed("rolling back", tx.rollback()).await?;
                 lease.clean = true;
                 return Ok(None);
@@ -539,16 +419,13 @@ impl AdvisoryLocks {
         } else {
             let lock_timeout = opts.lock_timeout();
             if let Some(lock_timeout) = &lock_timeout {
-                t.timed(
-                    "setting lock_timeout",
-                    client.query_typed(
-                        SET_LOCK_TIMEOUT,
-                        &[(lock_timeout, Type::TEXT), (&true, Type::BOOL)],
-                    ),
-                )
-                .await?;
+                sql::set_lock_timeout(&t, client, lock_timeout, true).await?;
             }
-            if let Err(e) = wait_for_lock(&t, client, Call::XactLock, mode, key, opts).await {
+            let name = key.to_string();
+            let wait = opts.wait();
+            if let Err(e) =
+                sql::wait_for_lock(&t, client, Call::XactLock, shared, k, wait, &name).await
+            {
                 if e.kind() == ErrorKind::NotAcquired
                     && t.timed("rolling back", tx.rollback()).await.is_ok()
                 {
@@ -557,11 +434,7 @@ impl AdvisoryLocks {
                 return Err(e);
             }
             if lock_timeout.is_some() {
-                t.timed(
-                    "resetting lock_timeout",
-                    client.batch_execute("SET LOCAL lock_timeout TO DEFAULT"),
-                )
-                .await?;
+                sql::reset_lock_timeout(&t, client, true).await?;
             }
         }
         match work(&tx).await {
@@ -584,100 +457,6 @@ impl AdvisoryLocks {
             }
         }
     }
-}
-
-/// Runs the blocking lock statement: the server's `lock_timeout` (already set) bounds the wait;
-/// the client adds the response timeout on top, in case the server never says.
-async fn wait_for_lock(
-    t: &PgTransport,
-    client: &tokio_postgres::Client,
-    call: Call,
-    mode: AdvisoryMode,
-    key: AdvisoryKey,
-    opts: &AdvisoryOptions,
-) -> Result<Vec<Row>, Error> {
-    let started = Instant::now();
-    let cancel = CancelOnDrop(Some((client.cancel_token(), t.tls.clone())));
-    let wait = run_call(client, call, mode, key);
-    let result = match opts.wait() {
-        Some(bound) => {
-            match tokio::time::timeout(bound + t.settings.response_timeout, wait).await {
-                Ok(result) => result,
-                // Dropping `cancel` armed asks the server to stop waiting.
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        during: "waiting for an advisory lock",
-                    })
-                }
-            }
-        }
-        None => wait.await,
-    };
-    cancel.disarm();
-    match result {
-        Ok(rows) => Ok(rows),
-        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Err(Error::NotAcquired {
-            key: key.to_string(),
-            tries: 1,
-            waited: started.elapsed(),
-        }),
-        Err(e) => Err(classify(e, "waiting for an advisory lock")),
-    }
-}
-
-/// A fencing token and the backend's pid, from the guard's connection after the grant; creates
-/// the sequence on first use.
-async fn next_fence(t: &PgTransport, client: &tokio_postgres::Client) -> Result<(u64, i32), Error> {
-    let rows = match t
-        .timed(
-            "taking a fencing token",
-            client.query_typed(NEXT_FENCE, &[]),
-        )
-        .await
-    {
-        Err(Error::Postgres { code, .. }) if code == SqlState::UNDEFINED_TABLE.code() => {
-            // Concurrent `CREATE … IF NOT EXISTS` can still fail with a duplicate: someone else
-            // made it, which is all we need.
-            match t
-                .timed(
-                    "creating the fencing sequence",
-                    client.batch_execute(CREATE_FENCE),
-                )
-                .await
-            {
-                Ok(()) => {}
-                Err(Error::Postgres { code, .. })
-                    if code == SqlState::UNIQUE_VIOLATION.code()
-                        || code == SqlState::DUPLICATE_TABLE.code() => {}
-                Err(e) => return Err(not_creatable(e, &[FENCE_SEQUENCE])),
-            }
-            t.timed(
-                "taking a fencing token",
-                client.query_typed(NEXT_FENCE, &[]),
-            )
-            .await?
-        }
-        other => other?,
-    };
-    let bad = |reply: String| Error::UnexpectedReply {
-        context: "nextval('baton_advisory_fence')",
-        reply,
-    };
-    let row = rows
-        .first()
-        .ok_or_else(|| bad(format!("{} rows", rows.len())))?;
-    let fence: i64 = row
-        .try_get(0)
-        .map_err(|e| bad(format!("not a bigint ({e})")))?;
-    let pid: i32 = row
-        .try_get(1)
-        .map_err(|e| bad(format!("no backend pid ({e})")))?;
-    let fence = u64::try_from(fence).map_err(|_| {
-        bad(format!(
-            "{fence}: the sequence {FENCE_SEQUENCE} was altered to hand out negative values"
-        ))
-    })?;
-    Ok((fence, pid))
 }
 
 /// A session-scoped advisory lock, held on a dedicated connection the guard owns (see the
@@ -837,17 +616,12 @@ impl AdvisoryGuard {
             return Ok(false);
         }
         self.stop.cancel();
-        let result = self
-            .transport
-            .timed(
-                "releasing an advisory lock",
-                run_call(&self.conn.client, Call::Unlock, self.mode, self.key),
-            )
-            .await;
+        let (k, shared) = wire(self.key, self.mode);
+        let result = sql::unlock(&self.transport, &self.conn.client, shared, k).await;
         // `self` drops here, closing the connection in every case.
         match result {
-            Ok(rows) => {
-                let held = boolean(&rows, "pg_advisory_unlock")?;
+            Ok(held) => {
+                let held = held?;
                 if !held {
                     tracing::warn!(key = %self.key, "PostgreSQL says this session did not hold the advisory lock (unlocked through the guard's client?)");
                 }
@@ -860,19 +634,6 @@ impl AdvisoryGuard {
             Err(e) => Err(e),
         }
     }
-}
-
-/// The backend pid a heartbeat's `SELECT pg_backend_pid()` returned, if it is not `expected`
-/// (the connection goes through a pooler that moved it to another server session). An answer
-/// without a row (inside the holder's aborted transaction, say) moves nothing.
-fn moved_session(reply: &[tokio_postgres::SimpleQueryMessage], expected: i32) -> Option<String> {
-    reply.iter().find_map(|message| match message {
-        tokio_postgres::SimpleQueryMessage::Row(row) => match row.get(0) {
-            Some(pid) if pid.parse() == Ok(expected) => None,
-            other => Some(other.unwrap_or("NULL").to_string()),
-        },
-        _ => None,
-    })
 }
 
 /// The guard's heartbeat: `SELECT pg_backend_pid()` every `interval`, bounded by `timeout`. A
@@ -896,30 +657,20 @@ async fn heartbeat_task(
             _ = tokio::time::sleep(interval) => {}
         }
         let Some(conn) = conn.upgrade() else { return };
-        let ping =
-            tokio::time::timeout(timeout, conn.client.simple_query("SELECT pg_backend_pid()"));
+        let ping = tokio::time::timeout(timeout, sql::heartbeat(&conn.client, backend_pid));
         let verdict = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             verdict = ping => verdict,
         };
         let why = match verdict {
-            Ok(Ok(reply)) => match moved_session(&reply, backend_pid) {
-                None => continue,
-                Some(other) => format!(
-                    "the heartbeat ran in another server session (backend {other}, the lock is \
-                     in {backend_pid}): a connection pooler in transaction or statement mode \
-                     moved this connection, and a session lock cannot be held through it"
-                ),
-            },
-            Ok(Err(e)) if session_alive(&e) => continue,
-            Ok(Err(e)) => format!(
-                "the heartbeat on the lock's connection failed: {}",
-                match e.as_db_error() {
-                    Some(db) => format!("{} ({})", db.message(), db.code().code()),
-                    None => e.to_string(),
-                }
+            Ok(Beat::Alive) => continue,
+            Ok(Beat::Moved(other)) => format!(
+                "the heartbeat ran in another server session (backend {other}, the lock is \
+                 in {backend_pid}): a connection pooler in transaction or statement mode \
+                 moved this connection, and a session lock cannot be held through it"
             ),
+            Ok(Beat::Failed(e)) => format!("the heartbeat on the lock's connection failed: {e}"),
             Err(_) => format!(
                 "the heartbeat on the lock's connection got no answer within {timeout:?}; the \
                  connection is closed"
@@ -932,36 +683,5 @@ async fn heartbeat_task(
         lost.cancel();
         conn.close();
         return;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statements_name_fixed_functions_and_bind_the_key() {
-        let int = AdvisoryKey::from(7_i64);
-        let pair = AdvisoryKey::from((1, 2));
-        assert_eq!(
-            statement(Call::Lock, AdvisoryMode::Exclusive, int),
-            "SELECT pg_advisory_lock($1::int8), pg_backend_pid()"
-        );
-        assert_eq!(
-            statement(Call::TryLock, AdvisoryMode::Shared, pair),
-            "SELECT pg_try_advisory_lock_shared($1::int4, $2::int4), pg_backend_pid()"
-        );
-        assert_eq!(
-            statement(Call::Unlock, AdvisoryMode::Shared, int),
-            "SELECT pg_advisory_unlock_shared($1::int8)"
-        );
-        assert_eq!(
-            statement(Call::XactLock, AdvisoryMode::Exclusive, pair),
-            "SELECT pg_advisory_xact_lock($1::int4, $2::int4)"
-        );
-        assert_eq!(
-            statement(Call::TryXactLock, AdvisoryMode::Exclusive, int),
-            "SELECT pg_try_advisory_xact_lock($1::int8)"
-        );
     }
 }

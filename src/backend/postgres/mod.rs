@@ -35,6 +35,7 @@
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
+pub(crate) mod advisory;
 pub(crate) mod classify;
 pub(crate) mod connect;
 pub(crate) mod dedicated;
