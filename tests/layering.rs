@@ -21,10 +21,18 @@
 //! lib.rs       the crate root: may reference anything (re-exports)
 //! ```
 //!
+//! A second rule keeps the wire protocols in the backends: outside `src/backend/`,
+//! `src/testing/` and `src/bin/`, no path names the `redis` or `tokio_postgres` crates or a
+//! backend's folder (`crate::backend::redis::…`, `crate::backend::postgres::…`; the seams'
+//! own items, `crate::backend::X`, are fine), and no string literal holds a Redis script
+//! (`redis.call(`) or starts with a SQL verb. Files still in breach are listed in
+//! `KNOWN_WIRE` until their code has moved.
+//!
 //! The compiler cannot enforce this inside one crate, so this test reads the sources. It is a
-//! small hand-written scanner, not a Rust parser: it strips comments and literals, then looks at
-//! every path that starts with `crate::` or `super::` (in `use` lines, expressions, types, and
-//! `use` groups) and resolves it to a top-level module. A top-level module that is in no layer
+//! small hand-written scanner, not a Rust parser: it strips comments and literals (keeping
+//! string literals' contents, for the wire rule), then looks at every path that starts with
+//! `crate::` or `super::` (in `use` lines, expressions, types, and `use` groups) and resolves
+//! it to a top-level module. A top-level module that is in no layer
 //! is reported by itself, so a new file cannot dodge the check by not being in the table.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -12,13 +12,20 @@
 //! - **a job store** (the failover coordinator's job state): the `JobStore` trait of
 //!   `failover::store`, with one implementation per backend.
 //!
+//! Two more seams are defined here once and implemented in each backend's folder:
+//! - [`connect`]: the one way a client builds its backend, `connect::connect(url, settings)`,
+//!   which reads the URL's scheme and hands the rest to the backend's own connect and checks;
+//! - [`inspect`]: what the operator's view reads (a listing's batches, lock-shaped entries), as
+//!   raw typed records the inspector judges.
+//!
 //! Everything a backend does over the network lives in its own folder and imports no
 //! primitive:
-//! - [`redis`]: Redis, Valkey, Cluster and Sentinel: the multiplexed connection, the pool of
-//!   dedicated connections, the pub/sub hub, routing, TLS, URLs, error classification and the
-//!   ACL rules;
-//! - `postgres` (feature `postgres`): the pool, dedicated sessions, the `LISTEN` hub, schema
-//!   migrations, the classification of SQLSTATEs and the lock table's statements.
+//! - [`redis`]: Redis, Valkey, Cluster and Sentinel: connecting, the multiplexed connection,
+//!   the pool of dedicated connections, the pub/sub hub, routing, TLS, URLs, error
+//!   classification, the ACL rules and the inspection's `SCAN`;
+//! - `postgres` (feature `postgres`): connecting and the settings check, the pool, dedicated
+//!   sessions, the `LISTEN` hub, schema migrations, the classification of SQLSTATEs, the lock
+//!   table's statements and the advisory lock functions.
 //!
 //! A module named `redis` here shadows the `redis` crate inside this file: write `::redis::`
 //! for the crate.

@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind};
 
 /// The fencing sequence of session guards.
 pub(crate) const FENCE_SEQUENCE: &str = "baton_advisory_fence";
-/// What [`crate::backend::postgres`]'s migration of advisory locks creates.
+/// Creates the fencing sequence (`AdvisoryLocks::migrate`, or a first acquisition without it).
 pub(crate) const CREATE_FENCE: &str = "CREATE SEQUENCE IF NOT EXISTS baton_advisory_fence";
 const NEXT_FENCE: &str = "SELECT nextval('baton_advisory_fence'), pg_backend_pid()";
 const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, $2)";

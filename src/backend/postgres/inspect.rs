@@ -47,7 +47,7 @@ fn record(stored: crate::util::lock_replies::Stored) -> LockRecord {
     }
 }
 
-/// The next page: of the job table (left to the job store: [`Found::JobPage`]), then of the
+/// The next page: of the job table (left to the job store: [`PageFound::Jobs`]), then of the
 /// lock table, each table skipped when `tables` says the kinds asked for are not there.
 pub(crate) async fn list_step(
     t: &PgTransport,
