@@ -120,7 +120,8 @@ impl LockOptions {
     /// Starts from the defaults.
     pub fn builder() -> LockOptionsBuilder {
         LockOptionsBuilder {
-            raw: RawOptions::from(LockOptions::default()),
+            opts: LockOptions::default(),
+            replica_ack: (0, None),
         }
     }
 
@@ -252,15 +253,32 @@ impl From<LockOptions> for RawOptions {
 
 impl TryFrom<RawOptions> for LockOptions {
     type Error = ConfigError;
-    fn try_from(raw: RawOptions) -> Result<Self, ConfigError> {
-        LockOptionsBuilder { raw }.build()
+    fn try_from(r: RawOptions) -> Result<Self, ConfigError> {
+        let d = |v: Option<u64>| v.map(Duration::from_millis);
+        LockOptionsBuilder {
+            opts: LockOptions {
+                wait: d(r.wait_ms),
+                max_tries: r.max_tries,
+                max_backoff: d(r.max_backoff_ms),
+                watchdog: r.watchdog,
+                max_hold: d(r.max_hold_ms),
+                replica_ack: None,
+                waiter_timeout: d(r.waiter_timeout_ms),
+                heartbeat: d(r.heartbeat_ms),
+            },
+            replica_ack: (r.replica_ack, d(r.replica_ack_timeout_ms)),
+        }
+        .build()
     }
 }
 
-/// Builder of [`LockOptions`].
+/// Builder of [`LockOptions`]. Keeps durations as given (the serialized form is in whole
+/// milliseconds).
 #[derive(Debug, Clone)]
 pub struct LockOptionsBuilder {
-    raw: RawOptions,
+    opts: LockOptions,
+    /// `replica_ack` as given: replicas (0: off) and the timeout.
+    replica_ack: (u32, Option<Duration>),
 }
 
 impl LockOptionsBuilder {
@@ -268,7 +286,7 @@ impl LockOptionsBuilder {
     /// (`Duration::ZERO`: one try; the advisory lock needs at least 1 ms, its server-side
     /// `lock_timeout`). Defaults to waiting forever.
     pub fn wait(mut self, d: Duration) -> Self {
-        self.raw.wait_ms = Some(ms(d));
+        self.opts.wait = Some(d);
         self
     }
 
@@ -276,7 +294,7 @@ impl LockOptionsBuilder {
     /// (1 ..= 2^32−1). Not on the advisory lock (the server queues its waiter). Defaults to no
     /// limit.
     pub fn max_tries(mut self, n: u32) -> Self {
-        self.raw.max_tries = Some(n);
+        self.opts.max_tries = Some(n);
         self
     }
 
@@ -285,21 +303,21 @@ impl LockOptionsBuilder {
     /// lock backs off after transient errors only: a release wakes its next waiter). Not on the
     /// advisory lock. Defaults to 1 s.
     pub fn max_backoff(mut self, d: Duration) -> Self {
-        self.raw.max_backoff_ms = Some(ms(d));
+        self.opts.max_backoff = Some(d);
         self
     }
 
     /// Starts the guard's watchdog (see [`LeaseGuard::start_watchdog`](crate::LeaseGuard::start_watchdog)).
     /// `with_lock` always turns it on. Not on the advisory lock (no lease). Defaults to off.
     pub fn watchdog(mut self, on: bool) -> Self {
-        self.raw.watchdog = on;
+        self.opts.watchdog = on;
         self
     }
 
     /// With the watchdog, stops extending once the lock was held this long and fires the loss
     /// signal then. Must exceed 0. Not on the advisory lock. Defaults to no cap.
     pub fn max_hold(mut self, d: Duration) -> Self {
-        self.raw.max_hold_ms = Some(ms(d));
+        self.opts.max_hold = Some(d);
         self
     }
 
@@ -318,8 +336,7 @@ impl LockOptionsBuilder {
     /// acquisition with it is [`Error::Unsupported`](crate::Error::Unsupported) (on PostgreSQL,
     /// configure synchronous replication on the server instead). Defaults to off.
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.raw.replica_ack = replicas;
-        self.raw.replica_ack_timeout_ms = Some(ms(timeout));
+        self.replica_ack = (replicas, Some(timeout));
         self
     }
 
@@ -328,14 +345,14 @@ impl LockOptionsBuilder {
     /// stalled) waiter loses its place, and a dead head delays the queue by at most this much.
     /// The fair lock only. Defaults to 10 s.
     pub fn waiter_timeout(mut self, d: Duration) -> Self {
-        self.raw.waiter_timeout_ms = Some(ms(d));
+        self.opts.waiter_timeout = Some(d);
         self
     }
 
     /// The advisory session guard's heartbeat interval ([`MIN_HEARTBEAT`] ..=
     /// [`MAX_HEARTBEAT`]). The advisory lock only. Defaults to [`DEFAULT_HEARTBEAT`] (1 s).
     pub fn heartbeat(mut self, d: Duration) -> Self {
-        self.raw.heartbeat_ms = Some(ms(d));
+        self.opts.heartbeat = Some(d);
         self
     }
 
@@ -344,26 +361,18 @@ impl LockOptionsBuilder {
     /// # Errors
     /// A [`ConfigError`] naming the field out of range.
     pub fn build(self) -> Result<LockOptions, ConfigError> {
-        let r = self.raw;
-        let wait = r.wait_ms.map(Duration::from_millis);
-        let max_backoff = r.max_backoff_ms.map(Duration::from_millis);
-        let max_hold = r.max_hold_ms.map(Duration::from_millis);
-        crate::lease::check_waiting(
-            wait,
-            r.max_tries,
-            max_backoff.unwrap_or(DEFAULT_MAX_BACKOFF),
-            max_hold,
-        )?;
-        let replica_ack = match r.replica_ack {
-            0 => None,
-            n if n > 100 => {
+        let mut o = self.opts;
+        crate::lease::check_waiting(o.wait, o.max_tries, o.max_backoff(), o.max_hold)?;
+        o.replica_ack = match self.replica_ack {
+            (0, _) => None,
+            (n, _) if n > 100 => {
                 return Err(ConfigError::invalid(
                     "replica_ack",
                     format!("{n} replicas is outside 0 ..= 100"),
                 ))
             }
-            replicas => {
-                let timeout = Duration::from_millis(r.replica_ack_timeout_ms.unwrap_or(1000));
+            (replicas, timeout) => {
+                let timeout = timeout.unwrap_or(Duration::from_secs(1));
                 if timeout.is_zero() || timeout > Duration::from_secs(60) {
                     return Err(ConfigError::invalid(
                         "replica_ack",
@@ -373,12 +382,10 @@ impl LockOptionsBuilder {
                 Some(ReplicaWait { replicas, timeout })
             }
         };
-        let waiter_timeout = r.waiter_timeout_ms.map(Duration::from_millis);
-        if let Some(t) = waiter_timeout {
+        if let Some(t) = o.waiter_timeout {
             validate_timeout("waiter_timeout", t)?;
         }
-        let heartbeat = r.heartbeat_ms.map(Duration::from_millis);
-        if let Some(h) = heartbeat {
+        if let Some(h) = o.heartbeat {
             if !(MIN_HEARTBEAT..=MAX_HEARTBEAT).contains(&h) {
                 return Err(ConfigError::invalid(
                     "heartbeat",
@@ -386,16 +393,7 @@ impl LockOptionsBuilder {
                 ));
             }
         }
-        Ok(LockOptions {
-            wait,
-            max_tries: r.max_tries,
-            max_backoff,
-            watchdog: r.watchdog,
-            max_hold,
-            replica_ack,
-            waiter_timeout,
-            heartbeat,
-        })
+        Ok(o)
     }
 }
 
