@@ -1,7 +1,7 @@
 //! The job table as the layers above the coordinator name it (feature `postgres`): its schema
 //! and cleanup for the client's schema checks, the listing's page for the inspector, and a
 //! grant's statement for tests that interleave it. The statements themselves live in the
-//! PostgreSQL backend (`backend::postgres::jobs`); these are the seam's re-exports.
+//! PostgreSQL backend's job store; these are the seam's re-exports.
 
 pub(crate) use crate::backend::jobs::pg::{status_page, CLEANUP, SCHEMA, TABLE};
 
