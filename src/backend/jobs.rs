@@ -48,6 +48,7 @@ pub(crate) struct JobSpec {
     pub retention: Duration,
     /// Whether the job asks for replica acknowledgements (`replica_ack`), which only Redis
     /// counts.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub replica_ack: bool,
 }
 

@@ -25,9 +25,10 @@ use crate::util::time::human;
 
 // The values the store reads and writes are leaves (the backends build them); the decisions
 // below, the worker and the model checker name them here.
-pub use crate::util::jobs::{
-    Fence, Lease, Message, Observation, State, StateValue, Which, Write, WATCHED,
-};
+/// The keys every transition `WATCH`es (the Redis store reads it from the leaf).
+#[cfg(feature = "model")]
+pub use crate::util::jobs::WATCHED;
+pub use crate::util::jobs::{Fence, Lease, Message, Observation, State, StateValue, Which, Write};
 
 /// A condition that stops the protocol: reported, never written over.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
