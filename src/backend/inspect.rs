@@ -5,10 +5,11 @@
 //!
 //! - [`Backend::list_step`]: the next batch of a listing. On Redis the keys of one cursor-based
 //!   `SCAN MATCH prefix* COUNT n` call on one primary (to be read with
-//!   [`Backend::read_locks`] on the node that returned them); on PostgreSQL a page of the lock
-//!   table, or the job table's next page, which the job store reads.
-//! - [`Backend::read_locks`]: lock-shaped entries (a holder's key, its fence and what counts
-//!   its waiters), read in one round trip on Redis.
+//!   [`Backend::read_entries`] on the node that returned them); on PostgreSQL a page of the
+//!   job table (the job store's statement), then of the lock table.
+//! - [`Backend::read_entries`]: jobs (through the job store's reads) and lock-shaped entries
+//!   (a holder's key, its fence and what counts its waiters), read in one round trip on
+//!   Redis.
 //!
 //! Each backend implements them in its own folder (`redis/inspect.rs`,
 //! `postgres/inspect.rs`); a third backend adds one arm to each method here.
@@ -17,7 +18,8 @@ use std::sync::Arc;
 
 use super::Backend;
 use crate::error::Error;
-pub(crate) use crate::util::inspect::{LockRead, LockRecord, Waiting};
+pub(crate) use crate::util::inspect::{EntryRead, EntryRecord, LockRead, LockRecord, Waiting};
+use crate::util::jobs::JobStatus;
 
 /// Which of PostgreSQL's tables a listing reads (whether the kinds asked for live there).
 #[derive(Debug, Clone, Copy)]
@@ -52,27 +54,13 @@ pub(crate) struct ReadAt(Arc<super::redis::Node>);
 pub(crate) enum Found {
     /// The keys one `SCAN` call returned (Redis), to read at `at`.
     Keys { keys: Vec<String>, at: ReadAt },
-    /// The job table's page after key `after` is next (PostgreSQL): the job store reads it,
-    /// and [`Position::after_jobs`] moves on.
-    JobPage { after: String },
+    /// A page of the job table (PostgreSQL): each row's key and status.
+    JobRows(Vec<(String, JobStatus)>),
     /// A page of the lock table (PostgreSQL): each row's key and record.
     LockRows(Vec<(String, LockRecord)>),
 }
 
 impl Position {
-    /// Past a page of the job table whose last key was `last` (`None`: the page was empty, the
-    /// table is read through).
-    pub(crate) fn after_jobs(&self, last: Option<String>) -> Position {
-        match &self.0 {
-            #[cfg(feature = "postgres")]
-            At::Postgres(page) => Position(At::Postgres(page.after_jobs(last))),
-            _ => {
-                let _ = last;
-                self.clone()
-            }
-        }
-    }
-
     fn of<T>(next: Option<T>, at: impl FnOnce(T) -> At) -> Position {
         Position(next.map_or(At::Done, at))
     }
@@ -118,7 +106,7 @@ impl Backend {
                     .await?;
                 Ok(step.map(|(found, next)| {
                     let found = match found {
-                        PageFound::Jobs { after } => Found::JobPage { after },
+                        PageFound::Jobs(rows) => Found::JobRows(rows),
                         PageFound::Locks(rows) => Found::LockRows(rows),
                     };
                     (found, Position::of(next, At::Postgres))
@@ -127,24 +115,26 @@ impl Backend {
         }
     }
 
-    /// Reads lock-shaped entries, in `reads`' order: at `at` (the node a listing's keys came
-    /// from), or where their keys live (every key of one name shares its hash tag).
+    /// Reads entries, in `reads`' order: at `at` (the node a listing's keys came from), or
+    /// where their keys live (every key of one name shares its hash tag). On Redis one
+    /// pipeline reads them all.
     ///
     /// # Errors
-    /// Connection errors and timeouts (a key of another type is a record's `refused`).
-    pub(crate) async fn read_locks(
+    /// Connection errors and timeouts (a key of another type is a record's `refused`; a job's
+    /// unreadable values its record's error).
+    pub(crate) async fn read_entries(
         &self,
         at: Option<&ReadAt>,
-        reads: &[LockRead],
-    ) -> Result<Vec<LockRecord>, Error> {
+        reads: &[EntryRead],
+    ) -> Result<Vec<EntryRecord>, Error> {
         match self {
             Backend::Redis(t) => {
-                super::redis::inspect::read_locks(t, at.map(|a| &a.0), reads).await
+                super::redis::inspect::read_entries(t, at.map(|a| &a.0), reads).await
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
                 let _ = at;
-                super::postgres::inspect::read_locks(t, reads).await
+                super::postgres::inspect::read_entries(t, reads).await
             }
         }
     }

@@ -9,8 +9,8 @@
 //! - **a lock store** (held locks: acquire, extend and release by token, the fence): its
 //!   operations are methods of [`Backend`] and [`WeakBackend`] written in the lease kernel
 //!   (`lease::store`), because their Redis forms are the kernel's fence-step scripts;
-//! - **a job store** (the failover coordinator's job state): the `JobStore` trait of
-//!   `failover::store`, with one implementation per backend.
+//! - **a job store** (the failover coordinator's job state): [`jobs`], which chooses the
+//!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place.
 //!
 //! Two more seams are defined here once and implemented in each backend's folder:
 //! - [`connect`]: the one way a client builds its backend, `connect::connect(url, settings)`,
@@ -33,6 +33,7 @@
 pub(crate) mod clock;
 pub(crate) mod connect;
 pub(crate) mod inspect;
+pub(crate) mod jobs;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod redis;

@@ -6,10 +6,9 @@
 //! - [`Inspector::list`]: a [`Listing`], read batch by batch through the backend's inspection
 //!   seam (`backend::inspect`). On Redis a cursor-based `SCAN MATCH prefix* COUNT n` on every
 //!   primary (one server, each primary of a cluster, the followed primary of a Sentinel set),
-//!   each batch's locks read in one pipeline on the node that returned the keys and its jobs
-//!   through the job store; never `KEYS`, and never more than one batch in memory. On
-//!   PostgreSQL the tables `baton_jobs` and `baton_locks`, a page at a time (keyset
-//!   pagination).
+//!   each batch's values read in one pipeline on the node that returned the keys; never
+//!   `KEYS`, and never more than one batch in memory. On PostgreSQL the tables `baton_jobs`
+//!   and `baton_locks`, a page at a time (keyset pagination).
 //! - [`Inspector::find`]: what name `K` is, of any kind (a job and a lock may share a name:
 //!   their keys differ).
 //! - [`Inspector::watch`]: follows one lock, fair lock or election: holder changes, tokens,
@@ -29,10 +28,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::inspect::{Found, LockRead, LockRecord, Position, Tables, Waiting};
+use crate::backend::inspect::{
+    EntryRead, EntryRecord, Found, LockRead, LockRecord, Position, Tables, Waiting,
+};
 use crate::backend::Backend;
-use crate::error::{ConfigError, Error, ErrorKind};
-use crate::failover::{Failover, FailoverConfig, JobState, JobStatus};
+use crate::error::{ConfigError, Error};
+use crate::failover::keys::JobKeys;
+use crate::failover::{JobState, JobStatus};
 
 /// The default number of keys asked of one `SCAN` call (or rows of one page): the bound of what
 /// a listing holds at a time.
@@ -407,60 +409,20 @@ impl Inspector {
     /// [`Error::Config`] for an invalid name; connection errors.
     pub async fn find(&self, name: &str) -> Result<Vec<Entry>, Error> {
         crate::util::names::check_name("key", name)?;
-        let mut out: Vec<Entry> = Entry::of_job(name, self.job_status(name).await?)
-            .into_iter()
-            .collect();
-        let kinds = [Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
-        let reads: Vec<LockRead> = kinds
+        let kinds = [Kind::Job, Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
+        let reads: Vec<EntryRead> = kinds
             .iter()
-            .map(|k| lock_read(&self.prefix, *k, name))
+            .map(|k| entry_read(&self.prefix, *k, name))
             .collect();
-        let records = self.backend.read_locks(None, &reads).await?;
-        for (kind, record) in kinds.into_iter().zip(&records) {
-            out.extend(lock_entry(kind, name, record));
+        let records = self.backend.read_entries(None, &reads).await?;
+        let mut out = Vec::new();
+        for (kind, record) in kinds.into_iter().zip(records) {
+            match record {
+                EntryRecord::Job(status) => out.extend(Entry::of_job(name, status?)),
+                EntryRecord::Lock(record) => out.extend(lock_entry(kind, name, &record)),
+            }
         }
         Ok(out)
-    }
-
-    /// Job `name`'s status, read through the job store.
-    async fn job_status(&self, name: &str) -> Result<JobStatus, Error> {
-        let job = FailoverConfig::builder(name)
-            .prefix(self.prefix.to_string())
-            .build()?;
-        Failover::new(self.backend.clone()).job_status(job).await
-    }
-
-    /// The entries of jobs `names` (a batch's), read concurrently through the job store; a job
-    /// whose stored values baton never writes is a corrupt entry.
-    async fn jobs(&self, names: Vec<String>) -> Result<Vec<Entry>, Error> {
-        let mut reads = tokio::task::JoinSet::new();
-        for (i, name) in names.into_iter().enumerate() {
-            let inspector = self.clone();
-            reads.spawn(async move {
-                let status = inspector.job_status(&name).await;
-                (i, name, status)
-            });
-        }
-        let mut read = Vec::new();
-        while let Some(done) = reads.join_next().await {
-            let (i, name, status) = done.map_err(|e| Error::UnexpectedReply {
-                context: "listing jobs",
-                reply: e.to_string(),
-            })?;
-            let entry = match status {
-                Ok(status) => Entry::of_job(&name, status),
-                Err(e) if is_unreadable(&e) => {
-                    let mut entry = Entry::lock(Kind::Job, &name);
-                    entry.state = EntryState::Corrupt;
-                    entry.detail = Some(e.to_string());
-                    Some(entry)
-                }
-                Err(e) => return Err(e),
-            };
-            read.push((i, entry));
-        }
-        read.sort_by_key(|(i, _)| *i);
-        Ok(read.into_iter().filter_map(|(_, e)| e).collect())
     }
 
     /// Follows lock-shaped entry `name` of `kind` (a lock, fair lock, queue or election):
@@ -570,40 +532,41 @@ impl Listing {
         };
         let out = match found {
             Found::Keys { keys, at } => {
-                let mut jobs = Vec::new();
-                let mut locks: Vec<Parsed<'_>> = Vec::new();
+                let mut parsed = Vec::new();
                 for key in &keys {
-                    let Some(parsed) = parse_key(prefix, key) else {
+                    let Some(p) = parse_key(prefix, key) else {
                         continue;
                     };
-                    if self.kind.is_some_and(|k| k != parsed.kind) || parsed.part == Part::Beside {
+                    if self.kind.is_some_and(|k| k != p.kind) || p.part == Part::Beside {
                         continue;
                     }
-                    if parsed.kind == Kind::Job {
-                        if parsed.part == Part::Own {
-                            jobs.push(parsed.name.to_string());
-                        }
-                    } else {
-                        locks.push(parsed);
-                    }
+                    parsed.push(p);
                 }
-                let reads: Vec<LockRead> = locks
+                let reads: Vec<EntryRead> = parsed
                     .iter()
-                    .map(|p| lock_read(prefix, p.kind, p.name))
+                    .map(|p| entry_read(prefix, p.kind, p.name))
                     .collect();
-                let records = inspector.backend.read_locks(Some(&at), &reads).await?;
-                let mut out = inspector.jobs(jobs).await?;
-                for (parsed, record) in locks.iter().zip(&records) {
-                    if parsed.stands_for_entry(record.fence_stored) {
-                        out.extend(lock_entry(parsed.kind, parsed.name, record));
+                let records = inspector.backend.read_entries(Some(&at), &reads).await?;
+                let mut out = Vec::with_capacity(parsed.len());
+                for (p, record) in parsed.iter().zip(records) {
+                    match record {
+                        EntryRecord::Job(Ok(status)) => out.extend(Entry::of_job(p.name, status)),
+                        EntryRecord::Job(Err(e)) => {
+                            let mut entry = Entry::lock(Kind::Job, p.name);
+                            entry.state = EntryState::Corrupt;
+                            entry.detail = Some(e.to_string());
+                            out.push(entry);
+                        }
+                        EntryRecord::Lock(record) => {
+                            if p.stands_for_entry(record.fence_stored) {
+                                out.extend(lock_entry(p.kind, p.name, &record));
+                            }
+                        }
                     }
                 }
                 out
             }
-            Found::JobPage { after } => {
-                let limit = i64::try_from(inspector.batch).unwrap_or(i64::MAX);
-                let rows = job_page(&inspector.backend, prefix, &after, limit).await?;
-                let last = rows.last().map(|(k, _)| k.clone());
+            Found::JobRows(rows) => {
                 let mut out = Vec::new();
                 for (key, status) in rows {
                     if let Some(p) = parse_key(prefix, &key) {
@@ -612,8 +575,7 @@ impl Listing {
                         }
                     }
                 }
-                self.at = next.after_jobs(last);
-                return Ok(Some(out));
+                out
             }
             Found::LockRows(rows) => {
                 let mut out = Vec::new();
@@ -641,34 +603,12 @@ impl Listing {
     }
 }
 
-/// A page of the job table (PostgreSQL), read by the job store: each row's key and status.
-#[cfg(feature = "postgres")]
-async fn job_page(
-    backend: &Backend,
-    prefix: &str,
-    after: &str,
-    limit: i64,
-) -> Result<Vec<(String, JobStatus)>, Error> {
-    let t = backend.postgres("listing jobs", "the job table is PostgreSQL's")?;
-    crate::failover::pg::status_page(t, prefix, after, limit).await
-}
-
-/// Never asked for without PostgreSQL: only its listing has job pages.
-#[cfg(not(feature = "postgres"))]
-async fn job_page(
-    _: &Backend,
-    _: &str,
-    _: &str,
-    _: i64,
-) -> Result<Vec<(String, JobStatus)>, Error> {
-    Ok(Vec::new())
-}
-
-/// Whether reading a job failed on what is stored (an entry to show as corrupt), not on the
-/// way there (an error for the batch).
-fn is_unreadable(e: &Error) -> bool {
-    matches!(e, Error::UnexpectedReply { .. })
-        || matches!(e.kind(), ErrorKind::CorruptState | ErrorKind::WrongType)
+/// What an entry of `kind` named `name` is read from: a job's keys, or a lock-shaped entry's.
+fn entry_read(prefix: &str, kind: Kind, name: &str) -> EntryRead {
+    match kind {
+        Kind::Job => EntryRead::Job(JobKeys::new(prefix, name), name.to_string()),
+        _ => EntryRead::Lock(lock_read(prefix, kind, name)),
+    }
 }
 
 /// The keys a lock-shaped entry is read from, by its primitive's key layout: its holder, its

@@ -17,10 +17,12 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod acquire;
 pub(crate) mod batch;
 pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod lock;
+pub(crate) mod options;
 pub(crate) mod pending;
 pub(crate) mod store;
 pub(crate) mod watchdog;

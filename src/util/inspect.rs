@@ -1,8 +1,29 @@
 //! The records the inspection seam (`backend::inspect`) carries between the operator's view
-//! and the backends: what to read of a lock-shaped entry, and what it holds. They sit in a leaf
+//! and the backends: what to read of an entry (a job, a lock-shaped one), and what it holds. They sit in a leaf
 //! so that every backend can fill them without knowing the seam above it.
 
 use std::time::Duration;
+
+use crate::error::Error;
+use crate::util::jobs::{JobKeys, JobStatus};
+
+/// One entry a batch reads: a job (its keys, its name) or a lock-shaped entry.
+#[derive(Debug, Clone)]
+pub(crate) enum EntryRead {
+    /// A failover job: what its status is read from, and its name.
+    Job(JobKeys, String),
+    /// A lock, election, fair lock or queue.
+    Lock(LockRead),
+}
+
+/// What an [`EntryRead`] found.
+#[derive(Debug)]
+pub(crate) enum EntryRecord {
+    /// The job's status, or why its stored values cannot be read as one.
+    Job(Result<JobStatus, Error>),
+    /// The lock-shaped entry's record.
+    Lock(LockRecord),
+}
 
 /// What counts the waiters of a lock-shaped entry.
 #[derive(Debug, Clone)]

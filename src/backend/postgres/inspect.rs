@@ -2,9 +2,12 @@
 //! elections), a page at a time in key order (keyset pagination). The fair lock and
 //! run-or-enqueue exist on Redis only.
 
+use std::sync::Arc;
+
 use super::PgTransport;
 use crate::error::Error;
-use crate::util::inspect::{LockRead, LockRecord};
+use crate::util::inspect::{EntryRead, EntryRecord, LockRecord};
+use crate::util::jobs::JobStatus;
 
 /// Where a listing is on PostgreSQL: the table being read and the last key read.
 #[derive(Clone)]
@@ -13,25 +16,10 @@ pub(crate) struct Page {
     after: String,
 }
 
-impl Page {
-    /// Past a page of the job table whose last key was `last` (`None`: the table is read
-    /// through, the lock table is next).
-    pub(crate) fn after_jobs(&self, last: Option<String>) -> Page {
-        match last {
-            Some(after) if self.jobs => Page { jobs: true, after },
-            Some(_) => self.clone(),
-            None => Page {
-                jobs: false,
-                after: String::new(),
-            },
-        }
-    }
-}
-
 /// What one page holds.
 pub(crate) enum PageFound {
-    /// The job table's page after `after` is next: the job store reads it.
-    Jobs { after: String },
+    /// A page of the job table: each row's key (the job's state key) and status.
+    Jobs(Vec<(String, JobStatus)>),
     /// A page of the lock table: each row's key and record.
     Locks(Vec<(String, LockRecord)>),
 }
@@ -61,17 +49,26 @@ pub(crate) async fn list_step(
         Some(p) => (p.jobs, p.after.clone()),
         None => (read_jobs, String::new()),
     };
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
     if jobs {
-        let here = Page {
-            jobs: true,
-            after: after.clone(),
+        let rows = super::jobs::status_page(t, prefix, &after, limit).await?;
+        let next = match rows.last() {
+            Some((key, _)) => Page {
+                jobs: true,
+                after: key.clone(),
+            },
+            // The table is read through: the lock table next, from its start.
+            None if read_locks => Page {
+                jobs: false,
+                after: String::new(),
+            },
+            None => return Ok(Some((PageFound::Jobs(rows), None))),
         };
-        return Ok(Some((PageFound::Jobs { after }, Some(here))));
+        return Ok(Some((PageFound::Jobs(rows), Some(next))));
     }
     if !read_locks {
         return Ok(None);
     }
-    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = super::locks::page(t, prefix, &after, limit).await?;
     let next = rows.last().map(|(key, _)| Page {
         jobs: false,
@@ -81,14 +78,24 @@ pub(crate) async fn list_step(
     Ok(Some((PageFound::Locks(rows), next)))
 }
 
-/// Reads each entry's row (a lock table row holds the holder and the fence; nothing waits).
-pub(crate) async fn read_locks(
-    t: &PgTransport,
-    reads: &[LockRead],
-) -> Result<Vec<LockRecord>, Error> {
+/// Reads each entry's row: a job's through the job store, a lock's from the lock table (a row
+/// holds the holder and the fence; nothing waits).
+pub(crate) async fn read_entries(
+    t: &Arc<PgTransport>,
+    reads: &[EntryRead],
+) -> Result<Vec<EntryRecord>, Error> {
     let mut out = Vec::with_capacity(reads.len());
     for read in reads {
-        out.push(record(super::locks::read(t, &read.own).await?));
+        out.push(match read {
+            EntryRead::Job(keys, name) => {
+                EntryRecord::Job(Ok(
+                    super::jobs::job_status(t, keys.state(), name.clone()).await?
+                ))
+            }
+            EntryRead::Lock(read) => {
+                EntryRecord::Lock(record(super::locks::read(t, &read.own).await?))
+            }
+        });
     }
     Ok(out)
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::jobs::{status_from_replies, status_reads, STATUS_READS};
 use super::{Node, Transport};
 use crate::error::Error;
-use crate::util::inspect::{LockRead, LockRecord, Waiting};
+use crate::util::inspect::{EntryRead, EntryRecord, LockRead, LockRecord, Waiting};
 
 /// Where a listing is on Redis: the primaries, the one being scanned and its cursor.
 #[derive(Clone)]
@@ -133,22 +134,34 @@ fn lock_record(replies: &[Value]) -> LockRecord {
     }
 }
 
-/// Reads `reads` in one pipeline, at `at` or on the node of the first read's key.
-pub(crate) async fn read_locks(
+/// Reads `reads` in one pipeline, at `at` or on the node of the first read's keys.
+pub(crate) async fn read_entries(
     t: &Transport,
     at: Option<&Arc<Node>>,
-    reads: &[LockRead],
-) -> Result<Vec<LockRecord>, Error> {
+    reads: &[EntryRead],
+) -> Result<Vec<EntryRecord>, Error> {
     let Some(first) = reads.first() else {
         return Ok(Vec::new());
     };
     let node: Arc<Node> = match at {
         Some(at) => at.clone(),
-        None => t.node(&first.own).await?,
+        None => match first {
+            EntryRead::Job(keys, _) => t.node(keys.state()).await?,
+            EntryRead::Lock(read) => t.node(&read.own).await?,
+        },
     };
     let mut p = redis::pipe();
     p.ignore_errors();
-    let counts: Vec<usize> = reads.iter().map(|r| lock_reads(&mut p, r)).collect();
+    let counts: Vec<usize> = reads
+        .iter()
+        .map(|r| match r {
+            EntryRead::Job(keys, _) => {
+                status_reads(&mut p, keys);
+                STATUS_READS
+            }
+            EntryRead::Lock(read) => lock_reads(&mut p, read),
+        })
+        .collect();
     let values: Vec<Value> =
         tokio::time::timeout(t.settings.response_timeout, p.query_async(&mut node.conn()))
             .await
@@ -157,7 +170,7 @@ pub(crate) async fn read_locks(
             })??;
     let mut out = Vec::with_capacity(reads.len());
     let mut from = 0;
-    for n in counts {
+    for (read, n) in reads.iter().zip(counts) {
         let replies = values
             .get(from..from + n)
             .ok_or_else(|| Error::UnexpectedReply {
@@ -165,7 +178,10 @@ pub(crate) async fn read_locks(
                 reply: format!("{} replies for more reads", values.len()),
             })?;
         from += n;
-        out.push(lock_record(replies));
+        out.push(match read {
+            EntryRead::Job(_, name) => EntryRecord::Job(status_from_replies(name.clone(), replies)),
+            EntryRead::Lock(_) => EntryRecord::Lock(lock_record(replies)),
+        });
     }
     Ok(out)
 }
