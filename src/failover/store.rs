@@ -394,7 +394,7 @@ impl JobStore for RedisStore {
             };
             let limit = after(Instant::now(), response_timeout).min(lease_end);
             let mut conn = router.node(keys.state()).await?.conn();
-            match lease::extend(&mut conn, &req, limit).await? {
+            match crate::backend::redis::script::extend(&mut conn, &req, limit).await? {
                 lease::Extension::Confirmed { sent } => Ok(Extended::Confirmed { sent }),
                 lease::Extension::Refused { guard, lease, pttl } => {
                     Ok(Extended::Refused(holder_reads(&guard, &lease, &pttl)?))

@@ -11,8 +11,8 @@
 //!   queue and wakes the next waiter.
 //! - [`Reservation`]: a held priority reservation; [`Reservation::acquire`] goes next.
 //!
-//! The scripts live in the lease kernel (`lease::queue`), with the fence step shared with the
-//! mutex's acquisition.
+//! The scripts live in the Redis backend, behind the fair line's store seam (`backend::fair`),
+//! with the fence step shared with the mutex's acquisition.
 //!
 //! # Guarantees
 //! - **Order.** Each try is one script that grants iff the lock is free and the caller heads
@@ -56,16 +56,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::redis::{Subscription, Transport};
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
+use crate::fair::queue::{Enqueue, QueueKeys, Turn};
 use crate::lease::guard::hold_while;
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
 pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
+use crate::util::pubsub::Subscription;
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
 
@@ -89,12 +89,10 @@ impl std::fmt::Debug for FairLocks {
 }
 
 impl FairLocks {
-    /// The Redis transport: the fair lock exists on Redis only.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(
-            "the fair lock",
-            "its queue, wake-ups and reservation are Redis scripts and channels; on PostgreSQL use `locks()` or `advisory_locks()`",
-        )
+    /// The backend, once it is one the fair line lives on (Redis only).
+    fn transport(&self) -> Result<&Backend, Error> {
+        self.backend.fair_line()?;
+        Ok(&self.backend)
     }
 
     /// The fair lock on `transport` (the client façade's only way in).
@@ -145,9 +143,7 @@ impl FairLocks {
         expected: &Expected,
     ) -> Result<ForceRelease, Error> {
         let keys = self.keys(key)?;
-        let transport = self
-            .backend
-            .redis("the fair lock", "it exists on Redis only")?;
+        let transport = self.transport()?;
         let (outcome, _) = crate::lease::store::take_expected(
             expected,
             || async {
@@ -165,9 +161,8 @@ impl FairLocks {
                 async move {
                     // Leaving as the holder's id releases the lock and wakes the next waiter,
                     // in the script every release of a fair lock goes through.
-                    let mut conn = transport.node(&keys.lock).await?.conn();
-                    let limit = Instant::now() + transport.settings.response_timeout;
-                    kernel::leave(&mut conn, &keys, &id, limit).await
+                    let limit = Instant::now() + transport.response_timeout();
+                    transport.fair_leave(&keys, &id, limit).await
                 }
             },
         )
@@ -303,9 +298,11 @@ impl FairLocks {
             token,
             lifetime,
         };
-        let node = self.transport()?.node(&keys.reserved).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        match kernel::reserve(&mut node.conn(), &keys, &pending.token, lifetime, limit).await {
+        match self
+            .transport()?
+            .fair_reserve(&keys, &pending.token, lifetime)
+            .await
+        {
             Ok(true) => {
                 tracing::info!(key, token = short(&pending.token), "fair lock reserved");
                 Ok(pending)
@@ -342,13 +339,13 @@ impl FairLocks {
         // one, so this wait neither subscribes nor tries twice. Its id names the channel after
         // the last `.` (the leave script publishes there).
         let mut wake = Wake {
-            parked: &transport.hub.parked,
+            parked: transport.fair_parked()?,
             lock: &keys.lock,
             name: None,
             sub: None,
         };
         let id = if matches!(turns, Turns::Wait(_)) && lifetime.is_none() {
-            let name = match transport.hub.parked.take(&keys.lock) {
+            let name = match transport.fair_parked()?.take(&keys.lock) {
                 Some(c) => {
                     wake.sub = Some(c.sub);
                     c.name
@@ -399,13 +396,7 @@ impl FairLocks {
                 liveness,
                 reserver,
             };
-            let outcome = match self.transport()?.node(&keys.lock).await {
-                Ok(node) => {
-                    let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-                    kernel::acquire_or_enqueue(&mut node.conn(), &keys, &req, limit).await
-                }
-                Err(e) => Err(e),
-            };
+            let outcome = self.transport()?.fair_acquire(&keys, &req).await;
             let now = Instant::now();
             let (nap, last_error) = match outcome {
                 Ok(Turn::Granted { fence, sent }) => {
@@ -420,7 +411,7 @@ impl FairLocks {
                     labels.granted(false, start);
                     tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
                     let mut guard = LockGuard::new(HeldLock::new(
-                        Backend::Redis(self.transport()?.clone()),
+                        self.transport()?.clone(),
                         keys.clone(),
                         key,
                         id,
@@ -451,10 +442,10 @@ impl FairLocks {
                     backoff.reset();
                     if sub.is_none() {
                         // Best effort: without pub/sub we still wake on our timers.
-                        let limit = transport.settings.connect_timeout;
+                        let limit = transport.connect_timeout();
                         let channel = keys.wake(wake.name.as_deref().unwrap_or(&id));
                         if let Ok(Ok(s)) =
-                            tokio::time::timeout(limit, transport.hub.subscribe(&channel)).await
+                            tokio::time::timeout(limit, transport.subscribe(&channel)).await
                         {
                             *sub = Some(s);
                             // A release between the try above and the subscription published
@@ -543,20 +534,11 @@ enum Turns<'a> {
     Once,
 }
 
-/// Spawns the leave script (release, leave the queue, drop the reservation, wake the next) on
-/// the client's tracker; never blocks. Without a runtime or a client that shut down, the
-/// waiter timeout, the reservation lifetime and the lock's ttl are the backstops.
-fn leave_in_background(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, id: String) {
-    let keys = keys.clone();
-    crate::lease::pending::spawn_cleanup(
-        transport,
-        keys.lock.clone(),
-        "left the fair lock",
-        move |mut conn, at| async move {
-            let ours = kernel::leave(&mut conn, &keys, &id, at).await?;
-            Ok(format!("{} (held it: {ours})", short(&id)))
-        },
-    );
+/// Leaves the line as `id` (release, leave the queue, drop the reservation, wake the next)
+/// through a task of the client; never blocks. Without a runtime or a client that shut down,
+/// the waiter timeout, the reservation lifetime and the lock's ttl are the backstops.
+fn leave_in_background(backend: &Backend, keys: &Arc<QueueKeys>, id: String) {
+    backend.fair_leave_in_background(keys, id);
 }
 
 /// A held priority reservation of one fair lock: the next grant is for
@@ -646,17 +628,11 @@ impl HeldKeys for QueueKeys {
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a> {
-        Box::pin(async move {
-            let transport = backend.redis("the fair lock", "it exists on Redis only")?;
-            let mut conn = transport.node(&self.lock).await?.conn();
-            kernel::leave(&mut conn, self, token, limit).await
-        })
+        Box::pin(async move { backend.fair_leave(self, token, limit).await })
     }
 
     fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
-        if let Ok(t) = backend.redis("the fair lock", "it exists on Redis only") {
-            leave_in_background(t, &self, token);
-        }
+        leave_in_background(backend, &self, token);
     }
 
     fn taken_channel(&self) -> String {

@@ -2,7 +2,7 @@
 //! guard gets a watchdog. Validated by [`AcquireOptionsBuilder::build`] and by deserialization
 //! alike, never coerced.
 
-use crate::backend::redis::ReplicaWait;
+use crate::util::lock_replies::ReplicaWait;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
