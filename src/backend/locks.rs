@@ -258,7 +258,7 @@ impl Backend {
 
     /// Writes `value` to the Redis hash `resource` only if `fencing_token` is at least the
     /// highest token it has accepted, recording the token; one round trip, atomic, bounded by
-    /// the response timeout. `what` names the caller's method in the refusal on PostgreSQL.
+    /// the response timeout.
     ///
     /// # Errors
     /// [`Error::CorruptState`] when the stored token is not one baton writes; [`Error::Timeout`]
