@@ -943,7 +943,7 @@ impl Redlock {
         let mut transports = Vec::with_capacity(masters.len());
         for master in masters {
             match &master.backend {
-                Backend::Redis(t) => transports.push(t.clone()),
+                Backend::Redis(_) => transports.push(master.backend.clone()),
                 #[cfg(feature = "postgres")]
                 Backend::Postgres(_) => {
                     return Err(ConfigError::invalid(

@@ -7,8 +7,8 @@
 //! once. What is stored in a backend comes in two shapes:
 //!
 //! - **a lock store** (held locks: acquire, extend and release by token, the fence): its
-//!   operations are methods of [`Backend`] and [`WeakBackend`] written in the lease kernel
-//!   (`lease::store`), because their Redis forms are the kernel's fence-step scripts;
+//!   operations are methods of [`Backend`] and [`WeakBackend`] in [`locks`], one arm per
+//!   backend, the scripts and statements in each backend's folder;
 //! - **a job store** (the failover coordinator's job state): [`jobs`], which chooses the
 //!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place.
 //!
@@ -24,10 +24,14 @@
 //! for the crate.
 
 pub(crate) mod clock;
+pub(crate) mod fair;
 pub(crate) mod jobs;
+pub(crate) mod locks;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod queue;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 
 use std::sync::Arc;
 use std::time::Duration;
