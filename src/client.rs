@@ -494,7 +494,7 @@ impl Redlock {
                 .backend
                 .redis("Redlock", "it needs independent Redis masters")
             {
-                Ok(t) => transports.push(t.clone()),
+                Ok(_) => transports.push(master.backend.clone()),
                 Err(_) => {
                     return Err(ConfigError::invalid(
                         "masters",

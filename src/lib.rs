@@ -140,15 +140,17 @@
 //!   fencing tokens from a sequence (`AdvisoryLocks`, `AdvisoryGuard`).
 //! - [`redlock`]: the mutex over several independent masters by quorum, without fencing
 //!   ([`Redlock`], [`RedlockGuard`]).
-//! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
-//!   time, the one-command extension script, fencing tokens, the lock scripts, the lock store's
-//!   operations (acquire, extend, release by token on either backend), the watchdog, the
-//!   one guard shape ([`LeaseGuard`], [`Fenced`]), and the one way to acquire: the lock
-//!   options ([`LockOptions`]) and the acquisition engine (`lease::acquire`: each lock-shaped
-//!   primitive gives one try and its wake channel; the engine owns the wait loop and
-//!   `with_lock`).
+//! - `lease`: the lease kernel every lease-holding primitive shares, and no wire protocol:
+//!   deadlines computed at send time, fencing tokens, the background release of a lost grant,
+//!   the watchdog, the one guard shape ([`LeaseGuard`], [`Fenced`]), and the one way to
+//!   acquire: the lock options ([`LockOptions`]) and the acquisition engine (`lease::acquire`:
+//!   each lock-shaped primitive gives one try and its wake channel; the engine owns the wait
+//!   loop and `with_lock`).
 //! - `backend`: the store seam, one `Backend` enum (and its weak form) with the dispatch every
-//!   primitive shares (tasks, cancellation, timeouts, pub/sub), over one folder per backend:
+//!   primitive shares (tasks, cancellation, timeouts, pub/sub) and one method set per shape of
+//!   storage (`backend::locks`: acquire, extend, release by token, read, take; the fair line,
+//!   run-or-enqueue's items, Redlock's per-master commands), over one folder per backend that
+//!   holds their scripts and statements:
 //!   `backend::redis` (the multiplexed connection, the dedicated-connection pool for
 //!   `WATCH … EXEC`, the pub/sub hub, Cluster and Sentinel routing, URL checks, the
 //!   classification of server errors, and [`acl`]: the exact commands baton sends, for a

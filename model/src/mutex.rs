@@ -1,4 +1,5 @@
-//! The fenced mutex (`src/mutex/`, scripts in `src/lease/lock.rs`) as a model for the checker.
+//! The fenced mutex (`src/mutex/`, scripts in `src/backend/redis/locks.rs`) as a model for the
+//! checker.
 //!
 //! Clients take the lock, write to a fenced resource, and release it, for a number of rounds
 //! each. The scripts are atomic server-side steps here (as on the server); the client's own
@@ -19,14 +20,14 @@
 //!   held the lock).
 //!
 //! With `batching` the clients are tasks of one client whose lock calls may also go through
-//! the group commit (`src/lease/batch.rs`): an acquisition or a release queues, and the queue
-//! leaves as one script call that runs each operation's own step atomically, in order (a
+//! the group commit (`src/backend/redis/batch.rs`): an acquisition or a release queues, and the
+//! queue leaves as one script call that runs each operation's own step atomically, in order (a
 //! release then an acquisition in one batch is a handoff). A queued acquisition may be dropped
 //! (it leaves the queue; nothing was sent, nothing is released); a batch's reply may be lost
 //! (every acquisition in it is then orphaned, [`orphaned`] decides, and released by token
 //! behind the batch on the same connection), or the batch never arrives; and the callers of a
 //! batch's acquisitions may give up after it was taken, in which case the batch's task
-//! releases their grants by token behind it, as `src/lease/batch.rs` does.
+//! releases their grants by token behind it, as `src/backend/redis/batch.rs` does.
 //!
 //! Liveness: from every state, fault-free steps end every client with no lock left behind; a
 //! lock orphaned by an abandoned acquisition expiring on its TTL counts as a fault, so the

@@ -7,16 +7,16 @@
 //! once. What is stored in a backend comes in two shapes:
 //!
 //! - **a lock store** (held locks: acquire, extend and release by token, the fence): its
-//!   operations are methods of [`Backend`] and [`WeakBackend`] written in the lease kernel
-//!   (`lease::store`), because their Redis forms are the kernel's fence-step scripts;
+//!   operations are methods of [`Backend`] and [`WeakBackend`] in [`locks`], one arm per
+//!   backend, the scripts and statements in each backend's folder;
 //! - **a job store** (the failover coordinator's job state): [`jobs`], which chooses the
 //!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place.
 //!
 //! Two more seams are defined here once and implemented in each backend's folder:
 //! - [`connect`]: the one way a client builds its backend, `connect::connect(url, settings)`,
 //!   which reads the URL's scheme and hands the rest to the backend's own connect and checks;
-//! - [`inspect`]: what the operator's view reads (a listing's batches, lock-shaped entries), as
-//!   raw typed records the inspector judges.
+//! - [`inspect`]: what the operator's view reads (a listing's batches, jobs and lock-shaped
+//!   entries), as raw typed records the inspector judges.
 //!
 //! Everything a backend does over the network lives in its own folder and imports no
 //! primitive:
@@ -32,11 +32,15 @@
 
 pub(crate) mod clock;
 pub(crate) mod connect;
+pub(crate) mod fair;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod locks;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod queue;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -55,7 +55,7 @@ impl JobWatch {
     /// # Cancel safety
     /// Cancel safe: a change whose status read is under way is kept and returned by the next
     /// call.
-    pub async fn next(&mut self) -> Option<Result<JobChange, Error>> {
+    pub async fn next_event(&mut self) -> Option<Result<JobChange, Error>> {
         std::future::poll_fn(|cx| {
             tokio_stream::Stream::poll_next(std::pin::Pin::new(&mut *self), cx)
         })

@@ -276,7 +276,7 @@ impl Failover {
     ///         Ok::<_, std::io::Error>(())
     ///     },
     /// );
-    /// while let Some(report) = runs.next().await {
+    /// while let Some(report) = runs.next_event().await {
     ///     println!("{}: {:?}", report.occurrence.id(), report.outcome);
     /// }
     /// # Ok(()) }
@@ -499,6 +499,15 @@ impl<T, E> Scheduled<T, E> {
     /// failed, so backups take over); the stream reports them, then ends.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// The next occurrence's report, or `None` once the schedule stopped (and every report
+    /// was read). The same as the `Stream` implementation's `next`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a report not yet returned stays queued.
+    pub async fn next_event(&mut self) -> Option<OccurrenceReport<T, E>> {
+        self.rx.recv().await
     }
 
     /// How many reports were dropped unread since the start, because

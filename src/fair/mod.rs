@@ -16,8 +16,8 @@
 //! lock-shaped primitives: this module gives it one try (grant or queue, and refresh the place),
 //! the waiter's wake channel and the queue's own nap between tries.
 //!
-//! The scripts live in the lease kernel (`lease::queue`), with the fence step shared with the
-//! mutex's acquisition.
+//! The scripts live in the Redis backend, behind the fair line's store seam (`backend::fair`),
+//! with the fence step shared with the mutex's acquisition.
 //!
 //! # Guarantees
 //! - **Order.** Each try is one script that grants iff the lock is free and the caller heads
@@ -61,10 +61,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::redis::Transport;
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
-use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
+use crate::fair::queue::{Enqueue, QueueKeys, Turn};
 use crate::lease::acquire::{self, Tried, TryAcquire, WaitChannel};
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
@@ -72,7 +71,7 @@ use crate::lease::options::Field;
 pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
-use crate::util::time::after;
+use crate::util::pubsub::Subscription;
 use crate::util::token::{new_token, short};
 
 pub use keys::DEFAULT_PREFIX;
@@ -96,12 +95,10 @@ impl std::fmt::Debug for FairLocks {
 }
 
 impl FairLocks {
-    /// The Redis transport: the fair lock exists on Redis only.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(
-            "the fair lock",
-            "its queue, wake-ups and reservation are Redis scripts and channels; on PostgreSQL use `locks()` or `advisory_locks()`",
-        )
+    /// The backend, once it is one the fair line lives on (Redis only).
+    fn transport(&self) -> Result<&Backend, Error> {
+        self.backend.fair_line()?;
+        Ok(&self.backend)
     }
 
     /// The fair lock on `transport` (the client façade's only way in).
@@ -152,9 +149,7 @@ impl FairLocks {
         expected: &Expected,
     ) -> Result<ForceRelease, Error> {
         let keys = self.keys(key)?;
-        let transport = self
-            .backend
-            .redis("the fair lock", "it exists on Redis only")?;
+        let transport = self.transport()?;
         let (outcome, _) = crate::lease::store::take_expected(
             expected,
             || async {
@@ -172,9 +167,8 @@ impl FairLocks {
                 async move {
                     // Leaving as the holder's id releases the lock and wakes the next waiter,
                     // in the script every release of a fair lock goes through.
-                    let mut conn = transport.node(&keys.lock).await?.conn();
-                    let limit = Instant::now() + transport.settings.response_timeout;
-                    kernel::leave(&mut conn, &keys, &id, limit).await
+                    let limit = Instant::now() + transport.response_timeout();
+                    transport.fair_leave(&keys, &id, limit).await
                 }
             },
         )
@@ -318,9 +312,11 @@ impl FairLocks {
             token,
             lifetime,
         };
-        let node = self.transport()?.node(&keys.reserved).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        match kernel::reserve(&mut node.conn(), &keys, &pending.token, lifetime, limit).await {
+        match self
+            .transport()?
+            .fair_reserve(&keys, &pending.token, lifetime)
+            .await
+        {
             Ok(true) => {
                 tracing::info!(key, token = short(&pending.token), "fair lock reserved");
                 Ok(pending)
@@ -397,7 +393,7 @@ fn refuse_unused(opts: &LockOptions) -> Result<(), Error> {
 /// A waiter's (or the reserver's) turns at the queue, as the acquisition engine drives them:
 /// each try is one script that grants or queues (once) and refreshes the place.
 struct FairTry {
-    transport: Arc<Transport>,
+    transport: Backend,
     keys: Arc<QueueKeys>,
     key: String,
     /// The waiter's id in the queue; a waiter's names its wake channel after the last `.`.
@@ -409,7 +405,7 @@ struct FairTry {
     /// A waiter's wake channel name (the reserver's channel is named by its id).
     name: Option<String>,
     /// An idle subscription of this lock's the client kept, taken for this wait.
-    parked: Option<crate::backend::redis::Subscription>,
+    parked: Option<Subscription>,
     /// Leaves the queue on any exit but a grant.
     queued: Armed<Box<dyn FnOnce() + Send + Sync>>,
     tries: u32,
@@ -423,7 +419,12 @@ impl FairTry {
     /// this wait neither subscribes nor tries twice. Its id names the channel after the last
     /// `.` (the leave script publishes there).
     fn park(&mut self) {
-        let name = match self.transport.hub.parked.take(&self.keys.lock) {
+        let taken = self
+            .transport
+            .fair_parked()
+            .ok()
+            .and_then(|p| p.take(&self.keys.lock));
+        let name = match taken {
             Some(c) => {
                 self.parked = Some(c.sub);
                 c.name
@@ -438,7 +439,7 @@ impl FairTry {
         self.queued = Armed::new(Box::new(move || leave_in_background(&transport, &keys, id)));
     }
 
-    fn channel(&mut self, sub: crate::backend::redis::Subscription) -> FairWake {
+    fn channel(&mut self, sub: Subscription) -> FairWake {
         FairWake {
             transport: self.transport.clone(),
             lock: self.keys.lock.clone(),
@@ -465,9 +466,7 @@ impl TryAcquire for FairTry {
             liveness: self.liveness,
             reserver: self.reserver,
         };
-        let node = self.transport.node(&self.keys.lock).await?;
-        let limit = after(Instant::now(), self.transport.settings.response_timeout);
-        match kernel::acquire_or_enqueue(&mut node.conn(), &self.keys, &req, limit).await? {
+        match self.transport.fair_acquire(&self.keys, &req).await? {
             Turn::Granted { fence, sent } => {
                 self.queued.disarm();
                 // The grant script does not tell a handoff from a holder that expired: counted
@@ -487,7 +486,7 @@ impl TryAcquire for FairTry {
                     "fair lock acquired"
                 );
                 Ok(Tried::Granted(LockGuard::new(HeldLock::new(
-                    Backend::Redis(self.transport.clone()),
+                    self.transport.clone(),
                     self.keys.clone(),
                     &self.key,
                     self.id.clone(),
@@ -520,9 +519,9 @@ impl TryAcquire for FairTry {
 
     /// Best effort: without pub/sub the waiter still wakes on its timers.
     async fn subscribe(&mut self) -> Option<FairWake> {
-        let limit = self.transport.settings.connect_timeout;
+        let limit = self.transport.connect_timeout();
         let channel = self.keys.wake(self.name.as_deref().unwrap_or(&self.id));
-        match tokio::time::timeout(limit, self.transport.hub.subscribe(&channel)).await {
+        match tokio::time::timeout(limit, self.transport.subscribe(&channel)).await {
             Ok(Ok(s)) => Some(self.channel(s)),
             _ => None,
         }
@@ -544,10 +543,10 @@ impl TryAcquire for FairTry {
 /// A waiter's wake channel: its name (a waiter's, not the reserver's) and subscription, given
 /// back to the client's idle channels when the wait ends, however it ends.
 struct FairWake {
-    transport: Arc<Transport>,
+    transport: Backend,
     lock: String,
     name: Option<String>,
-    sub: Option<crate::backend::redis::Subscription>,
+    sub: Option<Subscription>,
     closed: bool,
 }
 
@@ -589,10 +588,9 @@ impl Drop for FairWake {
             return;
         }
         if let (Some(name), Some(sub)) = (self.name.take(), self.sub.take()) {
-            self.transport
-                .hub
-                .parked
-                .give_back(&self.lock, crate::util::parked::Channel { name, sub });
+            if let Ok(parked) = self.transport.fair_parked() {
+                parked.give_back(&self.lock, crate::util::parked::Channel { name, sub });
+            }
         }
     }
 }
@@ -621,20 +619,11 @@ pub(crate) fn waiting_nap(
     nap
 }
 
-/// Spawns the leave script (release, leave the queue, drop the reservation, wake the next) on
-/// the client's tracker; never blocks. Without a runtime or a client that shut down, the
-/// waiter timeout, the reservation lifetime and the lock's ttl are the backstops.
-fn leave_in_background(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, id: String) {
-    let keys = keys.clone();
-    crate::lease::pending::spawn_cleanup(
-        transport,
-        keys.lock.clone(),
-        "left the fair lock",
-        move |mut conn, at| async move {
-            let ours = kernel::leave(&mut conn, &keys, &id, at).await?;
-            Ok(format!("{} (held it: {ours})", short(&id)))
-        },
-    );
+/// Leaves the line as `id` (release, leave the queue, drop the reservation, wake the next)
+/// through a task of the client; never blocks. Without a runtime or a client that shut down,
+/// the waiter timeout, the reservation lifetime and the lock's ttl are the backstops.
+fn leave_in_background(backend: &Backend, keys: &Arc<QueueKeys>, id: String) {
+    backend.fair_leave_in_background(keys, id);
 }
 
 /// A held priority reservation of one fair lock: the next grant is for
@@ -720,17 +709,11 @@ impl HeldKeys for QueueKeys {
         token: &'a str,
         limit: Instant,
     ) -> ReleaseFuture<'a> {
-        Box::pin(async move {
-            let transport = backend.redis("the fair lock", "it exists on Redis only")?;
-            let mut conn = transport.node(&self.lock).await?.conn();
-            kernel::leave(&mut conn, self, token, limit).await
-        })
+        Box::pin(async move { backend.fair_leave(self, token, limit).await })
     }
 
     fn release_in_background(self: Arc<Self>, backend: &Backend, token: String) {
-        if let Ok(t) = backend.redis("the fair lock", "it exists on Redis only") {
-            leave_in_background(t, &self, token);
-        }
+        leave_in_background(backend, &self, token);
     }
 
     fn taken_channel(&self) -> String {

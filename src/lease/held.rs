@@ -359,8 +359,8 @@ impl LockGuard {
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
         let backend = self.backend()?;
-        let transport = backend.redis("write_fenced", super::lock::FENCED_ON_POSTGRES)?;
-        super::lock::fenced_write_on(transport, resource, self.fencing_token(), value.as_ref())
+        backend
+            .write_fenced(resource, self.fencing_token(), value.as_ref())
             .await
     }
 
@@ -373,8 +373,7 @@ impl LockGuard {
     /// PostgreSQL client.
     pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
         let backend = self.backend()?;
-        let transport = backend.redis("read_fenced", super::lock::FENCED_ON_POSTGRES)?;
-        super::lock::fenced_read_on(transport, resource).await
+        backend.read_fenced(resource).await
     }
 
     fn backend(&self) -> Result<&Backend, Error> {

@@ -1,24 +1,30 @@
-//! The lease kernel: what every lease-holding primitive shares (failover now; locks and leader
-//! election next), so each gets it right once.
+//! The lease kernel: what every lease-holding primitive (the failover coordinator, the mutex, the
+//! fair lock, leader election, Redlock, run-or-enqueue) shares, so each gets it right once, and
+//! no wire protocol: the lock store's operations are methods of the store seam's `Backend`
+//! (`backend::locks`), their scripts and statements in each backend's folder.
 //!
 //! - **Deadlines at send time.** A lease granted or extended by a request sent at `t` cannot end
 //!   on the server before `t + ttl`; measured on this host's monotonic clock from `t`, minus a
 //!   margin of max(1 %, 2 ms) for clock-rate differences, a deadline errs early, never late
 //!   ([`deadline`]).
-//! - **Keepalive in one command.** [`extend`] (the Redis backend's `script::extend`) is one `EVALSHA`: the script checks that the lease
-//!   still holds this holder's value (and a guard key the value the primitive expects, e.g. the
-//!   failover state its attempt number), and only then extends the lease and refreshes the TTL
-//!   of the primitive's other keys. Being atomic it needs no `WATCH`, so it runs on the shared
-//!   multiplexed connection and never waits for a dedicated one. When it refuses it returns
-//!   what it read, for the primitive's own pure decision to explain.
-//! - **Fencing tokens** that never go back ([`next_fence`], DESIGN.md §3).
+//! - **Fencing tokens** that never go back ([`next_fence`], DESIGN.md §3), and the fence's
+//!   retention ([`lock::fence_ttl`]).
+//! - **Bounds** every lease-holding primitive checks the same way ([`check_ttl`],
+//!   [`check_waiting`]).
+//! - **After an acquisition**, whether a lost reply may have left a lock behind
+//!   ([`lock::orphaned`]), and the token-checked release that then runs in the background
+//!   ([`pending`]).
+//! - **Holding**: the guard types ([`guard`], [`held`]) and the keepalive ([`watchdog`]), whose
+//!   one extension per round is the store's compare-and-extend: it checks that the lease still
+//!   holds this holder's value (and a guard key the value the primitive expects), and only then
+//!   extends it; when it refuses it returns what it read, for the primitive's own pure decision
+//!   to explain.
 //!
 //! The loss signal itself (event, future, `CancellationToken`) is raised by the primitive's
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
 pub(crate) mod acquire;
-pub(crate) mod batch;
 pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod lock;
@@ -31,9 +37,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-// The extension script is the Redis backend's; the kernel's callers name it here.
-pub(crate) use crate::backend::redis::script::{extend, Extend};
+// A lease extension's request, defined in the leaves so a backend can read it.
 use crate::error::ConfigError;
+pub(crate) use crate::util::lock_replies::Extend;
 use crate::util::time::after;
 
 // What a lock store answers, defined in the leaves so a backend can build it (see there).
@@ -41,7 +47,7 @@ pub use crate::util::lock_replies::Extension;
 // The lock table's cleanup, for the model checker's test that the statement re-checks what
 // it deletes: `model_api` may name the lease kernel, never a backend.
 #[cfg(all(test, feature = "postgres"))]
-pub(crate) use crate::backend::postgres::locks::CLEANUP as PG_LOCKS_CLEANUP;
+pub(crate) use crate::backend::locks::PG_LOCKS_CLEANUP;
 
 /// The shortest lease (lock TTL) a lease-holding primitive accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);

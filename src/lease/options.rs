@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::redis::ReplicaWait;
 use crate::error::{ConfigError, Error};
+use crate::util::settings::ReplicaWait;
 use crate::util::time::ms;
 
 /// The default cap of the backoff between tries.

@@ -46,7 +46,7 @@ impl crate::lease::pending::LockAt for LockKeys {
     }
 }
 
-impl crate::lease::batch::BatchKeys for LockKeys {
+impl crate::backend::locks::BatchKeys for LockKeys {
     fn lock(&self) -> &str {
         self.lock()
     }

@@ -1,6 +1,6 @@
 //! A fenced mutex: one holder at a time per lock name, a fencing token that only grows, and a
 //! watchdog that says when the lock may have been lost. On Redis (keys and scripts) or on
-//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see `backend::postgres::locks`), chosen
+//! PostgreSQL (feature `postgres`: one row of `baton_locks` per lock, see the lock store, `backend::locks`), chosen
 //! by the client's URL; the API, the guards and the guarantees are the same.
 //!
 //! - [`keys`]: the key layout (`baton:lock:{K}`, `…:fence`, `…:released`).
@@ -53,7 +53,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::redis::{ReplicaWait, Transport};
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::lease::acquire::{self, Tried, TryAcquire};
@@ -64,6 +63,7 @@ pub use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::options::Field;
 use crate::lease::pending::{release_in_background, Pending};
 pub use crate::lease::store::{Expected, ForceRelease, Taken};
+use crate::util::lock_replies::ReplicaWait;
 use crate::util::metrics::{primitive, transition, Labels};
 use crate::util::time::after;
 use crate::util::token::{new_token, short};
@@ -92,19 +92,9 @@ impl std::fmt::Debug for Locks {
 }
 
 impl Locks {
-    /// The Redis transport, for what exists on Redis only (`what`, and `why` with what to use
-    /// instead).
-    fn redis(&self, what: &'static str, why: &'static str) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(what, why)
-    }
-
     /// How long a subscription to release notifications may take to confirm.
     fn connect_timeout(&self) -> Duration {
-        match &self.backend {
-            Backend::Redis(t) => t.settings.connect_timeout,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => t.settings.connect_timeout,
-        }
+        self.backend.connect_timeout()
     }
 
     /// The mutex on `transport` (the client façade's only way in).
@@ -137,15 +127,7 @@ impl Locks {
     /// Connection and permission errors; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when
     /// other transactions kept the table locked through every try.
     pub async fn migrate(&self) -> Result<(), Error> {
-        match &self.backend {
-            Backend::Redis(_) => Ok(()),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => {
-                t.migrate_schema(crate::backend::postgres::locks::SCHEMA)
-                    .await?;
-                crate::backend::postgres::locks::ensure_schema(t).await
-            }
-        }
+        self.backend.migrate_locks().await
     }
 
     /// The key prefix in use. Defaults to `baton:`.
@@ -207,8 +189,9 @@ impl Locks {
         fencing_token: u64,
         value: impl AsRef<[u8]>,
     ) -> Result<FencedWrite, Error> {
-        let transport = self.redis("write_fenced", kernel::FENCED_ON_POSTGRES)?;
-        kernel::fenced_write_on(transport, resource, fencing_token, value.as_ref()).await
+        self.backend
+            .write_fenced(resource, fencing_token, value.as_ref())
+            .await
     }
 
     /// The read side of [`Locks::write_fenced`]: what the Redis hash `resource` holds, the
@@ -223,8 +206,7 @@ impl Locks {
     /// stored without a value); `WrongType` when `resource` is not a hash; [`Error::Timeout`]
     /// after the response timeout; connection errors.
     pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
-        let transport = self.redis("read_fenced", kernel::FENCED_ON_POSTGRES)?;
-        kernel::fenced_read_on(transport, resource).await
+        self.backend.read_fenced(resource).await
     }
 
     fn keys(&self, key: &str, lease: Duration) -> Result<Arc<LockKeys>, Error> {
@@ -319,9 +301,8 @@ impl Locks {
                 )));
             }
         }
-        #[cfg(feature = "postgres")]
-        if opts.replica_ack.is_some() && matches!(self.backend, Backend::Postgres(_)) {
-            return Err(replica_ack_unsupported());
+        if opts.replica_ack.is_some() {
+            self.backend.check_replica_ack()?;
         }
         let mut acq = MutexTry {
             locks: self,
@@ -416,42 +397,30 @@ impl TryAcquire for MutexTry<'_> {
             token: &token,
             ttl: lease,
         };
-        let grant = match (self.replica_ack, &backend) {
+        let grant = match self.replica_ack {
             // Grouped with this client's other lock calls to the node when they overlap.
-            (None, _) => {
+            None => {
                 backend
                     .acquire_grouped(keys, &req, limit, &mut pending)
                     .await
             }
-            (Some(w), Backend::Redis(transport)) => {
-                let node = transport.node(keys.lock()).await?;
-                match node.pool.get(limit).await {
-                    Ok(mut conn) => {
-                        match kernel::acquire_then_wait(&mut conn, &req, w, limit).await {
-                            Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
-                                // Never handed out: `pending`, still armed, releases it by
-                                // token.
-                                return Err(Error::NotReplicated {
-                                    what: "the lock".into(),
-                                    key: key.to_string(),
-                                    acked,
-                                    wanted: w.replicas,
-                                    timeout: w.timeout,
-                                });
-                            }
-                            other => other.map(|(g, _)| g),
-                        }
+            Some(w) => {
+                match backend
+                    .acquire_replicated(&req, w, limit, &mut pending)
+                    .await
+                {
+                    Ok((Grant::Granted { .. }, acked)) if acked < u64::from(w.replicas) => {
+                        // Never handed out: `pending`, still armed, releases it by token.
+                        return Err(Error::NotReplicated {
+                            what: "the lock".into(),
+                            key: key.to_string(),
+                            acked,
+                            wanted: w.replicas,
+                            timeout: w.timeout,
+                        });
                     }
-                    Err(e) => {
-                        pending.disarm();
-                        return Err(e);
-                    }
+                    other => other.map(|(g, _)| g),
                 }
-            }
-            #[cfg(feature = "postgres")]
-            (Some(_), Backend::Postgres(_)) => {
-                pending.disarm();
-                return Err(replica_ack_unsupported());
             }
         };
         if !kernel::orphaned(&grant) {
@@ -498,19 +467,6 @@ impl TryAcquire for MutexTry<'_> {
             Ok(Ok(g)) => Some(g),
             _ => None,
         }
-    }
-}
-
-/// `replica_ack` on PostgreSQL: a grant is committed by the server that took it; replication
-/// is PostgreSQL's own (`synchronous_commit`, `synchronous_standby_names`).
-#[cfg(feature = "postgres")]
-fn replica_ack_unsupported() -> Error {
-    Error::Unsupported {
-        what: "replica_ack",
-        backend: "PostgreSQL",
-        why: "a grant is a committed row; for grants that survive a failover, configure \
-              synchronous replication (synchronous_standby_names, synchronous_commit) on the \
-              server instead",
     }
 }
 

@@ -54,7 +54,6 @@ use tokio_util::sync::CancellationToken;
 
 use serde::Serialize;
 
-use crate::backend::redis::Transport;
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::lease::deadline;
@@ -184,12 +183,10 @@ enum Drained<E> {
 }
 
 impl Queues {
-    /// The Redis transport: run-or-enqueue exists on Redis only.
-    fn transport(&self) -> Result<&Arc<Transport>, Error> {
-        self.backend.redis(
-            "run-or-enqueue",
-            "its items are a Redis stream; on PostgreSQL use a table of jobs with `failover()`",
-        )
+    /// The backend, once it is one the queue lives on (Redis only).
+    fn transport(&self) -> Result<&Backend, Error> {
+        self.backend.queue_items()?;
+        Ok(&self.backend)
     }
 
     /// Run-or-enqueue on `transport` (the client façade's only way in).
@@ -229,9 +226,7 @@ impl Queues {
     /// [`Error::Config`] for an invalid name; connection errors and timeouts.
     pub async fn pending(&self, key: &str) -> Result<u64, Error> {
         let keys = self.keys(key)?;
-        let node = self.transport()?.node(&keys.items).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-        kernel::len(&mut node.conn(), &keys.items, limit).await
+        self.transport()?.queue_len(&keys.items).await
     }
 
     /// Posts `item` to `key`, and runs `handler` on the queued items if the key was free,
@@ -289,12 +284,12 @@ impl Queues {
         let token = new_token();
         // Armed before the request leaves: a dropped future or a lost reply releases by token.
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
-        let node = self.transport()?.node(&keys.lock).await?;
         let asked = Instant::now();
-        let limit = after(asked, self.transport()?.settings.response_timeout);
-        let outcome =
-            kernel::enqueue_or_acquire(&mut node.conn(), &keys.kernel(), &token, ttl, body, limit)
-                .await;
+        let limit = after(asked, self.transport()?.response_timeout());
+        let outcome = self
+            .transport()?
+            .queue_enqueue_or_acquire(&keys.kernel(), &token, ttl, body, limit)
+            .await;
         if outcome.is_ok() {
             // Posted either way: queued for the holder, or the first item this caller drains.
             metrics::count(metrics::Count::QueuePosts, metrics::backend::REDIS);
@@ -371,8 +366,7 @@ impl Queues {
         let keys = self.keys(key)?;
         let token = new_token();
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
-        let node = self.transport()?.node(&keys.lock).await?;
-        let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
+        let limit = after(Instant::now(), self.transport()?.response_timeout());
         let req = kernel_lock::Acquire {
             lock: &keys.lock,
             fence: &keys.fence,
@@ -380,7 +374,7 @@ impl Queues {
             ttl,
         };
         let asked = Instant::now();
-        let grant = kernel_lock::acquire(&mut node.conn(), &req, limit).await;
+        let grant = self.transport()?.queue_acquire(&req, limit).await;
         match grant {
             Ok(Grant::Granted { fence, sent }) => {
                 let labels = Labels::new(primitive::QUEUE, metrics::backend::REDIS);
@@ -438,7 +432,7 @@ impl Queues {
         let state = LeaseState::new(deadline(sent, ttl), labels, sent);
         let stop = CancellationToken::new();
         watchdog::spawn(
-            &Backend::Redis(self.transport()?.clone()),
+            self.transport()?,
             Watch {
                 lease: keys.lock.clone(),
                 value: hold.token.clone(),
@@ -466,11 +460,7 @@ impl Queues {
                 let read = self
                     .retrying(&lost, ttl, || {
                         let (t, k) = (t.clone(), k.clone());
-                        async move {
-                            let node = t.node(&k.items).await?;
-                            let limit = after(Instant::now(), t.settings.response_timeout);
-                            kernel::read(&mut node.conn(), &k.items, BATCH, limit).await
-                        }
+                        async move { t.queue_read(&k.items, BATCH).await }
                     })
                     .await?;
                 match read {
@@ -556,22 +546,10 @@ impl Queues {
                     hold.disarm();
                     return Err(lost_error(state.reason()));
                 }
-                let node = self.transport()?.node(&keys.lock).await;
-                let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-                let r = match node {
-                    Ok(node) => {
-                        kernel::release(
-                            &mut node.conn(),
-                            &keys.kernel(),
-                            &token,
-                            false,
-                            kernel_lock::fence_ttl(ttl),
-                            limit,
-                        )
-                        .await
-                    }
-                    Err(e) => Err(e),
-                };
+                let r = self
+                    .transport()?
+                    .queue_release(&keys.kernel(), &token, false, kernel_lock::fence_ttl(ttl))
+                    .await;
                 match release_step(&r, uncertain) {
                     ReleaseStep::Done => {
                         state.released();
@@ -637,11 +615,7 @@ impl Queues {
         let acked = self
             .retrying(lost, ttl, || {
                 let (t, k) = (t.clone(), keys.clone());
-                async move {
-                    let node = t.node(&k.items).await?;
-                    let limit = after(Instant::now(), t.settings.response_timeout);
-                    kernel::ack(&mut node.conn(), &k.kernel(), token, group, limit).await
-                }
+                async move { t.queue_ack(&k.kernel(), token, group).await }
             })
             .await?;
         match acked {
@@ -746,14 +720,14 @@ pub(crate) fn release_step(r: &Result<Release, Error>, uncertain: bool) -> Relea
 /// disarmed, releases the key by token (forced: items stay queued) through a task of the
 /// client when dropped.
 struct Hold {
-    transport: Option<Arc<Transport>>,
+    transport: Option<Backend>,
     keys: Arc<QueueKeys>,
     token: String,
     watchdog: Option<CancellationToken>,
 }
 
 impl Hold {
-    fn new(transport: &Arc<Transport>, keys: &Arc<QueueKeys>, token: String) -> Self {
+    fn new(transport: &Backend, keys: &Arc<QueueKeys>, token: String) -> Self {
         Hold {
             transport: Some(transport.clone()),
             keys: keys.clone(),
@@ -777,21 +751,9 @@ impl Hold {
         let Some(t) = self.transport.take() else {
             return;
         };
-        let limit = after(Instant::now(), t.settings.response_timeout);
-        let r = match t.node(&self.keys.lock).await {
-            Ok(node) => {
-                kernel::release(
-                    &mut node.conn(),
-                    &self.keys.kernel(),
-                    &self.token,
-                    force,
-                    RETENTION,
-                    limit,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
+        let r = t
+            .queue_release(&self.keys.kernel(), &self.token, force, RETENTION)
+            .await;
         if let Err(e) = r {
             tracing::warn!(key = %self.keys.lock, error = %e, "release failed; the key is free when its lease ends");
         }
@@ -806,18 +768,8 @@ impl Drop for Hold {
         let Some(transport) = self.transport.take() else {
             return;
         };
-        let keys = self.keys.clone();
         let token = std::mem::take(&mut self.token);
-        crate::lease::pending::spawn_cleanup(
-            &transport,
-            keys.lock.clone(),
-            "released the queue",
-            move |mut conn, at| async move {
-                let r =
-                    kernel::release(&mut conn, &keys.kernel(), &token, true, RETENTION, at).await?;
-                Ok(format!("{} ({r:?})", short(&token)))
-            },
-        );
+        transport.queue_release_in_background(&self.keys.kernel(), token, RETENTION);
     }
 }
 

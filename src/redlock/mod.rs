@@ -70,21 +70,19 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::redis::Transport;
+use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::lease::acquire::{self, NoChannel, Tried, TryAcquire};
 use crate::lease::guard::{sealed, LeaseGuard};
-use crate::lease::lock as kernel;
 use crate::lease::options::Field;
 use crate::lease::watchdog::LeaseState;
-use crate::lease::{extend, Extend, Extension};
+use crate::lease::Extension;
 use crate::util::drop_guard::Armed;
 use crate::util::metrics::{self, primitive, Labels, Loss};
-use crate::util::time::{after, ms};
+use crate::util::time::after;
 use crate::util::token::{new_token, short};
 
 use keys::RedlockKeys;
@@ -96,7 +94,7 @@ pub use crate::lease::{MAX_TTL, MIN_TTL};
 /// The fewest masters a Redlock accepts.
 pub const MIN_MASTERS: usize = 3;
 
-type Masters = Arc<[Arc<Transport>]>;
+type Masters = Arc<[Backend]>;
 
 /// The mutex over several independent masters (see the [module docs](self) for what it does
 /// and does not guarantee). Get it from [`Redlock::new`]; cheap to
@@ -119,7 +117,7 @@ impl std::fmt::Debug for Redlock {
 
 impl Redlock {
     /// A Redlock over `masters` (the client façade's only way in).
-    pub(crate) fn from_transports(masters: Vec<Arc<Transport>>) -> Result<Self, ConfigError> {
+    pub(crate) fn from_transports(masters: Vec<Backend>) -> Result<Self, ConfigError> {
         let n = masters.len();
         if n < MIN_MASTERS {
             return Err(ConfigError::invalid(
@@ -137,12 +135,12 @@ impl Redlock {
             ));
         }
         for (i, a) in masters.iter().enumerate() {
-            if masters[..i].iter().any(|b| b.endpoint == a.endpoint) {
+            if masters[..i].iter().any(|b| b.endpoint() == a.endpoint()) {
                 return Err(ConfigError::invalid(
                     "masters",
                     format!(
                         "`{}` is given twice: one server counted twice would fake a quorum",
-                        a.endpoint
+                        a.endpoint()
                     ),
                 ));
             }
@@ -230,8 +228,8 @@ impl Redlock {
             self.masters
                 .iter()
                 .map(|t| {
-                    let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
-                    set_nx(t, &keys.lock, &token, ttl, limit)
+                    let limit = after(start, node_timeout(t.response_timeout(), ttl));
+                    t.redlock_set(&keys.lock, &token, ttl, limit)
                 })
                 .collect(),
         )
@@ -275,7 +273,7 @@ impl Redlock {
         // No quorum: undo on every master, the failed ones included (a lost reply may have
         // set the key there).
         let released = release_all(&self.masters, keys, &token, |t| {
-            node_timeout(t.settings.response_timeout, ttl)
+            node_timeout(t.response_timeout(), ttl)
         })
         .await;
         if released.iter().all(Result::is_ok) {
@@ -405,48 +403,11 @@ impl TryAcquire for RedlockTry<'_> {
     }
 }
 
-/// `SET lock token NX PX ttl` on one master, giving up at `limit`: `true` if it set.
-async fn set_nx(
-    master: &Transport,
-    lock: &str,
-    token: &str,
-    ttl: Duration,
-    limit: Instant,
-) -> Result<bool, Error> {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(lock).arg(token).arg("NX").arg("PX").arg(ms(ttl));
-    let query = async {
-        let mut conn = master.node(lock).await?.conn();
-        Ok::<Value, Error>(cmd.query_async(&mut conn).await?)
-    };
-    let reply: Value = match tokio::time::timeout_at(limit, query).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                during: "setting the Redlock on one master",
-            })
-        }
-    };
-    parse_set(reply)
-}
-
-fn parse_set(reply: Value) -> Result<bool, Error> {
-    match reply {
-        Value::Okay => Ok(true),
-        Value::SimpleString(s) if s == "OK" => Ok(true),
-        Value::Nil => Ok(false),
-        other => Err(crate::backend::redis::unexpected(
-            "the Redlock SET NX",
-            &other,
-        )),
-    }
-}
-
 /// One extension round: compare-and-`PEXPIRE` to `ttl` on every master at once, each bounded
 /// far below `ttl`. Returns when the round started (before any request left) and the replies in
 /// the masters' order.
 async fn extend_round(
-    masters: &[Arc<Transport>],
+    masters: &[Backend],
     keys: &RedlockKeys,
     token: &str,
     ttl: Duration,
@@ -456,21 +417,8 @@ async fn extend_round(
         masters
             .iter()
             .map(|t| {
-                let limit = after(start, node_timeout(t.settings.response_timeout, ttl));
-                let lock = &keys.lock;
-                async move {
-                    let mut conn = t.node(lock).await?.conn();
-                    let req = Extend {
-                        lease: lock,
-                        value: token,
-                        ttl,
-                        guard: lock,
-                        guard_value: token,
-                        refresh: &[],
-                        retention: ttl,
-                    };
-                    extend(&mut conn, &req, limit).await
-                }
+                let limit = after(start, node_timeout(t.response_timeout(), ttl));
+                t.redlock_extend(&keys.lock, token, ttl, limit)
             })
             .collect(),
     )
@@ -481,10 +429,10 @@ async fn extend_round(
 /// Compare-and-delete by token on every master at once, each bounded by `timeout(master)`:
 /// per master, whether it still held the token.
 async fn release_all(
-    masters: &[Arc<Transport>],
+    masters: &[Backend],
     keys: &RedlockKeys,
     token: &str,
-    timeout: impl Fn(&Transport) -> Duration,
+    timeout: impl Fn(&Backend) -> Duration,
 ) -> Vec<Result<bool, Error>> {
     let start = Instant::now();
     join_all(
@@ -492,10 +440,7 @@ async fn release_all(
             .iter()
             .map(|t| {
                 let limit = after(start, timeout(t));
-                async move {
-                    let mut conn = t.node(&keys.lock).await?.conn();
-                    kernel::release(&mut conn, &keys.lock, &keys.channel, token, limit).await
-                }
+                t.redlock_release(&keys.lock, &keys.channel, token, limit)
             })
             .collect(),
     )
@@ -503,7 +448,7 @@ async fn release_all(
 }
 
 /// `master i (host:port/db): error; …` for the masters whose reply is an error.
-fn summary<T>(masters: &[Arc<Transport>], replies: &[Result<T, Error>]) -> String {
+fn summary<T>(masters: &[Backend], replies: &[Result<T, Error>]) -> String {
     let parts: Vec<String> = masters
         .iter()
         .zip(replies)
@@ -511,7 +456,7 @@ fn summary<T>(masters: &[Arc<Transport>], replies: &[Result<T, Error>]) -> Strin
         .filter_map(|(i, (t, r))| {
             r.as_ref()
                 .err()
-                .map(|e| format!("master {i} ({}): {e}", t.endpoint))
+                .map(|e| format!("master {i} ({}): {e}", t.endpoint()))
         })
         .collect();
     parts.join("; ")
@@ -549,12 +494,12 @@ fn release_in_background(masters: Masters, keys: Arc<RedlockKeys>, token: String
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let Some(host) = masters.iter().find(|t| !t.cancel.is_cancelled()).cloned() else {
+    let Some(host) = masters.iter().find(|t| !t.cancel().is_cancelled()).cloned() else {
         return;
     };
-    host.tracker.spawn_on(
+    host.tracker().spawn_on(
         async move {
-            let replies = release_all(&masters, &keys, &token, |t| t.settings.response_timeout).await;
+            let replies = release_all(&masters, &keys, &token, |t| t.response_timeout()).await;
             let held = replies.iter().filter(|r| matches!(r, Ok(true))).count();
             let failed = replies.iter().filter(|r| r.is_err()).count();
             if failed > 0 {
@@ -795,10 +740,7 @@ impl RedlockGuard {
         }
         h.state.released();
         let sent = Instant::now();
-        let replies = release_all(&h.masters, &h.keys, &h.token, |t| {
-            t.settings.response_timeout
-        })
-        .await;
+        let replies = release_all(&h.masters, &h.keys, &h.token, |t| t.response_timeout()).await;
         h.state
             .labels()
             .transition(metrics::transition::RELEASE, sent);
@@ -874,23 +816,6 @@ impl LeaseGuard for RedlockGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn set_replies_are_parsed_without_panicking() {
-        assert!(parse_set(Value::Okay).unwrap());
-        assert!(parse_set(Value::SimpleString("OK".into())).unwrap());
-        assert!(!parse_set(Value::Nil).unwrap());
-        for bad in [
-            Value::Int(1),
-            Value::SimpleString("QUEUED".into()),
-            Value::Array(vec![]),
-        ] {
-            assert_eq!(
-                parse_set(bad).unwrap_err().kind(),
-                crate::error::ErrorKind::UnexpectedReply
-            );
-        }
-    }
 
     #[tokio::test]
     async fn join_all_keeps_the_order() {

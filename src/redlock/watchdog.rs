@@ -44,7 +44,7 @@ pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToke
     let Some(host) = watch
         .masters
         .iter()
-        .find(|t| !t.cancel.is_cancelled())
+        .find(|t| !t.cancel().is_cancelled())
         .cloned()
     else {
         state.lose(
@@ -60,8 +60,8 @@ pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToke
         );
         return;
     }
-    let client_gone = host.cancel.clone();
-    host.tracker.spawn(async move {
+    let client_gone = host.cancel().clone();
+    host.tracker().spawn(async move {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {}

@@ -1,6 +1,7 @@
 //! Leaves shared by every layer: backoff, deadline arithmetic, tokens, and the mailbox that
 //! carries events, holder commands and wake-ups, and Redis Cluster's slot function. Nothing here
-//! talks to Redis or knows a primitive.
+//! talks to Redis or knows a primitive; the types that cross the store seams are here, since
+//! both the primitives and the backends name them.
 
 pub(crate) mod backoff;
 pub(crate) mod drop_guard;
@@ -10,8 +11,11 @@ pub(crate) mod inspect;
 // stores. `pub` for `model_api` only (through `failover::protocol`), as `lock_replies` is.
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod jobs;
-// What a lock store answers the lease kernel; built by the backends' lock statements. `pub`
-// for `model_api` only, as the lease kernel's decisions are (see `lib.rs`).
+// What crosses the fair line's store seam (`backend::fair`).
+pub(crate) mod fair_line;
+// What crosses the lock store's seam (`backend::locks`); read by the lease kernel, built by the
+// backends' lock stores. `pub` for `model_api` only, as the lease kernel's decisions are (see
+// `lib.rs`).
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod lock_replies;
 pub(crate) mod mailbox;
@@ -20,6 +24,8 @@ pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod parked;
 pub(crate) mod pubsub;
+// What crosses run-or-enqueue's store seam (`backend::queue`).
+pub(crate) mod queue_items;
 pub(crate) mod redact;
 pub(crate) mod settings;
 // Used by the cluster routing and the cluster test fixture.

@@ -1,5 +1,5 @@
-//! The lock store on PostgreSQL (feature `postgres`), the statements the lease kernel runs
-//! there: a lock is one row of `baton_locks`, and each operation on it is one statement (one
+//! The lock store on PostgreSQL (feature `postgres`), the statements the lock store seam
+//! (`backend::locks`) runs there: a lock is one row of `baton_locks`, and each operation on it is one statement (one
 //! round trip once the statement is prepared on the pooled connection, which `prepare_cached`
 //! does once per connection).
 //!
@@ -39,9 +39,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use std::sync::{Arc, Weak};
+
 use super::{channel_of, PgTransport, Pooled};
 use crate::error::Error;
-use crate::util::lock_replies::{Extension, Grant, Stored};
+use crate::util::lock_replies::{fence_ttl, Acquire, Extend, Extension, Grant, Stored};
+use crate::util::time::after;
+use crate::util::token::short;
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_locks";
@@ -147,6 +151,96 @@ WHERE l.key = $1";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Creates the lock table and its index if missing, by the schema migration, then starts the
+/// client's cleanup (`Locks::migrate`).
+///
+/// # Errors
+/// Connection and permission errors; a busy table through every try.
+pub(crate) async fn migrate(t: &PgTransport) -> Result<(), Error> {
+    t.migrate_schema(SCHEMA).await?;
+    ensure_schema(t).await
+}
+
+/// [`acquire`] for the lock store's request: the lock row `req.lock`, its fence retained for
+/// [`fence_ttl`] of the lease.
+///
+/// # Errors
+/// As [`acquire`].
+pub(crate) async fn acquire_request(
+    t: &PgTransport,
+    req: &Acquire<'_>,
+    topic: &str,
+    limit: Instant,
+) -> Result<Grant, Error> {
+    acquire(
+        t,
+        req.lock,
+        topic,
+        req.token,
+        req.ttl,
+        fence_ttl(req.ttl),
+        limit,
+    )
+    .await
+}
+
+/// [`extend`] for the lock store's request, through a weak handle (a background task's): a
+/// lock row is its own guard.
+///
+/// # Errors
+/// As [`extend`]; [`Error::Stopped`] once the client is gone; [`Error::Unsupported`] for a
+/// guard other than the lease itself.
+pub(crate) async fn extend_request(
+    weak: &Weak<PgTransport>,
+    req: &Extend<'_>,
+    limit: Instant,
+) -> Result<Extension, Error> {
+    let Some(t) = weak.upgrade() else {
+        return Err(Error::Stopped);
+    };
+    if req.guard != req.lease || req.guard_value != req.value {
+        return Err(Error::Unsupported {
+            what: "a lease extension guarded by another key",
+            backend: "PostgreSQL",
+            why: "a lock row is its own guard",
+        });
+    }
+    extend(&t, req.lease, req.value, req.ttl, req.retention, limit).await
+}
+
+/// [`release`] through a task of the client's tracker, bounded by the response timeout; never
+/// blocks, and logs the outcome. Without a runtime or a client that shut down it does nothing:
+/// the lock's ttl is the backstop. The task holds the transport for at most one response
+/// timeout.
+pub(crate) fn release_in_background(t: &Arc<PgTransport>, key: &str, topic: &str, token: String) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if t.cancel.is_cancelled() {
+        return;
+    }
+    let (t2, key, topic) = (t.clone(), key.to_string(), topic.to_string());
+    t.tracker.spawn_on(
+        async move {
+            let limit = after(Instant::now(), t2.settings.response_timeout);
+            match release(&t2, &key, &topic, &token, limit).await {
+                Ok(ours) => tracing::debug!(
+                    key,
+                    token = short(&token),
+                    ours,
+                    "released in the background"
+                ),
+                Err(e) => tracing::warn!(
+                    key,
+                    error = %e,
+                    "released in the background failed; the lock's ttl is the backstop"
+                ),
+            }
+        },
+        &handle,
+    );
 }
 
 /// Creates the lock table if missing (once per client), and starts the client's cleanup.

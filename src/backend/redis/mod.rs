@@ -1,5 +1,6 @@
 //! The Redis backend: everything baton knows about talking to Redis, and nothing about any
-//! primitive. Primitives get an `Arc<Transport>` and build their commands themselves.
+//! primitive above it. The store seams (`backend::locks`, …) call in here; the primitives never
+//! do.
 //!
 //! - [`connection`] (the multiplexed connection, and why a client keeps three kinds), [`pool`]
 //!   (dedicated connections for `WATCH … EXEC`) and [`hub`] (pub/sub);
@@ -10,23 +11,29 @@
 //! - wake-one groups (local waiters sharing one subscription) are shared with PostgreSQL:
 //!   `crate::util::wake`.
 //! - [`acl`]: the commands baton sends, for a least-privilege user.
-//! - [`script`]: `EVALSHA` and the lease extension script; [`jobs`]: the failover
-//!   coordinator's job store (its transactions, reads and their parsing).
+//! - the stores' wire forms: [`script`] (`EVALSHA` and the lease extension), [`locks`] (the
+//!   lock store's fenced scripts) and [`batch`] (their group commit per node), [`jobs`] (the
+//!   failover coordinator's job store: its transactions, reads and their parsing).
 //! - TLS material and rustls setup are shared with PostgreSQL: `crate::util::tls`.
 
 pub mod acl;
+pub(crate) mod batch;
 pub(crate) mod classify;
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod connect;
 pub(crate) mod connection;
+pub(crate) mod fair;
 #[cfg(feature = "sentinel")]
 pub(crate) mod follow;
 pub(crate) mod hub;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod locks;
 pub(crate) mod node;
 pub(crate) mod pool;
+pub(crate) mod queue;
+pub(crate) mod redlock;
 pub(crate) mod router;
 pub(crate) mod script;
 #[cfg(feature = "sentinel")]

@@ -9,8 +9,6 @@
 //! number), and only then extends the lease and refreshes the TTL of the primitive's other
 //! keys; when it refuses, it returns what it read, for the primitive's own pure decision.
 
-use std::time::Duration;
-
 use redis::Value;
 use tokio::time::Instant;
 
@@ -69,24 +67,8 @@ pub(crate) async fn script_until(
     }
 }
 
-/// One lease extension's inputs.
-pub(crate) struct Extend<'a> {
-    /// The lease key.
-    pub lease: &'a str,
-    /// The value this holder wrote to it.
-    pub value: &'a str,
-    /// The lease's TTL.
-    pub ttl: Duration,
-    /// A key that must hold `guard_value` too (pass the lease itself when there is none).
-    pub guard: &'a str,
-    /// What `guard` must hold.
-    pub guard_value: &'a str,
-    /// Keys whose TTL is refreshed to `retention` with the extension (the guard among them if
-    /// it should be).
-    pub refresh: &'a [&'a str],
-    /// Their TTL.
-    pub retention: Duration,
-}
+// One lease extension's inputs: defined in the leaves, since the lease kernel builds it.
+pub(crate) use crate::util::lock_replies::Extend;
 
 /// `KEYS` = lease, guard, keys to refresh…; `ARGV` = lease value, guard value, lease ms,
 /// retention ms. `{1}` when extended, else `{0, guard, lease, PTTL lease}` as read.

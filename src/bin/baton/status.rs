@@ -426,7 +426,7 @@ pub(crate) async fn watch(
         if super::out::stdout_closed() {
             return 0;
         }
-        match changes.next().await {
+        match changes.next_event().await {
             Some(Ok(change)) => {
                 print_change(json, &change.message, &change.status);
                 last = change.status;

@@ -1,5 +1,5 @@
 //! Group commit of lock scripts: when many tasks of one client acquire or release locks on one
-//! Redis node at once, one script call ([`BATCH_SCRIPT`](super::lock::BATCH_SCRIPT)) serves
+//! Redis node at once, one script call ([`BATCH_SCRIPT`](super::locks::BATCH_SCRIPT)) serves
 //! them all, so the fixed cost of an `EVALSHA` on the server and the client's per-request work
 //! are paid once per batch instead of once per lock.
 //!
@@ -35,10 +35,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::lock::{self, fence_ttl, Acquire, Grant, BATCH_SCRIPT};
-use crate::backend::redis::{unexpected, Node};
+use super::locks::{self as lock, BATCH_SCRIPT};
+use super::Transport;
+use super::{unexpected, Node};
 use crate::error::Error;
 use crate::util::drop_guard::Disarm;
+use crate::util::lock_replies::{fence_ttl, Acquire, BatchKeys, Grant};
 use crate::util::time::{after, ms};
 
 /// The most operations one batch call carries: large enough to amortize a call, small enough
@@ -51,17 +53,6 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// `lock-distinct` ran at 0.81 × the fenced floor's throughput with one, see
 /// docs/benchmarks.md).
 pub(crate) const MAX_IN_FLIGHT: u8 = 2;
-
-/// The keys of a lock an operation may carry past its caller's frame (it may leave later, in
-/// a batch).
-pub(crate) trait BatchKeys: Send + Sync + 'static {
-    /// The lock key.
-    fn lock(&self) -> &str;
-    /// The fence key (same hash slot); unused by a release.
-    fn fence(&self) -> &str;
-    /// The channel a release publishes `released` on.
-    fn channel(&self) -> &str;
-}
 
 /// A release's keys, copied: a guard's release borrows its keys, and only a queued release
 /// needs them owned.
@@ -256,8 +247,11 @@ async fn send(node: &Arc<Node>, tracker: &TaskTracker, batch: Vec<Queued>) {
     let sent = Instant::now();
     let limit = after(sent, node.settings().response_timeout);
     let mut conn = node.conn();
-    let reply =
-        tokio::time::timeout_at(limit, lock::run_script(&mut conn, &BATCH_SCRIPT, &call)).await;
+    let reply = tokio::time::timeout_at(
+        limit,
+        super::script::run_script(&mut conn, &BATCH_SCRIPT, &call),
+    )
+    .await;
     let shared: Result<Vec<Value>, Error> = match reply {
         Ok(Ok(Value::Array(items))) if items.len() == batch.len() => Ok(items),
         Ok(Ok(other)) => Err(unexpected("the lock batch", &other)),
@@ -484,6 +478,45 @@ pub(crate) async fn release(
             }
         }
     }
+}
+
+/// [`lock::acquire`], grouped with this client's other lock calls to the same node when they
+/// overlap (see the module docs) on a client whose keys all live on one node; alone on a
+/// cluster. `pending` is the caller's release by token, disarmed only when the call never left.
+///
+/// # Errors
+/// As [`lock::acquire`].
+pub(crate) async fn acquire_grouped<K: BatchKeys>(
+    t: &Transport,
+    keys: &Arc<K>,
+    req: &Acquire<'_>,
+    limit: Instant,
+    pending: &mut dyn crate::util::drop_guard::Disarm,
+) -> Result<Grant, Error> {
+    if !t.router.one_node() {
+        return lock::acquire_on(t, req, limit).await;
+    }
+    let node = t.node(req.lock).await?;
+    acquire(&node, keys, req, limit, pending, &t.tracker).await
+}
+
+/// [`lock::release`] on the node that serves `lock`, grouped with this client's other lock calls to
+/// the node when they overlap (see the module docs; alone on a cluster).
+///
+/// # Errors
+/// As [`lock::release`].
+pub(crate) async fn release_on(
+    t: &Transport,
+    lock: &str,
+    channel: &str,
+    token: &str,
+    limit: Instant,
+) -> Result<bool, Error> {
+    let node = t.node(lock).await?;
+    if t.router.one_node() {
+        return release(&node, lock, channel, token, limit, &t.tracker).await;
+    }
+    lock::release(&mut node.conn(), lock, channel, token, limit).await
 }
 
 #[cfg(test)]
