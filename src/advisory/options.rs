@@ -3,7 +3,7 @@
 //! acquisition waits, PostgreSQL's `lock_timeout`) and `heartbeat` (how often a session guard
 //! checks its connection). The others (`max_tries`, `max_backoff`, `watchdog`, `max_hold`,
 //! `replica_ack`, `waiter_timeout`) are refused with
-//! [`Error::Unsupported`](crate::Error::Unsupported): the server queues the waiter and nothing
+//! [`Error::Unsupported`]: the server queues the waiter and nothing
 //! retries, and a session lock has no lease.
 
 use std::time::Duration;

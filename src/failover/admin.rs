@@ -25,7 +25,7 @@ pub struct JobChange {
 }
 
 /// A followed job: a [`Stream`](tokio_stream::Stream) of [`JobChange`]s (or call
-/// [`JobWatch::next`]) that ends once the job is `DONE` or `EXHAUSTED` (or the client stops).
+/// [`JobWatch::next_event`]) that ends once the job is `DONE` or `EXHAUSTED` (or the client stops).
 pub struct JobWatch {
     failover: Failover,
     job: super::FailoverConfig,

@@ -101,7 +101,7 @@ impl Failover {
     /// `redis-cli GET 'baton:{msg:42}'`. [`Failover::job_status`] tells more.
     ///
     /// # Errors
-    /// [`Error::Config`](crate::Error::Config) for an invalid job name; connection errors.
+    /// [`Error::Config`] for an invalid job name; connection errors.
     pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, Error> {
         Ok(self.job_status(job).await?.state)
     }
