@@ -26,9 +26,6 @@ pub use crate::lease::lock::{orphaned, Grant};
 pub use crate::lease::watchdog::{after_extension, WatchStep};
 #[cfg(feature = "model")]
 pub use crate::lease::Extension;
-/// The reply type of [`Extension::Refused`], so the model needs no `redis` of its own.
-#[cfg(feature = "model")]
-pub use redis::Value;
 
 /// The clock the lease decisions read (the models build their instants from it).
 #[cfg(feature = "model")]

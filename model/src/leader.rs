@@ -505,11 +505,7 @@ impl Model for LeaderModel {
                         sent: Instant::now(),
                     })
                 } else {
-                    Ok(Extension::Refused {
-                        guard: baton::model_api::Value::Nil,
-                        lease: baton::model_api::Value::Nil,
-                        pttl: baton::model_api::Value::Int(-2),
-                    })
+                    Ok(Extension::Refused)
                 };
                 let Phase::Leading(l) = &mut s.cands[i as usize].phase else {
                     return None;

@@ -611,11 +611,7 @@ impl Model for MutexModel {
                         sent: Instant::now(),
                     })
                 } else {
-                    Ok(Extension::Refused {
-                        guard: baton::model_api::Value::Nil,
-                        lease: baton::model_api::Value::Nil,
-                        pttl: baton::model_api::Value::Int(-2),
-                    })
+                    Ok(Extension::Refused)
                 };
                 match after_extension(&outcome) {
                     WatchStep::Extended { .. } | WatchStep::Retry => return None,

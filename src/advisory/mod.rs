@@ -100,19 +100,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::postgres::advisory::{self as sql, Beat, Call, CREATE_FENCE};
-use crate::backend::postgres::{Dedicated, PgTransport, Pooled};
+use crate::backend::advisory::{sql, Beat, Call, Dedicated, PgTransport, Pooled, CREATE_FENCE};
 use crate::backend::Backend;
 use crate::error::{Error, ErrorKind};
 
+/// The PostgreSQL driver baton uses, re-exported so that closures name the same version's
+/// [`Transaction`] and [`Client`](PgClient).
+pub use crate::backend::advisory::tokio_postgres;
+use crate::backend::advisory::{Client as PgClient, Transaction};
 pub use key::AdvisoryKey;
 use key::Repr;
 pub use options::{
     AdvisoryOptions, AdvisoryOptionsBuilder, LockOptions, LockOptionsBuilder, DEFAULT_HEARTBEAT,
 };
-/// The PostgreSQL driver baton uses, re-exported so that closures name the same version's
-/// [`Transaction`](tokio_postgres::Transaction) and [`Client`](tokio_postgres::Client).
-pub use tokio_postgres;
 
 /// The future a transaction-scoped closure returns: boxed, so that it may borrow the
 /// transaction it is given.
@@ -145,7 +145,7 @@ struct PoolLease {
 }
 
 impl PoolLease {
-    fn client(&mut self) -> Result<&mut tokio_postgres::Client, Error> {
+    fn client(&mut self) -> Result<&mut PgClient, Error> {
         match self.conn.as_mut() {
             Some(conn) => Ok(conn),
             None => Err(Error::Connection {
@@ -353,7 +353,7 @@ impl AdvisoryLocks {
         work: F,
     ) -> Result<Result<T, E>, Error>
     where
-        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        F: for<'t> FnOnce(&'t Transaction<'t>) -> XactFuture<'t, T, E>,
     {
         let key = key.into();
         match self.xact(key, mode, opts, false, work).await? {
@@ -381,7 +381,7 @@ impl AdvisoryLocks {
         work: F,
     ) -> Result<Option<Result<T, E>>, Error>
     where
-        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        F: for<'t> FnOnce(&'t Transaction<'t>) -> XactFuture<'t, T, E>,
     {
         self.xact(key.into(), mode, opts, true, work).await
     }
@@ -395,7 +395,7 @@ impl AdvisoryLocks {
         work: F,
     ) -> Result<Option<Result<T, E>>, Error>
     where
-        F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
+        F: for<'t> FnOnce(&'t Transaction<'t>) -> XactFuture<'t, T, E>,
     {
         let t = self.transport()?.clone();
         options::check(opts)?;
@@ -605,7 +605,7 @@ impl AdvisoryGuard {
     /// lock. A transaction there (`BEGIN … ROLLBACK`) leaves the lock held. Do not unlock
     /// through it (`release` would then report the lock lost), and keep statements short: the
     /// heartbeat shares it (see the module docs).
-    pub fn client(&self) -> &tokio_postgres::Client {
+    pub fn client(&self) -> &PgClient {
         &self.conn.client
     }
 

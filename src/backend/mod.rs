@@ -30,6 +30,8 @@
 //! A module named `redis` here shadows the `redis` crate inside this file: write `::redis::`
 //! for the crate.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod advisory;
 pub(crate) mod clock;
 pub(crate) mod connect;
 pub(crate) mod fair;

@@ -3,6 +3,8 @@
 //! interleave it. The statements themselves live in the PostgreSQL backend's job store; these
 //! are the seam's re-exports.
 
+// Read by the test seams (`client::testing`, `model_api`) and the unit tests only.
+#[cfg_attr(not(any(test, feature = "testing")), allow(unused_imports))]
 pub(crate) use crate::backend::jobs::pg::{CLEANUP, SCHEMA, TABLE};
 
 /// The statement and parameters of a backup's grant of `attempt` with fencing token `fence` to

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::election::{read_leader, Election};
 use super::EVENT_BUFFER;
-use crate::backend::redis::HubMsg;
 use crate::error::ErrorKind;
 use crate::util::backoff::Backoff;
+use crate::util::pubsub::HubMsg;
 
 /// Who leads an election, as [`Observer`] reports it. `serde::Serialize` like every event
 /// type (`{"event":"Leader","name":"a","term":3}`).

@@ -181,7 +181,7 @@ impl HeldLock {
                 self.state.confirmed(deadline(sent, ttl));
                 Ok(true)
             }
-            Extension::Refused { .. } => {
+            Extension::Refused => {
                 labels.extended(ExtendOutcome::Refused, Instant::now());
                 tracing::warn!(key = %self.key, token = short(&self.token), "extension refused: the lock is held by another token or gone");
                 self.state.lose(

@@ -343,7 +343,7 @@ async fn run(backend: WeakBackend, watch: Watch, state: Arc<LeaseState>, respons
         };
         let counted = match &outcome {
             Ok(Extension::Confirmed { sent }) => (ExtendOutcome::Ok, *sent),
-            Ok(Extension::Refused { .. }) => (ExtendOutcome::Refused, Instant::now()),
+            Ok(Extension::Refused) => (ExtendOutcome::Refused, Instant::now()),
             Err(_) => (ExtendOutcome::Error, Instant::now()),
         };
         state.labels().extended(counted.0, counted.1);
@@ -388,7 +388,7 @@ pub enum WatchStep {
 pub fn after_extension(outcome: &Result<Extension, crate::error::Error>) -> WatchStep {
     match outcome {
         Ok(Extension::Confirmed { sent }) => WatchStep::Extended { sent: *sent },
-        Ok(Extension::Refused { .. }) => {
+        Ok(Extension::Refused) => {
             WatchStep::Lost("an extension found the lock held by another token (or gone)".into())
         }
         Err(e) if e.is_retryable() => WatchStep::Retry,

@@ -93,12 +93,8 @@ pub(crate) struct Extend<'a> {
 pub enum Extension {
     /// Extended; `sent` is when the request left (the new lease's deadline counts from it).
     Confirmed { sent: Instant },
-    /// Not ours any more: what the guard, the lease and the lease's PTTL read.
-    Refused {
-        guard: redis::Value,
-        lease: redis::Value,
-        pttl: redis::Value,
-    },
+    /// Not ours any more (held by another, or gone); nothing was written.
+    Refused,
 }
 
 /// What a fenced write did. Serializes as `{"outcome":"written"}` or

@@ -59,15 +59,23 @@ pub(crate) struct TlsSettings {
     pub client: Option<(Pem, Pem)>,
 }
 
+/// PEM material that [`TlsSettings::certificates`] checked: the private CA, and the client
+/// certificate with its key.
+pub(crate) struct CheckedPem {
+    pub(crate) root_cert: Option<Vec<u8>>,
+    /// (certificate chain, private key), both PEM.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 impl TlsSettings {
     /// Whether anything was set (TLS options with a `redis://` URL are a configuration error).
     pub(crate) fn is_set(&self) -> bool {
         self.root_ca.is_some() || self.client.is_some()
     }
 
-    /// Checks the PEM material (parses, the key matches the certificate) and returns it in the
-    /// form redis-rs takes. Messages never quote PEM content.
-    pub(crate) fn certificates(&self) -> Result<redis::TlsCertificates, ConfigError> {
+    /// Checks the PEM material (parses, the key matches the certificate) and returns it as
+    /// bytes (the Redis backend hands them to redis-rs). Messages never quote PEM content.
+    pub(crate) fn certificates(&self) -> Result<CheckedPem, ConfigError> {
         let root_cert = match &self.root_ca {
             None => None,
             Some(pem) => {
@@ -94,14 +102,11 @@ impl TlsSettings {
                         format!("{key:?} does not fit the client certificate {cert:?} ({e})"),
                     )
                 })?;
-                Some(redis::ClientTlsConfig {
-                    client_cert: cert.bytes.clone(),
-                    client_key: key.bytes.clone(),
-                })
+                Some((cert.bytes.clone(), key.bytes.clone()))
             }
         };
-        Ok(redis::TlsCertificates {
-            client_tls,
+        Ok(CheckedPem {
+            client: client_tls,
             root_cert,
         })
     }
@@ -206,14 +211,15 @@ pub(crate) fn install_crypto_provider() {
     });
 }
 
-/// The TLS failure behind a redis-rs error, if it is one: what rustls reported.
+/// The TLS failure behind a client library's error (`err`, e.g. a redis-rs error), if it is
+/// one: what rustls reported.
 ///
 /// redis-rs hands a failed handshake back as an I/O error (`kind() == Io`, `InvalidData`) whose
 /// inner error is the `rustls::Error` (`InvalidCertificate(UnknownIssuer)`,
 /// `InvalidCertificate(NotValidForNameContext { .. })`, `AlertReceived(CertificateRequired)`).
 /// Its `source()` is the `Arc` it stores the I/O error in, so the chain is walked through `Arc`,
 /// `io::Error::get_ref` and `source()`.
-pub(crate) fn failure(err: &redis::RedisError) -> Option<String> {
+pub(crate) fn failure(err: &(dyn StdError + 'static)) -> Option<String> {
     let mut next: Option<&(dyn StdError + 'static)> = err.source();
     // A bound, not a loop forever on a strange self-referencing chain.
     for _ in 0..16 {

@@ -490,11 +490,7 @@ pub(crate) async fn extend(
         .await?;
     if rows.is_empty() {
         // What was read is not reported on PostgreSQL: the row said no, nothing more.
-        Ok(Extension::Refused {
-            guard: redis::Value::Nil,
-            lease: redis::Value::Nil,
-            pttl: redis::Value::Nil,
-        })
+        Ok(Extension::Refused)
     } else {
         Ok(Extension::Confirmed { sent })
     }

@@ -86,7 +86,16 @@ impl Options<'_> {
         if scheme == super::url::Scheme::Tls {
             crate::util::tls::install_crypto_provider();
             if self.tls.is_set() {
-                let certs = self.tls.certificates()?;
+                let pem = self.tls.certificates()?;
+                let certs = redis::TlsCertificates {
+                    client_tls: pem.client.map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: pem.root_cert,
+                };
                 return redis::Client::build_with_tls(info, certs).map_err(rejected);
             }
         }

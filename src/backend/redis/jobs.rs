@@ -16,7 +16,7 @@ use ::redis::{Pipeline, Value};
 use tokio::time::Instant;
 
 use super::classify::{from_server_error, unexpected};
-use super::script::{extend, Extend};
+use super::script::{extend, Extend, ExtendReply};
 use super::{check_replies, ConnSettings, Dedicated, Expect, ReplicaWait, Subscription, Transport};
 use crate::error::Error;
 use crate::util::jobs::{
@@ -24,7 +24,6 @@ use crate::util::jobs::{
     ExtensionFuture, FailAttempt, Fence, Held, JobKeys, JobStatus, JobStore, Lease, Named,
     Observation, ResetJob, State, Which, Write, WATCHED,
 };
-use crate::util::lock_replies::Extension;
 use crate::util::metrics;
 use crate::util::time::{after, ms};
 
@@ -300,8 +299,8 @@ impl JobStore for RedisStore {
             let limit = after(Instant::now(), response_timeout).min(lease_end);
             let mut conn = router.node(keys.state()).await?.conn();
             match extend(&mut conn, &req, limit).await? {
-                Extension::Confirmed { sent } => Ok(Extended::Confirmed { sent }),
-                Extension::Refused { guard, lease, pttl } => {
+                ExtendReply::Confirmed { sent } => Ok(Extended::Confirmed { sent }),
+                ExtendReply::Refused { guard, lease, pttl } => {
                     Ok(Extended::Refused(holder_reads(&guard, &lease, &pttl)?))
                 }
             }

@@ -503,7 +503,9 @@ pub(crate) async fn extend_on(
     limit: Instant,
 ) -> Result<crate::util::lock_replies::Extension, Error> {
     let mut conn = router.node(req.lease).await?.conn();
-    super::script::extend(&mut conn, req, limit).await
+    Ok(super::script::extend(&mut conn, req, limit)
+        .await?
+        .into_extension())
 }
 
 /// Publishes `message` on `channel` (`SPUBLISH` on a cluster) on the node that serves `lock`.

@@ -45,7 +45,7 @@ pub(crate) mod url;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub(crate) use crate::util::pubsub::{HubMsg, Subscription};
+pub(crate) use crate::util::pubsub::Subscription;
 pub(crate) use classify::{from_server_error, unexpected};
 pub(crate) use connection::{connect_manager, lazy_manager};
 pub(crate) use hub::{Hub, HubSource};

@@ -68,7 +68,7 @@ pub(crate) async fn extend_on(
         refresh: &[],
         retention: ttl,
     };
-    extend(&mut conn, &req, limit).await
+    Ok(extend(&mut conn, &req, limit).await?.into_extension())
 }
 
 /// Compare-and-delete of `lock` by `token`, waking `channel`, giving up at `limit` (alone:

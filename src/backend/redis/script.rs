@@ -89,6 +89,30 @@ return {0, guard, lease, redis.call('PTTL', KEYS[1])}
     )
 });
 
+/// What the extension script answered: confirmed, or refused with what it read (the job
+/// store's holder explains a refusal from these; the lock stores only need that it refused).
+#[derive(Debug)]
+pub(crate) enum ExtendReply {
+    /// Extended; `sent` is when the request left (the new lease's deadline counts from it).
+    Confirmed { sent: Instant },
+    /// Not ours any more: what the guard, the lease and the lease's PTTL read.
+    Refused {
+        guard: Value,
+        lease: Value,
+        pttl: Value,
+    },
+}
+
+impl ExtendReply {
+    /// The lock store's answer: whether it was extended.
+    pub(crate) fn into_extension(self) -> Extension {
+        match self {
+            ExtendReply::Confirmed { sent } => Extension::Confirmed { sent },
+            ExtendReply::Refused { .. } => Extension::Refused,
+        }
+    }
+}
+
 /// Extends a lease if it is still this holder's, in one round trip that gives up at `limit`.
 ///
 /// # Errors
@@ -101,7 +125,7 @@ pub(crate) async fn extend(
     conn: &mut Conn,
     req: &Extend<'_>,
     limit: Instant,
-) -> Result<Extension, Error> {
+) -> Result<ExtendReply, Error> {
     // KEYS[2] is only read; whatever is refreshed comes from KEYS[3..] (the guard again, when
     // the caller lists it).
     let mut call = redis::cmd("EVALSHA");
@@ -124,9 +148,9 @@ pub(crate) async fn extend(
     };
     let mut items = items.into_iter();
     match (items.next(), items.next(), items.next(), items.next()) {
-        (Some(Value::Int(1)), None, None, None) => Ok(Extension::Confirmed { sent }),
+        (Some(Value::Int(1)), None, None, None) => Ok(ExtendReply::Confirmed { sent }),
         (Some(Value::Int(0)), Some(guard), Some(lease), Some(pttl)) => {
-            Ok(Extension::Refused { guard, lease, pttl })
+            Ok(ExtendReply::Refused { guard, lease, pttl })
         }
         _ => Err(Error::UnexpectedReply {
             context: "the lease extension",
