@@ -705,7 +705,7 @@ impl EntryWatch {
     ///
     /// # Cancel safety
     /// Cancel safe: a change is only taken as seen when it is returned.
-    pub async fn next(&mut self) -> Result<Entry, Error> {
+    pub async fn next_event(&mut self) -> Result<Entry, Error> {
         loop {
             let now = self.inspector.read(self.kind, &self.name).await?;
             let changed = self.last.as_ref().map_or(true, |last| {

@@ -461,7 +461,7 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
         if super::out::stdout_closed() {
             return 0;
         }
-        match watch.next().await {
+        match watch.next_event().await {
             Ok(entry) => {
                 let message = if first { "status" } else { "changed" };
                 first = false;
