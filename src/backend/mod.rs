@@ -10,9 +10,17 @@
 //!   operations are methods of [`Backend`] and [`WeakBackend`] in [`locks`], one arm per
 //!   backend, the scripts and statements in each backend's folder;
 //! - **a job store** (the failover coordinator's job state): [`jobs`], which chooses the
-//!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place.
+//!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place;
+//! - **the fair line**, **the queue's items** and **Redlock's masters** ([`fair`], [`queue`],
+//!   [`redlock`]): Redis structures, refused on other backends inside the seam;
+//! - **advisory locks** (`advisory`, feature `postgres`): a PostgreSQL feature, so its seam
+//!   names the PostgreSQL session instead of abstracting it.
 //!
-//! Two more seams are defined here once and implemented in each backend's folder:
+//! What crosses a seam (requests, replies, records) is plain data defined in the leaves
+//! (`util::lock_replies`, `util::jobs`, `util::fair_line`, `util::queue_items`,
+//! `util::inspect`), so that a backend's folder imports no seam and no primitive: a third
+//! backend is a new folder plus one arm per seam method. Two more seams are defined here once
+//! and implemented in each backend's folder:
 //! - [`connect`]: the one way a client builds its backend, `connect::connect(url, settings)`,
 //!   which reads the URL's scheme and hands the rest to the backend's own connect and checks;
 //! - [`inspect`]: what the operator's view reads (a listing's batches, jobs and lock-shaped
