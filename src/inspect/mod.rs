@@ -426,7 +426,7 @@ impl Inspector {
     }
 
     /// Follows lock-shaped entry `name` of `kind` (a lock, fair lock, queue or election):
-    /// [`EntryWatch::next`] returns it each time its state, holder or fencing token changes,
+    /// [`EntryWatch::next_event`] returns it each time its state, holder or fencing token changes,
     /// starting with how it is now.
     ///
     /// # Errors
