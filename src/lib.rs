@@ -280,7 +280,9 @@ pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
-pub use lease::guard::{Fenced, LeaseGuard};
+pub use lease::guard::{Fenced, HeldLease, LeaseGuard};
+
+pub use lease::prelude;
 pub use mutex::{
     AcquireOptions, AcquireOptionsBuilder, Expected, FencedValue, FencedWrite, ForceRelease,
     LockGuard, Locks, Taken,

@@ -271,7 +271,7 @@ impl FairLocks {
         let mut opts = opts.clone();
         opts.watchdog = true;
         let guard = self.acquire(key, ttl, &opts).await?;
-        let token = guard.fencing_token();
+        let token = crate::lease::guard::Fenced::fencing_token(&guard);
         hold_while(guard, work(token)).await
     }
 

@@ -20,8 +20,10 @@
 pub(crate) mod batch;
 pub(crate) mod guard;
 pub(crate) mod held;
+pub(crate) mod keepalive;
 pub(crate) mod lock;
 pub(crate) mod pending;
+pub mod prelude;
 pub(crate) mod store;
 pub(crate) mod watchdog;
 

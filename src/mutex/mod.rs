@@ -532,7 +532,7 @@ impl Locks {
     {
         let opts = opts.clone().with_watchdog();
         let guard = self.acquire(key, ttl, &opts).await?;
-        let token = guard.fencing_token();
+        let token = crate::lease::guard::Fenced::fencing_token(&guard);
         hold_while(guard, work(token)).await
     }
 }
