@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use baton::prelude::*;
 use baton::{AcquireOptions, Client, ErrorKind};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -46,7 +47,7 @@ async fn demo(url: &str) -> Result<(), BoxError> {
             for _ in 0..ROUNDS {
                 client
                     .locks()
-                    .with_lock(&name, Duration::from_secs(2), &opts, |_fence| async {
+                    .with_lock(&name, Duration::from_secs(2), &opts, |_guard| async {
                         let v: Option<u64> = redis::cmd("GET")
                             .arg(&counter)
                             .query_async(&mut conn)
@@ -99,15 +100,13 @@ async fn demo(url: &str) -> Result<(), BoxError> {
     let started = tokio::time::Instant::now();
     let outcome = client
         .locks()
-        .with_lock(
-            &name,
-            Duration::from_millis(300),
-            &opts,
-            |fence| async move {
+        .with_lock(&name, Duration::from_millis(300), &opts, |guard| {
+            let fence = guard.fencing_token();
+            async move {
                 println!("holder with fencing token {fence} starts 10 s of work");
                 tokio::time::sleep(Duration::from_secs(10)).await;
-            },
-        )
+            }
+        })
         .await;
     thief.await??;
     match outcome {

@@ -65,13 +65,15 @@
 //! # The API at a glance
 //! Every primitive is reached the same way (a handle from the [`Client`]; Redlock's from
 //! [`Redlock::new`] over several clients), its options are validated builders whose setters say
-//! "Defaults to …", and everything it holds answers the same names. A per-call lock duration is
-//! `ttl`; a configured lease (failover, leader) is `lease`.
+//! "Defaults to …", and everything it holds answers the same names. The lock-shaped primitives
+//! share one options type, [`LockOptions`] (a field one of them cannot honour is refused with
+//! [`ErrorKind::Unsupported`], naming it), and one wait loop; a lock's duration is its `lease`,
+//! per call or configured (failover, leader). Every `with_lock` hands `work` the guard.
 //!
 //! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | [`Leaders`] | `AdvisoryLocks` |
 //! | --- | --- | --- | --- | --- | --- |
-//! | one try, `Ok(None)` when held | `try_acquire(key, ttl)` | `try_acquire(key, ttl)` | `try_acquire(key, ttl)` | — ¹ | `try_acquire(key, mode, &opts)` |
-//! | wait for it | `acquire(key, ttl, &opts)` | `acquire(key, ttl, &opts)` | `acquire(key, ttl, &opts)` | `elector(key, &opts)?.campaign()` | `acquire(key, mode, &opts)` |
+//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | — ¹ | `try_acquire(key, mode, &opts)` |
+//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `elector(key, &opts)?.campaign()` | `acquire(key, mode, &opts)` |
 //! | run a closure holding it | `with_lock` | `with_lock` | `with_lock` | `lead(key, &opts, work)` | `with_xact_lock` ² |
 //! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | [`Term`] | `AdvisoryGuard` |
 //! | [`LeaseGuard`] (`extend`, `start_watchdog`, `release`) | yes | yes | yes | no: the elector renews and resigns ³ | no: not a lease ⁴ |
@@ -126,7 +128,7 @@
 //! - [`failover`]: the coordinator, a primitive: configuration, pure protocol, worker task,
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
-//! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`AcquireOptions`]).
+//! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`LockOptions`]).
 //! - [`fair`]: the fair lock, a primitive: waiters in arrival order, only the next one woken,
 //!   a priority reservation ([`FairLocks`], [`LockGuard`], [`Reservation`]).
 //! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
@@ -140,8 +142,11 @@
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares: deadlines computed at send
 //!   time, the one-command extension script, fencing tokens, the lock scripts, the lock store's
-//!   operations (acquire, extend, release by token on either backend), the watchdog, and the
-//!   one guard shape ([`LeaseGuard`], [`Fenced`]).
+//!   operations (acquire, extend, release by token on either backend), the watchdog, the
+//!   one guard shape ([`LeaseGuard`], [`Fenced`]), and the one way to acquire: the lock
+//!   options ([`LockOptions`]) and the acquisition engine (`lease::acquire`: each lock-shaped
+//!   primitive gives one try and its wake channel; the engine owns the wait loop and
+//!   `with_lock`).
 //! - `backend`: the store seam, one `Backend` enum (and its weak form) with the dispatch every
 //!   primitive shares (tasks, cancellation, timeouts, pub/sub), over one folder per backend:
 //!   `backend::redis` (the multiplexed connection, the dedicated-connection pool for
@@ -281,7 +286,7 @@ pub use leader::{
     Observer, Term,
 };
 pub use lease::guard::{Fenced, HeldLease, LeaseGuard};
-
+pub use lease::options::{LockOptions, LockOptionsBuilder};
 pub use lease::prelude;
 pub use mutex::{
     AcquireOptions, AcquireOptionsBuilder, Expected, FencedValue, FencedWrite, ForceRelease,

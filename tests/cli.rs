@@ -1500,18 +1500,19 @@ async fn refused_settings_are_named_by_their_flags_with_durations_in_words() {
     let cases: [(&str, &[&str], &[&str]); 6] = [
         (
             "run",
+            // The former name of --lease, an alias: the message names the flag as it is now.
             &["--lock-timeout", "5ms"],
-            &["invalid --lock-timeout: 5 ms is outside 10 ms ..= 1 day"],
+            &["invalid --lease: 5 ms is outside 10 ms ..= 1 day"],
         ),
         (
             "run",
-            &["--max-run", "1s", "--lock-timeout", "10s"],
-            &["invalid --max-run: 1.0 s must exceed --lock-timeout (10.0 s)"],
+            &["--max-run", "1s", "--lease", "10s"],
+            &["invalid --max-run: 1.0 s must exceed --lease (10.0 s)"],
         ),
         (
             "run",
-            &["--lock-timeout", "10s", "--retention", "1s"],
-            &["invalid --retention: 1.0 s", "--lock-timeout"],
+            &["--lease", "10s", "--retention", "1s"],
+            &["invalid --retention: 1.0 s", "--lease"],
         ),
         ("run", &["--name", " "], &["invalid --name"]),
         (
@@ -1522,7 +1523,7 @@ async fn refused_settings_are_named_by_their_flags_with_durations_in_words() {
         (
             "lock",
             &["--ttl", "1ms"],
-            &["invalid --ttl: 1 ms is outside 10 ms ..= 1 day"],
+            &["invalid --lease: 1 ms is outside 10 ms ..= 1 day"],
         ),
     ];
     for (sub, args, said) in cases {

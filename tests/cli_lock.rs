@@ -336,7 +336,7 @@ async fn help_lists_every_exit_status_and_says_the_default_wait_is_forever() {
     }
     for word in [
         "--key",
-        "--ttl",
+        "--lease",
         "--wait",
         "--kill-grace",
         "forever",
@@ -351,7 +351,8 @@ async fn help_lists_every_exit_status_and_says_the_default_wait_is_forever() {
 async fn bad_settings_exit_64_without_redis() {
     // Nothing listens on port 1: the settings are refused before connecting.
     for args in [
-        ["--ttl", "1ms"],
+        ["--lease", "1ms"],
+        // The former name, an alias.
         ["--ttl", "2days"],
         ["--wait", "soon"],
         ["--kill-grace", "2days"],

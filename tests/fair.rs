@@ -799,7 +799,8 @@ scenario! {
         let locks = c.fair_locks();
         let runs = std::sync::atomic::AtomicU32::new(0);
         let token = locks
-            .with_lock("with", TTL, &quiet(), |token| {
+            .with_lock("with", TTL, &quiet(), |guard| {
+                let token = guard.fencing_token();
                 runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 async move { token }
             })

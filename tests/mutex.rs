@@ -295,9 +295,12 @@ scenario! {
                 "closure",
                 Duration::from_millis(300),
                 &AcquireOptions::default(),
-                |f| async move {
-                    tokio::time::sleep(Duration::from_millis(700)).await;
-                    f
+                |guard| {
+                    let f = guard.fencing_token();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(700)).await;
+                        f
+                    }
                 },
             )
             .await

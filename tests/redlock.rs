@@ -610,7 +610,7 @@ scenario! {
         let rl = fleet.redlock();
         let runs = std::sync::atomic::AtomicU32::new(0);
         let out = rl
-            .with_lock("w", TTL, &RedlockOptions::default(), || {
+            .with_lock("w", TTL, &RedlockOptions::default(), |_| {
                 runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 async { 42 }
             })
@@ -624,7 +624,7 @@ scenario! {
         // Taken over on every master during the work: the watchdog's next round finds no
         // quorum, the work is dropped, and the loss is reported without a fencing token.
         let lost = rl
-            .with_lock("w", Duration::from_millis(300), &RedlockOptions::default(), || async {
+            .with_lock("w", Duration::from_millis(300), &RedlockOptions::default(), |_| async {
                 for c in fleet.raws().await.iter_mut() {
                     let _: () = redis::cmd("SET")
                         .arg(lock_key("w"))

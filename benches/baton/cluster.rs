@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use crate::scenarios::Report;
+use crate::harness::Report;
 use crate::Opts;
 
 #[cfg(not(feature = "cluster"))]
@@ -155,9 +155,9 @@ mod imp {
     use serde_json::{json, Value};
     use tokio::time::Instant;
 
+    use crate::harness::Report;
+    use crate::harness::{admin, baton_job, cfg, closed_loop, connect, drain_pubsub, own};
     use crate::redisinfo::{self, CommandStats};
-    use crate::scenarios::Report;
-    use crate::scenarios::{admin, baton_job, cfg, closed_loop, connect, drain_pubsub, own};
     use crate::stats::{Row, Samples};
     use crate::{run_id, start_server, Opts};
 

@@ -52,8 +52,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
+use crate::harness::{admin, connect, Report};
 use crate::redisinfo::{self, CommandStats};
-use crate::scenarios::{admin, connect, Report};
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
 

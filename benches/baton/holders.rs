@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
-use crate::scenarios::{connect, spawn_idle_worker, wait_count};
+use crate::harness::{connect, spawn_idle_worker, wait_count};
 
 /// The hidden command-line flag that makes the bench binary the holders' process:
 /// `--idle-holders URL JOB_PREFIX N LEASE_MS`.

@@ -30,8 +30,8 @@ use serde_json::json;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
+use crate::harness::{admin, connect, drain_pubsub, Report};
 use crate::redisinfo::{self, CommandStats, Monitor};
-use crate::scenarios::{admin, connect, drain_pubsub, Report};
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
 

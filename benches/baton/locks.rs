@@ -30,8 +30,8 @@ use baton::{AcquireOptions, Client, LockGuard, Locks, Redlock, RedlockGuard, Red
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
+use crate::harness::Report;
 use crate::redisinfo;
-use crate::scenarios::Report;
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
 

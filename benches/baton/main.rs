@@ -25,6 +25,7 @@ mod baseline;
 mod cluster;
 mod fair;
 mod floor;
+mod harness;
 mod holders;
 mod leader;
 mod locks;
@@ -216,7 +217,7 @@ async fn main() {
         return;
     }
     let started = std::time::Instant::now();
-    let mut report = scenarios::Report::default();
+    let mut report = harness::Report::default();
     let (version, pool_size) = {
         let server = start_server();
         let client = redis::Client::open(server.url()).expect("url");
@@ -240,7 +241,7 @@ async fn main() {
     let mut meta = machine();
     meta["redis_version"] = json!(version);
     meta["baton_pool_size"] = json!(pool_size);
-    meta["floor_pool_size"] = json!(scenarios::POOL);
+    meta["floor_pool_size"] = json!(harness::POOL);
     meta["quick"] = json!(opts.quick);
     let profile = if cfg!(debug_assertions) {
         "dev"

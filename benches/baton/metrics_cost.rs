@@ -16,7 +16,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::scenarios::{cfg, connect, Report};
+use crate::harness::{cfg, connect, Report};
 use crate::stats::{Row, Samples};
 use crate::{run_id, start_server, Opts};
 

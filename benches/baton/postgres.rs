@@ -29,7 +29,7 @@ use baton::{Client, Event, FailoverConfig};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::scenarios::Report;
+use crate::harness::Report;
 use crate::stats::{Row, Samples};
 use crate::Opts;
 

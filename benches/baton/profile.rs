@@ -29,11 +29,11 @@ use tokio::time::Instant;
 
 use crate::alloc_count;
 use crate::floor::{self, Floor};
-use crate::redisinfo::{self, CommandStats, Monitor};
-use crate::scenarios::{
+use crate::harness::{
     admin, baton_job, cfg, closed_loop, commands, connect, floor_job, floor_job_run, own, Report,
     POOL,
 };
+use crate::redisinfo::{self, CommandStats, Monitor};
 use crate::stats::Samples;
 use crate::{run_id, start_server, Opts};
 

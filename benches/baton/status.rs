@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use baton::{Client, ElectionOptions, FailoverConfig};
 use serde_json::json;
 
-use crate::scenarios::Report;
+use crate::harness::Report;
 use crate::Opts;
 
 /// Jobs in a full run; a quick run (CI's smoke) lists a few hundred.
@@ -149,5 +149,5 @@ async fn fill(client: &Client, jobs: usize, locks: usize, leaders: usize) -> Hel
 type Held = (Vec<baton::LockGuard>, Vec<(baton::Elector, baton::Term)>);
 
 fn rss_kb() -> u64 {
-    crate::scenarios::rss_kb("self")
+    crate::harness::rss_kb("self")
 }

@@ -3,7 +3,7 @@
 //!
 //! Jobs start one after another (about one every 1.2 s during the phase), each run by 3 or 4
 //! `baton run --key j-NNNN` processes, as a cron line on 3 or 4 servers would: each process
-//! connects through its own fault proxy, with a 1 s lease (`--lock-timeout 1s --kill-grace
+//! connects through its own fault proxy, with a 1 s lease (`--lease 1s --kill-grace
 //! 200ms`) and `--max-attempts` equal to the number of its processes (each process runs at most
 //! one attempt, so a job whose processes all took theirs and failed ends EXHAUSTED; one whose
 //! last holder lost its lease with nobody left to see it stays at its last attempt, and the
@@ -336,7 +336,7 @@ impl Phase {
         let marker = self.dir.join(format!("late-{}", job_name(job)));
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.args(["run", "--key", &job_name(job)])
-            .args(["--lock-timeout", "1s", "--kill-grace", "200ms"])
+            .args(["--lease", "1s", "--kill-grace", "200ms"])
             .args(["--max-attempts", &runners.to_string()])
             .args(["--", "sh", "-c", "echo ran >> \"$0\""])
             .arg(&marker)
@@ -399,7 +399,7 @@ impl Phase {
         let spans = self.spans_path(job);
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.args(["run", "--key", &job_name(job)])
-            .args(["--lock-timeout", "1s", "--kill-grace", "200ms"])
+            .args(["--lease", "1s", "--kill-grace", "200ms"])
             .args(["--max-attempts", &runners.to_string(), "--json"])
             .args(["--name", &format!("{}-r{idx}", job_name(job))])
             .args(["--", "sh", "-c", &script, "sh"])

@@ -574,7 +574,8 @@ async fn mutex_task(
         // keeps the resource safe. The others do it in the closure (and are cancelled).
         let detached = rng.unit() < 0.75;
         ctx.write(json!({"type":"invoke","f":"lock","lock":name,"n":n}));
-        let work = |fence: u64| {
+        let work = |guard: &baton::LockGuard| {
+            let fence = guard.fencing_token();
             let (ctx, name) = (ctx.clone(), name.clone());
             async move {
                 ctx.write(

@@ -26,7 +26,7 @@
 //!
 //! Both have a try form (contention is `Ok(None)`, never an error) and a blocking form that
 //! waits in the server's queue (woken by PostgreSQL when the lock is freed, nothing polls),
-//! bounded by [`AdvisoryOptions::wait`]: the statement runs with `lock_timeout` set to it, and
+//! bounded by [`LockOptions::wait`]: the statement runs with `lock_timeout` set to it, and
 //! when the server gives up (SQLSTATE `55P03` `lock_not_available`) the call returns
 //! [`Error::NotAcquired`]. Without a wait bound it waits until granted.
 //!
@@ -47,7 +47,7 @@
 //!   [`HeldLease::is_lost`]): fires when the guard's connection ends (the server terminated
 //!   the backend, restarted, the socket failed), and when a **heartbeat** (`SELECT
 //!   pg_backend_pid()` on that
-//!   connection every [`AdvisoryOptions::heartbeat`], default **1 s**, each bounded by the
+//!   connection every [`LockOptions::heartbeat`], default **1 s**, each bounded by the
 //!   client's response timeout) fails or goes unanswered; the guard then closes its side of
 //!   the connection. A silently dead link is thus found within heartbeat + response timeout
 //!   (1.5 s with the defaults). After a loss, [`AdvisoryGuard::release`] returns
@@ -111,7 +111,9 @@ use crate::util::time::{after, FAR};
 
 pub use key::AdvisoryKey;
 use key::Repr;
-pub use options::{AdvisoryOptions, AdvisoryOptionsBuilder, DEFAULT_HEARTBEAT};
+pub use options::{
+    AdvisoryOptions, AdvisoryOptionsBuilder, LockOptions, LockOptionsBuilder, DEFAULT_HEARTBEAT,
+};
 /// The PostgreSQL driver baton uses, re-exported so that closures name the same version's
 /// [`Transaction`](tokio_postgres::Transaction) and [`Client`](tokio_postgres::Client).
 pub use tokio_postgres;
@@ -331,15 +333,13 @@ impl AdvisoryLocks {
         opts: &AdvisoryOptions,
     ) -> Result<AdvisoryGuard, Error> {
         let key = key.into();
-        match self.session(key, mode, opts, false).await? {
-            Some(guard) => Ok(guard),
-            // The blocking statement either grants or errs; this is only for completeness.
-            None => Err(Error::NotAcquired {
-                key: key.to_string(),
-                tries: 1,
-                waited: Duration::ZERO,
-            }),
-        }
+        let mut acq = AdvisoryTry {
+            locks: self,
+            key,
+            mode,
+            opts,
+        };
+        crate::lease::acquire::acquire(&mut acq, &key.to_string(), opts).await
     }
 
     async fn session(
@@ -351,6 +351,7 @@ impl AdvisoryLocks {
     ) -> Result<Option<AdvisoryGuard>, Error> {
         let asked = Instant::now();
         let t = self.transport()?.clone();
+        options::check(opts)?;
         let conn = t.dedicated().await?;
         let client = &conn.client;
         let rows = if try_only {
@@ -366,7 +367,7 @@ impl AdvisoryLocks {
             }
             rows
         } else {
-            let lock_timeout = opts.lock_timeout();
+            let lock_timeout = options::lock_timeout(opts);
             if let Some(lock_timeout) = &lock_timeout {
                 t.timed(
                     "setting lock_timeout",
@@ -511,6 +512,7 @@ impl AdvisoryLocks {
         F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> XactFuture<'t, T, E>,
     {
         let t = self.transport()?.clone();
+        options::check(opts)?;
         let mut lease = PoolLease {
             conn: Some(t.pooled().await?),
             clean: false,
@@ -539,7 +541,7 @@ impl AdvisoryLocks {
                 return Ok(None);
             }
         } else {
-            let lock_timeout = opts.lock_timeout();
+            let lock_timeout = options::lock_timeout(opts);
             if let Some(lock_timeout) = &lock_timeout {
                 t.timed(
                     "setting lock_timeout",
@@ -585,6 +587,45 @@ impl AdvisoryLocks {
                 Ok(Some(Err(e)))
             }
         }
+    }
+}
+
+/// The advisory lock's one try for the acquisition engine: the blocking statement, which
+/// waits in the server's queue (bounded by `lock_timeout`), so the engine never loops: a grant
+/// or an error, none retried.
+struct AdvisoryTry<'a> {
+    locks: &'a AdvisoryLocks,
+    key: AdvisoryKey,
+    mode: AdvisoryMode,
+    opts: &'a AdvisoryOptions,
+}
+
+impl crate::lease::acquire::TryAcquire for AdvisoryTry<'_> {
+    type Guard = AdvisoryGuard;
+    type Channel = crate::lease::acquire::NoChannel;
+
+    async fn try_once(
+        &mut self,
+        _takeover: bool,
+        _asked: Instant,
+    ) -> Result<crate::lease::acquire::Tried<AdvisoryGuard>, Error> {
+        match self
+            .locks
+            .session(self.key, self.mode, self.opts, false)
+            .await?
+        {
+            Some(guard) => Ok(crate::lease::acquire::Tried::Granted(guard)),
+            // The blocking statement either grants or errs; this is only for completeness.
+            None => Err(Error::NotAcquired {
+                key: self.key.to_string(),
+                tries: 1,
+                waited: Duration::ZERO,
+            }),
+        }
+    }
+
+    fn retries(&self, _: &Error) -> bool {
+        false
     }
 }
 

@@ -1,115 +1,55 @@
-//! [`AdvisoryOptions`]: how long a blocking acquisition waits, and how often a session guard
-//! checks its connection.
+//! The advisory lock's options: [`LockOptions`], the one options type of the lock-shaped
+//! primitives, of which the advisory lock honours two fields: `wait` (how long a blocking
+//! acquisition waits, PostgreSQL's `lock_timeout`) and `heartbeat` (how often a session guard
+//! checks its connection). The others (`max_tries`, `max_backoff`, `watchdog`, `max_hold`,
+//! `replica_ack`, `waiter_timeout`) are refused with
+//! [`Error::Unsupported`](crate::Error::Unsupported): the server queues the waiter and nothing
+//! retries, and a session lock has no lease.
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, Error};
+use crate::lease::options::Field;
+pub use crate::lease::options::{
+    LockOptions, LockOptionsBuilder, DEFAULT_HEARTBEAT, MAX_HEARTBEAT, MIN_HEARTBEAT,
+};
 
-/// The default interval of a session guard's heartbeat (`SELECT 1` on its connection).
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
-/// The shortest heartbeat interval accepted.
-pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
-/// The longest heartbeat interval accepted.
-pub const MAX_HEARTBEAT: Duration = Duration::from_secs(3600);
 /// The longest bounded wait: PostgreSQL's `lock_timeout` is an `int` of milliseconds.
 pub const MAX_WAIT: Duration = Duration::from_millis(i32::MAX as u64);
 
-/// How the blocking forms wait and how a session guard watches its connection. Build with
-/// [`AdvisoryOptions::builder`]; [`Default`] waits without bound and beats every second.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdvisoryOptions {
-    wait: Option<Duration>,
-    heartbeat: Duration,
-}
+/// The former name of [`LockOptions`], kept so existing code compiles.
+pub type AdvisoryOptions = LockOptions;
+/// The former name of [`LockOptionsBuilder`], kept so existing code compiles.
+pub type AdvisoryOptionsBuilder = LockOptionsBuilder;
 
-impl Default for AdvisoryOptions {
-    fn default() -> Self {
-        AdvisoryOptions {
-            wait: None,
-            heartbeat: DEFAULT_HEARTBEAT,
-        }
-    }
-}
-
-impl AdvisoryOptions {
-    /// A builder starting from the defaults.
-    pub fn builder() -> AdvisoryOptionsBuilder {
-        AdvisoryOptionsBuilder {
-            options: AdvisoryOptions::default(),
-        }
-    }
-
-    /// How long a blocking acquisition waits for the lock (PostgreSQL's `lock_timeout`, set for
-    /// that one statement); `None`: until it is granted.
-    pub fn wait(&self) -> Option<Duration> {
-        self.wait
-    }
-
-    /// The interval of a session guard's heartbeat.
-    pub fn heartbeat(&self) -> Duration {
-        self.heartbeat
-    }
-
-    /// `wait` as a `lock_timeout` value: whole milliseconds, rounded up, at least 1 (`0` would
-    /// mean "no timeout" to PostgreSQL).
-    pub(crate) fn lock_timeout(&self) -> Option<String> {
-        self.wait.map(|w| {
-            let ms = w.as_nanos().div_ceil(1_000_000).max(1);
-            format!("{ms}ms")
-        })
-    }
-}
-
-/// Builds [`AdvisoryOptions`]; [`build`](Self::build) checks the ranges.
-#[derive(Clone, Debug)]
-pub struct AdvisoryOptionsBuilder {
-    options: AdvisoryOptions,
-}
-
-impl AdvisoryOptionsBuilder {
-    /// Bounds the blocking forms' wait (1 ms ..= [`MAX_WAIT`]); past it they return
-    /// [`Error::NotAcquired`](crate::Error::NotAcquired). The server itself gives up
-    /// (`lock_timeout`) and wakes the waiter when the lock is freed: nothing polls.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
-        self
-    }
-
-    /// The session guard's heartbeat interval ([`MIN_HEARTBEAT`] ..= [`MAX_HEARTBEAT`],
-    /// default [`DEFAULT_HEARTBEAT`]).
-    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
-        self.options.heartbeat = heartbeat;
-        self
-    }
-
-    /// The options, or the first setting out of range.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] naming `wait` or `heartbeat`.
-    pub fn build(self) -> Result<AdvisoryOptions, ConfigError> {
-        let o = self.options;
-        if let Some(wait) = o.wait {
-            if wait < Duration::from_millis(1) || wait > MAX_WAIT {
-                return Err(ConfigError::invalid(
-                    "wait",
-                    format!(
-                        "{wait:?} is out of range: 1ms ..= {MAX_WAIT:?} (PostgreSQL's lock_timeout \
-                         in ms); use try_acquire for no wait"
-                    ),
-                ));
-            }
-        }
-        if o.heartbeat < MIN_HEARTBEAT || o.heartbeat > MAX_HEARTBEAT {
-            return Err(ConfigError::invalid(
-                "heartbeat",
+/// Checks `opts` for an advisory call: only `wait` (1 ms ..= [`MAX_WAIT`]) and `heartbeat`.
+///
+/// # Errors
+/// [`Error::Unsupported`] naming a field the advisory lock cannot honour; a [`ConfigError`]
+/// naming `wait` when it is outside 1 ms ..= [`MAX_WAIT`].
+pub(crate) fn check(opts: &LockOptions) -> Result<(), Error> {
+    opts.refuse_others("the advisory lock", &[Field::Heartbeat])?;
+    if let Some(wait) = opts.wait() {
+        if wait < Duration::from_millis(1) || wait > MAX_WAIT {
+            return Err(Error::Config(ConfigError::invalid(
+                "wait",
                 format!(
-                    "{:?} is out of range: {MIN_HEARTBEAT:?} ..= {MAX_HEARTBEAT:?}",
-                    o.heartbeat
+                    "{wait:?} is out of range: 1ms ..= {MAX_WAIT:?} (PostgreSQL's lock_timeout \
+                     in ms); use try_acquire for no wait"
                 ),
-            ));
+            )));
         }
-        Ok(o)
     }
+    Ok(())
+}
+
+/// `wait` as a `lock_timeout` value: whole milliseconds, rounded up, at least 1 (`0` would mean
+/// "no timeout" to PostgreSQL).
+pub(crate) fn lock_timeout(opts: &LockOptions) -> Option<String> {
+    opts.wait().map(|w| {
+        let ms = w.as_nanos().div_ceil(1_000_000).max(1);
+        format!("{ms}ms")
+    })
 }
 
 #[cfg(test)]
@@ -118,33 +58,34 @@ mod tests {
 
     #[test]
     fn ranges_are_checked_and_named() {
-        let o = AdvisoryOptions::builder().build().unwrap();
-        assert_eq!(o, AdvisoryOptions::default());
-        assert_eq!(o.lock_timeout(), None);
-        let o = AdvisoryOptions::builder()
+        let o = LockOptions::builder().build().unwrap();
+        assert_eq!(lock_timeout(&o), None);
+        assert_eq!(o.heartbeat(), DEFAULT_HEARTBEAT);
+        let o = LockOptions::builder()
             .wait(Duration::from_micros(1500))
             .heartbeat(Duration::from_millis(250))
             .build()
             .unwrap();
-        assert_eq!(o.lock_timeout().as_deref(), Some("2ms"));
+        assert_eq!(lock_timeout(&o).as_deref(), Some("2ms"));
         assert_eq!(o.heartbeat(), Duration::from_millis(250));
-        for (b, field) in [
-            (AdvisoryOptions::builder().wait(Duration::ZERO), "wait"),
+        assert!(check(&o).is_ok());
+        for (o, field) in [
+            (LockOptions::builder().wait(Duration::ZERO), "wait"),
             (
-                AdvisoryOptions::builder().wait(MAX_WAIT + Duration::from_millis(1)),
+                LockOptions::builder().wait(MAX_WAIT + Duration::from_millis(1)),
                 "wait",
             ),
-            (
-                AdvisoryOptions::builder().heartbeat(Duration::from_millis(1)),
-                "heartbeat",
-            ),
-            (
-                AdvisoryOptions::builder().heartbeat(MAX_HEARTBEAT * 2),
-                "heartbeat",
-            ),
         ] {
-            let err = b.build().unwrap_err().to_string();
+            let err = check(&o.build().unwrap()).unwrap_err().to_string();
             assert!(err.contains(&format!("`{field}`")), "{err}");
         }
+        let err = LockOptions::builder()
+            .heartbeat(Duration::from_millis(1))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`heartbeat`"), "{err}");
+        let o = LockOptions::builder().max_tries(2).build().unwrap();
+        assert_eq!(check(&o).unwrap_err().kind(), crate::ErrorKind::Unsupported);
     }
 }

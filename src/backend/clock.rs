@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use ::redis::Value;
 use tokio::time::Instant;
 
+use super::redis::jobs::parse_time;
 use super::Backend;
 use crate::error::Error;
 
@@ -70,25 +71,5 @@ impl Backend {
             now: SystemTime::UNIX_EPOCH + Duration::from_micros(us),
             received: Instant::now(),
         })
-    }
-}
-
-/// Parses a Redis `TIME` reply into µs since the epoch.
-pub(crate) fn parse_time(v: &Value) -> Result<u64, Error> {
-    let parts = match v {
-        Value::Array(parts) if parts.len() == 2 => parts,
-        other => return Err(super::redis::classify::unexpected("TIME", other)),
-    };
-    let num = |p: &Value| -> Option<u64> {
-        match p {
-            Value::Int(n) => u64::try_from(*n).ok(),
-            Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-            Value::SimpleString(s) => s.parse().ok(),
-            _ => None,
-        }
-    };
-    match (num(&parts[0]), num(&parts[1])) {
-        (Some(s), Some(us)) => Ok(s.saturating_mul(1_000_000).saturating_add(us)),
-        _ => Err(super::redis::classify::unexpected("TIME", v)),
     }
 }

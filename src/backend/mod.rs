@@ -9,8 +9,8 @@
 //! - **a lock store** (held locks: acquire, extend and release by token, the fence): its
 //!   operations are methods of [`Backend`] and [`WeakBackend`] written in the lease kernel
 //!   (`lease::store`), because their Redis forms are the kernel's fence-step scripts;
-//! - **a job store** (the failover coordinator's job state): the `JobStore` trait of
-//!   `failover::store`, with one implementation per backend.
+//! - **a job store** (the failover coordinator's job state): [`jobs`], which chooses the
+//!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place.
 //!
 //! Everything a backend does over the network lives in its own folder and imports no
 //! primitive:
@@ -24,6 +24,7 @@
 //! for the crate.
 
 pub(crate) mod clock;
+pub(crate) mod jobs;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod redis;

@@ -5,16 +5,16 @@
 use serde::Serialize;
 
 use super::keys::JobKeys;
-use super::named::attempt_matches;
-pub use super::named::{FailAttempt, ResetJob};
-use super::protocol::{parse_attempt, parse_lease, parse_state, Lease, State};
-use super::status::{job_state, JobStatus};
 use super::Failover;
 use super::IntoJob;
-use crate::backend::redis::{Expect, HubMsg, Subscription};
-use crate::backend::Backend;
-use crate::error::Error;
+/// The listing of everything under a prefix pipelines a batch of these (Redis); the inspector
+/// names them here.
+pub(crate) use crate::backend::jobs::{status_from_replies, status_reads, STATUS_READS};
+use crate::backend::jobs::{JobStatus, Named};
+use crate::error::{ConfigError, Error};
 pub use crate::lease::store::Expected;
+pub use crate::util::jobs::{FailAttempt, ResetJob};
+use crate::util::pubsub::{HubMsg, Subscription};
 
 /// One change of a followed job; see [`Failover::watch_job`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -103,62 +103,19 @@ impl tokio_stream::Stream for JobWatch {
     }
 }
 
-/// `GET` and `PTTL` of the state, then of the lease: what `job_status` and `fail_attempt` read
-/// first.
-fn state_and_lease_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
-    p.cmd("GET")
-        .arg(keys.state())
-        .cmd("PTTL")
-        .arg(keys.state())
-        .cmd("GET")
-        .arg(keys.lease())
-        .cmd("PTTL")
-        .arg(keys.lease());
-}
-
-/// The reads of [`Failover::job_status`] (six replies: state, its PTTL, lease, its PTTL, fence,
-/// failure), appended to `p`: also what the listing of everything under a prefix pipelines for
-/// a batch of jobs.
-pub(crate) fn status_reads(p: &mut redis::Pipeline, keys: &JobKeys) {
-    state_and_lease_reads(p, keys);
-    p.cmd("GET")
-        .arg(keys.fence())
-        .cmd("GET")
-        .arg(keys.failure());
-}
-
-/// How many replies [`status_reads`] adds.
-pub(crate) const STATUS_READS: usize = 6;
-
-/// Job `key`'s status from the replies of [`status_reads`].
+/// The live attempt `expected` names, for the store to compare with what it reads.
 ///
 /// # Errors
-/// [`Error::UnexpectedReply`] for another number of replies or an unreadable one.
-pub(crate) fn status_from_replies(
-    key: String,
-    values: &[redis::Value],
-) -> Result<JobStatus, Error> {
-    let [state, state_ttl, lease, lease_ttl, fence, failure] = values else {
-        return Err(Error::UnexpectedReply {
-            context: "reading a job's status",
-            reply: format!("{} replies instead of {STATUS_READS}", values.len()),
-        });
-    };
-    let state = job_state(parse_state(state)?, parse_lease(lease, lease_ttl)?);
-    let text = |v: &redis::Value| match v {
-        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        _ => None,
-    };
-    Ok(JobStatus {
-        key,
-        state,
-        state_ttl_ms: match state_ttl {
-            redis::Value::Int(n) if *n >= 0 => Some(*n as u64),
-            _ => None,
-        },
-        fencing_token: text(fence).and_then(|f| parse_attempt(f.as_bytes())),
-        last_failure: text(failure),
-    })
+/// A [`ConfigError`] for an expectation a job cannot meet (a fencing token, a holder).
+fn named(expected: &Expected) -> Result<Named, ConfigError> {
+    match expected {
+        Expected::Attempt(n) => Ok(Named::Attempt(*n)),
+        Expected::Any => Ok(Named::Any),
+        _ => Err(ConfigError::invalid(
+            "expected",
+            "an attempt number or any (a job is named by its attempt)",
+        )),
+    }
 }
 
 impl Failover {
@@ -168,17 +125,8 @@ impl Failover {
     /// [`Error::Config`] for an invalid job name; connection errors.
     pub async fn job_status(&self, job: impl IntoJob) -> Result<JobStatus, Error> {
         let config = job.into_job()?;
-        #[cfg(feature = "postgres")]
-        if let Backend::Postgres(t) = &self.backend {
-            return super::pg::job_status(t, config).await;
-        }
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let mut conn = self.transport()?.node(keys.state()).await?.conn();
-        let mut p = redis::pipe();
-        p.ignore_errors();
-        status_reads(&mut p, &keys);
-        let values: Vec<redis::Value> = p.query_async(&mut conn).await?;
-        status_from_replies(config.key, &values)
+        self.backend.job_status(&keys, config.key).await
     }
 
     /// Follows a job's changes (grants, done, failures) through its pub/sub channel.
@@ -188,11 +136,7 @@ impl Failover {
     pub async fn watch_job(&self, job: impl IntoJob) -> Result<JobWatch, Error> {
         let config = job.into_job()?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        let sub = match &self.backend {
-            Backend::Redis(t) => t.hub.subscribe(keys.channel()).await?,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => t.subscribe(keys.state()).await?,
-        };
+        let sub = self.backend.watch_job(&keys).await?;
         Ok(JobWatch {
             failover: self.clone(),
             job: config,
@@ -219,89 +163,11 @@ impl Failover {
         reason: &str,
     ) -> Result<FailAttempt, Error> {
         let config = job.into_job()?;
-        attempt_matches(expected, 0)?;
-        #[cfg(feature = "postgres")]
-        if let Backend::Postgres(t) = &self.backend {
-            return super::pg::fail_attempt(t, config, expected, reason).await;
-        }
+        let named = named(expected)?;
         let keys = JobKeys::new(&config.prefix, &config.key);
-        for _ in 0..20 {
-            let deadline =
-                tokio::time::Instant::now() + self.transport()?.settings.response_timeout * 10;
-            let node = self.transport()?.node(keys.state()).await?;
-            let mut conn = node.pool.get(deadline).await?;
-            let values = conn
-                .watch_read(&[keys.state(), keys.lease()], |p| {
-                    state_and_lease_reads(p, &keys)
-                })
-                .await?;
-            let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
-                conn.defer_unwatch();
-                return Err(Error::UnexpectedReply {
-                    context: "reading a job before releasing it",
-                    reply: format!("{} replies instead of 4", values.len()),
-                });
-            };
-            let parsed = (parse_state(state), parse_lease(lease, lease_ttl));
-            let attempt = match parsed {
-                (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) => n,
-                (Ok(State::Corrupt(value)), _) => {
-                    conn.defer_unwatch();
-                    return Err(Error::CorruptState {
-                        key: keys.state().to_string(),
-                        value,
-                    });
-                }
-                (Err(e), _) | (_, Err(e)) => {
-                    conn.defer_unwatch();
-                    return Err(e);
-                }
-                _ => {
-                    conn.defer_unwatch();
-                    return Ok(FailAttempt::NotLive);
-                }
-            };
-            if !attempt_matches(expected, attempt)? {
-                conn.defer_unwatch();
-                return Ok(FailAttempt::Another(attempt));
-            }
-            // Keep the failure note as long as the state itself.
-            let ttl = match state_ttl {
-                redis::Value::Int(n) if *n > 0 => *n as u64,
-                _ => config.retention.as_millis() as u64,
-            };
-            let mut tx = conn.transaction();
-            tx.cmd("DEL")
-                .arg(keys.lease())
-                .cmd("SET")
-                .arg(keys.failure())
-                .arg(format!(
-                    "attempt {attempt} released by an operator: {reason}"
-                ))
-                .arg("PX")
-                .arg(ttl)
-                .cmd(node.publish)
-                .arg(keys.channel())
-                .arg("failed");
-            match conn.exec(tx).await? {
-                None => {
-                    continue;
-                }
-                Some(replies) => {
-                    // Every sub-reply: a command can fail inside a transaction that still
-                    // applies the others.
-                    crate::backend::redis::check_replies(
-                        "releasing an attempt",
-                        &replies,
-                        &[Expect::Int, Expect::Ok, Expect::Int],
-                    )?;
-                    return Ok(FailAttempt::Released(attempt));
-                }
-            }
-        }
-        Err(Error::Timeout {
-            during: "releasing an attempt under constant contention",
-        })
+        self.backend
+            .fail_attempt(&keys, named, reason, config.lock_timeout, config.retention)
+            .await
     }
 
     /// Forgets a job: deletes its state, lease, fence and failure keys, so the next worker runs
@@ -321,64 +187,11 @@ impl Failover {
         live: Option<&Expected>,
     ) -> Result<ResetJob, Error> {
         let config = job.into_job()?;
-        if let Some(e) = live {
-            attempt_matches(e, 0)?;
-        }
-        #[cfg(feature = "postgres")]
-        if let Backend::Postgres(t) = &self.backend {
-            return super::pg::reset_job(t, config, live).await;
-        }
+        let live = match live {
+            Some(e) => named(e)?,
+            None => Named::None,
+        };
         let keys = JobKeys::new(&config.prefix, &config.key);
-        for _ in 0..20 {
-            let deadline =
-                tokio::time::Instant::now() + self.transport()?.settings.response_timeout * 10;
-            let node = self.transport()?.node(keys.state()).await?;
-            let mut conn = node.pool.get(deadline).await?;
-            let values = conn
-                .watch_read(&[keys.state(), keys.lease()], |p| {
-                    state_and_lease_reads(p, &keys)
-                })
-                .await?;
-            let [state, _, lease, lease_ttl] = values.as_slice() else {
-                conn.defer_unwatch();
-                return Err(Error::UnexpectedReply {
-                    context: "reading a job before resetting it",
-                    reply: format!("{} replies instead of 4", values.len()),
-                });
-            };
-            // A corrupt state is reset all the same: forgetting it is the way out.
-            if let (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) =
-                (parse_state(state), parse_lease(lease, lease_ttl))
-            {
-                let named = match live {
-                    Some(e) => attempt_matches(e, n)?,
-                    None => false,
-                };
-                if !named {
-                    conn.defer_unwatch();
-                    return Ok(ResetJob::Live(n));
-                }
-            }
-            let mut tx = conn.transaction();
-            tx.cmd("DEL")
-                .arg(keys.state())
-                .arg(keys.lease())
-                .arg(keys.fence())
-                .arg(keys.failure());
-            match conn.exec(tx).await? {
-                None => continue,
-                Some(replies) => {
-                    crate::backend::redis::check_replies(
-                        "resetting a job",
-                        &replies,
-                        &[Expect::Int],
-                    )?;
-                    return Ok(ResetJob::Reset);
-                }
-            }
-        }
-        Err(Error::Timeout {
-            during: "resetting a job under constant contention",
-        })
+        self.backend.reset_job(&keys, live).await
     }
 }

@@ -14,9 +14,10 @@ use super::protocol::{
 };
 use super::store::JobStore;
 use super::worker::{fault_error, recv_sub, Flow, Grant, Step, Task};
-use crate::backend::redis::{ReplicaWait, Subscription};
 use crate::error::Error;
 use crate::util::metrics::{self, transition};
+use crate::util::pubsub::Subscription;
+use crate::util::settings::ReplicaWait;
 use crate::util::time::{after, human};
 use crate::util::token as keys;
 

@@ -3,7 +3,7 @@
 //! Invalid values are rejected with a [`ConfigError`] naming the field, never coerced: a lease of
 //! 0 ms or a retention shorter than the lease would silently break the guarantees.
 
-use crate::backend::redis::ReplicaWait;
+use crate::util::settings::ReplicaWait;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};

@@ -447,7 +447,6 @@ pub struct Worker {
 }
 
 /// A worker that reports `err` as its only (terminal) event: for a job it cannot run at all.
-#[cfg(feature = "postgres")]
 pub(crate) fn refused(config: super::FailoverConfig, err: Error) -> Worker {
     let (mut events, worker) = Worker::channel(
         config.key.as_str().into(),

@@ -14,7 +14,6 @@ use super::protocol::{
 };
 use super::store::{Extended, Held, JobStore};
 use super::worker::{fault_error, recv_sub, truncate, Flow, Grant, Task};
-use crate::backend::redis::HubMsg;
 use crate::error::Error;
 use crate::lease;
 use crate::lease::guard::{confirm, deadline_cell, LeaseCore, LossSignal};
@@ -22,6 +21,7 @@ use crate::lease::keepalive::Cadence;
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::metrics::{self, transition, Count, ExtendOutcome, Loss};
+use crate::util::pubsub::HubMsg;
 use crate::util::time::{after, human, ms, FAR};
 
 /// How a holder ends its attempt, with the reason kept for `status`.

@@ -9,6 +9,8 @@
 //!   [`Failover::schedule`], [`Failover::occurrence`], [`FailoverConfig::for_occurrence`].
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
+//! - `store`: the worker's view of the job store seam (`backend::jobs`), whose
+//!   implementations, with their commands and statements, live in the backends' folders.
 
 pub(crate) mod admin;
 mod backup;
@@ -16,7 +18,7 @@ pub mod config;
 pub mod events;
 mod holder;
 pub(crate) mod keys;
-mod named;
+// The job table's schema and statements, re-exported from the seam for the layers above.
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
 // `pub` items for the hidden `crate::model_api` only (the model checker's crate).
@@ -24,15 +26,16 @@ pub(crate) mod pg;
 pub(crate) mod protocol;
 mod run;
 mod scheduled;
-pub(crate) mod status;
 pub(crate) mod store;
 pub(crate) mod worker;
 
 use std::sync::Arc;
 
-use crate::backend::redis::Transport;
+use crate::backend::jobs::JobSpec;
 use crate::backend::Backend;
+use crate::error::Error;
 
+pub use crate::util::jobs::{JobState, JobStatus};
 pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
@@ -41,7 +44,6 @@ pub use scheduled::{
     CatchUp, OccurrenceOutcome, OccurrenceReport, Overlap, ScheduleOptions, ScheduleOptionsBuilder,
     Scheduled,
 };
-pub use status::{JobState, JobStatus};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.
@@ -62,38 +64,22 @@ impl Failover {
         Failover { backend }
     }
 
-    /// The Redis transport (the Redis forms of the operator tools).
-    pub(crate) fn transport(&self) -> Result<&Arc<Transport>, crate::Error> {
-        self.backend
-            .redis("this failover operation", "it has no PostgreSQL form")
-    }
-
     /// Starts a worker for one job and returns its event stream.
     ///
     /// The worker competes for the job as described in the [crate docs](crate): it either wins an
     /// attempt (`Acquired`), waits as a backup (`Locked`), or finds the job ended. Read the stream
     /// to the end; dropping it stops the worker and fails an attempt it holds.
     pub fn start(&self, config: FailoverConfig) -> Worker {
-        match &self.backend {
-            Backend::Redis(transport) => worker::spawn(transport.clone(), config),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(transport) => {
-                if config.replica_ack.is_some() {
-                    return events::refused(config, pg::replica_ack_unsupported());
-                }
-                if config.key.contains('\0') || config.prefix.contains('\0') {
-                    return events::refused(config, pg::nul_unsupported());
-                }
-                let keys = keys::JobKeys::new(&config.prefix, &config.key);
-                let store = pg::PgStore {
-                    transport: transport.clone(),
-                    key: keys.state().to_string(),
-                    name: worker::worker_name(&config),
-                    lock_timeout: config.lock_timeout,
-                    retention: config.retention,
-                };
-                worker::spawn_on(store, &transport.cancel, &transport.tracker, config)
-            }
+        let job = JobSpec {
+            keys: Arc::new(keys::JobKeys::new(&config.prefix, &config.key)),
+            name: worker::worker_name(&config),
+            lock_timeout: config.lock_timeout,
+            retention: config.retention,
+            replica_ack: config.replica_ack.is_some(),
+        };
+        match self.backend.with_job_store(job, worker::Start(config)) {
+            Ok(worker) => worker,
+            Err((worker::Start(config), e)) => events::refused(config, e),
         }
     }
 
@@ -107,15 +93,8 @@ impl Failover {
     /// # Errors
     /// Connection and permission errors; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when
     /// other transactions kept the table locked through every try.
-    pub async fn migrate(&self) -> Result<(), crate::Error> {
-        match &self.backend {
-            Backend::Redis(_) => Ok(()),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => {
-                t.migrate_schema(pg::SCHEMA).await?;
-                pg::ensure_schema(t).await
-            }
-        }
+    pub async fn migrate(&self) -> Result<(), Error> {
+        self.backend.migrate_jobs().await
     }
 
     /// Reads a job's state (plain reads, no transaction), as an operator would with
@@ -123,7 +102,7 @@ impl Failover {
     ///
     /// # Errors
     /// [`Error::Config`](crate::Error::Config) for an invalid job name; connection errors.
-    pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, crate::Error> {
+    pub async fn job_state(&self, job: impl IntoJob) -> Result<JobState, Error> {
         Ok(self.job_status(job).await?.state)
     }
 }

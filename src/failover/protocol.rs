@@ -20,93 +20,15 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
-use crate::backend::redis::classify::from_server_error;
-use crate::error::{preview, Error};
 use crate::lease::next_fence;
 use crate::util::time::human;
 
-/// The sentinel stored once the job succeeded.
-pub const DONE: &str = "DONE";
-/// The sentinel stored once `max_attempts` attempts failed.
-pub const EXHAUSTED: &str = "EXHAUSTED";
-
-/// What the state key holds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum State {
-    Absent,
-    Attempt(u64),
-    Done,
-    Exhausted,
-    /// A string baton never writes (shown as a bounded preview).
-    Corrupt(String),
-    /// A non-string type; the server's message.
-    WrongType(String),
-}
-
-impl State {
-    pub fn describe(&self) -> String {
-        match self {
-            State::Absent => "no state".into(),
-            State::Attempt(n) => format!("attempt {n}"),
-            State::Done => DONE.into(),
-            State::Exhausted => EXHAUSTED.into(),
-            State::Corrupt(v) => v.clone(),
-            State::WrongType(_) => "a non-string value".into(),
-        }
-    }
-}
-
-/// What the lease key holds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Lease {
-    Absent,
-    Held {
-        token: String,
-        holder: String,
-        /// Remaining time in ms; `None` when the key has no TTL (a foreign write).
-        pttl_ms: Option<u64>,
-    },
-    Corrupt(String),
-    WrongType(String),
-}
-
-impl Lease {
-    fn token(&self) -> Option<&str> {
-        match self {
-            Lease::Held { token, .. } => Some(token),
-            _ => None,
-        }
-    }
-}
-
-/// What the fence key holds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Fence {
-    Absent,
-    Value(u64),
-    Corrupt(String),
-    WrongType(String),
-}
-
-/// Everything round trip 1 read.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Observation {
-    pub state: State,
-    pub lease: Lease,
-    pub fence: Fence,
-    /// The server's clock in µs (from `TIME`), the floor of the next fencing token.
-    pub now_us: u64,
-}
-
-/// Which key a fault concerns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Which {
-    State,
-    Lease,
-    Fence,
-}
+// The values the store reads and writes are leaves (the backends build them); the decisions
+// below, the worker and the model checker name them here.
+/// The keys every transition `WATCH`es (the Redis store reads it from the leaf).
+#[cfg(feature = "model")]
+pub use crate::util::jobs::WATCHED;
+pub use crate::util::jobs::{Fence, Lease, Message, Observation, State, StateValue, Which, Write};
 
 /// A condition that stops the protocol: reported, never written over.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -185,16 +107,6 @@ pub enum Decision {
     Delay { attempt: u64 },
     /// Stop and report.
     Fault(Fault),
-}
-
-impl Which {
-    fn name(self) -> &'static str {
-        match self {
-            Which::State => "state",
-            Which::Lease => "lease",
-            Which::Fence => "fence",
-        }
-    }
 }
 
 impl Fault {
@@ -384,43 +296,6 @@ pub fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
     }
 }
 
-/// The keys every transition `WATCH`es, in order: the three keys its decision read. Every
-/// transition also writes or refreshes the fence (see [`grant_writes`], [`finish_writes`]), so
-/// while the fence key exists its `WATCH` alone aborts every `EXEC` that a change of the state
-/// should abort; the model checker shows that dropping only the state's `WATCH` breaks nothing
-/// it can reach, and that dropping the state's and the fence's lets a late `done()` and a
-/// takeover both commit (`src/model/failover.rs`). The state stays watched: defence in depth
-/// that costs nothing in the same `WATCH` command.
-pub const WATCHED: [Which; 3] = [Which::State, Which::Lease, Which::Fence];
-
-/// A message on the job's channel (`P{J}:events`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Message {
-    /// `acquired:<n>`: attempt `n` was granted.
-    Acquired(u64),
-    /// `done`: the job succeeded.
-    Done,
-    /// `failed`: the holder gave its attempt up; backups take over at once.
-    Failed,
-    /// `released`: the holder was stopped (or dropped its handle, or ran past `max_run`).
-    Released,
-    /// `exhausted`: the last attempt failed.
-    Exhausted,
-}
-
-impl Message {
-    /// The text published.
-    pub fn text(self) -> std::borrow::Cow<'static, str> {
-        match self {
-            Message::Acquired(n) => format!("acquired:{n}").into(),
-            Message::Done => "done".into(),
-            Message::Failed => "failed".into(),
-            Message::Released => "released".into(),
-            Message::Exhausted => "exhausted".into(),
-        }
-    }
-}
-
 /// Whether a channel message announces the grant of a later attempt than ours (which proves
 /// that our `WATCH`ed `DONE` did not apply and no longer can).
 pub fn later_grant(message: &str, attempt: u64) -> bool {
@@ -433,37 +308,6 @@ pub fn later_grant(message: &str, attempt: u64) -> bool {
 /// Whether a channel message tells a holder of `attempt` that the job moved past it.
 pub fn taken_over(message: &str, attempt: u64) -> bool {
     later_grant(message, attempt) || message == "exhausted"
-}
-
-/// What a transition stores in the state key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StateValue {
-    Attempt(u64),
-    Done,
-    Exhausted,
-}
-
-/// One command of a transition's `MULTI … EXEC`, in the order it is sent. The worker turns each
-/// into a Redis command; the model checker (`src/model/`) applies the same list to its store,
-/// so both carry out one plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Write {
-    /// `SET state <value> PX retention`.
-    SetState(StateValue),
-    /// `PEXPIRE state retention`.
-    KeepState,
-    /// `SET lease "<token> <holder>" PX lock_timeout`.
-    SetLease,
-    /// `DEL lease`.
-    DelLease,
-    /// `SET fence <token> PX retention`.
-    SetFence(u64),
-    /// `PEXPIRE fence retention`: the fence lives as long as the state (DESIGN.md §3).
-    KeepFence,
-    /// `SET failure <reason> PX retention`.
-    SetFailure,
-    /// `PUBLISH events <message>`.
-    Publish(Message),
 }
 
 /// A backup's grant of `attempt` with fencing token `fence`.
@@ -694,160 +538,10 @@ pub fn decide_holder(
     }
 }
 
-// ----- Parsing what round trip 1 read -----------------------------------------------------------
-
-/// Parses a canonical attempt number: decimal digits only, no sign, no leading zero, at least 1,
-/// at most `i64::MAX` (what Redis' `INCR` could ever produce).
-pub fn parse_attempt(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || bytes.len() > 19 || bytes[0] == b'0' {
-        return None;
-    }
-    if !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(bytes).ok()?.parse().ok()?;
-    (n <= i64::MAX as u64).then_some(n)
-}
-
-fn string_bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
-fn lossy(bytes: &[u8]) -> String {
-    preview(&String::from_utf8_lossy(bytes))
-}
-
-/// Splits a reply into "a string", "nil", "wrong type" or an error.
-enum Raw<'a> {
-    Nil,
-    Str(&'a [u8]),
-    WrongType(String),
-}
-
-fn raw<'a>(v: &'a Value, context: &'static str) -> Result<Raw<'a>, Error> {
-    match v {
-        Value::Nil => Ok(Raw::Nil),
-        Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(Raw::WrongType(
-            e.details().unwrap_or("WRONGTYPE").to_string(),
-        )),
-        Value::ServerError(e) => Err(from_server_error(e)),
-        other => string_bytes(other)
-            .map(Raw::Str)
-            .ok_or_else(|| crate::backend::redis::unexpected(context, other)),
-    }
-}
-
-/// Parses the state key's `GET` reply.
-pub fn parse_state(v: &Value) -> Result<State, Error> {
-    Ok(match raw(v, "GET state")? {
-        Raw::Nil => State::Absent,
-        Raw::WrongType(d) => State::WrongType(d),
-        Raw::Str(b) => state_of_bytes(b),
-    })
-}
-
-/// What a stored state value means (the same rules on every backend): `DONE`, `EXHAUSTED`, a
-/// canonical attempt number, else corrupt.
-pub fn state_of_bytes(b: &[u8]) -> State {
-    if b == DONE.as_bytes() {
-        State::Done
-    } else if b == EXHAUSTED.as_bytes() {
-        State::Exhausted
-    } else {
-        match parse_attempt(b) {
-            Some(n) => State::Attempt(n),
-            None => State::Corrupt(lossy(b)),
-        }
-    }
-}
-
-/// The stored text of a state value (what [`state_of_bytes`] reads back).
-pub fn state_text(v: StateValue) -> String {
-    match v {
-        StateValue::Attempt(n) => n.to_string(),
-        StateValue::Done => DONE.to_string(),
-        StateValue::Exhausted => EXHAUSTED.to_string(),
-    }
-}
-
-/// Formats the lease value: the token, a space, the holder's name.
-pub fn lease_value(token: &str, holder: &str) -> String {
-    format!("{token} {holder}")
-}
-
-/// Parses the lease key's `GET` and `PTTL` replies.
-pub fn parse_lease(get: &Value, pttl: &Value) -> Result<Lease, Error> {
-    let bytes = match raw(get, "GET lease")? {
-        Raw::Nil => return Ok(Lease::Absent),
-        Raw::WrongType(d) => return Ok(Lease::WrongType(d)),
-        Raw::Str(b) => b,
-    };
-    let pttl = match pttl {
-        Value::Int(n) => *n,
-        // MOVED/ASK/TRYAGAIN when the key migrated between the GET and the PTTL: retryable.
-        Value::ServerError(e) => return Err(from_server_error(e)),
-        other => return Err(crate::backend::redis::unexpected("PTTL lease", other)),
-    };
-    let pttl_ms = match pttl {
-        // Expired between the GET and the PTTL of the same pipeline: it is gone now.
-        -2 => return Ok(Lease::Absent),
-        -1 => None,
-        n if n >= 0 => Some(n as u64),
-        _ => {
-            return Err(crate::backend::redis::unexpected(
-                "PTTL lease",
-                &Value::Int(pttl),
-            ))
-        }
-    };
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(_) => return Ok(Lease::Corrupt(lossy(bytes))),
-    };
-    let (token, holder) = text.split_once(' ').unwrap_or((text, ""));
-    Ok(match lease_of(token, holder, pttl_ms) {
-        Lease::Corrupt(_) => Lease::Corrupt(lossy(bytes)),
-        held => held,
-    })
-}
-
-/// A live lease's token and holder, checked (the same rules on every backend): a token baton
-/// never writes is corrupt.
-pub fn lease_of(token: &str, holder: &str, pttl_ms: Option<u64>) -> Lease {
-    if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Lease::Corrupt(preview(&lease_value(token, holder)));
-    }
-    Lease::Held {
-        token: token.to_string(),
-        holder: holder.to_string(),
-        pttl_ms,
-    }
-}
-
-/// Parses the fence key's `GET` reply.
-pub fn parse_fence(v: &Value) -> Result<Fence, Error> {
-    Ok(match raw(v, "GET fence")? {
-        Raw::Nil => Fence::Absent,
-        Raw::WrongType(d) => Fence::WrongType(d),
-        Raw::Str(b) => match parse_attempt(b) {
-            Some(n) => Fence::Value(n),
-            None => Fence::Corrupt(lossy(b)),
-        },
-    })
-}
-
-/// Parses the `TIME` reply into µs since the epoch.
-pub fn parse_time(v: &Value) -> Result<u64, Error> {
-    crate::backend::clock::parse_time(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::jobs::parse_attempt;
 
     #[test]
     fn decisions_read_as_text_not_debug_output() {
@@ -1209,23 +903,6 @@ mod tests {
         }
     }
 
-    /// A key that migrated to another cluster node between a pipeline's `GET` and `PTTL`
-    /// (found by tests/cluster_reshard.rs): the `PTTL`'s `ASK`/`MOVED`/`TRYAGAIN` is a
-    /// retryable error, never an "unexpected reply" that ends the worker.
-    #[test]
-    fn a_redirect_in_the_lease_reads_is_retryable() {
-        let held = Value::BulkString(format!("{} host:1", "a".repeat(32)).into_bytes());
-        for raw in [
-            &b"-ASK 14604 127.0.0.1:20790\r\n"[..],
-            b"-MOVED 14604 127.0.0.1:20790\r\n",
-            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
-        ] {
-            let pttl = redis::parse_redis_value(raw).unwrap();
-            let err = parse_lease(&held, &pttl).unwrap_err();
-            assert!(err.is_retryable(), "{err}");
-        }
-    }
-
     #[test]
     fn finish_writes_by_ending() {
         let w = finish_writes(Ending::Fail, 3, 3);
@@ -1263,65 +940,5 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
-    }
-
-    #[test]
-    fn state_parsing() {
-        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
-        assert_eq!(parse_state(&Value::Nil).unwrap(), State::Absent);
-        assert_eq!(parse_state(&bulk(b"DONE")).unwrap(), State::Done);
-        assert_eq!(parse_state(&bulk(b"EXHAUSTED")).unwrap(), State::Exhausted);
-        assert_eq!(parse_state(&bulk(b"7")).unwrap(), State::Attempt(7));
-        for near in [
-            &b"done"[..],
-            b"DONE ",
-            b"DONE\0",
-            b"hello",
-            b"0",
-            b"\xff\xfe",
-        ] {
-            assert!(matches!(
-                parse_state(&bulk(near)).unwrap(),
-                State::Corrupt(_)
-            ));
-        }
-        assert!(parse_state(&Value::Int(3)).is_err());
-    }
-
-    #[test]
-    fn lease_parsing() {
-        let v = Value::BulkString(format!("{T} host:1").into_bytes());
-        assert_eq!(
-            parse_lease(&v, &Value::Int(500)).unwrap(),
-            Lease::Held {
-                token: T.into(),
-                holder: "host:1".into(),
-                pttl_ms: Some(500)
-            }
-        );
-        assert!(matches!(
-            parse_lease(&v, &Value::Int(-1)).unwrap(),
-            Lease::Held { pttl_ms: None, .. }
-        ));
-        assert_eq!(parse_lease(&v, &Value::Int(-2)).unwrap(), Lease::Absent);
-        assert_eq!(
-            parse_lease(&Value::Nil, &Value::Int(-2)).unwrap(),
-            Lease::Absent
-        );
-        let junk = Value::BulkString(b"hello".to_vec());
-        assert!(matches!(
-            parse_lease(&junk, &Value::Int(100)).unwrap(),
-            Lease::Corrupt(_)
-        ));
-    }
-
-    #[test]
-    fn time_parsing() {
-        let v = Value::Array(vec![
-            Value::BulkString(b"1700000000".to_vec()),
-            Value::BulkString(b"123456".to_vec()),
-        ]);
-        assert_eq!(parse_time(&v).unwrap(), 1_700_000_000_123_456);
-        assert!(parse_time(&Value::Nil).is_err());
     }
 }

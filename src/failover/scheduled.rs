@@ -17,11 +17,12 @@ use std::time::{Duration, SystemTime};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::config::FailoverConfig;
 use super::run::{Attempt, RunOutcome};
-use super::status::JobState;
 use super::Failover;
+use super::JobState;
 use crate::error::{ConfigError, Error};
 use crate::schedule::{Occurrence, Schedule};
 use crate::util::mailbox;
@@ -316,7 +317,7 @@ impl Failover {
             rx,
             dropped,
             stop,
-            _task: AbortOnDrop(task),
+            _task: AbortOnDropHandle::new(task),
         }
     }
 }
@@ -480,7 +481,8 @@ pub struct Scheduled<T, E = String> {
     rx: mailbox::Receiver<OccurrenceReport<T, E>>,
     dropped: Arc<AtomicU64>,
     stop: CancellationToken,
-    _task: AbortOnDrop,
+    /// The driver: aborted when the handle is dropped.
+    _task: AbortOnDropHandle<()>,
 }
 
 impl<T, E> std::fmt::Debug for Scheduled<T, E> {
@@ -510,13 +512,6 @@ impl<T, E> tokio_stream::Stream for Scheduled<T, E> {
     type Item = OccurrenceReport<T, E>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.rx.poll_recv(cx)
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -23,27 +23,31 @@ use tokio_util::task::TaskTracker;
 
 use super::config::{FailoverConfig, StatusLevel};
 use super::events::{Event, EventSender, Worker};
-use super::keys::JobKeys;
 use super::protocol::{Fault, Which};
-use super::store::{JobStore, RedisStore};
-use crate::backend::redis::{HubMsg, Subscription, Transport};
+use super::store::JobStore;
+use crate::backend::jobs::OnStore;
 use crate::error::Error;
 use crate::util::backoff::Backoff;
 use crate::util::metrics::{primitive, Labels};
+use crate::util::pubsub::{HubMsg, Subscription};
+use crate::util::settings::ReplicaWait;
 use crate::util::time::human;
 use crate::util::token as keys;
 
-/// Starts a worker task for one job on Redis.
-pub(crate) fn spawn(transport: Arc<Transport>, cfg: FailoverConfig) -> Worker {
-    let keys = Arc::new(JobKeys::new(&cfg.prefix, &cfg.key));
-    let store = RedisStore {
-        transport: transport.clone(),
-        keys,
-        name: worker_name(&cfg),
-        lock_timeout: cfg.lock_timeout,
-        retention: cfg.retention,
-    };
-    spawn_on(store, &transport.cancel, &transport.tracker, cfg)
+/// Starts a worker task for a job (its configuration) on whichever store its backend builds.
+pub(crate) struct Start(pub(crate) FailoverConfig);
+
+impl OnStore for Start {
+    type Output = Worker;
+
+    fn run<S: JobStore>(
+        self,
+        store: S,
+        cancel: &CancellationToken,
+        tracker: &TaskTracker,
+    ) -> Worker {
+        spawn_on(store, cancel, tracker, self.0)
+    }
 }
 
 /// The worker's name (`worker_name`, else host and PID).
@@ -172,7 +176,7 @@ pub(super) struct JobSettings {
     pub(super) max_run: Option<Duration>,
     pub(super) retry_delay: Duration,
     pub(super) rejoin_after_fail: bool,
-    pub(super) replica_ack: Option<crate::backend::redis::ReplicaWait>,
+    pub(super) replica_ack: Option<ReplicaWait>,
 }
 
 impl JobSettings {
@@ -408,6 +412,7 @@ pub(super) fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::jobs::RedisStore;
 
     /// The size of `R` for a function returning it, without calling the function.
     fn returned_size<A, R>(_: fn(A) -> R) -> usize {

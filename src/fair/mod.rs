@@ -2,7 +2,8 @@
 //! only the next one, and a priority reservation ("I go next") cannot be jumped.
 //!
 //! - [`keys`]: the key layout (`baton:fair:{K}`, `…:queue`, `…:alive`, `…:reserved`, …).
-//! - [`options`]: [`FairOptions`] (validated, serde).
+//! - [`options`]: [`LockOptions`], the options of every lock-shaped primitive (validated,
+//!   serde), with the fair lock's `waiter_timeout`.
 //! - [`FairLocks`]: the handle ([`Client::fair_locks`](crate::Client::fair_locks)):
 //!   [`FairLocks::try_acquire`], [`FairLocks::acquire`], [`FairLocks::with_lock`],
 //!   [`FairLocks::reserve`].
@@ -10,6 +11,10 @@
 //!   deadline, `release`, `extend`, the watchdog and its loss signal); its `release` leaves the
 //!   queue and wakes the next waiter.
 //! - [`Reservation`]: a held priority reservation; [`Reservation::acquire`] goes next.
+//!
+//! Waiting is the lease kernel's acquisition engine (`lease::acquire`), shared with the other
+//! lock-shaped primitives: this module gives it one try (grant or queue, and refresh the place),
+//! the waiter's wake channel and the queue's own nap between tries.
 //!
 //! The scripts live in the lease kernel (`lease::queue`), with the fence step shared with the
 //! mutex's acquisition.
@@ -28,7 +33,7 @@
 //!   the head's one try (2½ round trips). Liveness refreshes are one try per waiter per third
 //!   of its timeout, apart from handoffs.
 //! - **Dead waiters.** Each waiter's place lives as long as it refreshes it (every third of
-//!   [`FairOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
+//!   [`LockOptions::waiter_timeout`]); a waiter that stops (a crash, a forgotten future without
 //!   a runtime) is evicted after its timeout by the next queued try, or by a grant or release
 //!   once it heads the queue, so it delays the queue by at
 //!   most its timeout plus the next waiter's refresh period. A crashed holder publishes
@@ -56,13 +61,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::redis::{Subscription, Transport};
+use crate::backend::redis::Transport;
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::fair::queue::{self as kernel, Enqueue, QueueKeys, Turn};
-use crate::lease::guard::hold_while;
+use crate::lease::acquire::{self, Tried, TryAcquire, WaitChannel};
 pub use crate::lease::held::LockGuard;
 use crate::lease::held::{HeldKeys, HeldLock, ReleaseFuture};
+use crate::lease::options::Field;
 pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
@@ -70,7 +76,8 @@ use crate::util::time::after;
 use crate::util::token::{new_token, short};
 
 pub use keys::DEFAULT_PREFIX;
-pub use options::{FairOptions, FairOptionsBuilder};
+use options::DEFAULT_WAITER_TIMEOUT;
+pub use options::{FairOptions, FairOptionsBuilder, LockOptions, LockOptionsBuilder};
 
 /// The fair lock on one client's connections. Get it from
 /// [`Client::fair_locks`](crate::Client::fair_locks); cheap to clone.
@@ -183,53 +190,54 @@ impl FairLocks {
         Ok(Arc::new(keys::fair_keys(&self.prefix, key)))
     }
 
-    /// Takes fair lock `key` for `ttl`, queueing behind earlier waiters.
+    /// Takes fair lock `key` for `lease`, queueing behind earlier waiters.
     ///
     /// The first try grants at once when the lock is free, nobody queues and nobody reserved
     /// it. Otherwise this waiter is queued (in the server's order) and sleeps on its wake
     /// channel: one of this lock's that the client keeps subscribed between waits, or, when
     /// none is idle, a new one it subscribes to and then tries once more (a release in between
     /// is not missed). It sleeps until woken by a release (only the head is), until its
-    /// liveness refresh (a third of [`FairOptions::waiter_timeout`]), or, as the head, until
-    /// the holder's lease or a reservation can run out. Transient errors are retried with backoff within the same
-    /// bound.
+    /// liveness refresh (a third of [`LockOptions::waiter_timeout`]), or, as the head, until
+    /// the holder's lease or a reservation can run out. Transient errors are retried with
+    /// backoff within the same bounds.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
-    /// [`Error::NotAcquired`] when [`FairOptions::wait`] ran out (this waiter then leaves the
-    /// queue); the last transient error when the bound ran out on one;
-    /// [`Error::CorruptState`] when the fence holds something baton never writes; other
-    /// non-retryable errors at once.
+    /// [`Error::Config`] for an invalid name or a lease outside 10 ms ..= 1 day;
+    /// [`Error::NotAcquired`] when [`LockOptions::wait`] or [`LockOptions::max_tries`] ran out
+    /// (this waiter then leaves the queue); the last transient error when the bound ran out on
+    /// one; [`Error::Unsupported`] for an option the fair lock does not use (`replica_ack`,
+    /// `heartbeat`); [`Error::CorruptState`] when the fence holds something baton never writes;
+    /// other non-retryable errors at once.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the queue at once through a task of the client (which also
     /// releases the lock if a lost reply had granted it, and wakes the next waiter). Without a
-    /// runtime or client, the waiter timeout (and the ttl) are the backstop.
+    /// runtime or client, the waiter timeout (and the lease) are the backstop.
     pub async fn acquire(
         &self,
         key: &str,
-        ttl: Duration,
-        opts: &FairOptions,
+        lease: Duration,
+        opts: &LockOptions,
     ) -> Result<LockGuard, Error> {
         let keys = self.keys(key)?;
-        crate::lease::check_ttl("ttl", ttl)?;
-        self.wait_turn(keys, key, new_token(), ttl, Turns::Wait(opts), None)
-            .await?
-            .ok_or_else(|| Error::NotAcquired {
-                // `Turns::Wait` returns a guard or an error; kept typed all the same.
-                key: key.to_string(),
-                tries: 0,
-                waited: Duration::ZERO,
-            })
+        crate::lease::check_ttl("lease", lease)?;
+        refuse_unused(opts)?;
+        let mut acq = self.turn(keys, key, new_token(), lease, opts.waiter_timeout(), false)?;
+        acq.park();
+        let mut guard = acquire::acquire(&mut acq, key, opts).await?;
+        if opts.watchdog {
+            guard.start_watchdog(opts.max_hold);
+        }
+        Ok(guard)
     }
 
-    /// Tries once to take fair lock `key` for `ttl`, in one round trip: granted only if the
+    /// Tries once to take fair lock `key` for `lease`, in one round trip: granted only if the
     /// lock is free, nobody queues ahead and nobody reserved it, so a try never jumps the
     /// queue. Contention is `Ok(None)` (the try's place in the queue is given up at once,
     /// through a task of the client).
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
+    /// [`Error::Config`] for an invalid name or a lease outside 10 ms ..= 1 day;
     /// [`Error::CorruptState`] when the fence holds something baton never writes; connection
     /// errors and timeouts (the place, and a lock a lost reply may have granted, are given up
     /// in the background).
@@ -237,42 +245,49 @@ impl FairLocks {
     /// # Cancel safety
     /// Dropping the future gives up the place (and a lock a lost reply may have granted)
     /// through a task of the client.
-    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<LockGuard>, Error> {
+    pub async fn try_acquire(
+        &self,
+        key: &str,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>, Error> {
         let keys = self.keys(key)?;
-        crate::lease::check_ttl("ttl", ttl)?;
-        self.wait_turn(keys, key, new_token(), ttl, Turns::Once, None)
-            .await
+        crate::lease::check_ttl("lease", lease)?;
+        let mut one = self.turn(keys, key, new_token(), lease, DEFAULT_WAITER_TIMEOUT, false)?;
+        // One try only: dropping `one` gives the place up.
+        match one.try_once(false, Instant::now()).await? {
+            Tried::Granted(guard) => Ok(Some(guard)),
+            Tried::Held { .. } => Ok(None),
+        }
     }
 
     /// Runs `work` holding fair lock `key`: acquires as [`FairLocks::acquire`] does (with
-    /// `opts`, the watchdog always on), passes the fencing token to `work`, cancels `work` if
-    /// the lock is lost, and always releases (waking the next waiter).
+    /// `opts`, the watchdog always on), calls `work` with the guard (read its
+    /// [`fencing_token`](crate::Fenced::fencing_token) into the future `work` returns), cancels that
+    /// future if the lock is lost, and always releases (waking the next waiter).
     ///
     /// # Errors
     /// As [`FairLocks::acquire`]; [`Error::LeaseLost`] when the loss signal fired during
     /// `work` (which was dropped at that point) or when the release found the lock held by
     /// another token (mutual exclusion may then have been broken, so `work`'s output is not
     /// returned). A release that fails on the network is only logged: `work` finished in time
-    /// and the lock expires by its ttl.
+    /// and the lock expires by its lease.
     ///
     /// # Cancel safety
     /// Dropping the future drops `work` and the guard, which releases in the background.
-    pub async fn with_lock<F, Fut, T>(
+    pub async fn with_lock<F, Fut>(
         &self,
         key: &str,
-        ttl: Duration,
-        opts: &FairOptions,
+        lease: Duration,
+        opts: &LockOptions,
         work: F,
-    ) -> Result<T, Error>
+    ) -> Result<Fut::Output, Error>
     where
-        F: FnOnce(u64) -> Fut,
-        Fut: Future<Output = T>,
+        F: FnOnce(&LockGuard) -> Fut,
+        Fut: Future,
     {
-        let mut opts = opts.clone();
-        opts.watchdog = true;
-        let guard = self.acquire(key, ttl, &opts).await?;
-        let token = crate::lease::guard::Fenced::fencing_token(&guard);
-        hold_while(guard, work(token)).await
+        let opts = opts.clone().with_watchdog();
+        let guard = self.acquire(key, lease, &opts).await?;
+        acquire::with_lock(guard, work).await
     }
 
     /// Takes the priority reservation of fair lock `key` for `lifetime` (one `SET NX PX`): the
@@ -326,188 +341,258 @@ impl FairLocks {
         }
     }
 
-    /// The queue loop shared by waiters and the reserver (`lifetime` set).
-    async fn wait_turn(
+    /// One waiter's (or the reserver's, `reserver`) turns at the queue, for the acquisition
+    /// engine. `liveness` is how long its place lasts without a refresh (the reserver's: its
+    /// reservation's lifetime).
+    fn turn(
         &self,
         keys: Arc<QueueKeys>,
         key: &str,
         id: String,
-        ttl: Duration,
-        turns: Turns<'_>,
-        lifetime: Option<Duration>,
-    ) -> Result<Option<LockGuard>, Error> {
+        lease: Duration,
+        liveness: Duration,
+        reserver: bool,
+    ) -> Result<FairTry, Error> {
         let transport = self.transport()?.clone();
-        // A waiter (not a single try, not the reserver, whose id is its reservation's) is woken
-        // on a channel kept subscribed between waits: an idle one of this lock if there is
-        // one, so this wait neither subscribes nor tries twice. Its id names the channel after
-        // the last `.` (the leave script publishes there).
-        let mut wake = Wake {
-            parked: &transport.hub.parked,
-            lock: &keys.lock,
-            name: None,
-            sub: None,
-        };
-        let id = if matches!(turns, Turns::Wait(_)) && lifetime.is_none() {
-            let name = match transport.hub.parked.take(&keys.lock) {
-                Some(c) => {
-                    wake.sub = Some(c.sub);
-                    c.name
-                }
-                None => new_token(),
-            };
-            let id = format!("{id}.{name}");
-            wake.name = Some(name);
-            id
-        } else {
-            id
-        };
         // Armed for the whole wait: any exit but a grant (an error, the bound, a dropped
         // future, a single try that found the lock taken) leaves the queue, releases a lock a
         // lost reply may have granted, and drops the reservation, through a task of the client.
-        let mut queued = {
-            let (transport, keys, id) = (self.transport()?.clone(), keys.clone(), id.clone());
-            Armed::new(move || leave_in_background(&transport, &keys, id))
+        let queued: Armed<Box<dyn FnOnce() + Send + Sync>> = {
+            let (transport, keys, id) = (transport.clone(), keys.clone(), id.clone());
+            Armed::new(Box::new(move || leave_in_background(&transport, &keys, id)))
         };
-        let defaults;
-        let opts = match turns {
-            Turns::Wait(o) => o,
-            Turns::Once => {
-                defaults = FairOptions::default();
-                &defaults
+        Ok(FairTry {
+            transport,
+            keys,
+            key: key.to_string(),
+            id,
+            lease,
+            liveness,
+            // Refresh a third of the way, so two refreshes may fail and a third still lands.
+            refresh: (liveness / 3).max(Duration::from_millis(1)),
+            reserver,
+            name: None,
+            parked: None,
+            queued,
+            tries: 0,
+            last: (None, None),
+        })
+    }
+}
+
+/// The options the fair lock honours; any other set is refused by name.
+fn refuse_unused(opts: &LockOptions) -> Result<(), Error> {
+    opts.refuse_others(
+        "the fair lock",
+        &[
+            Field::MaxTries,
+            Field::MaxBackoff,
+            Field::Watchdog,
+            Field::MaxHold,
+            Field::WaiterTimeout,
+        ],
+    )
+}
+
+/// A waiter's (or the reserver's) turns at the queue, as the acquisition engine drives them:
+/// each try is one script that grants or queues (once) and refreshes the place.
+struct FairTry {
+    transport: Arc<Transport>,
+    keys: Arc<QueueKeys>,
+    key: String,
+    /// The waiter's id in the queue; a waiter's names its wake channel after the last `.`.
+    id: String,
+    lease: Duration,
+    liveness: Duration,
+    refresh: Duration,
+    reserver: bool,
+    /// A waiter's wake channel name (the reserver's channel is named by its id).
+    name: Option<String>,
+    /// An idle subscription of this lock's the client kept, taken for this wait.
+    parked: Option<crate::backend::redis::Subscription>,
+    /// Leaves the queue on any exit but a grant.
+    queued: Armed<Box<dyn FnOnce() + Send + Sync>>,
+    tries: u32,
+    /// What the last try said about the queue: this waiter's rank and a reservation's PTTL.
+    last: (Option<u64>, Option<Duration>),
+}
+
+impl FairTry {
+    /// A waiter (not a single try, not the reserver, whose id is its reservation's) is woken on
+    /// a channel kept subscribed between waits: an idle one of this lock if there is one, so
+    /// this wait neither subscribes nor tries twice. Its id names the channel after the last
+    /// `.` (the leave script publishes there).
+    fn park(&mut self) {
+        let name = match self.transport.hub.parked.take(&self.keys.lock) {
+            Some(c) => {
+                self.parked = Some(c.sub);
+                c.name
             }
+            None => new_token(),
         };
-        let once = matches!(turns, Turns::Once);
-        let reserver = lifetime.is_some();
-        let liveness = lifetime.unwrap_or(opts.waiter_timeout);
-        // Refresh a third of the way, so two refreshes may fail and a third still lands.
-        let refresh = (liveness / 3).max(Duration::from_millis(1));
-        let start = Instant::now();
-        let give_up = opts.wait.map(|w| after(start, w));
-        let mut backoff = Backoff::new(opts.max_backoff);
-        let sub = &mut wake.sub;
-        let mut tries: u32 = 0;
-        loop {
-            // Wakes that arrived before this try are answered by it (on a kept channel, also
-            // any left over from its last wait).
-            if let Some(s) = sub.as_mut() {
-                while s.rx.try_recv().is_some() {}
-            }
-            tries = tries.saturating_add(1);
-            let req = Enqueue {
-                id: &id,
-                ttl,
-                liveness,
-                reserver,
-            };
-            let outcome = match self.transport()?.node(&keys.lock).await {
-                Ok(node) => {
-                    let limit = after(Instant::now(), self.transport()?.settings.response_timeout);
-                    kernel::acquire_or_enqueue(&mut node.conn(), &keys, &req, limit).await
-                }
-                Err(e) => Err(e),
-            };
-            let now = Instant::now();
-            let (nap, last_error) = match outcome {
-                Ok(Turn::Granted { fence, sent }) => {
-                    queued.disarm();
-                    // The grant script does not tell a handoff from a holder that expired:
-                    // counted as `takeover="false"` (docs/operating.md says so).
-                    let labels = crate::util::metrics::Labels::new(
-                        crate::util::metrics::primitive::FAIR,
-                        crate::util::metrics::backend::REDIS,
-                    );
-                    labels.transition(crate::util::metrics::transition::GRANT, sent);
-                    labels.granted(false, start);
-                    tracing::info!(key, token = short(&id), fence, tries, "fair lock acquired");
-                    let mut guard = LockGuard::new(HeldLock::new(
-                        Backend::Redis(self.transport()?.clone()),
-                        keys.clone(),
-                        key,
-                        id,
-                        fence,
-                        ttl,
-                        sent,
-                    ));
-                    if opts.watchdog {
-                        guard.start_watchdog(opts.max_hold);
-                    }
-                    return Ok(Some(guard));
-                }
-                Ok(Turn::ReservationGone) => {
-                    return Err(Error::Reserved {
-                        key: keys.reserved.clone(),
-                        reason: "this reservation ended (its lifetime ran out, or another \
-                                 contender reserved after it) before the lock was granted to it"
-                            .into(),
-                    })
-                }
-                // One try only: `queued` gives the place up on the way out.
-                Ok(Turn::Waiting { .. }) if once => return Ok(None),
-                Ok(Turn::Waiting {
-                    pttl,
-                    rank,
-                    reserved,
-                }) => {
-                    backoff.reset();
-                    if sub.is_none() {
-                        // Best effort: without pub/sub we still wake on our timers.
-                        let limit = transport.settings.connect_timeout;
-                        let channel = keys.wake(wake.name.as_deref().unwrap_or(&id));
-                        if let Ok(Ok(s)) =
-                            tokio::time::timeout(limit, transport.hub.subscribe(&channel)).await
-                        {
-                            *sub = Some(s);
-                            // A release between the try above and the subscription published
-                            // to nobody: try again now that we listen.
-                            continue;
-                        }
-                    }
-                    (waiting_nap(refresh, reserver, pttl, rank, reserved), None)
-                }
-                Err(e) if e.is_retryable() && !once => {
-                    tracing::debug!(key, error = %e, "fair acquire failed; retrying");
-                    (backoff.next_delay().min(refresh), Some(e))
-                }
-                Err(e) => return Err(e),
-            };
-            if give_up.is_some_and(|g| now >= g) {
-                return Err(last_error.unwrap_or_else(|| Error::NotAcquired {
-                    key: key.to_string(),
+        self.id = format!("{}.{name}", self.id);
+        self.name = Some(name);
+        // The leave on exit names the waiter by its full id.
+        self.queued.disarm();
+        let (transport, keys, id) = (self.transport.clone(), self.keys.clone(), self.id.clone());
+        self.queued = Armed::new(Box::new(move || leave_in_background(&transport, &keys, id)));
+    }
+
+    fn channel(&mut self, sub: crate::backend::redis::Subscription) -> FairWake {
+        FairWake {
+            transport: self.transport.clone(),
+            lock: self.keys.lock.clone(),
+            name: self.name.clone(),
+            sub: Some(sub),
+            closed: false,
+        }
+    }
+}
+
+impl TryAcquire for FairTry {
+    type Guard = LockGuard;
+    type Channel = FairWake;
+
+    async fn try_once(
+        &mut self,
+        _takeover: bool,
+        asked: Instant,
+    ) -> Result<Tried<LockGuard>, Error> {
+        self.tries = self.tries.saturating_add(1);
+        let req = Enqueue {
+            id: &self.id,
+            ttl: self.lease,
+            liveness: self.liveness,
+            reserver: self.reserver,
+        };
+        let node = self.transport.node(&self.keys.lock).await?;
+        let limit = after(Instant::now(), self.transport.settings.response_timeout);
+        match kernel::acquire_or_enqueue(&mut node.conn(), &self.keys, &req, limit).await? {
+            Turn::Granted { fence, sent } => {
+                self.queued.disarm();
+                // The grant script does not tell a handoff from a holder that expired: counted
+                // as `takeover="false"` (docs/operating.md says so).
+                let labels = crate::util::metrics::Labels::new(
+                    crate::util::metrics::primitive::FAIR,
+                    crate::util::metrics::backend::REDIS,
+                );
+                labels.transition(crate::util::metrics::transition::GRANT, sent);
+                labels.granted(false, asked);
+                let (key, tries) = (self.key.as_str(), self.tries);
+                tracing::info!(
+                    key,
+                    token = short(&self.id),
+                    fence,
                     tries,
-                    waited: now.saturating_duration_since(start),
-                }));
+                    "fair lock acquired"
+                );
+                Ok(Tried::Granted(LockGuard::new(HeldLock::new(
+                    Backend::Redis(self.transport.clone()),
+                    self.keys.clone(),
+                    &self.key,
+                    self.id.clone(),
+                    fence,
+                    self.lease,
+                    sent,
+                ))))
             }
-            let nap = match give_up {
-                Some(g) => nap.min(g.saturating_duration_since(now)),
-                None => nap,
-            };
-            match sub.as_mut() {
-                Some(s) => {
-                    if let Ok(None) = tokio::time::timeout(nap, s.rx.recv()).await {
-                        // The hub is gone (client shutting down): fall back to timers.
-                        *sub = None;
-                    }
-                }
-                None => tokio::time::sleep(nap).await,
+            Turn::ReservationGone => Err(Error::Reserved {
+                key: self.keys.reserved.clone(),
+                reason: "this reservation ended (its lifetime ran out, or another contender \
+                         reserved after it) before the lock was granted to it"
+                    .into(),
+            }),
+            Turn::Waiting {
+                pttl,
+                rank,
+                reserved,
+            } => {
+                self.last = (rank, reserved);
+                Ok(Tried::Held { remaining: pttl })
             }
         }
+    }
+
+    fn waiting(&mut self) -> (Option<FairWake>, bool) {
+        let parked = self.parked.take();
+        (parked.map(|s| self.channel(s)), false)
+    }
+
+    /// Best effort: without pub/sub the waiter still wakes on its timers.
+    async fn subscribe(&mut self) -> Option<FairWake> {
+        let limit = self.transport.settings.connect_timeout;
+        let channel = self.keys.wake(self.name.as_deref().unwrap_or(&self.id));
+        match tokio::time::timeout(limit, self.transport.hub.subscribe(&channel)).await {
+            Ok(Ok(s)) => Some(self.channel(s)),
+            _ => None,
+        }
+    }
+
+    /// Contention needs no backoff (a release wakes the next waiter): the queue's own nap.
+    fn held_nap(&mut self, remaining: Option<Duration>, backoff: &mut Backoff) -> Duration {
+        backoff.reset();
+        let (rank, reserved) = self.last;
+        waiting_nap(self.refresh, self.reserver, remaining, rank, reserved)
+    }
+
+    /// Backoff after a transient error, but never past the place's refresh.
+    fn error_nap(&mut self, backoff: &mut Backoff) -> Duration {
+        backoff.next_delay().min(self.refresh)
     }
 }
 
 /// A waiter's wake channel: its name (a waiter's, not the reserver's) and subscription, given
 /// back to the client's idle channels when the wait ends, however it ends.
-struct Wake<'a> {
-    parked: &'a crate::util::parked::Parked,
-    lock: &'a str,
+struct FairWake {
+    transport: Arc<Transport>,
+    lock: String,
     name: Option<String>,
-    sub: Option<Subscription>,
+    sub: Option<crate::backend::redis::Subscription>,
+    closed: bool,
 }
 
-impl Drop for Wake<'_> {
+impl WaitChannel for FairWake {
+    type Wake = ();
+
+    /// Wakes that arrived before this try are answered by it (on a kept channel, also any left
+    /// over from its last wait).
+    fn take_stored(&mut self) -> Option<()> {
+        if let Some(s) = self.sub.as_mut() {
+            while s.rx.try_recv().is_some() {}
+        }
+        None
+    }
+
+    fn closed(&self) -> bool {
+        self.closed
+    }
+
+    async fn wait(&mut self, nap: Duration, _until: Option<Instant>) -> Option<()> {
+        let s = self.sub.as_mut()?;
+        match tokio::time::timeout(nap, s.rx.recv()).await {
+            Ok(Some(_)) => Some(()),
+            // The hub is gone (client shutting down): fall back to timers.
+            Ok(None) => {
+                self.closed = true;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn used(_: ()) {}
+}
+
+impl Drop for FairWake {
     fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
         if let (Some(name), Some(sub)) = (self.name.take(), self.sub.take()) {
-            self.parked
-                .give_back(self.lock, crate::util::parked::Channel { name, sub });
+            self.transport
+                .hub
+                .parked
+                .give_back(&self.lock, crate::util::parked::Channel { name, sub });
         }
     }
 }
@@ -534,13 +619,6 @@ pub(crate) fn waiting_nap(
         }
     }
     nap
-}
-
-/// How long [`FairLocks::wait_turn`] waits: as the options say, or one try.
-#[derive(Clone, Copy)]
-enum Turns<'a> {
-    Wait(&'a FairOptions),
-    Once,
 }
 
 /// Spawns the leave script (release, leave the queue, drop the reservation, wake the next) on
@@ -593,7 +671,7 @@ impl Reservation {
         self.lifetime
     }
 
-    /// Takes the lock for `ttl` ahead of every queued waiter: at once if it is free, else as
+    /// Takes the lock for `lease` ahead of every queued waiter: at once if it is free, else as
     /// soon as its holder releases it (the release wakes this reserver) or its lease runs out.
     /// The reservation is consumed by the grant, in the same script.
     ///
@@ -604,28 +682,24 @@ impl Reservation {
     /// # Cancel safety
     /// Dropping the future gives the reservation up (and leaves, releasing a lock a lost reply
     /// may have granted) through a task of the client.
-    pub async fn acquire(mut self, ttl: Duration, opts: &FairOptions) -> Result<LockGuard, Error> {
-        crate::lease::check_ttl("ttl", ttl)?;
+    pub async fn acquire(
+        mut self,
+        lease: Duration,
+        opts: &LockOptions,
+    ) -> Result<LockGuard, Error> {
+        crate::lease::check_ttl("lease", lease)?;
+        refuse_unused(opts)?;
         // From here the wait's own leave-on-exit covers the reservation (same id).
         self.armed.disarm();
-        let keys = self.keys.clone();
         let id = std::mem::take(&mut self.token);
-        self.locks
-            .wait_turn(
-                keys,
-                &self.key,
-                id,
-                ttl,
-                Turns::Wait(opts),
-                Some(self.lifetime),
-            )
-            .await?
-            .ok_or_else(|| Error::NotAcquired {
-                // `Turns::Wait` returns a guard or an error; kept typed all the same.
-                key: self.key.clone(),
-                tries: 0,
-                waited: Duration::ZERO,
-            })
+        let mut acq =
+            self.locks
+                .turn(self.keys.clone(), &self.key, id, lease, self.lifetime, true)?;
+        let mut guard = acquire::acquire(&mut acq, &self.key, opts).await?;
+        if opts.watchdog {
+            guard.start_watchdog(opts.max_hold);
+        }
+        Ok(guard)
     }
 }
 

@@ -333,48 +333,6 @@ pub trait LeaseGuard: HeldLease {
     fn start_watchdog(&mut self, max_hold: Option<Duration>);
 }
 
-/// Runs `work` while `guard` holds its lease (the watchdog already started), then releases: the
-/// one `with_lock` of every lease-holding primitive.
-///
-/// `work` is dropped as soon as the loss signal fires (checked first, so a loss and a finish
-/// that arrive together count as a loss).
-///
-/// # Errors
-/// [`Error::LeaseLost`] when the loss signal fired during `work`, or when the release found the
-/// lease no longer ours (mutual exclusion may then have been broken, so `work`'s output is not
-/// returned). A release that fails on the network is only logged: `work` finished in time and
-/// the lease ends by its ttl.
-pub(crate) async fn hold_while<G: LeaseGuard, Fut: Future>(
-    guard: G,
-    work: Fut,
-) -> Result<Fut::Output, Error> {
-    let out = tokio::select! {
-        biased;
-        _ = guard.lost() => None,
-        out = work => Some(out),
-    };
-    let key = guard.key().to_string();
-    let fence = guard.core().fence();
-    let reason = guard.loss_reason();
-    match (out, guard.release().await) {
-        (Some(out), Ok(true)) => Ok(out),
-        (Some(out), Err(e)) => {
-            tracing::warn!(key, error = %e, "release after the work failed; the lock expires by its ttl");
-            Ok(out)
-        }
-        (Some(_), Ok(false)) => Err(Error::lock_lost(
-            key,
-            fence,
-            "the release found the lock held by another token",
-        )),
-        (None, _) => Err(Error::lock_lost(
-            key,
-            fence,
-            reason.unwrap_or_else(|| "lost".into()),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

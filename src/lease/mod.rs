@@ -17,11 +17,13 @@
 //! holder loop when [`deadline`] passes without a confirmed extension, whatever a request in
 //! flight is doing.
 
+pub(crate) mod acquire;
 pub(crate) mod batch;
 pub(crate) mod guard;
 pub(crate) mod held;
 pub(crate) mod keepalive;
 pub(crate) mod lock;
+pub(crate) mod options;
 pub(crate) mod pending;
 pub mod prelude;
 pub(crate) mod store;

@@ -3,7 +3,8 @@
 //! - [`keys`]: the key layout (`baton:redlock:{K}` on every master).
 //! - [`Redlock`]: the handle ([`Redlock::new`]):
 //!   [`Redlock::try_acquire`], [`Redlock::acquire`], [`Redlock::with_lock`].
-//! - [`options`]: [`RedlockOptions`] (a validated builder, as the mutex's).
+//! - [`options`]: [`LockOptions`], the options of every lock-shaped primitive (waiting is
+//!   the lease kernel's acquisition engine, fed one quorum round per try).
 //! - [`RedlockGuard`]: the held lock ([`LeaseGuard`]): token, lease deadline, `release`,
 //!   `extend`, the watchdog and its loss signal; no fencing token.
 //!
@@ -75,11 +76,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::redis::Transport;
 use crate::error::{ConfigError, Error};
-use crate::lease::guard::{hold_while, sealed, HeldLease, LeaseCore, LeaseGuard};
+use crate::lease::acquire::{self, NoChannel, Tried, TryAcquire};
+use crate::lease::guard::{sealed, HeldLease, LeaseCore, LeaseGuard};
 use crate::lease::lock as kernel;
+use crate::lease::options::Field;
 use crate::lease::watchdog::LeaseState;
 use crate::lease::{extend, Extend, Extension};
-use crate::util::backoff::Backoff;
 use crate::util::drop_guard::Armed;
 use crate::util::metrics::{self, primitive, Labels, Loss};
 use crate::util::time::{after, ms};
@@ -87,7 +89,7 @@ use crate::util::token::{new_token, short};
 
 use keys::RedlockKeys;
 pub use keys::DEFAULT_PREFIX;
-pub use options::{RedlockOptions, RedlockOptionsBuilder};
+pub use options::{LockOptions, LockOptionsBuilder, RedlockOptions, RedlockOptionsBuilder};
 use quorum::{decide, node_timeout, Decision};
 
 pub use crate::lease::{MAX_TTL, MIN_TTL};
@@ -179,17 +181,17 @@ impl Redlock {
         quorum::quorum(self.masters.len())
     }
 
-    fn keys(&self, key: &str, ttl: Duration) -> Result<Arc<RedlockKeys>, Error> {
+    fn keys(&self, key: &str, lease: Duration) -> Result<Arc<RedlockKeys>, Error> {
         crate::util::names::check_name("key", key)?;
-        crate::lease::check_ttl("ttl", ttl)?;
+        crate::lease::check_ttl("lease", lease)?;
         Ok(Arc::new(RedlockKeys::new(&self.prefix, key)))
     }
 
-    /// Tries once to take lock `key` for `ttl` on a quorum of the masters (one round, every
+    /// Tries once to take lock `key` for `lease` on a quorum of the masters (one round, every
     /// master at once). Contention is `Ok(None)`; the lock is then released on every master.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid name or a ttl outside 10 ms ..= 1 day;
+    /// [`Error::Config`] for an invalid name or a lease outside 10 ms ..= 1 day;
     /// [`Error::QuorumUnavailable`] when too many masters failed (down, timed out, erroring)
     /// for a quorum to be possible; [`Error::Timeout`] when a quorum said yes but the round
     /// took longer than the ttl allows (no validity left). In every error case the lock was
@@ -202,10 +204,10 @@ impl Redlock {
     pub async fn try_acquire(
         &self,
         key: &str,
-        ttl: Duration,
+        lease: Duration,
     ) -> Result<Option<RedlockGuard>, Error> {
-        let keys = self.keys(key, ttl)?;
-        self.try_once(&keys, key, ttl, Instant::now()).await
+        let keys = self.keys(key, lease)?;
+        self.try_once(&keys, key, lease, Instant::now()).await
     }
 
     /// One round; `asked` is when the caller asked, for the acquisition histogram.
@@ -297,79 +299,111 @@ impl Redlock {
         }
     }
 
-    /// Takes lock `key` for `ttl`, retrying while it is held elsewhere: exponential backoff
+    /// Takes lock `key` for `lease`, retrying while it is held elsewhere: exponential backoff
     /// with full jitter, bounded as `opts` says.
     ///
     /// # Errors
     /// [`Error::NotAcquired`] when the bound ran out with the lock held elsewhere (never a
-    /// master failure in disguise); otherwise as [`Redlock::try_acquire`], returned at once.
+    /// master failure in disguise); [`Error::Unsupported`] for an option Redlock does not use
+    /// (`replica_ack`, `waiter_timeout`, `heartbeat`); otherwise as [`Redlock::try_acquire`],
+    /// returned at once.
     ///
     /// # Cancel safety
     /// As [`Redlock::try_acquire`].
     pub async fn acquire(
         &self,
         key: &str,
-        ttl: Duration,
-        opts: &RedlockOptions,
+        lease: Duration,
+        opts: &LockOptions,
     ) -> Result<RedlockGuard, Error> {
-        let keys = self.keys(key, ttl)?;
-        let start = Instant::now();
-        let give_up = opts.wait.map(|w| after(start, w));
-        let mut backoff = Backoff::new(opts.max_backoff);
-        let mut tries: u32 = 0;
-        loop {
-            tries = tries.saturating_add(1);
-            if let Some(mut guard) = self.try_once(&keys, key, ttl, start).await? {
-                if opts.watchdog {
-                    guard.start_watchdog(opts.max_hold);
-                }
-                return Ok(guard);
-            }
-            let now = Instant::now();
-            if opts.max_tries.is_some_and(|m| tries >= m) || give_up.is_some_and(|g| now >= g) {
-                return Err(Error::NotAcquired {
-                    key: key.to_string(),
-                    tries,
-                    waited: now.saturating_duration_since(start),
-                });
-            }
-            let mut wake = after(now, backoff.next_delay());
-            if let Some(g) = give_up {
-                wake = wake.min(g);
-            }
-            tokio::time::sleep_until(wake).await;
+        let keys = self.keys(key, lease)?;
+        opts.refuse_others(
+            "Redlock",
+            &[
+                Field::MaxTries,
+                Field::MaxBackoff,
+                Field::Watchdog,
+                Field::MaxHold,
+            ],
+        )?;
+        let mut acq = RedlockTry {
+            redlock: self,
+            keys,
+            key,
+            lease,
+        };
+        let mut guard = acquire::acquire(&mut acq, key, opts).await?;
+        if opts.watchdog {
+            guard.start_watchdog(opts.max_hold);
         }
+        Ok(guard)
     }
 
     /// Runs `work` holding lock `key`: acquires as [`Redlock::acquire`] does (with `opts`, the
-    /// watchdog always on), cancels `work` if the lock is lost (no quorum extension confirmed
-    /// before the lease deadline, or a round found it held elsewhere), and always releases.
-    /// `work` gets no fencing token: Redlock has none (see the [module docs](self)).
+    /// watchdog always on), calls `work` with the guard, cancels the future it returns if the lock is lost (no
+    /// quorum extension confirmed before the lease deadline, or a round found it held
+    /// elsewhere), and always releases. The guard has no fencing token: Redlock has none (see
+    /// the [module docs](self)).
     ///
     /// # Errors
     /// As [`Redlock::acquire`]; [`Error::LeaseLost`] when the loss signal fired during `work`
     /// (which was dropped at that point) or when the release found no quorum still holding the
     /// lock (mutual exclusion may then have been broken, so `work`'s output is not returned). A
     /// release that fails on the network is only logged: `work` finished in time and the lock
-    /// expires by its ttl.
+    /// expires by its lease.
     ///
     /// # Cancel safety
     /// Dropping the future drops `work` and the guard, which releases in the background.
-    pub async fn with_lock<F, Fut, T>(
+    pub async fn with_lock<F, Fut>(
         &self,
         key: &str,
-        ttl: Duration,
-        opts: &RedlockOptions,
+        lease: Duration,
+        opts: &LockOptions,
         work: F,
-    ) -> Result<T, Error>
+    ) -> Result<Fut::Output, Error>
     where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = T>,
+        F: FnOnce(&RedlockGuard) -> Fut,
+        Fut: Future,
     {
-        let mut opts = opts.clone();
-        opts.watchdog = true;
-        let guard = self.acquire(key, ttl, &opts).await?;
-        hold_while(guard, work()).await
+        let opts = opts.clone().with_watchdog();
+        let guard = self.acquire(key, lease, &opts).await?;
+        acquire::with_lock(guard, work).await
+    }
+}
+
+/// One quorum round, as the acquisition engine drives it: failures are returned at once (a
+/// round that found masters down says so, and the caller decides), contention is retried
+/// after the backoff (its jitter keeps competing clients from colliding round after round).
+struct RedlockTry<'a> {
+    redlock: &'a Redlock,
+    keys: Arc<RedlockKeys>,
+    key: &'a str,
+    lease: Duration,
+}
+
+impl TryAcquire for RedlockTry<'_> {
+    type Guard = RedlockGuard;
+    type Channel = NoChannel;
+
+    async fn try_once(
+        &mut self,
+        _takeover: bool,
+        asked: Instant,
+    ) -> Result<Tried<RedlockGuard>, Error> {
+        Ok(
+            match self
+                .redlock
+                .try_once(&self.keys, self.key, self.lease, asked)
+                .await?
+            {
+                Some(guard) => Tried::Granted(guard),
+                None => Tried::Held { remaining: None },
+            },
+        )
+    }
+
+    fn retries(&self, _: &Error) -> bool {
+        false
     }
 }
 

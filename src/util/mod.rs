@@ -4,6 +4,10 @@
 
 pub(crate) mod backoff;
 pub(crate) mod drop_guard;
+// What the failover coordinator's job store holds and answers; built by the backends' job
+// stores. `pub` for `model_api` only (through `failover::protocol`), as `lock_replies` is.
+#[cfg_attr(feature = "model", allow(missing_docs))]
+pub(crate) mod jobs;
 // What a lock store answers the lease kernel; built by the backends' lock statements. `pub`
 // for `model_api` only, as the lease kernel's decisions are (see `lib.rs`).
 #[cfg_attr(feature = "model", allow(missing_docs))]

@@ -12,6 +12,14 @@ pub(crate) struct ConnSettings {
     pub pool_size: usize,
 }
 
+/// `WAIT replicas timeout` after a write: how many replicas must acknowledge it, and how long
+/// to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
 /// A hook run between round trip 1 (`WATCH` + reads) and round trip 2 (`MULTI … EXEC`) of a
 /// transition, and before a lease extension, with the transition's name (`"grant"`,
 /// `"exhaust"`, `"finish"`, `"extend"`). A hidden test seam (feature `testing`): tests write a

@@ -32,12 +32,14 @@
 //!   has its own locking and privilege rules;
 //! - [`locks`]: the statements on `baton_locks` that implement the lease kernel's lock store
 //!   (acquire, release, extend, read, cleanup), the backend's half of the store seam;
+//! - [`jobs`]: the failover coordinator's job store, one row of `baton_jobs` per job;
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
 pub(crate) mod classify;
 pub(crate) mod dedicated;
 pub(crate) mod hub;
+pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod pool;
 pub(crate) mod schema;

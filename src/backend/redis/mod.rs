@@ -10,6 +10,8 @@
 //! - wake-one groups (local waiters sharing one subscription) are shared with PostgreSQL:
 //!   `crate::util::wake`.
 //! - [`acl`]: the commands baton sends, for a least-privilege user.
+//! - [`script`]: `EVALSHA` and the lease extension script; [`jobs`]: the failover
+//!   coordinator's job store (its transactions, reads and their parsing).
 //! - TLS material and rustls setup are shared with PostgreSQL: `crate::util::tls`.
 
 pub mod acl;
@@ -20,6 +22,7 @@ pub(crate) mod connection;
 #[cfg(feature = "sentinel")]
 pub(crate) mod follow;
 pub(crate) mod hub;
+pub(crate) mod jobs;
 pub(crate) mod node;
 pub(crate) mod pool;
 pub(crate) mod router;

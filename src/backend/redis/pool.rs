@@ -5,7 +5,6 @@
 //! server. Waiting backups hold none, so thousands of waiting jobs share a handful.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::Value;
@@ -460,13 +459,8 @@ pub(crate) enum Expect {
     Int,
 }
 
-/// `WAIT replicas timeout` after a write: how many replicas must acknowledge it, and how long
-/// to wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaWait {
-    pub replicas: u32,
-    pub timeout: Duration,
-}
+// A plain setting, a leaf: the primitives' options name it too.
+pub(crate) use crate::util::settings::ReplicaWait;
 
 #[cfg(test)]
 mod tests {

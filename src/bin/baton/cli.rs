@@ -259,9 +259,14 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) key: String,
     /// The lease: how long a silent holder keeps the job before a backup may take over
-    /// (10ms ..= 1 day).
-    #[arg(long, default_value = "30s", value_parser = duration)]
-    pub(crate) lock_timeout: Duration,
+    /// (10ms ..= 1 day). --lock-timeout is an alias (its former name).
+    #[arg(
+        long = "lease",
+        visible_alias = "lock-timeout",
+        default_value = "30s",
+        value_parser = duration
+    )]
+    pub(crate) lease: Duration,
     /// The maximum number of attempts.
     #[arg(long, default_value_t = 5)]
     pub(crate) max_attempts: u64,
@@ -270,11 +275,11 @@ pub(crate) struct RunArgs {
     /// [default: 24h; with a schedule, two periods and at least 10m].
     #[arg(long, value_parser = duration)]
     pub(crate) retention: Option<Duration>,
-    /// Do not extend the lease: the attempt must finish within --lock-timeout of its grant
+    /// Do not extend the lease: the attempt must finish within --lease of its grant
     /// (PROGRAM is stopped when it does not).
     #[arg(long)]
     pub(crate) no_keepalive: bool,
-    /// Cap on one attempt's run time, counted from its grant (must exceed --lock-timeout).
+    /// Cap on one attempt's run time, counted from its grant (must exceed --lease).
     #[arg(long, value_parser = duration)]
     pub(crate) max_run: Option<Duration>,
     /// Pause before a backup takes over a failed attempt.
@@ -475,9 +480,15 @@ pub(crate) struct LockArgs {
     #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',')]
     pub(crate) redlock: Vec<String>,
     /// The lease: how long the lock outlives a holder that went silent (10ms ..= 1 day). The
-    /// watchdog extends it every ttl/3 while PROGRAM runs.
-    #[arg(long, default_value = "30s", value_parser = duration)]
-    pub(crate) ttl: Duration,
+    /// watchdog extends it every lease/3 while PROGRAM runs. --ttl is an alias (its former
+    /// name).
+    #[arg(
+        long = "lease",
+        visible_alias = "ttl",
+        default_value = "30s",
+        value_parser = duration
+    )]
+    pub(crate) lease: Duration,
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     pub(crate) wait: Option<Duration>,

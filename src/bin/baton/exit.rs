@@ -7,7 +7,6 @@ use std::os::unix::process::ExitStatusExt;
 use baton::{ConfigError, ErrorKind};
 
 use super::out;
-use super::signals::signal_status;
 use super::text;
 
 pub(crate) const EX_USAGE: u8 = 64;
@@ -52,6 +51,11 @@ pub(crate) fn exit_for(kind: ErrorKind) -> u8 {
         ErrorKind::Misconfigured => EX_CONFIG,
         _ => EX_UNAVAILABLE,
     }
+}
+
+/// 128 + n, the shell's status for signal n.
+pub(crate) fn signal_status(sig: libc::c_int) -> u8 {
+    u8::try_from(128 + sig).unwrap_or(255)
 }
 
 /// The shell convention: the exit code, or 128 + the signal that ended the process.

@@ -124,7 +124,7 @@ attempt is retried by a backup within the occurrence. It starts by waiting for t
 --catch-up last first runs the latest past tick if it is neither done nor exhausted (every server
 was down then). An occurrence still running (or waited for as a backup) when the next tick comes
 does not block it: both run here at once, each a job of its own, unless --overlap skip reports
-the new tick skipped. A --lock-timeout longer than the gap between ticks is allowed (warned
+the new tick skipped. A --lease longer than the gap between ticks is allowed (warned
 about: a dead holder keeps its occurrence past the next tick). PROGRAM never has the terminal
 and a SIGTSTP is not passed on: this is a daemon. PROGRAM gets BATON_KEY (--key), BATON_JOB
 (KEY@DIGEST@TICK), BATON_OCCURRENCE (the tick, RFC 3339 in UTC), BATON_ATTEMPT,
@@ -187,7 +187,7 @@ PROGRAM's own statuses can collide with these.
 
 Without --wait, `baton lock` waits for the lock as long as it takes.
 
-While PROGRAM runs, a watchdog extends the lock every --ttl/3. PROGRAM gets BATON_LOCK_KEY and
+While PROGRAM runs, a watchdog extends the lock every --lease/3. PROGRAM gets BATON_LOCK_KEY and
 BATON_FENCING_TOKEN (a number larger than any earlier holder's of the same key) in its
 environment; its stdin, stdout and stderr pass through. A lease cannot stop a paused or
 partitioned holder in time: pass BATON_FENCING_TOKEN to what PROGRAM writes to, and let it
@@ -207,12 +207,12 @@ token. No counter grows across grants on a majority of masters: a master restart
 persistence forgets the lock, a quorum can form again for a second holder while the first
 still runs, and no token could be made to increase across that. Mutual exclusion then rests
 on timing alone (clock rates, pauses): use it to avoid duplicate work, and the single-server
-lock (with its fencing token) to protect data. The watchdog extends by quorum every --ttl/3;
+lock (with its fencing token) to protect data. The watchdog extends by quorum every --lease/3;
 the lock is lost when a round finds no quorum still holding it, or when no quorum extension is
-confirmed before the validity (ttl − elapsed − drift) runs out.
+confirmed before the validity (lease − elapsed − drift) runs out.
 
 Example (one backup at a time, whichever host gets there first):
-  baton lock --key backups --ttl 30s --wait 5m -- /usr/local/bin/backup
+  baton lock --key backups --lease 30s --wait 5m -- /usr/local/bin/backup
   baton lock --redlock redis://a:6379/,redis://b:6379/,redis://c:6379/ --key dedupe -- job";
 
 pub(crate) const LEADER_EXIT_STATUSES: &str = "\

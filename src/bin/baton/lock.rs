@@ -17,10 +17,10 @@ use super::LEASE_CHECK_TIMEOUT;
 
 /// Checks `lock`'s durations (before connecting) and sets up its output.
 pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
-    if args.ttl < baton::mutex::MIN_TTL || args.ttl > baton::mutex::MAX_TTL {
+    if args.lease < baton::mutex::MIN_TTL || args.lease > baton::mutex::MAX_TTL {
         return Err(usage(format!(
-            "invalid --ttl: {} is outside 10 ms ..= 1 day",
-            human(args.ttl)
+            "invalid --lease: {} is outside 10 ms ..= 1 day",
+            human(args.lease)
         )));
     }
     // The watchdog is started here, not by `acquire`: it must run from the grant on, and the
@@ -58,7 +58,7 @@ pub(crate) async fn lock(
     sink.note("waiting for the lock");
     let got = tokio::select! {
         sig = signals.recv() => Err(sig),
-        got = locks.acquire(&args.key, args.ttl, &opts) => Ok(got),
+        got = locks.acquire(&args.key, args.lease, &opts) => Ok(got),
     };
     let guard = match got {
         Ok(Ok(guard)) => guard,
@@ -89,7 +89,7 @@ pub(crate) async fn lock(
         &guard,
         &args.program,
         &env,
-        args.ttl,
+        args.lease,
         args.kill_grace,
         &mut sink,
         &mut signals,
@@ -227,7 +227,7 @@ pub(crate) async fn redlock_with(
     sink.note("waiting for the Redlock");
     let got = tokio::select! {
         sig = signals.recv() => Err(sig),
-        got = rl.acquire(&args.key, args.ttl, &opts) => Ok(got),
+        got = rl.acquire(&args.key, args.lease, &opts) => Ok(got),
     };
     let mut guard = match got {
         Ok(Ok(guard)) => guard,
@@ -265,7 +265,7 @@ pub(crate) async fn redlock_with(
         &guard,
         &args.program,
         &env,
-        args.ttl,
+        args.lease,
         args.kill_grace,
         sink,
         &mut signals,

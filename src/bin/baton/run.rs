@@ -38,15 +38,15 @@ pub(crate) fn config(
 ) -> Result<(FailoverConfig, Sink), u8> {
     let scheduled = args.when.every.is_some() || args.when.cron.is_some();
     // An occurrence's job gets its own retention (`for_occurrence`); this one only has to pass
-    // the coordinator's rule (at least twice the lease) for a long --lock-timeout.
+    // the coordinator's rule (at least twice the lease) for a long --lease.
     let retention = match args.retention {
         Some(r) => r,
-        None if scheduled => DEFAULT_RETENTION.max(args.lock_timeout.saturating_mul(2)),
+        None if scheduled => DEFAULT_RETENTION.max(args.lease.saturating_mul(2)),
         None => DEFAULT_RETENTION,
     };
     let mut builder = FailoverConfig::builder(args.key.clone())
         .prefix(prefix)
-        .lease(args.lock_timeout)
+        .lease(args.lease)
         .max_attempts(args.max_attempts)
         .retention(retention)
         .keepalive(!args.no_keepalive)
@@ -579,7 +579,7 @@ impl Lease for RunLease<'_> {
             // Redis cannot tell now. With keepalive the lease was extended at most a third of it
             // before the stop: half a lease later it surely still runs, and the worker's next
             // extension settles the rest.
-            _ if away < self.job.args.lock_timeout / 2 => Ok(()),
+            _ if away < self.job.args.lease / 2 => Ok(()),
             Ok(Err(e)) => lost(format!(
                 "the lease could not be confirmed ({})",
                 text::error_message(&e)
@@ -628,11 +628,11 @@ impl Holder<'_> {
         // The grant's send time (as early as the deadline errs): --max-run counts from it.
         let granted = acquired
             .grant_deadline()
-            .checked_sub(args.lock_timeout)
+            .checked_sub(args.lease)
             .unwrap_or(now);
         let mut term_at = match lease_end {
             Some(end) => end
-                .checked_sub(args.kill_grace.min(args.lock_timeout / 4))
+                .checked_sub(args.kill_grace.min(args.lease / 4))
                 .unwrap_or(end),
             None => far,
         };
@@ -657,7 +657,7 @@ impl Holder<'_> {
             sigchld: self.sigchld,
             kill_grace: args.kill_grace,
             lease_end,
-            lease: args.lock_timeout,
+            lease: args.lease,
             job_control: job.job_control,
         };
         let Supervised {

@@ -105,7 +105,7 @@ pub(crate) async fn schedule(
         }
     };
     let key = args.run.key.as_str();
-    warn_long_lease(&mut sink, &schedule, args.run.lock_timeout);
+    warn_long_lease(&mut sink, &schedule, args.run.lease);
     let cmd = Command {
         client,
         args,
@@ -388,7 +388,7 @@ fn warn_long_lease(sink: &mut Sink, schedule: &Schedule, lease: Duration) {
     };
     if lease > gap {
         sink.warn(&format!(
-            "--lock-timeout ({}) is longer than the gap between ticks ({}): a holder that dies \
+            "--lease ({}) is longer than the gap between ticks ({}): a holder that dies \
              keeps its occurrence past the next tick, which runs beside it",
             human(lease),
             human(gap)

@@ -7,6 +7,9 @@ use std::task::Poll;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
 
+// The status a signal ends baton with is the exit table's (exit.rs); named here too, next to the
+// signals, for the commands that handle them.
+pub(crate) use super::exit::signal_status;
 use super::exit::EX_UNAVAILABLE;
 use super::out;
 
@@ -105,11 +108,6 @@ pub(crate) fn inherited_ignored(sig: libc::c_int) -> bool {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
-}
-
-/// 128 + n, the shell's status for signal n.
-pub(crate) fn signal_status(sig: libc::c_int) -> u8 {
-    u8::try_from(128 + sig).unwrap_or(255)
 }
 
 pub(crate) fn signal_name(sig: libc::c_int) -> String {

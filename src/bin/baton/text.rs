@@ -1,6 +1,6 @@
 //! How baton's messages word things: durations in human form (`4.0 s`, `250 ms`, `2 min 5 s`,
 //! never Rust's `4.006396222s`), and settings by the flag or variable the user typed
-//! (`--lock-timeout`, not the library's field `lock_timeout`). Every line the CLI prints about a
+//! (`--lease`, not the library's field `lock_timeout`). Every line the CLI prints about a
 //! duration or a refused setting goes through here, so the wording is one thing.
 
 use std::time::Duration;
@@ -55,13 +55,13 @@ fn flag(field: &str) -> Option<&'static str> {
         "key" => "--key",
         "prefix" => "--prefix",
         "url" => "--url",
-        "lock_timeout" => "--lock-timeout",
+        "lock_timeout" => "--lease",
         "max_attempts" => "--max-attempts",
         "retention" => "--retention",
         "max_run" => "--max-run",
         "retry_delay" => "--retry-delay",
         "worker_name" | "name" => "--name",
-        "ttl" => "--ttl",
+        "ttl" => "--lease",
         "wait" => "--wait",
         "lease" => "--lease",
         "masters" => "--redlock",
@@ -91,7 +91,7 @@ const FIELDS_IN_REASONS: [&str; 5] = [
     "retention",
 ];
 
-/// A refused setting as the CLI says it: `invalid --lock-timeout: 0 s is outside 10 ms ..=
+/// A refused setting as the CLI says it: `invalid --lease: 0 s is outside 10 ms ..=
 /// 1 day`. The library's reason is kept, its durations and field names reworded.
 pub(crate) fn config_message(e: &ConfigError) -> String {
     match e {
@@ -201,7 +201,7 @@ mod tests {
     fn debug_durations_and_field_names_in_reasons_are_reworded() {
         assert_eq!(
             reword("4.006396222s must exceed lock_timeout (30s)"),
-            "4.0 s must exceed --lock-timeout (30.0 s)"
+            "4.0 s must exceed --lease (30.0 s)"
         );
         assert_eq!(
             reword("5ms is outside 10ms ..= 1 day"),
@@ -231,7 +231,7 @@ mod tests {
         };
         assert_eq!(
             config_message(&e),
-            "invalid --max-run: 1.0 s must exceed --lock-timeout (10.0 s)"
+            "invalid --max-run: 1.0 s must exceed --lease (10.0 s)"
         );
         let e = ConfigError::Invalid {
             field: "event_capacity",

@@ -1,0 +1,199 @@
+//! The job store seam: where the failover coordinator's jobs are stored, chosen once per
+//! backend.
+//!
+//! The worker task is written once, generic over [`JobStore`] (the contract, a leaf in
+//! `util::jobs` with the values it carries, so that the backends can implement it without
+//! naming a primitive); each backend implements it in its own folder, with its commands or
+//! statements beside it: `backend::redis::jobs` (`WATCH` + reads, `MULTI … EXEC`, the lease
+//! extension script) and `backend::postgres::jobs` (one row of `baton_jobs` per job). This file
+//! is the only place that matches on the backend for a job: [`Backend::with_job_store`] hands
+//! the worker the store of its backend, and the operator tools (status, watch, release, reset,
+//! migrate) each have one method here. A third backend adds a folder and one arm per method.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::Backend;
+use crate::error::Error;
+pub(crate) use crate::util::jobs::{
+    Extended, FailAttempt, Held, JobKeys, JobStatus, JobStore, Named, ResetJob,
+};
+use crate::util::pubsub::Subscription;
+
+/// The Redis store's type, for the worker's test of its future's size.
+#[cfg(test)]
+pub(crate) use super::redis::jobs::RedisStore;
+
+/// The listing of every job under a prefix pipelines a batch of these status reads (Redis).
+pub(crate) use super::redis::jobs::{status_from_replies, status_reads, STATUS_READS};
+
+/// The job table's schema and statements that other layers name: the client's schema checks,
+/// the listing's page, the tests' interleavings (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub(crate) mod pg {
+    pub(crate) use super::super::postgres::jobs::{status_page, CLEANUP, SCHEMA, TABLE};
+    #[cfg(feature = "testing")]
+    pub(crate) use super::super::postgres::jobs::{write_statement, Params};
+}
+
+/// What a worker's store is built from: the job's keys, the worker's name (stored with its
+/// lease) and the job's durations.
+pub(crate) struct JobSpec {
+    pub keys: Arc<JobKeys>,
+    pub name: Arc<str>,
+    pub lock_timeout: Duration,
+    pub retention: Duration,
+    /// Whether the job asks for replica acknowledgements (`replica_ack`), which only Redis
+    /// counts.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub replica_ack: bool,
+}
+
+/// What runs on a job's store once the backend has built it (the worker task): generic over the
+/// store, so that its loop is compiled once per backend and dispatches nothing per call.
+pub(crate) trait OnStore {
+    /// What running it returns.
+    type Output;
+
+    /// Runs on `store`, a task of `tracker` stopped by `cancel` (the client's).
+    fn run<S: JobStore>(
+        self,
+        store: S,
+        cancel: &CancellationToken,
+        tracker: &TaskTracker,
+    ) -> Self::Output;
+}
+
+impl Backend {
+    /// Builds `job`'s store on this backend and runs `on` with it.
+    ///
+    /// # Errors
+    /// `on` back, with [`Error::Unsupported`] for what the backend cannot store: on
+    /// PostgreSQL, `replica_ack` and a NUL byte in the job's keys.
+    pub(crate) fn with_job_store<O: OnStore>(
+        &self,
+        job: JobSpec,
+        on: O,
+    ) -> Result<O::Output, (O, Error)> {
+        match self {
+            Backend::Redis(t) => {
+                let store = super::redis::jobs::RedisStore {
+                    transport: t.clone(),
+                    keys: job.keys,
+                    name: job.name,
+                    lock_timeout: job.lock_timeout,
+                    retention: job.retention,
+                };
+                Ok(on.run(store, &t.cancel, &t.tracker))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                use super::postgres::jobs;
+                if job.replica_ack {
+                    return Err((on, jobs::replica_ack_unsupported()));
+                }
+                if job.keys.state().contains('\0') {
+                    return Err((on, jobs::nul_unsupported()));
+                }
+                let store = jobs::PgStore {
+                    transport: t.clone(),
+                    key: job.keys.state().to_string(),
+                    name: job.name,
+                    lock_timeout: job.lock_timeout,
+                    retention: job.retention,
+                };
+                Ok(on.run(store, &t.cancel, &t.tracker))
+            }
+        }
+    }
+
+    /// Creates what the job store needs in this backend, if missing: on PostgreSQL the table
+    /// `baton_jobs` and its index; on Redis nothing.
+    ///
+    /// # Errors
+    /// Connection and permission errors; `Busy` when the table stayed locked.
+    pub(crate) async fn migrate_jobs(&self) -> Result<(), Error> {
+        match self {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                t.migrate_schema(super::postgres::jobs::SCHEMA).await?;
+                super::postgres::jobs::ensure_schema(t).await
+            }
+        }
+    }
+
+    /// Everything stored about the job named `job` whose keys are `keys` (plain reads).
+    ///
+    /// # Errors
+    /// Connection errors; an unreadable reply.
+    pub(crate) async fn job_status(&self, keys: &JobKeys, job: String) -> Result<JobStatus, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::jobs::job_status(t, keys, job).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::jobs::job_status(t, keys.state(), job).await,
+        }
+    }
+
+    /// Subscribes to the job's messages (`acquired:N`, `done`, …).
+    ///
+    /// # Errors
+    /// Connection errors while subscribing.
+    pub(crate) async fn watch_job(&self, keys: &JobKeys) -> Result<Subscription, Error> {
+        match self {
+            Backend::Redis(t) => t.hub.subscribe(keys.channel()).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.subscribe(keys.state()).await,
+        }
+    }
+
+    /// Releases the job's live attempt if it is the one `named` (an operator's release: the
+    /// lease goes, `reason` is recorded, `failed` is published), in one conditional write.
+    ///
+    /// # Errors
+    /// [`Error::CorruptState`] for a state baton never writes; connection errors; a timeout
+    /// under constant contention.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) async fn fail_attempt(
+        &self,
+        keys: &JobKeys,
+        named: Named,
+        reason: &str,
+        lock_timeout: Duration,
+        retention: Duration,
+    ) -> Result<FailAttempt, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::jobs::fail_attempt(t, keys, named, reason, retention).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::jobs::fail_attempt(
+                    t,
+                    keys.state(),
+                    named,
+                    reason,
+                    lock_timeout,
+                    retention,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Forgets the job (deletes all it stores), unless a live attempt is not the one `live`
+    /// names, in one conditional write.
+    ///
+    /// # Errors
+    /// Connection errors; a timeout under constant contention.
+    pub(crate) async fn reset_job(&self, keys: &JobKeys, live: Named) -> Result<ResetJob, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::jobs::reset_job(t, keys, live).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::jobs::reset_job(t, keys.state(), live).await,
+        }
+    }
+}
