@@ -66,6 +66,8 @@ impl LossSignal {
 
     /// A signal that also fires when `parent` is cancelled; `fallback` is its reason then,
     /// unless one was recorded.
+    // Only the advisory lock (PostgreSQL) links its signal to its connection.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn linked(parent: &CancellationToken, fallback: &'static str) -> Arc<Self> {
         let token = OnceLock::new();
         let _ = token.set(parent.child_token());
