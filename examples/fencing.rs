@@ -11,6 +11,7 @@
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example fencing --features testing
 //! ```
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::{Client, FencedWrite};

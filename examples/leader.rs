@@ -12,6 +12,7 @@
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --example leader --features testing
 //! ```
 
+use baton::prelude::*;
 use std::time::{Duration, Instant};
 
 use baton::{Client, ElectionOptions, FencedWrite, LeaderWorker, Observed};

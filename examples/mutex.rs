@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use baton::prelude::*;
 use baton::{AcquireOptions, Client, ErrorKind};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -16,6 +16,7 @@
 //! cargo run --example redlock --features testing
 //! ```
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::testing::RedisServer;

@@ -76,9 +76,9 @@
 //! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `elector(key, &opts)?.campaign()` | `acquire(key, mode, &opts)` |
 //! | run a closure holding it | `with_lock` | `with_lock` | `with_lock` | `lead(key, &opts, work)` | `with_xact_lock` ² |
 //! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | [`Term`] | `AdvisoryGuard` |
-//! | [`LeaseGuard`] (`lease_deadline`, `extend`, `start_watchdog`, `release`) | yes | yes | yes | no: the elector renews and resigns ³ | no: not a lease ⁴ |
+//! | [`LeaseGuard`] (`extend`, `start_watchdog`, `release`) | yes | yes | yes | no: the elector renews and resigns ³ | no: not a lease ⁴ |
 //! | `fencing_token()` ([`Fenced`]) | yes | yes | no ⁵ | yes (the term) | yes |
-//! | loss: `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes | yes |
+//! | [`HeldLease`]: `key()`, `lease_deadline()`, loss: `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes | yes (no deadline ⁴) |
 //! | `release() -> Result<bool>` (`false`: it was no longer ours) | yes | yes | yes (by quorum) | `Elector::resign` | yes |
 //! | fenced resource: `write_fenced`, `read_fenced` | yes | yes (on the guard) | no ⁵ | — ⁶ | — ⁶ |
 //! | PostgreSQL | yes | no ⁷ | no ⁷ | yes | only |
@@ -287,8 +287,9 @@ pub use leader::{
     ElectionOptions, ElectionOptionsBuilder, Elector, LeaderEvent, LeaderWorker, Leaders, Observed,
     Observer, Term,
 };
-pub use lease::guard::{Fenced, LeaseGuard};
+pub use lease::guard::{Fenced, HeldLease, LeaseGuard};
 pub use lease::options::{LockOptions, LockOptionsBuilder};
+pub use lease::prelude;
 pub use mutex::{
     AcquireOptions, AcquireOptionsBuilder, Expected, FencedValue, FencedWrite, ForceRelease,
     LockGuard, Locks, Taken,

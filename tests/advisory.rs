@@ -2,6 +2,7 @@
 //! (`baton::testing::PgServer`): one server for the whole file, each test on keys of its own.
 #![cfg(all(feature = "postgres", feature = "testing"))]
 
+use baton::prelude::*;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -179,9 +180,9 @@ async fn stacked_acquires_in_one_process_contend_like_two_sessions() {
         .unwrap()
         .unwrap();
     let (c1, o1, s1) = key.pg_locks_ids();
-    let (c2, o2, s2) = pair.key().pg_locks_ids();
+    let (c2, o2, s2) = pair.advisory_key().pg_locks_ids();
     assert_eq!((c1, o1, s1, s2), (c2, o2, 1, 2));
-    assert_eq!(holders(pair.key()), vec![pair.backend_pid()]);
+    assert_eq!(holders(pair.advisory_key()), vec![pair.backend_pid()]);
     first.release().await.unwrap();
     pair.release().await.unwrap();
     let again = locks.try_acquire(key, EX, &opts()).await.unwrap().unwrap();

@@ -5,6 +5,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::process::Output;
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Cluster routing smoke test.
 #![cfg(all(feature = "testing", feature = "cluster"))]
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::testing::RedisCluster;

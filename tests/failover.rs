@@ -258,12 +258,15 @@ scenario! {
         let mut w = client.failover().start(cfg);
         let got = acquired(&mut w, WAKE).await;
         let handle = got.handle.clone();
-        assert_eq!(handle.lease_deadline(), got.lease_deadline);
+        use baton::HeldLease;
+        assert_eq!(handle.lease_deadline(), got.grant_deadline());
+        assert_eq!(got.lease_deadline(), got.grant_deadline());
         // Past the grant's own deadline the attempt is still held: keepalive extended it, and
         // the handle's deadline moved on with the extensions, always ahead of now.
-        tokio::time::sleep_until(got.lease_deadline + lease).await;
+        tokio::time::sleep_until(got.grant_deadline() + lease).await;
         let moved = handle.lease_deadline();
-        assert!(moved > got.lease_deadline + lease, "{moved:?}");
+        assert!(moved > got.grant_deadline() + lease, "{moved:?}");
+        assert_eq!(got.lease_deadline(), moved, "the event's deadline is the handle's");
         assert!(moved > Instant::now());
         got.done().await.unwrap();
     }

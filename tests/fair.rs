@@ -2,6 +2,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::{ErrorKind, FairLocks, FairOptions};

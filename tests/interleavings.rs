@@ -5,6 +5,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::{ErrorKind, Event};
@@ -413,8 +414,8 @@ async fn the_attempt_handle_reports_loss_without_the_event_stream() {
     let cfg = job("handle-loss").keepalive(true).build().unwrap();
     let mut w = client.failover().start(cfg);
     let a = acquired(&mut w, WAKE).await;
-    let token = a.handle.cancellation();
-    assert!(!token.is_cancelled());
+    let token = a.handle.lost_token();
+    assert!(!token.is_cancelled() && !a.is_lost());
     let mut admin = raw(&server).await;
     run_cmds(
         &mut admin,
@@ -431,11 +432,14 @@ async fn the_attempt_handle_reports_loss_without_the_event_stream() {
         ],
     )
     .await;
-    let why = tokio::time::timeout(WAKE, a.handle.lost())
+    let why = tokio::time::timeout(WAKE, a.handle.lost_error())
         .await
-        .expect("lost() resolves");
+        .expect("lost_error() resolves");
     assert_eq!(why.kind(), ErrorKind::LeaseLost, "{why}");
-    assert!(token.is_cancelled());
+    assert!(token.is_cancelled() && a.handle.is_lost());
+    // The loss reason is the one `lost_error()` reports.
+    let reason = a.loss_reason().expect("a reason once lost");
+    assert!(why.to_string().contains(&reason), "{why} / {reason}");
     drop(w);
 }
 

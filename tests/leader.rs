@@ -3,6 +3,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

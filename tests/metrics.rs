@@ -6,6 +6,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::{Event, FailoverConfig};

@@ -5,6 +5,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,6 +7,7 @@
 
 mod common;
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::testing::RedisServer;

@@ -4,6 +4,7 @@
 //! PostgreSQL of its own with TLS turned on (`PgServer::enable_tls`).
 #![cfg(all(feature = "testing", feature = "postgres"))]
 
+use baton::prelude::*;
 use std::time::Duration;
 
 use baton::testing::PgServer;

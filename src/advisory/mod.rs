@@ -43,8 +43,8 @@
 //!   own, so two guards of one key in one process are two sessions and contend like two
 //!   processes: the second `try_acquire` returns `None`, a second `acquire` waits for the
 //!   first guard (in one task, forever: that is a self-deadlock, bound it with a `wait`).
-//! - **Loss signal** ([`AdvisoryGuard::lost`], [`AdvisoryGuard::lost_token`],
-//!   [`AdvisoryGuard::is_lost`]): fires when the guard's connection ends (the server terminated
+//! - **Loss signal** ([`HeldLease::lost`], [`HeldLease::lost_token`],
+//!   [`HeldLease::is_lost`]): fires when the guard's connection ends (the server terminated
 //!   the backend, restarted, the socket failed), and when a **heartbeat** (`SELECT
 //!   pg_backend_pid()` on that
 //!   connection every [`LockOptions::heartbeat`], default **1 s**, each bounded by the
@@ -56,7 +56,7 @@
 //!   write fail). Statements you run on [`AdvisoryGuard::client`] share the connection with the
 //!   heartbeat: one running longer than the response timeout makes the heartbeat's answer late,
 //!   which counts as a loss, so keep long work off the guard's connection.
-//! - **Fencing token** ([`AdvisoryGuard::fencing_token`]): advisory locks have none, so baton
+//! - **Fencing token** ([`Fenced::fencing_token`]): advisory locks have none, so baton
 //!   takes `nextval('baton_advisory_fence')` on the guard's connection right after the lock is
 //!   granted, as a statement of its own (so its own transaction, committed at once). A sequence
 //!   does not go back: `nextval` is never rolled back, and a sequence is WAL-logged ahead (32
@@ -94,7 +94,7 @@ pub mod options;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -103,6 +103,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::advisory::{sql, Beat, Call, Dedicated, PgTransport, Pooled, CREATE_FENCE};
 use crate::backend::Backend;
 use crate::error::{Error, ErrorKind};
+use crate::lease::guard::{deadline_cell, sealed, Fenced, HeldLease, LeaseCore, LossSignal};
+use crate::util::time::{after, FAR};
 
 /// The PostgreSQL driver baton uses, re-exported so that closures name the same version's
 /// [`Transaction`] and [`Client`](PgClient).
@@ -504,21 +506,29 @@ impl crate::lease::acquire::TryAcquire for AdvisoryTry<'_> {
 /// [module docs](self)). Release it with [`release`](Self::release), which says whether it was
 /// still held; dropping it closes the connection, which frees the lock server-side.
 ///
-/// Not a [`LeaseGuard`](crate::LeaseGuard): an advisory lock is not a lease. It lives exactly
-/// as long as its session, with no deadline to watch and nothing to extend, so
-/// `lease_deadline`, `extend` and a watchdog would have nothing to say. Its loss signal and
-/// release have the same names and answers as the leases' (`lost`, `lost_token`,
-/// `loss_reason`, `is_lost`, `fencing_token`, `release() -> Result<bool>`).
+/// A held lease like the others for reading ([`HeldLease`], [`Fenced`]): the key is the
+/// advisory key as text (`7`, `1,2`; [`advisory_key`](Self::advisory_key) gives the typed
+/// one), the loss signal fires when the connection ends or the heartbeat fails, and also when
+/// the guard is released or dropped (its connection closes then).
+///
+/// Its [`lease_deadline`](HeldLease::lease_deadline) is **far in the future** (a year from the
+/// grant), and never moves: a session lock has no deadline. It is held until its session ends,
+/// which the loss signal reports, not until a time. A deadline built from the heartbeat (last
+/// answered check + interval) would pass between two healthy heartbeats and make code that
+/// sleeps until the deadline stop a lock that is still held; code that needs a bound on the
+/// hold sets its own.
+///
+/// Not a [`LeaseGuard`](crate::LeaseGuard): there is nothing to extend and no watchdog. Its
+/// `release() -> Result<bool>` answers as the leases' does.
 pub struct AdvisoryGuard {
     key: AdvisoryKey,
     mode: AdvisoryMode,
-    fencing_token: u64,
     backend_pid: i32,
     conn: Arc<Dedicated>,
     transport: Arc<PgTransport>,
-    /// A child of the connection's `closed`: fires when it ends or the heartbeat gives up.
-    lost: CancellationToken,
-    reason: Arc<Mutex<Option<String>>>,
+    /// What [`HeldLease`] reads. Its loss signal is linked to the connection's `closed`: it
+    /// fires when the connection ends or the heartbeat gives up.
+    core: LeaseCore,
     /// Stops the heartbeat (release, drop).
     stop: CancellationToken,
 }
@@ -528,12 +538,22 @@ impl std::fmt::Debug for AdvisoryGuard {
         f.debug_struct("AdvisoryGuard")
             .field("key", &self.key)
             .field("mode", &self.mode)
-            .field("fencing_token", &self.fencing_token)
+            .field("fencing_token", &self.fencing_token())
             .field("backend_pid", &self.backend_pid)
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
 }
+
+impl sealed::Sealed for AdvisoryGuard {
+    fn core(&self) -> &LeaseCore {
+        &self.core
+    }
+}
+
+impl HeldLease for AdvisoryGuard {}
+
+impl Fenced for AdvisoryGuard {}
 
 impl Drop for AdvisoryGuard {
     fn drop(&mut self) {
@@ -553,24 +573,29 @@ impl AdvisoryGuard {
         backend_pid: i32,
         heartbeat: Duration,
     ) -> AdvisoryGuard {
-        let lost = conn.closed().child_token();
+        let loss = LossSignal::linked(
+            conn.closed(),
+            "the connection to PostgreSQL ended (the session and its lock are gone)",
+        );
         let conn = Arc::new(conn);
         let guard = AdvisoryGuard {
             key,
             mode,
-            fencing_token,
             backend_pid,
             conn: conn.clone(),
             transport: transport.clone(),
-            lost: lost.clone(),
-            reason: Arc::new(Mutex::new(None)),
+            core: LeaseCore::new(
+                key.to_string(),
+                Some(fencing_token),
+                deadline_cell(after(Instant::now(), FAR)),
+                loss.clone(),
+            ),
             stop: CancellationToken::new(),
         };
         tokio::spawn(heartbeat_task(
             Arc::downgrade(&conn),
             backend_pid,
-            lost,
-            guard.reason.clone(),
+            loss,
             guard.stop.clone(),
             heartbeat,
             transport.settings.response_timeout,
@@ -578,21 +603,14 @@ impl AdvisoryGuard {
         guard
     }
 
-    /// The lock's key.
-    pub fn key(&self) -> AdvisoryKey {
+    /// The lock's key, typed ([`HeldLease::key`] is the same as text).
+    pub fn advisory_key(&self) -> AdvisoryKey {
         self.key
     }
 
     /// Exclusive or shared.
     pub fn mode(&self) -> AdvisoryMode {
         self.mode
-    }
-
-    /// This grant's fencing token: strictly greater than every token of earlier holders of this
-    /// key (from the sequence `baton_advisory_fence`; see the module docs). Pass it to the
-    /// resource you write to.
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
     }
 
     /// The PostgreSQL backend (server process) of the guard's session, as in `pg_locks.pid`
@@ -609,41 +627,14 @@ impl AdvisoryGuard {
         &self.conn.client
     }
 
-    /// Whether the lock is lost (or may be): the connection ended or the heartbeat failed.
-    pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
-    }
-
-    /// Completes when the lock is lost (at once if it already is).
-    pub async fn lost(&self) {
-        self.lost.cancelled().await
-    }
-
-    /// A token cancelled when the lock is lost, for `select!` or to hand to other tasks. It
-    /// also fires when the guard is released or dropped (its connection closes then).
-    pub fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
-    }
-
-    /// Why the lock was lost, once it is.
-    pub fn loss_reason(&self) -> Option<String> {
-        if !self.is_lost() {
-            return None;
-        }
-        let own = crate::util::lock(&self.reason).clone();
-        Some(own.or_else(|| self.conn.why_closed()).unwrap_or_else(|| {
-            "the connection to PostgreSQL ended (the session and its lock are gone)".into()
-        }))
-    }
-
     fn lost_error(&self, reason: String) -> Error {
-        Error::lock_lost(self.key.to_string(), Some(self.fencing_token), reason)
+        Error::lock_lost(self.key.to_string(), Some(self.fencing_token()), reason)
     }
 
     /// Unlocks on the guard's own connection (`pg_advisory_unlock[_shared]`), checks that
     /// PostgreSQL says the lock was held, and closes the connection. `Ok(true)`: it was held
     /// and is released; `Ok(false)`: it was no longer held, because the loss signal fired
-    /// before (see [`AdvisoryGuard::loss_reason`]; the session's end frees the lock) or because
+    /// before (see [`HeldLease::loss_reason`]; the session's end frees the lock) or because
     /// PostgreSQL answered that this session did not hold it (it was unlocked through
     /// [`client`](Self::client)). The same answer as the leases' `release`.
     ///
@@ -684,8 +675,7 @@ impl AdvisoryGuard {
 async fn heartbeat_task(
     conn: Weak<Dedicated>,
     backend_pid: i32,
-    lost: CancellationToken,
-    reason: Arc<Mutex<Option<String>>>,
+    loss: Arc<LossSignal>,
     stop: CancellationToken,
     interval: Duration,
     timeout: Duration,
@@ -694,7 +684,13 @@ async fn heartbeat_task(
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = lost.cancelled() => return,
+            _ = loss.wait() => {
+                // The connection ended under the guard: say why, as the driver said it.
+                if let Some(why) = conn.upgrade().and_then(|c| c.why_closed()) {
+                    loss.record(why);
+                }
+                return;
+            }
             _ = tokio::time::sleep(interval) => {}
         }
         let Some(conn) = conn.upgrade() else { return };
@@ -720,8 +716,7 @@ async fn heartbeat_task(
         if stop.is_cancelled() {
             return;
         }
-        *crate::util::lock(&reason) = Some(why);
-        lost.cancel();
+        loss.fire(why);
         conn.close();
         return;
     }

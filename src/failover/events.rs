@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::StatusLevel;
 use crate::error::{Error, ErrorKind};
+use crate::lease::guard::{sealed, Fenced, HeldLease, LeaseCore};
 use crate::util::lock;
 
 /// One thing a worker saw or did. Every event serializes to one JSON object tagged by `event`.
@@ -174,21 +175,38 @@ pub struct Acquired {
     /// The fencing token: pass it to the resource you write so it can reject a stale holder.
     /// Strictly greater than every token granted before on this job.
     pub fencing_token: u64,
-    /// When the lease ends at the latest, on this process's monotonic clock, as the worker
-    /// computed it from the send time of the grant's `EXEC` (`sent + lock_timeout −
-    /// max(1 %, 2 ms)`): it errs early, never late, and does not depend on when this event is
-    /// read. With keepalive, confirmed extensions move the real end further on: this field is
-    /// the grant's deadline, [`AttemptHandle::lease_deadline`] the one that moves.
-    #[serde(skip)]
-    pub lease_deadline: tokio::time::Instant,
-    /// The lease time left (ms) when the event was emitted, measured to `lease_deadline`.
+    /// The lease time left (ms) when the event was emitted, measured to the grant's deadline
+    /// (the send time of the grant's `EXEC` + `lock_timeout` − max(1 %, 2 ms)). The deadline
+    /// itself, which moves with keepalive, is [`HeldLease::lease_deadline`].
     pub lease_remaining_ms: u64,
     /// The handle that ends the attempt.
     #[serde(skip)]
     pub handle: AttemptHandle,
+    /// The grant's deadline (see [`Acquired::grant_deadline`]).
+    #[serde(skip)]
+    pub(crate) granted_deadline: tokio::time::Instant,
 }
 
+/// The attempt's held lease, read through its handle (see [`AttemptHandle`]).
+impl sealed::Sealed for Acquired {
+    fn core(&self) -> &LeaseCore {
+        &self.handle.inner.core
+    }
+}
+
+impl HeldLease for Acquired {}
+
+impl Fenced for Acquired {}
+
 impl Acquired {
+    /// When the lease ends at the earliest as the worker computed it from the send time of the
+    /// grant's `EXEC` (`sent + lock_timeout − max(1 %, 2 ms)`): it errs early, never late, does
+    /// not depend on when this event is read, and never moves. With keepalive, confirmed
+    /// extensions move the real end further on: [`HeldLease::lease_deadline`] is that one.
+    pub fn grant_deadline(&self) -> tokio::time::Instant {
+        self.granted_deadline
+    }
+
     /// Records success: the job becomes `DONE`. See [`AttemptHandle::done`].
     ///
     /// # Errors
@@ -217,6 +235,20 @@ pub(crate) enum HolderCmd {
 ///
 /// Cloning an [`Event::Acquired`] clones this handle: an event kept around (in a log, say) keeps
 /// the attempt from being failed on drop. Keep the serialized event instead.
+///
+/// A held lease like the others for reading ([`HeldLease`], [`Fenced`]): the key is the job's;
+/// the fencing token is the attempt's; [`HeldLease::lease_deadline`] is when the lease ends at
+/// the earliest as of the last extension the store confirmed, on this process's monotonic
+/// clock (the send time of the granting or last confirmed extending request + `lock_timeout`
+/// − max(1 %, 2 ms)): it moves on with every confirmed keepalive extension, never without
+/// keepalive, and keeps its last value once the attempt ended. It errs early, never late:
+/// until this instant no backup can hold the next attempt. A supervisor that must stop the
+/// work before the lease can pass on (a process outside this one, say) reads it each time it
+/// changes. The loss signal ([`HeldLease::lost_token`]) fires as soon as this worker no
+/// longer holds the attempt: the lease was lost (taken over, not extended in time,
+/// `max_run`), the worker was stopped, or the attempt ended. Hand the token to the work
+/// (`token.run_until_cancelled(work)`) to stop it on loss without reading the event stream;
+/// [`AttemptHandle::lost_error`] says why as an error.
 #[derive(Clone)]
 pub struct AttemptHandle {
     inner: Arc<HandleInner>,
@@ -228,12 +260,10 @@ struct HandleInner {
     tx: Mutex<Option<crate::util::mailbox::Sender<HolderCmd>>>,
     /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
     ended: Arc<Mutex<Option<Error>>>,
-    /// Cancelled once the worker no longer holds the attempt for the user's code.
-    released: CancellationToken,
-    /// The lease deadline as last confirmed (see [`AttemptHandle::lease_deadline`]): the
-    /// holder moves it on with every extension the store acknowledged. A std mutex: it is
-    /// only ever held to copy an `Instant` in or out, never across an await.
-    deadline: Arc<Mutex<tokio::time::Instant>>,
+    /// What [`HeldLease`] reads: the job's key, the attempt's fencing token, the deadline the
+    /// holder moves on with every extension the store acknowledged, and the loss signal the
+    /// holder fires once it no longer holds the attempt for the user's code.
+    core: LeaseCore,
 }
 
 impl std::fmt::Debug for AttemptHandle {
@@ -251,8 +281,7 @@ impl AttemptHandle {
         attempt: u64,
         tx: crate::util::mailbox::Sender<HolderCmd>,
         ended: Arc<Mutex<Option<Error>>>,
-        released: CancellationToken,
-        deadline: Arc<Mutex<tokio::time::Instant>>,
+        core: LeaseCore,
     ) -> Self {
         AttemptHandle {
             inner: Arc::new(HandleInner {
@@ -260,46 +289,31 @@ impl AttemptHandle {
                 attempt,
                 tx: Mutex::new(Some(tx)),
                 ended,
-                released,
-                deadline,
+                core,
             }),
         }
     }
 
-    /// A token cancelled as soon as this worker no longer holds the attempt: the lease was
-    /// lost (taken over, not extended in time, `max_run`), the worker was stopped, or the
-    /// attempt ended. Hand it to the work (`token.run_until_cancelled(work)`) to stop it on
-    /// loss without reading the event stream.
+    /// The loss signal as a token: renamed [`HeldLease::lost_token`].
+    #[deprecated(note = "use `HeldLease::lost_token` (`use baton::prelude::*`)")]
     pub fn cancellation(&self) -> CancellationToken {
-        self.inner.released.clone()
+        self.lost_token()
     }
 
-    /// Resolves once this worker no longer holds the attempt (see
-    /// [`cancellation`](Self::cancellation)), with why: [`Error::LeaseLost`] when it was lost
-    /// or the worker stopped, the error that ended it otherwise.
+    /// Resolves once this worker no longer holds the attempt (see [`HeldLease::lost`]), with
+    /// why: [`Error::LeaseLost`] when it was lost or the worker stopped, the error that ended it
+    /// otherwise.
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits.
-    pub async fn lost(&self) -> Error {
-        self.inner.released.cancelled().await;
+    pub async fn lost_error(&self) -> Error {
+        self.inner.core.loss().wait().await;
         self.ended_reason()
     }
 
     /// The attempt number.
     pub fn attempt(&self) -> u64 {
         self.inner.attempt
-    }
-
-    /// When the lease ends at the earliest as of the last extension the store confirmed, on
-    /// this process's monotonic clock: the send time of the granting (or last confirmed
-    /// extending) request + `lock_timeout` − max(1 %, 2 ms). It starts at
-    /// [`Acquired::lease_deadline`] and moves on with every confirmed keepalive extension;
-    /// without keepalive it never moves. It errs early, never late: until this instant no
-    /// backup can hold the next attempt, whatever happened since. A supervisor that must stop
-    /// the work before the lease can pass on (a process outside this one, say) reads it each
-    /// time it changes; once the attempt ended it keeps its last value.
-    pub fn lease_deadline(&self) -> tokio::time::Instant {
-        *lock(&self.inner.deadline)
     }
 
     /// Records success: `DONE` is stored (with the retention TTL), the lease deleted and backups
@@ -363,6 +377,16 @@ impl AttemptHandle {
             })
     }
 }
+
+impl sealed::Sealed for AttemptHandle {
+    fn core(&self) -> &LeaseCore {
+        &self.inner.core
+    }
+}
+
+impl HeldLease for AttemptHandle {}
+
+impl Fenced for AttemptHandle {}
 
 /// The worker task's end of the event stream.
 pub(crate) struct EventSender {
@@ -553,8 +577,12 @@ mod tests {
             1,
             tx,
             Arc::new(Mutex::new(None)),
-            CancellationToken::new(),
-            Arc::new(Mutex::new(tokio::time::Instant::now())),
+            LeaseCore::new(
+                "k",
+                Some(1),
+                crate::lease::guard::deadline_cell(tokio::time::Instant::now()),
+                crate::lease::guard::LossSignal::new(),
+            ),
         );
         let h2 = h.clone();
         let task = tokio::spawn(async move {

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::config::StatusLevel;
 use super::events::{Acquired, AttemptHandle, Event, HolderCmd};
@@ -17,6 +16,8 @@ use super::store::{Extended, Held, JobStore};
 use super::worker::{fault_error, recv_sub, truncate, Flow, Grant, Task};
 use crate::error::Error;
 use crate::lease;
+use crate::lease::guard::{confirm, deadline_cell, LeaseCore, LossSignal};
+use crate::lease::keepalive::Cadence;
 use crate::util::backoff::Backoff;
 use crate::util::lock;
 use crate::util::metrics::{self, transition, Count, ExtendOutcome, Loss};
@@ -71,10 +72,13 @@ impl<S: JobStore> Task<S> {
     pub(super) async fn hold(&mut self, g: Grant) -> Flow {
         let (cmd_tx, mut cmd_rx) = crate::util::mailbox::unbounded();
         let ended = Arc::new(Mutex::new(None));
-        let released = CancellationToken::new();
+        let loss = LossSignal::new();
         // Whatever way this function returns, the attempt is no longer held by the user's code:
-        // the handle's `lost()`/`cancellation()` fire.
-        let _released_on_return = released.clone().drop_guard();
+        // the handle's loss signal fires.
+        let _released_on_return = FireOnReturn {
+            loss: loss.clone(),
+            ended: ended.clone(),
+        };
         let lock_timeout = self.cfg.lock_timeout;
         let deadline_at = lease::deadline(g.sent, lock_timeout);
         // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
@@ -98,14 +102,13 @@ impl<S: JobStore> Task<S> {
             return self.give_back(&g, e, deadline_at).await;
         }
         // The deadline the handle shows, moved on below with every confirmed extension.
-        let confirmed = Arc::new(Mutex::new(deadline_at));
+        let confirmed = deadline_cell(deadline_at);
         let handle = AttemptHandle::new(
             self.cfg.key.to_string(),
             g.attempt,
             cmd_tx,
             ended.clone(),
-            released.clone(),
-            confirmed.clone(),
+            LeaseCore::new(self.cfg.key.clone(), Some(g.fence), confirmed.clone(), loss),
         );
         let span = tracing::Span::current();
         span.record("attempt", g.attempt);
@@ -114,9 +117,9 @@ impl<S: JobStore> Task<S> {
             attempt: g.attempt,
             last: g.last,
             fencing_token: g.fence,
-            lease_deadline: deadline_at,
             lease_remaining_ms: ms(deadline_at.saturating_duration_since(Instant::now())),
             handle,
+            granted_deadline: deadline_at,
         }));
         if !delivered {
             let _ = self
@@ -130,13 +133,13 @@ impl<S: JobStore> Task<S> {
         }
         let keepalive = self.cfg.keepalive;
         let max_run_at = self.cfg.max_run.map(|m| after(g.sent, m));
-        let interval = self.cfg.keepalive_interval();
-        let mut next_extend = after(g.sent, interval);
+        // The extension cadence of the keepalive engine: every third of a lease from the last
+        // confirmed send time, a backoff (from a sixth of the lease) after a failure.
+        let mut cadence = Cadence::new(self.cfg.keepalive_interval(), lock_timeout / 6, g.sent);
         // The lease deadline as this worker knows it: moved on by every confirmed extension.
         let mut lease_end = deadline_at;
         let mut deadline_reported = false;
         let far = after(Instant::now(), FAR);
-        let mut extend_backoff = Backoff::new(lock_timeout / 6);
         let mut extending: Option<ExtensionFuture> = None;
         // The channel tells the holder at once when a backup takes over (its lease ran out, or
         // an operator released the attempt), so `LeaseLost` is reported, and the work stopped,
@@ -204,9 +207,8 @@ impl<S: JobStore> Task<S> {
                         Ok(sent) => {
                             self.contact();
                             lease_end = lease::deadline(sent, lock_timeout);
-                            *lock(&confirmed) = lease_end;
-                            next_extend = after(sent, interval);
-                            extend_backoff.reset();
+                            confirm(&confirmed, lease_end);
+                            cadence.confirmed(sent);
                             self.events.status(
                                 StatusLevel::Verbose,
                                 format!("extended the lease of attempt {}", g.attempt),
@@ -216,7 +218,7 @@ impl<S: JobStore> Task<S> {
                             fencing_token: None, reason, .. }) => return self.lost(&ended, &g, Loss::Taken, reason),
                         Err(e) if e.is_retryable() => {
                             self.report(&e);
-                            next_extend = after(Instant::now(), extend_backoff.next_delay()).min(lease_end);
+                            cadence.failed(Some(lease_end));
                         }
                         Err(e) => {
                             *lock(&ended) = Some(e.clone());
@@ -226,7 +228,7 @@ impl<S: JobStore> Task<S> {
                     }
                     continue;
                 }
-                _ = tokio::time::sleep_until(next_extend), if keepalive && extending.is_none() => {
+                _ = tokio::time::sleep_until(cadence.due()), if keepalive && extending.is_none() => {
                     extending = Some(Box::pin(self.extension(&g, lease_end)));
                     continue;
                 }
@@ -249,12 +251,12 @@ impl<S: JobStore> Task<S> {
                         // Someone released an attempt while we hold ours (an operator's
                         // `fail_attempt`): check our lease now instead of at the next extension.
                         Some(HubMsg::Message(m)) if keepalive && (m == "failed" || m == "released") => {
-                            next_extend = Instant::now();
+                            cadence.now();
                         }
                         // The pub/sub link was re-established: a takeover announced while it was
                         // down was missed, so look now. With keepalive the extension tells;
                         // without, one plain read does.
-                        Some(HubMsg::Reconnected) if keepalive => next_extend = Instant::now(),
+                        Some(HubMsg::Reconnected) if keepalive => cadence.now(),
                         Some(HubMsg::Reconnected) => {
                             let check = Box::pin(self.still_ours(&g));
                             if let Err(reason) = check.await {
@@ -649,6 +651,25 @@ impl<S: JobStore> Task<S> {
                 }
             }
         })
+    }
+}
+
+/// Fires the attempt handle's loss signal when the holder returns, whichever way: the user's
+/// code no longer holds the attempt. Its reason is why the attempt ended, as the handle's
+/// `lost_error()` reports it.
+struct FireOnReturn {
+    loss: Arc<LossSignal>,
+    ended: Arc<Mutex<Option<Error>>>,
+}
+
+impl Drop for FireOnReturn {
+    fn drop(&mut self) {
+        let reason = match &*lock(&self.ended) {
+            Some(Error::LeaseLost { reason, .. }) => reason.clone(),
+            Some(e) => e.to_string(),
+            None => "the attempt ended".to_string(),
+        };
+        self.loss.fire(reason);
     }
 }
 

@@ -8,6 +8,7 @@ use std::future::Future;
 
 use serde::Serialize;
 use tokio_stream::StreamExt;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::config::FailoverConfig;
 use super::events::Event;
@@ -297,9 +298,10 @@ impl Failover {
                             continue;
                         }
                     };
-                    let mut task = AbortOnDrop(tokio::spawn(fut));
+                    // Aborted when dropped, so losing the lease (or dropping `run`) cancels it.
+                    let mut task = AbortOnDropHandle::new(tokio::spawn(fut));
                     let result = tokio::select! {
-                        r = &mut task.0 => r,
+                        r = &mut task => r,
                         // Anything the worker says while the closure runs is about this attempt:
                         // a terminal event means it is gone, so stop the work at once.
                         ended = next_terminal(&mut worker) => {
@@ -402,15 +404,6 @@ fn terminal<T, E>(
         Event::Error { kind, message, .. } => return Err(Error::Reported { kind, message }),
         _ => RunOutcome::Stopped,
     })
-}
-
-/// Aborts the spawned work when dropped, so losing the lease (or dropping `run`) cancels it.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

@@ -256,7 +256,7 @@ impl FairLocks {
 
     /// Runs `work` holding fair lock `key`: acquires as [`FairLocks::acquire`] does (with
     /// `opts`, the watchdog always on), calls `work` with the guard (read its
-    /// [`fencing_token`](LockGuard::fencing_token) into the future `work` returns), cancels that
+    /// [`fencing_token`](crate::Fenced::fencing_token) into the future `work` returns), cancels that
     /// future if the lock is lost, and always releases (waking the next waiter).
     ///
     /// # Errors

@@ -1,7 +1,7 @@
 //! One election as one candidate takes part in it: a try, the campaign until elected, the
 //! supervision of a held term and its release. The elector and the worker are built on it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -117,15 +117,8 @@ impl Election {
                 let labels = self.labels();
                 labels.transition(transition::GRANT, sent);
                 let state = LeaseState::new(deadline(sent, self.opts.lease), labels, sent);
-                let stop = CancellationToken::new();
                 let held = Held {
-                    term: Term {
-                        number: fence,
-                        name: self.name.clone(),
-                        state: state.clone(),
-                        stop,
-                        reason: Arc::new(Mutex::new(None)),
-                    },
+                    term: Term::new(fence, self.name.clone(), &self.key, state.clone()),
                     value,
                     watchdog: CancellationToken::new(),
                     backend: self.backend.clone(),
@@ -291,10 +284,10 @@ impl Election {
             let d = *deadlines.borrow_and_update();
             tokio::select! {
                 biased;
-                _ = held.term.stop.cancelled() => {
-                    return held.term.loss_reason().unwrap_or_else(|| "the term ended".into());
+                _ = held.term.core.loss().wait() => {
+                    return held.term.core.loss().reason().unwrap_or_else(|| "the term ended".into());
                 }
-                _ = state.lost().cancelled() => {
+                _ = state.wait_lost() => {
                     return state.reason().unwrap_or_else(|| "the lease was lost".into());
                 }
                 _ = self.backend.cancel().cancelled() => {

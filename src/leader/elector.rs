@@ -10,7 +10,7 @@ use crate::util::lock;
 ///
 /// Dropping it while it leads stops renewing and releases the lease in the background. A client
 /// that shuts down ([`Client::shutdown`](crate::Client::shutdown)) while its elector leads
-/// resigns the term before `shutdown` returns: the work's [`Term::lost_token`] fires and the
+/// resigns the term before `shutdown` returns: the work's [`lost_token`](crate::HeldLease::lost_token) fires and the
 /// lease is released, which wakes a standby at once. (The worker form,
 /// [`LeaderWorker`](super::LeaderWorker), does the same.)
 pub struct Elector {
@@ -39,7 +39,7 @@ impl Elector {
     /// Transient errors are retried. Concurrent campaigns of one elector take turns: the later
     /// ones return the term the first one won.
     ///
-    /// When renewals fail the term's [`Term::lost_token`] fires `stop_timeout` before the
+    /// When renewals fail the term's [`lost_token`](crate::HeldLease::lost_token) fires `stop_timeout` before the
     /// lease can end; the lease is then released at that end (or at once by
     /// [`Elector::resign`]), and a later `campaign` starts a new term.
     ///

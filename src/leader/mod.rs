@@ -31,7 +31,7 @@
 //! # Guarantees
 //! - Terms strictly increase per election name, also after the fence key was lost (restart
 //!   without persistence), unless the server's clock goes back; no two grants share a term.
-//! - When renewals fail, the term's [`Term::lost_token`] is cancelled `stop_timeout` before the
+//! - When renewals fail, the term's [`lost_token`](crate::HeldLease::lost_token) is cancelled `stop_timeout` before the
 //!   lease can end (send time of the last confirmed renewal + lease − max(1 %, 2 ms), on this
 //!   host's monotonic clock): work that honours it has stopped before another candidate can be
 //!   elected. The worker form reports work still running at the lease's end loudly
@@ -196,7 +196,7 @@ impl Leaders {
 
     /// The worker form without work: campaigns, leads, renews and campaigns again after a
     /// loss, reporting it all as [`LeaderEvent`]s. Start your work on
-    /// [`LeaderEvent::Elected`] and stop it when that term's [`Term::lost_token`] fires.
+    /// [`LeaderEvent::Elected`] and stop it when that term's [`lost_token`](crate::HeldLease::lost_token) fires.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid name.
@@ -206,7 +206,7 @@ impl Leaders {
 
     /// The worker form with work: like [`Leaders::start`], and runs `work(term)` once per term
     /// (never again on a renewal). When the term must end (renewals failing, a renewal that
-    /// found another token, [`LeaderWorker::resign`]) the term's [`Term::lost_token`] is
+    /// found another token, [`LeaderWorker::resign`]) the term's [`lost_token`](crate::HeldLease::lost_token) is
     /// cancelled and the worker waits for `work` to return before the lease can pass on; a
     /// work that has not returned by the lease's end is aborted at its next `.await` and
     /// reported ([`LeaderEvent::StopOverdue`], and an error in the log). A `work` that returns

@@ -1,21 +1,29 @@
-//! [`Term`]: a term this process leads, with the accessors every lease-holding guard has.
+//! [`Term`]: a term this process leads, a held lease like every other ([`HeldLease`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use crate::lease::guard::{sealed, Fenced, HeldLease, LeaseCore, LossSignal};
 use crate::lease::watchdog::LeaseState;
-use crate::util::lock;
 
 /// A term this process leads. Cheap to clone.
+///
+/// Its [`HeldLease`] accessors: the key is the election's; the fencing token
+/// ([`Fenced::fencing_token`]) is the term number; [`HeldLease::lease_deadline`] is the send
+/// time of the granting (or last confirmed renewing) request + lease − max(1 %, 2 ms), moving
+/// with each renewal; the loss signal ([`HeldLease::lost_token`]) fires when the work of this
+/// term must stop: renewals failed until `stop_timeout` before the lease deadline, a renewal
+/// found another token, the leader resigned, or the client shut down.
 #[derive(Clone)]
 pub struct Term {
     pub(super) number: u64,
     pub(super) name: Arc<str>,
+    /// The lease as the watchdog keeps it (its deadline, its own loss signal).
     pub(super) state: Arc<LeaseState>,
-    pub(super) stop: CancellationToken,
-    pub(super) reason: Arc<Mutex<Option<String>>>,
+    /// What [`HeldLease`] reads: the watchdog's deadline, and the term's stop signal (which
+    /// fires `stop_timeout` before the lease could end, not at the end like the watchdog's).
+    pub(super) core: LeaseCore,
 }
 
 impl std::fmt::Debug for Term {
@@ -28,13 +36,24 @@ impl std::fmt::Debug for Term {
 }
 
 impl Term {
-    /// The term: larger than every earlier term of this election.
-    pub fn number(&self) -> u64 {
-        self.number
+    /// Term `number` of the election on `key`, led by `name`, whose lease `state` keeps.
+    pub(super) fn new(number: u64, name: Arc<str>, key: &str, state: Arc<LeaseState>) -> Self {
+        let core = LeaseCore::new(
+            key,
+            Some(number),
+            state.deadline_cell().clone(),
+            LossSignal::new(),
+        );
+        Term {
+            number,
+            name,
+            state,
+            core,
+        }
     }
 
-    /// The fencing token to pass to the resources this leader writes: the term.
-    pub fn fencing_token(&self) -> u64 {
+    /// The term: larger than every earlier term of this election (also its fencing token).
+    pub fn number(&self) -> u64 {
         self.number
     }
 
@@ -43,49 +62,23 @@ impl Term {
         &self.name
     }
 
-    /// When the lease can end at the earliest, on this host's monotonic clock: send time of
-    /// the granting (or last confirmed renewing) request + lease − max(1 %, 2 ms).
-    pub fn lease_deadline(&self) -> Instant {
-        self.state.deadline()
-    }
-
-    /// Cancelled when the work of this term must stop: renewals failed until `stop_timeout`
-    /// before [`Term::lease_deadline`], a renewal found another token, the leader resigned,
-    /// or the client shut down.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.stop.clone()
-    }
-
-    /// Resolves when [`Term::lost_token`] is cancelled.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.stop.cancelled().await;
-    }
-
-    /// Whether the term ended ([`Term::lost_token`] was cancelled).
-    pub fn is_lost(&self) -> bool {
-        self.stop.is_cancelled()
-    }
-
-    /// Why the term ended, once it did.
-    pub fn loss_reason(&self) -> Option<String> {
-        lock(&self.reason).clone()
-    }
-
+    /// Ends the term: the work's loss signal fires with `reason` (the first one is kept).
     pub(super) fn end(&self, reason: &str) {
-        {
-            let mut r = lock(&self.reason);
-            if r.is_none() {
-                *r = Some(reason.to_string());
-            }
-        }
-        self.stop.cancel();
+        self.core.loss().fire(reason);
     }
 
     /// Whether this term still leads as far as this process can tell.
     pub(super) fn leads(&self) -> bool {
-        !self.stop.is_cancelled() && Instant::now() < self.state.deadline()
+        !self.core.loss().is_lost() && Instant::now() < self.state.deadline()
     }
 }
+
+impl sealed::Sealed for Term {
+    fn core(&self) -> &LeaseCore {
+        &self.core
+    }
+}
+
+impl HeldLease for Term {}
+
+impl Fenced for Term {}

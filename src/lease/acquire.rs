@@ -272,7 +272,7 @@ where
         }
     };
     let key = guard.key().to_string();
-    let fence = crate::lease::guard::sealed::Sealed::fence_of(&guard);
+    let fence = crate::lease::guard::sealed::Sealed::core(&guard).fence();
     let reason = guard.loss_reason();
     match (out, guard.release().await) {
         (Some(out), Ok(true)) => Ok(out),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{sealed, Fenced, LeaseGuard};
+use super::guard::{sealed, Fenced, HeldLease, LeaseCore, LeaseGuard};
 use super::lock::{fence_ttl, FencedValue, FencedWrite};
 use super::watchdog::{self, LeaseState, Watch};
 use super::{check_ttl, deadline, Extend, Extension};
@@ -199,11 +199,13 @@ impl HeldLock {
 /// [`LockGuard::release`]; dropping it releases in the background (the fair lock's release also
 /// wakes the next waiter).
 ///
-/// The fencing token ([`LockGuard::fencing_token`]) is what the protected resource should
+/// The fencing token ([`Fenced::fencing_token`]) is what the protected resource should
 /// check: a lease alone cannot stop a paused holder from writing after its lease ended.
 /// [`LockGuard::write_fenced`] and [`LockGuard::read_fenced`] are that check for a resource
 /// kept in Redis.
 pub struct LockGuard {
+    /// What [`HeldLease`] reads: the key, the fencing token, the deadline and loss signal.
+    core: LeaseCore,
     // `Some` for the guard's whole life: only `release(self)` and `Drop` take it.
     held: Option<HeldLock>,
 }
@@ -224,16 +226,14 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     /// The guard of a grant (the primitives' only way to make one).
     pub(crate) fn new(held: HeldLock) -> Self {
-        LockGuard { held: Some(held) }
+        LockGuard {
+            core: held.state.core(held.key.as_str(), Some(held.fence)),
+            held: Some(held),
+        }
     }
 
     fn held(&self) -> Option<&HeldLock> {
         self.held.as_ref()
-    }
-
-    /// The lock's name, as given to acquire.
-    pub fn key(&self) -> &str {
-        self.held().map(|h| h.key.as_str()).unwrap_or_default()
     }
 
     /// This holder's random 128-bit token (hex), as stored in the lock key.
@@ -241,52 +241,9 @@ impl LockGuard {
         self.held().map(|h| h.token.as_str()).unwrap_or_default()
     }
 
-    /// The fencing token of this grant: larger than any earlier grant's on the same lock name.
-    pub fn fencing_token(&self) -> u64 {
-        self.held().map(|h| h.fence).unwrap_or_default()
-    }
-
-    /// When the lease can end at the earliest, on this host's monotonic clock: send time of the
-    /// granting (or last confirmed extending) request + ttl − max(1 %, 2 ms).
-    pub fn lease_deadline(&self) -> Instant {
-        self.held()
-            .map(|h| h.state.deadline())
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// The loss signal as a token: cancelled when an extension (the watchdog's or
-    /// [`LockGuard::extend`]'s) found another token, or when the watchdog could not confirm an
-    /// extension before [`LockGuard::lease_deadline`], or at the watchdog's hold cap. Without
-    /// the watchdog it only fires on a refused extension: watch the deadline yourself.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.held()
-            .map(|h| h.state.lost_token())
-            .unwrap_or_default()
-    }
-
-    /// Resolves when the loss signal fires (see [`LockGuard::lost_token`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        if let Some(h) = self.held() {
-            h.state.wait_lost().await;
-        }
-    }
-
-    /// Why the loss signal fired, once it did.
-    pub fn loss_reason(&self) -> Option<String> {
-        self.held().and_then(|h| h.state.reason())
-    }
-
-    /// Whether the loss signal fired.
-    pub fn is_lost(&self) -> bool {
-        self.held().is_some_and(|h| h.state.is_lost())
-    }
-
     /// Starts the watchdog (once; later calls do nothing): it extends the lock every `ttl / 3`
     /// (on Redis on the shared multiplexed connection, on PostgreSQL on a pooled one) and
-    /// fires the loss signal as [`LockGuard::lost_token`] describes. With `max_hold`, it stops
+    /// fires the loss signal as [`HeldLease::lost_token`] describes. With `max_hold`, it stops
     /// extending once the lock was held that long (counted from the grant) and fires the loss
     /// signal then.
     pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
@@ -347,7 +304,7 @@ impl LockGuard {
 
     /// Writes `value` to the Redis hash `resource` with this guard's fencing token, only if no
     /// larger token wrote it before ([`Locks::write_fenced`](crate::Locks::write_fenced) with
-    /// [`LockGuard::fencing_token`]). A holder whose lock was taken over meanwhile gets
+    /// [`Fenced::fencing_token`]). A holder whose lock was taken over meanwhile gets
     /// [`FencedWrite::Rejected`], and nothing changes.
     ///
     /// # Errors
@@ -393,30 +350,20 @@ impl Drop for LockGuard {
 }
 
 impl sealed::Sealed for LockGuard {
-    fn fence_of(&self) -> Option<u64> {
-        Some(self.fencing_token())
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 }
 
+/// The loss signal fires when an extension (the watchdog's or [`LeaseGuard::extend`]'s) found
+/// another token, when the watchdog could not confirm an extension before the lease deadline,
+/// at the watchdog's hold cap, or at an operator's force release. Without the watchdog it only
+/// fires on a refused extension: watch the deadline yourself.
+impl HeldLease for LockGuard {}
+
+impl Fenced for LockGuard {}
+
 impl LeaseGuard for LockGuard {
-    fn key(&self) -> &str {
-        LockGuard::key(self)
-    }
-    fn lease_deadline(&self) -> Instant {
-        LockGuard::lease_deadline(self)
-    }
-    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
-        LockGuard::lost(self)
-    }
-    fn lost_token(&self) -> CancellationToken {
-        LockGuard::lost_token(self)
-    }
-    fn loss_reason(&self) -> Option<String> {
-        LockGuard::loss_reason(self)
-    }
-    fn is_lost(&self) -> bool {
-        LockGuard::is_lost(self)
-    }
     fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
         LockGuard::extend(self, ttl)
     }
@@ -425,11 +372,5 @@ impl LeaseGuard for LockGuard {
     }
     fn start_watchdog(&mut self, max_hold: Option<Duration>) {
         LockGuard::start_watchdog(self, max_hold)
-    }
-}
-
-impl Fenced for LockGuard {
-    fn fencing_token(&self) -> u64 {
-        LockGuard::fencing_token(self)
     }
 }

@@ -27,9 +27,11 @@
 pub(crate) mod acquire;
 pub(crate) mod guard;
 pub(crate) mod held;
+pub(crate) mod keepalive;
 pub(crate) mod lock;
 pub(crate) mod options;
 pub(crate) mod pending;
+pub mod prelude;
 pub(crate) mod store;
 pub(crate) mod watchdog;
 

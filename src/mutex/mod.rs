@@ -41,7 +41,7 @@
 //!   step, its own token check, the same recovery when its caller is dropped or the reply is
 //!   lost. Not on a Redis Cluster (one script cannot span slots), with `replica_ack`, or on
 //!   PostgreSQL: calls go alone there.
-//! - [`LockGuard::lease_deadline`] errs early: send time of the granting (or last confirmed
+//! - [`lease_deadline`](crate::HeldLease::lease_deadline) errs early: send time of the granting (or last confirmed
 //!   extending) request + lease − max(1 %, 2 ms), on this host's monotonic clock.
 
 pub mod keys;
@@ -320,11 +320,12 @@ impl Locks {
 
     /// Runs `work` holding lock `key`: acquires as [`Locks::acquire`] does (with `opts`, the
     /// watchdog always on), calls `work` with the guard (read its
-    /// [`fencing_token`](LockGuard::fencing_token) or [`lost_token`](LockGuard::lost_token) into
+    /// [`fencing_token`](crate::Fenced::fencing_token) or [`lost_token`](crate::HeldLease::lost_token) into
     /// the future `work` returns), cancels that future if the lock is lost, and always releases.
     ///
     /// ```no_run
     /// # async fn demo(client: baton::Client) -> Result<(), baton::Error> {
+    /// use baton::prelude::*;
     /// use std::time::Duration;
     /// let locks = client.locks();
     /// let opts = baton::LockOptions::default();

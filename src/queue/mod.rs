@@ -448,7 +448,7 @@ impl Queues {
             stop.clone(),
         );
         hold.watchdog = Some(stop);
-        let lost = state.lost().clone();
+        let lost = state.lost_token();
         let token = hold.token.clone();
         let lost_error = |reason: Option<String>| {
             Error::lock_lost(key, Some(fence), reason.unwrap_or_else(|| "lost".into()))

@@ -29,7 +29,7 @@
 //!
 //! The watchdog ([`RedlockGuard::start_watchdog`]) extends by quorum every `ttl / 3` from the
 //! start of the last confirmed round and moves the validity deadline; its loss signal
-//! ([`RedlockGuard::lost_token`], [`RedlockGuard::lost`], [`RedlockGuard::loss_reason`]) fires
+//! ([`lost_token`](HeldLease::lost_token), [`lost`](HeldLease::lost), [`loss_reason`](HeldLease::loss_reason)) fires
 //! when a round finds no quorum still holding the token, when no quorum extension was confirmed
 //! by the validity deadline (its own timer), or when non-retryable errors make a quorum
 //! impossible; other failures are retried until the deadline.
@@ -37,7 +37,7 @@
 //! # What Redlock gives, and what it does not
 //! - **Mutual exclusion only under timing assumptions**: the masters' clocks must advance at
 //!   about the same rate (the drift allowance is 1 % + 2 ms), and the holder must stop using the
-//!   lock before [`RedlockGuard::lease_deadline`]. A process paused (GC, swap, `SIGSTOP`) or a
+//!   lock before [`lease_deadline`](HeldLease::lease_deadline). A process paused (GC, swap, `SIGSTOP`) or a
 //!   network delay longer than the remaining validity lets a second holder in while the first
 //!   still believes it holds the lock. Nothing in Redlock can detect that afterwards.
 //! - **No fencing token.** There is no counter that grows across grants on a majority of
@@ -76,7 +76,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
 use crate::lease::acquire::{self, NoChannel, Tried, TryAcquire};
-use crate::lease::guard::{sealed, LeaseGuard};
+use crate::lease::guard::{sealed, HeldLease, LeaseCore, LeaseGuard};
 use crate::lease::options::Field;
 use crate::lease::watchdog::LeaseState;
 use crate::lease::Extension;
@@ -252,7 +252,13 @@ impl Redlock {
             let labels = Labels::new(primitive::REDLOCK, metrics::backend::REDIS);
             labels.transition(metrics::transition::GRANT, start);
             labels.granted(false, asked);
+            let state = LeaseState::new(
+                after(start, validity),
+                Labels::new(primitive::REDLOCK, metrics::backend::REDIS),
+                start,
+            );
             return Ok(Some(RedlockGuard {
+                core: state.core(key, None),
                 held: Some(Held {
                     masters: self.masters.clone(),
                     keys: keys.clone(),
@@ -261,11 +267,7 @@ impl Redlock {
                     ttl,
                     round_start: start,
                     granted: start,
-                    state: LeaseState::new(
-                        after(start, validity),
-                        Labels::new(primitive::REDLOCK, metrics::backend::REDIS),
-                        start,
-                    ),
+                    state,
                     watchdog: None,
                 }),
             }));
@@ -518,9 +520,20 @@ fn release_in_background(masters: Masters, keys: Arc<RedlockKeys>, token: String
 /// It implements [`LeaseGuard`] but not [`Fenced`](crate::Fenced): there is no fencing token.
 /// A token would have to grow across grants on a quorum of independent masters, and a master
 /// restarted without persistence forgets what it held, so no counter kept on them could be
-/// made monotonic (see the [module docs](self)). Stop using the lock before
-/// [`RedlockGuard::lease_deadline`].
+/// made monotonic (see the [module docs](self)). Stop using the lock before its
+/// [`lease_deadline`](HeldLease::lease_deadline): its validity, in Redlock's words (start of
+/// the granting or last confirmed extending round + ttl − elapsed − drift; always before
+/// `start + ttl`).
+///
+/// Its loss signal fires when an extension round (the watchdog's or
+/// [`RedlockGuard::extend`]'s) found no quorum still holding this guard's token, when the
+/// watchdog could not confirm a quorum extension before the validity ends (its own timer: a
+/// hung master never delays it), or when non-retryable errors (ACL, wrong type) made a quorum
+/// impossible. Without the watchdog it only fires on a refused extension: watch the deadline
+/// yourself.
 pub struct RedlockGuard {
+    /// What [`HeldLease`] reads.
+    core: LeaseCore,
     held: Option<Held>,
 }
 
@@ -559,64 +572,18 @@ impl RedlockGuard {
         self.held.as_ref()
     }
 
-    /// The lock's name, as given to acquire.
-    pub fn key(&self) -> &str {
-        self.held().map(|h| h.key.as_str()).unwrap_or_default()
-    }
-
     /// This holder's random 128-bit token (hex), as stored on the masters. Not a fencing token:
     /// it does not grow from one grant to the next.
     pub fn token(&self) -> &str {
         self.held().map(|h| h.token.as_str()).unwrap_or_default()
     }
 
-    /// Until when the lock is valid (its validity, in Redlock's words), on this host's
-    /// monotonic clock: start of the granting (or last successful extending) round + ttl −
-    /// elapsed − drift. Always before `start + ttl`.
-    pub fn lease_deadline(&self) -> Instant {
-        self.held()
-            .map(|h| h.state.deadline())
-            .unwrap_or_else(Instant::now)
-    }
-
-    /// The loss signal as a token: cancelled when an extension round (the watchdog's or
-    /// [`RedlockGuard::extend`]'s) found no quorum still holding this guard's token, when the
-    /// watchdog could not confirm a quorum extension before
-    /// [`RedlockGuard::lease_deadline`] (its own timer: a hung master never delays it), or
-    /// when non-retryable errors (ACL, wrong type) made a quorum impossible. Without the
-    /// watchdog it only fires on a refused extension: watch the deadline yourself.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.held()
-            .map(|h| h.state.lost_token())
-            .unwrap_or_default()
-    }
-
-    /// Resolves when the loss signal fires (see [`RedlockGuard::lost_token`]).
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        if let Some(h) = self.held() {
-            h.state.wait_lost().await;
-        }
-    }
-
-    /// Why the loss signal fired, once it did.
-    pub fn loss_reason(&self) -> Option<String> {
-        self.held().and_then(|h| h.state.reason())
-    }
-
-    /// Whether the loss signal fired.
-    pub fn is_lost(&self) -> bool {
-        self.held().is_some_and(|h| h.state.is_lost())
-    }
-
     /// Starts the watchdog (once; later calls do nothing). It extends the lock by quorum every
     /// `ttl / 3`, counted from the start of the last confirmed round, moves
-    /// [`RedlockGuard::lease_deadline`] with each confirmed quorum extension, retries
+    /// [`HeldLease::lease_deadline`] with each confirmed quorum extension, retries
     /// transient failures (masters down, timeouts, a round too slow to leave validity) with
-    /// backoff until the validity deadline, and fires the loss signal as
-    /// [`RedlockGuard::lost_token`] describes. It runs on the task tracker of the first
+    /// backoff until the validity deadline, and fires the loss signal as the
+    /// [type's docs](RedlockGuard) describe. It runs on the task tracker of the first
     /// master's client that is not shut down, stops on `release` or drop, and fires the loss
     /// signal if that client shuts down. Without a live client or a runtime it fires the loss
     /// signal at once: nobody would extend. With `max_hold`, it stops extending once the lock
@@ -778,30 +745,14 @@ impl Drop for RedlockGuard {
 }
 
 impl sealed::Sealed for RedlockGuard {
-    fn fence_of(&self) -> Option<u64> {
-        None
+    fn core(&self) -> &LeaseCore {
+        &self.core
     }
 }
 
+impl HeldLease for RedlockGuard {}
+
 impl LeaseGuard for RedlockGuard {
-    fn key(&self) -> &str {
-        RedlockGuard::key(self)
-    }
-    fn lease_deadline(&self) -> Instant {
-        RedlockGuard::lease_deadline(self)
-    }
-    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
-        RedlockGuard::lost(self)
-    }
-    fn lost_token(&self) -> CancellationToken {
-        RedlockGuard::lost_token(self)
-    }
-    fn loss_reason(&self) -> Option<String> {
-        RedlockGuard::loss_reason(self)
-    }
-    fn is_lost(&self) -> bool {
-        RedlockGuard::is_lost(self)
-    }
     fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
         RedlockGuard::extend(self, ttl)
     }

@@ -1,12 +1,13 @@
-//! The Redlock watchdog: extends the lock by quorum while its holder works, and fires the loss
-//! signal (the lease kernel's [`LeaseState`]) when it can no longer vouch for it.
+//! The Redlock watchdog: its one extension round (compare-and-`PEXPIRE` on every master, a
+//! quorum decides), driven by the lease kernel's keepalive engine
+//! ([`crate::lease::keepalive`]), which fires the loss signal when it can no longer vouch for
+//! the lock.
 //!
-//! Timing follows the mutex's watchdog (`lease::watchdog`): a round every `ttl / 3` counted
-//! from the start of the last confirmed round; the signal fires on its own timer at the
-//! validity deadline of the last confirmed round, never by waiting on a request; a round that
-//! finds no quorum still holding the token fires it at once; transient failures are retried
-//! with backoff until the deadline; non-retryable errors fire it once they alone make a quorum
-//! impossible.
+//! Timing is the engine's: a round every `ttl / 3` counted from the start of the last
+//! confirmed round; the signal fires on its own timer at the validity deadline of the last
+//! confirmed round, never by waiting on a request; a round that finds no quorum still holding
+//! the token fires it at once; transient failures are retried with backoff until the deadline;
+//! non-retryable errors fire it once they alone make a quorum impossible.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::keys::RedlockKeys;
 use super::quorum::{decide, quorum, Decision};
 use super::{extend_round, summary, Masters};
-use crate::lease::watchdog::{sleep_until_opt, LeaseState};
+use crate::lease::keepalive::{self, Plan, Round, Step};
+use crate::lease::watchdog::LeaseState;
 use crate::lease::Extension;
-use crate::util::backoff::Backoff;
-use crate::util::metrics::{ExtendOutcome, Loss};
+use crate::util::metrics::{ExtendOutcome, Labels, Loss};
 use crate::util::time::after;
 use crate::util::token::short;
 
@@ -60,57 +61,38 @@ pub(super) fn spawn(watch: Watch, state: Arc<LeaseState>, stop: CancellationToke
         );
         return;
     }
-    let client_gone = host.cancel().clone();
-    host.tracker().spawn(async move {
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => {}
-            _ = client_gone.cancelled() => state.lose(Loss::Shutdown, "the client shut down; the lock is no longer extended"),
-            _ = run(watch, state.clone()) => {}
-        }
-    });
+    let plan = Plan {
+        ttl: watch.ttl,
+        from: watch.round_start,
+        hold_until: watch.hold_until,
+        expired: "no quorum extension was confirmed before the lock's validity ended",
+        shutdown: "the client shut down; the lock is no longer extended",
+    };
+    let round = QuorumRound {
+        labels: state.labels(),
+        watch,
+    };
+    host.tracker().spawn(keepalive::drive(
+        round,
+        plan,
+        state,
+        stop,
+        host.cancel().clone(),
+        std::future::pending(),
+    ));
 }
 
-async fn run(watch: Watch, state: Arc<LeaseState>) {
-    let interval = (watch.ttl / 3).max(Duration::from_millis(1));
-    let mut backoff = Backoff::new(interval);
-    let mut due = after(watch.round_start, interval);
-    let lost_deadline = "no quorum extension was confirmed before the lock's validity ended";
-    let held_long_enough = "held for the maximum hold time";
-    loop {
-        let end = state.deadline();
-        if watch.hold_until.is_some_and(|cap| Instant::now() >= cap) {
-            state.lose(Loss::MaxHold, held_long_enough);
-            return;
-        }
-        tokio::select! {
-            biased;
-            _ = tokio::time::sleep_until(end) => {
-                state.lose(Loss::Expired, lost_deadline);
-                return;
-            }
-            _ = sleep_until_opt(watch.hold_until) => {
-                state.lose(Loss::MaxHold, held_long_enough);
-                return;
-            }
-            _ = tokio::time::sleep_until(due) => {}
-        }
-        // Never extend past the cap: the last extension is shortened to end there.
-        let ttl = match watch.hold_until {
-            Some(cap) => watch.ttl.min(cap.saturating_duration_since(Instant::now())),
-            None => watch.ttl,
-        };
-        if ttl < Duration::from_millis(1) {
-            continue;
-        }
-        let (start, replies) = tokio::select! {
-            biased;
-            _ = tokio::time::sleep_until(end) => {
-                state.lose(Loss::Expired, lost_deadline);
-                return;
-            }
-            r = extend_round(&watch.masters, &watch.keys, &watch.token, ttl) => r,
-        };
+/// One quorum extension round.
+struct QuorumRound {
+    labels: Labels,
+    watch: Watch,
+}
+
+impl Round for QuorumRound {
+    async fn round(&mut self, ttl: Duration, _end: Instant) -> Step {
+        // Each master's request is bounded by its client's response timeout, far below ttl.
+        let watch = &self.watch;
+        let (start, replies) = extend_round(&watch.masters, &watch.keys, &watch.token, ttl).await;
         let yes = replies
             .iter()
             .filter(|r| matches!(r, Ok(Extension::Confirmed { .. })))
@@ -131,26 +113,26 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
         // A round is one extension: confirmed by a quorum, refused when a quorum cannot be
         // had any more, an error when it is to be retried.
         let outcome = match &step {
-            Step::Extended { .. } => ExtendOutcome::Ok,
-            Step::Retry => ExtendOutcome::Error,
-            Step::Lost(_) => ExtendOutcome::Refused,
+            RoundStep::Extended { .. } => ExtendOutcome::Ok,
+            RoundStep::Retry => ExtendOutcome::Error,
+            RoundStep::Lost(_) => ExtendOutcome::Refused,
         };
-        state.labels().extended(outcome, start);
+        self.labels.extended(outcome, start);
         match step {
-            Step::Extended { validity } => {
-                state.confirmed(after(start, validity));
-                backoff.reset();
-                due = after(start, interval);
+            RoundStep::Extended { validity } => {
                 tracing::debug!(key = %watch.key, yes, "Redlock extended by quorum");
+                Step::Extended {
+                    from: start,
+                    until: after(start, validity),
+                }
             }
-            Step::Retry => {
+            RoundStep::Retry => {
                 tracing::debug!(key = %watch.key, yes, failed, errors = %summary(&watch.masters, &replies), "Redlock extension round without a quorum; retrying");
-                due = after(Instant::now(), backoff.next_delay());
+                Step::Retry
             }
-            Step::Lost(reason) => {
+            RoundStep::Lost(reason) => {
                 tracing::warn!(key = %watch.key, token = short(&watch.token), %reason, errors = %summary(&watch.masters, &replies), "Redlock lost");
-                state.lose(Loss::Error, reason);
-                return;
+                Step::Lost(Loss::Error, reason)
             }
         }
     }
@@ -158,7 +140,7 @@ async fn run(watch: Watch, state: Arc<LeaseState>) {
 
 /// What the watchdog does after one extension round.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Step {
+pub(super) enum RoundStep {
     /// A quorum confirmed: valid for `validity` from the round's start.
     Extended { validity: Duration },
     /// Transient: too many masters failed to tell, or the round was too slow. Retry until the
@@ -177,21 +159,21 @@ pub(super) fn after_round(
     fatal: usize,
     ttl: Duration,
     elapsed: Duration,
-) -> Step {
+) -> RoundStep {
     let needed = quorum(masters);
     match decide(masters, yes, failed, ttl, elapsed) {
-        Decision::Held { validity } => Step::Extended { validity },
-        Decision::Contended => Step::Lost(format!(
+        Decision::Held { validity } => RoundStep::Extended { validity },
+        Decision::Contended => RoundStep::Lost(format!(
             "an extension round found no quorum still holding the lock ({yes} of {masters} \
              masters did, {needed} needed): it is held by another token or gone"
         )),
         Decision::Unavailable { .. } if masters.saturating_sub(fatal) < needed => {
-            Step::Lost(format!(
+            RoundStep::Lost(format!(
                 "{fatal} of {masters} masters failed with non-retryable errors: a quorum of \
                  {needed} cannot be kept"
             ))
         }
-        Decision::Unavailable { .. } | Decision::Expired => Step::Retry,
+        Decision::Unavailable { .. } | Decision::Expired => RoundStep::Retry,
     }
 }
 
@@ -206,23 +188,23 @@ mod tests {
         let ttl = Duration::from_millis(300);
         assert!(matches!(
             after_round(3, 2, 1, 0, ttl, 5 * MS),
-            Step::Extended { .. }
+            RoundStep::Extended { .. }
         ));
         // Everyone answered, one still ours: held elsewhere or gone.
         assert!(matches!(
             after_round(3, 1, 0, 0, ttl, 5 * MS),
-            Step::Lost(_)
+            RoundStep::Lost(_)
         ));
         // Two masters down: cannot tell, retry until the deadline.
-        assert_eq!(after_round(3, 1, 2, 0, ttl, 5 * MS), Step::Retry);
+        assert_eq!(after_round(3, 1, 2, 0, ttl, 5 * MS), RoundStep::Retry);
         // A quorum, but too slow: retry.
-        assert_eq!(after_round(3, 3, 0, 0, ttl, ttl), Step::Retry);
+        assert_eq!(after_round(3, 3, 0, 0, ttl, ttl), RoundStep::Retry);
         // Two masters refuse the script for good (ACL): the lock cannot be kept.
         assert!(matches!(
             after_round(3, 1, 2, 2, ttl, 5 * MS),
-            Step::Lost(_)
+            RoundStep::Lost(_)
         ));
         // One fatal, one transient: a quorum may come back.
-        assert_eq!(after_round(3, 1, 2, 1, ttl, 5 * MS), Step::Retry);
+        assert_eq!(after_round(3, 1, 2, 1, ttl, 5 * MS), RoundStep::Retry);
     }
 }

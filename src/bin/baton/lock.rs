@@ -2,7 +2,7 @@
 //! watchdog keeps it, release it when PROGRAM ends. One file for both locks: the same flags,
 //! the same exit statuses, only the acquisition and the release's answer differ.
 
-use baton::{AcquireOptions, Client, ConfigError, ErrorKind, Redlock, RedlockOptions};
+use baton::{AcquireOptions, Client, ConfigError, ErrorKind, Fenced, Redlock, RedlockOptions};
 
 use super::cli::LockArgs;
 use super::exit::{

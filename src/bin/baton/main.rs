@@ -58,7 +58,6 @@
 //! | `signals.rs` | the signals baton forwards to PROGRAM, and their statuses |
 //! | `program.rs` | PROGRAM as a child: spawn, process group, `waitid`, the terminal |
 //! | `supervisor.rs` | runs PROGRAM to its end under a lease |
-//! | `held.rs` | the lease adapters over the library's held locks (mutex, Redlock, leader term) |
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
 //! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
@@ -85,7 +84,6 @@ mod cli;
 mod dashboard;
 mod exit;
 mod guard;
-mod held;
 mod help;
 mod leader;
 mod lock;

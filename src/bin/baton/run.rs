@@ -9,7 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use baton::{Client, ErrorKind, Event, FailoverConfig, JobState, Occurrence, Schedule};
+use baton::{Client, ErrorKind, Event, FailoverConfig, HeldLease, JobState, Occurrence, Schedule};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 
@@ -17,12 +17,12 @@ use super::cli::{RunArgs, WhenArgs};
 use super::exit::{
     exit_code, exit_for, fail_with, usage, usage_config, EX_EXHAUSTED, EX_LOST, EX_UNAVAILABLE,
 };
-use super::held::{Lease, Loss};
 use super::out;
 use super::program::{in_foreground, spawn, spawn_failed};
 use super::signals::{install_signals, signal_name, signal_status, Signals};
 use super::sink::{Bound, Sink};
 use super::supervisor::{later, Stopping, Supervised, Supervisor, FAR};
+use super::supervisor::{Lease, Loss};
 use super::text::{self, human};
 use super::LEASE_CHECK_TIMEOUT;
 
@@ -621,13 +621,13 @@ impl Holder<'_> {
         let now = Instant::now();
         let far = later(now, FAR);
         // Without keepalive the lease ends lock_timeout after the grant's EXEC was sent: the
-        // worker computed that instant (`lease_deadline`, a little early) when the grant came
+        // worker computed that instant (`grant_deadline`, a little early) when the grant came
         // back, so any time between that and this point is already counted. PROGRAM must be
         // gone by then: SIGTERM kill_grace (at most a quarter lease) before, SIGKILL at it.
-        let lease_end = args.no_keepalive.then_some(acquired.lease_deadline);
+        let lease_end = args.no_keepalive.then_some(acquired.grant_deadline());
         // The grant's send time (as early as the deadline errs): --max-run counts from it.
         let granted = acquired
-            .lease_deadline
+            .grant_deadline()
             .checked_sub(args.lease)
             .unwrap_or(now);
         let mut term_at = match lease_end {

@@ -1,7 +1,8 @@
 //! The supervisor: runs PROGRAM to its end under a lease, whatever the lease (a failover
 //! attempt, a lock, a leader's term). It forwards signals, follows job control, stops PROGRAM
 //! when the lease is lost or a time limit passes, and stops what PROGRAM left in its group. The
-//! commands only say what the lease is (held.rs) and what PROGRAM's end means.
+//! commands only say what the lease is ([`Lease`]: a failover attempt in run.rs, any of the
+//! library's held leases through [`LockLease`]) and what PROGRAM's end means.
 
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use tokio::time::Instant;
 
 use std::ffi::OsString;
 
-use super::held::{HeldLock, Lease, LockLease};
+use baton::HeldLease;
+
 use super::program::{in_foreground, spawn, spawn_failed, Change, Program};
 use super::signals::{
     inherited_ignored, is_job_control_stop, recv_or_pending, signal_name, Signals,
@@ -329,7 +331,7 @@ pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
 /// term): the watchdog's loss signal, not a fixed end, bounds it. `Err` is the exit status when
 /// PROGRAM could not be started (said already; the caller lets the lock go).
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn run_held<G: HeldLock>(
+pub(crate) async fn run_held<G: HeldLease>(
     guard: &G,
     program: &[OsString],
     env: &[(&str, String)],
@@ -359,4 +361,85 @@ pub(crate) async fn run_held<G: HeldLock>(
     Ok(supervisor
         .supervise(&mut child, &mut lease, far, String::new())
         .await)
+}
+
+/// How the lease PROGRAM runs under was lost.
+pub(crate) struct Loss {
+    /// Send SIGTERM first (PROGRAM may still clean up until `kill_at`).
+    pub(crate) term: bool,
+    /// When PROGRAM must be dead: SIGKILL then (at once when already past).
+    pub(crate) kill_at: Instant,
+}
+
+/// The lease PROGRAM runs under, as [`Supervisor::supervise`] watches it: a failover attempt
+/// (`baton run`) or a fenced mutex (`baton lock`). Whatever the lease, PROGRAM is handled the
+/// same way (process group, terminal, signals, job control); only what "lost" means differs.
+pub(crate) trait Lease {
+    /// The next loss of the lease; pending forever once nothing more can come. Cancel safe.
+    async fn lost(&mut self, sink: &mut Sink) -> Loss;
+
+    /// Whether this process still holds the lease after being stopped (job control) for
+    /// `away`; `Err` says why not.
+    async fn still_held(&mut self, away: Duration) -> Result<(), String>;
+
+    /// When the lease ends at the earliest as of the last extension the server confirmed, on
+    /// this host's monotonic clock: what the guard of PROGRAM's group enforces (guard.rs).
+    fn confirmed_deadline(&self) -> Instant;
+}
+
+/// `baton lock`'s and `baton leader`'s lease: a held lock (the fenced mutex, a Redlock) or a
+/// leader's term, through the library's [`HeldLease`]: its loss signal and the deadline before
+/// which it cannot pass on (errs early: the mutex's send time of the last confirmed extension +
+/// ttl − margin, a Redlock's validity, a term's renewal).
+pub(crate) struct LockLease<'a, G> {
+    pub(crate) guard: &'a G,
+    pub(crate) kill_grace: Duration,
+    /// The loss signal fires once and stays fired: report it once.
+    pub(crate) reported: bool,
+}
+
+impl<G: HeldLease> Lease for LockLease<'_, G> {
+    async fn lost(&mut self, sink: &mut Sink) -> Loss {
+        if self.reported {
+            return std::future::pending().await;
+        }
+        // Cancel safe: a cancellation token's `cancelled()` is.
+        self.guard.lost().await;
+        self.reported = true;
+        let reason = self
+            .guard
+            .loss_reason()
+            .unwrap_or_else(|| "the lock was lost".into());
+        sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
+        // The deadline errs early: killed by then, PROGRAM is gone before the lock can expire
+        // and pass on. When the loss is the deadline itself, that is now: SIGKILL at once. A
+        // refused extension (the key is gone or foreign) can come earlier; PROGRAM then gets
+        // the time left, at most --kill-grace, to stop cleanly: another holder may already
+        // run, which only the fencing token guards against.
+        let kill_at = self
+            .guard
+            .lease_deadline()
+            .min(later(Instant::now(), self.kill_grace));
+        Loss {
+            term: true,
+            kill_at,
+        }
+    }
+
+    fn confirmed_deadline(&self) -> Instant {
+        self.guard.lease_deadline()
+    }
+
+    async fn still_held(&mut self, away: Duration) -> Result<(), String> {
+        let lost = |what: String| Err(format!("{what} while baton was stopped ({})", human(away)));
+        if let Some(reason) = self.guard.loss_reason() {
+            return lost(format!("the lock was lost ({reason})"));
+        }
+        // Nothing was extended while stopped: past the deadline the key may have expired and
+        // passed on. Before it, the watchdog's next extension settles the rest.
+        if Instant::now() >= self.guard.lease_deadline() {
+            return lost("the lease ran out".into());
+        }
+        Ok(())
+    }
 }
