@@ -40,7 +40,7 @@ use tokio_stream::StreamExt;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The lease of both scenes. Without keepalive (the default) an attempt must end within it,
+/// The lease of both scenes. Without the watchdog (the default) an attempt must end within it,
 /// and a crashed holder blocks the job for at most this long.
 const LEASE: Duration = Duration::from_millis(1500);
 /// How long the primary "works" before its attempt fails or it crashes.
@@ -262,7 +262,7 @@ async fn drive(
                 if let Some(tx) = won.take() {
                     let _ = tx.send(());
                 }
-                // The work. Without keepalive it must end within the lease.
+                // The work. Without the watchdog it must end within the lease.
                 tokio::time::sleep(work).await;
                 match plan {
                     Plan::Fail(reason) => {

@@ -77,7 +77,7 @@ async fn demo(url: &str) -> Result<(), BoxError> {
     let first = Client::connect(url).await?;
     let opts = ElectionOptions::builder().lease(lease).name("a").build()?;
     let elector = first.leaders().elector(&election, &opts)?;
-    let term1 = elector.campaign().await?.number();
+    let term1 = elector.campaign().await?.fencing_token();
     let (name, term) = next_leader(&mut seen, Duration::from_secs(5)).await?;
     println!("{name} leads in term {term}");
 

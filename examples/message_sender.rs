@@ -304,7 +304,7 @@ async fn send_with_run(
                         sender,
                         index,
                         &attempt.key,
-                        attempt.number,
+                        attempt.attempt,
                         attempt.fencing_token,
                     )
                     .await

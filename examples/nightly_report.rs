@@ -213,7 +213,7 @@ fn report_worker(
             async move {
                 tokio::time::sleep(REPORT_WORK).await;
                 let written = Written {
-                    attempt: attempt.number,
+                    attempt: attempt.attempt,
                     fence: attempt.fencing_token,
                 };
                 stored.lock().map_err(|_| "poisoned")?.push(Stored {

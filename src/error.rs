@@ -153,9 +153,7 @@ pub enum Error {
         detail: String,
     },
     /// The lease key exists without a TTL, so it would never expire.
-    #[error(
-        "lease key `{key}` has no TTL (written by someone else?); re-checking every lock_timeout"
-    )]
+    #[error("lease key `{key}` has no TTL (written by someone else?); re-checking every lease")]
     NoExpiry {
         /// The Redis key.
         key: String,

@@ -147,7 +147,7 @@ async fn least_privilege_user_runs_the_whole_protocol_and_the_list_matches_acl_g
     );
     let cfg = FailoverConfig::builder("acl")
         .lease(Duration::from_millis(600))
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut a = client.failover().start(cfg.clone());
@@ -284,7 +284,7 @@ fn row_03_ttls_of_zero_or_out_of_range_are_rejected_so_px_0_is_never_sent() {
         Duration::MAX,
     ] {
         let (field, reason) = rejected(b().lease(d).retention(Duration::MAX).build());
-        assert_eq!(field, "lock_timeout", "{d:?}");
+        assert_eq!(field, "lease", "{d:?}");
         assert!(reason.contains("10ms ..= 1 day"), "{reason}");
     }
     for d in [Duration::from_millis(i64::MAX as u64), Duration::MAX] {
@@ -292,8 +292,8 @@ fn row_03_ttls_of_zero_or_out_of_range_are_rejected_so_px_0_is_never_sent() {
     }
     // Negative and 20-digit values in a config file are refused by the parser.
     for text in [
-        r#"{"key":"k","lock_timeout_ms":-5}"#,
-        r#"{"key":"k","lock_timeout_ms":99999999999999999999}"#,
+        r#"{"key":"k","lease_ms":-5}"#,
+        r#"{"key":"k","lease_ms":99999999999999999999}"#,
         r#"{"key":"k","retention_ms":-1}"#,
     ] {
         assert!(
@@ -306,21 +306,21 @@ fn row_03_ttls_of_zero_or_out_of_range_are_rejected_so_px_0_is_never_sent() {
 }
 
 #[test]
-fn row_04_the_keepalive_interval_is_always_a_third_of_the_lease() {
+fn row_04_the_watchdog_interval_is_always_a_third_of_the_lease() {
     for ms in [10, 11, 100, 5_000, 86_400_000] {
         let lease = Duration::from_millis(ms);
         let cfg = FailoverConfig::builder("k")
             .lease(lease)
             .retention(lease * 2)
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap();
-        let interval = cfg.keepalive_interval();
+        let interval = cfg.watchdog_interval();
         assert!(interval > Duration::ZERO, "{lease:?}");
         assert!(interval * 3 <= lease, "{interval:?} for a {lease:?} lease");
     }
     // It is derived, not a setting: a config file cannot set a longer one.
-    let file = r#"{"key":"k","keepalive":true,"keepalive_interval_ms":5000}"#;
+    let file = r#"{"key":"k","watchdog":true,"watchdog_interval_ms":5000}"#;
     assert!(serde_json::from_str::<FailoverConfig>(file).is_err());
 }
 
@@ -616,7 +616,7 @@ async fn row_16_a_lease_without_ttl_is_reported_rechecked_and_never_made_to_expi
             .build()
             .unwrap(),
     );
-    // Reported (retryable: an operator may fix it) and re-checked every lock_timeout.
+    // Reported (retryable: an operator may fix it) and re-checked every lease.
     let mut no_expiry = 0;
     while no_expiry < 2 {
         match next(&mut w, WAKE).await {
@@ -1168,7 +1168,7 @@ async fn row_28_redis_restarted_without_persistence_is_state_lost_never_a_rerun(
     let client = client(&srv).await;
     let cfg = FailoverConfig::builder("lost")
         .lease(Duration::from_secs(10))
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut a = client.failover().start(cfg.clone());
@@ -1212,7 +1212,7 @@ async fn row_29_client_pause_write_times_out_the_holder_which_then_carries_on_al
     // Keepalive every 4 s / 3; the pause covers the first extension and its retries.
     let cfg = job("paused")
         .lease(Duration::from_secs(4))
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut a = client.failover().start(cfg.clone());
@@ -1296,23 +1296,23 @@ async fn row_31_a_monotonic_jump_past_the_lease_is_lease_lost_without_panicking(
     // A real CLOCK_MONOTONIC jump cannot be made here. What a jump does to the worker is that
     // every timer is overdue at once; freezing this runtime's only thread does exactly that
     // (while Redis, in another process, really lets the lease expire). Huge deadlines
-    // (`max_run` at its 10-year cap) must saturate, not overflow.
+    // (`max_hold` at its 10-year cap) must saturate, not overflow.
     let ten_years = Duration::from_secs(10 * 365 * 86_400);
-    let (field, _) = rejected(job("k").max_run(Some(Duration::MAX)).build());
-    assert_eq!(field, "max_run");
+    let (field, _) = rejected(job("k").max_hold(Some(Duration::MAX)).build());
+    assert_eq!(field, "max_hold");
     let srv = server();
     let client = client(&srv).await;
     let mut conn = raw(&srv).await;
     let cfg = FailoverConfig::builder("mono")
         .lease(Duration::from_millis(300))
-        .keepalive(true)
-        .max_run(Some(ten_years))
+        .watchdog(true)
+        .max_hold(Some(ten_years))
         .build()
         .unwrap();
     let mut a = client.failover().start(cfg.clone());
     let got = acquired(&mut a, WAKE).await;
     std::thread::sleep(Duration::from_millis(900));
-    // The overdue keepalive finds the lease gone: the holder does not assume it still holds.
+    // The overdue extension finds the lease gone: the holder does not assume it still holds.
     let evs = until_end(&mut a, WAKE).await;
     assert!(
         matches!(evs.last(), Some(Event::LeaseLost { attempt: 1, .. })),
@@ -1435,7 +1435,7 @@ async fn row_35_a_panicking_job_fails_its_attempt_visibly_and_a_backup_takes_ove
     // The same client keeps coordinating.
     let done = client
         .failover()
-        .run(cfg, |a| async move { Ok::<_, String>(a.number) })
+        .run(cfg, |a| async move { Ok::<_, String>(a.attempt) })
         .await
         .unwrap();
     assert_eq!(done, RunOutcome::Done(4));

@@ -323,15 +323,15 @@ async fn a_sigkilled_holder_takes_its_program_down_and_a_backup_takes_over_after
 /// One phase of the deadline test: `Err` describes what went wrong.
 type Phase = Result<(), String>;
 
-async fn no_keepalive_deadline_stops_the_program(url: &str, dir: &TempDir) -> Phase {
+async fn no_watchdog_deadline_stops_the_program(url: &str, dir: &TempDir) -> Phase {
     let pidfile = dir.path("nokeep-pid");
     let script = format!("echo $$ > {}; exec sleep 10", shq(&pidfile));
     let t0 = Instant::now();
     let child = spawn(baton("run", url).args([
         "--key",
         "nokeep",
-        "--no-keepalive",
-        "--lock-timeout",
+        "--no-watchdog",
+        "--lease",
         "1s",
         "--kill-grace",
         "200ms",
@@ -341,7 +341,7 @@ async fn no_keepalive_deadline_stops_the_program(url: &str, dir: &TempDir) -> Ph
         &script,
     ]));
     let pid = read_pid(&pidfile, QUICK).await;
-    let o = finish(child, QUICK, "--no-keepalive").await;
+    let o = finish(child, QUICK, "--no-watchdog").await;
     let elapsed = t0.elapsed();
     let mut errs = Vec::new();
     if o.status.code() != Some(74) {
@@ -355,27 +355,20 @@ async fn no_keepalive_deadline_stops_the_program(url: &str, dir: &TempDir) -> Ph
     }
     errs.is_empty()
         .then_some(())
-        .ok_or_else(|| format!("--no-keepalive: {}", errs.join("; ")))
+        .ok_or_else(|| format!("--no-watchdog: {}", errs.join("; ")))
 }
 
-async fn keepalive_lets_a_program_outlive_the_lock_timeout(
+async fn the_watchdog_lets_a_program_outlive_the_lease(
     url: &str,
     dir: &TempDir,
     srv: &baton::testing::RedisServer,
 ) -> Phase {
     let marker = dir.path("keep-out");
     let script = format!("sleep 3; echo finished > {}", shq(&marker));
-    let child = spawn(baton("run", url).args([
-        "--key",
-        "keep",
-        "--lock-timeout",
-        "1s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]));
-    let o = finish(child, Duration::from_secs(20), "keepalive").await;
+    let child = spawn(
+        baton("run", url).args(["--key", "keep", "--lease", "1s", "--", "sh", "-c", &script]),
+    );
+    let o = finish(child, Duration::from_secs(20), "watchdog").await;
     let mut errs = Vec::new();
     if o.status.code() != Some(0) {
         errs.push(format!("expected exit 0: {}", describe(&o)));
@@ -390,19 +383,19 @@ async fn keepalive_lets_a_program_outlive_the_lock_timeout(
     }
     errs.is_empty()
         .then_some(())
-        .ok_or_else(|| format!("keepalive: {}", errs.join("; ")))
+        .ok_or_else(|| format!("watchdog: {}", errs.join("; ")))
 }
 
-async fn max_run_stops_the_program(url: &str, dir: &TempDir) -> Phase {
+async fn max_hold_stops_the_program(url: &str, dir: &TempDir) -> Phase {
     let pidfile = dir.path("maxrun-pid");
     let script = format!("echo $$ > {}; exec sleep 30", shq(&pidfile));
     let t0 = Instant::now();
     let child = spawn(baton("run", url).args([
         "--key",
         "maxrun",
-        "--max-run",
+        "--max-hold",
         "2s",
-        "--lock-timeout",
+        "--lease",
         "1s",
         "--",
         "sh",
@@ -410,33 +403,33 @@ async fn max_run_stops_the_program(url: &str, dir: &TempDir) -> Phase {
         &script,
     ]));
     let pid = read_pid(&pidfile, QUICK).await;
-    let o = finish(child, QUICK, "--max-run").await;
+    let o = finish(child, QUICK, "--max-hold").await;
     let elapsed = t0.elapsed();
     let mut errs = Vec::new();
     if o.status.code() != Some(74) {
         errs.push(format!("expected exit 74: {}", describe(&o)));
     }
     if elapsed > Duration::from_secs(7) {
-        errs.push(format!("took {elapsed:?} (max-run 2 s)"));
+        errs.push(format!("took {elapsed:?} (max-hold 2 s)"));
     }
     if !gone_within(pid, Duration::from_secs(1)).await {
         errs.push(format!("program {pid} still running after baton exited"));
     }
     errs.is_empty()
         .then_some(())
-        .ok_or_else(|| format!("--max-run: {}", errs.join("; ")))
+        .ok_or_else(|| format!("--max-hold: {}", errs.join("; ")))
 }
 
 #[tokio::test]
-async fn deadlines_stop_the_program_with_74_while_keepalive_lets_it_finish() {
+async fn deadlines_stop_the_program_with_74_while_the_watchdog_lets_it_finish() {
     let srv = server();
     let url = srv.url();
     let dir = TempDir::new("deadline");
     // The three cases run side by side (different keys); every failure is reported.
     let (a, b, c) = tokio::join!(
-        no_keepalive_deadline_stops_the_program(&url, &dir),
-        keepalive_lets_a_program_outlive_the_lock_timeout(&url, &dir, &srv),
-        max_run_stops_the_program(&url, &dir),
+        no_watchdog_deadline_stops_the_program(&url, &dir),
+        the_watchdog_lets_a_program_outlive_the_lease(&url, &dir, &srv),
+        max_hold_stops_the_program(&url, &dir),
     );
     let errs: Vec<String> = [a, b, c].into_iter().filter_map(Result::err).collect();
     assert!(errs.is_empty(), "{errs:#?}");
@@ -837,11 +830,11 @@ async fn help_documents_every_flag_and_exit_status() {
         "--key",
         "--redis-url",
         "--prefix",
-        "--lock-timeout",
+        "--lease",
         "--max-attempts",
         "--retention",
-        "--no-keepalive",
-        "--max-run",
+        "--no-watchdog",
+        "--max-hold",
         "--retry-delay",
         "--kill-grace",
         "--name",
@@ -1038,7 +1031,7 @@ async fn settings_are_checked_before_connecting_so_usage_errors_exit_64_without_
         ),
         (
             "run",
-            vec!["--key", "ok", "--max-run", "1s", "--lock-timeout", "10s"],
+            vec!["--key", "ok", "--max-hold", "1s", "--lock-timeout", "10s"],
         ),
         ("run", vec!["--key", "ok", "--prefix", "no-colon"]),
         ("status", vec!["--key", "a{b}"]),
@@ -1076,12 +1069,12 @@ async fn huge_durations_are_refused_with_64_instead_of_panicking() {
         "--kill-grace",
         "--lock-timeout",
         "--retention",
-        "--max-run",
+        "--max-hold",
         "--retry-delay",
     ] {
-        // Without keepalive, a 1 s lease makes baton SIGTERM PROGRAM (and time the SIGKILL a
+        // Without the watchdog, a 1 s lease makes baton SIGTERM PROGRAM (and time the SIGKILL a
         // kill-grace later) within a second, if it ever runs.
-        let mut args = vec!["--key", "huge", "--no-keepalive"];
+        let mut args = vec!["--key", "huge", "--no-watchdog"];
         if flag != "--lock-timeout" {
             args.extend(["--lock-timeout", "1s"]);
         }
@@ -1283,7 +1276,8 @@ async fn sigterm_reaches_a_stopped_program_at_once() {
 }
 
 #[tokio::test]
-async fn without_keepalive_sigterm_comes_kill_grace_before_the_leases_end_counted_from_the_grant() {
+async fn without_the_watchdog_sigterm_comes_kill_grace_before_the_leases_end_counted_from_the_grant(
+) {
     let srv = server();
     // Every reply reaches baton 350 ms late, the grant's among them. Counted from when baton
     // read the grant, SIGTERM would come 250 ms before a lease end that is 350 ms late: after
@@ -1301,7 +1295,7 @@ async fn without_keepalive_sigterm_comes_kill_grace_before_the_leases_end_counte
     let holder = spawn(baton("run", &url).args([
         "--key",
         "granttime",
-        "--no-keepalive",
+        "--no-watchdog",
         "--lock-timeout",
         "2s",
         "--kill-grace",
@@ -1329,7 +1323,7 @@ async fn without_keepalive_sigterm_comes_kill_grace_before_the_leases_end_counte
     let (Some(lease_gone), Some(program_gone)) = (lease_gone, program_gone) else {
         panic!("lease gone {lease_gone:?}, program gone {program_gone:?} within 10 s");
     };
-    let o = finish(holder, QUICK, "--no-keepalive behind a slow link").await;
+    let o = finish(holder, QUICK, "--no-watchdog behind a slow link").await;
     assert_eq!(code(&o), 74, "{}", describe(&o));
     assert_eq!(
         lines(&termfile),
@@ -1506,8 +1500,9 @@ async fn refused_settings_are_named_by_their_flags_with_durations_in_words() {
         ),
         (
             "run",
+            // --max-run is --max-hold's former name, an alias.
             &["--max-run", "1s", "--lease", "10s"],
-            &["invalid --max-run: 1.0 s must exceed --lease (10.0 s)"],
+            &["invalid --max-hold: 1.0 s must exceed --lease (10.0 s)"],
         ),
         (
             "run",
@@ -1562,7 +1557,42 @@ async fn refused_settings_are_named_by_their_flags_with_durations_in_words() {
 }
 
 #[tokio::test]
-async fn a_max_run_stop_is_told_and_the_status_reads_in_words() {
+async fn the_former_flag_names_are_still_accepted() {
+    let srv = server();
+    let url = srv.url();
+    // --no-keepalive, --max-run and --lock-timeout are the former names of --no-watchdog,
+    // --max-hold and --lease: scripts written with them keep working.
+    let o = run(
+        baton("run", &url).args([
+            "--key",
+            "aliases",
+            "--no-keepalive",
+            "--max-run",
+            "5s",
+            "--lock-timeout",
+            "2s",
+            "--",
+            "true",
+        ]),
+        "run with the former flag names",
+    )
+    .await;
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    let mut conn = raw(&srv).await;
+    assert_eq!(
+        get(&mut conn, &state_key("aliases")).await.as_deref(),
+        Some("DONE")
+    );
+    // --help lists them as aliases, next to the current names.
+    let help = run(&mut plain(&["run", "--help"]), "run --help").await;
+    let text = stdout(&help);
+    for alias in ["no-keepalive", "max-run", "lock-timeout"] {
+        assert!(text.contains(alias), "run --help lists {alias}:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_max_hold_stop_is_told_and_the_status_reads_in_words() {
     let srv = server();
     let url = srv.url();
     let o = run(
@@ -1570,21 +1600,21 @@ async fn a_max_run_stop_is_told_and_the_status_reads_in_words() {
             "--key",
             "words",
             "-v",
-            "--max-run",
+            "--max-hold",
             "1500ms",
-            "--lock-timeout",
+            "--lease",
             "1s",
             "--",
             "sleep",
             "30",
         ]),
-        "run --max-run 1500ms",
+        "run --max-hold 1500ms",
     )
     .await;
     assert_eq!(code(&o), 74, "{}", describe(&o));
     let err = stderr(&o);
     assert!(
-        err.contains("stopping PROGRAM: --max-run of 1.5 s reached"),
+        err.contains("stopping PROGRAM: --max-hold of 1.5 s reached"),
         "{err}"
     );
     assert_eq!(debug_durations(&err), [] as [String; 0], "{err}");

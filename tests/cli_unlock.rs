@@ -158,7 +158,7 @@ fn job() -> FailoverConfig {
         .lease(LEASE)
         .max_attempts(5)
         // As `baton run` holds: extended, and listening for an operator's release.
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap()
 }

@@ -71,7 +71,7 @@ where
     let job = || {
         FailoverConfig::builder(NAME)
             .lease(Duration::from_secs(10))
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap()
     };

@@ -252,7 +252,7 @@ scenario! {
         let lease = Duration::from_millis(600);
         let cfg = FailoverConfig::builder("moving")
             .lease(lease)
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap();
         let mut w = client.failover().start(cfg);

@@ -14,12 +14,12 @@ const LEASE: Duration = Duration::from_secs(1);
 scenario! {
     postgres:
     #[tokio::test]
-    async fn keepalive_holder_working_three_leases_is_never_overlapped() {
+    async fn watchdog_holder_working_three_leases_is_never_overlapped() {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("ka")
             .lease(LEASE)
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap();
         let mut a = client.failover().start(cfg.clone());
@@ -57,14 +57,14 @@ scenario! {
 scenario! {
     postgres:
     #[tokio::test]
-    async fn max_run_ends_a_kept_alive_attempt() {
+    async fn max_hold_ends_a_kept_alive_attempt() {
         let srv = server();
         let client = client(&srv).await;
-        let max_run = Duration::from_millis(2500);
+        let max_hold = Duration::from_millis(2500);
         let cfg = FailoverConfig::builder("maxrun")
             .lease(LEASE)
-            .keepalive(true)
-            .max_run(Some(max_run))
+            .watchdog(true)
+            .max_hold(Some(max_hold))
             .build()
             .unwrap();
         let mut a = client.failover().start(cfg.clone());
@@ -72,7 +72,7 @@ scenario! {
         let t0 = Instant::now();
         let mut b = client.failover().start(cfg);
         let evs = until_end(&mut a, Duration::from_secs(10)).await;
-        assert!(t0.elapsed() >= max_run - Duration::from_millis(100));
+        assert!(t0.elapsed() >= max_hold - Duration::from_millis(100));
         assert!(
             matches!(
                 evs.as_slice(),
@@ -103,7 +103,7 @@ scenario! {
 scenario! {
     postgres:
     #[tokio::test]
-    async fn without_keepalive_the_holder_hears_its_deadline_before_a_backup_takes_over() {
+    async fn without_the_watchdog_the_holder_hears_its_deadline_before_a_backup_takes_over() {
         let srv = server();
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("deadline")
@@ -146,7 +146,7 @@ scenario! {
         let client = client(&srv).await;
         let cfg = FailoverConfig::builder("restart")
             .lease(Duration::from_secs(3))
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap();
         let mut a = client.failover().start(cfg.clone());

@@ -223,7 +223,7 @@ async fn waiting_backups_recheck_a_kept_alive_lease_with_one_plain_read_per_leas
     let client = client(&srv).await;
     let cfg = baton::FailoverConfig::builder("idle")
         .lease(LEASE)
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut holder = client.failover().start(cfg.clone());
@@ -279,7 +279,7 @@ async fn a_kept_alive_holder_sends_one_command_per_extension() {
     let client = client(&srv).await;
     let cfg = baton::FailoverConfig::builder("kept")
         .lease(LEASE)
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut holder = client.failover().start(cfg);

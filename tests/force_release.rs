@@ -228,7 +228,7 @@ async fn a_leaders_term_taken_ends_it_at_once_and_the_next_term_is_higher() {
         panic!("not taken: {taken:?}");
     };
     assert_eq!(taken.holder, "a");
-    assert_eq!(taken.fencing_token, Some(term.number()));
+    assert_eq!(taken.fencing_token, Some(term.fencing_token()));
     tokio::time::timeout(WITHIN + LONG / 3, term.lost())
         .await
         .expect("the leader was told its term ended");
@@ -243,10 +243,10 @@ async fn a_leaders_term_taken_ends_it_at_once_and_the_next_term_is_higher() {
         .expect("the election was free")
         .unwrap();
     assert!(
-        next.number() > term.number(),
+        next.fencing_token() > term.fencing_token(),
         "{} then {}",
-        term.number(),
-        next.number()
+        term.fencing_token(),
+        next.fencing_token()
     );
 }
 

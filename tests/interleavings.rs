@@ -249,7 +249,7 @@ async fn frozen_right_after_an_extension(
         .unwrap();
     let cfg = job(key)
         .lease(Duration::from_secs(3))
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .unwrap();
     let mut w = client.failover().start(cfg);
@@ -321,7 +321,7 @@ async fn a_starved_pool_does_not_stop_a_holders_keepalive() {
         .await
         .unwrap();
     let lease = Duration::from_millis(900);
-    let cfg = job("kept").lease(lease).keepalive(true).build().unwrap();
+    let cfg = job("kept").lease(lease).watchdog(true).build().unwrap();
     let mut holder = client.failover().start(cfg);
     let _a = acquired(&mut holder, WAKE).await;
     let release = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -411,7 +411,7 @@ async fn release_and_exhaustion_refresh_the_fence_ttl() {
 async fn the_attempt_handle_reports_loss_without_the_event_stream() {
     let server = server();
     let client = client(&server).await;
-    let cfg = job("handle-loss").keepalive(true).build().unwrap();
+    let cfg = job("handle-loss").watchdog(true).build().unwrap();
     let mut w = client.failover().start(cfg);
     let a = acquired(&mut w, WAKE).await;
     let token = a.handle.lost_token();

@@ -158,7 +158,7 @@ scenario! {
             .expect("the standby was not woken by the resignation")
             .unwrap();
         assert!(led_at.duration_since(resigned_at) < lease / 2);
-        assert!(t2.number() > t1.number(), "{} then {}", t1.number(), t2.number());
+        assert!(t2.fencing_token() > t1.fencing_token(), "{} then {}", t1.fencing_token(), t2.fencing_token());
         assert!(standby.is_leader());
         assert!(standby.resign().await.unwrap());
     }
@@ -202,7 +202,7 @@ scenario! {
         let took = crashed_at.elapsed();
         // Not before the lease could end (it was renewed at most a third of a lease before).
         assert!(took >= lease / 2, "took over after {took:?}");
-        assert!(t2.number() > t1.number());
+        assert!(t2.fencing_token() > t1.fencing_token());
         assert!(standby.resign().await.unwrap());
     }
 
@@ -268,7 +268,7 @@ scenario! {
             tokio::time::timeout(WAKE, seen.next()).await.unwrap(),
             Some(Observed::Leader {
                 name: "api-1".into(),
-                term: t.number()
+                term: t.fencing_token()
             })
         );
         e.resign().await.unwrap();
@@ -308,7 +308,7 @@ scenario! {
             "the standby led only {:?} after the old lease's deadline",
             led_at - t1.lease_deadline()
         );
-        assert!(t2.number() > t1.number());
+        assert!(t2.fencing_token() > t1.fencing_token());
         assert!(standby.resign().await.unwrap());
     }
 
@@ -327,7 +327,7 @@ scenario! {
             .expect("the stream goes on");
         assert_eq!(
             serde_json::to_value(&change).unwrap(),
-            serde_json::json!({"event": "Leader", "name": "api-2", "term": t.number()})
+            serde_json::json!({"event": "Leader", "name": "api-2", "term": t.fencing_token()})
         );
         e.resign().await.unwrap();
         // The shutdown ends the stream.
@@ -369,8 +369,8 @@ scenario! {
                         e.resign().await.unwrap();
                         break;
                     }
-                    grants.lock().unwrap().push((t.number(), who));
-                    let w = resource.write(t.number(), &format!("e{who}")).await;
+                    grants.lock().unwrap().push((t.fencing_token(), who));
+                    let w = resource.write(t.fencing_token(), &format!("e{who}")).await;
                     assert_eq!(w, FencedWrite::Written, "the current leader's write");
                     // A deposed leader of an older term writes late: refused.
                     if let Some(old) = stale.take() {
@@ -393,7 +393,7 @@ scenario! {
                     } else {
                         e.resign().await.unwrap();
                     }
-                    stale = Some(t.number());
+                    stale = Some(t.fencing_token());
                 }
             }));
         }
@@ -516,9 +516,16 @@ async fn concurrent_campaigns_of_one_elector_share_its_term() {
     .await
     .expect("one campaign waited for the elector's own lease");
     let (first, second) = (first.unwrap(), second.unwrap());
-    assert_eq!(first.number(), second.number(), "two terms for one elector");
+    assert_eq!(
+        first.fencing_token(),
+        second.fencing_token(),
+        "two terms for one elector"
+    );
     assert!(elector.is_leader());
-    assert_eq!(elector.term().map(|t| t.number()), Some(first.number()));
+    assert_eq!(
+        elector.term().map(|t| t.fencing_token()),
+        Some(first.fencing_token())
+    );
     // The term both hold is the one the elector resigns.
     assert!(elector.resign().await.unwrap());
     assert!(first.lost_token().is_cancelled() && second.lost_token().is_cancelled());

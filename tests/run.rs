@@ -23,9 +23,9 @@ async fn run_records_done_and_later_runs_do_not_repeat_the_work() {
             let c = c.clone();
             async move {
                 c.fetch_add(1, Ordering::SeqCst);
-                assert_eq!(attempt.number, 1);
+                assert_eq!(attempt.attempt, 1);
                 assert!(attempt.fencing_token > 0);
-                Ok::<_, String>(attempt.number * 10)
+                Ok::<_, String>(attempt.attempt * 10)
             }
         })
         .await

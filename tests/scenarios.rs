@@ -78,7 +78,7 @@ scenario! {
         let mut conn = raw(&srv).await;
         let cfg = FailoverConfig::builder("s8")
             .lease(Duration::from_secs(3))
-            .keepalive(true)
+            .watchdog(true)
             .build()
             .unwrap();
         let mut a = client.failover().start(cfg.clone());

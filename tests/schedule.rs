@@ -99,7 +99,7 @@ fn start(
                     occurrence: occurrence.id().to_string(),
                     tick: occurrence.tick(),
                     job: attempt.key.clone(),
-                    attempt: attempt.number,
+                    attempt: attempt.attempt,
                     server_time,
                     at: Instant::now(),
                 });
@@ -280,7 +280,7 @@ async fn a_failed_attempt_is_retried_by_a_backup_within_the_occurrence() {
                 ScheduleOptions::default(),
                 &log,
                 |_, attempt| {
-                    if attempt.number == 1 {
+                    if attempt.attempt == 1 {
                         Act::Fail
                     } else {
                         Act::Succeed

@@ -233,7 +233,7 @@ pub(crate) fn spawn_idle_worker(
     client: &Client,
     job: &str,
     lease: Duration,
-    keepalive: bool,
+    watchdog: bool,
     stop: &tokio::sync::watch::Receiver<bool>,
     ok: Arc<AtomicUsize>,
     unexpected: Arc<AtomicUsize>,
@@ -241,7 +241,7 @@ pub(crate) fn spawn_idle_worker(
     let c = FailoverConfig::builder(job)
         .lease(lease)
         .retention(RETENTION)
-        .keepalive(keepalive)
+        .watchdog(watchdog)
         .build()
         .expect("config");
     let mut w = client.failover().start(c);

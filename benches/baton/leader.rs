@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton::{Client, ElectionOptions};
+use baton::{Client, ElectionOptions, Fenced};
 use redis::aio::{MultiplexedConnection, PubSub};
 use serde_json::json;
 use tokio::time::Instant;
@@ -439,7 +439,7 @@ async fn baton_takeover(
     // Read after the crash: no renewal can move it any more.
     let expiry = expiry_us(adm, &format!("baton:leader:{{{key}}}")).await;
     let (t1, u1, term, se) = camp.await.expect("standby task");
-    assert!(term.number() > 0);
+    assert!(term.fencing_token() > 0);
     se.resign().await.expect("standby resigns");
     drop(le);
     drop(leader_client);

@@ -1105,7 +1105,7 @@ async fn roundtrips(report: &mut Report) {
     let keep = FailoverConfig::builder(&j3)
         .lease(short)
         .retention(RETENTION)
-        .keepalive(true)
+        .watchdog(true)
         .build()
         .expect("config");
     let mut h3 = a.failover().start(keep);

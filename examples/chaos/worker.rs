@@ -267,7 +267,7 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
     let mut cfg = FailoverConfig::builder(job.clone())
         .max_attempts(MAX_ATTEMPTS)
         .lease(LEASE)
-        .keepalive(true)
+        .watchdog(true)
         .retention(Duration::from_secs(3600))
         .worker_name(ctx.holder.clone());
     if ctx.args.replica_ack {
@@ -461,7 +461,7 @@ async fn leader_task(
                 let (ctx, name) = (ctx.clone(), name.clone());
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 async move {
-                    let fence = term.number();
+                    let fence = term.fencing_token();
                     ctx.write(
                         json!({"type":"info","f":"grant","lock":name,"n":n,"token":fence,
                         "detached":detached}),

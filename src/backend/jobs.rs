@@ -41,7 +41,7 @@ pub(crate) mod pg {
 pub(crate) struct JobSpec {
     pub keys: Arc<JobKeys>,
     pub name: Arc<str>,
-    pub lock_timeout: Duration,
+    pub lease: Duration,
     pub retention: Duration,
     /// Whether the job asks for replica acknowledgements (`replica_ack`), which only Redis
     /// counts.
@@ -81,7 +81,7 @@ impl Backend {
                     transport: t.clone(),
                     keys: job.keys,
                     name: job.name,
-                    lock_timeout: job.lock_timeout,
+                    lease: job.lease,
                     retention: job.retention,
                 };
                 Ok(on.run(store, &t.cancel, &t.tracker))
@@ -99,7 +99,7 @@ impl Backend {
                     transport: t.clone(),
                     key: job.keys.state().to_string(),
                     name: job.name,
-                    lock_timeout: job.lock_timeout,
+                    lease: job.lease,
                     retention: job.retention,
                 };
                 Ok(on.run(store, &t.cancel, &t.tracker))
@@ -159,7 +159,7 @@ impl Backend {
         keys: &JobKeys,
         named: Named,
         reason: &str,
-        lock_timeout: Duration,
+        lease: Duration,
         retention: Duration,
     ) -> Result<FailAttempt, Error> {
         match self {
@@ -173,7 +173,7 @@ impl Backend {
                     keys.state(),
                     named,
                     reason,
-                    lock_timeout,
+                    lease,
                     retention,
                 )
                 .await

@@ -163,7 +163,7 @@ impl Failover {
         let named = named(expected)?;
         let keys = JobKeys::new(&config.prefix, &config.key);
         self.backend
-            .fail_attempt(&keys, named, reason, config.lock_timeout, config.retention)
+            .fail_attempt(&keys, named, reason, config.lease, config.retention)
             .await
     }
 

@@ -34,7 +34,7 @@ impl<S: JobStore> Task<S> {
         // is reported and retried.
         let wait = self
             .cfg
-            .lock_timeout
+            .lease
             .max(self.store.settings().response_timeout * 5);
         self.store.checkout(after(Instant::now(), wait)).await
     }
@@ -84,9 +84,9 @@ impl<S: JobStore> Task<S> {
                 };
                 // We do not know when the lost EXEC was applied; the remaining PTTL tells how
                 // long the lease still runs, so date the grant back accordingly.
-                let remaining = Duration::from_millis(pttl).min(self.cfg.lock_timeout);
+                let remaining = Duration::from_millis(pttl).min(self.cfg.lease);
                 let sent = Instant::now()
-                    .checked_sub(self.cfg.lock_timeout - remaining)
+                    .checked_sub(self.cfg.lease - remaining)
                     .unwrap_or_else(Instant::now);
                 self.events.status(
                     StatusLevel::Normal,
@@ -291,7 +291,7 @@ impl<S: JobStore> Task<S> {
                         key: self.store.locate(super::protocol::Which::Lease),
                     };
                     self.report(&e);
-                    self.cfg.lock_timeout
+                    self.cfg.lease
                 }
             };
             if let Some(d) = resubscribe_in {

@@ -24,17 +24,19 @@ pub enum StatusLevel {
 /// A validated configuration of one job for one worker.
 ///
 /// Build it with [`FailoverConfig::builder`], or deserialize it (durations in milliseconds, e.g.
-/// `{"key":"msg:42","lock_timeout_ms":10000}`); both paths run the same validation.
+/// `{"key":"msg:42","lease_ms":10000,"watchdog":true}`); both paths run the same validation.
+/// The former field names `lock_timeout_ms`, `keepalive` and `max_run_ms` are still read, as
+/// aliases of `lease_ms`, `watchdog` and `max_hold_ms`; serialization writes the current ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawConfig", into = "RawConfig")]
 pub struct FailoverConfig {
     pub(crate) key: String,
     pub(crate) prefix: String,
-    pub(crate) lock_timeout: Duration,
+    pub(crate) lease: Duration,
     pub(crate) max_attempts: u64,
     pub(crate) retention: Duration,
-    pub(crate) keepalive: bool,
-    pub(crate) max_run: Option<Duration>,
+    pub(crate) watchdog: bool,
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) retry_delay: Duration,
     pub(crate) rejoin_after_fail: bool,
     pub(crate) status_level: StatusLevel,
@@ -44,16 +46,22 @@ pub struct FailoverConfig {
 }
 
 /// The serialized shape of [`FailoverConfig`]: plain fields with defaults, durations in ms.
+///
+/// Written with the current names; the former ones (`lock_timeout_ms`, `keepalive`,
+/// `max_run_ms`) are read as aliases, so configuration files from before the rename still load.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawConfig {
     key: String,
     prefix: String,
-    lock_timeout_ms: u64,
+    #[serde(alias = "lock_timeout_ms")]
+    lease_ms: u64,
     max_attempts: u64,
     retention_ms: u64,
-    keepalive: bool,
-    max_run_ms: Option<u64>,
+    #[serde(alias = "keepalive")]
+    watchdog: bool,
+    #[serde(alias = "max_run_ms")]
+    max_hold_ms: Option<u64>,
     retry_delay_ms: u64,
     rejoin_after_fail: bool,
     status_level: StatusLevel,
@@ -69,11 +77,11 @@ impl Default for RawConfig {
         RawConfig {
             key: String::new(),
             prefix: DEFAULT_PREFIX.to_string(),
-            lock_timeout_ms: DEFAULT_LOCK_TIMEOUT.as_millis() as u64,
+            lease_ms: DEFAULT_LEASE.as_millis() as u64,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retention_ms: DEFAULT_RETENTION.as_millis() as u64,
-            keepalive: false,
-            max_run_ms: None,
+            watchdog: false,
+            max_hold_ms: None,
             retry_delay_ms: 0,
             rejoin_after_fail: false,
             status_level: StatusLevel::Normal,
@@ -97,11 +105,11 @@ impl From<FailoverConfig> for RawConfig {
         RawConfig {
             key: c.key,
             prefix: c.prefix,
-            lock_timeout_ms: c.lock_timeout.as_millis() as u64,
+            lease_ms: c.lease.as_millis() as u64,
             max_attempts: c.max_attempts,
             retention_ms: c.retention.as_millis() as u64,
-            keepalive: c.keepalive,
-            max_run_ms: c.max_run.map(|d| d.as_millis() as u64),
+            watchdog: c.watchdog,
+            max_hold_ms: c.max_hold.map(|d| d.as_millis() as u64),
             retry_delay_ms: c.retry_delay.as_millis() as u64,
             rejoin_after_fail: c.rejoin_after_fail,
             status_level: c.status_level,
@@ -116,7 +124,10 @@ impl From<FailoverConfig> for RawConfig {
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = crate::util::names::DEFAULT_PREFIX;
 /// The default lease time (the original's `lockTimeout`).
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+/// The former name of [`DEFAULT_LEASE`].
+#[deprecated(since = "0.1.0", note = "renamed `DEFAULT_LEASE`")]
+pub const DEFAULT_LOCK_TIMEOUT: Duration = DEFAULT_LEASE;
 /// The default number of attempts (the original's `maxAttempts`).
 pub const DEFAULT_MAX_ATTEMPTS: u64 = 5;
 /// How long `DONE` / `EXHAUSTED` and the counter are kept by default.
@@ -124,14 +135,14 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// How many droppable events queue up unread before `Status`/`Locked` are dropped.
 pub const DEFAULT_EVENT_CAPACITY: usize = 64;
 
-const MIN_LOCK_TIMEOUT: Duration = Duration::from_millis(10);
-const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+const MIN_LEASE: Duration = Duration::from_millis(10);
+const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 const MAX_MAX_ATTEMPTS: u64 = 1_000_000;
 /// Redis stores TTLs in ms as i64; ten years is far beyond any sane retention and far inside i64.
 const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-/// The longest `max_run`: like retention, far beyond any real attempt, and small enough that
-/// `now + max_run` stays representable as a monotonic `Instant` on every platform.
-const MAX_MAX_RUN: Duration = MAX_RETENTION;
+/// The longest `max_hold`: like retention, far beyond any real attempt, and small enough that
+/// `now + max_hold` stays representable as a monotonic `Instant` on every platform.
+const MAX_MAX_HOLD: Duration = MAX_RETENTION;
 
 impl FailoverConfig {
     /// Starts a configuration for the job named `key` (e.g. `msg:42`), with every default.
@@ -154,7 +165,7 @@ impl FailoverConfig {
     }
     /// The lease time ([`FailoverConfigBuilder::lease`]).
     pub fn lease(&self) -> Duration {
-        self.lock_timeout
+        self.lease
     }
     /// The maximum number of attempts.
     pub fn max_attempts(&self) -> u64 {
@@ -164,21 +175,21 @@ impl FailoverConfig {
     pub fn retention(&self) -> Duration {
         self.retention
     }
-    /// Whether the holder extends its lease while its process lives.
-    pub fn keepalive(&self) -> bool {
-        self.keepalive
+    /// Whether the holder's watchdog extends its lease while its process lives.
+    pub fn watchdog(&self) -> bool {
+        self.watchdog
     }
-    /// How often a holder with keepalive extends its lease: always `lease / 3`.
+    /// How often a holder's watchdog extends its lease: always `lease / 3`.
     ///
     /// It is derived, not a setting, so the interval can never reach the lease time: two
     /// extensions can fail in a row (a slow reply, a reconnect) and the lease still has a third
     /// of its time left for the next one.
-    pub fn keepalive_interval(&self) -> Duration {
-        self.lock_timeout / 3
+    pub fn watchdog_interval(&self) -> Duration {
+        self.lease / 3
     }
-    /// The cap on one attempt's run time, if any.
-    pub fn max_run(&self) -> Option<Duration> {
-        self.max_run
+    /// The cap on how long one attempt may hold the job, if any.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
     }
     /// The pause before a backup takes over a failed attempt.
     pub fn retry_delay(&self) -> Duration {
@@ -200,9 +211,9 @@ impl FailoverConfig {
     pub fn replica_ack(&self) -> Option<(u32, Duration)> {
         self.replica_ack.map(|w| (w.replicas, w.timeout))
     }
-    /// Returns a copy with keepalive switched on or off (used by the closure form).
-    pub(crate) fn with_keepalive(mut self, on: bool) -> Self {
-        self.keepalive = on;
+    /// Returns a copy with the watchdog switched on or off (used by the closure form).
+    pub(crate) fn with_watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
         self
     }
 }
@@ -221,10 +232,10 @@ impl FailoverConfigBuilder {
         self
     }
     /// The lease time: how long a silent holder keeps the job before a backup may take over.
-    /// 10 ms ..= 1 day. Serialized as `lock_timeout_ms`, the CLI's `--lock-timeout`; errors
-    /// name it `lock_timeout`. Defaults to 5 s.
+    /// 10 ms ..= 1 day. Serialized as `lease_ms` (formerly `lock_timeout_ms`, still read), the
+    /// CLI's `--lease`; errors name it `lease`. Defaults to 5 s.
     pub fn lease(mut self, d: Duration) -> Self {
-        self.raw.lock_timeout_ms = duration_ms(d);
+        self.raw.lease_ms = duration_ms(d);
         self
     }
     /// The maximum number of attempts, 1 ..= 1 000 000. Defaults to 5.
@@ -242,17 +253,19 @@ impl FailoverConfigBuilder {
         self.raw.retention_ms = duration_ms(d);
         self
     }
-    /// Whether the holder extends its lease every `lease / 3` (see
-    /// [`FailoverConfig::keepalive_interval`]) while its process lives.
+    /// Whether the holder's watchdog extends its lease every `lease / 3` (see
+    /// [`FailoverConfig::watchdog_interval`]) while its process lives. Serialized as `watchdog`
+    /// (formerly `keepalive`, still read).
     /// Defaults to off (the original's model: an attempt must finish within `lease`).
-    pub fn keepalive(mut self, on: bool) -> Self {
-        self.raw.keepalive = on;
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.raw.watchdog = on;
         self
     }
-    /// A cap on one attempt's run time; must exceed `lease` and be at most 10 years.
-    /// Defaults to none.
-    pub fn max_run(mut self, d: Option<Duration>) -> Self {
-        self.raw.max_run_ms = d.map(duration_ms);
+    /// A cap on how long one attempt may hold the job, counted from its grant; must exceed
+    /// `lease` and be at most 10 years. Serialized as `max_hold_ms` (formerly `max_run_ms`,
+    /// still read). Defaults to none.
+    pub fn max_hold(mut self, d: Option<Duration>) -> Self {
+        self.raw.max_hold_ms = d.map(duration_ms);
         self
     }
     /// How long a backup waits after seeing a failed attempt before taking over; must be below
@@ -319,11 +332,11 @@ impl FailoverConfigBuilder {
         let r = self.raw;
         check_name("key", &r.key)?;
         check_prefix(&r.prefix)?;
-        let lock_timeout = Duration::from_millis(r.lock_timeout_ms);
-        if lock_timeout < MIN_LOCK_TIMEOUT || lock_timeout > MAX_LOCK_TIMEOUT {
+        let lease = Duration::from_millis(r.lease_ms);
+        if lease < MIN_LEASE || lease > MAX_LEASE {
             return Err(ConfigError::invalid(
-                "lock_timeout",
-                format!("{lock_timeout:?} is outside 10ms ..= 1 day"),
+                "lease",
+                format!("{lease:?} is outside 10ms ..= 1 day"),
             ));
         }
         if r.max_attempts == 0 || r.max_attempts > MAX_MAX_ATTEMPTS {
@@ -333,13 +346,10 @@ impl FailoverConfigBuilder {
             ));
         }
         let retention = Duration::from_millis(r.retention_ms);
-        if retention < lock_timeout * 2 {
+        if retention < lease * 2 {
             return Err(ConfigError::invalid(
                 "retention",
-                format!(
-                    "{retention:?} is below 2 × lock_timeout ({:?})",
-                    lock_timeout * 2
-                ),
+                format!("{retention:?} is below twice the lease ({:?})", lease * 2),
             ));
         }
         if retention > MAX_RETENTION {
@@ -348,17 +358,17 @@ impl FailoverConfigBuilder {
                 format!("{retention:?} is above 10 years"),
             ));
         }
-        let max_run = r.max_run_ms.map(Duration::from_millis);
-        if let Some(m) = max_run {
-            if m <= lock_timeout {
+        let max_hold = r.max_hold_ms.map(Duration::from_millis);
+        if let Some(m) = max_hold {
+            if m <= lease {
                 return Err(ConfigError::invalid(
-                    "max_run",
-                    format!("{m:?} must exceed lock_timeout ({lock_timeout:?})"),
+                    "max_hold",
+                    format!("{m:?} must exceed the lease ({lease:?})"),
                 ));
             }
-            if m > MAX_MAX_RUN {
+            if m > MAX_MAX_HOLD {
                 return Err(ConfigError::invalid(
-                    "max_run",
+                    "max_hold",
                     format!("{m:?} is above 10 years"),
                 ));
             }
@@ -384,15 +394,15 @@ impl FailoverConfigBuilder {
                 format!("{} is outside 1 ..= 65536", r.event_capacity),
             ));
         }
-        let replica_ack = replica_wait(r.replica_ack, r.replica_ack_timeout_ms, lock_timeout)?;
+        let replica_ack = replica_wait(r.replica_ack, r.replica_ack_timeout_ms, lease)?;
         Ok(FailoverConfig {
             key: r.key,
             prefix: r.prefix,
-            lock_timeout,
+            lease,
             max_attempts: r.max_attempts,
             retention,
-            keepalive: r.keepalive,
-            max_run,
+            watchdog: r.watchdog,
+            max_hold,
             retry_delay,
             rejoin_after_fail: r.rejoin_after_fail,
             status_level: r.status_level,
@@ -408,7 +418,7 @@ impl FailoverConfigBuilder {
 fn replica_wait(
     replicas: u32,
     timeout_ms: u64,
-    lock_timeout: Duration,
+    lease: Duration,
 ) -> Result<Option<ReplicaWait>, ConfigError> {
     if replicas == 0 {
         return Ok(None);
@@ -420,13 +430,13 @@ fn replica_wait(
         ));
     }
     let timeout = Duration::from_millis(timeout_ms);
-    if timeout.is_zero() || timeout > lock_timeout / 2 {
+    if timeout.is_zero() || timeout > lease / 2 {
         return Err(ConfigError::invalid(
             "replica_ack",
             format!(
-                "a timeout of {timeout:?} is outside 1ms ..= lock_timeout / 2 ({:?}): the wait \
+                "a timeout of {timeout:?} is outside 1ms ..= half the lease ({:?}): the wait \
                  must end well inside the lease it guards",
-                lock_timeout / 2
+                lease / 2
             ),
         ));
     }
@@ -458,8 +468,8 @@ mod tests {
         assert_eq!(c.lease(), Duration::from_secs(5));
         assert_eq!(c.max_attempts(), 5);
         assert_eq!(c.retention(), Duration::from_secs(86_400));
-        assert!(!c.keepalive());
-        assert_eq!(c.max_run(), None);
+        assert!(!c.watchdog());
+        assert_eq!(c.max_hold(), None);
         assert_eq!(c.retry_delay(), Duration::ZERO);
         assert!(!c.rejoin_after_fail());
         assert_eq!(c.status_level(), StatusLevel::Normal);
@@ -495,13 +505,10 @@ mod tests {
     }
 
     #[test]
-    fn lock_timeout_range() {
+    fn lease_range() {
         let b = || FailoverConfig::builder("k");
-        assert_eq!(field(b().lease(Duration::ZERO).build()), "lock_timeout");
-        assert_eq!(
-            field(b().lease(Duration::from_millis(9)).build()),
-            "lock_timeout"
-        );
+        assert_eq!(field(b().lease(Duration::ZERO).build()), "lease");
+        assert_eq!(field(b().lease(Duration::from_millis(9)).build()), "lease");
         assert_eq!(
             field(b().lease(Duration::from_millis(10)).build()),
             "accepted"
@@ -514,9 +521,9 @@ mod tests {
                     .retention(day * 3)
                     .build()
             ),
-            "lock_timeout"
+            "lease"
         );
-        assert_eq!(field(b().lease(Duration::MAX).build()), "lock_timeout");
+        assert_eq!(field(b().lease(Duration::MAX).build()), "lease");
     }
 
     #[test]
@@ -544,19 +551,19 @@ mod tests {
     }
 
     #[test]
-    fn max_run_must_exceed_the_lease() {
+    fn max_hold_must_exceed_the_lease() {
         let b = || FailoverConfig::builder("k").lease(Duration::from_secs(1));
         assert_eq!(
-            field(b().max_run(Some(Duration::from_secs(1))).build()),
-            "max_run"
+            field(b().max_hold(Some(Duration::from_secs(1))).build()),
+            "max_hold"
         );
         assert_eq!(
-            field(b().max_run(Some(Duration::from_millis(1001))).build()),
+            field(b().max_hold(Some(Duration::from_millis(1001))).build()),
             "accepted"
         );
-        assert_eq!(field(b().max_run(None).build()), "accepted");
-        assert_eq!(field(b().max_run(Some(MAX_MAX_RUN)).build()), "accepted");
-        assert_eq!(field(b().max_run(Some(Duration::MAX)).build()), "max_run");
+        assert_eq!(field(b().max_hold(None).build()), "accepted");
+        assert_eq!(field(b().max_hold(Some(MAX_MAX_HOLD)).build()), "accepted");
+        assert_eq!(field(b().max_hold(Some(Duration::MAX)).build()), "max_hold");
     }
 
     #[test]
@@ -584,16 +591,48 @@ mod tests {
     #[test]
     fn deserialization_validates_too() {
         let ok: FailoverConfig =
-            serde_json::from_str(r#"{"key":"msg:1","lock_timeout_ms":1000,"max_attempts":3}"#)
-                .unwrap();
+            serde_json::from_str(r#"{"key":"msg:1","lease_ms":1000,"max_attempts":3}"#).unwrap();
         assert_eq!(ok.lease(), Duration::from_secs(1));
         assert_eq!(ok.max_attempts(), 3);
         let bad = serde_json::from_str::<FailoverConfig>(r#"{"key":"msg:1","max_attempts":0}"#);
         assert!(bad.unwrap_err().to_string().contains("max_attempts"));
-        let unknown = serde_json::from_str::<FailoverConfig>(r#"{"key":"k","lock_timeout":5}"#);
+        let unknown = serde_json::from_str::<FailoverConfig>(r#"{"key":"k","lease":5}"#);
         assert!(unknown.is_err());
         let round = serde_json::to_string(&ok).unwrap();
         let back: FailoverConfig = serde_json::from_str(&round).unwrap();
         assert_eq!(back, ok);
+    }
+
+    #[test]
+    fn the_former_field_names_still_deserialize() {
+        let new = r#"{"key":"k","lease_ms":1000,"watchdog":true,"max_hold_ms":5000}"#;
+        let old = r#"{"key":"k","lock_timeout_ms":1000,"keepalive":true,"max_run_ms":5000}"#;
+        for text in [new, old] {
+            let c: FailoverConfig = serde_json::from_str(text).unwrap();
+            assert_eq!(c.lease(), Duration::from_secs(1), "{text}");
+            assert!(c.watchdog(), "{text}");
+            assert_eq!(c.max_hold(), Some(Duration::from_secs(5)), "{text}");
+        }
+        // An alias is a second name for the same field, not a second field: both at once is a
+        // duplicate, refused like any other.
+        let both = r#"{"key":"k","lease_ms":1000,"lock_timeout_ms":2000}"#;
+        assert!(serde_json::from_str::<FailoverConfig>(both).is_err());
+    }
+
+    #[test]
+    fn serialization_writes_the_current_names() {
+        let c = FailoverConfig::builder("k")
+            .lease(Duration::from_secs(1))
+            .watchdog(true)
+            .max_hold(Some(Duration::from_secs(5)))
+            .build()
+            .unwrap();
+        let json: serde_json::Value = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["lease_ms"], 1000);
+        assert_eq!(json["watchdog"], true);
+        assert_eq!(json["max_hold_ms"], 5000);
+        for old in ["lock_timeout_ms", "keepalive", "max_run_ms"] {
+            assert!(json.get(old).is_none(), "{old} in {json}");
+        }
     }
 }

@@ -55,9 +55,9 @@ pub enum Event {
         /// Whether the worker retries.
         retryable: bool,
     },
-    /// Without keepalive, the attempt's lease is about to run out (at send time + `lock_timeout`
+    /// Without the watchdog, the attempt's lease is about to run out (at send time + `lease`
     /// − max(1 %, 2 ms) on this worker's monotonic clock): a backup may take over from now on.
-    /// With `max_run`, the cap was reached.
+    /// With `max_hold`, the cap was reached.
     DeadlinePassed {
         /// The attempt.
         attempt: u64,
@@ -103,7 +103,7 @@ pub enum Event {
         /// The reason given to `fail()` (or why the worker failed it).
         reason: String,
     },
-    /// Terminal: this worker lost its attempt (taken over, lease expired, `max_run`, or its
+    /// Terminal: this worker lost its attempt (taken over, lease expired, `max_hold`, or its
     /// outcome could not be recorded). It comes without an `Acquired` before it when the
     /// process was paused between winning an attempt and handing it over for longer than the
     /// lease: a grant that may already belong to a backup is never handed out.
@@ -176,8 +176,8 @@ pub struct Acquired {
     /// Strictly greater than every token granted before on this job.
     pub fencing_token: u64,
     /// The lease time left (ms) when the event was emitted, measured to the grant's deadline
-    /// (the send time of the grant's `EXEC` + `lock_timeout` − max(1 %, 2 ms)). The deadline
-    /// itself, which moves with keepalive, is [`HeldLease::lease_deadline`].
+    /// (the send time of the grant's `EXEC` + `lease` − max(1 %, 2 ms)). The deadline
+    /// itself, which moves with the watchdog, is [`HeldLease::lease_deadline`].
     pub lease_remaining_ms: u64,
     /// The handle that ends the attempt.
     #[serde(skip)]
@@ -200,8 +200,8 @@ impl Fenced for Acquired {}
 
 impl Acquired {
     /// When the lease ends at the earliest as the worker computed it from the send time of the
-    /// grant's `EXEC` (`sent + lock_timeout − max(1 %, 2 ms)`): it errs early, never late, does
-    /// not depend on when this event is read, and never moves. With keepalive, confirmed
+    /// grant's `EXEC` (`sent + lease − max(1 %, 2 ms)`): it errs early, never late, does
+    /// not depend on when this event is read, and never moves. With the watchdog, confirmed
     /// extensions move the real end further on: [`HeldLease::lease_deadline`] is that one.
     pub fn grant_deadline(&self) -> tokio::time::Instant {
         self.granted_deadline
@@ -239,14 +239,14 @@ pub(crate) enum HolderCmd {
 /// A held lease like the others for reading ([`HeldLease`], [`Fenced`]): the key is the job's;
 /// the fencing token is the attempt's; [`HeldLease::lease_deadline`] is when the lease ends at
 /// the earliest as of the last extension the store confirmed, on this process's monotonic
-/// clock (the send time of the granting or last confirmed extending request + `lock_timeout`
-/// − max(1 %, 2 ms)): it moves on with every confirmed keepalive extension, never without
-/// keepalive, and keeps its last value once the attempt ended. It errs early, never late:
+/// clock (the send time of the granting or last confirmed extending request + `lease`
+/// − max(1 %, 2 ms)): it moves on with every confirmed watchdog extension, never without the
+/// watchdog, and keeps its last value once the attempt ended. It errs early, never late:
 /// until this instant no backup can hold the next attempt. A supervisor that must stop the
 /// work before the lease can pass on (a process outside this one, say) reads it each time it
 /// changes. The loss signal ([`HeldLease::lost_token`]) fires as soon as this worker no
 /// longer holds the attempt: the lease was lost (taken over, not extended in time,
-/// `max_run`), the worker was stopped, or the attempt ended. Hand the token to the work
+/// `max_hold`), the worker was stopped, or the attempt ended. Hand the token to the work
 /// (`token.run_until_cancelled(work)`) to stop it on loss without reading the event stream;
 /// [`AttemptHandle::lost_error`] says why as an error.
 #[derive(Clone)]

@@ -1,4 +1,4 @@
-//! The holder's side of the worker task: keep the lease of a won attempt (keepalive) or watch
+//! The holder's side of the worker task: keep the lease of a won attempt (watchdog) or watch
 //! its deadline, hand it to the user, and end it (done, fail, release) in the store.
 
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ use crate::util::time::{after, human, ms, FAR};
 pub(super) enum Ending {
     Done,
     Fail(String),
-    /// Stopped, dropped handle, dropped receiver, `max_run`: like a failure, but announced as
+    /// Stopped, dropped handle, dropped receiver, `max_hold`: like a failure, but announced as
     /// `released` and never written as `EXHAUSTED` by the holder itself.
     Release(String),
 }
@@ -65,8 +65,8 @@ impl<S: JobStore> Task<S> {
     /// Holds an attempt until it ends. Returns `Continue` only when the worker rejoins as a
     /// backup after its own failure.
     ///
-    /// Loss detection never waits on a request: with keepalive, the lease deadline (the send
-    /// time of the last confirmed extension + `lock_timeout` − max(1 %, 2 ms)) is a timer of its
+    /// Loss detection never waits on a request: with the watchdog, the lease deadline (the send
+    /// time of the last confirmed extension + `lease` − max(1 %, 2 ms)) is a timer of its
     /// own in the `select!`, armed whatever an extension in flight is doing (a hung reply, a
     /// starved pool, a paused Redis). Extensions run as a separate future for that reason.
     pub(super) async fn hold(&mut self, g: Grant) -> Flow {
@@ -79,8 +79,8 @@ impl<S: JobStore> Task<S> {
             loss: loss.clone(),
             ended: ended.clone(),
         };
-        let lock_timeout = self.cfg.lock_timeout;
-        let deadline_at = lease::deadline(g.sent, lock_timeout);
+        let lease = self.cfg.lease;
+        let deadline_at = lease::deadline(g.sent, lease);
         // A process pause (SIGSTOP, a swapped-out or overloaded host) between the grant's EXEC
         // and this point may have outlived the lease, and a backup may hold the next attempt by
         // now: never hand out such a grant (found by the chaos harness's holder pauses).
@@ -92,9 +92,9 @@ impl<S: JobStore> Task<S> {
                 Loss::Expired,
                 format!(
                     "the lease ran out before the grant could be handed over ({} after its EXEC \
-                     was sent, lock_timeout {})",
+                     was sent, lease {})",
                     human(waited),
-                    human(lock_timeout)
+                    human(lease)
                 ),
             );
         }
@@ -131,11 +131,11 @@ impl<S: JobStore> Task<S> {
                 .await;
             return Flow::End;
         }
-        let keepalive = self.cfg.keepalive;
-        let max_run_at = self.cfg.max_run.map(|m| after(g.sent, m));
+        let watchdog = self.cfg.watchdog;
+        let max_hold_at = self.cfg.max_hold.map(|m| after(g.sent, m));
         // The extension cadence of the keepalive engine: every third of a lease from the last
         // confirmed send time, a backoff (from a sixth of the lease) after a failure.
-        let mut cadence = Cadence::new(self.cfg.keepalive_interval(), lock_timeout / 6, g.sent);
+        let mut cadence = Cadence::new(self.cfg.watchdog_interval(), lease / 6, g.sent);
         // The lease deadline as this worker knows it: moved on by every confirmed extension.
         let mut lease_end = deadline_at;
         let mut deadline_reported = false;
@@ -180,19 +180,19 @@ impl<S: JobStore> Task<S> {
                     let _ = self.finish(&g, Ending::Release("the event receiver was dropped".into()), lease_end).await;
                     return Flow::End;
                 }
-                _ = tokio::time::sleep_until(max_run_at.unwrap_or(far)) => {
+                _ = tokio::time::sleep_until(max_hold_at.unwrap_or(far)) => {
                     drop(extending.take());
-                    let reason = format!("max_run of {} reached", human(self.cfg.max_run.unwrap_or_default()));
+                    let reason = format!("max_hold of {} reached", human(self.cfg.max_hold.unwrap_or_default()));
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
                     let _ = self.finish(&g, Ending::Release(reason.clone()), lease_end).await;
                     return self.lost(&ended, &g, Loss::MaxHold, reason);
                 }
                 // Whatever an extension in flight is doing, the lease may be over by now.
-                _ = tokio::time::sleep_until(lease_end), if keepalive => {
+                _ = tokio::time::sleep_until(lease_end), if watchdog => {
                     return self.lost(&ended, &g, Loss::Expired, format!(
                         "no extension was confirmed in time: the lease ({} from the last \
                          confirmed one) may have run out",
-                        human(lock_timeout)
+                        human(lease)
                     ));
                 }
                 r = poll_extension(&mut extending), if extending.is_some() => {
@@ -206,7 +206,7 @@ impl<S: JobStore> Task<S> {
                     match r {
                         Ok(sent) => {
                             self.contact();
-                            lease_end = lease::deadline(sent, lock_timeout);
+                            lease_end = lease::deadline(sent, lease);
                             confirm(&confirmed, lease_end);
                             cadence.confirmed(sent);
                             self.events.status(
@@ -228,11 +228,11 @@ impl<S: JobStore> Task<S> {
                     }
                     continue;
                 }
-                _ = tokio::time::sleep_until(cadence.due()), if keepalive && extending.is_none() => {
+                _ = tokio::time::sleep_until(cadence.due()), if watchdog && extending.is_none() => {
                     extending = Some(Box::pin(self.extension(&g, lease_end)));
                     continue;
                 }
-                _ = tokio::time::sleep_until(deadline_at), if !keepalive && !deadline_reported => {
+                _ = tokio::time::sleep_until(deadline_at), if !watchdog && !deadline_reported => {
                     deadline_reported = true;
                     tracing::warn!(attempt = g.attempt, "deadline passed without done() or fail()");
                     self.events.emit(Event::DeadlinePassed { attempt: g.attempt });
@@ -250,13 +250,13 @@ impl<S: JobStore> Task<S> {
                         }
                         // Someone released an attempt while we hold ours (an operator's
                         // `fail_attempt`): check our lease now instead of at the next extension.
-                        Some(HubMsg::Message(m)) if keepalive && (m == "failed" || m == "released") => {
+                        Some(HubMsg::Message(m)) if watchdog && (m == "failed" || m == "released") => {
                             cadence.now();
                         }
                         // The pub/sub link was re-established: a takeover announced while it was
-                        // down was missed, so look now. With keepalive the extension tells;
+                        // down was missed, so look now. With the watchdog the extension tells;
                         // without, one plain read does.
-                        Some(HubMsg::Reconnected) if keepalive => cadence.now(),
+                        Some(HubMsg::Reconnected) if watchdog => cadence.now(),
                         Some(HubMsg::Reconnected) => {
                             let check = Box::pin(self.still_ours(&g));
                             if let Err(reason) = check.await {
@@ -272,7 +272,7 @@ impl<S: JobStore> Task<S> {
             // An extension still in flight is abandoned: the ending's own transition decides.
             drop(extending.take());
             let (ending, reply) = ending;
-            // A finish is bounded by the lease as last confirmed; without keepalive a late
+            // A finish is bounded by the lease as last confirmed; without the watchdog a late
             // finish still gets its one try (`finish` always tries once).
             let result = self.finish(&g, ending.clone(), lease_end).await;
             if let Err(e) = &result {
@@ -312,7 +312,7 @@ impl<S: JobStore> Task<S> {
                         });
                         // Give the backups woken by our `failed` a head start, so the worker
                         // that just failed does not usually win the next attempt itself.
-                        let head_start = (self.cfg.lock_timeout / 10)
+                        let head_start = (self.cfg.lease / 10)
                             .clamp(Duration::from_millis(10), Duration::from_millis(500))
                             .max(self.cfg.retry_delay);
                         self.view.delay_served(g.attempt);
@@ -357,7 +357,7 @@ impl<S: JobStore> Task<S> {
         }
     }
 
-    /// Whether another worker has taken the attempt over, by one plain read (no keepalive:
+    /// Whether another worker has taken the attempt over, by one plain read (no watchdog:
     /// a lease that ran out with nobody else holding the job is still ours to finish).
     /// `Err(reason)` when it was taken over; a failed read proves nothing (`Ok`).
     pub(super) async fn still_ours(&self, g: &Grant) -> Result<(), String> {
@@ -426,7 +426,7 @@ impl<S: JobStore> Task<S> {
         let mut sub = self.sub.take();
         let result = loop {
             // Every request of this try ends by the lease deadline; a try that starts after it
-            // (a late finish without keepalive) gets one response timeout.
+            // (a late finish without the watchdog) gets one response timeout.
             let try_deadline = if Instant::now() < lease_end {
                 lease_end
             } else {
@@ -538,7 +538,7 @@ impl<S: JobStore> Task<S> {
             return Flow::End;
         }
         // As after a failed attempt with rejoin: the other backups get a head start.
-        let head_start = (self.cfg.lock_timeout / 10)
+        let head_start = (self.cfg.lease / 10)
             .clamp(Duration::from_millis(10), Duration::from_millis(500))
             .max(self.cfg.retry_delay);
         self.view.delay_served(g.attempt);

@@ -73,7 +73,7 @@ impl Failover {
         let job = JobSpec {
             keys: Arc::new(keys::JobKeys::new(&config.prefix, &config.key)),
             name: worker::worker_name(&config),
-            lock_timeout: config.lock_timeout,
+            lease: config.lease,
             retention: config.retention,
             replica_ack: config.replica_ack.is_some(),
         };

@@ -336,7 +336,7 @@ pub enum Ending {
     Done,
     /// `fail(reason)` (or a dropped handle).
     Fail,
-    /// Stopped, a dropped receiver, `max_run`: like a failure, but announced as `released` and
+    /// Stopped, a dropped receiver, `max_hold`: like a failure, but announced as `released` and
     /// never written as `EXHAUSTED` by the holder itself.
     Release,
 }
@@ -443,7 +443,7 @@ pub enum HolderOp {
     Done,
     /// Give the attempt up (failure, stop, dropped handle).
     Release,
-    /// Extend the lease (keepalive).
+    /// Extend the lease (watchdog).
     Extend,
 }
 
@@ -781,7 +781,7 @@ mod tests {
             decide_holder(&o, 2, T, 50, HolderOp::Done, false),
             HolderDecision::Commit
         );
-        // ...but a keepalive that finds the lease gone has lost it.
+        // ...but a watchdog that finds the lease gone has lost it.
         assert!(matches!(
             decide_holder(&o, 2, T, 50, HolderOp::Extend, false),
             HolderDecision::Lost(_)

@@ -16,14 +16,15 @@ use super::Failover;
 use crate::error::{ConfigError, Error, ErrorKind};
 
 /// What the closure receives: which attempt this is. Serializes as a plain object
-/// (`{"key":"report","number":1,"last":false,"fencing_token":7}`).
+/// (`{"key":"report","attempt":1,"last":false,"fencing_token":7}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Attempt {
     /// The job name.
     pub key: String,
-    /// The attempt number, 1 ..= `max_attempts`.
-    pub number: u64,
+    /// The attempt number, 1 ..= `max_attempts` (as [`Acquired::attempt`](super::Acquired::attempt)
+    /// and [`AttemptHandle::attempt`](super::AttemptHandle::attempt)).
+    pub attempt: u64,
     /// Whether this is the last attempt allowed.
     pub last: bool,
     /// The fencing token to pass to the resource the work writes to.
@@ -221,8 +222,8 @@ impl Failover {
     /// Runs `work` if this worker wins an attempt of the job, otherwise waits as a backup and
     /// takes over when an attempt fails; returns how the job ended for this worker.
     ///
-    /// Keepalive is always on here (the lease is extended while `work` runs, whatever `job`
-    /// says), so failover happens when `work` fails, panics, its process dies, or `max_run`
+    /// The watchdog is always on here (the lease is extended while `work` runs, whatever `job`
+    /// says), so failover happens when `work` fails, panics, its process dies, or `max_hold`
     /// runs out. `work` runs in its own task and is aborted as soon as the attempt is lost.
     ///
     /// A panic in `work` (in the closure or in the future it returns) is contained: the attempt
@@ -236,7 +237,7 @@ impl Failover {
     /// let outcome = client
     ///     .failover()
     ///     .run("report:nightly", |attempt| async move {
-    ///         println!("running attempt {} (fence {})", attempt.number, attempt.fencing_token);
+    ///         println!("running attempt {} (fence {})", attempt.attempt, attempt.fencing_token);
     ///         Ok::<_, std::io::Error>(())
     ///     })
     ///     .await?;
@@ -264,7 +265,7 @@ impl Failover {
         T: Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let config = job.into_job()?.with_keepalive(true);
+        let config = job.into_job()?.with_watchdog(true);
         let key = config.key.clone();
         let mut worker = self.start(config);
         // The attempt whose work panicked, so its `Failed` is reported as a panic.
@@ -276,11 +277,11 @@ impl Failover {
                 Event::Acquired(acquired) => {
                     let attempt = Attempt {
                         key: key.clone(),
-                        number: acquired.attempt,
+                        attempt: acquired.attempt,
                         last: acquired.last,
                         fencing_token: acquired.fencing_token,
                     };
-                    let number = attempt.number;
+                    let number = attempt.attempt;
                     // A closure that panics before it even returns its future is user code
                     // panicking too: contain it like a panic inside the future. (The closure may
                     // be left in a broken state; it is only called again for a later attempt of

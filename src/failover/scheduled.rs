@@ -73,14 +73,14 @@ impl FailoverConfig {
     ) -> Result<(FailoverConfig, Option<Duration>), ConfigError> {
         let mut builder = FailoverConfig::builder(occurrence.job_key(&self.key))
             .prefix(self.prefix.clone())
-            .lease(self.lock_timeout)
+            .lease(self.lease)
             .max_attempts(self.max_attempts)
-            .keepalive(self.keepalive)
+            .watchdog(self.watchdog)
             .retry_delay(self.retry_delay)
             .rejoin_after_fail(self.rejoin_after_fail)
             .status_level(self.status_level)
             .event_capacity(self.event_capacity)
-            .max_run(self.max_run);
+            .max_hold(self.max_hold);
         if let Some(name) = &self.worker_name {
             builder = builder.worker_name(name.clone());
         }
@@ -97,7 +97,7 @@ impl FailoverConfig {
             _ => None,
         };
         let config = builder
-            .retention(occurrence.retention(retention, self.lock_timeout))
+            .retention(occurrence.retention(retention, self.lease))
             .build()?;
         Ok((config, raised))
     }
@@ -238,7 +238,7 @@ impl Failover {
     }
 
     /// Runs `work` at every tick of `schedule`, each occurrence as a job of its own through
-    /// [`Failover::run`] (attempts, backups, keepalive and fencing as for any job; `config`
+    /// [`Failover::run`] (attempts, backups, watchdog and fencing as for any job; `config`
     /// names the key and the settings, [`FailoverConfig::for_occurrence`] makes each
     /// occurrence's job), and reports one [`OccurrenceReport`] per occurrence as the stream's
     /// items. Run it on every server: each occurrence runs once across the fleet.
@@ -828,7 +828,7 @@ mod tests {
             .unwrap()
     }
 
-    /// `baton run --every 10s --retention 1s --lock-timeout 500ms`: the occurrence's job keeps
+    /// `baton run --every 10s --retention 1s --lease 500ms`: the occurrence's job keeps
     /// its outcome past the last run that can bind to its tick, not 1 s.
     #[test]
     fn a_retention_shorter_than_the_binding_window_is_raised_to_the_floor() {

@@ -2,7 +2,7 @@
 //!
 //! One task per (worker, job). As a backup it loops *observe → decide → act* until it wins an
 //! attempt or the job ends; as a holder it waits for `done()`/`fail()` while keeping the lease
-//! (keepalive) or watching the deadline (no keepalive). Every wait is a `select!` that also
+//! (watchdog) or watching the deadline (no watchdog). Every wait is a `select!` that also
 //! listens for `stop()` and for the event receiver being dropped, so the task never outlives the
 //! people interested in it.
 //!
@@ -83,9 +83,9 @@ pub(crate) fn spawn_on<S: JobStore>(
         store: Arc::new(store),
         cfg: JobSettings {
             key,
-            lock_timeout: cfg.lock_timeout,
-            keepalive: cfg.keepalive,
-            max_run: cfg.max_run,
+            lease: cfg.lease,
+            watchdog: cfg.watchdog,
+            max_hold: cfg.max_hold,
             retry_delay: cfg.retry_delay,
             rejoin_after_fail: cfg.rejoin_after_fail,
             replica_ack: cfg.replica_ack,
@@ -100,12 +100,12 @@ pub(crate) fn spawn_on<S: JobStore>(
     // A request may take up to `response_timeout`; a lease shorter than three of them leaves a
     // holder too little time to extend, or to learn in time that it cannot. Allowed (tests and
     // fast networks want short leases), but said.
-    if settings.response_timeout > task.cfg.lock_timeout / 3 {
+    if settings.response_timeout > task.cfg.lease / 3 {
         let message = format!(
-            "response_timeout ({}) is more than a third of lock_timeout ({}): one slow request \
+            "response_timeout ({}) is more than a third of the lease ({}): one slow request \
              can use up most of the lease",
             human(settings.response_timeout),
-            human(task.cfg.lock_timeout)
+            human(task.cfg.lease)
         );
         tracing::warn!(key = %task.cfg.key, "{message}");
         task.events.status(StatusLevel::Normal, message);
@@ -120,7 +120,7 @@ pub(super) struct Grant {
     pub(super) last: bool,
     pub(super) fence: u64,
     pub(super) token: String,
-    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lock_timeout` on
+    /// When the grant's `EXEC` was sent: the lease cannot end before `sent + lease` on
     /// the server, so measuring from the send time on our clock errs early, never late.
     pub(super) sent: Instant,
     /// Set when fewer replicas than [`FailoverConfig::replica_ack`] asks for acknowledged the
@@ -171,18 +171,18 @@ pub(super) enum Flow {
 /// the whole configuration would add about 100 bytes and two strings to every waiting backup.
 pub(super) struct JobSettings {
     pub(super) key: Arc<str>,
-    pub(super) lock_timeout: Duration,
-    pub(super) keepalive: bool,
-    pub(super) max_run: Option<Duration>,
+    pub(super) lease: Duration,
+    pub(super) watchdog: bool,
+    pub(super) max_hold: Option<Duration>,
     pub(super) retry_delay: Duration,
     pub(super) rejoin_after_fail: bool,
     pub(super) replica_ack: Option<ReplicaWait>,
 }
 
 impl JobSettings {
-    /// As [`FailoverConfig::keepalive_interval`].
-    pub(super) fn keepalive_interval(&self) -> Duration {
-        self.lock_timeout / 3
+    /// As [`FailoverConfig::watchdog_interval`].
+    pub(super) fn watchdog_interval(&self) -> Duration {
+        self.lease / 3
     }
 }
 

@@ -266,7 +266,7 @@ impl Election {
             .release(&self.keys.lease, &self.keys.channel, &held.value, limit)
             .await?;
         self.labels().transition(transition::RELEASE, sent);
-        tracing::info!(key = %self.key, term = held.term.number, ours, "resigned");
+        tracing::info!(key = %self.key, term = held.term.fencing_token, ours, "resigned");
         Ok(ours)
     }
 

@@ -80,7 +80,7 @@ impl Elector {
         let (held, tasks) = tracing::Instrument::instrument(campaign, span.clone()).await?;
         let held = Arc::new(held);
         let term = held.term.clone();
-        span.record("fencing_token", term.number());
+        span.record("fencing_token", term.fencing_token);
         let previous = lock(&self.current).replace(held.clone());
         if let Some(old) = previous {
             old.term.end("a new term began");
@@ -93,7 +93,7 @@ impl Elector {
         let current = self.current.clone();
         let supervisor = async move {
             let reason = election.supervise(&held, &mut |_| {}).await;
-            tracing::warn!(key = %election.key, term = held.term.number, %reason, "leadership lost");
+            tracing::warn!(key = %election.key, term = held.term.fencing_token, %reason, "leadership lost");
             held.term.end(&reason);
             let gone = election.backend.cancel().clone();
             let shut_down = tokio::select! {

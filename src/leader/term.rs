@@ -17,7 +17,8 @@ use crate::lease::watchdog::LeaseState;
 /// found another token, the leader resigned, or the client shut down.
 #[derive(Clone)]
 pub struct Term {
-    pub(super) number: u64,
+    /// The term number, which is also its fencing token.
+    pub(super) fencing_token: u64,
     pub(super) name: Arc<str>,
     /// The lease as the watchdog keeps it (its deadline, its own loss signal).
     pub(super) state: Arc<LeaseState>,
@@ -29,32 +30,32 @@ pub struct Term {
 impl std::fmt::Debug for Term {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Term")
-            .field("number", &self.number)
+            .field("fencing_token", &self.fencing_token)
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }
 
 impl Term {
-    /// Term `number` of the election on `key`, led by `name`, whose lease `state` keeps.
-    pub(super) fn new(number: u64, name: Arc<str>, key: &str, state: Arc<LeaseState>) -> Self {
+    /// Term `fencing_token` of the election on `key`, led by `name`, whose lease `state` keeps.
+    pub(super) fn new(
+        fencing_token: u64,
+        name: Arc<str>,
+        key: &str,
+        state: Arc<LeaseState>,
+    ) -> Self {
         let core = LeaseCore::new(
             key,
-            Some(number),
+            Some(fencing_token),
             state.deadline_cell().clone(),
             LossSignal::new(),
         );
         Term {
-            number,
+            fencing_token,
             name,
             state,
             core,
         }
-    }
-
-    /// The term: larger than every earlier term of this election (also its fencing token).
-    pub fn number(&self) -> u64 {
-        self.number
     }
 
     /// The leader's name.

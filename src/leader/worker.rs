@@ -160,7 +160,7 @@ impl WorkerTask {
             let term = held.term.clone();
             *lock(&self.shared.term) = Some(term.clone());
             self.emit(LeaderEvent::Elected {
-                term: term.number,
+                term: term.fencing_token,
                 name: term.name.to_string(),
                 handle: term.clone(),
             })
@@ -174,7 +174,7 @@ impl WorkerTask {
             match end {
                 TermEnd::Lost(reason) => {
                     self.emit(LeaderEvent::Lost {
-                        term: term.number,
+                        term: term.fencing_token,
                         reason,
                     })
                     .await;
@@ -185,7 +185,7 @@ impl WorkerTask {
                 }
                 TermEnd::Resign => {
                     self.emit(LeaderEvent::Resigned {
-                        term: term.number,
+                        term: term.fencing_token,
                         reason: "resign() was called".into(),
                     })
                     .await;
@@ -193,7 +193,7 @@ impl WorkerTask {
                 }
                 TermEnd::WorkDone(reason) => {
                     self.emit(LeaderEvent::Resigned {
-                        term: term.number,
+                        term: term.fencing_token,
                         reason,
                     })
                     .await;
@@ -209,7 +209,7 @@ impl WorkerTask {
         let term = held.term.clone();
         let mut handle = work.map(|w| tokio::spawn(w(term.clone())));
         let events = self.events.clone();
-        let number = term.number;
+        let number = term.fencing_token;
         let mut on_renew = move |d: Instant| {
             let left = d.saturating_duration_since(Instant::now());
             // Renewals are dropped rather than waited for when nobody reads.
@@ -259,12 +259,12 @@ impl WorkerTask {
         let waited = told.elapsed();
         tracing::error!(
             key = %self.election.key,
-            term = term.number,
+            term = term.fencing_token,
             ?waited,
             "the work did not stop by the lease's end: another candidate may lead while it runs; aborting it"
         );
         self.emit(LeaderEvent::StopOverdue {
-            term: term.number,
+            term: term.fencing_token,
             waited_ms: crate::util::time::ms(waited),
         })
         .await;

@@ -121,7 +121,7 @@ pub enum Message {
     Done,
     /// `failed`: the holder gave its attempt up; backups take over at once.
     Failed,
-    /// `released`: the holder was stopped (or dropped its handle, or ran past `max_run`).
+    /// `released`: the holder was stopped (or dropped its handle, or ran past `max_hold`).
     Released,
     /// `exhausted`: the last attempt failed.
     Exhausted,
@@ -157,7 +157,7 @@ pub enum Write {
     SetState(StateValue),
     /// `PEXPIRE state retention`.
     KeepState,
-    /// `SET lease "<token> <holder>" PX lock_timeout`.
+    /// `SET lease "<token> <holder>" PX lease`.
     SetLease,
     /// `DEL lease`.
     DelLease,
@@ -283,7 +283,7 @@ impl JobKeys {
         self.part(0)
     }
 
-    /// `P{J}:lease`: the holder's token and name, with TTL `lock_timeout`.
+    /// `P{J}:lease`: the holder's token and name, with TTL `lease`.
     pub(crate) fn lease(&self) -> &str {
         self.part(1)
     }

@@ -212,7 +212,7 @@ label_values! {
         /// The store says another holder has it (an extension or an ending was refused, a
         /// later attempt was announced, an operator took it).
         Taken = "taken",
-        /// The hold reached its cap (`max_hold`, `max_run`).
+        /// The hold reached its cap (`max_hold`, of a lock or a failover attempt).
         MaxHold = "max_hold",
         /// The client shut down while the lease was held.
         Shutdown = "shutdown",

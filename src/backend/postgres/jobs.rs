@@ -232,7 +232,7 @@ pub(crate) struct PgStore {
     pub key: String,
     /// The worker's name, stored with its lease.
     pub name: Arc<str>,
-    pub lock_timeout: Duration,
+    pub lease: Duration,
     pub retention: Duration,
 }
 
@@ -273,7 +273,7 @@ impl PgStore {
         RowWriter {
             key: &self.key,
             name: &self.name,
-            lock_timeout: self.lock_timeout,
+            lease: self.lease,
             retention: self.retention,
         }
         .render(observed, writes, token, failure)
@@ -284,7 +284,7 @@ impl PgStore {
 struct RowWriter<'a> {
     key: &'a str,
     name: &'a str,
-    lock_timeout: Duration,
+    lease: Duration,
     retention: Duration,
 }
 
@@ -327,7 +327,7 @@ impl RowWriter<'_> {
                         st.bind(self.name.to_string()),
                         format!(
                             "c.now + {}::float8 * interval '1 millisecond'",
-                            st.bind(self.lock_timeout.as_secs_f64() * 1000.0)
+                            st.bind(self.lease.as_secs_f64() * 1000.0)
                         ),
                     )))
                 }
@@ -430,7 +430,7 @@ pub(crate) fn write_statement(
     let st = RowWriter {
         key,
         name: "test",
-        lock_timeout: Duration::from_secs(10),
+        lease: Duration::from_secs(10),
         retention: Duration::from_secs(3600),
     }
     .render((version, false), writes, token, "")?;
@@ -567,7 +567,7 @@ impl JobStore for PgStore {
     fn extension(&self, held: Held, lease_end: Instant) -> ExtensionFuture {
         let transport = self.transport.clone();
         let key = self.key.clone();
-        let ttl_ms = self.lock_timeout.as_secs_f64() * 1000.0;
+        let ttl_ms = self.lease.as_secs_f64() * 1000.0;
         let retention_ms = self.retention.as_secs_f64() * 1000.0;
         Box::pin(async move {
             transport.before_exec("extend").await;
@@ -638,14 +638,14 @@ pub(crate) fn replica_ack_unsupported() -> Error {
 fn store_for(
     transport: &Arc<PgTransport>,
     key: &str,
-    lock_timeout: Duration,
+    lease: Duration,
     retention: Duration,
 ) -> PgStore {
     PgStore {
         transport: transport.clone(),
         key: key.to_string(),
         name: Arc::from("operator"),
-        lock_timeout,
+        lease,
         retention,
     }
 }
@@ -679,10 +679,10 @@ pub(crate) async fn fail_attempt(
     key: &str,
     named: Named,
     reason: &str,
-    lock_timeout: Duration,
+    lease: Duration,
     retention: Duration,
 ) -> Result<FailAttempt, Error> {
-    let store = store_for(transport, key, lock_timeout, retention);
+    let store = store_for(transport, key, lease, retention);
     for _ in 0..20 {
         let deadline = Instant::now() + transport.settings.response_timeout * 10;
         let mut conn = store.checkout(deadline).await?;

@@ -34,7 +34,7 @@ pub(crate) struct RedisStore {
     pub keys: Arc<JobKeys>,
     /// The worker's name, stored with its lease.
     pub name: Arc<str>,
-    pub lock_timeout: Duration,
+    pub lease: Duration,
     pub retention: Duration,
 }
 
@@ -109,7 +109,7 @@ impl RedisStore {
                         .arg(k.lease())
                         .arg(lease_value(token, &self.name))
                         .arg("PX")
-                        .arg(ms(self.lock_timeout));
+                        .arg(ms(self.lease));
                     Expect::Ok
                 }
                 Write::DelLease => {
@@ -277,7 +277,7 @@ impl JobStore for RedisStore {
         let router = self.transport.router.clone();
         let keys = self.keys.clone();
         let value = lease_value(&held.token, &self.name);
-        let (ttl, retention) = (self.lock_timeout, self.retention);
+        let (ttl, retention) = (self.lease, self.retention);
         let response_timeout = self.transport.settings.response_timeout;
         #[cfg(feature = "testing")]
         let hook = self.transport.exec_hook();

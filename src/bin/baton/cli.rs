@@ -275,19 +275,21 @@ pub(crate) struct RunArgs {
     /// [default: 24h; with a schedule, two periods and at least 10m].
     #[arg(long, value_parser = duration)]
     pub(crate) retention: Option<Duration>,
-    /// Do not extend the lease: the attempt must finish within --lease of its grant
-    /// (PROGRAM is stopped when it does not).
-    #[arg(long)]
-    pub(crate) no_keepalive: bool,
-    /// Cap on one attempt's run time, counted from its grant (must exceed --lease).
-    #[arg(long, value_parser = duration)]
-    pub(crate) max_run: Option<Duration>,
+    /// Turn the watchdog off: the lease is not extended, and the attempt must finish within
+    /// --lease of its grant (PROGRAM is stopped when it does not). --no-keepalive is an alias
+    /// (its former name).
+    #[arg(long = "no-watchdog", visible_alias = "no-keepalive")]
+    pub(crate) no_watchdog: bool,
+    /// Cap on how long one attempt may hold the job, counted from its grant (must exceed
+    /// --lease). --max-run is an alias (its former name).
+    #[arg(long = "max-hold", visible_alias = "max-run", value_parser = duration)]
+    pub(crate) max_hold: Option<Duration>,
     /// Pause before a backup takes over a failed attempt.
     #[arg(long, default_value = "0s", value_parser = duration)]
     pub(crate) retry_delay: Duration,
     /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
     /// process group when it exits, at most 1 day (never past the lease's end; without
-    /// keepalive SIGTERM comes this long, at most a quarter lease, before the deadline).
+    /// the watchdog SIGTERM comes this long, at most a quarter lease, before the deadline).
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     pub(crate) kill_grace: Duration,
     /// This worker's name, shown by `baton status` (default host:pid).

@@ -111,7 +111,7 @@ pub fn kill_margin(lease: Duration) -> Duration {
     (lease / 20).min(Duration::from_millis(250))
 }
 
-/// How long before the deadline the guard (and baton's own supervisor without keepalive)
+/// How long before the deadline the guard (and baton's own supervisor without the watchdog)
 /// sends SIGTERM: `min(kill_grace, lease / 4)`.
 pub fn term_lead(kill_grace: Duration, lease: Duration) -> Duration {
     kill_grace.min(lease / 4)

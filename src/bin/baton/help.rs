@@ -17,7 +17,7 @@ Exit statuses of `baton run`:
   74       this process lost its attempt: lease lost (also when baton was stopped, e.g. by
            Ctrl-Z, for longer than the lease), PROGRAM stopped by the guard (no extension was
            confirmed by the lease's deadline while baton could not act: stopped by SIGSTOP,
-           blocked, starved of CPU), deadline passed (--no-keepalive), --max-run reached, a
+           blocked, starved of CPU), deadline passed (--no-watchdog), --max-hold reached, a
            success that could no longer be recorded, or a success whose outcome is unknown
            (the job may or may not be DONE: check `baton status`)
   75       the job is exhausted and this process ran no attempt
@@ -118,7 +118,7 @@ An occurrence's end does not end `baton schedule`: it is reported, and the next 
 At every tick of the schedule (by the coordination server's clock: Redis TIME, PostgreSQL
 clock_timestamp()) `baton schedule` runs that occurrence's job KEY@DIGEST@TICK exactly as
 `baton run --every/--cron` would (see `baton run --help`): holder or backup, attempts,
-keepalive, --max-run, --kill-grace and PROGRAM's process group as there. Run it on every server
+the watchdog, --max-hold, --kill-grace and PROGRAM's process group as there. Run it on every server
 (one per server): each occurrence runs once across the fleet, never before its tick, and a failed
 attempt is retried by a backup within the occurrence. It starts by waiting for the next tick;
 --catch-up last first runs the latest past tick if it is neither done nor exhausted (every server

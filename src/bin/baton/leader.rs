@@ -3,7 +3,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 
-use baton::{Client, ElectionOptions};
+use baton::{Client, ElectionOptions, Fenced};
 
 use super::cli::LeaderArgs;
 use super::exit::{exit_code, fail_with, EX_LOST};
@@ -85,11 +85,11 @@ pub(crate) async fn leader(
                 return graceful(sig);
             }
         };
-        sink.note(&format!("elected (term {})", term.number()));
+        sink.note(&format!("elected (term {})", term.fencing_token()));
         leading(true);
         let env = [
             ("BATON_LEADER_KEY", args.key.clone()),
-            ("BATON_FENCING_TOKEN", term.number().to_string()),
+            ("BATON_FENCING_TOKEN", term.fencing_token().to_string()),
         ];
         let done = match run_held(
             &term,
@@ -129,7 +129,7 @@ pub(crate) async fn leader(
             Some(Stopping::Lost) => {
                 sink.warn(&format!(
                     "term {} ended; PROGRAM was stopped; campaigning again",
-                    term.number()
+                    term.fencing_token()
                 ));
             }
             Some(Stopping::Signal(sig)) => return graceful(sig),

@@ -37,7 +37,7 @@
 //! PROGRAM runs. When PROGRAM is stopped by job control (SIGTSTP, SIGTTIN, SIGTTOU), baton takes
 //! the terminal back and stops itself with SIGSTOP (SIGTSTP would be discarded in an orphaned
 //! process group), so the shell sees the job stopped. Its lease is not extended while stopped. Once
-//! continued, it first checks that it still holds its attempt (no-keepalive deadline, then the
+//! continued, it first checks that it still holds its attempt (--no-watchdog deadline, then the
 //! job's state in Redis): if not, PROGRAM is killed and baton exits 74; otherwise PROGRAM's group
 //! gets the terminal back (if baton is in the foreground again) and SIGCONT.
 

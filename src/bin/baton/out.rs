@@ -1,8 +1,8 @@
 //! baton's own output, written so that no output can stall coordination.
 //!
-//! The thread that runs the lease's keepalive and PROGRAM's supervisor is the CLI's only runtime
+//! The thread that runs the lease's watchdog and PROGRAM's supervisor is the CLI's only runtime
 //! thread. A blocking write on it (a log pipe whose reader stopped reading, an events file on a
-//! hung NFS mount) would stop the keepalive while PROGRAM runs on: the lease lapses and a backup
+//! hung NFS mount) would stop the watchdog while PROGRAM runs on: the lease lapses and a backup
 //! runs the job a second time beside it. So every line baton writes while it coordinates goes
 //! into a bounded queue ([`Queue`]), drained by a writer thread of its own that alone blocks in
 //! `write(2)`:

@@ -49,17 +49,17 @@ pub(crate) fn config(
         .lease(args.lease)
         .max_attempts(args.max_attempts)
         .retention(retention)
-        .keepalive(!args.no_keepalive)
+        .watchdog(!args.no_watchdog)
         .retry_delay(args.retry_delay)
         .rejoin_after_fail(args.rejoin.unwrap_or(rejoin));
     if let Some(name) = &args.name {
         builder = builder.worker_name(name.clone());
     }
-    // Validate --max-run with the library's rules, but enforce it here: PROGRAM must be stopped
+    // Validate --max-hold with the library's rules, but enforce it here: PROGRAM must be stopped
     // *before* the attempt is released, which only this process can do.
     builder
         .clone()
-        .max_run(args.max_run)
+        .max_hold(args.max_hold)
         .build()
         .map_err(|e| usage_config(&e))?;
     let config = builder.build().map_err(|e| usage_config(&e))?;
@@ -505,7 +505,7 @@ pub(crate) struct RunLease<'a> {
     job: &'a Job<'a>,
     worker: &'a mut baton::Worker,
     attempt: u64,
-    /// The attempt's handle, for its confirmed deadline as keepalive moves it.
+    /// The attempt's handle, for its confirmed deadline as the watchdog moves it.
     handle: baton::AttemptHandle,
     /// An ended stream answers `None` at once, forever: stop polling it, or the supervision
     /// loop would spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
@@ -530,7 +530,7 @@ impl Lease for RunLease<'_> {
             sink.emit(&ev);
             let now = Instant::now();
             match ev {
-                // No keepalive: the lease is about to end; PROGRAM must stop now.
+                // No watchdog: the lease is about to end; PROGRAM must stop now.
                 Event::DeadlinePassed { .. } => {
                     return Loss {
                         term: false,
@@ -576,7 +576,7 @@ impl Lease for RunLease<'_> {
                 }
                 other => lost(format!("attempt {attempt} ended (the job is now {other})")),
             },
-            // Redis cannot tell now. With keepalive the lease was extended at most a third of it
+            // Redis cannot tell now. With the watchdog the lease was extended at most a third of it
             // before the stop: half a lease later it surely still runs, and the worker's next
             // extension settles the rest.
             _ if away < self.job.args.lease / 2 => Ok(()),
@@ -620,12 +620,12 @@ impl Holder<'_> {
         };
         let now = Instant::now();
         let far = later(now, FAR);
-        // Without keepalive the lease ends lock_timeout after the grant's EXEC was sent: the
+        // Without the watchdog the lease ends --lease after the grant's EXEC was sent: the
         // worker computed that instant (`grant_deadline`, a little early) when the grant came
         // back, so any time between that and this point is already counted. PROGRAM must be
         // gone by then: SIGTERM kill_grace (at most a quarter lease) before, SIGKILL at it.
-        let lease_end = args.no_keepalive.then_some(acquired.grant_deadline());
-        // The grant's send time (as early as the deadline errs): --max-run counts from it.
+        let lease_end = args.no_watchdog.then_some(acquired.grant_deadline());
+        // The grant's send time (as early as the deadline errs): --max-hold counts from it.
         let granted = acquired
             .grant_deadline()
             .checked_sub(args.lease)
@@ -637,11 +637,11 @@ impl Holder<'_> {
             None => far,
         };
         let mut why_text = String::from("deadline passed");
-        if let Some(max_run) = args.max_run {
-            let at = later(granted, max_run);
+        if let Some(max_hold) = args.max_hold {
+            let at = later(granted, max_hold);
             if at < term_at {
                 term_at = at;
-                why_text = format!("--max-run of {} reached", human(max_run));
+                why_text = format!("--max-hold of {} reached", human(max_hold));
             }
         }
         let mut lease = RunLease {

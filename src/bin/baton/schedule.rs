@@ -6,7 +6,7 @@
 //!
 //! Why not the library's `Failover::schedule`: its work is a closure run under
 //! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
-//! keepalive's loss, the deadline, job control), which `Job` already does for `baton run`. The
+//! watchdog's loss, the deadline, job control), which `Job` already does for `baton run`. The
 //! calendar, the binding to the server's clock and the wait for a tick are the library's.
 //!
 //! Signals: the command holds the one set of handlers and fans each signal out ([`Fan`]) to

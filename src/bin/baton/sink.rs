@@ -1,7 +1,7 @@
 //! Where `baton run`'s events go: human lines on stderr (only what matters without
 //! --verbose), JSON lines on stderr (--json) or appended to a file (--events). Apart from the
 //! commands because every line baton writes about a job goes through it. Every line goes
-//! through a queue that never blocks (out.rs): no output can stall the keepalive.
+//! through a queue that never blocks (out.rs): no output can stall the watchdog.
 
 use baton::Event;
 

@@ -66,9 +66,9 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) sigchld: &'a mut tokio::signal::unix::Signal,
     /// Time between SIGTERM and SIGKILL when baton stops PROGRAM (signal or time limit).
     pub(crate) kill_grace: Duration,
-    /// When the lease ends for sure (no keepalive): PROGRAM is dead by then, whatever the grace.
+    /// When the lease ends for sure (--no-watchdog): PROGRAM is dead by then, whatever the grace.
     pub(crate) lease_end: Option<Instant>,
-    /// The lease's length (--lock-timeout, --ttl, --lease): the guard's SIGTERM lead and
+    /// The lease's length (--lease): the guard's SIGTERM lead and
     /// SIGKILL margin before the confirmed deadline depend on it (guard.rs).
     pub(crate) lease: Duration,
     /// Whether baton acts as a shell's job (passes a SIGTSTP for itself on to PROGRAM, and
@@ -80,7 +80,7 @@ pub(crate) struct Supervisor<'a> {
 
 impl Supervisor<'_> {
     /// Watches `program` until it is reaped. `term_at` (SIGTERM, then SIGKILL `kill_grace`
-    /// later, never past `lease_end`) stops it for `why`, e.g. a deadline or --max-run.
+    /// later, never past `lease_end`) stops it for `why`, e.g. a deadline or --max-hold.
     pub(crate) async fn supervise<L: Lease>(
         &mut self,
         program: &mut Program,

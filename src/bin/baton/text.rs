@@ -1,6 +1,6 @@
 //! How baton's messages word things: durations in human form (`4.0 s`, `250 ms`, `2 min 5 s`,
 //! never Rust's `4.006396222s`), and settings by the flag or variable the user typed
-//! (`--lease`, not the library's field `lock_timeout`). Every line the CLI prints about a
+//! (`--max-hold`, not the library's field `max_hold`). Every line the CLI prints about a
 //! duration or a refused setting goes through here, so the wording is one thing.
 
 use std::time::Duration;
@@ -55,10 +55,9 @@ fn flag(field: &str) -> Option<&'static str> {
         "key" => "--key",
         "prefix" => "--prefix",
         "url" => "--url",
-        "lock_timeout" => "--lease",
         "max_attempts" => "--max-attempts",
         "retention" => "--retention",
-        "max_run" => "--max-run",
+        "max_hold" => "--max-hold",
         "retry_delay" => "--retry-delay",
         "worker_name" | "name" => "--name",
         "ttl" => "--lease",
@@ -80,16 +79,10 @@ fn flag(field: &str) -> Option<&'static str> {
     })
 }
 
-/// The library fields that reasons mention by name ("must exceed lock_timeout (…)"): named so
+/// The library fields that reasons mention by name ("must be below retention (…)"): named so
 /// in a reason they are identifiers, not words, and are replaced by their flags. Plain words
 /// that are also fields (`key`, `lease`, `wait`) are left alone: in a reason they are prose.
-const FIELDS_IN_REASONS: [&str; 5] = [
-    "lock_timeout",
-    "max_attempts",
-    "max_run",
-    "retry_delay",
-    "retention",
-];
+const FIELDS_IN_REASONS: [&str; 4] = ["max_attempts", "max_hold", "retry_delay", "retention"];
 
 /// A refused setting as the CLI says it: `invalid --lease: 0 s is outside 10 ms ..=
 /// 1 day`. The library's reason is kept, its durations and field names reworded.
@@ -97,7 +90,10 @@ pub(crate) fn config_message(e: &ConfigError) -> String {
     match e {
         ConfigError::Invalid { field, reason } => {
             let name = flag(field).map_or_else(|| format!("`{field}`"), str::to_string);
-            format!("invalid {name}: {}", reword(reason))
+            // A reason compares the setting with "the lease (30s)": the one the user gave as
+            // --lease. Only refused settings say so; elsewhere "the lease" is prose.
+            let reason = reword(reason).replace("the lease (", "--lease (");
+            format!("invalid {name}: {reason}")
         }
         // A variant of a later library: its own text, durations reworded.
         other => reword(&other.to_string()),
@@ -200,8 +196,8 @@ mod tests {
     #[test]
     fn debug_durations_and_field_names_in_reasons_are_reworded() {
         assert_eq!(
-            reword("4.006396222s must exceed lock_timeout (30s)"),
-            "4.0 s must exceed --lease (30.0 s)"
+            reword("4.006396222s must exceed max_hold (30s)"),
+            "4.0 s must exceed --max-hold (30.0 s)"
         );
         assert_eq!(
             reword("5ms is outside 10ms ..= 1 day"),
@@ -215,7 +211,8 @@ mod tests {
         for same in [
             "must be 1..=256 bytes",
             "job w30s, 3 tries",
-            "max_runs and lock_timeouts",
+            "max_holds and retentions",
+            "must exceed the lease",
             "v1.5s",
             "10 years",
         ] {
@@ -226,12 +223,12 @@ mod tests {
     #[test]
     fn a_refused_setting_is_named_by_its_flag() {
         let e = ConfigError::Invalid {
-            field: "max_run",
-            reason: "1s must exceed lock_timeout (10s)".into(),
+            field: "max_hold",
+            reason: "1s must exceed the lease (10s)".into(),
         };
         assert_eq!(
             config_message(&e),
-            "invalid --max-run: 1.0 s must exceed --lease (10.0 s)"
+            "invalid --max-hold: 1.0 s must exceed --lease (10.0 s)"
         );
         let e = ConfigError::Invalid {
             field: "event_capacity",
