@@ -65,37 +65,37 @@
 //! # The API at a glance
 //! Every primitive is reached the same way (a handle from the [`Client`]; Redlock's from
 //! [`Redlock::new`] over several clients), its options are validated builders whose setters say
-//! "Defaults to …", and everything it holds answers the same names. The lock-shaped primitives
-//! share one options type, [`LockOptions`] (a field one of them cannot honour is refused with
-//! [`ErrorKind::Unsupported`], naming it), and one wait loop; a lock's duration is its `lease`,
-//! per call or configured (failover, leader). Every `with_lock` hands `work` the guard.
+//! "Defaults to …", and everything it holds answers the same names: the read side of every held
+//! lease is [`HeldLease`], the fencing token is [`Fenced`], the owner's side is [`LeaseGuard`]
+//! (`use baton::prelude::*;` brings all three). A lease's duration is its `lease`, a watchdog
+//! keeps it alive up to `max_hold`, an attempt is an `attempt`, and every stream of events reads
+//! with `next_event()`.
 //!
-//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | [`Leaders`] | `AdvisoryLocks` |
-//! | --- | --- | --- | --- | --- | --- |
-//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | — ¹ | `try_acquire(key, mode, &opts)` |
-//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `elector(key, &opts)?.campaign()` | `acquire(key, mode, &opts)` |
-//! | run a closure holding it | `with_lock` | `with_lock` | `with_lock` | `lead(key, &opts, work)` | `with_xact_lock` ² |
-//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | [`Term`] | `AdvisoryGuard` |
-//! | [`LeaseGuard`] (`extend`, `start_watchdog`, `release`) | yes | yes | yes | no: the elector renews and resigns ³ | no: not a lease ⁴ |
-//! | `fencing_token()` ([`Fenced`]) | yes | yes | no ⁵ | yes (the term) | yes |
-//! | [`HeldLease`]: `key()`, `lease_deadline()`, loss: `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes | yes (no deadline ⁴) |
-//! | `release() -> Result<bool>` (`false`: it was no longer ours) | yes | yes | yes (by quorum) | `Elector::resign` | yes |
-//! | fenced resource: `write_fenced`, `read_fenced` | yes | yes (on the guard) | no ⁵ | — ⁶ | — ⁶ |
-//! | PostgreSQL | yes | no ⁷ | no ⁷ | yes | only |
+//! The lock-shaped primitives share one options type, [`LockOptions`] (a field one of them
+//! cannot honour is refused with [`ErrorKind::Unsupported`], naming it), one wait loop, and
+//! one `with_lock` that hands `work` the guard:
 //!
-//! The failover coordinator ([`Failover`], from [`Client::failover`]) and run-or-enqueue
-//! ([`Queues`]) hold leases for you: `run`/`start` (events) and `run_or_enqueue`/`drain`, with
-//! the operator's `job_status`, `watch_job`, `fail_attempt` and `reset_job` on [`Failover`].
+//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` |
+//! | --- | --- | --- | --- | --- |
+//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` |
+//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` |
+//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) |
+//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` |
+//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) |
+//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend |
+//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) |
+//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table |
+//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL |
 //!
-//! ¹ A campaign waits for the term by design; [`Elector::term`] says whether it leads now.
-//! ² A transaction-scoped lock: it ends with the transaction `work` runs in; session locks
-//! come from `acquire`. ³ A term is renewed by its [`Elector`] (or [`LeaderWorker`]) as long
-//! as it campaigns, and handed over with `resign`; the [`Term`] is the read side.
-//! ⁴ An advisory lock lives as long as its session: no deadline to extend; a heartbeat raises
-//! the loss signal when the session dies. ⁵ Redlock's masters are independent: no single
-//! counter can order its grants (see [`redlock`]). ⁶ Pass the `fencing_token` to your own
-//! resource; the fenced-write helper is a Redis hash script. ⁷ Their queues and quorum are
-//! Redis structures; the error ([`ErrorKind::Unsupported`]) says what to use instead.
+//! The other primitives hold leases for you and hand out the same read side: leader election
+//! ([`Leaders`]: `elector(key, &opts)?.campaign()` waits for a [`Term`], `lead(key, &opts,
+//! work)` runs `work` while leading; the elector renews the term and `resign`s it, and the
+//! term's fencing token is its number), the failover coordinator ([`Failover`], from
+//! [`Client::failover`]: `run`/`start`, whose [`AttemptHandle`] is a [`HeldLease`] with a
+//! [`Fenced`] token, and the operator's `job_status`, `watch_job`, `fail_attempt` and
+//! `reset_job`) and run-or-enqueue ([`Queues`]: `run_or_enqueue`/`drain`). A primitive a
+//! backend cannot hold is refused with [`ErrorKind::Unsupported`], which says what to use
+//! instead.
 //!
 //! # Guarantees
 //! - Each attempt number is granted to at most one worker, and at most `max_attempts` attempts
@@ -142,24 +142,32 @@
 //!   ([`Redlock`], [`RedlockGuard`]).
 //! - `lease`: the lease kernel every lease-holding primitive shares, and no wire protocol:
 //!   deadlines computed at send time, fencing tokens, the background release of a lost grant,
-//!   the watchdog, the one guard shape ([`LeaseGuard`], [`Fenced`]), and the one way to
+//!   the one held lease (one core behind [`HeldLease`], [`Fenced`] and [`LeaseGuard`]), the
+//!   one keepalive engine (each primitive gives one extension round: the lock store's, a
+//!   Redlock quorum's; the watchdog and the loss signal are the engine's), and the one way to
 //!   acquire: the lock options ([`LockOptions`]) and the acquisition engine (`lease::acquire`:
 //!   each lock-shaped primitive gives one try and its wake channel; the engine owns the wait
 //!   loop and `with_lock`).
-//! - `backend`: the store seam, one `Backend` enum (and its weak form) with the dispatch every
-//!   primitive shares (tasks, cancellation, timeouts, pub/sub) and one method set per shape of
-//!   storage (`backend::locks`: acquire, extend, release by token, read, take; the fair line,
-//!   run-or-enqueue's items, Redlock's per-master commands), over one folder per backend that
-//!   holds their scripts and statements:
-//!   `backend::redis` (the multiplexed connection, the dedicated-connection pool for
-//!   `WATCH … EXEC`, the pub/sub hub, Cluster and Sentinel routing, URL checks, the
-//!   classification of server errors, and [`acl`]: the exact commands baton sends, for a
-//!   least-privilege ACL user) and `backend::postgres` (pool, dedicated sessions, the `LISTEN`
-//!   hub, schema, SQLSTATE classification, the lock table's statements). Neither imports a
-//!   primitive or the other.
+//! - `backend`: the store seams. One `Backend` enum (and its weak form) with the dispatch every
+//!   primitive shares (tasks, cancellation, timeouts, pub/sub), `backend::connect` (the one way
+//!   a client builds its backend from a URL), and one method set per shape of storage, each
+//!   with one arm per backend: `backend::locks` (acquire, extend, release by token, read,
+//!   take), `backend::jobs` (the failover coordinator's job store), `backend::fair`,
+//!   `backend::queue`, `backend::redlock` (Redis structures, refused elsewhere),
+//!   `backend::inspect` (what the operator's view reads) and `backend::advisory` (a PostgreSQL
+//!   feature). What crosses a seam is plain data from the leaves. Below them, one folder per
+//!   backend holds every script and statement: `backend::redis` (the multiplexed connection,
+//!   the dedicated-connection pool for `WATCH … EXEC`, the pub/sub hub, Cluster and Sentinel
+//!   routing, URL checks, the classification of server errors, and [`acl`]: the exact commands
+//!   baton sends, for a least-privilege ACL user) and `backend::postgres` (pool, dedicated
+//!   sessions, the `LISTEN` hub, schema, SQLSTATE classification, the job and lock tables'
+//!   statements, the advisory lock functions). Neither imports a seam, a primitive or the
+//!   other; no file outside `src/backend/` names a wire crate, a backend folder, a script or
+//!   a SQL statement (`tests/layering.rs` checks it).
 //! - leaves: [`error`] ([`Error`] with [`Error::is_retryable`], [`ConfigError`]) and `util`
-//!   (backoff, deadlines, tokens, the mailbox, and what both backends share: connection
-//!   settings, pub/sub messages, wake-one groups, URL redaction, TLS material).
+//!   (backoff, deadlines, tokens, the mailbox, what both backends share: connection settings,
+//!   pub/sub messages, wake-one groups, URL redaction, TLS material, and the data that crosses
+//!   the store seams).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
 //! # Errors
