@@ -435,7 +435,7 @@ async fn bad_input_is_rejected_before_anything_is_posted() {
     for bad in [Duration::ZERO, Duration::from_secs(86_401)] {
         let e = q.run_or_enqueue("ttl", "x", bad, never).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Config, "{bad:?}");
-        assert!(e.to_string().contains("ttl"), "{e}");
+        assert!(e.to_string().contains("`lease`"), "{e}");
         let e = q.drain("ttl", bad, never).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Config, "{bad:?}");
     }

@@ -8,7 +8,7 @@ pub use crate::lease::options::{
     LockOptions, LockOptionsBuilder, DEFAULT_MAX_BACKOFF, DEFAULT_WAITER_TIMEOUT, MAX_TIMEOUT,
     MIN_TIMEOUT,
 };
-pub use crate::lease::{MAX_TTL, MIN_TTL};
+pub use crate::lease::{MAX_LEASE, MIN_LEASE};
 
 /// The former name of [`LockOptions`], kept so existing code compiles.
 pub type FairOptions = LockOptions;
@@ -22,8 +22,8 @@ mod tests {
 
     #[test]
     fn leases_and_lifetimes_are_checked() {
-        assert!(crate::lease::check_ttl("lease", MIN_TTL).is_ok());
-        assert!(crate::lease::check_ttl("lease", MAX_TTL).is_ok());
+        assert!(crate::lease::check_ttl("lease", MIN_LEASE).is_ok());
+        assert!(crate::lease::check_ttl("lease", MAX_LEASE).is_ok());
         assert!(crate::lease::check_ttl("lease", Duration::from_millis(9)).is_err());
         assert!(validate_timeout("lifetime", MIN_TIMEOUT).is_ok());
         assert!(validate_timeout("lifetime", MAX_TIMEOUT + Duration::from_millis(1)).is_err());

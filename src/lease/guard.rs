@@ -305,17 +305,17 @@ pub trait Fenced: HeldLease {
 /// }
 /// ```
 pub trait LeaseGuard: HeldLease {
-    /// Extends the lease to `ttl` from now if it is still this guard's. `Ok(false)`: it was no
+    /// Extends the lease to `lease` from now if it is still this guard's. `Ok(false)`: it was no
     /// longer ours; nothing was written, and the loss signal fires (or, for Redlock, the round
     /// was too slow to leave validity).
     ///
     /// # Errors
-    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; timeouts and connection errors (the
+    /// [`Error::Config`] for a lease outside 10 ms ..= 1 day; timeouts and connection errors (the
     /// deadline does not move).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped extension leaves the deadline where it was.
-    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send;
+    fn extend(&mut self, lease: Duration) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// Releases the lease if it is still this guard's. `Ok(true)`: it was still ours (for
     /// Redlock: on a quorum of masters); `Ok(false)`: it was not, and nothing was deleted.

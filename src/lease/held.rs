@@ -252,22 +252,22 @@ impl LockGuard {
         }
     }
 
-    /// Extends the lock to `ttl` from now if it still holds this guard's token (one script:
+    /// Extends the lock to `lease` from now if it still holds this guard's token (one script:
     /// compare, then `PEXPIRE`; on PostgreSQL one `UPDATE … WHERE token = …`). `Ok(false)`: it
     /// was no longer ours; nothing was written (a failed extension never deletes anything), and
     /// the loss signal fires. On success the lease deadline moves (counted from this request's
     /// send time).
     ///
     /// # Errors
-    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
+    /// [`Error::Config`] for a lease outside 10 ms ..= 1 day; [`Error::Timeout`] (the extension
     /// may or may not have applied; the deadline does not move) and connection errors.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped extension leaves the deadline where it was.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
-        check_ttl("ttl", ttl)?;
+    pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
+        check_ttl("lease", lease)?;
         match self.held.as_mut() {
-            Some(h) => h.extend(ttl).await,
+            Some(h) => h.extend(lease).await,
             None => Ok(false),
         }
     }
@@ -364,8 +364,8 @@ impl HeldLease for LockGuard {}
 impl Fenced for LockGuard {}
 
 impl LeaseGuard for LockGuard {
-    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
-        LockGuard::extend(self, ttl)
+    fn extend(&mut self, lease: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
+        LockGuard::extend(self, lease)
     }
     fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
         LockGuard::release(self)

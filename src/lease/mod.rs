@@ -51,19 +51,19 @@ pub use crate::util::lock_replies::Extension;
 #[cfg(all(test, feature = "postgres"))]
 pub(crate) use crate::backend::locks::PG_LOCKS_CLEANUP;
 
-/// The shortest lease (lock TTL) a lease-holding primitive accepts.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lease (lock TTL) a lease-holding primitive accepts: one day.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The shortest lease a lease-holding primitive accepts.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease a lease-holding primitive accepts: one day.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
-/// Checks a lease's TTL: [`MIN_TTL`] ..= [`MAX_TTL`]. Below 10 ms a round trip eats the lease;
+/// Checks a lease's TTL: [`MIN_LEASE`] ..= [`MAX_LEASE`]. Below 10 ms a round trip eats the lease;
 /// above a day a crashed holder blocks the lock for longer than anyone would wait. One check
 /// for every primitive, so they accept and word the same range.
 ///
 /// # Errors
 /// A [`ConfigError`] naming `field` when `ttl` is out of range.
 pub(crate) fn check_ttl(field: &'static str, ttl: Duration) -> Result<(), ConfigError> {
-    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+    if !(MIN_LEASE..=MAX_LEASE).contains(&ttl) {
         return Err(ConfigError::invalid(
             field,
             format!("{ttl:?} is outside 10ms ..= 1 day"),
@@ -148,10 +148,10 @@ mod tests {
 
     #[test]
     fn ttls_are_bounded_and_the_field_is_named() {
-        assert!(check_ttl("ttl", MIN_TTL).is_ok());
-        assert!(check_ttl("ttl", MAX_TTL).is_ok());
+        assert!(check_ttl("ttl", MIN_LEASE).is_ok());
+        assert!(check_ttl("ttl", MAX_LEASE).is_ok());
         assert!(check_ttl("ttl", Duration::from_millis(9)).is_err());
-        let e = check_ttl("lease", MAX_TTL + Duration::from_millis(1)).unwrap_err();
+        let e = check_ttl("lease", MAX_LEASE + Duration::from_millis(1)).unwrap_err();
         assert!(e.to_string().contains("`lease`"), "{e}");
     }
 

@@ -72,7 +72,7 @@ use crate::util::wake::WakeOne;
 use keys::LockKeys;
 pub use keys::DEFAULT_PREFIX;
 pub use options::{
-    AcquireOptions, AcquireOptionsBuilder, LockOptions, LockOptionsBuilder, MAX_TTL, MIN_TTL,
+    AcquireOptions, AcquireOptionsBuilder, LockOptions, LockOptionsBuilder, MAX_LEASE, MIN_LEASE,
 };
 
 /// The mutex on one client's connections. Get it from [`Client::locks`](crate::Client::locks);

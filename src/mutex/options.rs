@@ -3,7 +3,7 @@
 //! the replica acknowledgement), and the lease bounds.
 
 pub use crate::lease::options::{LockOptions, LockOptionsBuilder, DEFAULT_MAX_BACKOFF};
-pub use crate::lease::{MAX_TTL, MIN_TTL};
+pub use crate::lease::{MAX_LEASE, MIN_LEASE};
 
 /// The former name of [`LockOptions`], kept so existing code compiles.
 pub type AcquireOptions = LockOptions;
@@ -18,9 +18,9 @@ mod tests {
     #[test]
     fn leases_are_checked() {
         assert!(crate::lease::check_ttl("lease", Duration::from_millis(10)).is_ok());
-        assert!(crate::lease::check_ttl("lease", MAX_TTL).is_ok());
+        assert!(crate::lease::check_ttl("lease", MAX_LEASE).is_ok());
         assert!(crate::lease::check_ttl("lease", Duration::from_millis(9)).is_err());
-        assert!(crate::lease::check_ttl("lease", MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(crate::lease::check_ttl("lease", MAX_LEASE + Duration::from_millis(1)).is_err());
     }
 
     #[test]

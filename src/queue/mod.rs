@@ -69,10 +69,8 @@ use keys::QueueKeys;
 
 /// The largest item body accepted, in bytes (1 MiB).
 pub const MAX_ITEM_BYTES: usize = 1 << 20;
-/// The shortest lease accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// The longest lease accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(86_400);
+// The bounds of a holder's lease, the same as every lease-holding primitive's.
+pub use crate::lease::{MAX_LEASE, MIN_LEASE};
 
 /// How long an empty stream is kept after a forced release (a normal release uses the fence's
 /// retention, which is at least this): see `lease::items`'s release script for why.
@@ -230,7 +228,7 @@ impl Queues {
     }
 
     /// Posts `item` to `key`, and runs `handler` on the queued items if the key was free,
-    /// holding it with a lease of `ttl` (renewed by a watchdog while it drains; it bounds how
+    /// holding it with a lease of `lease` (renewed by a watchdog while it drains; it bounds how
     /// long a crashed holder's items wait).
     ///
     /// Free: the caller becomes the holder, runs `handler` on every queued item oldest first
@@ -246,7 +244,7 @@ impl Queues {
     ///
     /// # Errors
     /// Baton's own failures only:
-    /// - [`Error::Config`] for an invalid name, a `ttl` outside [`MIN_TTL`] ..= [`MAX_TTL`] or
+    /// - [`Error::Config`] for an invalid name, a `lease` outside [`MIN_LEASE`] ..= [`MAX_LEASE`] or
     ///   an item above [`MAX_ITEM_BYTES`] (nothing posted).
     /// - [`Error::LeaseLost`] when the lease was lost while draining (the running handler was
     ///   dropped; unfinished items stay queued).
@@ -258,20 +256,20 @@ impl Queues {
     /// # Cancel safety
     /// Dropping the future drops the running handler; its item and the later ones stay queued
     /// (for the next `run_or_enqueue` or [`Queues::drain`] on the key), and the key is released
-    /// by token through a task of the client (if the client is gone too, the lease's ttl is the
+    /// by token through a task of the client (if the client is gone too, the lease's end is the
     /// backstop).
     pub async fn run_or_enqueue<F, Fut, E>(
         &self,
         key: &str,
         item: impl AsRef<[u8]>,
-        ttl: Duration,
+        lease: Duration,
         mut handler: F,
     ) -> Result<RunOrEnqueue<E>, Error>
     where
         F: FnMut(QueueItem) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
-        crate::lease::check_ttl("ttl", ttl)?;
+        crate::lease::check_ttl("lease", lease)?;
         let body = item.as_ref();
         if body.len() > MAX_ITEM_BYTES {
             return Err(ConfigError::invalid(
@@ -288,7 +286,7 @@ impl Queues {
         let limit = after(asked, self.transport()?.response_timeout());
         let outcome = self
             .transport()?
-            .queue_enqueue_or_acquire(&keys.kernel(), &token, ttl, body, limit)
+            .queue_enqueue_or_acquire(&keys.kernel(), &token, lease, body, limit)
             .await;
         if outcome.is_ok() {
             // Posted either way: queued for the holder, or the first item this caller drains.
@@ -306,7 +304,11 @@ impl Queues {
                     id,
                     "queue held: draining"
                 );
-                let held = Held { fence, sent, ttl };
+                let held = Held {
+                    fence,
+                    sent,
+                    ttl: lease,
+                };
                 Ok(
                     match self
                         .drain_held(key, &keys, hold, held, &mut handler)
@@ -339,7 +341,7 @@ impl Queues {
         }
     }
 
-    /// Drains `key` if it is free: takes it with a lease of `ttl`, runs `handler` on every
+    /// Drains `key` if it is free: takes it with a lease of `lease`, runs `handler` on every
     /// queued item as [`Queues::run_or_enqueue`] does, and releases it. For recovery after a holder crashed
     /// (its items wait until its lease ends and someone calls): at start-up, or periodically.
     /// [`Drain::Busy`] when it is held.
@@ -355,14 +357,14 @@ impl Queues {
     pub async fn drain<F, Fut, E>(
         &self,
         key: &str,
-        ttl: Duration,
+        lease: Duration,
         mut handler: F,
     ) -> Result<Drain<E>, Error>
     where
         F: FnMut(QueueItem) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
-        crate::lease::check_ttl("ttl", ttl)?;
+        crate::lease::check_ttl("lease", lease)?;
         let keys = self.keys(key)?;
         let token = new_token();
         let mut hold = Hold::new(self.transport()?, &keys, token.clone());
@@ -371,7 +373,7 @@ impl Queues {
             lock: &keys.lock,
             fence: &keys.fence,
             token: &token,
-            ttl,
+            ttl: lease,
         };
         let asked = Instant::now();
         let grant = self.transport()?.queue_acquire(&req, limit).await;
@@ -381,7 +383,11 @@ impl Queues {
                 labels.transition(metrics::transition::GRANT, sent);
                 labels.granted(false, asked);
                 tracing::info!(key, token = short(&token), fence, "queue held: draining");
-                let held = Held { fence, sent, ttl };
+                let held = Held {
+                    fence,
+                    sent,
+                    ttl: lease,
+                };
                 Ok(
                     match self
                         .drain_held(key, &keys, hold, held, &mut handler)

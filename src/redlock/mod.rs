@@ -90,7 +90,7 @@ pub use keys::DEFAULT_PREFIX;
 pub use options::{LockOptions, LockOptionsBuilder, RedlockOptions, RedlockOptionsBuilder};
 use quorum::{decide, node_timeout, Decision};
 
-pub use crate::lease::{MAX_TTL, MIN_TTL};
+pub use crate::lease::{MAX_LEASE, MIN_LEASE};
 /// The fewest masters a Redlock accepts.
 pub const MIN_MASTERS: usize = 3;
 
@@ -618,33 +618,33 @@ impl RedlockGuard {
         self.held().is_some_and(|h| h.watchdog.is_some())
     }
 
-    /// Extends the lock to `ttl` on every master that still holds this guard's token
-    /// (compare-and-`PEXPIRE`, every master at once, each bounded far below `ttl`). `Ok(true)`
+    /// Extends the lock to `lease` on every master that still holds this guard's token
+    /// (compare-and-`PEXPIRE`, every master at once, each bounded far below `lease`). `Ok(true)`
     /// iff a quorum confirmed with validity left; the validity deadline then moves, computed as
     /// for an acquisition. `Ok(false)`: no quorum still held it (or the round took too long);
     /// nothing was deleted anywhere and the deadline stays.
     ///
     /// # Errors
-    /// [`Error::Config`] for a ttl outside 10 ms ..= 1 day; [`Error::QuorumUnavailable`] when
+    /// [`Error::Config`] for a lease outside 10 ms ..= 1 day; [`Error::QuorumUnavailable`] when
     /// too many masters failed to tell (the deadline stays).
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped extension leaves the deadline where it was.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<bool, Error> {
-        crate::lease::check_ttl("ttl", ttl)?;
+    pub async fn extend(&mut self, lease: Duration) -> Result<bool, Error> {
+        crate::lease::check_ttl("lease", lease)?;
         let Some(h) = self.held.as_mut() else {
             return Ok(false);
         };
-        let (start, replies) = extend_round(&h.masters, &h.keys, &h.token, ttl).await;
+        let (start, replies) = extend_round(&h.masters, &h.keys, &h.token, lease).await;
         let elapsed = start.elapsed();
         let yes = replies
             .iter()
             .filter(|r| matches!(r, Ok(Extension::Confirmed { .. })))
             .count();
         let failed = replies.iter().filter(|r| r.is_err()).count();
-        match decide(h.masters.len(), yes, failed, ttl, elapsed) {
+        match decide(h.masters.len(), yes, failed, lease, elapsed) {
             Decision::Held { validity } => {
-                h.ttl = ttl;
+                h.ttl = lease;
                 h.round_start = start;
                 h.state.confirmed(after(start, validity));
                 Ok(true)
@@ -753,8 +753,8 @@ impl sealed::Sealed for RedlockGuard {
 impl HeldLease for RedlockGuard {}
 
 impl LeaseGuard for RedlockGuard {
-    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
-        RedlockGuard::extend(self, ttl)
+    fn extend(&mut self, lease: Duration) -> impl Future<Output = Result<bool, Error>> + Send {
+        RedlockGuard::extend(self, lease)
     }
     fn release(self) -> impl Future<Output = Result<bool, Error>> + Send {
         RedlockGuard::release(self)

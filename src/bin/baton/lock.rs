@@ -17,7 +17,7 @@ use super::LEASE_CHECK_TIMEOUT;
 
 /// Checks `lock`'s durations (before connecting) and sets up its output.
 pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
-    if args.lease < baton::mutex::MIN_TTL || args.lease > baton::mutex::MAX_TTL {
+    if args.lease < baton::mutex::MIN_LEASE || args.lease > baton::mutex::MAX_LEASE {
         return Err(usage(format!(
             "invalid --lease: {} is outside 10 ms ..= 1 day",
             human(args.lease)
