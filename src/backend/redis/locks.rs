@@ -1,8 +1,8 @@
 //! The lock store on Redis: the scripts the lock-shaped primitives' leases run there, beside
 //! the lock row's statements of `backend::postgres::locks`, and the operations of the seam
 //! (`backend::locks`) that call them on the node serving the lock's key. A fenced acquisition
-//! in one `EVALSHA` (its fence step shared, as text, with the fair line's grant in
-//! [`super::fair`] and run-or-enqueue's in [`super::queue`]); a token-checked release that wakes
+//! in one `EVALSHA` (its fence step shared, as text, with the fair line's grant and
+//! run-or-enqueue's, in this folder's `fair.rs` and `queue.rs`); a token-checked release that wakes
 //! waiters; an atomic read of a lock and its fence; the resource side of fencing
 //! ([`fenced_write`], [`fenced_read_on`]); and the background release a dropped holder leaves
 //! behind. Extension is [`super::script::extend`] with the lock as its own guard; grouping of
