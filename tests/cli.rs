@@ -921,6 +921,8 @@ async fn the_program_gets_the_baton_environment_and_its_stdio_and_events_go_to_t
             .unwrap_or_else(|| panic!("{name} not set; BATON_* were {env:?}"))
     };
     assert_eq!(var("BATON_KEY"), "cli:env");
+    // Documented for every run, not only a schedule's: without one, the job is the key.
+    assert_eq!(var("BATON_JOB"), "cli:env");
     assert_eq!(var("BATON_ATTEMPT"), "1");
     assert_eq!(var("BATON_LAST_ATTEMPT"), "false");
     let token: u64 = var("BATON_FENCING_TOKEN")

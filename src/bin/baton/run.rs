@@ -232,7 +232,7 @@ pub(crate) async fn run(
                     return code;
                 }
             }
-            env = occurrence_env(&occurrence, &config);
+            env = occurrence_env(&occurrence);
             config
         }
     };
@@ -338,15 +338,10 @@ fn say_bound(sink: &mut Sink, schedule: &Schedule, occurrence: &Occurrence, wait
     sink.say(value, &text);
 }
 
-/// What PROGRAM learns of its occurrence besides what every job's PROGRAM gets.
-pub(crate) fn occurrence_env(
-    occurrence: &Occurrence,
-    config: &FailoverConfig,
-) -> Vec<(&'static str, String)> {
-    vec![
-        ("BATON_OCCURRENCE", occurrence.id().to_string()),
-        ("BATON_JOB", config.key().to_string()),
-    ]
+/// What PROGRAM learns of its occurrence besides what every job's PROGRAM gets (its
+/// `BATON_JOB` is the occurrence's job key, as for every job: its configuration's key).
+pub(crate) fn occurrence_env(occurrence: &Occurrence) -> Vec<(&'static str, String)> {
+    vec![("BATON_OCCURRENCE", occurrence.id().to_string())]
 }
 
 /// One job run in this process as `baton run` runs it: wait for an attempt (or the job's end),
@@ -604,6 +599,8 @@ impl Holder<'_> {
         let tty = job.tty;
         let mut env = vec![
             ("BATON_KEY", args.key.clone()),
+            // The job's key: --key, or an occurrence's KEY@DIGEST@TICK under a schedule.
+            ("BATON_JOB", job.config.key().to_string()),
             ("BATON_ATTEMPT", acquired.attempt.to_string()),
             ("BATON_LAST_ATTEMPT", acquired.last.to_string()),
             ("BATON_FENCING_TOKEN", acquired.fencing_token.to_string()),

@@ -344,7 +344,7 @@ impl<'a> Command<'a> {
         let job = Job {
             client: self.client,
             args,
-            env: occurrence_env(&occurrence, &config),
+            env: occurrence_env(&occurrence),
             config,
             // A daemon: PROGRAM never has the terminal, and no occurrence stops the others.
             tty: false,
