@@ -1434,12 +1434,18 @@ async fn what_program_leaves_running_is_stopped_before_baton_records_done() {
     let dir = TempDir::new("leftover");
     let pidfile = dir.path("pid");
     let log = dir.path("log");
+    let ready = dir.path("ready");
+    // PROGRAM exits only once the leftover's trap is set: on a loaded host the subshell may
+    // not have run `trap` yet when its parent exits, and would then die of the SIGTERM
+    // without cleaning up (a race in the test's script, not in baton).
     let script = format!(
-        "(trap 'sleep 0.2; echo cleaned >> {log}; exit 0' TERM; while :; do sleep 0.05; done) &
+        "(trap 'sleep 0.2; echo cleaned >> {log}; exit 0' TERM; : > {ready}; while :; do sleep 0.05; done) &
          echo $! > {pid}
+         while [ ! -e {ready} ]; do sleep 0.01; done
          echo exits >> {log}",
         log = shq(&log),
         pid = shq(&pidfile),
+        ready = shq(&ready),
     );
     let o = run(
         baton("run", &url).args(["--key", "leftover", "--", "sh", "-c", &script]),
