@@ -255,7 +255,9 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// The last attempt's error when it gives up (a [`Error::Timeout`] if that attempt was cut
-    /// short); an error no retry can fix (configuration, credentials, TLS) at once.
+    /// short; no attempt is started that the deadline would cut short at once, so a server
+    /// that refuses connections gives up with [`Error::Connection`] saying so); an error no
+    /// retry can fix (configuration, credentials, TLS, [`Error::NotRedis`]) at once.
     pub async fn connect_patiently(
         self,
         unreached: Duration,
@@ -290,7 +292,13 @@ impl ClientBuilder {
                 return Err(error);
             }
             tracing::debug!(error = %error, reached, "cannot connect yet; retrying");
-            let retry_at = crate::util::time::after(now, backoff.next_delay()).min(deadline);
+            let retry_at = crate::util::time::after(now, backoff.next_delay());
+            if retry_at >= deadline {
+                // No try could start before the deadline: this one's error ("refused") says
+                // why, where a try cut short at once would only say it timed out.
+                tokio::time::sleep_until(deadline).await;
+                return Err(error);
+            }
             tokio::time::sleep_until(retry_at).await;
         }
     }

@@ -79,8 +79,11 @@ pub enum ErrorKind {
     /// create them (run `baton migrate`). Not retryable: an operator must change something.
     Misconfigured,
     /// The TLS handshake failed (unknown issuer, a name not in the certificate, a missing client
-    /// certificate). Never retried without TLS.
+    /// certificate, a server that does not speak TLS). Never retried without TLS.
     Tls,
+    /// The URL names a server that does not speak Redis' protocol (an HTTP server, an SSH
+    /// daemon, …): see [`Error::NotRedis`]. Not retryable: the URL must change.
+    NotRedis,
     /// Redis returned a reply baton did not expect.
     UnexpectedReply,
     /// Another server-side error.
@@ -129,6 +132,17 @@ pub enum Error {
         message: String,
         /// The client library's error, for the source chain.
         source: Option<Cause>,
+    },
+    /// The server at a `redis://` URL (or a Cluster seed, a Sentinel) answered with something
+    /// that is not Redis' protocol: another service listens there. `reply` shows the start of
+    /// what it answered to a plain `PING` sent on a connection of its own (no credentials on
+    /// it), printable and bounded, e.g. `"HTTP/1.1 400 Bad Request…"`. Not retryable.
+    #[error("{server} is not a Redis server (it answered {reply})")]
+    NotRedis {
+        /// The server's address, `host:port` or a socket's path (never credentials).
+        server: String,
+        /// The start of the server's answer, escaped and shortened, in quotes.
+        reply: String,
     },
     /// Redis did not answer within the response timeout.
     #[error("the server did not answer in time while {during}")]
@@ -335,6 +349,7 @@ impl Error {
             Error::Config(_) => ErrorKind::Config,
             Error::Connection { .. } => ErrorKind::Connection,
             Error::Tls { .. } => ErrorKind::Tls,
+            Error::NotRedis { .. } => ErrorKind::NotRedis,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::CorruptState { .. } => ErrorKind::CorruptState,
             Error::WrongType { .. } => ErrorKind::WrongType,

@@ -32,7 +32,9 @@ pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Erro
             };
         }
         // Not the server's answer: the connection failed, closed, or the reply was unreadable.
-        let message = err.to_string();
+        // The driver's own words ("error connecting to server") leave the cause to its source
+        // chain: the cause ("Connection refused", "timed out") is what a reader needs.
+        let message = with_causes(&err);
         return Error::Connection {
             message: format!("PostgreSQL: {message}"),
             source: Some(Arc::new(err)),
@@ -50,6 +52,24 @@ pub(crate) fn classify(err: tokio_postgres::Error, during: &'static str) -> Erro
         message,
         source: Some(Arc::new(err)),
     }
+}
+
+/// `err`'s text followed by each cause in its source chain that it does not already say
+/// (`error connecting to server: Connection refused (os error 111)`).
+fn with_causes(err: &tokio_postgres::Error) -> String {
+    let mut message = err.to_string();
+    let mut next = std::error::Error::source(err);
+    // A bound, not a loop forever on a strange self-referencing chain.
+    for _ in 0..8 {
+        let Some(cause) = next else { break };
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        next = cause.source();
+    }
+    message
 }
 
 /// What rustls reported, if `err` is a failed TLS handshake; or that the server has no TLS.

@@ -184,6 +184,13 @@ impl PgTransport {
             | deadpool_postgres::PoolError::PostCreateHook(
                 deadpool_postgres::HookError::Backend(e),
             ) => classify(e, "connecting"),
+            // Opening a connection timed out (the server accepted it and never answered):
+            // said as connecting, not as waiting for a free connection of the pool.
+            deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => {
+                Error::Timeout {
+                    during: "connecting to PostgreSQL",
+                }
+            }
             deadpool_postgres::PoolError::Timeout(_) => Error::Timeout {
                 during: "waiting for a PostgreSQL connection",
             },

@@ -143,7 +143,9 @@ pub(crate) async fn connect(o: Options<'_>, reached: &mut bool) -> Result<Arc<Tr
     // server that requires one accepts the connection and only the first request fails
     // (NOAUTH). One PING makes that a Permission error here.
     let mut conn = manager.clone();
-    redis::cmd("PING").query_async::<()>(&mut conn).await?;
+    if let Err(e) = redis::cmd("PING").query_async::<()>(&mut conn).await {
+        return Err(diagnose(&client, e, &settings).await);
+    }
     let t = assemble(client, manager, settings);
     warn_if_unsafe(&t).await;
     Ok(t)
@@ -161,8 +163,22 @@ async fn connect_sentinel(
 ) -> Result<Arc<Transport>, Error> {
     o.settings.check()?;
     let settings = o.settings.clone();
-    let (host, port) =
-        super::sentinel::resolve_primary(&sentinels, &service, settings.connect_timeout).await?;
+    let (host, port) = match super::sentinel::resolve_primary(
+        &sentinels,
+        &service,
+        settings.connect_timeout,
+    )
+    .await
+    {
+        Ok(found) => found,
+        // A Sentinel's reply that is not Redis' protocol: is another service listening?
+        Err(e) if caused_by_unexpected_reply(&e) => {
+            return Err(not_redis(&addrs_of(&sentinels), &settings)
+                .await
+                .unwrap_or(e));
+        }
+        Err(e) => return Err(e),
+    };
     // A Sentinel answered: the deployment is there, its primary may be failing over.
     *reached = true;
     let client = o.client_for(&data.primary_url(&host, port))?;
@@ -210,7 +226,14 @@ async fn connect_cluster(o: Options<'_>, seeds: &[String]) -> Result<Arc<Transpo
         )));
     };
     let endpoint = format!("cluster:{}", endpoint_of(first));
-    let cluster = super::cluster::Cluster::connect(clients, o.settings.clone()).await?;
+    let cluster = match super::cluster::Cluster::connect(clients, o.settings.clone()).await {
+        Ok(cluster) => cluster,
+        // A seed's reply that is not Redis' protocol: is another service listening?
+        Err(e) if caused_by_unexpected_reply(&e) => {
+            return Err(not_redis(&addrs_of(seeds), o.settings).await.unwrap_or(e));
+        }
+        Err(e) => return Err(e),
+    };
     let moved = cluster.moved();
     let t = assemble_with(
         Router::Cluster(cluster),
@@ -316,9 +339,10 @@ fn endpoint_of(client: &redis::Client) -> String {
 }
 
 /// One direct connection before the connection manager, which retries whatever fails: an
-/// error no retry can fix (a failed TLS handshake, a wrong password or unknown user, a
-/// database index out of range) is returned at once, so the server sees one failed login, not
-/// one per retry; anything else is left to the manager's usual path.
+/// error no retry can fix (a failed TLS handshake, a `rediss://` URL to a server without TLS,
+/// a wrong password or unknown user, a database index out of range, a server that is not
+/// Redis) is returned at once, so the server sees one failed login, not one per retry;
+/// anything else is left to the manager's usual path.
 async fn first_connection_check(
     client: &redis::Client,
     settings: &ConnSettings,
@@ -327,20 +351,224 @@ async fn first_connection_check(
         .set_connection_timeout(Some(settings.connect_timeout))
         .set_response_timeout(Some(settings.response_timeout));
     let fut = client.get_multiplexed_async_connection_with_config(&cfg);
-    match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
-        Ok(Err(e)) => {
-            let e = Error::from(e);
-            if matches!(
-                e.kind(),
-                ErrorKind::Tls | ErrorKind::Permission | ErrorKind::Misconfigured
-            ) {
-                return Err(e);
-            }
-            Ok(())
+    let e = match tokio::time::timeout(settings.connect_timeout * 2, fut).await {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(e)) => diagnose(client, e, settings).await,
+        Err(_) => Error::Timeout {
+            during: "connecting",
+        },
+    };
+    let e = match e {
+        // A plain Redis behind a `rediss://` URL does not answer a ClientHello (it waits for
+        // the end of a line), or answers it in plain text: the handshake times out or reads
+        // garbage. Said as what it is.
+        Error::Timeout { .. } | Error::Connection { .. } | Error::Tls { .. }
+            if is_tls(client) && !e.to_string().contains("certificate") =>
+        {
+            plain_instead_of_tls(client, settings).await.unwrap_or(e)
         }
-        Ok(Ok(_)) => Ok(()),
-        Err(_) => Ok(()),
+        e => e,
+    };
+    if matches!(
+        e.kind(),
+        ErrorKind::Tls | ErrorKind::Permission | ErrorKind::Misconfigured | ErrorKind::NotRedis
+    ) {
+        return Err(e);
     }
+    Ok(())
+}
+
+/// The most of a server's answer a probe reads.
+const PROBE_BYTES: usize = 64;
+
+/// `err`, from connecting to `client`'s server, as a typed error: a reply that does not parse
+/// as Redis' protocol is checked with a probe of its own ([`probe_plain`]), and is
+/// [`Error::NotRedis`] when the server answers a plain `PING` with something that is not RESP.
+async fn diagnose(
+    client: &redis::Client,
+    err: redis::RedisError,
+    settings: &ConnSettings,
+) -> Error {
+    if err.kind() != redis::ErrorKind::Parse || is_tls(client) {
+        return Error::from(err);
+    }
+    let addr = client.get_connection_info().addr().clone();
+    not_redis(&[addr], settings)
+        .await
+        .unwrap_or_else(|| Error::from(err))
+}
+
+/// [`Error::NotRedis`] for the first of `addrs` that answers a plain `PING` with something
+/// that is not RESP, if any.
+async fn not_redis(addrs: &[redis::ConnectionAddr], settings: &ConnSettings) -> Option<Error> {
+    let within = settings.connect_timeout + settings.response_timeout;
+    for addr in addrs {
+        if matches!(addr, redis::ConnectionAddr::TcpTls { .. }) {
+            continue;
+        }
+        match probe_plain(addr, within).await {
+            Some(reply) if !reply.is_empty() && !looks_like_resp(&reply) => {
+                return Some(Error::NotRedis {
+                    server: addr.to_string(),
+                    reply: shown(&reply),
+                })
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The addresses of `urls` (Cluster seeds, Sentinels) that parse, for [`not_redis`].
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn addrs_of(urls: &[String]) -> Vec<redis::ConnectionAddr> {
+    urls.iter()
+        .filter_map(|u| u.as_str().into_connection_info().ok())
+        .map(|i| i.addr().clone())
+        .collect()
+}
+
+/// With a `rediss://` URL whose handshake failed: a TLS error saying the server speaks plain
+/// Redis when a plain `PING` gets a RESP reply (`+PONG`, `-NOAUTH …`), else `None`.
+async fn plain_instead_of_tls(client: &redis::Client, settings: &ConnSettings) -> Option<Error> {
+    let within = settings.connect_timeout + settings.response_timeout;
+    let reply = probe_plain(client.get_connection_info().addr(), within).await?;
+    looks_like_resp(&reply).then(|| Error::Tls {
+        message: format!(
+            "the server does not speak TLS (it answered a plain-text PING with {}): use a \
+             redis:// URL for it, or its TLS port",
+            shown(&reply)
+        ),
+        source: None,
+    })
+}
+
+/// Whether `e` is, or was caused by, a reply baton could not read as Redis' protocol.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn caused_by_unexpected_reply(e: &Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    // A bound, not a loop forever on a strange self-referencing chain.
+    for _ in 0..8 {
+        let Some(cur) = next else { return false };
+        if cur
+            .downcast_ref::<Error>()
+            .is_some_and(|e| e.kind() == ErrorKind::UnexpectedReply)
+        {
+            return true;
+        }
+        // A cause kept as an `Arc` shows its own source, not itself: look inside.
+        next = match cur.downcast_ref::<crate::error::Cause>() {
+            Some(arc) => {
+                let inner: &(dyn std::error::Error + 'static) = arc.as_ref();
+                Some(inner)
+            }
+            None => cur.source(),
+        };
+    }
+    false
+}
+
+/// Whether `client` connects with TLS.
+fn is_tls(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
+/// What the server at `addr` answers to a plain-text `PING` on a connection of its own, TLS or
+/// not: its first bytes (up to [`PROBE_BYTES`], up to the end of the first line), or `None`
+/// when it cannot be reached or says nothing within `within`. No credentials are sent, so a
+/// server that echoes its request (an HTTP error page) cannot show one.
+async fn probe_plain(addr: &redis::ConnectionAddr, within: std::time::Duration) -> Option<Vec<u8>> {
+    let talk = async {
+        match addr {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .ok()?;
+                exchange(stream).await
+            }
+            #[cfg(unix)]
+            redis::ConnectionAddr::Unix(path) => {
+                exchange(tokio::net::UnixStream::connect(path).await.ok()?).await
+            }
+            _ => None,
+        }
+    };
+    tokio::time::timeout(within, talk).await.ok().flatten()
+}
+
+/// Sends `PING` and reads the answer's first line (at most [`PROBE_BYTES`]). Written on the
+/// poll methods: the library's tokio has no `io-util`.
+async fn exchange(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+) -> Option<Vec<u8>> {
+    use std::pin::Pin;
+    // A server that speaks first (an SSH banner) may close before reading: its words count.
+    let ping = b"PING\r\n";
+    let mut sent = 0;
+    while sent < ping.len() {
+        match std::future::poll_fn(|cx| Pin::new(&mut stream).poll_write(cx, &ping[sent..])).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => sent += n,
+        }
+    }
+    let mut buf = vec![0u8; PROBE_BYTES];
+    let mut len = 0;
+    while len < buf.len() && !buf[..len].contains(&b'\n') {
+        let read = std::future::poll_fn(|cx| {
+            let mut rb = tokio::io::ReadBuf::new(&mut buf[len..]);
+            Pin::new(&mut stream)
+                .poll_read(cx, &mut rb)
+                .map_ok(|()| rb.filled().len())
+        })
+        .await;
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    buf.truncate(len);
+    Some(buf)
+}
+
+/// Whether `reply` starts as a Redis reply does (RESP2 or RESP3 type byte).
+fn looks_like_resp(reply: &[u8]) -> bool {
+    reply
+        .first()
+        .is_some_and(|b| b"+-:$*_,#!=(|~>%".contains(b))
+}
+
+/// The start of a server's answer for a message: its first line, at most 40 bytes, printable
+/// ASCII kept and anything else escaped (`\x16`), in quotes, with `…` when more followed.
+fn shown(reply: &[u8]) -> String {
+    const MAX: usize = 40;
+    let end = reply
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(reply.len());
+    let line = &reply[..end.min(MAX)];
+    let mut out = String::from("\"");
+    for &b in line {
+        match b {
+            b'"' | b'\\' => {
+                out.push('\\');
+                out.push(char::from(b));
+            }
+            b' '..=b'~' => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if reply[line.len()..]
+        .iter()
+        .any(|b| !matches!(b, b'\r' | b'\n'))
+    {
+        out.push('…');
+    }
+    out.push('"');
+    out
 }
 
 /// Logs a warning (via `tracing`) when the server's durability settings are unsafe; best
@@ -376,5 +604,36 @@ impl Transport {
             appendfsync: pairs.get("appendfsync").cloned(),
             maxmemory_policy: pairs.get("maxmemory-policy").cloned(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foreign_answer_is_shown_printable_and_short() {
+        assert_eq!(
+            shown(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"),
+            "\"HTTP/1.1 400 Bad Request…\""
+        );
+        assert_eq!(shown(b"SSH-2.0-OpenSSH_9.2\r\n"), "\"SSH-2.0-OpenSSH_9.2\"");
+        assert_eq!(shown(b"\x15\x03\x03\"x"), "\"\\x15\\x03\\x03\\\"x\"");
+        let long = shown(&[b'a'; 200]);
+        assert_eq!(long, format!("\"{}…\"", "a".repeat(40)));
+    }
+
+    #[test]
+    fn redis_replies_look_like_resp_and_others_do_not() {
+        for reply in [
+            &b"+PONG\r\n"[..],
+            b"-NOAUTH Authentication required.\r\n",
+            b"%1\r\n",
+        ] {
+            assert!(looks_like_resp(reply), "{reply:?}");
+        }
+        for reply in [&b"HTTP/1.1 400"[..], b"SSH-2.0", b"\x15\x03", b""] {
+            assert!(!looks_like_resp(reply), "{reply:?}");
+        }
     }
 }

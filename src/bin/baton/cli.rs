@@ -13,7 +13,7 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use super::help::DASHBOARD_HELP;
 use super::help::{
     EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
-    SCHEDULE_HELP, UNLOCK_HELP,
+    OVERVIEW, SCHEDULE_HELP, UNLOCK_HELP,
 };
 
 /// The longest `--kill-grace` accepted.
@@ -83,7 +83,7 @@ pub(crate) fn command() -> clap::Command {
 
 /// Run any program under attempt-counted failover coordination through Redis or PostgreSQL.
 #[derive(Parser, Debug)]
-#[command(name = "baton", version, after_long_help = EXIT_STATUSES)]
+#[command(name = "baton", version, after_long_help = OVERVIEW)]
 pub(crate) struct Cli {
     /// Where the coordination lives: a redis://, rediss://, unix://, redis+cluster://,
     /// redis+sentinel:// or postgres:// URL (--help for each form, TLS and credentials).
@@ -354,7 +354,15 @@ pub(crate) struct WhenArgs {
     pub(crate) every: Option<Duration>,
     /// With --every: shift the ticks by DURATION, below the period (--every 24h --offset 2h:
     /// 02:00 UTC).
-    #[arg(long, value_name = "DURATION", value_parser = duration, requires = "every")]
+    // `requires` alone lets `--cron … --offset` through: clap forgives a missing --every when
+    // it conflicts with an argument present (--cron). Refused by name instead.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration,
+        requires = "every",
+        conflicts_with = "cron"
+    )]
     pub(crate) offset: Option<Duration>,
     /// Schedule: a cron expression, five fields (minute hour day-of-month month day-of-week)
     /// or six with seconds first, e.g. '0 2 * * *'; the job is then KEY@DIGEST@TICK.
@@ -362,7 +370,8 @@ pub(crate) struct WhenArgs {
     pub(crate) cron: Option<String>,
     /// With --cron: the IANA time zone the expression is read in, e.g. Europe/Paris
     /// [default: UTC].
-    #[arg(long, value_name = "ZONE", requires = "cron")]
+    // As --offset with --cron: `--every … --tz` is refused by name, not ignored.
+    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "every")]
     pub(crate) tz: Option<String>,
     /// With a schedule: a run that starts up to this long before a tick binds to that tick and
     /// waits for it (capped at half the gap before the tick) [default: 60s].
@@ -546,4 +555,118 @@ pub(crate) fn kill_grace(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} is above the maximum of 1 day"));
     }
     Ok(d)
+}
+
+/// The commands whose PROGRAM comes after `--`.
+const TAKES_PROGRAM: [&str; 4] = ["run", "schedule", "lock", "leader"];
+
+/// A parse error made clearer before it is printed: its usage line is the command's own
+/// (`baton run [OPTIONS] --key <KEY> -- <PROGRAM>...`), not clap's rendering of what was typed
+/// (which lists the flags given, --url among them, as if they were required); and a PROGRAM
+/// typed without `--` before it gets a tip showing the line with `--` put in. `args` are the
+/// command line's arguments after the program's name.
+pub(crate) fn explain(mut e: clap::Error, args: &[OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let mut cmd = command();
+    cmd.build();
+    let Some(ContextValue::StyledStr(usage)) = e.get(ContextKind::Usage) else {
+        return e;
+    };
+    // clap's usage starts with the command's path: `baton run …`.
+    let usage = usage.to_string();
+    let Some(name) = usage
+        .split_whitespace()
+        .skip_while(|w| *w != "baton")
+        .nth(1)
+        .map(str::to_owned)
+    else {
+        return e;
+    };
+    let Some(sub) = cmd.find_subcommand_mut(&name) else {
+        return e;
+    };
+    let own = sub.render_usage();
+    e.insert(ContextKind::Usage, ContextValue::StyledStr(own));
+    if e.kind() != clap::error::ErrorKind::UnknownArgument || !TAKES_PROGRAM.contains(&&*name) {
+        return e;
+    }
+    let Some(ContextValue::String(invalid)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    if invalid.starts_with('-') {
+        return e;
+    }
+    let tip = match program_start(sub, &name, args) {
+        Some(at) if args[at].to_string_lossy() == **invalid => {
+            let mut line = vec!["baton".to_owned()];
+            line.extend(args[..at].iter().map(|a| shell_word(&a.to_string_lossy())));
+            line.push("--".to_owned());
+            line.extend(args[at..].iter().map(|a| shell_word(&a.to_string_lossy())));
+            format!("put -- before PROGRAM: {}", line.join(" "))
+        }
+        _ => format!("put -- before PROGRAM: baton {name} [OPTIONS] -- PROGRAM [ARGS]..."),
+    };
+    let mut tips = match e.get(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(tips)) => tips.clone(),
+        _ => Vec::new(),
+    };
+    tips.push(tip.into());
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    e
+}
+
+/// Where PROGRAM starts in `args` when it was typed without `--`: the first word after the
+/// command `name` that is neither a flag nor a flag's value (read with `sub`'s flags, the
+/// globals included). `None` when the line cannot be read that way.
+fn program_start(sub: &clap::Command, name: &str, args: &[OsString]) -> Option<usize> {
+    // A separate value follows a flag that takes one, unless the flag wants `--flag=VALUE`.
+    let takes_value =
+        |arg: &clap::Arg| arg.get_action().takes_values() && !arg.is_require_equals_set();
+    let long = |word: &str| {
+        sub.get_arguments().find(|a| {
+            a.get_long() == Some(word) || a.get_all_aliases().is_some_and(|al| al.contains(&word))
+        })
+    };
+    let mut i = 0;
+    let mut in_sub = false;
+    while i < args.len() {
+        let word = args[i].to_str()?;
+        if word == "--" {
+            return None;
+        }
+        if let Some(flag) = word.strip_prefix("--") {
+            if !flag.contains('=') && long(flag).is_some_and(takes_value) {
+                i += 1;
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            let last = shorts.chars().last()?;
+            let arg = sub.get_arguments().find(|a| a.get_short() == Some(last));
+            if shorts.chars().count() == 1 && arg.is_some_and(takes_value) {
+                i += 1;
+            }
+        } else if !in_sub {
+            if word != name {
+                return None;
+            }
+            in_sub = true;
+        } else {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// `word` as a shell reads it back: as is when it holds nothing the shell treats specially,
+/// else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }

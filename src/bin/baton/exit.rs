@@ -48,7 +48,8 @@ pub(crate) fn exit_for(kind: ErrorKind) -> u8 {
         ErrorKind::LeaseLost | ErrorKind::OutcomeUnknown => EX_LOST,
         // No retry helps: a supervisor must not restart baton in a loop on these.
         ErrorKind::Permission => EX_NOPERM,
-        ErrorKind::Misconfigured => EX_CONFIG,
+        // The URL names a server that is not Redis: the address must change, not the time.
+        ErrorKind::Misconfigured | ErrorKind::NotRedis => EX_CONFIG,
         _ => EX_UNAVAILABLE,
     }
 }
@@ -86,6 +87,7 @@ mod tests {
     fn refusals_no_retry_fixes_have_their_own_statuses_in_every_table() {
         assert_eq!(exit_for(ErrorKind::Permission), EX_NOPERM);
         assert_eq!(exit_for(ErrorKind::Misconfigured), EX_CONFIG);
+        assert_eq!(exit_for(ErrorKind::NotRedis), EX_CONFIG);
         assert_eq!(exit_for(ErrorKind::Connection), EX_UNAVAILABLE);
         assert_eq!(exit_for(ErrorKind::Busy), EX_UNAVAILABLE);
         for table in [

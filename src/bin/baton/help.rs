@@ -2,6 +2,36 @@
 //! each command promises about PROGRAM. Prose this long would bury the flag definitions in
 //! cli.rs; the tests check the tables against the statuses in exit.rs.
 
+/// `baton --help`: the overview. Each command's own `--help` carries its manual and its exit
+/// statuses in full; this says where to read, and what the statuses mean across commands.
+pub(crate) const OVERVIEW: &str = "\
+Each command's --help is its manual: its flags, what PROGRAM gets, signals, examples and its
+exit statuses in full (`baton run --help`, `baton lock --help`, …). docs/cli.md covers every
+command, README.md the tour.
+
+Examples:
+  baton run --key nightly-report -- /usr/local/bin/report
+  baton lock --key backups --wait 5m -- /usr/local/bin/backup
+  baton leader --key scheduler -- /usr/local/bin/scheduler
+  baton status
+
+Exit statuses, the same cause exiting the same way in every command (sysexits where one fits):
+  0        done
+  N        PROGRAM's own status (run, schedule, lock, leader; 128+n when signal n ended it)
+  126/127  PROGRAM could not be executed / was not found
+  64       usage or configuration error (checked before connecting)
+  65       stored state holds a value baton never writes
+  69       the server could not be reached (transient: trying again later may help)
+  74       a lease was lost while PROGRAM ran (an attempt, a lock), or a success's outcome is
+           unknown
+  75       nothing done here, try later: the job is exhausted, --wait ran out, another grant or
+           attempt holds the key now
+  77       the server refused the credentials or a command (no retry helps)
+  78       the server rejects the configuration, or the URL names a server that is not Redis
+           (no retry helps)
+  129/130/131/143
+           baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM";
+
 pub(crate) const EXIT_STATUSES: &str = "\
 Exit statuses of `baton run`:
   0        the job ended DONE (by this process or another one)
@@ -26,7 +56,9 @@ Exit statuses of `baton run`:
            privilege (PostgreSQL 42501); no retry helps
   78       the server rejects the configuration: a database index out of range (Redis), an
            unknown database (PostgreSQL 3D000), baton's tables missing where this role may not
-           create them (run `baton migrate` as their owner); no retry helps
+           create them (run `baton migrate` as their owner); or the URL names a server that is
+           not Redis (\"HOST:PORT is not a Redis server (it answered …)\", e.g. an HTTP or SSH
+           port); no retry helps
   129/130/131/143
            baton got SIGHUP/SIGINT/SIGQUIT/SIGTERM (forwarded to PROGRAM; the attempt is failed;
            while waiting for an attempt or for the tick, nothing ran)

@@ -113,8 +113,9 @@ fn main() -> ExitCode {
             std::env::set_var("BATON_URL", url);
         }
     }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let parsed = cli::command()
-        .try_get_matches()
+        .try_get_matches_from(std::env::args_os())
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
     let cli = match parsed {
         Ok((mut cli, m)) => {
@@ -127,6 +128,11 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let e = if e.use_stderr() {
+                cli::explain(e, &args)
+            } else {
+                e
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -380,22 +386,37 @@ async fn connect(url: &str, patience: Option<(Duration, Duration)>) -> Result<Cl
             .connect_patiently(unreached, outage)
             .await
             .map_err(|e| {
-                if e.is_retryable() {
+                if !e.is_retryable() {
+                    return fail_with(&e);
+                }
+                let waited = text::human(started.elapsed());
+                // The cause is said ("refused", "timed out"): it tells a wrong address or a
+                // firewall from a server that is down.
+                if e.kind() == baton::ErrorKind::Timeout {
                     say!(
-                        "baton: no answer from the server within {} (--connect-timeout, \
-                         --give-up-after); giving up",
-                        text::human(started.elapsed())
+                        "baton: connecting timed out: no answer from the server within {waited} \
+                         (--connect-timeout, --give-up-after); giving up"
+                    );
+                } else {
+                    say!(
+                        "baton: could not connect within {waited} (--connect-timeout, \
+                         --give-up-after); giving up: {}",
+                        text::error_message(&e)
                     );
                 }
-                fail_with(&e)
+                exit::exit_for(e.kind())
             });
     }
     // The client retries connecting for a few seconds by itself; past that Redis is unavailable.
     match tokio::time::timeout(Duration::from_secs(8), builder.connect()).await {
         Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) if e.kind() == baton::ErrorKind::Timeout => {
+            say!("baton: connecting timed out: {}", text::error_message(&e));
+            Err(exit::exit_for(e.kind()))
+        }
         Ok(Err(e)) => Err(fail_with(&e)),
         Err(_) => {
-            say!("baton: the server did not answer within 8 s");
+            say!("baton: connecting timed out: the server did not answer within 8 s");
             Err(EX_UNAVAILABLE)
         }
     }
