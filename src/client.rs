@@ -254,8 +254,8 @@ impl ClientBuilder {
     /// once `outage` has passed since the call began.
     ///
     /// # Errors
-    /// The last attempt's error when it gives up (a [`Error::Timeout`] if that attempt was cut
-    /// short; no attempt is started that the deadline would cut short at once, so a server
+    /// The last attempt's error when it gives up: when that attempt was cut short by the
+    /// deadline, the error of the one before it, if any, else a [`Error::Timeout`] (so a server
     /// that refuses connections gives up with [`Error::Connection`] saying so); an error no
     /// retry can fix (configuration, credentials, TLS, [`Error::NotRedis`]) at once.
     pub async fn connect_patiently(
@@ -275,6 +275,9 @@ impl ClientBuilder {
             };
             crate::util::time::after(start, limit)
         };
+        // The latest try's own error: a try cut short by the deadline says less (only that it
+        // timed out) than the one before it ("refused", a TLS handshake never answered).
+        let mut last: Option<Error> = None;
         loop {
             let until = deadline(reached);
             let attempt = self.clone().connect_once(&mut reached);
@@ -282,9 +285,9 @@ impl ClientBuilder {
                 Ok(Ok(client)) => return Ok(client),
                 Ok(Err(e)) if !e.is_retryable() => return Err(e),
                 Ok(Err(e)) => e,
-                Err(_) => Error::Timeout {
+                Err(_) => last.take().unwrap_or(Error::Timeout {
                     during: "connecting",
-                },
+                }),
             };
             let now = tokio::time::Instant::now();
             let deadline = deadline(reached);
@@ -299,6 +302,7 @@ impl ClientBuilder {
                 tokio::time::sleep_until(deadline).await;
                 return Err(error);
             }
+            last = Some(error);
             tokio::time::sleep_until(retry_at).await;
         }
     }

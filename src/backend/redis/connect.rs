@@ -339,10 +339,11 @@ fn endpoint_of(client: &redis::Client) -> String {
 }
 
 /// One direct connection before the connection manager, which retries whatever fails: an
-/// error no retry can fix (a failed TLS handshake, a `rediss://` URL to a server without TLS,
-/// a wrong password or unknown user, a database index out of range, a server that is not
-/// Redis) is returned at once, so the server sees one failed login, not one per retry;
-/// anything else is left to the manager's usual path.
+/// error no retry can fix (a failed TLS handshake, a wrong password or unknown user, a
+/// database index out of range, a server that is not Redis) is returned at once, so the
+/// server sees one failed login, not one per retry, and so is a TLS handshake a server
+/// accepted and never answered (a plain Redis behind `rediss://`); anything else is left to
+/// the manager's usual path.
 async fn first_connection_check(
     client: &redis::Client,
     settings: &ConnSettings,
@@ -358,17 +359,17 @@ async fn first_connection_check(
             during: "connecting",
         },
     };
-    let e = match e {
-        // A plain Redis behind a `rediss://` URL does not answer a ClientHello (it waits for
-        // the end of a line), or answers it in plain text: the handshake times out or reads
-        // garbage. Said as what it is.
-        Error::Timeout { .. } | Error::Connection { .. } | Error::Tls { .. }
-            if is_tls(client) && !e.to_string().contains("certificate") =>
-        {
-            plain_instead_of_tls(client, settings).await.unwrap_or(e)
-        }
-        e => e,
-    };
+    // A plain Redis behind a `rediss://` URL never answers the ClientHello (it waits for the
+    // end of a line): the handshake times out. When the TCP connection itself is accepted
+    // (checked without sending a byte: nothing is ever sent in clear on a TLS URL), that is
+    // said, and returned (still retryable) rather than left to the manager's generic timeout.
+    if matches!(e, Error::Timeout { .. }) && is_tls(client) && accepts(client, settings).await {
+        return Err(Error::Timeout {
+            during: "waiting for the TLS handshake's reply: the server accepted the connection \
+                     and sent nothing back, so it looks like it does not speak TLS (a plain \
+                     redis:// port?)",
+        });
+    }
     if matches!(
         e.kind(),
         ErrorKind::Tls | ErrorKind::Permission | ErrorKind::Misconfigured | ErrorKind::NotRedis
@@ -376,6 +377,20 @@ async fn first_connection_check(
         return Err(e);
     }
     Ok(())
+}
+
+/// Whether a TCP connection to `client`'s server is accepted within the connect timeout; no
+/// byte is sent on it.
+async fn accepts(client: &redis::Client, settings: &ConnSettings) -> bool {
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr()
+    else {
+        return false;
+    };
+    let connect = tokio::net::TcpStream::connect((host.as_str(), *port));
+    matches!(
+        tokio::time::timeout(settings.connect_timeout, connect).await,
+        Ok(Ok(_))
+    )
 }
 
 /// The most of a server's answer a probe reads.
@@ -407,7 +422,10 @@ async fn not_redis(addrs: &[redis::ConnectionAddr], settings: &ConnSettings) -> 
             continue;
         }
         match probe_plain(addr, within).await {
-            Some(reply) if !reply.is_empty() && !looks_like_resp(&reply) => {
+            // A TLS record (an alert) is a TLS server on a redis:// URL: its own error says so.
+            Some(reply)
+                if !reply.is_empty() && !looks_like_resp(&reply) && !looks_like_tls(&reply) =>
+            {
                 return Some(Error::NotRedis {
                     server: addr.to_string(),
                     reply: shown(&reply),
@@ -426,21 +444,6 @@ fn addrs_of(urls: &[String]) -> Vec<redis::ConnectionAddr> {
         .filter_map(|u| u.as_str().into_connection_info().ok())
         .map(|i| i.addr().clone())
         .collect()
-}
-
-/// With a `rediss://` URL whose handshake failed: a TLS error saying the server speaks plain
-/// Redis when a plain `PING` gets a RESP reply (`+PONG`, `-NOAUTH …`), else `None`.
-async fn plain_instead_of_tls(client: &redis::Client, settings: &ConnSettings) -> Option<Error> {
-    let within = settings.connect_timeout + settings.response_timeout;
-    let reply = probe_plain(client.get_connection_info().addr(), within).await?;
-    looks_like_resp(&reply).then(|| Error::Tls {
-        message: format!(
-            "the server does not speak TLS (it answered a plain-text PING with {}): use a \
-             redis:// URL for it, or its TLS port",
-            shown(&reply)
-        ),
-        source: None,
-    })
 }
 
 /// Whether `e` is, or was caused by, a reply baton could not read as Redis' protocol.
@@ -539,6 +542,11 @@ fn looks_like_resp(reply: &[u8]) -> bool {
     reply
         .first()
         .is_some_and(|b| b"+-:$*_,#!=(|~>%".contains(b))
+}
+
+/// Whether `reply` starts as a TLS record does (handshake or alert, version 3.x).
+fn looks_like_tls(reply: &[u8]) -> bool {
+    matches!(reply, [0x15 | 0x16, 0x03, ..])
 }
 
 /// The start of a server's answer for a message: its first line, at most 40 bytes, printable

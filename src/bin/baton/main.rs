@@ -395,7 +395,8 @@ async fn connect(url: &str, patience: Option<(Duration, Duration)>) -> Result<Cl
                 if e.kind() == baton::ErrorKind::Timeout {
                     say!(
                         "baton: connecting timed out: no answer from the server within {waited} \
-                         (--connect-timeout, --give-up-after); giving up"
+                         (--connect-timeout, --give-up-after); giving up: {}",
+                        text::error_message(&e)
                     );
                 } else {
                     say!(
