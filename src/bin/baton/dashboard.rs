@@ -3,7 +3,8 @@
 //!
 //! One task reads the whole listing (the same [`Inspector`] listing as `baton status`: `SCAN`
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
-//! each schedule's occurrences into one row, and publishes the result in a watch channel. Every
+//! each schedule's occurrences into one row showing its worst open occurrence (the same
+//! [`ScheduleFold`] as `status`), and publishes the result in a watch channel. Every
 //! open page is a server-sent-events stream of that channel, filtered by the page's own name
 //! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
 //! once per interval, and a read that fails or hangs leaves the last good one on the page with
@@ -27,7 +28,7 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use baton::inspect::{Entry, EntryState, Kind};
+use baton::inspect::{Entry, EntryState, Kind, ScheduleFold};
 use baton::{Client, Inspector};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -37,7 +38,7 @@ use tokio_stream::StreamExt;
 use super::cli::DashboardArgs;
 use super::exit::{usage, usage_config, EX_UNAVAILABLE};
 use super::out;
-use super::status::{entry_note, Schedules};
+use super::status::{entry_note, schedule_note};
 use super::text;
 
 /// The most rows one page shows: past it the page says how many more match and asks for a
@@ -83,6 +84,14 @@ struct Row {
     remaining_ms: Option<u64>,
     fencing_token: Option<u64>,
     attempt: Option<u64>,
+    /// An open job's waiting backups, an election's standbys (`None`: unknown, or none to
+    /// count: see `can_standby`).
+    standbys: Option<u64>,
+    /// Whether the entry can have standbys at all (an open job, an election): the page says
+    /// "unknown" where it can and `standbys` is `None`.
+    can_standby: bool,
+    /// A schedule's digest, the only part of its expression the store holds.
+    digest: Option<String>,
     note: String,
     /// Exhausted, corrupt, or a job between attempts (its last attempt failed or its holder's
     /// lease ran out): what an operator looks at first.
@@ -99,6 +108,9 @@ impl Row {
             remaining_ms: e.remaining_ms,
             fencing_token: e.fencing_token,
             attempt: e.attempt,
+            standbys: e.standbys,
+            can_standby: e.can_have_standbys(),
+            digest: None,
             note: entry_note(e),
             problem: is_problem(e.state),
         }
@@ -232,7 +244,7 @@ fn unix_ms() -> u64 {
 /// Reads everything under the prefix once.
 async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
     let mut listing = Listing::default();
-    let mut schedules = Schedules::default();
+    let mut schedules = ScheduleFold::new();
     let mut entries = inspect.list(None);
     while let Some(batch) = entries.next_batch().await? {
         for entry in batch {
@@ -241,14 +253,14 @@ async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
             }
         }
     }
+    // A schedule's row is its worst open occurrence's, as in `baton status`.
     for s in schedules.rows() {
-        if let Some(latest) = s.latest() {
-            let mut row = Row::of(latest);
-            row.kind = "schedule";
-            row.name = format!("{}@{}", s.key, s.digest);
-            row.note = s.note();
-            listing.push(row);
-        }
+        let mut row = Row::of(&s.shown.entry);
+        row.kind = "schedule";
+        row.name = format!("{}@{}", s.key, s.digest);
+        row.note = schedule_note(&s);
+        row.digest = Some(s.digest);
+        listing.push(row);
     }
     listing.rows.sort_by(|a, b| {
         (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
@@ -488,6 +500,9 @@ mod tests {
             remaining_ms: None,
             fencing_token: None,
             attempt: None,
+            standbys: None,
+            can_standby: false,
+            digest: None,
             note: String::new(),
             problem: is_problem(state),
         }
