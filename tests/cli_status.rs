@@ -374,6 +374,17 @@ async fn status_lists_entries_on_every_primary_of_a_cluster() {
     assert_eq!(names.len(), 30, "{names:?}");
     let out = baton(&url, &["status", "--kind", "lock"]).await;
     assert_eq!(stdout(&out).lines().count(), 25, "{}", describe(&out));
+    // A backup is counted on the node that owns the job's slot (sharded pub/sub).
+    let run = |name: &str| {
+        let mut cmd = baton_command(BATON);
+        cmd.args(["run", "--url", &url, "--key", "sharded", "--name", name])
+            .args(["--", "sleep", "30"]);
+        spawn(&mut cmd)
+    };
+    let _holder = run("a");
+    until_standbys(&url, "job", "sharded", 0).await;
+    let _backup = run("b");
+    until_standbys(&url, "job", "sharded", 1).await;
 }
 
 /// `baton run --key KEY -- false` with attempts left: the job stays `waiting` (its attempt

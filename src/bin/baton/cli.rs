@@ -154,12 +154,15 @@ pub(crate) enum Command {
         /// List only entries of this kind.
         #[arg(long, value_enum, conflicts_with = "key")]
         kind: Option<KindArg>,
-        /// List each occurrence of a schedule (KEY@DIGEST@TICK), not one row per schedule.
+        /// List each occurrence of a schedule (KEY@DIGEST@TICK), not one row per schedule
+        /// (which shows the worst open occurrence: exhausted, then waiting, then running; the
+        /// latest once all are done).
         #[arg(long, conflicts_with = "key")]
         all: bool,
     },
     /// Follow a job's changes (grants, done, failures) until it ends, or a lock's or a
-    /// leader's (holder changes, fencing tokens, loss) until interrupted.
+    /// leader's (holder changes, fencing tokens, loss) until interrupted; each line starts
+    /// with when it was seen (UTC, RFC 3339).
     Watch {
         /// The name to follow.
         #[arg(long)]

@@ -8,7 +8,8 @@
 //! open page is a server-sent-events stream of that channel, filtered by the page's own name
 //! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
 //! once per interval, and a read that fails or hangs leaves the last good one on the page with
-//! a banner saying since when it is stale.
+//! a banner saying since when it is stale, and the page's badge says `stale` instead of `live`
+//! (each view says whether its read failed; an open event stream alone is not "live").
 //!
 //! The page is three static files compiled into the binary (`dashboard/`), with no JavaScript
 //! build step and nothing fetched from elsewhere. It is read-only: every route is a `GET`, so
