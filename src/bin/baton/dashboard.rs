@@ -42,6 +42,8 @@ use super::out;
 use super::status::{entry_note, schedule_note};
 use super::text;
 
+mod metrics;
+
 /// The most rows one page shows: past it the page says how many more match and asks for a
 /// narrower filter (a browser renders a thousand rows a second comfortably).
 pub(crate) const MAX_SHOWN: usize = 1000;
@@ -134,6 +136,8 @@ struct Listing {
     total: u64,
     /// Rows by state, over `total`.
     counts: BTreeMap<&'static str, u64>,
+    /// Rows by kind and state, over `total` (for `/metrics`).
+    by_kind_state: BTreeMap<(&'static str, &'static str), u64>,
     /// Rows were left out past [`MAX_ROWS`].
     truncated: bool,
 }
@@ -142,6 +146,7 @@ impl Listing {
     fn push(&mut self, row: Row) {
         self.total += 1;
         *self.counts.entry(row.state).or_default() += 1;
+        *self.by_kind_state.entry((row.kind, row.state)).or_default() += 1;
         if self.rows.len() < MAX_ROWS {
             self.rows.push(row);
         } else if row.problem {
@@ -166,6 +171,8 @@ struct Published {
     error: Option<String>,
     /// Since when reads fail (Unix ms).
     failing_since_ms: Option<u64>,
+    /// Reads that failed since the start (for `/metrics`).
+    failed_reads: u64,
 }
 
 /// The fixed facts every page shows.
@@ -298,6 +305,7 @@ async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<
             }
             Err(e) => {
                 p.error = Some(e);
+                p.failed_reads += 1;
                 p.failing_since_ms.get_or_insert(now);
             }
         });
@@ -358,6 +366,7 @@ pub(crate) async fn dashboard(
         .route("/events", get(events))
         .route("/api/entries", get(entries))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::serve))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared.clone());
     say!(
