@@ -40,6 +40,8 @@ use super::out;
 use super::status::{entry_note, Schedules};
 use super::text;
 
+mod metrics;
+
 /// The most rows one page shows: past it the page says how many more match and asks for a
 /// narrower filter (a browser renders a thousand rows a second comfortably).
 pub(crate) const MAX_SHOWN: usize = 1000;
@@ -121,6 +123,8 @@ struct Listing {
     total: u64,
     /// Rows by state, over `total`.
     counts: BTreeMap<&'static str, u64>,
+    /// Rows by kind and state, over `total` (for `/metrics`).
+    by_kind_state: BTreeMap<(&'static str, &'static str), u64>,
     /// Rows were left out past [`MAX_ROWS`].
     truncated: bool,
 }
@@ -129,6 +133,7 @@ impl Listing {
     fn push(&mut self, row: Row) {
         self.total += 1;
         *self.counts.entry(row.state).or_default() += 1;
+        *self.by_kind_state.entry((row.kind, row.state)).or_default() += 1;
         if self.rows.len() < MAX_ROWS {
             self.rows.push(row);
         } else if row.problem {
@@ -153,6 +158,8 @@ struct Published {
     error: Option<String>,
     /// Since when reads fail (Unix ms).
     failing_since_ms: Option<u64>,
+    /// Reads that failed since the start (for `/metrics`).
+    failed_reads: u64,
 }
 
 /// The fixed facts every page shows.
@@ -285,6 +292,7 @@ async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<
             }
             Err(e) => {
                 p.error = Some(e);
+                p.failed_reads += 1;
                 p.failing_since_ms.get_or_insert(now);
             }
         });
@@ -345,6 +353,7 @@ pub(crate) async fn dashboard(
         .route("/events", get(events))
         .route("/api/entries", get(entries))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::serve))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared.clone());
     say!(

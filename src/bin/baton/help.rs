@@ -316,7 +316,9 @@ first and stand out; rows that just changed are highlighted; the page filters by
 and kind. It updates live over server-sent events; the server is read once per --interval
 however many pages are open. When a read fails or hangs the page keeps the last good one and
 says since when it is stale. /api/entries gives the same view as JSON, /healthz answers 200
-while the server can be read and 503 otherwise.
+while the server can be read and 503 otherwise, and /metrics serves Prometheus text: entries by
+kind and state (baton_entries{kind=\"job\",state=\"exhausted\"}), the age of the last good
+read and the count of failed reads.
 
 It is read-only (every route is a GET) and never shows a password: the server is shown with
 its credentials and query redacted. It binds to loopback unless --allow-remote, and on loopback

@@ -61,7 +61,7 @@
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
 //! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
-//! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, and the page |
+//! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, the page, and its `/metrics` |
 
 use std::process::ExitCode;
 use std::time::Duration;
