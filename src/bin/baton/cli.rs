@@ -116,6 +116,11 @@ pub(crate) struct Cli {
     /// keys on PostgreSQL (must end with `:`; each command's --help says which keys).
     #[arg(long, global = true, default_value = "baton:")]
     pub(crate) prefix: String,
+    /// Only errors on stderr, and PROGRAM's own output: nothing when a run goes well (done
+    /// here or elsewhere, a skipped tick), for cron, which mails whatever a job prints.
+    /// Errors still print: a failed, exhausted or lost job, a server that kept failing.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
     /// Whether --url was given on the command line (not by default or environment).
     #[arg(skip)]
     pub(crate) url_given: bool,
@@ -331,7 +336,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) when: WhenArgs,
@@ -497,13 +502,17 @@ pub(crate) struct LockArgs {
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     pub(crate) wait: Option<Duration>,
+    /// This holder's name, stored with the lock and shown by `baton status` (default
+    /// host:pid; not with --redlock, whose masters keep only a token).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
     /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
     /// process group when it exits, at most 1 day; when the lock is lost, never past the
     /// lease's end.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     pub(crate) kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) metrics: MetricsArgs,
@@ -530,7 +539,7 @@ pub(crate) struct LeaderArgs {
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     pub(crate) kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) metrics: MetricsArgs,

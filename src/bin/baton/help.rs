@@ -82,7 +82,7 @@ stderr (--json: an \"occurrence\" event; both name the job key). `baton status -
 Crontab example (every server runs it; exactly one runs the report of each night at 02:00 in
 Paris, a backup retries it if it fails; cron's own time only has to fall within a day after the
 tick, or a minute before it):
-  0 2 * * *  baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+  0 2 * * *  baton run --quiet --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
 
 systemd timer example (on every server: the timer starts the oneshot service, Persistent= runs a
 missed night after boot, which binds to that night's tick within a day):

@@ -123,6 +123,7 @@ fn main() -> ExitCode {
                 m.value_source("url") == Some(clap::parser::ValueSource::CommandLine)
             };
             cli.url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
+            out::set_quiet(cli.quiet);
             cli
         }
         Err(e) => {
@@ -301,7 +302,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     };
     if let Plan::Migrate = plan {
         if !(cli.url.starts_with("postgres://") || cli.url.starts_with("postgresql://")) {
-            say!("baton: nothing to migrate: Redis keys need no schema");
+            tell!("baton: nothing to migrate: Redis keys need no schema");
             return 0;
         }
     }
