@@ -277,8 +277,11 @@ fn describe(worker: &'static str, report: OccurrenceReport<Written, String>) -> 
         OccurrenceOutcome::Ran(RunOutcome::Failed {
             attempt, reason, ..
         }) => (format!("attempt {attempt} failed: {reason}"), None),
-        OccurrenceOutcome::Ran(RunOutcome::Exhausted { attempts }) => {
-            (format!("exhausted after {attempts} attempts"), None)
+        OccurrenceOutcome::Ran(RunOutcome::Exhausted {
+            attempts: Some(attempts),
+        }) => (format!("exhausted after {attempts} attempts"), None),
+        OccurrenceOutcome::Ran(RunOutcome::Exhausted { attempts: None }) => {
+            ("exhausted (found so)".into(), None)
         }
         OccurrenceOutcome::Skipped => ("skipped".into(), None),
         other => (format!("{other:?}"), None),

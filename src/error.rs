@@ -265,7 +265,7 @@ pub enum Error {
     #[error("stopped")]
     Stopped,
     /// A lock stayed held by someone else until the caller's bound (tries or wait) ran out.
-    #[error("lock `{key}` was not acquired in time ({tries} tries in {waited:?})")]
+    #[error("lock `{key}` was not acquired in time ({tries} {} in {waited:?})", if *tries == 1 { "try" } else { "tries" })]
     NotAcquired {
         /// The lock key.
         key: String,

@@ -170,6 +170,12 @@
 //!   the store seams).
 //! - `testing` (feature `testing`): a private `redis-server` fixture for tests and examples.
 //!
+//! # Metrics
+//! baton records counters and duration histograms through the [`metrics`](https://docs.rs/metrics)
+//! facade and never installs a recorder: install yours (a Prometheus exporter, StatsD, ...), then
+//! call [`describe_metrics`] once so the recorder has every metric's help text and unit. The
+//! metrics and their labels are listed in `docs/operating.md` ("Metrics and traces").
+//!
 //! # Errors
 //! One rule for every method that runs your code ([`Failover::run`], [`Queues::run_or_enqueue`],
 //! [`Queues::drain`], the `with_lock`s, `AdvisoryLocks::with_xact_lock`): baton's own failures
@@ -305,3 +311,4 @@ pub use mutex::{
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
 pub use schedule::{Occurrence, Schedule};
+pub use util::metrics::describe_metrics;

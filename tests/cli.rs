@@ -812,6 +812,12 @@ async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
     // long before its next lease extension (every lock-timeout / 3 = 10 s) would have told it.
     let o = finish_by(holder, t0 + Duration::from_secs(5), "hung holder").await;
     assert_eq!(code(&o), 74, "hung holder: {}", describe(&o));
+    // In words, not the channel's protocol text (`acquired:2`).
+    assert!(
+        !stderr(&o).contains("acquired:") && stderr(&o).contains("was granted attempt 2"),
+        "hung holder: {}",
+        describe(&o)
+    );
     assert!(
         gone_within(program, Duration::from_secs(1)).await,
         "the hung program (pid {program}) outlived its baton"
@@ -1712,4 +1718,100 @@ async fn url_help_is_one_line_with_h_and_prefix_help_names_each_commands_keys() 
     }
     let o = run(&mut plain(&["lock", "-h"]), "lock -h").await;
     assert!(help_of(&stdout(&o), "--prefix").contains("redlock:{KEY}"));
+}
+
+/// A job exhausted by earlier runs: a later run says so in one line by default and under
+/// `--quiet` (it exits 75: cron should mail it), with the attempts the job really made (its
+/// failure note, since the store keeps EXHAUSTED without the count), never this run's
+/// `--max-attempts`; `--json` says `attempts: null` rather than a number it does not know.
+#[tokio::test]
+async fn a_run_that_finds_the_job_exhausted_says_so_with_the_jobs_own_attempts() {
+    let srv = server();
+    let url = srv.url();
+    let first = run(
+        baton("run", &url).args(["--key", "ex-count", "--max-attempts", "1", "--", "false"]),
+        "first",
+    )
+    .await;
+    assert_eq!(code(&first), 1, "{}", describe(&first));
+    for flag in [None, Some("-v"), Some("--quiet")] {
+        let mut cmd = baton("run", &url);
+        cmd.args(["--key", "ex-count"]);
+        cmd.args(flag);
+        let out = run(cmd.args(["--", "true"]), "later").await;
+        assert_eq!(code(&out), 75, "{}", describe(&out));
+        let e = stderr(&out);
+        assert!(!e.contains("5 attempts"), "{flag:?}: {e}");
+        assert_eq!(
+            e.lines().filter(|l| l.contains("exhausted")).count(),
+            1,
+            "{flag:?}: {e}"
+        );
+        assert!(
+            e.contains("exhausted (last failure: attempt 1 by ")
+                && e.contains("nothing run (`baton reset --key ex-count` to run it again)"),
+            "{flag:?}: {e}"
+        );
+    }
+    let out = run(
+        baton("run", &url).args(["--key", "ex-count", "--json", "--", "true"]),
+        "json",
+    )
+    .await;
+    let events = event_lines(&stderr(&out));
+    let ex = events
+        .iter()
+        .find(|v| v["event"] == "Exhausted")
+        .unwrap_or_else(|| panic!("{}", describe(&out)));
+    assert_eq!(ex["attempts"], Value::Null, "{ex}");
+}
+
+/// `--quiet`: nothing from baton when a run goes well (done here, done elsewhere), PROGRAM's
+/// own output untouched; `-q` with `-v` is a usage error.
+#[tokio::test]
+async fn quiet_runs_print_only_programs_output() {
+    let srv = server();
+    let url = srv.url();
+    for _ in 0..2 {
+        let out = run(
+            baton("run", &url).args([
+                "--quiet",
+                "--key",
+                "q",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2",
+            ]),
+            "quiet",
+        )
+        .await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        // The second run finds the job done: it prints nothing at all.
+        assert!(
+            matches!(
+                (stdout(&out).as_str(), stderr(&out).as_str()),
+                ("out\n", "err\n") | ("", "")
+            ),
+            "{}",
+            describe(&out)
+        );
+    }
+    let both = run(
+        baton("run", &url).args(["-q", "-v", "--key", "q", "--", "true"]),
+        "q v",
+    )
+    .await;
+    assert_eq!(code(&both), 64, "{}", describe(&both));
+    let out = run(
+        baton("reset", &url).args(["--quiet", "--key", "q"]),
+        "reset",
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{}",
+        describe(&out)
+    );
 }

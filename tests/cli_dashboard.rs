@@ -1,7 +1,9 @@
 //! `baton dashboard` against a private redis-server: in a real browser (Debian's headless
 //! Chromium, driven over the DevTools protocol on a pipe), the page shows a job's attempt change
-//! and a lock's holder change within seconds, problems first, no password anywhere, and a
-//! screenshot is stored under `target/` for a person to look at; over plain HTTP, what it
+//! and a lock's holder change within seconds, a job's waiting backup, problems first (a
+//! schedule's stuck older occurrence too), times in UTC, no password anywhere, a live badge
+//! that says "stale" while the server is paused and "live" again after, and a screenshot is
+//! stored under `target/` for a person to look at; over plain HTTP, what it
 //! refuses (a foreign `Host`, anything but `GET`, a non-loopback `--listen`) and a hung server
 //! (the last good read stays, marked stale, `/healthz` says 503).
 #![cfg(all(feature = "dashboard", feature = "testing"))]
@@ -424,6 +426,15 @@ async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
             1,
         ),
         ("run --key sweep --every 1h --early 0s -- true", 0),
+        // A schedule whose older occurrence is stuck waiting, its later one done.
+        (
+            "run --key nightly@0123456789ab@2026-01-01T00:00:00Z --max-attempts 3 -- false",
+            1,
+        ),
+        (
+            "run --key nightly@0123456789ab@2026-01-02T00:00:00Z -- true",
+            0,
+        ),
     ] {
         let args: Vec<&str> = args.split(' ').collect();
         let out = finished(&url, &args).await;
@@ -485,7 +496,16 @@ async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
     // The backups start only now: they wait (the job's attempt is alpha's, the lock is held).
     let _beta = sender(&url, "beta", &["sleep", "60"]);
     let _second = baton(&url, &["lock", "--key", "backups", "--", "sleep", "60"]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The backup is counted (it listens on the job's channel; the holder's own listening is
+    // not a backup).
+    let (job, took) = tokio::task::block_in_place(|| {
+        browser.until_row("job", "send-message-42", |r| r["standbys"] == "1")
+    });
+    assert_eq!(job["holder"], "alpha", "{job}");
+    println!(
+        "the waiting backup shown {} ms after it started",
+        took.as_millis()
+    );
 
     // Attempt 1 fails; beta takes over as attempt 2: the page shows it.
     std::fs::write(&fail_flag, b"").expect("flag");
@@ -561,6 +581,37 @@ async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
         json!(["done"]),
         "one row for the schedule, its occurrence done"
     );
+    // The stuck older occurrence, not the latest done one, is the schedule's row: a problem;
+    // its name's digest says why the expression is not shown.
+    let nightly = tokio::task::block_in_place(|| browser.row("schedule", "nightly@0123456789ab"));
+    assert_eq!(nightly["state"], "waiting", "{nightly}");
+    assert!(
+        nightly["class"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("problem"),
+        "{nightly}"
+    );
+    let title = tokio::task::block_in_place(|| {
+        browser.eval(
+            "[...document.querySelectorAll('#rows tr')].find(r => r.dataset.name === \
+             'nightly@0123456789ab').querySelector('td.name').title",
+        )
+    });
+    assert!(
+        title.as_str().unwrap_or_default().contains("digest"),
+        "{title}"
+    );
+    // Instants in UTC, RFC 3339 to the millisecond.
+    let header = tokio::task::block_in_place(|| {
+        browser.eval("document.getElementById('server').textContent")
+    });
+    let header = header.as_str().unwrap_or_default();
+    let read_at = header.split("last read ").nth(1).unwrap_or_default();
+    assert!(
+        read_at.len() == 24 && read_at.ends_with('Z') && read_at.as_bytes()[10] == b'T',
+        "{header}"
+    );
     let leader = tokio::task::block_in_place(|| browser.row("leader", "scheduler"));
     assert_eq!(leader["holder"], "node-1", "{leader}");
     let done = tokio::task::block_in_place(|| browser.row("job", "nightly-report"));
@@ -600,6 +651,37 @@ async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
     let path = screenshot_path();
     tokio::task::block_in_place(|| browser.screenshot(&path));
     println!("screenshot: {}", path.display());
+
+    // An outage (the server paused, SIGSTOP): the badge says the data is stale, then live
+    // again once the server answers.
+    let badge = |browser: &mut Browser| {
+        let v = browser.eval("document.getElementById('live').textContent");
+        v.as_str().unwrap_or_default().to_string()
+    };
+    let until_badge = |browser: &mut Browser, want: &str| {
+        let start = Instant::now();
+        loop {
+            let now = badge(browser);
+            if now.starts_with(want) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < SHOWN_WITHIN,
+                "the badge never said {want}: {now}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(tokio::task::block_in_place(|| badge(&mut browser)), "live");
+    server.pause().expect("pause redis");
+    let took = tokio::task::block_in_place(|| until_badge(&mut browser, "stale"));
+    println!("the outage shown {} ms after the pause", took.as_millis());
+    let banner =
+        tokio::task::block_in_place(|| browser.eval("document.getElementById('banner').hidden"));
+    assert_eq!(banner, false, "the banner says so too");
+    server.resume().expect("resume redis");
+    let took = tokio::task::block_in_place(|| until_badge(&mut browser, "live"));
+    println!("live again {} ms after the resume", took.as_millis());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -383,3 +383,50 @@ async fn a_frozen_baton_lock_cannot_keep_program_past_its_lease() {
 async fn a_frozen_baton_leader_cannot_keep_program_past_its_lease() {
     frozen_baton(Cmd::Leader).await;
 }
+
+/// The guard stops PROGRAM for a frozen baton and reports it; baton, resumed, must say so and
+/// exit 74 however the two interleave. A debug build's guard can be held between its report
+/// and its signal (`BATON_TEST_GUARD_STEP_DELAY_MS`): when it signalled first and reported
+/// after, a baton resumed in between reaped a PROGRAM ended by SIGTERM with no report to read
+/// yet, and exited 143 as if PROGRAM had been signalled by someone else (the chaos harness's
+/// intermittent X4 with `--profile cli --seed 6532274453`).
+#[tokio::test]
+async fn a_resumed_baton_never_mistakes_the_guards_signal_for_programs_own() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("guard-order");
+    let log = dir.path("spans");
+    let holder = recorder(&log, 20, "");
+    let mut cmd = baton(
+        &url,
+        &[
+            "run",
+            "--lease",
+            "2s",
+            "--kill-grace",
+            "300ms",
+            "--key",
+            "guard-order",
+            "--",
+            "sh",
+            "-c",
+            &holder,
+        ],
+    );
+    cmd.env("BATON_TEST_GUARD_STEP_DELAY_MS", "3000");
+    let a = spawn(&mut cmd);
+    started(&log, 1).await;
+    signal(&a, libc::SIGSTOP);
+    // The last confirmed extension is at most 2 s old, so the guard's SIGTERM step (300 ms
+    // before the deadline) comes within 1.7 s; it then waits 3 s before its second half.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    signal(&a, libc::SIGCONT);
+    let oa: Output = finish_by(a, Instant::now() + Duration::from_secs(20), "holder").await;
+    let stderr = String::from_utf8_lossy(&oa.stderr);
+    assert_eq!(code(&oa), EX_LOST, "{}", describe(&oa));
+    assert!(
+        stderr.contains("stopped by the guard: no extension confirmed by"),
+        "{}",
+        describe(&oa)
+    );
+}

@@ -183,6 +183,9 @@ async fn a_lost_leadership_stops_program_and_baton_campaigns_again() {
         "{}",
         describe(&out)
     );
+    // A leader loses its leadership, not a lock (the guard may stop PROGRAM first, and then
+    // says that instead).
+    assert!(!describe(&out).contains("lock lost"), "{}", describe(&out));
 }
 
 #[tokio::test]

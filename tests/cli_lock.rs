@@ -468,3 +468,51 @@ async fn a_leftover_ignoring_sigterm_is_killed_after_the_kill_grace() {
     let mut conn = raw(&srv).await;
     assert_eq!(get(&mut conn, &lock_key("sb")).await, None);
 }
+
+/// `--name` is stored with the lock (after the random part of its token, which release
+/// compares whole), host:pid by default; a `--wait 0s` that finds it held says "1 try".
+#[tokio::test]
+async fn a_lock_holder_is_stored_by_name_and_one_try_is_one_try() {
+    let srv = server();
+    let url = srv.url();
+    let mut conn = raw(&srv).await;
+    let key = "baton:lock:{named}";
+    for (name, args) in [
+        (Some("web-1"), vec!["--key", "named", "--name", "web-1"]),
+        (None, vec!["--key", "named"]),
+    ] {
+        let mut cmd = lock(&url, &args);
+        cmd.args(["--", "sleep", "3"]);
+        let holder = spawn(&mut cmd);
+        let pid = holder.id().unwrap();
+        let deadline = Instant::now() + QUICK;
+        let value = loop {
+            if let Some(v) = get(&mut conn, key).await {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "the lock was never taken");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let (token, stored) = value.split_once(':').expect("TOKEN:NAME");
+        assert_eq!(token.len(), 32, "{value}");
+        match name {
+            Some(n) => assert_eq!(stored, n),
+            None => assert!(stored.ends_with(&format!(":{pid}")), "{value}"),
+        }
+        let busy = run(
+            &mut lock(&url, &["--key", "named", "--wait", "0s", "--", "true"]),
+            "busy",
+        )
+        .await;
+        assert_eq!(code(&busy), EX_TEMPFAIL, "{}", describe(&busy));
+        let text = describe(&busy);
+        assert!(
+            text.contains("(1 try in") && !text.contains("tries"),
+            "{text}"
+        );
+        let out = finish_by(holder, Instant::now() + QUICK, "holder").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        // Released by its whole token: free again.
+        assert_eq!(get(&mut conn, key).await, None);
+    }
+}

@@ -1,7 +1,10 @@
 //! `--metrics-addr` and `--metrics-file`, on `baton` processes against a private redis-server:
 //! a failover counted by the processes that lived it (the holder's file written on exit, the
 //! backup scraped while it holds the attempt it took over), `/healthz` of `baton leader`
-//! following leadership and the server, and the flags' usage errors.
+//! following leadership and the server, the flags' usage errors, and the dashboard's
+//! `/metrics`. Every scrape of `run`, `lock`, `leader` and `dashboard` passes
+//! `promtool check metrics` (Prometheus' own linter: a `# HELP` line per metric, among others)
+//! with nothing to say; promtool missing fails the test (`.ci/ensure-promtool` installs it).
 #![cfg(all(feature = "cli", feature = "testing"))]
 
 mod common;
@@ -183,6 +186,7 @@ async fn a_failover_is_counted_by_the_holder_that_failed_and_the_backup_that_too
         sample(&r.1, "baton_grants_total", &with(&[("takeover", "true")])) == Some(1.0)
     })
     .await;
+    promtool_check(&holding, "run --metrics-addr (the backup holding)");
     let count = |name: &str, labels: &[(&str, &str)]| sample(&holding, name, labels);
     assert_eq!(
         count("baton_grants_total", &with(&[("takeover", "false")])),
@@ -209,6 +213,7 @@ async fn a_failover_is_counted_by_the_holder_that_failed_and_the_backup_that_too
 
     // The holder's file, written on its exit: its grant and its failed attempt.
     let text = std::fs::read_to_string(&file).expect("the holder wrote its metrics");
+    promtool_check(&text, "run --metrics-file (the holder)");
     let redis = [("backend", "redis")];
     assert_eq!(
         sample(&text, "baton_grants_total", &with(&[("takeover", "false")])),
@@ -298,6 +303,7 @@ async fn leader_healthz_is_ok_while_leading_or_standing_by_and_not_once_the_serv
         Some(1.0),
         "{a_metrics}"
     );
+    promtool_check(&a_metrics, "leader --metrics-addr (the leader)");
     // Both stay healthy for a few renewals.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(get(&a_addr, "/healthz").await.map(|r| r.0), Some(200));
@@ -344,4 +350,110 @@ async fn a_bad_metrics_flag_is_a_usage_error_naming_it() {
             describe(&out)
         );
     }
+}
+
+#[tokio::test]
+async fn a_lock_scrape_passes_promtool() {
+    let srv = server();
+    let dir = TempDir::new("cli-metrics-lock");
+    let (file, started, go) = (dir.path("lock.prom"), dir.path("started"), dir.path("go"));
+    let addr = free_addr();
+    let mut cmd = baton_command(BATON);
+    cmd.arg("lock").arg("--url").arg(srv.url()).args([
+        "--key",
+        "lk",
+        "--metrics-addr",
+        &addr,
+        "--metrics-file",
+        file.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &waits_for(&started, &go, 0),
+    ]);
+    let lock = spawn(&mut cmd);
+    wait_for(&started).await;
+    let (_, held) = until(&addr, "/metrics", WAKE, |r| {
+        sample(
+            &r.1,
+            "baton_grants_total",
+            &[
+                ("primitive", "mutex"),
+                ("backend", "redis"),
+                ("takeover", "false"),
+            ],
+        ) == Some(1.0)
+    })
+    .await;
+    promtool_check(&held, "lock --metrics-addr (holding)");
+    std::fs::write(&go, "").unwrap();
+    let out = finish_by(lock, Instant::now() + QUICK, "the lock").await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let text = std::fs::read_to_string(&file).expect("the lock wrote its metrics");
+    assert_eq!(
+        sample(
+            &text,
+            "baton_hold_duration_seconds_count",
+            &[("primitive", "mutex"), ("backend", "redis")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    promtool_check(&text, "lock --metrics-file (released)");
+}
+
+/// The dashboard's `/metrics`: its entries by kind and state, the age of its last good read
+/// and its failed reads, described, before and during an outage.
+#[cfg(feature = "dashboard")]
+#[tokio::test]
+async fn the_dashboard_serves_its_entries_and_reads_as_metrics_that_pass_promtool() {
+    let mut srv = server();
+    let url = srv.url();
+    // An exhausted job: its one attempt failed.
+    let out = finish_by(
+        spawn(&mut run_cmd(
+            &url,
+            &["--key", "nightly", "--max-attempts", "1", "--", "false"],
+        )),
+        Instant::now() + QUICK,
+        "the failing run",
+    )
+    .await;
+    assert_ne!(code(&out), 0, "{}", describe(&out));
+    let addr = free_addr();
+    let mut cmd = baton_command(BATON);
+    cmd.arg("--url")
+        .arg(&url)
+        .args(["dashboard", "--listen", &addr, "--interval", "100ms"]);
+    let dashboard = spawn(&mut cmd);
+    let exhausted = [("kind", "job"), ("state", "exhausted")];
+    let (_, text) = until(&addr, "/metrics", WAKE, |r| {
+        sample(&r.1, "baton_entries", &exhausted) == Some(1.0)
+    })
+    .await;
+    promtool_check(&text, "dashboard /metrics");
+    assert!(
+        sample(&text, "baton_dashboard_last_read_age_seconds", &[]).is_some_and(|a| a < 5.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "baton_dashboard_read_failures_total", &[]),
+        Some(0.0),
+        "{text}"
+    );
+
+    // The server goes away: reads fail and are counted, the last good read ages, the entries
+    // stay those of the last good read.
+    srv.single_mut().kill();
+    let (_, text) = until(&addr, "/metrics", Duration::from_secs(15), |r| {
+        sample(&r.1, "baton_dashboard_read_failures_total", &[]).is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    promtool_check(&text, "dashboard /metrics (server gone)");
+    assert_eq!(
+        sample(&text, "baton_entries", &exhausted),
+        Some(1.0),
+        "{text}"
+    );
+    drop(dashboard);
 }

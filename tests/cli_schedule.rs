@@ -783,7 +783,7 @@ async fn help_of_run_and_schedule_shows_crontab_lines_systemd_units_and_the_guar
     };
     let run = help("run").await;
     for want in [
-        "0 2 * * *  baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris",
+        "0 2 * * *  baton run --quiet --key nightly-report --cron '0 2 * * *' --tz Europe/Paris",
         "Type=oneshot",
         "[Timer]",
         "OnCalendar=",
@@ -816,25 +816,12 @@ async fn help_of_run_and_schedule_shows_crontab_lines_systemd_units_and_the_guar
     }
 }
 
-/// The crontab line of the README (and of `run --help`), run as cron runs it (its command by
-/// `/bin/sh -c`): the first run runs the report for tonight's occurrence (the latest 02:00 in
-/// Paris, by the server's clock), a duplicate run of the same night does not.
+/// The crontab lines of the README and of docs/cli.md (and of `run --help`), run as cron runs
+/// them (their command by `/bin/sh -c`): the first run runs the report for tonight's occurrence
+/// (the latest 02:00 in Paris, by the server's clock), a duplicate run of the same night does
+/// not, and neither prints a thing (`--quiet`: cron mails whatever a job prints).
 #[tokio::test]
-async fn the_readmes_crontab_line_runs_the_nights_occurrence_once() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let line = readme
-        .split("```cron\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .and_then(|block| {
-            block
-                .lines()
-                .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-        })
-        .expect("a crontab line in a ```cron block of README.md")
-        .trim()
-        .to_string();
+async fn the_crontab_lines_of_the_docs_run_the_nights_occurrence_once_and_print_nothing() {
     let help = finish(
         spawn(
             Command::new(BATON)
@@ -844,9 +831,29 @@ async fn the_readmes_crontab_line_runs_the_nights_occurrence_once() {
         "run --help",
     )
     .await;
+    for doc in ["README.md", "docs/cli.md"] {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).expect(doc);
+        let line = text
+            .split("```cron\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .and_then(|block| {
+                block
+                    .lines()
+                    .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            })
+            .unwrap_or_else(|| panic!("a crontab line in a ```cron block of {doc}"))
+            .trim()
+            .to_string();
+        crontab_line_runs_once_quietly(doc, &line, &help).await;
+    }
+}
+
+async fn crontab_line_runs_once_quietly(doc: &str, line: &str, help: &Output) {
     assert!(
-        String::from_utf8_lossy(&help.stdout).contains(&line),
-        "`baton run --help` shows another crontab line than README.md's {line:?}"
+        String::from_utf8_lossy(&help.stdout).contains(line),
+        "`baton run --help` shows another crontab line than {doc}'s {line:?}"
     );
     let command = line
         .split_whitespace()
@@ -857,6 +864,7 @@ async fn the_readmes_crontab_line_runs_the_nights_occurrence_once() {
         !command.contains('%'),
         "crontab would cut the line at %: {line:?}"
     );
+    assert!(command.contains("--quiet"), "{doc}: {line:?}");
     assert!(command.contains("/usr/local/bin/report"), "{line:?}");
 
     let srv = server();
@@ -904,6 +912,11 @@ async fn the_readmes_crontab_line_runs_the_nights_occurrence_once() {
         )
         .await;
         assert_eq!(code(&out), 0, "{}", describe(&out));
+        assert!(
+            out.stdout.is_empty() && out.stderr.is_empty(),
+            "{doc}'s crontab line printed something on success: {}",
+            describe(&out)
+        );
     }
     assert_eq!(
         lines(&ran),

@@ -1,8 +1,10 @@
 //! The operator's view: `baton status` listing every job, lock, leader, fair lock and queue
-//! (text, `--json`, `--kind`, schedules folded or `--all`), `status --key` of a lock and a
-//! leader, `baton unlock` taking a lock from a running `baton lock` (Redis and PostgreSQL; the
-//! late confirmation and `fail`/`reset` are tests/cli_unlock.rs),
-//! `baton watch` of a lock, and the listing of a 6-node cluster, each against private servers.
+//! (text, `--json`, `--kind`, schedules folded or `--all`, a schedule's row showing its worst
+//! open occurrence, a job's waiting backups and an election's standbys), `status --key` of a
+//! lock and a leader, `baton unlock` taking a lock from a running `baton lock` (Redis and
+//! PostgreSQL; the late confirmation and `fail`/`reset` are tests/cli_unlock.rs), `baton watch`
+//! of a lock and of a job (each line timestamped), and the listing of a 6-node cluster, each
+//! against private servers.
 #![cfg(all(feature = "cli", feature = "testing"))]
 
 mod common;
@@ -277,6 +279,25 @@ async fn next_line(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildS
         .expect("a line")
 }
 
+/// Whether `at` is an instant as baton writes them: UTC, RFC 3339 to the millisecond
+/// (`2026-01-01T00:00:00.123Z`).
+fn is_utc_millis(at: &str) -> bool {
+    let b = at.as_bytes();
+    b.len() == 24
+        && at.ends_with('Z')
+        && b[10] == b'T'
+        && b[19] == b'.'
+        && at[..4].bytes().all(|c| c.is_ascii_digit())
+        && at[20..23].bytes().all(|c| c.is_ascii_digit())
+}
+
+/// A `baton watch` line without its timestamp, which must start it.
+fn stamped(line: &str) -> &str {
+    let (at, rest) = line.split_once(' ').unwrap_or((line, ""));
+    assert!(is_utc_millis(at), "no UTC timestamp first: {line}");
+    rest
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_of_a_lock_sees_its_holder_change() {
     let server = RedisServer::start().expect("redis");
@@ -293,6 +314,7 @@ async fn watch_of_a_lock_sees_its_holder_change() {
     let mut child = spawn(&mut cmd);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = next_line(&mut lines).await;
+    let line = stamped(&line);
     assert!(
         line.starts_with("status: lock held by")
             && line.contains(&first.fencing_token().to_string()),
@@ -308,6 +330,7 @@ async fn watch_of_a_lock_sees_its_holder_change() {
     let want = format!("held by {}", &second.token()[..8]);
     loop {
         let line = next_line(&mut lines).await;
+        let line = stamped(&line);
         assert!(line.starts_with("changed: lock"), "{line}");
         if line.contains(&want) {
             assert!(line.contains(&second.fencing_token().to_string()), "{line}");
@@ -351,4 +374,152 @@ async fn status_lists_entries_on_every_primary_of_a_cluster() {
     assert_eq!(names.len(), 30, "{names:?}");
     let out = baton(&url, &["status", "--kind", "lock"]).await;
     assert_eq!(stdout(&out).lines().count(), 25, "{}", describe(&out));
+    // A backup is counted on the node that owns the job's slot (sharded pub/sub).
+    let run = |name: &str| {
+        let mut cmd = baton_command(BATON);
+        cmd.args(["run", "--url", &url, "--key", "sharded", "--name", name])
+            .args(["--", "sleep", "30"]);
+        spawn(&mut cmd)
+    };
+    let _holder = run("a");
+    until_standbys(&url, "job", "sharded", 0).await;
+    let _backup = run("b");
+    until_standbys(&url, "job", "sharded", 1).await;
+}
+
+/// `baton run --key KEY -- false` with attempts left: the job stays `waiting` (its attempt
+/// failed, nobody took it over).
+async fn stuck_waiting(url: &str, key: &str) {
+    // --url before `--`: after it, it would be PROGRAM's.
+    let args = [
+        "run",
+        "--url",
+        url,
+        "--key",
+        key,
+        "--max-attempts",
+        "3",
+        "--",
+        "false",
+    ];
+    let out = finish_by(
+        spawn(baton_command(BATON).args(args)),
+        Instant::now() + QUICK,
+        "run",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedules_row_shows_a_stuck_older_occurrence_and_watch_lines_are_timestamped() {
+    let server = RedisServer::start().expect("redis");
+    let url = server.url();
+    let client = connect(&url).await;
+    // The oldest occurrence is stuck waiting; the two after it ran fine.
+    stuck_waiting(&url, "nightly@0123456789ab@2026-01-01T00:00:00Z").await;
+    for tick in ["2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"] {
+        done(&client, &format!("nightly@0123456789ab@{tick}")).await;
+    }
+
+    let out = baton(&url, &["status"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    let nightly = text
+        .lines()
+        .find(|l| l.starts_with("schedule"))
+        .unwrap_or_else(|| panic!("no schedule row in\n{text}"));
+    assert_eq!(
+        nightly.split_whitespace().nth(2),
+        Some("waiting"),
+        "the stuck occurrence's state, not the latest's: {nightly}"
+    );
+    assert!(
+        nightly.contains("worst open: 2026-01-01T00:00:00Z waiting")
+            && nightly.contains("last: 2026-01-03T00:00:00Z done, 2026-01-02T00:00:00Z done"),
+        "{nightly}"
+    );
+    let out = baton(&url, &["status", "--json", "--kind", "job"]).await;
+    let row: serde_json::Value = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .find(|o| o["kind"] == "schedule")
+        .unwrap_or_else(|| panic!("no schedule in {}", describe(&out)));
+    assert_eq!(row["state"], "waiting", "{row}");
+    assert_eq!(row["shown"]["tick"], "2026-01-01T00:00:00Z", "{row}");
+    assert_eq!(row["last"][0]["tick"], "2026-01-03T00:00:00Z", "{row}");
+
+    // `watch` of a finished job: one line, timestamped, and `"at"` in JSON.
+    let key = "nightly@0123456789ab@2026-01-03T00:00:00Z";
+    let out = baton(&url, &["watch", "--key", key]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stamped(stdout(&out).trim()), "status: done");
+    let out = baton(&url, &["watch", "--key", key, "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+    assert!(is_utc_millis(v["at"].as_str().unwrap_or_default()), "{v}");
+    assert_eq!(v["state"]["state"], "done", "{v}");
+}
+
+/// Waits until `status --json` lists `kind` `name` with `standbys` at `want`; returns the
+/// object.
+async fn until_standbys(url: &str, kind: &str, name: &str, want: u64) -> serde_json::Value {
+    let until = Instant::now() + QUICK;
+    loop {
+        let out = baton(url, &["status", "--json"]).await;
+        let found = stdout(&out)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|o| o["kind"] == kind && o["name"] == name);
+        if let Some(o) = found.filter(|o| o["standbys"] == want) {
+            return o;
+        }
+        assert!(
+            Instant::now() < until,
+            "{kind} {name} never had {want} standbys: {}",
+            describe(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_a_jobs_waiting_backups_and_an_elections_standbys() {
+    let server = RedisServer::start().expect("redis");
+    let url = server.url();
+    // --url first: after `--` it would be PROGRAM's.
+    let started = |args: &[&str]| {
+        let mut cmd = baton_command(BATON);
+        cmd.arg(args[0]).arg("--url").arg(&url).args(&args[1..]);
+        spawn(&mut cmd)
+    };
+    let run = ["run", "--key", "sync", "--name", "a", "--", "sleep", "30"];
+    let _holder = started(&run);
+    let lead = [
+        "leader", "--key", "boss", "--name", "n1", "--", "sleep", "30",
+    ];
+    let _leader = started(&lead);
+    let job = until_standbys(&url, "job", "sync", 0).await;
+    assert_eq!(job["state"], "running", "{job}");
+    until_standbys(&url, "leader", "boss", 0).await;
+    // A backup and a standby join: each counted once, their holders not.
+    let _backup = started(&["run", "--key", "sync", "--name", "b", "--", "sleep", "30"]);
+    let _standby = started(&[
+        "leader", "--key", "boss", "--name", "n2", "--", "sleep", "30",
+    ]);
+    let job = until_standbys(&url, "job", "sync", 1).await;
+    assert_eq!(job["holder"], "a", "{job}");
+    let leader = until_standbys(&url, "leader", "boss", 1).await;
+    assert_eq!(leader["holder"], "n1", "{leader}");
+    let out = baton(&url, &["status"]).await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 backup waiting") && text.contains("1 standby"),
+        "{text}"
+    );
+    let out = baton(&url, &["status", "--key", "sync"]).await;
+    assert!(
+        stdout(&out).contains("backups:      1 waiting"),
+        "{}",
+        describe(&out)
+    );
 }

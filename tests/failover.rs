@@ -386,7 +386,7 @@ scenario! {
         // The lease runs out; the backup sees the last attempt failed and writes EXHAUSTED.
         let evs = until_end(&mut b, WAKE).await;
         assert!(
-            matches!(evs.last(), Some(Event::Exhausted { attempts: 1 })),
+            matches!(evs.last(), Some(Event::Exhausted { attempts: Some(1) })),
             "{evs:?}"
         );
         let err = got.done().await.unwrap_err();
@@ -547,7 +547,7 @@ scenario! {
         second.fail("twice").await.unwrap();
         assert!(matches!(
             until_end(&mut a, WAKE).await.as_slice(),
-            [Event::Exhausted { attempts: 2 }]
+            [Event::Exhausted { attempts: Some(2) }]
         ));
     }
 }

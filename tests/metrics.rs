@@ -1,7 +1,9 @@
 //! What the library records through the `metrics` facade, read back from a local recorder
 //! (`metrics-util`'s `DebuggingRecorder`) on a current-thread runtime: every task of the
 //! client runs on the test's thread, inside `with_local_recorder`, so the recorder sees all of
-//! it and nothing of the tests running beside it.
+//! it and nothing of the tests running beside it. And `describe_metrics`, read back from a
+//! local Prometheus recorder: every documented metric served with its `# HELP` line, passing
+//! `promtool check metrics`.
 #![cfg(feature = "testing")]
 
 mod common;
@@ -267,4 +269,45 @@ fn a_leader_term_counts_one_grant_two_changes_and_its_renewals() {
         rec.all("baton_extensions_total")
     );
     assert_eq!(rec.all("baton_lease_lost_total"), Vec::<String>::new());
+}
+
+/// Every metric of the table in docs/operating.md ("Metrics and traces"), which the library's
+/// unit tests keep equal to the metrics it records.
+fn documented_metrics() -> Vec<String> {
+    include_str!("../docs/operating.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `baton_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|rest| format!("baton_{rest}"))
+        .collect()
+}
+
+#[test]
+fn describe_metrics_gives_a_prometheus_recorder_the_help_of_every_metric() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let names = documented_metrics();
+    assert!(names.len() >= 12, "{names:?}");
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        baton::describe_metrics();
+        // The exporter renders only the metrics it has seen: one sample of each, as the
+        // library records it (counters end in _total, durations in _seconds).
+        for name in &names {
+            if name.ends_with("_seconds") {
+                metrics::histogram!(name.clone()).record(0.01);
+            } else {
+                metrics::counter!(name.clone()).increment(1);
+            }
+        }
+    });
+    let text = handle.render();
+    for name in &names {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "{name} has no # HELP line:\n{text}"
+        );
+    }
+    common::process::promtool_check(&text, "describe_metrics() on a Prometheus recorder");
 }

@@ -114,7 +114,10 @@ async fn a_grant_fewer_replicas_confirmed_is_never_handed_out_and_the_job_ends_e
             _ => {}
         }
     };
-    assert!(matches!(end, Event::Exhausted { attempts: 2 }), "{end:?}");
+    assert!(
+        matches!(end, Event::Exhausted { attempts: Some(2) }),
+        "{end:?}"
+    );
     assert_eq!(not_replicated, 2, "one report per released attempt");
 }
 

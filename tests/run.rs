@@ -113,7 +113,7 @@ async fn the_last_failure_ends_exhausted() {
         .run(cfg, |_| async { Err::<(), _>("no") })
         .await
         .unwrap();
-    assert_eq!(out, RunOutcome::Exhausted { attempts: 1 });
+    assert_eq!(out, RunOutcome::Exhausted { attempts: Some(1) });
 }
 
 #[tokio::test]

@@ -132,7 +132,9 @@ impl<S: JobStore> Task<S> {
                         self.labels().transition(transition::EXHAUST, sent);
                         metrics::count(metrics::Count::Exhausted, S::BACKEND);
                         tracing::info!(attempts, "job exhausted");
-                        Ok(Step::Terminal(Event::Exhausted { attempts }))
+                        Ok(Step::Terminal(Event::Exhausted {
+                            attempts: Some(attempts),
+                        }))
                     }
                 }
             }

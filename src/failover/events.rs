@@ -93,8 +93,16 @@ pub enum Event {
     },
     /// Terminal: every attempt failed; the job is `EXHAUSTED`.
     Exhausted {
-        /// How many attempts were made.
-        attempts: u64,
+        /// The number of the job's last attempt (how many attempts it made), when this worker
+        /// knows it: it ran that attempt, or wrote `EXHAUSTED` after it, or saw it live as the
+        /// last one its `max_attempts` allows (or found the count above that maximum: the job
+        /// is exhausted for this worker). `None` when the job was exhausted before this worker
+        /// could tell by which attempt: the store keeps `EXHAUSTED` in place of the count,
+        /// whatever `max_attempts` the workers that exhausted it had. Its last failure note
+        /// ([`JobStatus::last_failure`](crate::JobStatus::last_failure), "attempt N by NAME:
+        /// reason") names the last attempt that recorded a failure; one whose holder died
+        /// records none. Serialized as `null` then.
+        attempts: Option<u64>,
     },
     /// Terminal: this worker's attempt failed and it left the job to the backups.
     Failed {

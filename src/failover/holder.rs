@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::config::StatusLevel;
 use super::events::{Acquired, AttemptHandle, Event, HolderCmd};
 use super::protocol::{
-    decide_holder, finish_gave_up, finish_writes, later_grant, taken_over, GaveUp, HolderDecision,
-    HolderOp,
+    decide_holder, finish_gave_up, finish_writes, later_grant, taken_over, takeover_reason, GaveUp,
+    HolderDecision, HolderOp,
 };
 use super::store::{Extended, Held, JobStore};
 use super::worker::{fault_error, recv_sub, truncate, Flow, Grant, Task};
@@ -246,7 +246,7 @@ impl<S: JobStore> Task<S> {
                 msg = recv_sub(watch_sub) => {
                     match msg {
                         Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
-                            return self.lost(&ended, &g, Loss::Taken, format!("another worker announced `{m}`"));
+                            return self.lost(&ended, &g, Loss::Taken, takeover_reason(&m));
                         }
                         // Someone released an attempt while we hold ours (an operator's
                         // `fail_attempt`): check our lease now instead of at the next extension.
@@ -300,7 +300,7 @@ impl<S: JobStore> Task<S> {
                             metrics::count(Count::Exhausted, S::BACKEND);
                         }
                         self.events.emit(Event::Exhausted {
-                            attempts: g.attempt,
+                            attempts: Some(g.attempt),
                         });
                         Flow::End
                     } else if self.cfg.rejoin_after_fail {
@@ -457,7 +457,7 @@ impl<S: JobStore> Task<S> {
                                     fencing_token: None,
                                     key: self.cfg.key.to_string(),
                                     attempt: g.attempt,
-                                    reason: format!("another worker announced `{m}`"),
+                                    reason: takeover_reason(&m),
                                 });
                             }
                             None => sub = None,
@@ -533,7 +533,7 @@ impl<S: JobStore> Task<S> {
         }
         if g.attempt >= self.view.max_attempts {
             self.events.emit(Event::Exhausted {
-                attempts: g.attempt,
+                attempts: Some(g.attempt),
             });
             return Flow::End;
         }

@@ -98,7 +98,11 @@ pub enum Decision {
     /// The job is `DONE`.
     Completed,
     /// The job is `EXHAUSTED` (or beyond this worker's maximum).
-    Exhausted { attempts: u64 },
+    Exhausted {
+        /// The number of the job's last attempt, when this worker knows it (see
+        /// [`crate::Event::Exhausted`]).
+        attempts: Option<u64>,
+    },
     /// The last attempt failed: write `EXHAUSTED`.
     WriteExhausted { attempts: u64 },
     /// Someone holds `attempt`; wait for the lease to end or a message.
@@ -147,8 +151,11 @@ impl Decision {
                  token {fence} is ours"
             ),
             Decision::Completed => "Completed: the job is done".into(),
-            Decision::Exhausted { attempts } => {
-                format!("Exhausted: the job ended after {attempts} attempts")
+            Decision::Exhausted {
+                attempts: Some(attempts),
+            } => format!("Exhausted: the job ended after {attempts} attempts"),
+            Decision::Exhausted { attempts: None } => {
+                "Exhausted: the job was found exhausted".into()
             }
             Decision::WriteExhausted { attempts } => {
                 format!("WriteExhausted: the last of {attempts} attempts failed")
@@ -248,8 +255,12 @@ pub fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
     };
     match obs.state {
         State::Done => Decision::Completed,
+        // The state keeps `EXHAUSTED`, not the count. This worker knows it only when the last
+        // attempt it saw was the last one by its maximum (then the exhaustion followed it);
+        // a job found exhausted, or exhausted past what it saw (another worker's smaller
+        // maximum), made a number of attempts the store does not say.
         State::Exhausted => Decision::Exhausted {
-            attempts: view.seen.unwrap_or(max).max(max),
+            attempts: view.seen.filter(|&n| n >= max),
         },
         State::Absent => {
             if matches!(obs.lease, Lease::Held { .. }) {
@@ -270,7 +281,7 @@ pub fn decide_backup(obs: &Observation, view: &BackupView) -> Decision {
             }
             if n > max {
                 // Another worker runs with a larger maximum; for us the job is exhausted.
-                return Decision::Exhausted { attempts: n };
+                return Decision::Exhausted { attempts: Some(n) };
             }
             match &obs.lease {
                 Lease::Held { pttl_ms, .. } => Decision::Wait {
@@ -308,6 +319,23 @@ pub fn later_grant(message: &str, attempt: u64) -> bool {
 /// Whether a channel message tells a holder of `attempt` that the job moved past it.
 pub fn taken_over(message: &str, attempt: u64) -> bool {
     later_grant(message, attempt) || message == "exhausted"
+}
+
+/// Why a holder lost its attempt to a channel message that [`taken_over`] accepted, in words:
+/// `acquired:3` is another worker's grant of attempt 3 (this attempt's lease was released, by
+/// `fail_attempt` or a missed extension, or ran out), `exhausted` the job's end.
+pub fn takeover_reason(message: &str) -> String {
+    match message
+        .strip_prefix("acquired:")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(n) => format!(
+            "another worker was granted attempt {n} (this attempt was released, by an \
+             operator's `fail` or a missed extension, or its lease ran out)"
+        ),
+        None if message == "exhausted" => "the job was marked exhausted".into(),
+        None => format!("another worker announced `{message}`"),
+    }
 }
 
 /// A backup's grant of `attempt` with fencing token `fence`.
@@ -629,7 +657,7 @@ mod tests {
         );
         assert!(matches!(
             decide_backup(&obs(State::Exhausted, Lease::Absent), &view(5)),
-            Decision::Exhausted { attempts: 5 }
+            Decision::Exhausted { attempts: None }
         ));
     }
 
@@ -681,7 +709,7 @@ mod tests {
     fn count_above_our_maximum_is_exhausted_without_write() {
         assert_eq!(
             decide_backup(&obs(State::Attempt(99), held(OTHER)), &view(3)),
-            Decision::Exhausted { attempts: 99 }
+            Decision::Exhausted { attempts: Some(99) }
         );
     }
 

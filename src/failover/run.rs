@@ -88,8 +88,9 @@ pub enum RunOutcome<T, E = String> {
     },
     /// Every attempt failed.
     Exhausted {
-        /// How many attempts were made.
-        attempts: u64,
+        /// The number of attempts the job made, when this worker knows it; `None` when it
+        /// found the job exhausted already (see [`Event::Exhausted`](crate::Event::Exhausted)).
+        attempts: Option<u64>,
     },
     /// This worker lost its attempt while the closure ran (the closure was cancelled).
     LeaseLost {
@@ -134,7 +135,7 @@ enum OutcomeJson<'a, T> {
         panicked: bool,
     },
     Exhausted {
-        attempts: u64,
+        attempts: Option<u64>,
     },
     LeaseLost {
         attempt: u64,

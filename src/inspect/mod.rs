@@ -13,6 +13,14 @@
 //!   their keys differ).
 //! - [`Inspector::watch`]: follows one lock, fair lock or election: holder changes, tokens,
 //!   loss.
+//! - [`ScheduleFold`]: a schedule's occurrences folded into one row that shows the worst
+//!   open occurrence ([`Entry::severity`]), as `baton status` and `baton dashboard` show them.
+//!
+//! Standbys (a job's waiting backups, an election's candidates) are registered nowhere: they
+//! listen on the entry's pub/sub channel. On Redis an entry's read counts that channel's
+//! subscribed clients (`PUBSUB NUMSUB`, `SHARDNUMSUB` on a cluster) into
+//! [`Entry::standbys`]; on PostgreSQL nobody can count another session's `LISTEN`s, and it
+//! stays unknown (`None`).
 //!
 //! What a key is comes from the primitives' own key layouts (their `keys` modules): `P{K}` and
 //! its `:lease`/`:fence`/`:failure` are a job's, `P` `lock:{K}` a mutex's, and so on. A key of
@@ -27,6 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+
+mod fold;
+pub use fold::{Occurrence, ScheduleFold, ScheduleRow, LAST_OCCURRENCES};
 
 use crate::backend::inspect::{
     EntryRead, EntryRecord, Found, LockRead, LockRecord, Position, Tables, Waiting,
@@ -176,6 +187,15 @@ pub struct Entry {
     pub waiting: Option<u64>,
     /// A job's last failure, or what a corrupt value holds.
     pub detail: Option<String>,
+    /// An open job's backups waiting to take over, or an election's standby candidates: the
+    /// clients subscribed to its channel, the holder's own subscription taken off (a job's
+    /// worker and a leader listen there too). A client counts once however many waiters it
+    /// runs (one per `baton` process), and a `baton watch` of a job counts as one. Counted
+    /// on Redis only, and only where [`Entry::can_have_standbys`]: `None` elsewhere, on
+    /// PostgreSQL (another session's `LISTEN`s cannot be counted: unknown, not 0), and when
+    /// the server refuses `PUBSUB` (an ACL). A count read beside the state, not with it: a
+    /// holder that has not yet subscribed (it does so alongside its work) leaves one more.
+    pub standbys: Option<u64>,
 }
 
 impl Entry {
@@ -190,6 +210,42 @@ impl Entry {
             attempt: None,
             waiting: None,
             detail: None,
+            standbys: None,
+        }
+    }
+
+    /// Whether the entry can have standbys ([`Entry::standbys`]): an open job (running or
+    /// waiting) or an election.
+    pub fn can_have_standbys(&self) -> bool {
+        match self.kind {
+            Kind::Job => matches!(self.state, EntryState::Running | EntryState::Waiting),
+            Kind::Leader => matches!(self.state, EntryState::Held | EntryState::Free),
+            _ => false,
+        }
+    }
+
+    /// Sets [`Entry::standbys`] from the clients subscribed to its channel (`None`: not
+    /// counted), taking the holder's own subscription off.
+    fn count_standbys(&mut self, listeners: Option<u64>) {
+        if !self.can_have_standbys() {
+            return;
+        }
+        let holder_listens = matches!(self.state, EntryState::Running | EntryState::Held);
+        self.standbys = listeners.map(|n| n.saturating_sub(u64::from(holder_listens)));
+    }
+
+    /// How much an entry needs an operator, the higher the worse: corrupt (5), exhausted (4),
+    /// waiting (3: its last attempt failed or its holder's lease ran out, nobody runs it),
+    /// running or held (2), free (1), done (0). A schedule's row shows its worst open
+    /// occurrence by this order ([`ScheduleFold`]).
+    pub fn severity(&self) -> u8 {
+        match self.state {
+            EntryState::Corrupt => 5,
+            EntryState::Exhausted => 4,
+            EntryState::Waiting => 3,
+            EntryState::Running | EntryState::Held => 2,
+            EntryState::Free => 1,
+            EntryState::Done => 0,
         }
     }
 
@@ -260,13 +316,12 @@ impl Entry {
     }
 }
 
-/// How a holder's stored value is shown: an election's carries the leader's name; a lock's is
-/// a random token, shown by its first characters only.
+/// How a holder's stored value is shown: by the name it carries (an election's always carries
+/// the leader's, `TOKEN:NAME`); a bare random token by its first characters only.
 fn holder_of(kind: Kind, value: &str) -> String {
-    match kind {
-        Kind::Leader => crate::leader::keys::name_of(value)
-            .unwrap_or("?")
-            .to_string(),
+    match (kind, crate::leader::keys::name_of(value)) {
+        (_, Some(name)) => name.to_string(),
+        (Kind::Leader, None) => "?".to_string(),
         _ => crate::util::token::short(value).to_string(),
     }
 }
@@ -418,7 +473,12 @@ impl Inspector {
         let mut out = Vec::new();
         for (kind, record) in kinds.into_iter().zip(records) {
             match record {
-                EntryRecord::Job(status) => out.extend(Entry::of_job(name, status?)),
+                EntryRecord::Job(status, listeners) => {
+                    out.extend(Entry::of_job(name, status?).map(|mut e| {
+                        e.count_standbys(listeners);
+                        e
+                    }))
+                }
                 EntryRecord::Lock(record) => out.extend(lock_entry(kind, name, &record)),
             }
         }
@@ -550,8 +610,13 @@ impl Listing {
                 let mut out = Vec::with_capacity(parsed.len());
                 for (p, record) in parsed.iter().zip(records) {
                     match record {
-                        EntryRecord::Job(Ok(status)) => out.extend(Entry::of_job(p.name, status)),
-                        EntryRecord::Job(Err(e)) => {
+                        EntryRecord::Job(Ok(status), listeners) => {
+                            out.extend(Entry::of_job(p.name, status).map(|mut e| {
+                                e.count_standbys(listeners);
+                                e
+                            }))
+                        }
+                        EntryRecord::Job(Err(e), _) => {
                             let mut entry = Entry::lock(Kind::Job, p.name);
                             entry.state = EntryState::Corrupt;
                             entry.detail = Some(e.to_string());
@@ -621,6 +686,7 @@ fn lock_read(prefix: &str, kind: Kind, name: &str) -> LockRead {
                 own: k.lock,
                 fence: k.fence,
                 waiting: Some(Waiting::Members(k.queue)),
+                listeners: None,
             }
         }
         Kind::Queue => {
@@ -629,14 +695,18 @@ fn lock_read(prefix: &str, kind: Kind, name: &str) -> LockRead {
                 own: k.lock,
                 fence: k.fence,
                 waiting: Some(Waiting::Entries(k.items)),
+                listeners: None,
             }
         }
         Kind::Leader => {
             let k = crate::leader::keys::ElectionKeys::new(prefix, name);
+            // Standbys wait on the election's channel, and the leader's watchdog listens
+            // there for a force release.
             LockRead {
                 own: k.lease,
                 fence: k.fence,
                 waiting: None,
+                listeners: Some(k.channel),
             }
         }
         // A job never gets here; the mutex's layout is the default.
@@ -646,6 +716,7 @@ fn lock_read(prefix: &str, kind: Kind, name: &str) -> LockRead {
                 own: k.lock().to_string(),
                 fence: k.fence().to_string(),
                 waiting: None,
+                listeners: None,
             }
         }
     }
@@ -672,6 +743,7 @@ fn lock_entry(kind: Kind, name: &str, record: &LockRecord) -> Option<Entry> {
     if record.waiting.is_some() {
         entry.waiting = record.waiting;
     }
+    entry.count_standbys(record.listeners);
     Some(entry)
 }
 

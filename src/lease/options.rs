@@ -41,6 +41,27 @@ pub(crate) fn validate_timeout(field: &'static str, d: Duration) -> Result<(), C
     Ok(())
 }
 
+/// A mutex holder's name: 1..=1024 bytes, not blank, no control characters (it is printed).
+fn check_holder_name(name: &str) -> Result<(), ConfigError> {
+    let max = crate::util::names::MAX_NAME_BYTES;
+    if name.is_empty() || name.len() > max {
+        return Err(ConfigError::invalid(
+            "holder_name",
+            format!("must be 1..={max} bytes, got {}", name.len()),
+        ));
+    }
+    if name.trim().is_empty() {
+        return Err(ConfigError::invalid("holder_name", "must not be blank"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ConfigError::invalid(
+            "holder_name",
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
 /// One field of [`LockOptions`], for a primitive to say which ones it honours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {
@@ -51,6 +72,7 @@ pub(crate) enum Field {
     ReplicaAck,
     WaiterTimeout,
     Heartbeat,
+    HolderName,
 }
 
 impl Field {
@@ -86,6 +108,10 @@ impl Field {
                 "the option `heartbeat`",
                 "only an advisory session lock has a heartbeat; leave it unset",
             ),
+            Field::HolderName => (
+                "the option `holder_name`",
+                "only the mutex stores a holder's name; leave it unset",
+            ),
         }
     }
 }
@@ -114,6 +140,7 @@ pub struct LockOptions {
     pub(crate) replica_ack: Option<ReplicaWait>,
     pub(crate) waiter_timeout: Option<Duration>,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) holder_name: Option<String>,
 }
 
 impl LockOptions {
@@ -165,6 +192,12 @@ impl LockOptions {
         self.heartbeat.unwrap_or(DEFAULT_HEARTBEAT)
     }
 
+    /// The mutex holder's name, stored after the random part of its token (see
+    /// [`LockOptionsBuilder::holder_name`]).
+    pub fn holder_name(&self) -> Option<&str> {
+        self.holder_name.as_deref()
+    }
+
     /// The same options with the watchdog on (what every `with_lock` runs with).
     pub(crate) fn with_watchdog(mut self) -> Self {
         self.watchdog = true;
@@ -189,6 +222,7 @@ impl LockOptions {
             (Field::ReplicaAck, self.replica_ack.is_some()),
             (Field::WaiterTimeout, self.waiter_timeout.is_some()),
             (Field::Heartbeat, self.heartbeat.is_some()),
+            (Field::HolderName, self.holder_name.is_some()),
         ];
         match set.into_iter().find(|(f, on)| *on && !honoured.contains(f)) {
             Some((f, _)) => {
@@ -223,6 +257,8 @@ struct RawOptions {
     waiter_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     heartbeat_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder_name: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -247,6 +283,7 @@ impl From<LockOptions> for RawOptions {
             replica_ack_timeout_ms: o.replica_ack.map(|w| ms(w.timeout)),
             waiter_timeout_ms: o.waiter_timeout.map(ms),
             heartbeat_ms: o.heartbeat.map(ms),
+            holder_name: o.holder_name,
         }
     }
 }
@@ -265,6 +302,7 @@ impl TryFrom<RawOptions> for LockOptions {
                 replica_ack: None,
                 waiter_timeout: d(r.waiter_timeout_ms),
                 heartbeat: d(r.heartbeat_ms),
+                holder_name: r.holder_name,
             },
             replica_ack: (r.replica_ack, d(r.replica_ack_timeout_ms)),
         }
@@ -356,6 +394,16 @@ impl LockOptionsBuilder {
         self
     }
 
+    /// The mutex holder's name (e.g. `host:pid`), 1..=1024 bytes, not blank, no control
+    /// characters. The mutex stores it after the random part of the holder's token
+    /// (`TOKEN:NAME` under the lock's key, or in its row), as an election stores its leader's
+    /// name, so that whoever reads the lock sees who holds it; the token stays unique, and
+    /// release and extension compare it whole. The mutex only. Defaults to none: the token alone.
+    pub fn holder_name(mut self, name: impl Into<String>) -> Self {
+        self.opts.holder_name = Some(name.into());
+        self
+    }
+
     /// Validates the options.
     ///
     /// # Errors
@@ -384,6 +432,9 @@ impl LockOptionsBuilder {
         };
         if let Some(t) = o.waiter_timeout {
             validate_timeout("waiter_timeout", t)?;
+        }
+        if let Some(name) = &o.holder_name {
+            check_holder_name(name)?;
         }
         if let Some(h) = o.heartbeat {
             if !(MIN_HEARTBEAT..=MAX_HEARTBEAT).contains(&h) {

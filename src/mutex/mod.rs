@@ -239,6 +239,7 @@ impl Locks {
             key,
             lease,
             replica_ack: None,
+            holder_name: None,
         };
         match one.try_once(false, Instant::now()).await? {
             Tried::Granted(guard) => Ok(Some(guard)),
@@ -286,6 +287,7 @@ impl Locks {
                 Field::Watchdog,
                 Field::MaxHold,
                 Field::ReplicaAck,
+                Field::HolderName,
             ],
         )?;
         if let Some(w) = opts.replica_ack {
@@ -310,6 +312,7 @@ impl Locks {
             key,
             lease,
             replica_ack: opts.replica_ack,
+            holder_name: opts.holder_name.as_deref(),
         };
         let mut guard = acquire::acquire(&mut acq, key, opts).await?;
         if opts.watchdog {
@@ -373,6 +376,8 @@ struct MutexTry<'a> {
     /// With it, the grant must be acknowledged by that many replicas (see
     /// [`LockOptionsBuilder::replica_ack`]).
     replica_ack: Option<ReplicaWait>,
+    /// [`LockOptionsBuilder::holder_name`]: appended to each try's token.
+    holder_name: Option<&'a str>,
 }
 
 impl TryAcquire for MutexTry<'_> {
@@ -386,7 +391,12 @@ impl TryAcquire for MutexTry<'_> {
         asked: Instant,
     ) -> Result<Tried<LockGuard>, Error> {
         let (keys, key, lease) = (&self.keys, self.key, self.lease);
-        let token = new_token();
+        // The token is what release and extension compare; a holder name rides after its
+        // random part (`TOKEN:NAME`, as an election's lease value), which keeps it unique.
+        let token = match self.holder_name {
+            Some(name) => format!("{}:{name}", new_token()),
+            None => new_token(),
+        };
         let backend = self.locks.backend.clone();
         // Armed before the request leaves: whatever happens to this future from here on (an
         // error, a timeout, being dropped), the lock is released by token unless we disarm.

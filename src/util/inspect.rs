@@ -1,6 +1,7 @@
 //! The records the inspection seam (`backend::inspect`) carries between the operator's view
-//! and the backends: what to read of an entry (a job, a lock-shaped one), and what it holds. They sit in a leaf
-//! so that every backend can fill them without knowing the seam above it.
+//! and the backends: what to read of an entry (a job, a lock-shaped one), and what it holds,
+//! with how many clients listen on its channel where the backend can count them. They sit in
+//! a leaf so that every backend can fill them without knowing the seam above it.
 
 use std::time::Duration;
 
@@ -19,8 +20,9 @@ pub(crate) enum EntryRead {
 /// What an [`EntryRead`] found.
 #[derive(Debug)]
 pub(crate) enum EntryRecord {
-    /// The job's status, or why its stored values cannot be read as one.
-    Job(Result<JobStatus, Error>),
+    /// The job's status, or why its stored values cannot be read as one; and the clients
+    /// subscribed to its channel (`None`: not countable here, see [`LockRecord::listeners`]).
+    Job(Result<JobStatus, Error>, Option<u64>),
     /// The lock-shaped entry's record.
     Lock(LockRecord),
 }
@@ -43,6 +45,9 @@ pub(crate) struct LockRead {
     pub(crate) fence: String,
     /// What counts its waiters, if it has any.
     pub(crate) waiting: Option<Waiting>,
+    /// The pub/sub channel whose subscribed clients are counted (an election's: its standbys
+    /// and its leader listen there), if any.
+    pub(crate) listeners: Option<String>,
 }
 
 /// A lock-shaped entry as stored: what [`LockRead`]'s keys hold.
@@ -60,4 +65,9 @@ pub(crate) struct LockRecord {
     pub(crate) waiting: Option<u64>,
     /// A read the server refused (a key of another type), as its reply reads.
     pub(crate) refused: Option<String>,
+    /// The clients subscribed to [`LockRead::listeners`]: on Redis `PUBSUB NUMSUB` (sharded
+    /// on a cluster, where baton subscribes with `SSUBSCRIBE`); `None` when not asked, when
+    /// the server refused the count (an ACL without `PUBSUB`), and on PostgreSQL, where no
+    /// session can count another's `LISTEN`s.
+    pub(crate) listeners: Option<u64>,
 }

@@ -2,12 +2,15 @@
 //! helper per event, called where the event happens.
 //!
 //! baton records through the [`metrics`] facade and never installs a recorder: the application
-//! does (the `baton` command installs a Prometheus one for `--metrics-addr`). Each helper
-//! resolves its handle through the current recorder at the moment of the event, never earlier, because a
-//! handle registered before the application installed its recorder stays a no-op forever (the
-//! facade's rule): a `Client` built before the recorder would otherwise record nothing. With no
-//! recorder installed a call costs a look at the key table (built once) and at the global
-//! recorder, and nothing else.
+//! does (the `baton` command installs a Prometheus one for `--metrics-addr`), then calls
+//! [`describe_metrics`], which gives it every metric's help text and unit from the one table
+//! of them, [`METRICS`]. Each helper resolves its handle through the current recorder at the
+//! moment of the event, never earlier, because a handle registered before the application
+//! installed its recorder stays a no-op forever (the facade's rule): a `Client` built before the
+//! recorder would otherwise record nothing. With no recorder installed a call costs a look at
+//! the key table (built once) and at the global recorder, and nothing else. Descriptions are the
+//! exception: a recorder keeps only those made while it is installed, hence the call after
+//! installing it.
 //!
 //! Labels are the primitive, the backend and small fixed enums, never a key or a worker name:
 //! the number of series stays bounded whatever the workload (docs/operating.md, "Metrics and
@@ -15,7 +18,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{Key, Label, Level, Metadata};
+use metrics::{Key, Label, Level, Metadata, Unit};
 use tokio::time::Instant;
 
 /// `baton_grants_total{primitive,backend,takeover}`: every grant (a failover attempt won, a
@@ -46,22 +49,141 @@ pub(crate) const HOLD_DURATION: &str = "baton_hold_duration_seconds";
 /// trip (a grant, an extension, a release, ...), from its send to its reply.
 pub(crate) const TRANSITION_DURATION: &str = "baton_transition_duration_seconds";
 
-/// Every metric name, for the docs test that keeps the table in docs/operating.md complete.
-#[cfg(test)]
-pub(crate) const ALL: &[&str] = &[
-    GRANTS,
-    FAILED_ATTEMPTS,
-    EXHAUSTED,
-    DONE,
-    LEASE_LOST,
-    EXTENSIONS,
-    LEADER_CHANGES,
-    QUEUE_POSTS,
-    QUEUE_DRAINED,
-    ACQUIRE_DURATION,
-    HOLD_DURATION,
-    TRANSITION_DURATION,
+/// What a metric is to a recorder: its kind and unit go with its description.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MetricKind {
+    /// A monotonic count (`_total`), in events.
+    Counter,
+    /// A distribution of durations (`_seconds`).
+    Histogram,
+}
+
+/// One metric baton records, as [`describe_metrics`] describes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Metric {
+    pub(crate) name: &'static str,
+    pub(crate) kind: MetricKind,
+    /// The `# HELP` text: one line, what is counted or timed.
+    pub(crate) help: &'static str,
+}
+
+impl Metric {
+    /// The unit the recorder is told: counters count, histograms time in seconds (the
+    /// Prometheus base unit, the `_seconds` of their names).
+    pub(crate) fn unit(&self) -> Unit {
+        match self.kind {
+            MetricKind::Counter => Unit::Count,
+            MetricKind::Histogram => Unit::Seconds,
+        }
+    }
+}
+
+/// Every metric baton records, with its description: the one table [`describe_metrics`] reads,
+/// the docs test checks docs/operating.md against, and the tests below check every emitted key
+/// against (a metric missing here fails them).
+pub(crate) const METRICS: &[Metric] = &[
+    Metric {
+        name: GRANTS,
+        kind: MetricKind::Counter,
+        help: "Grants: failover attempts won, locks taken, leader terms won (takeover=true: \
+               won after a failed attempt or a lease that ran out).",
+    },
+    Metric {
+        name: FAILED_ATTEMPTS,
+        kind: MetricKind::Counter,
+        help: "Failover attempts this process failed.",
+    },
+    Metric {
+        name: EXHAUSTED,
+        kind: MetricKind::Counter,
+        help: "Failover jobs this process wrote EXHAUSTED (no attempt left).",
+    },
+    Metric {
+        name: DONE,
+        kind: MetricKind::Counter,
+        help: "Failover attempts this process completed (DONE written).",
+    },
+    Metric {
+        name: LEASE_LOST,
+        kind: MetricKind::Counter,
+        help: "Leases lost while held, by reason.",
+    },
+    Metric {
+        name: EXTENSIONS,
+        kind: MetricKind::Counter,
+        help: "Lease extensions, by outcome (ok, refused, error).",
+    },
+    Metric {
+        name: LEADER_CHANGES,
+        kind: MetricKind::Counter,
+        help: "Times this candidate became leader, lost its leadership or resigned.",
+    },
+    Metric {
+        name: QUEUE_POSTS,
+        kind: MetricKind::Counter,
+        help: "Items posted to a run-or-enqueue queue.",
+    },
+    Metric {
+        name: QUEUE_DRAINED,
+        kind: MetricKind::Counter,
+        help: "Queued items a drainer handled and removed.",
+    },
+    Metric {
+        name: ACQUIRE_DURATION,
+        kind: MetricKind::Histogram,
+        help: "Seconds from the call (or the start of the wait) to the grant, waits included.",
+    },
+    Metric {
+        name: HOLD_DURATION,
+        kind: MetricKind::Histogram,
+        help: "Seconds from a grant to its release, its end or its loss.",
+    },
+    Metric {
+        name: TRANSITION_DURATION,
+        kind: MetricKind::Histogram,
+        help: "Seconds of one state-changing round trip (grant, extend, done, fail, release, \
+               exhaust), from its send to its reply.",
+    },
 ];
+
+/// Describes every metric baton records (its help text and unit) to the installed recorder:
+/// call it once, right after installing your recorder.
+///
+/// baton never installs a recorder and resolves each metric when its event happens, so a
+/// recorder installed at any time counts everything from then on; but a description is given
+/// to the recorder current at the moment it is made, and a recorder installed later never
+/// hears it. A Prometheus exporter without descriptions serves no `# HELP` lines, which
+/// `promtool check metrics` refuses. This function describes the counters
+/// `baton_grants_total`, `baton_failed_attempts_total`, `baton_exhausted_total`,
+/// `baton_done_total`, `baton_lease_lost_total`, `baton_extensions_total`,
+/// `baton_leader_changes_total`, `baton_queue_posts_total`, `baton_queue_drained_total`
+/// (unit: count) and the histograms `baton_acquire_duration_seconds`,
+/// `baton_hold_duration_seconds`, `baton_transition_duration_seconds` (unit: seconds); the
+/// operating guide (`docs/operating.md`, "Metrics and traces") has their labels. Calling it
+/// again is harmless (a recorder keeps the first description of a name); without a recorder it
+/// does nothing.
+///
+/// ```
+/// use metrics_exporter_prometheus::PrometheusBuilder;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let recorder = PrometheusBuilder::new().build_recorder();
+/// let handle = recorder.handle();
+/// metrics::set_global_recorder(recorder)?;
+/// baton::describe_metrics();
+/// // ... build the `Client`, run jobs; serve `handle.render()` at /metrics: every baton
+/// // metric comes with its `# HELP` line.
+/// # let _ = handle.render();
+/// # Ok(()) }
+/// ```
+pub fn describe_metrics() {
+    for m in METRICS {
+        match m.kind {
+            MetricKind::Counter => metrics::describe_counter!(m.name, m.unit(), m.help),
+            MetricKind::Histogram => metrics::describe_histogram!(m.name, m.unit(), m.help),
+        }
+    }
+}
 
 /// A counter labelled by backend only (the failover's outcomes, leader changes, the queue's
 /// posts and drains), for [`count`].
@@ -451,7 +573,7 @@ mod tests {
         for v in values.concat() {
             assert!(v.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{v}");
         }
-        for name in ALL {
+        for name in METRICS.iter().map(|m| m.name) {
             assert!(name.starts_with("baton_"), "{name}");
             assert!(
                 name.ends_with("_total") || name.ends_with("_seconds"),
@@ -534,10 +656,138 @@ mod tests {
         }
     }
 
+    /// The description of `name`, failing the test when it has none.
+    fn described(name: &str) -> &'static Metric {
+        METRICS
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("{name} is recorded but missing from METRICS"))
+    }
+
+    #[test]
+    fn every_key_recorded_has_a_description_of_its_kind() {
+        // An exhaustive pattern: a new field of the key table fails to compile here until it
+        // is given its kind below.
+        let KeyTable {
+            grants,
+            acquire,
+            hold,
+            transition,
+            extensions,
+            lost,
+            counts,
+        } = keys();
+        let kinds = [
+            (grants, MetricKind::Counter),
+            (extensions, MetricKind::Counter),
+            (lost, MetricKind::Counter),
+            (counts, MetricKind::Counter),
+            (acquire, MetricKind::Histogram),
+            (hold, MetricKind::Histogram),
+            (transition, MetricKind::Histogram),
+        ];
+        let mut recorded = std::collections::BTreeSet::new();
+        for (keys, kind) in kinds {
+            for key in &keys.0 {
+                let m = described(key.name());
+                assert_eq!(m.kind, kind, "{}", m.name);
+                recorded.insert(m.name);
+            }
+        }
+        // And nothing described that is never recorded.
+        let all: std::collections::BTreeSet<_> = METRICS.iter().map(|m| m.name).collect();
+        assert_eq!(recorded, all);
+        assert_eq!(all.len(), METRICS.len(), "a name described twice");
+        for m in METRICS {
+            assert!(!m.help.is_empty() && !m.help.contains('\n'), "{}", m.name);
+        }
+    }
+
+    /// The library's source files, outside this one and the `baton` command's.
+    fn library_sources() -> Vec<(std::path::PathBuf, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut dirs = vec![root.clone()];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    if path != root.join("bin") {
+                        dirs.push(path);
+                    }
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && path != root.join("util/metrics.rs")
+                {
+                    let text = std::fs::read_to_string(&path).expect("a source file");
+                    files.push((path, text));
+                }
+            }
+        }
+        files
+    }
+
+    #[test]
+    fn the_library_records_only_through_this_module() {
+        // A metric recorded elsewhere (a macro, a handle of its own) would escape the table
+        // above, and with it its description.
+        let sources = library_sources();
+        assert!(sources.len() > 20, "found {} files", sources.len());
+        for (path, text) in sources {
+            for banned in [
+                "counter!(",
+                "gauge!(",
+                "histogram!(",
+                "register_counter",
+                "register_gauge",
+                "register_histogram",
+            ] {
+                assert!(
+                    !text.contains(banned),
+                    "{}: records a metric with {banned}: go through src/util/metrics.rs",
+                    path.display()
+                );
+            }
+            // A metric's name anywhere else must be one of the table's too.
+            for (at, _) in text.match_indices("\"baton_") {
+                let literal: String = text[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                if literal.ends_with("_total") || literal.ends_with("_seconds") {
+                    described(&literal);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn describing_tells_the_recorder_every_metric() {
+        use metrics_util::debugging::DebuggingRecorder;
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            describe_metrics();
+            // A snapshot shows the descriptions of registered metrics only.
+            for m in METRICS {
+                match m.kind {
+                    MetricKind::Counter => metrics::counter!(m.name).increment(0),
+                    MetricKind::Histogram => metrics::histogram!(m.name).record(0.0),
+                }
+            }
+        });
+        let seen = snapshotter.snapshot().into_vec();
+        assert_eq!(seen.len(), METRICS.len());
+        for (key, unit, help, _) in seen {
+            let m = described(key.key().name());
+            assert_eq!(unit, Some(m.unit()), "{}", m.name);
+            assert_eq!(help.as_deref(), Some(m.help), "{}", m.name);
+        }
+    }
+
     #[test]
     fn the_operating_guide_lists_every_metric() {
         let doc = include_str!("../../docs/operating.md");
-        for name in ALL {
+        for name in METRICS.iter().map(|m| m.name) {
             assert!(
                 doc.contains(&format!("`{name}`")),
                 "docs/operating.md's metrics table misses {name}"

@@ -1,5 +1,6 @@
 //! Running the `baton` binary in the CLI tests: spawning, bounded waits for its exit and for
-//! the files its PROGRAM writes, process state from `/proc`, and signals.
+//! the files its PROGRAM writes, process state from `/proc`, signals, and `promtool check
+//! metrics` on a scrape.
 
 use std::path::Path;
 use std::process::Output;
@@ -145,4 +146,61 @@ pub fn send_signal(pid: u32, sig: libc::c_int) {
         "kill({pid}, {sig}): {}",
         std::io::Error::last_os_error()
     );
+}
+
+/// Checks `text` (a scrape of `what`) with `promtool check metrics`: it must exit 0 and say
+/// nothing (a lint finding, such as a metric without `# HELP`, exits 3), and every baton metric
+/// in it must have its `# HELP` line. promtool missing is a failure, never a skip.
+pub fn promtool_check(text: &str, what: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "promtool check metrics: cannot run promtool ({e}); install it with \
+             `. .ci/ensure-promtool` (Debian's prometheus package){}",
+            if std::env::var_os("CI").is_some() {
+                " — CI must install it before the tests"
+            } else {
+                ""
+            }
+        ),
+    };
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(text.as_bytes())
+        .expect("promtool reads the scrape");
+    let out = child.wait_with_output().expect("promtool ends");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics on {what}: exit {:?}\n{said}\n--- the scrape ---\n{text}",
+        out.status.code()
+    );
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| n.starts_with("baton_"))
+        .collect();
+    assert!(!families.is_empty(), "{what}: no baton metric in\n{text}");
+    for name in families {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "{what}: {name} has no # HELP line:\n{text}"
+        );
+    }
 }

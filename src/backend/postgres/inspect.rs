@@ -32,6 +32,9 @@ fn record(stored: crate::util::lock_replies::Stored) -> LockRecord {
         pttl: stored.pttl,
         waiting: None,
         refused: None,
+        // Another session's LISTENs cannot be counted (pg_listening_channels is the caller's
+        // own): unknown, never 0.
+        listeners: None,
     }
 }
 
@@ -88,9 +91,9 @@ pub(crate) async fn read_entries(
     for read in reads {
         out.push(match read {
             EntryRead::Job(keys, name) => {
-                EntryRecord::Job(Ok(
-                    super::jobs::job_status(t, keys.state(), name.clone()).await?
-                ))
+                let status = super::jobs::job_status(t, keys.state(), name.clone()).await?;
+                // Listeners are unknown on PostgreSQL (see `record`).
+                EntryRecord::Job(Ok(status), None)
             }
             EntryRead::Lock(read) => {
                 EntryRecord::Lock(record(super::locks::read(t, &read.own).await?))

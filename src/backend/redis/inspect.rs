@@ -1,6 +1,8 @@
 //! The inspection seam on Redis: `SCAN` on every primary (one server, each primary of a
-//! cluster, the followed primary of a Sentinel set), and the reads of lock-shaped entries in
-//! one pipeline on the node that holds their keys.
+//! cluster, the followed primary of a Sentinel set), and the reads of entries in one pipeline
+//! on the node that holds their keys, with `PUBSUB NUMSUB` of their channels (`SHARDNUMSUB` on
+//! a cluster, where the hub subscribes with `SSUBSCRIBE`; a channel shares its entry's hash
+//! tag, so the node that holds the keys owns the channel's slot).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,8 +86,37 @@ pub(crate) async fn list_step(
     Ok(Some((keys, n, after)))
 }
 
+/// The `PUBSUB` subcommand that counts the subscribers of a channel as baton's hub
+/// subscribes: sharded on a cluster, plain elsewhere.
+fn numsub(t: &Transport) -> &'static str {
+    #[cfg(feature = "cluster")]
+    if matches!(t.router, super::Router::Cluster(_)) {
+        return "SHARDNUMSUB";
+    }
+    let _ = t;
+    "NUMSUB"
+}
+
+/// The subscriber count of a `PUBSUB NUMSUB`/`SHARDNUMSUB` reply for one channel: a
+/// `[channel, n]` array (RESP2) or a one-entry map (RESP3). `None` for anything else (an ACL
+/// that refuses `PUBSUB`, say): unknown, not an error of the entry.
+fn listeners(v: Option<&Value>) -> Option<u64> {
+    let n = match v? {
+        Value::Array(a) => a.get(1)?,
+        Value::Map(m) => &m.first()?.1,
+        _ => return None,
+    };
+    match n {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
 /// Appends the reads of a lock-shaped entry; returns how many replies they add.
-fn lock_reads(p: &mut redis::Pipeline, read: &LockRead) -> usize {
+fn lock_reads(p: &mut redis::Pipeline, read: &LockRead, numsub: &str) -> usize {
+    if let Some(channel) = &read.listeners {
+        p.cmd("PUBSUB").arg(numsub).arg(channel);
+    }
     p.cmd("GET")
         .arg(&read.own)
         .cmd("GET")
@@ -95,14 +126,13 @@ fn lock_reads(p: &mut redis::Pipeline, read: &LockRead) -> usize {
     match &read.waiting {
         Some(Waiting::Members(key)) => {
             p.cmd("ZCARD").arg(key);
-            4
         }
         Some(Waiting::Entries(key)) => {
             p.cmd("XLEN").arg(key);
-            4
         }
-        None => 3,
+        None => {}
     }
+    3 + usize::from(read.waiting.is_some()) + usize::from(read.listeners.is_some())
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -113,8 +143,13 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// A lock-shaped entry's record from its replies (see [`lock_reads`]).
-fn lock_record(replies: &[Value]) -> LockRecord {
+/// A lock-shaped entry's record from its replies (see [`lock_reads`]: the count of its
+/// listeners first, when asked).
+fn lock_record(read: &LockRead, replies: &[Value]) -> LockRecord {
+    let (count, replies) = match (&read.listeners, replies.split_first()) {
+        (Some(_), Some((count, rest))) => (listeners(Some(count)), rest),
+        _ => (None, replies),
+    };
     LockRecord {
         value: replies.first().and_then(text),
         fence: replies.get(1).and_then(text),
@@ -131,6 +166,7 @@ fn lock_record(replies: &[Value]) -> LockRecord {
             Value::ServerError(e) => Some(format!("{e:?}")),
             _ => None,
         }),
+        listeners: count,
     }
 }
 
@@ -152,14 +188,16 @@ pub(crate) async fn read_entries(
     };
     let mut p = redis::pipe();
     p.ignore_errors();
+    let numsub = numsub(t);
     let counts: Vec<usize> = reads
         .iter()
         .map(|r| match r {
             EntryRead::Job(keys, _) => {
                 status_reads(&mut p, keys);
-                STATUS_READS
+                p.cmd("PUBSUB").arg(numsub).arg(keys.channel());
+                STATUS_READS + 1
             }
-            EntryRead::Lock(read) => lock_reads(&mut p, read),
+            EntryRead::Lock(read) => lock_reads(&mut p, read, numsub),
         })
         .collect();
     let values: Vec<Value> =
@@ -179,8 +217,14 @@ pub(crate) async fn read_entries(
             })?;
         from += n;
         out.push(match read {
-            EntryRead::Job(_, name) => EntryRecord::Job(status_from_replies(name.clone(), replies)),
-            EntryRead::Lock(_) => EntryRecord::Lock(lock_record(replies)),
+            EntryRead::Job(_, name) => {
+                let (status, count) = replies.split_at(STATUS_READS.min(replies.len()));
+                EntryRecord::Job(
+                    status_from_replies(name.clone(), status),
+                    listeners(count.first()),
+                )
+            }
+            EntryRead::Lock(read) => EntryRecord::Lock(lock_record(read, replies)),
         });
     }
     Ok(out)
@@ -188,6 +232,19 @@ pub(crate) async fn read_entries(
 
 #[cfg(test)]
 mod tests {
+    use redis::Value;
+
+    #[test]
+    fn a_subscriber_count_is_read_from_either_protocol_and_unknown_otherwise() {
+        let ch = || Value::BulkString(b"baton:{a}:events".to_vec());
+        let resp2 = Value::Array(vec![ch(), Value::Int(2)]);
+        assert_eq!(super::listeners(Some(&resp2)), Some(2));
+        let resp3 = Value::Map(vec![(ch(), Value::Int(3))]);
+        assert_eq!(super::listeners(Some(&resp3)), Some(3));
+        assert_eq!(super::listeners(Some(&Value::Nil)), None);
+        assert_eq!(super::listeners(None), None);
+    }
+
     #[test]
     fn prefixes_are_matched_literally() {
         assert_eq!(super::match_pattern("baton:"), "baton:*");

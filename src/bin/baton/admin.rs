@@ -173,7 +173,7 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, nam
                 )
             }
             Ok(_) => {
-                outln!("{key} has no live attempt; nothing to release");
+                doneln!("{key} has no live attempt; nothing to release");
                 0
             }
             Err(e) => fail_with(&e),
@@ -181,7 +181,7 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, nam
     };
     match client.failover().fail_attempt(job, expected, reason).await {
         Ok(FailAttempt::Released(n)) => {
-            outln!("released attempt {n} of {key}");
+            doneln!("released attempt {n} of {key}");
             0
         }
         Ok(FailAttempt::Another(n)) => {
@@ -189,7 +189,7 @@ pub(crate) async fn fail(client: &Client, job: FailoverConfig, reason: &str, nam
             EX_TEMPFAIL
         }
         Ok(_) => {
-            outln!("{key} has no live attempt; nothing to release");
+            doneln!("{key} has no live attempt; nothing to release");
             0
         }
         Err(e) => fail_with(&e),
@@ -217,7 +217,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, named: Named) ->
             }
         },
         Ok(_) => {
-            outln!("reset {key}");
+            doneln!("reset {key}");
             0
         }
         Err(e) => fail_with(&e),
@@ -228,7 +228,7 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, named: Named) ->
 pub(crate) async fn migrate(client: &Client) -> u8 {
     match client.migrate().await {
         Ok(()) => {
-            say!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
+            tell!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
             0
         }
         Err(e) => fail_with(&e),

@@ -116,6 +116,11 @@ pub(crate) struct Cli {
     /// keys on PostgreSQL (must end with `:`; each command's --help says which keys).
     #[arg(long, global = true, default_value = "baton:")]
     pub(crate) prefix: String,
+    /// Only errors on stderr, and PROGRAM's own output: nothing when a run goes well (done
+    /// here or elsewhere, a skipped tick), for cron, which mails whatever a job prints.
+    /// Errors still print: a failed, exhausted or lost job, a server that kept failing.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
     /// Whether --url was given on the command line (not by default or environment).
     #[arg(skip)]
     pub(crate) url_given: bool,
@@ -154,12 +159,15 @@ pub(crate) enum Command {
         /// List only entries of this kind.
         #[arg(long, value_enum, conflicts_with = "key")]
         kind: Option<KindArg>,
-        /// List each occurrence of a schedule (KEY@DIGEST@TICK), not one row per schedule.
+        /// List each occurrence of a schedule (KEY@DIGEST@TICK), not one row per schedule
+        /// (which shows the worst open occurrence: exhausted, then waiting, then running; the
+        /// latest once all are done).
         #[arg(long, conflicts_with = "key")]
         all: bool,
     },
     /// Follow a job's changes (grants, done, failures) until it ends, or a lock's or a
-    /// leader's (holder changes, fencing tokens, loss) until interrupted.
+    /// leader's (holder changes, fencing tokens, loss) until interrupted; each line starts
+    /// with when it was seen (UTC, RFC 3339).
     Watch {
         /// The name to follow.
         #[arg(long)]
@@ -328,7 +336,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) when: WhenArgs,
@@ -503,13 +511,17 @@ pub(crate) struct LockArgs {
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     pub(crate) wait: Option<Duration>,
+    /// This holder's name, stored with the lock and shown by `baton status` (default
+    /// host:pid; not with --redlock, whose masters keep only a token).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
     /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its
     /// process group when it exits, at most 1 day; when the lock is lost, never past the
     /// lease's end.
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     pub(crate) kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) metrics: MetricsArgs,
@@ -536,7 +548,7 @@ pub(crate) struct LeaderArgs {
     #[arg(long, default_value = "10s", value_parser = kill_grace)]
     pub(crate) kill_grace: Duration,
     /// More human-readable output on stderr (repeat for library traces).
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
     #[command(flatten)]
     pub(crate) metrics: MetricsArgs,

@@ -3,11 +3,13 @@
 //!
 //! One task reads the whole listing (the same [`Inspector`] listing as `baton status`: `SCAN`
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
-//! each schedule's occurrences into one row, and publishes the result in a watch channel. Every
+//! each schedule's occurrences into one row showing its worst open occurrence (the same
+//! [`ScheduleFold`] as `status`), and publishes the result in a watch channel. Every
 //! open page is a server-sent-events stream of that channel, filtered by the page's own name
 //! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
 //! once per interval, and a read that fails or hangs leaves the last good one on the page with
-//! a banner saying since when it is stale.
+//! a banner saying since when it is stale, and the page's badge says `stale` instead of `live`
+//! (each view says whether its read failed; an open event stream alone is not "live").
 //!
 //! The page is three static files compiled into the binary (`dashboard/`), with no JavaScript
 //! build step and nothing fetched from elsewhere. It is read-only: every route is a `GET`, so
@@ -27,7 +29,7 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use baton::inspect::{Entry, EntryState, Kind};
+use baton::inspect::{Entry, EntryState, Kind, ScheduleFold};
 use baton::{Client, Inspector};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -37,8 +39,10 @@ use tokio_stream::StreamExt;
 use super::cli::DashboardArgs;
 use super::exit::{usage, usage_config, EX_UNAVAILABLE};
 use super::out;
-use super::status::{entry_note, Schedules};
+use super::status::{entry_note, schedule_note};
 use super::text;
+
+mod metrics;
 
 /// The most rows one page shows: past it the page says how many more match and asks for a
 /// narrower filter (a browser renders a thousand rows a second comfortably).
@@ -83,6 +87,14 @@ struct Row {
     remaining_ms: Option<u64>,
     fencing_token: Option<u64>,
     attempt: Option<u64>,
+    /// An open job's waiting backups, an election's standbys (`None`: unknown, or none to
+    /// count: see `can_standby`).
+    standbys: Option<u64>,
+    /// Whether the entry can have standbys at all (an open job, an election): the page says
+    /// "unknown" where it can and `standbys` is `None`.
+    can_standby: bool,
+    /// A schedule's digest, the only part of its expression the store holds.
+    digest: Option<String>,
     note: String,
     /// Exhausted, corrupt, or a job between attempts (its last attempt failed or its holder's
     /// lease ran out): what an operator looks at first.
@@ -99,6 +111,9 @@ impl Row {
             remaining_ms: e.remaining_ms,
             fencing_token: e.fencing_token,
             attempt: e.attempt,
+            standbys: e.standbys,
+            can_standby: e.can_have_standbys(),
+            digest: None,
             note: entry_note(e),
             problem: is_problem(e.state),
         }
@@ -121,6 +136,8 @@ struct Listing {
     total: u64,
     /// Rows by state, over `total`.
     counts: BTreeMap<&'static str, u64>,
+    /// Rows by kind and state, over `total` (for `/metrics`).
+    by_kind_state: BTreeMap<(&'static str, &'static str), u64>,
     /// Rows were left out past [`MAX_ROWS`].
     truncated: bool,
 }
@@ -129,6 +146,7 @@ impl Listing {
     fn push(&mut self, row: Row) {
         self.total += 1;
         *self.counts.entry(row.state).or_default() += 1;
+        *self.by_kind_state.entry((row.kind, row.state)).or_default() += 1;
         if self.rows.len() < MAX_ROWS {
             self.rows.push(row);
         } else if row.problem {
@@ -153,6 +171,8 @@ struct Published {
     error: Option<String>,
     /// Since when reads fail (Unix ms).
     failing_since_ms: Option<u64>,
+    /// Reads that failed since the start (for `/metrics`).
+    failed_reads: u64,
 }
 
 /// The fixed facts every page shows.
@@ -232,7 +252,7 @@ fn unix_ms() -> u64 {
 /// Reads everything under the prefix once.
 async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
     let mut listing = Listing::default();
-    let mut schedules = Schedules::default();
+    let mut schedules = ScheduleFold::new();
     let mut entries = inspect.list(None);
     while let Some(batch) = entries.next_batch().await? {
         for entry in batch {
@@ -241,14 +261,14 @@ async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
             }
         }
     }
+    // A schedule's row is its worst open occurrence's, as in `baton status`.
     for s in schedules.rows() {
-        if let Some(latest) = s.latest() {
-            let mut row = Row::of(latest);
-            row.kind = "schedule";
-            row.name = format!("{}@{}", s.key, s.digest);
-            row.note = s.note();
-            listing.push(row);
-        }
+        let mut row = Row::of(&s.shown.entry);
+        row.kind = "schedule";
+        row.name = format!("{}@{}", s.key, s.digest);
+        row.note = schedule_note(&s);
+        row.digest = Some(s.digest);
+        listing.push(row);
     }
     listing.rows.sort_by(|a, b| {
         (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
@@ -285,6 +305,7 @@ async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<
             }
             Err(e) => {
                 p.error = Some(e);
+                p.failed_reads += 1;
                 p.failing_since_ms.get_or_insert(now);
             }
         });
@@ -345,6 +366,7 @@ pub(crate) async fn dashboard(
         .route("/events", get(events))
         .route("/api/entries", get(entries))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::serve))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared.clone());
     say!(
@@ -488,6 +510,9 @@ mod tests {
             remaining_ms: None,
             fencing_token: None,
             attempt: None,
+            standbys: None,
+            can_standby: false,
+            digest: None,
             note: String::new(),
             problem: is_problem(state),
         }

@@ -67,7 +67,7 @@
 //! - **Timing,** the rule baton's own supervisor uses: SIGTERM (and SIGCONT, for a stopped
 //!   group) `min(--kill-grace, lease / 4)` before the deadline, SIGKILL at the deadline minus
 //!   [`kill_margin`]. Each action is reported back to baton on the guard's stdout (a second
-//!   pipe, read without blocking), so a baton that resumes says "stopped by the guard: no
+//!   pipe, read without blocking) just before it is taken, so a baton that resumes says "stopped by the guard: no
 //!   extension confirmed by …", fails the attempt and exits 74, never "killed by signal 9".
 //!
 //! # What still escapes
@@ -412,22 +412,30 @@ fn watch(group: libc::pid_t, input: RawFd, mut pending: Vec<u8>) {
         }
         let Some(d) = deadline else { continue };
         let now = boottime_now();
+        // Each action is reported *before* it is taken: baton reads the reports when it reaps
+        // PROGRAM's leader, and a PROGRAM that dies of the signal at once could be reaped in
+        // the moment between a signal and a report sent after it (the guard preempted on a busy
+        // host); baton would then take the guard's SIGTERM for a signal of PROGRAM's own and
+        // exit 143 instead of 74. A report read before its signal lands says no more than the
+        // truth either: the confirmed deadline has come, so the lease counts as lost.
         if !termed && now >= d.term_at() {
             termed = true;
+            report(libc::SIGTERM, d.deadline);
+            step_delay();
             // SAFETY: kill(2) has no memory-safety preconditions; `group` > 1.
             unsafe {
                 libc::kill(-group, libc::SIGTERM);
                 libc::kill(-group, libc::SIGCONT);
             }
-            report(libc::SIGTERM, d.deadline);
         }
         if !killed && now >= d.kill_at() {
             killed = true;
+            report(libc::SIGKILL, d.deadline);
+            step_delay();
             // SAFETY: as above.
             unsafe {
                 libc::kill(-group, libc::SIGKILL);
             }
-            report(libc::SIGKILL, d.deadline);
         }
     }
 }
@@ -487,6 +495,24 @@ fn decode(m: &[u8]) -> Deadline {
 fn decode_report(r: &[u8]) -> (libc::c_int, u64) {
     let signal = libc::c_int::try_from(word(r, 0)).unwrap_or(libc::SIGKILL);
     (signal, word(r, 8))
+}
+
+/// The name of the variable that makes a debug build's guard pause between reporting an
+/// action and taking it (milliseconds), so a test can hold the guard in that moment and check
+/// that baton never mistakes the guard's signal for one of PROGRAM's own. Release builds
+/// ignore it.
+pub const STEP_DELAY_VAR: &str = "BATON_TEST_GUARD_STEP_DELAY_MS";
+
+/// The pause of [`STEP_DELAY_VAR`], in debug builds only.
+fn step_delay() {
+    if cfg!(debug_assertions) {
+        if let Some(ms) = std::env::var(STEP_DELAY_VAR)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
 }
 
 /// Tells baton what the guard did (its stdout, a pipe baton reads without blocking). Best

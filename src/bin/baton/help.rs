@@ -114,7 +114,7 @@ stderr (--json: an \"occurrence\" event; both name the job key). `baton status -
 Crontab example (every server runs it; exactly one runs the report of each night at 02:00 in
 Paris, a backup retries it if it fails; cron's own time only has to fall within a day after the
 tick, or a minute before it):
-  0 2 * * *  baton run --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
+  0 2 * * *  baton run --quiet --key nightly-report --cron '0 2 * * *' --tz Europe/Paris -- /usr/local/bin/report
 
 systemd timer example (on every server: the timer starts the oneshot service, Persistent= runs a
 missed night after boot, which binds to that night's tick within a day):
@@ -348,7 +348,9 @@ first and stand out; rows that just changed are highlighted; the page filters by
 and kind. It updates live over server-sent events; the server is read once per --interval
 however many pages are open. When a read fails or hangs the page keeps the last good one and
 says since when it is stale. /api/entries gives the same view as JSON, /healthz answers 200
-while the server can be read and 503 otherwise.
+while the server can be read and 503 otherwise, and /metrics serves Prometheus text: entries by
+kind and state (baton_entries{kind=\"job\",state=\"exhausted\"}), the age of the last good
+read and the count of failed reads.
 
 It is read-only (every route is a GET) and never shows a password: the server is shown with
 its credentials and query redacted. It binds to loopback unless --allow-remote, and on loopback

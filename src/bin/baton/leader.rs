@@ -11,7 +11,7 @@ use super::metrics::Health;
 use super::out;
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
-use super::supervisor::{run_held, Stopping, Supervised};
+use super::supervisor::{run_held, Held, Stopping, Supervised};
 use super::text;
 use super::LEASE_CHECK_TIMEOUT;
 
@@ -93,6 +93,7 @@ pub(crate) async fn leader(
         ];
         let done = match run_held(
             &term,
+            Held::Leadership,
             &args.program,
             &env,
             args.lease,

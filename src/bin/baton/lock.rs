@@ -11,7 +11,7 @@ use super::exit::{
 use super::out;
 use super::signals::{install_signals, signal_status};
 use super::sink::Sink;
-use super::supervisor::{run_held, Stopping};
+use super::supervisor::{run_held, Held, Stopping};
 use super::text::{self, human};
 use super::LEASE_CHECK_TIMEOUT;
 
@@ -29,6 +29,10 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
     if let Some(wait) = args.wait {
         opts = opts.wait(wait);
     }
+    // The holder's name rides in the lock's token (`TOKEN:NAME`), for `status` to show.
+    if args.redlock.is_empty() {
+        opts = opts.holder_name(args.name.clone().unwrap_or_else(default_name));
+    }
     let opts = opts.build().map_err(|e| usage_config(&e))?;
     let sink = Sink {
         json: false,
@@ -38,6 +42,17 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
         occurrence: None,
     };
     Ok((opts, sink))
+}
+
+/// `host:pid`, the default name of a holder (as `run`'s and `leader`'s workers are named).
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}:{}", std::process::id())
 }
 
 pub(crate) async fn lock(
@@ -87,6 +102,7 @@ pub(crate) async fn lock(
     ];
     let done = match run_held(
         &guard,
+        Held::Lock,
         &args.program,
         &env,
         args.lease,
@@ -263,6 +279,7 @@ pub(crate) async fn redlock_with(
     let env = [("BATON_LOCK_KEY", args.key.clone())];
     let done = match run_held(
         &guard,
+        Held::Lock,
         &args.program,
         &env,
         args.lease,

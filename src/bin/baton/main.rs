@@ -61,7 +61,7 @@
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
 //! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
-//! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, and the page |
+//! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, the page, and its `/metrics` |
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -124,6 +124,7 @@ fn main() -> ExitCode {
                 m.value_source("url") == Some(clap::parser::ValueSource::CommandLine)
             };
             cli.url_given = given(&m) || m.subcommand().is_some_and(|(_, sub)| given(sub));
+            out::set_quiet(cli.quiet);
             cli
         }
         Err(e) => {
@@ -307,7 +308,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     };
     if let Plan::Migrate = plan {
         if !(cli.url.starts_with("postgres://") || cli.url.starts_with("postgresql://")) {
-            say!("baton: nothing to migrate: Redis keys need no schema");
+            tell!("baton: nothing to migrate: Redis keys need no schema");
             return 0;
         }
     }

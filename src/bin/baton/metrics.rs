@@ -2,7 +2,8 @@
 //!
 //! The library records through the `metrics` facade and installs nothing; with either flag
 //! this process installs a Prometheus recorder before it connects, so everything from the
-//! first grant on is counted. `--metrics-addr` serves it at `/metrics` (with `/healthz`) over
+//! first grant on is counted, and describes baton's metrics to it ([`baton::describe_metrics`])
+//! so each is served with its help text. `--metrics-addr` serves it at `/metrics` (with `/healthz`) over
 //! HTTP/1 (axum); `--metrics-file` writes it when the command ends, replacing the file
 //! atomically (a temporary file in the same directory, then a rename) so node_exporter's
 //! textfile collector never reads half a file. Without either flag no recorder is installed
@@ -117,6 +118,9 @@ impl Exporter {
         let handle = recorder.handle();
         metrics::set_global_recorder(recorder)
             .map_err(|e| internal(&format!("installing the metrics recorder: {e}")))?;
+        // Descriptions reach only the recorder installed when they are made: now, so every
+        // metric is served with its `# HELP` line (`promtool check metrics` requires one).
+        baton::describe_metrics();
         let exporter = Exporter {
             handle,
             file: args.metrics_file.clone(),

@@ -260,6 +260,23 @@ pub(crate) fn err(line: &str) {
     }
 }
 
+/// Whether `--quiet` was given: baton's own lines on stderr are then only errors (see
+/// [`quiet`]).
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Sets `--quiet` for the whole process (once, right after the command line is parsed).
+pub(crate) fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `--quiet` was given. Under it baton writes only errors: lines that explain a
+/// non-zero exit status (a failed or exhausted job, a lost lock or leadership, a server that
+/// kept failing); never how a run went when it went well (the occurrence it bound to, "done
+/// elsewhere", "skipped"), retries in progress, or warnings. PROGRAM's own output is PROGRAM's.
+pub(crate) fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
 /// Words stderr's drop notice as a JSON line (`--json`: every line on stderr is one).
 pub(crate) fn set_json(json: bool) {
     if let Some(q) = stderr_queue() {
@@ -372,11 +389,30 @@ macro_rules! say {
     };
 }
 
+/// [`say!`] unless `--quiet`: for the lines that are not errors.
+macro_rules! tell {
+    ($($arg:tt)*) => {
+        if !out::quiet() {
+            out::err(&format!($($arg)*))
+        }
+    };
+}
+
 /// `println!` for the answers of `status`, `watch` and `unlock`: a closed stdout ends the
 /// output quietly instead of panicking.
 macro_rules! outln {
     ($($arg:tt)*) => {
         out::print(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// [`outln!`] unless `--quiet`: the confirmation of a command that changed something (`reset`,
+/// `fail`, `unlock`), which a script that runs it quietly does not want on stdout.
+macro_rules! doneln {
+    ($($arg:tt)*) => {
+        if !out::quiet() {
+            out::print(&format!("{}\n", format_args!($($arg)*)))
+        }
     };
 }
 

@@ -141,7 +141,7 @@ fn say_retention_floor(schedule: &Schedule, first: Occurrence, given: Duration) 
     } else {
         format!("up to {}", human(*high))
     };
-    say!(
+    tell!(
         "baton: --retention {} is too short for {schedule}: a late run could bind to an \
          occurrence after its DONE expired and run it again; each occurrence's DONE/EXHAUSTED \
          is kept {kept} instead (the gap to the next tick, its --early, and {} for clock reads)",
@@ -162,8 +162,9 @@ pub(crate) enum Ended {
     Signalled(libc::c_int),
     /// Another worker made the job DONE.
     DoneElsewhere,
-    /// Every attempt failed; none was run here last.
-    Exhausted,
+    /// Every attempt failed; none was run here last. The number of attempts the job made,
+    /// when the worker knows it (`Event::Exhausted`).
+    Exhausted(Option<u64>),
     /// A signal (or the worker's stop) ended the wait for an attempt: nothing ran here.
     StoppedWaiting(u8),
     /// baton could not coordinate the job (said already): this exit status.
@@ -177,7 +178,7 @@ impl Ended {
             Ended::Done | Ended::DoneElsewhere => 0,
             Ended::Failed(code) | Ended::StoppedWaiting(code) | Ended::Error(code) => code,
             Ended::Signalled(sig) => signal_status(sig),
-            Ended::Exhausted => EX_EXHAUSTED,
+            Ended::Exhausted(_) => EX_EXHAUSTED,
         }
     }
 }
@@ -244,7 +245,45 @@ pub(crate) async fn run(
         tty: in_foreground(),
         job_control: true,
     };
-    job.run(&mut sink, &mut signals, &mut sigchld).await.code()
+    let ended = job.run(&mut sink, &mut signals, &mut sigchld).await;
+    if let Ended::Exhausted(attempts) = ended {
+        let text = exhausted_here(client, &job.config, attempts).await;
+        sink.warn(&text);
+    }
+    ended.code()
+}
+
+/// What a run that found the job exhausted says (even under --quiet: it exits 75, and cron
+/// should mail that nothing ran): how many attempts the job made, or, when the store does
+/// not keep the count, its last failure note; and how to run it again.
+pub(crate) async fn exhausted_here(
+    client: &Client,
+    config: &FailoverConfig,
+    attempts: Option<u64>,
+) -> String {
+    let how = match attempts {
+        Some(n) => format!("exhausted after {}", text::attempts(n)),
+        None => {
+            // The state keeps EXHAUSTED, not the count: the failure note says which attempt
+            // failed last (a holder that died wrote none).
+            let status = tokio::time::timeout(
+                LEASE_CHECK_TIMEOUT,
+                client.failover().job_status(config.clone()),
+            )
+            .await;
+            match status {
+                Ok(Ok(s)) => match s.last_failure {
+                    Some(note) => format!("exhausted (last failure: {})", text::reword(&note)),
+                    None => "exhausted".into(),
+                },
+                _ => "exhausted".into(),
+            }
+        }
+    };
+    format!(
+        "{how}; nothing run (`baton reset --key {}` to run it again)",
+        config.key()
+    )
 }
 
 /// The occurrence a run starting now binds to, by the server's clock, and how long before its
@@ -289,7 +328,7 @@ where
             Ok(v) => return Ok(v),
             Err(e) if e.is_retryable() => {
                 let since = *failing_since.get_or_insert_with(|| {
-                    say!(
+                    tell!(
                         "baton: {key}: cannot {what} yet ({}); trying again",
                         text::error_message(&e)
                     );
@@ -407,7 +446,11 @@ impl Job<'_> {
                 sink.warn("the worker ended unexpectedly");
                 return Ended::Error(EX_UNAVAILABLE);
             };
-            sink.emit(&event);
+            match &event {
+                // Said by the caller, once, with how to run the job again.
+                Event::Exhausted { .. } if ran.is_none() => sink.emit_json(&event),
+                _ => sink.emit(&event),
+            }
             match event {
                 Event::Acquired(acquired) => {
                     failing_since = None;
@@ -444,7 +487,7 @@ impl Job<'_> {
                 }
                 Event::Completed { .. } => return Ended::DoneElsewhere,
                 // Every attempt failed; if the last one ran here, its status says more.
-                Event::Exhausted { .. } => return ran.unwrap_or(Ended::Exhausted),
+                Event::Exhausted { attempts } => return ran.unwrap_or(Ended::Exhausted(attempts)),
                 Event::Stopped => return ran.unwrap_or(Ended::StoppedWaiting(130)),
                 // Both come from an answer of the server.
                 Event::Reachable { .. } | Event::Locked { .. } => failing_since = None,

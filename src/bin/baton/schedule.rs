@@ -130,7 +130,7 @@ pub(crate) async fn schedule(
                 match found {
                     Err(e) if e.is_retryable() => {
                         if !failing {
-                            say!(
+                            tell!(
                                 "baton: {key}: the latest past tick cannot be checked yet ({}); \
                                  trying again every {}",
                                 text::error_message(&e),
@@ -269,7 +269,7 @@ impl<'a> Command<'a> {
             match failover.next_occurrence(&self.schedule, key, last).await {
                 Ok(occurrence) => {
                     if failing {
-                        say!("baton: {key}: the server's clock can be read again");
+                        tell!("baton: {key}: the server's clock can be read again");
                     }
                     return occurrence;
                 }
@@ -279,7 +279,7 @@ impl<'a> Command<'a> {
                 }
                 Err(e) => {
                     if !failing {
-                        say!(
+                        tell!(
                             "baton: {key}: cannot read the server's clock ({}); trying again \
                              every {}",
                             text::error_message(&e),
@@ -387,7 +387,7 @@ fn warn_long_lease(sink: &mut Sink, schedule: &Schedule, lease: Duration) {
         return;
     };
     if lease > gap {
-        sink.warn(&format!(
+        sink.caution(&format!(
             "--lease ({}) is longer than the gap between ticks ({}): a holder that dies \
              keeps its occurrence past the next tick, which runs beside it",
             human(lease),
@@ -414,7 +414,14 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
             ),
         ),
         Outcome::Ran(Ended::DoneElsewhere) => ("done_elsewhere", None, "done elsewhere".into()),
-        Outcome::Ran(Ended::Exhausted) => ("exhausted", None, "exhausted".into()),
+        Outcome::Ran(Ended::Exhausted(attempts)) => (
+            "exhausted",
+            None,
+            match attempts {
+                Some(n) => format!("exhausted after {}; nothing ran here", text::attempts(n)),
+                None => "exhausted; nothing ran here".into(),
+            },
+        ),
         Outcome::Ran(Ended::StoppedWaiting(_)) => (
             "stopped_waiting",
             None,
@@ -452,5 +459,11 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
         "status": status,
     });
     let text = format!("occurrence {}, job {job}: {what}", occurrence.id());
-    sink.say(value, &text);
+    // --quiet keeps what went wrong: a failure, an error, an exhausted occurrence.
+    let error = matches!(name, "failed" | "stopped" | "error" | "exhausted");
+    if error {
+        sink.say_error(value, &text);
+    } else {
+        sink.say(value, &text);
+    }
 }

@@ -8,7 +8,7 @@ use baton::Event;
 use super::out;
 use super::out::FileOut;
 
-use super::text::{human_ms, reword};
+use super::text::{attempts, human_ms, reword};
 
 /// Where events go.
 pub(crate) struct Sink {
@@ -39,25 +39,53 @@ impl Sink {
         if self.json {
             return;
         }
-        let important = matches!(
+        // Errors that end something always show; a retry in progress and the server's
+        // return are news an operator wants, but not under --quiet (cron mails every line).
+        let error = matches!(
             event,
-            Event::Error { .. }
-                | Event::LeaseLost { .. }
+            Event::Error {
+                retryable: false,
+                ..
+            } | Event::LeaseLost { .. }
                 | Event::DeadlinePassed { .. }
-                | Event::Reachable { .. }
         );
-        if important || self.verbose >= 1 {
+        let news = matches!(
+            event,
+            Event::Error {
+                retryable: true,
+                ..
+            } | Event::Reachable { .. }
+        );
+        if error || (news && !out::quiet()) || self.verbose >= 1 {
             say!("baton: {}: {}", self.label(), describe(event));
         }
     }
 
-    /// A line the operator always sees (which tick a run bound to, how an occurrence ended):
-    /// `value` (with the key and occurrence added) as a JSON line on stderr with --json and in
-    /// the --events file, `text` on stderr otherwise.
+    /// A line the operator sees unless --quiet (which tick a run bound to, how an occurrence
+    /// ended when it went well): `value` (with the key and occurrence added) as a JSON line on
+    /// stderr with --json and in the --events file, `text` on stderr otherwise.
     pub(crate) fn say(&mut self, value: serde_json::Value, text: &str) {
         self.write_json(value);
         if !self.json {
+            tell!("baton: {}: {text}", self.key);
+        }
+    }
+
+    /// [`Sink::say`] for an error (an occurrence that failed, an exhausted job): shown under
+    /// --quiet too.
+    pub(crate) fn say_error(&mut self, value: serde_json::Value, text: &str) {
+        self.write_json(value);
+        if !self.json {
             say!("baton: {}: {text}", self.key);
+        }
+    }
+
+    /// `event` as a JSON line only (stderr with --json, the events file): for an event whose
+    /// human line the command writes itself.
+    pub(crate) fn emit_json(&mut self, event: &Event) {
+        if self.json || self.file.is_some() {
+            let value = serde_json::to_value(event).unwrap_or_default();
+            self.write_json(value);
         }
     }
 
@@ -110,10 +138,19 @@ impl Sink {
         }
     }
 
-    /// Something the operator must see (not with --json, whose events tell it).
+    /// Something the operator must see, an error (not with --json, whose events tell it):
+    /// shown under --quiet too.
     pub(crate) fn warn(&mut self, text: &str) {
         if !self.json {
             say!("baton: {}: {text}", self.label());
+        }
+    }
+
+    /// A warning that changes no outcome (a flag overruled, a risky setting): not under
+    /// --quiet, nor with --json.
+    pub(crate) fn caution(&mut self, text: &str) {
+        if !self.json {
+            tell!("baton: {}: {text}", self.label());
         }
     }
 }
@@ -156,7 +193,8 @@ pub(crate) fn describe(event: &Event) -> String {
         Event::Lagged { dropped } => format!("{dropped} events dropped"),
         Event::Completed { attempt: Some(n) } => format!("done (attempt {n})"),
         Event::Completed { attempt: None } => "done by another worker".into(),
-        Event::Exhausted { attempts } => format!("exhausted after {attempts} attempts"),
+        Event::Exhausted { attempts: Some(n) } => format!("exhausted after {}", attempts(*n)),
+        Event::Exhausted { attempts: None } => "exhausted".into(),
         Event::Failed { attempt, reason } => {
             format!("attempt {attempt} failed: {}", reword(reason))
         }

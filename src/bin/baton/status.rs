@@ -1,14 +1,15 @@
 //! `baton status` and `baton watch`: list everything under the prefix, read what a name is
 //! (a job, a lock, an election, …), once or as it changes, as text or JSON. Read-only, unlike
-//! the tools of admin.rs and unlock.rs.
+//! the tools of admin.rs and unlock.rs. A schedule's occurrences fold into one row showing its
+//! worst open occurrence ([`ScheduleFold`], shared with the dashboard); each `watch` line
+//! starts with when it was seen (UTC, RFC 3339 to the millisecond; `"at"` in JSON).
 
-use std::collections::BTreeMap;
-
-use baton::inspect::{Entry, EntryState, Kind};
+use baton::inspect::{Entry, EntryState, Kind, Occurrence, ScheduleFold, ScheduleRow};
 use baton::{Client, FailoverConfig, JobState, JobStatus};
 
 use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
 use super::out;
+use super::supervisor::wall_time;
 use super::text::{self, human_ms};
 
 pub(crate) fn status_json(s: &JobStatus) -> serde_json::Value {
@@ -80,11 +81,13 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
         Ok(i) => i,
         Err(e) => return super::exit::usage_config(&e),
     };
-    let others = match inspect.find(job.key()).await {
+    let found = match inspect.find(job.key()).await {
         Ok(found) => found,
         Err(e) => return fail_with(&e),
     };
-    let others: Vec<Entry> = others.into_iter().filter(|e| e.kind != Kind::Job).collect();
+    let (jobs, others): (Vec<Entry>, Vec<Entry>) =
+        found.into_iter().partition(|e| e.kind == Kind::Job);
+    let job_entry = jobs.into_iter().next();
     // A job, or nothing at all: the job's view, as it always was (`absent` included).
     let job_exists = match client.failover().job_status(job.clone()).await {
         Ok(s) => s.state != JobState::Absent,
@@ -92,7 +95,7 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
     };
     let mut code = 0;
     if job_exists || others.is_empty() {
-        code = job_status(client, job, prefix, json).await;
+        code = job_status(client, job, job_entry.as_ref(), prefix, json).await;
     }
     for entry in &others {
         if json {
@@ -107,13 +110,29 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
     code
 }
 
-async fn job_status(client: &Client, job: FailoverConfig, prefix: &str, json: bool) -> u8 {
+/// A job's status, with its waiting backups as the listing read them (`entry`).
+async fn job_status(
+    client: &Client,
+    job: FailoverConfig,
+    entry: Option<&Entry>,
+    prefix: &str,
+    json: bool,
+) -> u8 {
     match client.failover().job_status(job).await {
         Ok(s) => {
+            // Counted only for an open job (`null` in JSON otherwise, and where unknown).
+            let open = matches!(s.state, JobState::Attempt { .. });
+            let standbys = entry.filter(|e| open && e.can_have_standbys());
             if json {
-                outln!("{}", status_json(&s));
+                let mut v = status_json(&s);
+                v["standbys"] = serde_json::json!(standbys.and_then(|e| e.standbys));
+                outln!("{v}");
             } else {
                 out!("{}", status_text(&s));
+                if let Some(e) = standbys {
+                    let n = e.standbys.map_or("unknown".into(), |n| n.to_string());
+                    outln!("backups:      {n} waiting");
+                }
             }
             if let JobState::Corrupt { value } = &s.state {
                 say!(
@@ -157,6 +176,10 @@ fn entry_text(e: &Entry) -> String {
     if let Some(w) = e.waiting {
         out += &format!("waiting:      {w}\n");
     }
+    if e.can_have_standbys() {
+        let n = e.standbys.map_or("unknown".into(), |n| n.to_string());
+        out += &format!("standbys:     {n}\n");
+    }
     if let Some(d) = &e.detail {
         out += &format!("detail:       {d}\n");
     }
@@ -191,101 +214,44 @@ fn row(
     line
 }
 
-/// How many occurrences of a schedule its row recalls.
-const LAST_OCCURRENCES: usize = 3;
-
-/// A listing's schedules: each schedule's occurrences folded into one row, the only state a
-/// listing keeps across batches (a few occurrences per schedule, not the entries). `status`
-/// and `dashboard` fold alike.
-#[derive(Default)]
-pub(crate) struct Schedules(BTreeMap<(String, String), Schedule>);
-
-impl Schedules {
-    /// Keeps `entry` when it is a schedule's occurrence (`KEY@DIGEST@TICK`); gives it back
-    /// otherwise.
-    pub(crate) fn fold(&mut self, entry: Entry) -> Option<Entry> {
-        let Some((key, digest, tick)) = entry.occurrence() else {
-            return Some(entry);
-        };
-        let (key, digest, tick) = (key.to_string(), digest.to_string(), tick.to_string());
-        self.0.entry((key, digest)).or_default().add(&tick, entry);
-        None
+/// The note of a schedule's row: how many occurrences, the one shown when it is not the
+/// latest (a worse one is open), and the last outcomes, newest first:
+/// `5 occurrences; worst open: 2026-01-01T00:00:00Z waiting; last: 2026-01-05T00:00:00Z done, …`.
+pub(crate) fn schedule_note(s: &ScheduleRow) -> String {
+    let outcomes: Vec<String> = s
+        .last
+        .iter()
+        .map(|o| format!("{} {}", o.tick, o.entry.state))
+        .collect();
+    let plural = if s.occurrences == 1 { "" } else { "s" };
+    let mut note = format!("{} occurrence{plural}; ", s.occurrences);
+    if s.shows_an_older_occurrence() {
+        note += &format!("worst open: {} {}; ", s.shown.tick, s.shown.entry.state);
     }
-
-    /// One row per schedule, by key and digest.
-    pub(crate) fn rows(self) -> impl Iterator<Item = ScheduleRow> {
-        self.0
-            .into_iter()
-            .map(|((key, digest), s)| ScheduleRow { key, digest, s })
+    note += &format!("last: {}", outcomes.join(", "));
+    let standbys = entry_standbys(&s.shown.entry);
+    if !standbys.is_empty() {
+        note += "; ";
+        note += &standbys;
     }
+    note
 }
 
-/// The occurrences of one schedule seen so far.
-#[derive(Default)]
-struct Schedule {
-    count: u64,
-    /// The latest occurrences by tick (RFC 3339 in UTC sorts by time), oldest first.
-    last: Vec<(String, Entry)>,
-}
-
-impl Schedule {
-    fn add(&mut self, tick: &str, entry: Entry) {
-        self.count += 1;
-        let at = self.last.partition_point(|(t, _)| t.as_str() < tick);
-        self.last.insert(at, (tick.to_string(), entry));
-        if self.last.len() > LAST_OCCURRENCES {
-            self.last.remove(0);
-        }
-    }
-}
-
-/// A schedule as one row: its latest occurrence's state, and a note of its last outcomes.
-pub(crate) struct ScheduleRow {
-    pub(crate) key: String,
-    pub(crate) digest: String,
-    s: Schedule,
-}
-
-impl ScheduleRow {
-    /// The latest occurrence (there is always one: a row exists once one was folded).
-    pub(crate) fn latest(&self) -> Option<&Entry> {
-        self.s.last.last().map(|(_, e)| e)
-    }
-
-    /// `3 occurrences; last: 2026-01-03T00:00:00Z done, …`, newest first.
-    pub(crate) fn note(&self) -> String {
-        let outcomes: Vec<String> = self
-            .s
-            .last
-            .iter()
-            .rev()
-            .map(|(tick, e)| format!("{tick} {}", e.state))
-            .collect();
-        let plural = if self.s.count == 1 { "" } else { "s" };
-        format!(
-            "{} occurrence{plural}; last: {}",
-            self.s.count,
-            outcomes.join(", ")
-        )
-    }
-
-    /// What `status --json` prints of it.
-    pub(crate) fn json(&self) -> serde_json::Value {
-        let last: Vec<serde_json::Value> = self
-            .s
-            .last
-            .iter()
-            .rev()
-            .map(|(tick, e)| serde_json::json!({ "tick": tick, "entry": entry_json(e) }))
-            .collect();
-        serde_json::json!({
-            "kind": "schedule",
-            "name": self.key,
-            "digest": self.digest,
-            "occurrences": self.s.count,
-            "last": last,
-        })
-    }
+/// What `status --json` prints of a schedule's row: the state of the occurrence it shows
+/// (`shown`: the worst open one, or the latest when all are done), and the last ones.
+pub(crate) fn schedule_json(s: &ScheduleRow) -> serde_json::Value {
+    let occurrence =
+        |o: &Occurrence| serde_json::json!({ "tick": o.tick, "entry": entry_json(&o.entry) });
+    let last: Vec<serde_json::Value> = s.last.iter().map(occurrence).collect();
+    serde_json::json!({
+        "kind": "schedule",
+        "name": s.key,
+        "digest": s.digest,
+        "state": s.shown.entry.state,
+        "occurrences": s.occurrences,
+        "shown": occurrence(&s.shown),
+        "last": last,
+    })
 }
 
 pub(crate) async fn list(
@@ -300,7 +266,7 @@ pub(crate) async fn list(
         Err(e) => return super::exit::usage_config(&e),
     };
     let mut listing = inspect.list(kind);
-    let mut schedules = Schedules::default();
+    let mut schedules = ScheduleFold::new();
     if !json {
         outln!(
             "{:<8} {:<40} {:<10} {:<20} {:>9} {:>18}",
@@ -336,14 +302,41 @@ pub(crate) async fn list(
 }
 
 /// The note of an entry's row: its attempt (with the last failure, if any), its waiters or its
-/// detail.
+/// detail, and its standbys (see [`entry_standbys`]).
 pub(crate) fn entry_note(e: &Entry) -> String {
-    match (e.attempt, e.waiting, &e.detail) {
+    let mut note = match (e.attempt, e.waiting, &e.detail) {
         (Some(a), _, Some(d)) => format!("attempt {a}; last failure: {d}"),
         (Some(a), _, _) => format!("attempt {a}"),
         (_, Some(w), _) => format!("{w} waiting"),
         (_, _, Some(d)) => d.clone(),
         _ => String::new(),
+    };
+    let standbys = entry_standbys(e);
+    if !standbys.is_empty() {
+        if !note.is_empty() {
+            note += "; ";
+        }
+        note += &standbys;
+    }
+    note
+}
+
+/// An open job's waiting backups or an election's standbys, as a note says them: `1 backup
+/// waiting`, `2 standbys`, or `backups waiting: unknown` where they cannot be counted
+/// (PostgreSQL); empty for an entry that has none.
+pub(crate) fn entry_standbys(e: &Entry) -> String {
+    if !e.can_have_standbys() {
+        return String::new();
+    }
+    let (one, many) = if e.kind == Kind::Leader {
+        ("standby", "standbys")
+    } else {
+        ("backup waiting", "backups waiting")
+    };
+    match e.standbys {
+        Some(1) => format!("1 {one}"),
+        Some(n) => format!("{n} {many}"),
+        None => format!("{many}: unknown"),
     }
 }
 
@@ -366,24 +359,24 @@ fn print_entry(e: &Entry, json: bool) {
     );
 }
 
+/// A schedule's row: the state, holder, time left and fence of the occurrence it shows (its
+/// worst open one), with a note of its last outcomes.
 fn print_schedule(s: &ScheduleRow, json: bool) {
-    let Some(latest) = s.latest() else {
-        return;
-    };
     if json {
-        outln!("{}", s.json());
+        outln!("{}", schedule_json(s));
         return;
     }
+    let shown = &s.shown.entry;
     outln!(
         "{}",
         row(
             "schedule",
             &format!("{}@{}", s.key, s.digest),
-            latest.state.as_str(),
-            latest.holder.as_deref(),
-            latest.remaining_ms,
-            latest.fencing_token,
-            &s.note()
+            shown.state.as_str(),
+            shown.holder.as_deref(),
+            shown.remaining_ms,
+            shown.fencing_token,
+            &schedule_note(s)
         )
     );
 }
@@ -465,13 +458,14 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
             Ok(entry) => {
                 let message = if first { "status" } else { "changed" };
                 first = false;
+                let at = wall_time(std::time::SystemTime::now());
                 if json {
                     outln!(
                         "{}",
-                        serde_json::json!({ "message": message, "state": entry_json(&entry) })
+                        serde_json::json!({ "at": at, "message": message, "state": entry_json(&entry) })
                     );
                 } else {
-                    let mut line = format!("{message}: {} {}", entry.kind, entry.state);
+                    let mut line = format!("{at} {message}: {} {}", entry.kind, entry.state);
                     if let Some(h) = &entry.holder {
                         line += &format!(" by {h}");
                     }
@@ -494,15 +488,18 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
     }
 }
 
+/// One line of `baton watch` of a job: when it was seen (UTC, RFC 3339 to the millisecond),
+/// what happened and the job's state.
 pub(crate) fn print_change(json: bool, message: &str, status: &JobStatus) {
+    let at = wall_time(std::time::SystemTime::now());
     if json {
         outln!(
             "{}",
-            serde_json::json!({ "message": message, "state": status_json(status) })
+            serde_json::json!({ "at": at, "message": message, "state": status_json(status) })
         );
     } else {
         let (state, attempt, holder, _) = state_parts(&status.state);
-        let mut line = format!("{message}: {state}");
+        let mut line = format!("{at} {message}: {state}");
         if let Some(a) = attempt {
             line += &format!(" attempt {a}");
         }

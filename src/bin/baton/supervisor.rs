@@ -333,6 +333,7 @@ pub(crate) fn cap(at: Instant, lease_end: Option<Instant>) -> Instant {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_held<G: HeldLease>(
     guard: &G,
+    held: Held,
     program: &[OsString],
     env: &[(&str, String)],
     lease_len: Duration,
@@ -345,6 +346,7 @@ pub(crate) async fn run_held<G: HeldLease>(
     let mut child = spawn(program, env, tty).map_err(|e| spawn_failed(program, &e, tty))?;
     let mut lease = LockLease {
         guard,
+        held,
         kill_grace,
         reported: false,
     };
@@ -361,6 +363,33 @@ pub(crate) async fn run_held<G: HeldLease>(
     Ok(supervisor
         .supervise(&mut child, &mut lease, far, String::new())
         .await)
+}
+
+/// What [`run_held`]'s lease is, for the words of its loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// A lock (the fenced mutex, a Redlock): "lock lost".
+    Lock,
+    /// A leader's term: "leadership lost".
+    Leadership,
+}
+
+impl Held {
+    /// The loss, as the first words of its line.
+    fn lost(self) -> &'static str {
+        match self {
+            Held::Lock => "lock lost",
+            Held::Leadership => "leadership lost",
+        }
+    }
+
+    /// The loss, as a clause.
+    fn was_lost(self) -> &'static str {
+        match self {
+            Held::Lock => "the lock was lost",
+            Held::Leadership => "the leadership was lost",
+        }
+    }
 }
 
 /// How the lease PROGRAM runs under was lost.
@@ -393,6 +422,7 @@ pub(crate) trait Lease {
 /// ttl − margin, a Redlock's validity, a term's renewal).
 pub(crate) struct LockLease<'a, G> {
     pub(crate) guard: &'a G,
+    pub(crate) held: Held,
     pub(crate) kill_grace: Duration,
     /// The loss signal fires once and stays fired: report it once.
     pub(crate) reported: bool,
@@ -409,8 +439,8 @@ impl<G: HeldLease> Lease for LockLease<'_, G> {
         let reason = self
             .guard
             .loss_reason()
-            .unwrap_or_else(|| "the lock was lost".into());
-        sink.warn(&format!("lock lost: {reason}; stopping PROGRAM"));
+            .unwrap_or_else(|| self.held.was_lost().into());
+        sink.warn(&format!("{}: {reason}; stopping PROGRAM", self.held.lost()));
         // The deadline errs early: killed by then, PROGRAM is gone before the lock can expire
         // and pass on. When the loss is the deadline itself, that is now: SIGKILL at once. A
         // refused extension (the key is gone or foreign) can come earlier; PROGRAM then gets
@@ -433,7 +463,7 @@ impl<G: HeldLease> Lease for LockLease<'_, G> {
     async fn still_held(&mut self, away: Duration) -> Result<(), String> {
         let lost = |what: String| Err(format!("{what} while baton was stopped ({})", human(away)));
         if let Some(reason) = self.guard.loss_reason() {
-            return lost(format!("the lock was lost ({reason})"));
+            return lost(format!("{} ({reason})", self.held.was_lost()));
         }
         // Nothing was extended while stopped: past the deadline the key may have expired and
         // passed on. Before it, the watchdog's next extension settles the rest.
@@ -441,5 +471,18 @@ impl<G: HeldLease> Lease for LockLease<'_, G> {
             return lost("the lease ran out".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Held;
+
+    /// `baton leader` loses its leadership, `baton lock` its lock.
+    #[test]
+    fn a_loss_is_worded_by_what_was_held() {
+        assert_eq!(Held::Lock.lost(), "lock lost");
+        assert_eq!(Held::Leadership.lost(), "leadership lost");
+        assert_eq!(Held::Leadership.was_lost(), "the leadership was lost");
     }
 }

@@ -43,6 +43,15 @@ fn two_units(big: u64, big_unit: &str, small: u64, small_unit: &str) -> String {
     }
 }
 
+/// `n attempts`, or `1 attempt`.
+pub(crate) fn attempts(n: u64) -> String {
+    if n == 1 {
+        "1 attempt".into()
+    } else {
+        format!("{n} attempts")
+    }
+}
+
 /// [`human`] of a number of milliseconds (the unit of the library's status fields).
 pub(crate) fn human_ms(ms: u64) -> String {
     human(Duration::from_millis(ms))
@@ -59,7 +68,7 @@ fn flag(field: &str) -> Option<&'static str> {
         "retention" => "--retention",
         "max_hold" => "--max-hold",
         "retry_delay" => "--retry-delay",
-        "worker_name" | "name" => "--name",
+        "worker_name" | "name" | "holder_name" => "--name",
         "ttl" => "--lease",
         "wait" => "--wait",
         "lease" => "--lease",

@@ -45,8 +45,8 @@ pub(crate) async fn unlock(
                     }
                 }
             }
-            outln!("{key}: nothing holds it; nothing to unlock");
-            say!(
+            doneln!("{key}: nothing holds it; nothing to unlock");
+            tell!(
                 "baton: a Redlock lock or a PostgreSQL advisory lock is not taken here: see \
                  `baton unlock --help`"
             );
@@ -102,7 +102,7 @@ pub(crate) async fn unlock(
             let token = t
                 .fencing_token
                 .map_or(String::new(), |f| format!(" (fencing token {f})"));
-            outln!(
+            doneln!(
                 "took {} {key} from {}{token}; the next holder's token is higher",
                 entry.kind,
                 t.holder
@@ -122,7 +122,7 @@ pub(crate) async fn unlock(
             EX_TEMPFAIL
         }
         Ok(_) => {
-            outln!("{key}: released meanwhile; nothing to unlock");
+            doneln!("{key}: released meanwhile; nothing to unlock");
             0
         }
         Err(e) => fail_with(&e),

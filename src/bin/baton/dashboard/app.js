@@ -26,9 +26,21 @@
     return `${Math.floor(m / 60)} h ${m % 60} min`;
   }
 
+  // Instants in UTC, RFC 3339 to the millisecond, as baton's lines and occurrences write them.
   function clock(ms) {
-    return ms ? new Date(ms).toLocaleTimeString() : 'never';
+    return ms ? new Date(ms).toISOString() : 'never';
   }
+
+  // A job's waiting backups, an election's standbys: counted on Redis, unknown on PostgreSQL.
+  function standbys(r) {
+    if (!r.can_standby) return '';
+    return r.standbys == null ? 'unknown' : String(r.standbys);
+  }
+
+  const DIGEST_NOTE = 'The schedule\'s digest: a hash of its expression (--every or --cron, ' +
+    'zone, offset). The store holds no schedule record yet, only this digest in each ' +
+    'occurrence\'s name, so the expression cannot be shown; `baton run` prints the same ' +
+    'KEY@DIGEST@TICK name when it runs an occurrence.';
 
   function setLive(text, cls) {
     const el = $('live');
@@ -48,10 +60,13 @@
     $('server').textContent = `${v.server} · prefix ${v.prefix} · read every ${human(v.interval_ms)} · last read ${clock(v.read_at_ms)}`;
     const banner = $('banner');
     if (v.error) {
+      // The stream is up but the server is not: the table is the last good read.
+      setLive('stale: server unreadable', 'stale');
       banner.hidden = false;
       banner.textContent = `Cannot read the server since ${clock(v.failing_since_ms)}: ${v.error}. ` +
         `The table shows the last good read (${clock(v.read_at_ms)}).`;
     } else {
+      setLive('live', 'up');
       banner.hidden = true;
     }
 
@@ -82,7 +97,7 @@
     const body = document.createDocumentFragment();
     for (const r of v.rows) {
       const id = `${r.kind}\u0000${r.name}`;
-      const look = [r.state, r.holder, r.attempt, r.fencing_token].join('\u0000');
+      const look = [r.state, r.holder, r.attempt, r.fencing_token, r.standbys].join('\u0000');
       const before = seen.get(id);
       const changedAt = before && before.look !== look ? now : (before ? before.changedAt : 0);
       next.set(id, { look, changedAt });
@@ -94,10 +109,12 @@
       tr.dataset.holder = r.holder || '';
       tr.dataset.attempt = r.attempt == null ? '' : String(r.attempt);
       tr.dataset.fence = r.fencing_token == null ? '' : String(r.fencing_token);
+      tr.dataset.standbys = standbys(r);
       tr.className = `st-${r.state}` + (r.problem ? ' problem' : '') +
         (!first && now - changedAt < 3000 ? ' changed' : '');
       cell(tr, r.kind);
-      cell(tr, r.name, 'name');
+      const name = cell(tr, r.name, 'name');
+      if (r.digest) name.title = DIGEST_NOTE;
       const state = cell(tr, '');
       const badge = document.createElement('span');
       badge.className = `badge s-${r.state}`;
@@ -106,6 +123,7 @@
       cell(tr, r.holder);
       cell(tr, human(r.remaining_ms), 'num');
       cell(tr, r.fencing_token, 'num');
+      cell(tr, standbys(r) || '-', 'num');
       cell(tr, r.note, 'note');
       body.appendChild(tr);
     }
@@ -124,11 +142,8 @@
     history.replaceState(null, '', qs ? `?${qs}` : location.pathname);
     setLive('connecting…', 'connecting');
     source = new EventSource(qs ? `events?${qs}` : 'events');
-    source.onopen = () => setLive('live', 'up');
-    source.onmessage = (ev) => {
-      setLive('live', 'up');
-      render(JSON.parse(ev.data));
-    };
+    // Connected is not live: each message says whether the server could be read (render).
+    source.onmessage = (ev) => render(JSON.parse(ev.data));
     // EventSource reconnects by itself; say so meanwhile.
     source.onerror = () => setLive('reconnecting…', 'down');
   }
