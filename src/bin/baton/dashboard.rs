@@ -39,7 +39,7 @@ use tokio_stream::StreamExt;
 use super::cli::DashboardArgs;
 use super::exit::{usage, usage_config, EX_UNAVAILABLE};
 use super::out;
-use super::status::{entry_note, schedule_note};
+use super::status::{entry_note, schedule_note, ScheduleView};
 use super::text;
 
 mod metrics;
@@ -93,8 +93,11 @@ struct Row {
     /// Whether the entry can have standbys at all (an open job, an election): the page says
     /// "unknown" where it can and `standbys` is `None`.
     can_standby: bool,
-    /// A schedule's digest, the only part of its expression the store holds.
+    /// A schedule's digest (its expression's hash, in each occurrence's name).
     digest: Option<String>,
+    /// A schedule's key and expression, from its record (`None`: no record yet).
+    schedule: Option<String>,
+    expression: Option<String>,
     note: String,
     /// Exhausted, corrupt, or a job between attempts (its last attempt failed or its holder's
     /// lease ran out): what an operator looks at first.
@@ -114,6 +117,8 @@ impl Row {
             standbys: e.standbys,
             can_standby: e.can_have_standbys(),
             digest: None,
+            schedule: None,
+            expression: None,
             note: entry_note(e),
             problem: is_problem(e.state),
         }
@@ -140,6 +145,25 @@ struct Listing {
     by_kind_state: BTreeMap<(&'static str, &'static str), u64>,
     /// Rows were left out past [`MAX_ROWS`].
     truncated: bool,
+    /// Each schedule's record as `/metrics` gives it, at most `--max-schedules`.
+    schedules: Vec<ScheduleStats>,
+    /// Schedules left out of `schedules` past `--max-schedules`.
+    schedules_dropped: u64,
+}
+
+/// What `/metrics` gives of one schedule, from its record: the digest a host saw last.
+#[derive(Debug, Clone, Default)]
+struct ScheduleStats {
+    /// The schedule's key (the `schedule` label).
+    schedule: String,
+    /// When its last success ended (Unix ms, the server's clock).
+    last_success_ms: Option<u64>,
+    /// Occurrences in its history by outcome.
+    outcomes: BTreeMap<&'static str, u64>,
+    /// Ticks missed since the last success (recorded, or computed from the store).
+    missed: u64,
+    /// Paused now.
+    paused: bool,
 }
 
 impl Listing {
@@ -249,11 +273,21 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Reads everything under the prefix once.
-async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
+/// What a read needs besides the listing: the schedules' records.
+struct Reader {
+    inspect: Inspector,
+    failover: baton::Failover,
+    prefix: String,
+    /// `--max-schedules`.
+    max_schedules: usize,
+}
+
+/// Reads everything under the prefix once, and each schedule's record (the first
+/// `--max-schedules` keys, by name).
+async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
     let mut listing = Listing::default();
     let mut schedules = ScheduleFold::new();
-    let mut entries = inspect.list(None);
+    let mut entries = reader.inspect.list(None);
     while let Some(batch) = entries.next_batch().await? {
         for entry in batch {
             if let Some(entry) = schedules.fold(entry) {
@@ -261,12 +295,38 @@ async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
             }
         }
     }
-    // A schedule's row is its worst open occurrence's, as in `baton status`.
-    for s in schedules.rows() {
+    let rows: Vec<_> = schedules.rows().collect();
+    let mut keys: Vec<&str> = rows.iter().map(|s| s.key.as_str()).collect();
+    keys.dedup();
+    listing.schedules_dropped = keys.len().saturating_sub(reader.max_schedules) as u64;
+    let mut records = BTreeMap::new();
+    if !keys.is_empty() {
+        let now = reader.failover.server_time(keys[0]).await?;
+        for key in keys.into_iter().take(reader.max_schedules) {
+            let (stats, of_key) = record_of(reader, key, now).await?;
+            if let Some(stats) = stats {
+                listing.schedules.push(stats);
+            }
+            records.insert(key.to_string(), of_key);
+        }
+    }
+    // A schedule's row is its worst open occurrence's, as in `baton status`, with what its
+    // record says.
+    for s in rows {
         let mut row = Row::of(&s.shown.entry);
         row.kind = "schedule";
         row.name = format!("{}@{}", s.key, s.digest);
         row.note = schedule_note(&s);
+        let record = records
+            .get(&s.key)
+            .and_then(|r: &Vec<(baton::ScheduleRecord, String)>| {
+                r.iter().find(|(r, _)| r.digest == s.digest)
+            });
+        if let Some((record, note)) = record {
+            row.expression = Some(record.spec.text.clone());
+            row.note = format!("{note}; {}", row.note);
+        }
+        row.schedule = Some(s.key.clone());
         row.digest = Some(s.digest);
         listing.push(row);
     }
@@ -274,6 +334,53 @@ async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
         (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
     });
     Ok(listing)
+}
+
+/// The records of schedule `key`, each with its row's note, and what `/metrics` gives of the
+/// digest a host saw last (its history read for the outcomes and the missed ticks).
+async fn record_of(
+    reader: &Reader,
+    key: &str,
+    now: SystemTime,
+) -> Result<(Option<ScheduleStats>, Vec<(baton::ScheduleRecord, String)>), baton::Error> {
+    let Ok(config) = baton::FailoverConfig::builder(key)
+        .prefix(reader.prefix.clone())
+        .build()
+    else {
+        // A key the coordinator refuses has no record.
+        return Ok((None, Vec::new()));
+    };
+    let records = reader.failover.schedule_records(config.clone()).await?;
+    let notes: Vec<(baton::ScheduleRecord, String)> = records
+        .iter()
+        .map(|r| (r.clone(), ScheduleView::of(r, &[], now).note()))
+        .collect();
+    let Some(current) = records.iter().max_by_key(|r| r.last_seen) else {
+        return Ok((None, notes));
+    };
+    let history = reader
+        .failover
+        .schedule_history(config, &current.digest, current.spec.history as usize)
+        .await?;
+    let mut outcomes = BTreeMap::new();
+    for o in &history {
+        *outcomes.entry(o.outcome.as_str()).or_default() += 1;
+    }
+    let check = current.check(&history, now, None);
+    let stats = ScheduleStats {
+        schedule: key.to_string(),
+        last_success_ms: current.last_success.map(system_ms),
+        outcomes,
+        missed: check.missed.len() as u64,
+        paused: ScheduleView::of(current, &[], now).paused.is_some(),
+    };
+    Ok((Some(stats), notes))
+}
+
+/// `t` in Unix ms (0 before the epoch).
+fn system_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn kind_rank(kind: &str) -> usize {
@@ -285,9 +392,9 @@ fn kind_rank(kind: &str) -> usize {
 
 /// Reads the listing every `interval` (from the end of one read to the start of the next, so
 /// a slow server is never asked twice at once) and publishes each result.
-async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<Published>) {
+async fn keep_reading(reader: Reader, interval: Duration, tx: watch::Sender<Published>) {
     loop {
-        let outcome = match tokio::time::timeout(READ_TIMEOUT, read(&inspect)).await {
+        let outcome = match tokio::time::timeout(READ_TIMEOUT, read(&reader)).await {
             Ok(Ok(listing)) => Ok(listing),
             Ok(Err(e)) => Err(text::error_message(&e)),
             Err(_) => Err(format!(
@@ -341,7 +448,13 @@ pub(crate) async fn dashboard(
     };
     let (tx, rx) = watch::channel(Published::default());
     let interval = args.interval;
-    tokio::spawn(keep_reading(inspect, interval, tx));
+    let reader = Reader {
+        inspect,
+        failover: client.failover(),
+        prefix: prefix.to_string(),
+        max_schedules: args.max_schedules,
+    };
+    tokio::spawn(keep_reading(reader, interval, tx));
     let shared = Arc::new(Shared {
         server: baton::client::redacted_url(url),
         prefix: prefix.to_string(),
@@ -349,6 +462,10 @@ pub(crate) async fn dashboard(
         loopback: local.ip().is_loopback(),
         port: local.port(),
         published: rx,
+    });
+    let reads = Arc::new(HistoryReader {
+        failover: client.failover(),
+        prefix: prefix.to_string(),
     });
     let app = axum::Router::new()
         .route(
@@ -365,6 +482,10 @@ pub(crate) async fn dashboard(
         )
         .route("/events", get(events))
         .route("/api/entries", get(entries))
+        .route(
+            "/api/history",
+            get(move |q: Query<HistoryQuery>| history(reads.clone(), q)),
+        )
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::serve))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
@@ -407,6 +528,56 @@ async fn entries(State(shared): State<Arc<Shared>>, Query(filter): Query<Filter>
         view_json(&shared, &published, &filter),
     )
         .into_response()
+}
+
+/// `/api/history?schedule=KEY`: each digest's record of the schedule and its history,
+/// newest first (the page's expanded row). Read from the server when asked: one page's
+/// click, not every page's interval.
+#[derive(Deserialize, Debug)]
+struct HistoryQuery {
+    schedule: String,
+}
+
+/// What `/api/history` reads with.
+struct HistoryReader {
+    failover: baton::Failover,
+    prefix: String,
+}
+
+async fn history(shared: Arc<HistoryReader>, Query(q): Query<HistoryQuery>) -> Response {
+    let read = async {
+        let config = baton::FailoverConfig::builder(q.schedule.clone())
+            .prefix(shared.prefix.clone())
+            .build()
+            .map_err(|e| text::config_message(&e))?;
+        let failover = &shared.failover;
+        let records = failover
+            .schedule_records(config.clone())
+            .await
+            .map_err(|e| text::error_message(&e))?;
+        let mut out = Vec::new();
+        for r in records {
+            let history = failover
+                .schedule_history(config.clone(), &r.digest, r.spec.history as usize)
+                .await
+                .map_err(|e| text::error_message(&e))?;
+            out.push(serde_json::json!({ "record": r, "history": history }));
+        }
+        Ok::<_, String>(out)
+    };
+    match tokio::time::timeout(READ_TIMEOUT, read).await {
+        Ok(Ok(out)) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::Value::Array(out).to_string(),
+        )
+            .into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server did not answer in time\n",
+        )
+            .into_response(),
+    }
 }
 
 /// `/healthz`: 200 while the listing can be read, 503 once reads fail.
@@ -513,6 +684,8 @@ mod tests {
             standbys: None,
             can_standby: false,
             digest: None,
+            schedule: None,
+            expression: None,
             note: String::new(),
             problem: is_problem(state),
         }

@@ -116,6 +116,15 @@ pub(crate) fn schedule_of(
     Ok(Some(schedule))
 }
 
+/// How the schedule's record is written (--history).
+pub(crate) fn record_options(when: &WhenArgs) -> baton::RecordOptions {
+    let options = baton::RecordOptions::default();
+    match when.history {
+        Some(n) => options.history(n),
+        None => options,
+    }
+}
+
 /// How many ticks from now [`say_retention_floor`] looks at: enough for the irregular gaps
 /// of a cron expression's week (`0 2,3 * * 1-5`), and cheap.
 const FLOOR_TICKS: usize = 64;
@@ -169,13 +178,15 @@ pub(crate) enum Ended {
     StoppedWaiting(u8),
     /// baton could not coordinate the job (said already): this exit status.
     Error(u8),
+    /// The schedule was paused (`baton pause`): the tick was recorded skipped, nothing ran.
+    Paused,
 }
 
 impl Ended {
     /// `baton run`'s exit status for this end.
     pub(crate) fn code(self) -> u8 {
         match self {
-            Ended::Done | Ended::DoneElsewhere => 0,
+            Ended::Done | Ended::DoneElsewhere | Ended::Paused => 0,
             Ended::Failed(code) | Ended::StoppedWaiting(code) | Ended::Error(code) => code,
             Ended::Signalled(sig) => signal_status(sig),
             Ended::Exhausted(_) => EX_EXHAUSTED,
@@ -198,6 +209,7 @@ pub(crate) async fn run(
     let config = match schedule {
         None => config,
         Some(schedule) => {
+            let base = config.clone();
             let bound = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
                 b = bind(client, args, &schedule) => b,
@@ -232,6 +244,36 @@ pub(crate) async fn run(
                 if let Err(code) = due {
                     return code;
                 }
+            }
+            // Paused (`baton pause`): the tick is recorded skipped and nothing runs (pause.rs).
+            let failover = client.failover();
+            let pause = patiently(
+                &args.key,
+                "read the schedule's pause",
+                args.give_up_after,
+                || failover.schedule_pause(base.clone()),
+            );
+            let pause = tokio::select! {
+                sig = signals.recv() => return signal_status(sig),
+                r = pause => r,
+            };
+            match pause {
+                Err(code) => return code,
+                Ok(Some(p)) => {
+                    let options = record_options(&args.when);
+                    let line = super::pause::record_skip(
+                        client,
+                        &base,
+                        &schedule,
+                        &options,
+                        &occurrence,
+                        &p,
+                    )
+                    .await;
+                    sink.say(serde_json::json!({ "event": "skipped_paused" }), &line);
+                    return 0;
+                }
+                Ok(None) => {}
             }
             env = occurrence_env(&occurrence);
             config
@@ -313,7 +355,7 @@ async fn bind(
 
 /// `op` until it succeeds, retrying errors a retry can fix (said once) for up to `give_up` of
 /// them in a row (--give-up-after). `Err` is the exit status (said).
-async fn patiently<T, Fut>(
+pub(crate) async fn patiently<T, Fut>(
     key: &str,
     what: &str,
     give_up: Duration,

@@ -26,7 +26,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
 use super::exit::{EX_UNAVAILABLE, EX_USAGE};
 use super::out;
-use super::run::{occurrence_env, Ended, Job};
+use super::run::{occurrence_env, patiently, record_options, Ended, Job};
 use super::signals::{signal_name, signal_status, Fan, Signals};
 use super::sink::{Bound, Sink};
 use super::text::{self, human};
@@ -359,6 +359,38 @@ impl<'a> Command<'a> {
                     () = tokio::time::sleep(delay) => {}
                 }
             }
+            // Paused (`baton pause`): the tick is recorded skipped and nothing runs; the next
+            // tick is waited for as always (the cadence is kept, nothing caught up).
+            let failover = self.client.failover();
+            let pause = patiently(
+                &args.key,
+                "read the schedule's pause",
+                args.give_up_after,
+                || failover.schedule_pause(self.config.clone()),
+            );
+            let pause = tokio::select! {
+                sig = signals.recv() => {
+                    return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
+                }
+                p = pause => p,
+            };
+            match pause {
+                Err(code) => return (occurrence, job_key, Ended::Error(code)),
+                Ok(Some(p)) => {
+                    let options = record_options(&args.when);
+                    super::pause::record_skip(
+                        self.client,
+                        &self.config,
+                        &self.schedule,
+                        &options,
+                        &occurrence,
+                        &p,
+                    )
+                    .await;
+                    return (occurrence, job_key, Ended::Paused);
+                }
+                Ok(None) => {}
+            }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
             (occurrence, job_key, ended)
         }))
@@ -430,6 +462,11 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
         Outcome::Ran(Ended::Error(code)) => {
             ("error", Some(code), format!("error (exit status {code})"))
         }
+        Outcome::Ran(Ended::Paused) => (
+            "skipped_paused",
+            None,
+            "skipped: the schedule is paused (`baton resume`)".into(),
+        ),
         Outcome::Skipped => (
             "skipped",
             None,
