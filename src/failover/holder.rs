@@ -158,8 +158,10 @@ impl<S: JobStore> Task<S> {
                 // A `done()` or `fail()` already queued is served first, `stop()` included:
                 // finished work must be recorded, not released for a backup to run again.
                 cmd = cmd_rx.recv() => match cmd {
-                    Some(HolderCmd::Done(reply)) => (Ending::Done, Some(reply)),
-                    Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
+                    Some(HolderCmd::Done(_exit, reply)) => (Ending::Done, Some(reply)),
+                    Some(HolderCmd::Fail(reason, _exit, reply)) => {
+                        (Ending::Fail(reason), Some(reply))
+                    }
                     None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
                 },
                 // A dropped `Worker` cancels `stop` as well: say which it was.

@@ -360,6 +360,8 @@ pub struct ScheduleOptions {
     pub(crate) overlap: Overlap,
     pub(crate) retention: Option<Duration>,
     pub(crate) report_capacity: usize,
+    /// How many occurrences the schedule's record keeps.
+    pub(crate) history: u32,
 }
 
 impl Default for ScheduleOptions {
@@ -369,6 +371,7 @@ impl Default for ScheduleOptions {
             overlap: Overlap::default(),
             retention: None,
             report_capacity: DEFAULT_REPORT_CAPACITY,
+            history: crate::schedule::DEFAULT_HISTORY,
         }
     }
 }
@@ -396,6 +399,10 @@ impl ScheduleOptions {
     /// How many reports wait unread before the oldest is dropped.
     pub fn report_capacity(&self) -> usize {
         self.report_capacity
+    }
+    /// How many occurrences the schedule's record keeps (default 50).
+    pub fn history(&self) -> u32 {
+        self.history
     }
 }
 
@@ -429,12 +436,20 @@ impl ScheduleOptionsBuilder {
         self.opts.report_capacity = n;
         self
     }
+    /// How many occurrences the schedule's record keeps (its history, newest kept): 1 ..=
+    /// 1000, default 50. Not part of the schedule's digest: a rolling change of it never
+    /// splits a tick into two jobs.
+    pub fn history(mut self, n: u32) -> Self {
+        self.opts.history = n;
+        self
+    }
     /// The options (the retention is checked against each occurrence's configuration by
     /// [`FailoverConfig::for_occurrence`]).
     ///
     /// # Errors
-    /// `report_capacity`: outside 1 ..= 65536.
+    /// `report_capacity`: outside 1 ..= 65536; `history`: outside 1 ..= 1000.
     pub fn build(self) -> Result<ScheduleOptions, ConfigError> {
+        super::record::check_history(self.opts.history)?;
         let n = self.opts.report_capacity;
         if n == 0 || n > MAX_REPORT_CAPACITY {
             return Err(ConfigError::invalid(

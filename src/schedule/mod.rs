@@ -43,6 +43,9 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::error::ConfigError;
 
+mod spec;
+pub use spec::{missed_ticks, ScheduleSpec, SpecKind, DEFAULT_HISTORY, MAX_HISTORY};
+
 /// The default early tolerance ([`Schedule::early`]).
 pub const DEFAULT_EARLY: Duration = Duration::from_secs(60);
 /// The shortest `every` period.
