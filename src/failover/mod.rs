@@ -27,6 +27,7 @@ pub(crate) mod pg;
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
 pub(crate) mod record;
+mod record_options;
 mod run;
 mod scheduled;
 pub(crate) mod store;
@@ -85,9 +86,13 @@ impl Failover {
             retention: config.retention,
             replica_ack: config.replica_ack.is_some(),
         };
-        match self.backend.with_job_store(job, worker::Start(config)) {
+        let record = record::Recorder::of(&self.backend, &config);
+        match self
+            .backend
+            .with_job_store(job, worker::Start(config, record))
+        {
             Ok(worker) => worker,
-            Err((worker::Start(config), e)) => events::refused(config, e),
+            Err((worker::Start(config, _), e)) => events::refused(config, e),
         }
     }
 

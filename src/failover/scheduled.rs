@@ -788,7 +788,8 @@ where
                     self.warned_retention = true;
                     warn_raised(&config, given);
                 }
-                Ok(config)
+                let record = super::record::RecordOptions::default().history(self.options.history);
+                Ok(config.with_record(&self.config.key, &self.schedule, occurrence.tick(), record))
             }
             Err(e) => Err(e),
         };

@@ -28,7 +28,6 @@ pub(crate) mod pubsub;
 pub(crate) mod queue_items;
 pub(crate) mod redact;
 // What crosses the schedule record's seam (`backend::schedules`), and the record's public types.
-#[allow(dead_code)]
 pub(crate) mod schedule_record;
 pub(crate) mod settings;
 // Used by the cluster routing and the cluster test fixture.
