@@ -300,10 +300,8 @@ impl Schedule {
             Some(gap) if jitter > gap => Err(ConfigError::invalid(
                 "jitter",
                 format!(
-                    "{} is longer than {what} of {self} ({}): each occurrence would \
-                     start in the next one's window",
-                    human(jitter),
-                    human(gap)
+                    "{jitter:?} is longer than {what} of {self} ({gap:?}): each occurrence \
+                     would start in the next one's window"
                 ),
             )),
             _ => Ok(()),
