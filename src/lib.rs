@@ -290,6 +290,10 @@ pub use advisory::{
 pub use client::{Client, ClientBuilder, Durability};
 pub use error::{ConfigError, Error, ErrorKind};
 pub use failover::{
+    missed_ticks, AttemptOutcome, AttemptRecord, Check, CheckStatus, Exit, HostSeen,
+    OccurrenceRecord, Pause, RecordChange, RecordOptions, RecordedOutcome, ScheduleRecord,
+};
+pub use failover::{
     Acquired, Attempt, AttemptHandle, CatchUp, Event, FailAttempt, Failover, FailoverConfig,
     FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
     OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
@@ -310,5 +314,5 @@ pub use mutex::{
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
-pub use schedule::{Occurrence, Schedule};
+pub use schedule::{Occurrence, Schedule, ScheduleSpec, SpecKind};
 pub use util::metrics::describe_metrics;

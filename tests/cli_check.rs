@@ -157,7 +157,7 @@ async fn every_worker_killed_over_two_ticks_check_exits_2_naming_them_and_the_al
         // The scraped value held over the test's five minutes.
         series += &format!(
             "      - series: '{name}'\n        values: '{}'\n",
-            vec![value; 6].join(" ")
+            [value; 6].join(" ")
         );
     }
     let test = format!(

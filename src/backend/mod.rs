@@ -13,6 +13,8 @@
 //!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place;
 //! - **the fair line**, **the queue's items** and **Redlock's masters** ([`fair`], [`queue`],
 //!   [`redlock`]): Redis structures, refused on other backends inside the seam;
+//! - **the schedule's record** ([`schedules`]): spec, hosts seen, history and pause of each
+//!   schedule, one script (Redis) or statement (PostgreSQL) per change;
 //! - **advisory locks** (`advisory`, feature `postgres`): a PostgreSQL feature, so its seam
 //!   names the PostgreSQL session instead of abstracting it.
 //!
@@ -51,6 +53,7 @@ pub(crate) mod postgres;
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod schedules;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -43,6 +43,9 @@ pub struct FailoverConfig {
     pub(crate) worker_name: Option<String>,
     pub(crate) event_capacity: usize,
     pub(crate) replica_ack: Option<ReplicaWait>,
+    /// The occurrence whose attempts the worker records in its schedule's record
+    /// ([`FailoverConfig::with_record`]); not serialized.
+    pub(crate) occurrence: Option<std::sync::Arc<super::record_options::OccurrenceContext>>,
 }
 
 /// The serialized shape of [`FailoverConfig`]: plain fields with defaults, durations in ms.
@@ -409,6 +412,7 @@ impl FailoverConfigBuilder {
             worker_name: r.worker_name,
             event_capacity: r.event_capacity,
             replica_ack,
+            occurrence: None,
         })
     }
 }

@@ -18,6 +18,7 @@ use super::config::StatusLevel;
 use crate::error::{Error, ErrorKind};
 use crate::lease::guard::{sealed, Fenced, HeldLease, LeaseCore};
 use crate::util::lock;
+use crate::util::schedule_record::Exit;
 
 /// One thing a worker saw or did. Every event serializes to one JSON object tagged by `event`.
 ///
@@ -233,8 +234,8 @@ impl Acquired {
 }
 
 pub(crate) enum HolderCmd {
-    Done(oneshot::Sender<Result<(), Error>>),
-    Fail(String, oneshot::Sender<Result<(), Error>>),
+    Done(Option<Exit>, oneshot::Sender<Result<(), Error>>),
+    Fail(String, Option<Exit>, oneshot::Sender<Result<(), Error>>),
 }
 
 /// Ends one attempt. Clones share one slot: the first `done()`/`fail()` wins, later calls get
@@ -266,6 +267,9 @@ struct HandleInner {
     key: String,
     attempt: u64,
     tx: Mutex<Option<crate::util::mailbox::Sender<HolderCmd>>>,
+    /// PROGRAM's exit, for the attempt's end in the schedule's record
+    /// ([`AttemptHandle::set_exit`]).
+    exit: Mutex<Option<Exit>>,
     /// Why the attempt ended on the worker's side (set before the task lets go of the receiver).
     ended: Arc<Mutex<Option<Error>>>,
     /// What [`HeldLease`] reads: the job's key, the attempt's fencing token, the deadline the
@@ -296,6 +300,7 @@ impl AttemptHandle {
                 key,
                 attempt,
                 tx: Mutex::new(Some(tx)),
+                exit: Mutex::new(None),
                 ended,
                 core,
             }),
@@ -324,6 +329,18 @@ impl AttemptHandle {
         self.inner.attempt
     }
 
+    /// Sets the exit status (or signal) of what the attempt ran, recorded with the attempt's
+    /// end in its schedule's record when the job is an occurrence of a schedule
+    /// ([`FailoverConfig::for_occurrence`](crate::FailoverConfig::for_occurrence)). Call it
+    /// before [`AttemptHandle::done`] / [`AttemptHandle::fail`]; the last value set wins.
+    pub fn set_exit(&self, exit: Exit) {
+        *lock(&self.inner.exit) = Some(exit);
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        *lock(&self.inner.exit)
+    }
+
     /// Records success: `DONE` is stored (with the retention TTL), the lease deleted and backups
     /// woken so they end `Completed`.
     ///
@@ -338,7 +355,8 @@ impl AttemptHandle {
     /// # Cancel safety
     /// Once called, the worker task carries the request out even if this future is dropped.
     pub async fn done(self) -> Result<(), Error> {
-        self.end(HolderCmd::Done).await
+        let exit = self.exit();
+        self.end(|reply| HolderCmd::Done(exit, reply)).await
     }
 
     /// Gives the attempt up: the lease is deleted and backups are woken so one takes over at
@@ -352,7 +370,8 @@ impl AttemptHandle {
     /// As [`AttemptHandle::done`].
     pub async fn fail(self, reason: impl Into<String>) -> Result<(), Error> {
         let reason = reason.into();
-        self.end(|reply| HolderCmd::Fail(reason, reply)).await
+        let exit = self.exit();
+        self.end(|reply| HolderCmd::Fail(reason, exit, reply)).await
     }
 
     async fn end(
@@ -594,7 +613,7 @@ mod tests {
         );
         let h2 = h.clone();
         let task = tokio::spawn(async move {
-            if let Some(HolderCmd::Done(reply)) = rx.recv().await {
+            if let Some(HolderCmd::Done(_, reply)) = rx.recv().await {
                 let _ = reply.send(Ok(()));
             }
         });

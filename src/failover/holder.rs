@@ -12,6 +12,7 @@ use super::protocol::{
     decide_holder, finish_gave_up, finish_writes, later_grant, taken_over, takeover_reason, GaveUp,
     HolderDecision, HolderOp,
 };
+use super::record::{AttemptOutcome, RecordChange, RecordedOutcome};
 use super::store::{Extended, Held, JobStore};
 use super::worker::{fault_error, recv_sub, truncate, Flow, Grant, Task};
 use crate::error::Error;
@@ -110,6 +111,8 @@ impl<S: JobStore> Task<S> {
             ended.clone(),
             LeaseCore::new(self.cfg.key.clone(), Some(g.fence), confirmed.clone(), loss),
         );
+        let attempt = g.attempt;
+        self.record(|| RecordChange::Started { attempt });
         let span = tracing::Span::current();
         span.record("attempt", g.attempt);
         span.record("fencing_token", g.fence);
@@ -151,6 +154,8 @@ impl<S: JobStore> Task<S> {
         } else {
             None
         };
+        // PROGRAM's exit, as `AttemptHandle::set_exit` left it, for the record.
+        let mut exit = None;
         loop {
             let watch_sub = self.sub.as_mut();
             let ending = tokio::select! {
@@ -158,8 +163,14 @@ impl<S: JobStore> Task<S> {
                 // A `done()` or `fail()` already queued is served first, `stop()` included:
                 // finished work must be recorded, not released for a backup to run again.
                 cmd = cmd_rx.recv() => match cmd {
-                    Some(HolderCmd::Done(reply)) => (Ending::Done, Some(reply)),
-                    Some(HolderCmd::Fail(reason, reply)) => (Ending::Fail(reason), Some(reply)),
+                    Some(HolderCmd::Done(e, reply)) => {
+                        exit = e;
+                        (Ending::Done, Some(reply))
+                    }
+                    Some(HolderCmd::Fail(reason, e, reply)) => {
+                        exit = e;
+                        (Ending::Fail(reason), Some(reply))
+                    }
                     None => (Ending::Fail("the attempt handle was dropped without done() or fail()".into()), None),
                 },
                 // A dropped `Worker` cancels `stop` as well: say which it was.
@@ -282,6 +293,28 @@ impl<S: JobStore> Task<S> {
                 let _ = reply.send(result.clone());
             }
             let failed = matches!(ending, Ending::Fail(_));
+            if result.is_ok() {
+                let exhausted = failed && g.attempt >= self.view.max_attempts;
+                let (outcome, message) = match &ending {
+                    Ending::Done => (AttemptOutcome::Done, None),
+                    Ending::Fail(r) | Ending::Release(r) => {
+                        (AttemptOutcome::Failed, Some(r.clone()))
+                    }
+                };
+                let attempt = g.attempt;
+                self.record(|| RecordChange::Ended {
+                    attempt,
+                    outcome,
+                    exit,
+                    message,
+                });
+                if exhausted {
+                    self.record(|| RecordChange::Outcome {
+                        outcome: RecordedOutcome::Exhausted,
+                        note: None,
+                    });
+                }
+            }
             return match (result, ending) {
                 (Ok(()), Ending::Done) => {
                     metrics::count(Count::Done, S::BACKEND);
@@ -393,6 +426,13 @@ impl<S: JobStore> Task<S> {
     ) -> Flow {
         tracing::warn!(attempt = g.attempt, %reason, "lease lost");
         self.labels().lost(why);
+        let (attempt, message) = (g.attempt, reason.clone());
+        self.record(|| RecordChange::Ended {
+            attempt,
+            outcome: AttemptOutcome::Lost,
+            exit: None,
+            message: Some(message),
+        });
         *lock(ended) = Some(Error::LeaseLost {
             fencing_token: None,
             key: self.cfg.key.to_string(),

@@ -7,6 +7,8 @@
 //! - `run`: the closure form, [`Failover::run`].
 //! - `scheduled`: scheduled jobs, one job per occurrence of a [`Schedule`](crate::Schedule):
 //!   [`Failover::schedule`], [`Failover::occurrence`], [`FailoverConfig::for_occurrence`].
+//! - `record`: the schedule's record (history, hosts, pause): [`Failover::schedule_records`],
+//!   [`Failover::schedule_history`], [`Failover::pause_schedule`], [`Failover::record_occurrence`].
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 //! - `store`: the worker's view of the job store seam (`backend::jobs`), whose
@@ -24,6 +26,8 @@ pub(crate) mod pg;
 // `pub` items for the hidden `crate::model_api` only (the model checker's crate).
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
+pub(crate) mod record;
+mod record_options;
 mod run;
 mod scheduled;
 pub(crate) mod store;
@@ -39,6 +43,11 @@ pub use crate::util::jobs::{JobState, JobStatus};
 pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
+pub use record::{
+    missed_ticks, record_lifetime, AttemptOutcome, AttemptRecord, Check, CheckStatus, Exit,
+    HostSeen, OccurrenceRecord, Pause, RecordChange, RecordOptions, RecordedOutcome,
+    ScheduleRecord,
+};
 pub use run::{Attempt, IntoJob, RunOutcome};
 pub use scheduled::{
     CatchUp, OccurrenceOutcome, OccurrenceReport, Overlap, ScheduleOptions, ScheduleOptionsBuilder,
@@ -77,9 +86,13 @@ impl Failover {
             retention: config.retention,
             replica_ack: config.replica_ack.is_some(),
         };
-        match self.backend.with_job_store(job, worker::Start(config)) {
+        let record = record::Recorder::of(&self.backend, &config);
+        match self
+            .backend
+            .with_job_store(job, worker::Start(config, record))
+        {
             Ok(worker) => worker,
-            Err((worker::Start(config), e)) => events::refused(config, e),
+            Err((worker::Start(config, _), e)) => events::refused(config, e),
         }
     }
 

@@ -35,7 +35,10 @@ use crate::util::time::human;
 use crate::util::token as keys;
 
 /// Starts a worker task for a job (its configuration) on whichever store its backend builds.
-pub(crate) struct Start(pub(crate) FailoverConfig);
+pub(crate) struct Start(
+    pub(crate) FailoverConfig,
+    pub(crate) Option<Arc<super::record::Recorder>>,
+);
 
 impl OnStore for Start {
     type Output = Worker;
@@ -46,7 +49,7 @@ impl OnStore for Start {
         cancel: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Worker {
-        spawn_on(store, cancel, tracker, self.0)
+        spawn_on(store, cancel, tracker, self.0, self.1)
     }
 }
 
@@ -63,6 +66,7 @@ pub(crate) fn spawn_on<S: JobStore>(
     cancel: &CancellationToken,
     tracker: &TaskTracker,
     cfg: FailoverConfig,
+    record: Option<Arc<super::record::Recorder>>,
 ) -> Worker {
     let settings = store.settings().clone();
     let stop = cancel.child_token();
@@ -89,6 +93,7 @@ pub(crate) fn spawn_on<S: JobStore>(
             retry_delay: cfg.retry_delay,
             rejoin_after_fail: cfg.rejoin_after_fail,
             replica_ack: cfg.replica_ack,
+            record,
         },
         events,
         stop,
@@ -177,6 +182,9 @@ pub(super) struct JobSettings {
     pub(super) retry_delay: Duration,
     pub(super) rejoin_after_fail: bool,
     pub(super) replica_ack: Option<ReplicaWait>,
+    /// The writer of the occurrence's record, for an occurrence's job
+    /// ([`FailoverConfig::with_record`]): fed on grants and attempt ends, never awaited.
+    pub(super) record: Option<Arc<super::record::Recorder>>,
 }
 
 impl JobSettings {
@@ -208,6 +216,14 @@ impl<S: JobStore> Task<S> {
     /// The labels of this worker's metrics.
     pub(super) fn labels(&self) -> Labels {
         Labels::new(primitive::FAILOVER, S::BACKEND)
+    }
+
+    /// Writes `change` into the occurrence's record in the background, when the job is a
+    /// recorded occurrence (nothing otherwise).
+    pub(super) fn record(&self, change: impl FnOnce() -> super::record::RecordChange) {
+        if let Some(r) = &self.cfg.record {
+            r.spawn(change());
+        }
     }
 
     /// Runs the test hook (feature `testing`) between the two round trips of a transition.

@@ -27,6 +27,8 @@ pub(crate) mod pubsub;
 // What crosses run-or-enqueue's store seam (`backend::queue`).
 pub(crate) mod queue_items;
 pub(crate) mod redact;
+// What crosses the schedule record's seam (`backend::schedules`), and the record's public types.
+pub(crate) mod schedule_record;
 pub(crate) mod settings;
 // Used by the cluster routing and the cluster test fixture.
 #[cfg_attr(not(any(feature = "cluster", feature = "testing")), allow(dead_code))]

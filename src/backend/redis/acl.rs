@@ -67,6 +67,19 @@ pub const FAILOVER_COMMANDS: &[&str] = &[
     "zrange",
     "zrank",
     "zscore",
+    // The schedule's record (inside its script, and its reads): hashes, the digests' set,
+    // the ticks' sorted set, and the pause's expiry.
+    "hgetall",
+    "hmget",
+    "hdel",
+    "hlen",
+    "hexists",
+    "sadd",
+    "smembers",
+    "zcard",
+    "zrevrange",
+    "zremrangebyrank",
+    "pexpireat",
     // Replica acknowledgement (optional: only with `replica_ack`).
     "wait",
     // Connection health checks of the client library.

@@ -13,7 +13,8 @@
 //! - [`acl`]: the commands baton sends, for a least-privilege user.
 //! - the stores' wire forms: [`script`] (`EVALSHA` and the lease extension), [`locks`] (the
 //!   lock store's fenced scripts) and [`batch`] (their group commit per node), [`jobs`] (the
-//!   failover coordinator's job store: its transactions, reads and their parsing).
+//!   failover coordinator's job store: its transactions, reads and their parsing),
+//!   [`schedules`] (the schedule's record: its keys, its script and reads).
 //! - TLS material and rustls setup are shared with PostgreSQL: `crate::util::tls`.
 
 pub mod acl;
@@ -35,6 +36,7 @@ pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod redlock;
 pub(crate) mod router;
+pub(crate) mod schedules;
 pub(crate) mod script;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;

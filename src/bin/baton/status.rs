@@ -762,7 +762,7 @@ impl<'a> ScheduleView<'a> {
         let paused = record
             .paused
             .as_ref()
-            .filter(|p| p.until.is_none_or(|u| u > now));
+            .filter(|p| p.until.map_or(true, |u| u > now));
         ScheduleView {
             record,
             next_tick,
@@ -778,7 +778,7 @@ impl<'a> ScheduleView<'a> {
     /// The hosts seen, most recent first: `web-1 (2m ago), web-2 (1h ago)`.
     pub(crate) fn hosts(&self) -> String {
         let mut hosts: Vec<&baton::HostSeen> = self.record.hosts.iter().collect();
-        hosts.sort_by(|a, b| b.last_seen.cmp(&a.last_seen));
+        hosts.sort_by_key(|h| std::cmp::Reverse(h.last_seen));
         let list: Vec<String> = hosts
             .iter()
             .map(|h| {

@@ -196,6 +196,8 @@ mod tests {
             standbys: None,
             can_standby: false,
             digest: None,
+            schedule: None,
+            expression: None,
             note: String::new(),
             problem: false,
         }

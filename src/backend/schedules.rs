@@ -1,0 +1,113 @@
+//! The schedule record's seam: where a schedule's record (spec, hosts, history, pause) is
+//! stored, one arm per backend. The Redis forms (one script per change, plain reads) are in
+//! `backend::redis::schedules`; PostgreSQL's in `backend::postgres::schedules`. What crosses
+//! the seam is plain data from the leaf `util::schedule_record`.
+
+use super::Backend;
+use crate::error::Error;
+use crate::util::schedule_record::{RawPause, RawRecord, RecordWrite, WireEntry};
+
+impl Backend {
+    /// Applies one write to a schedule's record (one round trip); the newest tick on record
+    /// before it (ms since the epoch).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn record_write(&self, w: &RecordWrite) -> Result<Option<i64>, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::write(t, w).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::write(t, w).await,
+        }
+    }
+
+    /// Every digest's record of `key`, the key's pause (as stored) and the server's clock (ms).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn schedule_records(
+        &self,
+        prefix: &str,
+        key: &str,
+    ) -> Result<(Vec<RawRecord>, Option<RawPause>, i64), Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::records(t, prefix, key).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::records(t, key).await,
+        }
+    }
+
+    /// The newest `limit` entries of `key`'s `digest`, newest first.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn schedule_history(
+        &self,
+        prefix: &str,
+        key: &str,
+        digest: &str,
+        limit: usize,
+    ) -> Result<Vec<WireEntry>, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::schedules::history(t, prefix, key, digest, limit).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::schedules::history(t, key, digest, limit).await
+            }
+        }
+    }
+
+    /// Pauses `key` (stamped with the server's clock): whether it did (`false` when `until`
+    /// already passed), and the server's clock (ms).
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn pause_schedule(
+        &self,
+        prefix: &str,
+        key: &str,
+        until_ms: Option<i64>,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<(bool, i64), Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::schedules::pause(t, prefix, key, until_ms, by, note).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::schedules::pause(t, key, until_ms, by, note).await
+            }
+        }
+    }
+
+    /// Resumes `key`: whether a pause was stored.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn resume_schedule(&self, prefix: &str, key: &str) -> Result<bool, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::resume(t, prefix, key).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::resume(t, key).await,
+        }
+    }
+
+    /// `key`'s pause as stored and the server's clock (ms): one round trip.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn read_pause(
+        &self,
+        prefix: &str,
+        key: &str,
+    ) -> Result<(Option<RawPause>, i64), Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::read_pause(t, prefix, key).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::read_pause(t, key).await,
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! The schedule's record: what the store keeps of each schedule (its spec, the hosts that ran
+//! it, a bounded history of its occurrences, its pause), written by the workers that run its
+//! occurrences and read by operators (`baton status`, `baton check`, the dashboard).
+//!
+//! The record is a **second write** after the transition a worker already makes (a spawned,
+//! best-effort task, never awaited by the worker's protocol loop): a failed write is a
+//! `tracing` warning and a count in `baton_schedule_record_errors_total`, and never changes the
+//! job. Readers repair it from the occurrences' own keys: an entry left `running` (its worker
+//! died after its grant) reads as the occurrence's real state. The backends' forms live in
+//! `backend::schedules`; the types are leaves (`util::schedule_record`).
+
+use std::time::SystemTime;
+
+use super::config::FailoverConfig;
+pub use super::record_options::RecordOptions;
+pub(crate) use super::record_options::{check_history, OccurrenceContext};
+use super::run::IntoJob;
+use super::{Failover, JobState};
+use crate::error::{ConfigError, Error};
+pub use crate::schedule::missed_ticks;
+use crate::schedule::Schedule;
+use crate::util::schedule_record::{
+    from_ms, to_ms, RawRecord, RecordWrite, WireAttempt, WireChange,
+};
+pub use crate::util::schedule_record::{
+    record_lifetime, AttemptOutcome, AttemptRecord, Check, CheckStatus, Exit, HostSeen,
+    OccurrenceRecord, Pause, RecordChange, RecordedOutcome, ScheduleRecord,
+};
+
+impl Failover {
+    /// Every record of the schedule on `key` (one per digest: two during a rolling change of
+    /// the expression), each with the key's pause (read by the server's clock). The summary's
+    /// last outcome is repaired from the newest occurrence's own job (see
+    /// [`Failover::schedule_history`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key; connection errors.
+    pub async fn schedule_records(&self, key: impl IntoJob) -> Result<Vec<ScheduleRecord>, Error> {
+        let config = key.into_job()?;
+        let (raws, pause, now) = self
+            .backend
+            .schedule_records(&config.prefix, &config.key)
+            .await?;
+        let paused = pause.and_then(|p| p.at(now));
+        let mut out = Vec::with_capacity(raws.len());
+        for raw in raws {
+            let Some(mut record) = into_record(&config.key, raw, paused.clone()) else {
+                continue;
+            };
+            if record.last_outcome.is_some_and(|o| !o.is_terminal()) {
+                if let Some(newest) = self
+                    .schedule_history(config.clone(), &record.digest, 1)
+                    .await?
+                    .into_iter()
+                    .next()
+                {
+                    record.last_outcome = Some(newest.outcome);
+                }
+            }
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` occurrences on record of the schedule on `key` with `digest`,
+    /// newest first, each repaired from its occurrence's own job: an entry left `running` or
+    /// `failed` (its worker died between its transition and its record write) whose job reads
+    /// `Done`, `Exhausted`, or an attempt with no live lease, reads as that state (an attempt
+    /// whose end was never written shows with an unknown end). An occurrence whose job has
+    /// expired keeps what its record says.
+    ///
+    /// # Errors
+    /// As [`Failover::schedule_records`].
+    pub async fn schedule_history(
+        &self,
+        key: impl IntoJob,
+        digest: &str,
+        limit: usize,
+    ) -> Result<Vec<OccurrenceRecord>, Error> {
+        let config = key.into_job()?;
+        let entries = self
+            .backend
+            .schedule_history(&config.prefix, &config.key, digest, limit)
+            .await?;
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Some(mut record) = entry.into_record() else {
+                continue;
+            };
+            if matches!(
+                record.outcome,
+                RecordedOutcome::Running | RecordedOutcome::Failed
+            ) {
+                let job = format!("{}@{digest}@{}", config.key, record.id);
+                let job = FailoverConfig::builder(job)
+                    .prefix(config.prefix.clone())
+                    .build()?;
+                let status = self.job_status(job).await?;
+                let live = status.is_live();
+                repair(&mut record, &status.state, live);
+            }
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    /// Pauses the schedule on `key` (every digest) until `until` (`None`: until resumed),
+    /// recording who (the configuration's worker name, else host and PID), when (the server's
+    /// clock) and `note`. A key may be paused before any host registered it. Runs that bind to
+    /// an occurrence while it is paused skip it and record it `skipped_paused`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key or an `until` already past by the server's clock;
+    /// connection errors.
+    pub async fn pause_schedule(
+        &self,
+        key: impl IntoJob,
+        until: Option<SystemTime>,
+        note: Option<&str>,
+    ) -> Result<(), Error> {
+        let config = key.into_job()?;
+        let by = writer_name(&config);
+        let (paused, _) = self
+            .backend
+            .pause_schedule(&config.prefix, &config.key, until.map(to_ms), &by, note)
+            .await?;
+        if !paused {
+            return Err(Error::Config(ConfigError::invalid(
+                "until",
+                "is already past by the server's clock",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resumes the schedule on `key`: whether a pause was stored (even one whose `until` had
+    /// passed).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key; connection errors.
+    pub async fn resume_schedule(&self, key: impl IntoJob) -> Result<bool, Error> {
+        let config = key.into_job()?;
+        self.backend
+            .resume_schedule(&config.prefix, &config.key)
+            .await
+    }
+
+    /// The pause of the schedule on `key`, if paused now by the server's clock (an `until` in
+    /// the past reads as not paused). One round trip.
+    ///
+    /// # Errors
+    /// As [`Failover::resume_schedule`].
+    pub async fn schedule_pause(&self, key: impl IntoJob) -> Result<Option<Pause>, Error> {
+        let config = key.into_job()?;
+        let (pause, now) = self.backend.read_pause(&config.prefix, &config.key).await?;
+        Ok(pause.and_then(|p| p.at(now)))
+    }
+
+    /// Writes `change` into the record of `schedule` on `key` for the occurrence of `tick`
+    /// (registering the schedule and the writer, the configuration's worker name, as a host
+    /// seen): what the workers write on each grant and attempt end, public for applications
+    /// and the CLI that record what the worker does not see (an occurrence skipped by overlap
+    /// or by a pause). One round trip; `Started`/`Ended` times come from the server's clock.
+    /// The record lives [`record_lifetime`] after the write.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key or history size, or a `tick` that is not one of
+    /// the schedule's; connection errors.
+    pub async fn record_occurrence(
+        &self,
+        schedule: &Schedule,
+        options: &RecordOptions,
+        key: impl IntoJob,
+        tick: SystemTime,
+        change: RecordChange,
+    ) -> Result<(), Error> {
+        options.validate()?;
+        let config = key.into_job()?;
+        let host = writer_name(&config);
+        let write = record_write(
+            schedule,
+            options,
+            (&config.prefix, &config.key, &host),
+            tick,
+            change,
+        )?;
+        self.backend.record_write(&write).await?;
+        Ok(())
+    }
+}
+
+/// The write of `change` for `tick` (checked to be a tick of `schedule`).
+pub(crate) fn record_write(
+    schedule: &Schedule,
+    options: &RecordOptions,
+    (prefix, key, host): (&str, &str, &str),
+    tick: SystemTime,
+    change: RecordChange,
+) -> Result<RecordWrite, Error> {
+    let occurrence = schedule.occurrence_of_tick(tick).ok_or_else(|| {
+        Error::Config(ConfigError::invalid(
+            "tick",
+            format!("{tick:?} is not a tick of {schedule}"),
+        ))
+    })?;
+    let gap = occurrence
+        .next_tick()
+        .and_then(|n| n.duration_since(tick).ok());
+    let host = host.to_string();
+    let spec = schedule
+        .spec()
+        .with_history(options.history)
+        .with_jitter(options.jitter);
+    let spec = serde_json::to_string(&spec).map_err(|e| {
+        Error::Config(ConfigError::invalid(
+            "schedule",
+            format!("unserializable: {e}"),
+        ))
+    })?;
+    let id = occurrence.id().to_string();
+    let base = WireChange {
+        tick: to_ms(tick),
+        id: id.clone(),
+        ..Default::default()
+    };
+    let changes = match change {
+        RecordChange::Attempt(a) => vec![WireChange {
+            n: Some(a.attempt),
+            attempt: Some(WireAttempt {
+                host: a.host,
+                start: a.started.map(to_ms),
+                end: a.ended.map(to_ms),
+                exit: a.exit,
+                message: a.message,
+                outcome: a.outcome,
+            }),
+            ..base
+        }],
+        RecordChange::Started { attempt } => vec![WireChange {
+            n: Some(attempt),
+            attempt: Some(WireAttempt {
+                host: Some(host.clone()),
+                start: Some(-1),
+                ..Default::default()
+            }),
+            ..base
+        }],
+        RecordChange::Ended {
+            attempt,
+            outcome,
+            exit,
+            message,
+        } => vec![WireChange {
+            n: Some(attempt),
+            attempt: Some(WireAttempt {
+                end: Some(-1),
+                exit,
+                message,
+                outcome: Some(outcome),
+                ..Default::default()
+            }),
+            ..base
+        }],
+        RecordChange::Outcome { outcome, note } => vec![WireChange {
+            outcome: Some(outcome.as_str().to_string()),
+            note,
+            ..base
+        }],
+        RecordChange::Missed(ticks) => ticks
+            .into_iter()
+            .filter_map(|t| schedule.occurrence_of_tick(t))
+            .map(|o| WireChange {
+                tick: to_ms(o.tick()),
+                id: o.id().to_string(),
+                outcome: Some(RecordedOutcome::Missed.as_str().to_string()),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    Ok(RecordWrite {
+        prefix: prefix.to_string(),
+        key: key.to_string(),
+        digest: schedule.digest().to_string(),
+        spec,
+        host,
+        history: options.history,
+        lifetime: record_lifetime(gap),
+        changes,
+    })
+}
+
+fn into_record(key: &str, raw: RawRecord, paused: Option<Pause>) -> Option<ScheduleRecord> {
+    let spec = serde_json::from_str(&raw.spec).ok()?;
+    Some(ScheduleRecord {
+        key: key.to_string(),
+        digest: raw.digest,
+        spec,
+        first_seen: from_ms(raw.first_seen_ms),
+        last_seen: from_ms(raw.last_seen_ms),
+        last_tick: raw.last_tick_ms.map(from_ms),
+        last_success: raw.last_success_ms.map(from_ms),
+        last_outcome: raw.last_outcome.as_deref().and_then(RecordedOutcome::parse),
+        hosts: raw
+            .hosts
+            .into_iter()
+            .map(|(host, ms)| HostSeen {
+                host,
+                last_seen: from_ms(ms),
+            })
+            .collect(),
+        paused,
+    })
+}
+
+/// Repairs an entry left `running`/`failed` from its occurrence's job: `state` as read, and
+/// whether a lease is live. Pure, for the unit tests.
+pub(crate) fn repair(record: &mut OccurrenceRecord, state: &JobState, live: bool) {
+    let repaired = match state {
+        JobState::Done => RecordedOutcome::Done,
+        JobState::Exhausted => RecordedOutcome::Exhausted,
+        JobState::Attempt { .. } if live => RecordedOutcome::Running,
+        JobState::Attempt { .. } => RecordedOutcome::Failed,
+        // Gone (expired, reset) or unknown: the record is all there is.
+        _ => return,
+    };
+    if repaired == record.outcome {
+        return;
+    }
+    record.outcome = repaired;
+    let note = "repaired from the occurrence's own state: its worker's record write is missing";
+    record.note.get_or_insert_with(|| note.to_string());
+    if let JobState::Attempt { number, .. } = state {
+        if !record.attempts.iter().any(|a| a.attempt == *number) {
+            record.attempts.push(AttemptRecord::new(*number));
+            record.attempts.sort_by_key(|a| a.attempt);
+        }
+    }
+    // An attempt that never wrote its end, now that a later state exists, ended unknown.
+    let last = record.attempts.iter().map(|a| a.attempt).max();
+    for a in &mut record.attempts {
+        let superseded = Some(a.attempt) != last || repaired.is_terminal() || !live;
+        if a.outcome.is_none() && superseded {
+            a.outcome = Some(
+                if repaired == RecordedOutcome::Done && Some(a.attempt) == last {
+                    AttemptOutcome::Done
+                } else {
+                    AttemptOutcome::Lost
+                },
+            );
+        }
+    }
+}
+
+/// A worker's writer of its occurrence's record: each change is a spawned best-effort task
+/// on the client's tracker, never awaited by the worker's loop.
+pub(crate) struct Recorder {
+    backend: crate::backend::Backend,
+    prefix: String,
+    host: std::sync::Arc<str>,
+    ctx: OccurrenceContext,
+}
+
+impl Recorder {
+    /// The recorder of `config`'s occurrence, if it has one.
+    pub(crate) fn of(
+        backend: &crate::backend::Backend,
+        config: &FailoverConfig,
+    ) -> Option<std::sync::Arc<Recorder>> {
+        let ctx = config.occurrence.as_deref()?.clone();
+        Some(std::sync::Arc::new(Recorder {
+            backend: backend.clone(),
+            prefix: config.prefix.clone(),
+            host: writer_name(config),
+            ctx,
+        }))
+    }
+
+    /// Writes `change` in the background.
+    pub(crate) fn spawn(self: &std::sync::Arc<Self>, change: RecordChange) {
+        let this = self.clone();
+        self.backend
+            .tracker()
+            .spawn(async move { this.write(change).await });
+    }
+
+    async fn write(&self, change: RecordChange) {
+        let grant = matches!(change, RecordChange::Started { .. });
+        let prev = match self.apply(change).await {
+            Ok(prev) => prev,
+            Err(error) => {
+                tracing::warn!(
+                    key = %self.ctx.key,
+                    occurrence = %crate::util::schedule_record::rfc3339::text(self.ctx.tick),
+                    %error,
+                    "the schedule's record could not be written (the job is not affected)"
+                );
+                return;
+            }
+        };
+        // The grant's write tells the newest tick on record before it: the ticks between it
+        // and this one had their windows close with nobody on record, so they were missed
+        // (the script keeps any entry they have).
+        let Some(prev) = prev.filter(|_| grant).map(from_ms) else {
+            return;
+        };
+        let missed = ticks_between(
+            &self.ctx.schedule,
+            prev,
+            self.ctx.tick,
+            self.ctx.options.history,
+        );
+        if !missed.is_empty() {
+            if let Err(error) = self.apply(RecordChange::Missed(missed)).await {
+                tracing::warn!(key = %self.ctx.key, %error, "missed ticks could not be recorded");
+            }
+        }
+    }
+
+    async fn apply(&self, change: RecordChange) -> Result<Option<i64>, Error> {
+        let write = record_write(
+            &self.ctx.schedule,
+            &self.ctx.options,
+            (&self.prefix, &self.ctx.key, &self.host),
+            self.ctx.tick,
+            change,
+        )?;
+        self.backend.record_write(&write).await
+    }
+}
+
+/// The ticks strictly between `after` and `before`, the newest `limit` of them.
+pub(crate) fn ticks_between(
+    schedule: &Schedule,
+    after: SystemTime,
+    before: SystemTime,
+    limit: u32,
+) -> Vec<SystemTime> {
+    let mut out = std::collections::VecDeque::new();
+    let mut t = schedule.next_after(after);
+    // Bounded walk: a schedule of one second left alone for a month has millions of ticks;
+    // the history keeps `limit` anyway.
+    let mut steps = 0u32;
+    while let Some(tick) = t {
+        if tick >= before || steps >= 100_000 {
+            break;
+        }
+        steps += 1;
+        out.push_back(tick);
+        if out.len() > limit as usize {
+            out.pop_front();
+        }
+        t = schedule.next_after(tick);
+    }
+    out.into()
+}
+
+impl FailoverConfig {
+    /// This occurrence job's configuration, recording its attempts in the record of
+    /// `schedule` on `key` (the schedule's key, as given to
+    /// [`FailoverConfig::for_occurrence`]'s configuration) for the tick `tick`: each grant,
+    /// attempt end and exhaustion is written in the background by the worker, best effort.
+    /// [`Failover::schedule`] and `baton run --every/--cron` use it.
+    pub fn with_record(
+        mut self,
+        key: &str,
+        schedule: &Schedule,
+        tick: SystemTime,
+        options: RecordOptions,
+    ) -> FailoverConfig {
+        self.occurrence = Some(std::sync::Arc::new(OccurrenceContext {
+            key: key.to_string(),
+            schedule: schedule.clone(),
+            tick,
+            options,
+        }));
+        self
+    }
+}
+
+/// The writer's name: the configuration's worker name, else host and PID (as a worker's).
+fn writer_name(config: &FailoverConfig) -> std::sync::Arc<str> {
+    config
+        .worker_name
+        .as_deref()
+        .map_or_else(crate::util::token::default_worker_name, Into::into)
+}
