@@ -181,3 +181,47 @@ async fn pause_and_resume_read_back() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(f.schedule_pause("p").await.unwrap(), None);
 }
+
+/// The listing names each key with a record or a pause once, under its prefix only. It
+/// walks the keys with `SCAN`, an operator's command (as `baton status`'s listing): the
+/// administrator's connection, not the workers' least-privilege user.
+#[tokio::test]
+async fn schedules_are_listed_once_each() {
+    let srv = server();
+    let client = baton::Client::connect(srv.admin_url()).await.unwrap();
+    let f = client.failover();
+    let hourly = Schedule::every(HOUR).unwrap();
+    let daily = Schedule::every(HOUR * 24).unwrap();
+    let opts = RecordOptions::default();
+    let now = f.server_time("l").await.unwrap();
+    let done = || RecordChange::Outcome {
+        outcome: RecordedOutcome::Done,
+        note: None,
+    };
+    // Two digests of one key (a rolling change), a second key, a key that is only paused.
+    for s in [&hourly, &daily] {
+        let tick = s.latest_at_or_before(now).unwrap();
+        f.record_occurrence(s, &opts, "list-a", tick, done())
+            .await
+            .unwrap();
+    }
+    let tick = hourly.latest_at_or_before(now).unwrap();
+    f.record_occurrence(&hourly, &opts, "list-b", tick, done())
+        .await
+        .unwrap();
+    f.pause_schedule("list-c", None, None).await.unwrap();
+    let other = FailoverConfig::builder("list-d")
+        .prefix("baton:sub:")
+        .build()
+        .unwrap();
+    f.record_occurrence(&hourly, &opts, other, tick, done())
+        .await
+        .unwrap();
+
+    assert_eq!(
+        f.list_schedules("baton:").await.unwrap(),
+        ["list-a", "list-b", "list-c"]
+    );
+    assert_eq!(f.list_schedules("baton:sub:").await.unwrap(), ["list-d"]);
+    assert!(f.list_schedules("no-colon").await.is_err());
+}

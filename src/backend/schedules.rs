@@ -110,4 +110,18 @@ impl Backend {
             Backend::Postgres(t) => super::postgres::schedules::read_pause(t, key).await,
         }
     }
+
+    /// The schedule keys under `prefix` with a record or a pause, sorted, each once: every
+    /// primary's keys walked with `SCAN` on Redis (each primary of a cluster), the record's
+    /// tables on PostgreSQL.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn list_schedules(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::list(t, prefix).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::list(t, prefix).await,
+        }
+    }
 }

@@ -52,3 +52,7 @@ pub(crate) async fn read_pause(
 ) -> Result<(Option<RawPause>, i64), Error> {
     Err(todo())
 }
+
+pub(crate) async fn list(_t: &PgTransport, _prefix: &str) -> Result<Vec<String>, Error> {
+    Err(todo())
+}

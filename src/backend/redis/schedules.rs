@@ -277,6 +277,37 @@ pub(crate) async fn read_pause(
     Ok((raw_pause(&fields), time.0 * 1000 + time.1 / 1000))
 }
 
+/// The schedule keys under `prefix` with a record (`…:digests`) or a pause (`…:control`):
+/// one `SCAN` walk over every primary, sorted and each once.
+pub(crate) async fn list(t: &Transport, prefix: &str) -> Result<Vec<String>, Error> {
+    let head = format!("{prefix}schedule:{{");
+    let mut found = std::collections::BTreeSet::new();
+    let mut at = None;
+    loop {
+        let Some((keys, _, next)) =
+            super::inspect::list_step(t, at.as_ref(), &head, LIST_BATCH).await?
+        else {
+            break;
+        };
+        found.extend(keys.iter().filter_map(|k| schedule_of(&head, k)));
+        match next {
+            Some(n) => at = Some(n),
+            None => break,
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// Keys asked of each `SCAN` call when listing schedules.
+const LIST_BATCH: usize = 1000;
+
+/// The schedule key of record key `key` (`{head}K}:digests` or `{head}K}:control`).
+fn schedule_of(head: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(head)?;
+    let (name, suffix) = rest.split_once('}')?;
+    matches!(suffix, ":digests" | ":control").then(|| name.to_string())
+}
+
 fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
@@ -287,5 +318,29 @@ fn int(v: &Value) -> Option<i64> {
             .map(|f| f as i64),
         Value::SimpleString(s) => s.parse::<f64>().ok().map(|f| f as i64),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schedule_of;
+
+    #[test]
+    fn a_listing_keeps_the_index_and_the_pause_only() {
+        let head = "baton:schedule:{";
+        assert_eq!(
+            schedule_of(head, "baton:schedule:{nightly}:digests").as_deref(),
+            Some("nightly")
+        );
+        assert_eq!(
+            schedule_of(head, "baton:schedule:{a:b}:control").as_deref(),
+            Some("a:b")
+        );
+        assert_eq!(
+            schedule_of(head, "baton:schedule:{nightly}:abc:history"),
+            None
+        );
+        assert_eq!(schedule_of(head, "baton:schedule:{nightly}:abc"), None);
+        assert_eq!(schedule_of(head, "other:schedule:{x}:digests"), None);
     }
 }
