@@ -4,7 +4,12 @@
 //! One task reads the whole listing (the same [`Inspector`] listing as `baton status`: `SCAN`
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
 //! each schedule's occurrences into one row showing its worst open occurrence (the same
-//! [`ScheduleFold`] as `status`), and publishes the result in a watch channel. Every
+//! [`ScheduleFold`] as `status`), reads each schedule's record (every key with an occurrence
+//! or a record, [`baton::Failover::list_schedules`], at most `--max-schedules`, 16 keys' reads
+//! in flight on the shared connection) for its expression, its row's summary and the
+//! store-computed `baton_schedule_*` series of `/metrics`, and publishes the result in a watch
+//! channel. A schedule with only its record left (every occurrence expired) keeps a row
+//! (state `recorded`) and its series. Every
 //! open page is a server-sent-events stream of that channel, filtered by the page's own name
 //! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
 //! once per interval, and a read that fails or hangs leaves the last good one on the page with
@@ -296,20 +301,26 @@ async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
         }
     }
     let rows: Vec<_> = schedules.rows().collect();
-    let mut keys: Vec<&str> = rows.iter().map(|s| s.key.as_str()).collect();
+    // Every schedule with an occurrence in the store or a record: one whose occurrences all
+    // expired (every host dead longer than their retention) keeps its row and its series, so
+    // its missed-run alert does not clear by itself.
+    let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
+    keys.extend(reader.failover.list_schedules(&reader.prefix).await?);
+    keys.sort();
     keys.dedup();
     listing.schedules_dropped = keys.len().saturating_sub(reader.max_schedules) as u64;
+    keys.truncate(reader.max_schedules);
     let mut records = BTreeMap::new();
-    if !keys.is_empty() {
-        let now = reader.failover.server_time(keys[0]).await?;
-        for key in keys.into_iter().take(reader.max_schedules) {
-            let (stats, of_key) = record_of(reader, key, now).await?;
+    if let Some(first) = keys.first() {
+        let now = reader.failover.server_time(first).await?;
+        for (key, (stats, of_key)) in read_records(reader, keys, now).await? {
             if let Some(stats) = stats {
                 listing.schedules.push(stats);
             }
-            records.insert(key.to_string(), of_key);
+            records.insert(key, of_key);
         }
     }
+    let mut shown = std::collections::BTreeSet::new();
     // A schedule's row is its worst open occurrence's, as in `baton status`, with what its
     // record says.
     for s in rows {
@@ -327,8 +338,33 @@ async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
             row.note = format!("{note}; {}", row.note);
         }
         row.schedule = Some(s.key.clone());
+        shown.insert((s.key.clone(), s.digest.clone()));
         row.digest = Some(s.digest);
         listing.push(row);
+    }
+    // Schedules with only their record left: a row from it, a problem when it has failed or
+    // missed ticks (its note says which).
+    for (record, note) in records.values().flatten() {
+        if shown.contains(&(record.key.clone(), record.digest.clone())) {
+            continue;
+        }
+        let stats = listing.schedules.iter().find(|s| s.schedule == record.key);
+        listing.push(Row {
+            kind: "schedule",
+            name: format!("{}@{}", record.key, record.digest),
+            state: super::status::RECORDED,
+            holder: None,
+            remaining_ms: None,
+            fencing_token: None,
+            attempt: None,
+            standbys: None,
+            can_standby: false,
+            digest: Some(record.digest.clone()),
+            schedule: Some(record.key.clone()),
+            expression: Some(record.spec.text.clone()),
+            note: format!("{note}; no occurrence in the store"),
+            problem: stats.is_some_and(|s| s.missed > 0),
+        });
     }
     listing.rows.sort_by(|a, b| {
         (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
@@ -336,21 +372,63 @@ async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
     Ok(listing)
 }
 
+/// How many schedules' records are read at once: the reads of one schedule are a few round
+/// trips in a row; many schedules' reads share the multiplexed connection (pipelined), so a
+/// thousand schedules take about as many round trips' time as sixty-odd, not a thousand.
+const RECORD_READS_IN_FLIGHT: usize = 16;
+
+type RecordsOfKey = (Option<ScheduleStats>, Vec<(baton::ScheduleRecord, String)>);
+
+/// [`record_of`] of each of `keys`, [`RECORD_READS_IN_FLIGHT`] at a time, by key.
+async fn read_records(
+    reader: &Reader,
+    keys: Vec<String>,
+    now: SystemTime,
+) -> Result<BTreeMap<String, RecordsOfKey>, baton::Error> {
+    let mut out = BTreeMap::new();
+    let mut reads = tokio::task::JoinSet::new();
+    let mut keys = keys.into_iter();
+    loop {
+        while reads.len() < RECORD_READS_IN_FLIGHT {
+            let Some(key) = keys.next() else { break };
+            let (failover, prefix) = (reader.failover.clone(), reader.prefix.clone());
+            reads.spawn(async move {
+                let read = record_of(&failover, &prefix, &key, now).await;
+                (key, read)
+            });
+        }
+        let Some(done) = reads.join_next().await else {
+            break;
+        };
+        match done {
+            Ok((key, read)) => {
+                out.insert(key, read?);
+            }
+            // A read that panicked panics here, as it would have read in line; none is ever
+            // cancelled (the set is only dropped with this read).
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
 /// The records of schedule `key`, each with its row's note, and what `/metrics` gives of the
 /// digest a host saw last (its history read for the outcomes and the missed ticks).
 async fn record_of(
-    reader: &Reader,
+    failover: &baton::Failover,
+    prefix: &str,
     key: &str,
     now: SystemTime,
-) -> Result<(Option<ScheduleStats>, Vec<(baton::ScheduleRecord, String)>), baton::Error> {
+) -> Result<RecordsOfKey, baton::Error> {
     let Ok(config) = baton::FailoverConfig::builder(key)
-        .prefix(reader.prefix.clone())
+        .prefix(prefix.to_string())
         .build()
     else {
         // A key the coordinator refuses has no record.
         return Ok((None, Vec::new()));
     };
-    let records = reader.failover.schedule_records(config.clone()).await?;
+    let records = failover.schedule_records(config.clone()).await?;
     let notes: Vec<(baton::ScheduleRecord, String)> = records
         .iter()
         .map(|r| (r.clone(), ScheduleView::of(r, &[], now).note()))
@@ -358,8 +436,7 @@ async fn record_of(
     let Some(current) = records.iter().max_by_key(|r| r.last_seen) else {
         return Ok((None, notes));
     };
-    let history = reader
-        .failover
+    let history = failover
         .schedule_history(config, &current.digest, current.spec.history as usize)
         .await?;
     let mut outcomes = BTreeMap::new();

@@ -323,41 +323,96 @@ pub(crate) async fn list(
         }
     }
     // Each schedule's record, read once per key: its expression, next tick, last success,
-    // pause and hosts join the row of the digest they describe.
+    // pause and hosts join the row of the digest they describe. The schedules whose
+    // occurrences have all expired (every host gone longer than their retention) have only
+    // their record left: listed from it, so a dead schedule never drops out of the listing.
+    if !matches!(kind, None | Some(Kind::Job)) {
+        return 0;
+    }
     let failover = client.failover();
     let rows: Vec<ScheduleRow> = schedules.rows().collect();
+    let listed = match failover.list_schedules(prefix).await {
+        Ok(keys) => keys,
+        Err(e) => return fail_with(&e),
+    };
     // The server's clock, read once and only when there is a schedule to show.
-    let now = match rows.first() {
+    let first = rows
+        .first()
+        .map(|s| s.key.as_str())
+        .or(listed.first().map(String::as_str));
+    let now = match first {
         None => return 0,
-        Some(s) => match failover.server_time(&s.key).await {
+        Some(key) => match failover.server_time(key).await {
             Ok(t) => t,
             Err(e) => return fail_with(&e),
         },
     };
     let mut records: std::collections::BTreeMap<String, Vec<baton::ScheduleRecord>> =
         std::collections::BTreeMap::new();
+    let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
+    keys.extend(listed);
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let read = match FailoverConfig::builder(key.clone()).prefix(prefix).build() {
+            Ok(config) => failover.schedule_records(config).await,
+            // A key the coordinator would refuse has no record either.
+            Err(_) => Ok(Vec::new()),
+        };
+        match read {
+            Ok(r) => records.insert(key, r),
+            Err(e) => return fail_with(&e),
+        };
+    }
+    let mut shown = std::collections::BTreeSet::new();
     for s in rows {
-        if !records.contains_key(&s.key) {
-            let read = match FailoverConfig::builder(s.key.clone())
-                .prefix(prefix)
-                .build()
-            {
-                Ok(config) => failover.schedule_records(config.clone()).await,
-                // A key the coordinator would refuse has no record either.
-                Err(_) => Ok(Vec::new()),
-            };
-            match read {
-                Ok(r) => records.insert(s.key.clone(), r),
-                Err(e) => return fail_with(&e),
-            };
-        }
         let record = records
             .get(&s.key)
             .and_then(|r| r.iter().find(|r| r.digest == s.digest));
+        shown.insert((s.key.clone(), s.digest.clone()));
         let view = record.map(|r| ScheduleView::of(r, &[], now));
         print_schedule(&s, view.as_ref(), json);
     }
+    for record in records.values().flatten() {
+        if !shown.contains(&(record.key.clone(), record.digest.clone())) {
+            print_recorded(&ScheduleView::of(record, &[], now), json);
+        }
+    }
     0
+}
+
+/// The state a schedule's row shows when only its record is left (no occurrence in the
+/// store: every one has expired, or none ran yet since a pause).
+pub(crate) const RECORDED: &str = "recorded";
+
+/// The row of a schedule that has only its record in the store: its state is
+/// [`RECORDED`], its note the record's summary.
+fn print_recorded(view: &ScheduleView<'_>, json: bool) {
+    let r = view.record;
+    if json {
+        let mut v = serde_json::json!({
+            "kind": "schedule",
+            "name": r.key,
+            "digest": r.digest,
+            "state": RECORDED,
+            "occurrences": 0,
+        });
+        v["record"] = view.json();
+        outln!("{v}");
+        return;
+    }
+    outln!(
+        "{}",
+        row(
+            "schedule",
+            &format!("{}@{}", r.key, r.digest),
+            RECORDED,
+            None,
+            None,
+            None,
+            &format!("{}; no occurrence in the store", view.note())
+        )
+    );
 }
 
 /// The note of an entry's row: its attempt (with the last failure, if any), its waiters or its
