@@ -295,3 +295,71 @@ async fn get(addr: &str, path: &str) -> String {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
 }
+
+/// The commands of docs/cli.md's section on the schedule's record, run as written (with
+/// `BATON_URL`) after a night's run: each exits 0 (the check is OK: the night is done, its
+/// success recent, nothing missed), the pause shows in `status`, the resume ends it.
+#[tokio::test]
+async fn the_records_commands_of_the_docs_run_as_written() {
+    let srv = server();
+    let url = srv.url();
+    let doc = include_str!("../docs/cli.md");
+    let section = doc
+        .split("### The schedule's record: history, missed runs, pause")
+        .nth(1)
+        .expect("docs/cli.md has the record's section");
+    let start = section.find("```sh\n").expect("a sh block") + "```sh\n".len();
+    let end = section[start..].find("```").expect("the block's end") + start;
+    let lines: Vec<&str> = section[start..end].lines().collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    let out = finished(
+        &url,
+        &[
+            "run",
+            "--key",
+            "nightly-report",
+            "--every",
+            "24h",
+            "--offset",
+            "2h",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let bin = std::path::Path::new(BATON).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    for line in lines {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", line])
+            .env("PATH", &path)
+            .env("BATON_URL", &url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let out = finish_by(spawn(&mut cmd), Instant::now() + QUICK, line).await;
+        assert_eq!(code(&out), 0, "{line}: {}", describe(&out));
+        if line.starts_with("baton check") {
+            assert!(
+                stdout(&out).starts_with("SCHEDULE OK"),
+                "{}",
+                describe(&out)
+            );
+        }
+        if line.starts_with("baton pause") {
+            let status = finished(&url, &["status", "--key", "nightly-report"]).await;
+            assert!(
+                stdout(&status).contains("database migration"),
+                "{}",
+                describe(&status)
+            );
+        }
+    }
+    let status = finished(&url, &["status", "--key", "nightly-report"]).await;
+    assert!(
+        !stdout(&status).contains("database migration"),
+        "{}",
+        describe(&status)
+    );
+}
