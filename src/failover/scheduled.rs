@@ -391,6 +391,8 @@ async fn read_pause(
     loop {
         match failover.schedule_pause(base.clone()).await {
             Ok(pause) => return Ok(pause),
+            // A backend that cannot keep the schedule's record cannot keep a pause either.
+            Err(Error::Unsupported { .. }) => return Ok(None),
             Err(error @ Error::Config(_)) => return Err(error),
             Err(error) => {
                 if !said {

@@ -86,6 +86,19 @@ pub(crate) async fn resume(client: &Client, config: FailoverConfig) -> u8 {
     0
 }
 
+/// The schedule's pause as a run is about to acquire ([`baton::Failover::schedule_pause`],
+/// one read). A backend that cannot keep the schedule's record cannot keep a pause either:
+/// not paused.
+pub(crate) async fn read(
+    client: &Client,
+    config: &FailoverConfig,
+) -> Result<Option<baton::Pause>, baton::Error> {
+    match client.failover().schedule_pause(config.clone()).await {
+        Err(e) if e.kind() == baton::ErrorKind::Unsupported => Ok(None),
+        read => read,
+    }
+}
+
 /// How a pause reads in one line: `paused until T (by B at A: NOTE)`.
 pub(crate) fn describe(p: &baton::Pause) -> String {
     let mut s = match p.until {

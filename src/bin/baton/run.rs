@@ -269,12 +269,11 @@ pub(crate) async fn run(
                 }
             }
             // Paused (`baton pause`): the tick is recorded skipped and nothing runs (pause.rs).
-            let failover = client.failover();
             let pause = patiently(
                 &args.key,
                 "read the schedule's pause",
                 args.give_up_after,
-                || failover.schedule_pause(base.clone()),
+                || super::pause::read(client, &base),
             );
             let pause = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),

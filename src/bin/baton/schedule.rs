@@ -397,12 +397,11 @@ impl<'a> Command<'a> {
             }
             // Paused (`baton pause`): the tick is recorded skipped and nothing runs; the next
             // tick is waited for as always (the cadence is kept, nothing caught up).
-            let failover = self.client.failover();
             let pause = patiently(
                 &args.key,
                 "read the schedule's pause",
                 args.give_up_after,
-                || failover.schedule_pause(self.config.clone()),
+                || super::pause::read(self.client, &self.config),
             );
             let pause = tokio::select! {
                 sig = signals.recv() => {
