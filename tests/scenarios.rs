@@ -171,3 +171,197 @@ scenario! {
         got.done().await.unwrap();
     }
 }
+
+/// Polls `f`'s history of `key` until `ready` holds (the record's writes are spawned by the
+/// workers, off their protocol's path), for up to 5 s.
+async fn history_when(
+    f: &baton::Failover,
+    key: &str,
+    digest: &str,
+    ready: impl Fn(&[baton::OccurrenceRecord]) -> bool,
+) -> Vec<baton::OccurrenceRecord> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let h = f.schedule_history(key, digest, 50).await.unwrap();
+        if ready(&h) {
+            return h;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "history: {h:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// The schedule's record on every backend: a night with a failed attempt and a takeover (both
+// attempts with hosts and exit statuses), the summary, missed ticks and the trim, the repair of
+// an entry left `running` by a worker that died after its grant, the pause, and the listing.
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn s10_the_schedule_record_holds_what_the_workers_did() {
+        use baton::{
+            AttemptOutcome, CheckStatus, Exit, RecordChange, RecordOptions, RecordedOutcome,
+            Schedule,
+        };
+        use std::time::SystemTime;
+        const HOUR: Duration = Duration::from_secs(3600);
+        let srv = server();
+        let client = client(&srv).await;
+        let f = client.failover();
+        let schedule = Schedule::every(HOUR).unwrap();
+        let digest = schedule.digest();
+        let opts = RecordOptions::default().history(4);
+        let now = f.server_time("s10").await.unwrap();
+        let tick = schedule.latest_at_or_before(now).unwrap();
+        let config = |worker: &str, tick: SystemTime, record: bool| {
+            let base = FailoverConfig::builder("s10")
+                .lease(Duration::from_secs(10))
+                .max_attempts(3)
+                .worker_name(worker)
+                .build()
+                .unwrap();
+            let occ = schedule.occurrence_of_tick(tick).unwrap();
+            let cfg = base.for_occurrence(&occ, None).unwrap();
+            if record {
+                cfg.with_record("s10", &schedule, tick, opts.clone())
+            } else {
+                cfg
+            }
+        };
+
+        // What a recording worker on `host` writes under (the schedule's key).
+        let writer = |host: &str| {
+            FailoverConfig::builder("s10").worker_name(host).build().unwrap()
+        };
+
+        // Two ticks ago: a worker granted attempt 1 (its grant on record), ended the job and
+        // died before writing the end. The reader repairs it from the job: done.
+        let old = tick - HOUR * 2;
+        let mut w = f.start(config("host-a", old, false));
+        let got = acquired(&mut w, WAKE).await;
+        f.record_occurrence(&schedule, &opts, writer("host-a"), old,
+            RecordChange::Started { attempt: 1 })
+            .await
+            .unwrap();
+        got.handle.done().await.unwrap();
+        let h = f.schedule_history("s10", digest, 10).await.unwrap();
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].outcome, RecordedOutcome::Done, "{h:?}");
+        assert_eq!(h[0].attempts[0].host.as_deref(), Some("host-a"));
+        assert_eq!(h[0].attempts[0].ended, None, "its end was never written");
+        assert!(h[0].note.is_some());
+
+        // The newest tick: attempt 1 fails with exit 3 on host-a, host-b takes over.
+        let mut a = f.start(config("host-a", tick, true));
+        let got = acquired(&mut a, WAKE).await;
+        got.handle.set_exit(Exit::Status(3));
+        got.handle.fail("PROGRAM exited with 3").await.unwrap();
+        let mut b = f.start(config("host-b", tick, true));
+        let got = acquired(&mut b, WAKE).await;
+        assert_eq!(got.attempt, 2);
+        got.handle.set_exit(Exit::Status(0));
+        got.handle.done().await.unwrap();
+        let h = history_when(&f, "s10", digest, |h| {
+            h.first().is_some_and(|e| {
+                e.tick == tick
+                    && e.outcome == RecordedOutcome::Done
+                    && e.attempts.len() == 2
+                    && e.attempts.iter().all(|a| a.ended.is_some())
+            })
+        })
+        .await;
+        let (one, two) = (&h[0].attempts[0], &h[0].attempts[1]);
+        assert_eq!(
+            (one.host.as_deref(), one.exit, one.outcome, one.message.as_deref()),
+            (Some("host-a"), Some(Exit::Status(3)), Some(AttemptOutcome::Failed),
+             Some("PROGRAM exited with 3"))
+        );
+        assert_eq!(
+            (two.host.as_deref(), two.exit, two.outcome),
+            (Some("host-b"), Some(Exit::Status(0)), Some(AttemptOutcome::Done))
+        );
+        assert!(one.started.unwrap() <= one.ended.unwrap());
+        assert!(one.ended.unwrap() <= two.ended.unwrap());
+        // The grant of the newest tick saw the older one on record: the tick between them,
+        // whose window closed with nobody, is written missed.
+        let h = history_when(&f, "s10", digest, |h| h.len() == 3).await;
+        let got: Vec<(SystemTime, RecordedOutcome)> =
+            h.iter().map(|e| (e.tick, e.outcome)).collect();
+        assert_eq!(
+            got,
+            [
+                (tick, RecordedOutcome::Done),
+                (tick - HOUR, RecordedOutcome::Missed),
+                (old, RecordedOutcome::Done),
+            ]
+        );
+
+        let records = f.schedule_records("s10").await.unwrap();
+        assert_eq!(records.len(), 1, "{records:?}");
+        let r = &records[0];
+        assert_eq!((r.digest.as_str(), r.spec.history), (digest, 4));
+        assert_eq!(Schedule::from_spec(&r.spec).unwrap(), schedule);
+        assert_eq!(r.last_tick, Some(tick));
+        assert_eq!(r.last_outcome, Some(RecordedOutcome::Done));
+        assert!(r.last_success.is_some());
+        let mut hosts: Vec<&str> = r.hosts.iter().map(|h| h.host.as_str()).collect();
+        hosts.sort();
+        assert_eq!(hosts, ["host-a", "host-b"]);
+        let check = r.check(&h, now, None);
+        assert_eq!(check.status, CheckStatus::Ok, "{}", check.line);
+
+        // Missed never overwrites; the history keeps the newest 4.
+        f.record_occurrence(&schedule, &opts, "s10", tick,
+            RecordChange::Missed(vec![tick, tick - HOUR * 3, tick - HOUR * 4]))
+            .await
+            .unwrap();
+        let h = f.schedule_history("s10", digest, 10).await.unwrap();
+        let got: Vec<(SystemTime, RecordedOutcome)> =
+            h.iter().map(|e| (e.tick, e.outcome)).collect();
+        assert_eq!(
+            got,
+            [
+                (tick, RecordedOutcome::Done),
+                (tick - HOUR, RecordedOutcome::Missed),
+                (old, RecordedOutcome::Done),
+                (tick - HOUR * 3, RecordedOutcome::Missed),
+            ]
+        );
+
+        // A worker killed after its grant, its job left with no live lease: the entry left
+        // `running` reads as failed, its attempt lost.
+        let next = tick + HOUR;
+        let mut w = f.start(config("host-c", next, false));
+        let got = acquired(&mut w, WAKE).await;
+        f.record_occurrence(&schedule, &opts, writer("host-c"), next,
+            RecordChange::Started { attempt: 1 })
+            .await
+            .unwrap();
+        got.handle.fail("killed").await.unwrap();
+        let h = f.schedule_history("s10", digest, 1).await.unwrap();
+        assert_eq!(h[0].tick, next);
+        assert_eq!(h[0].outcome, RecordedOutcome::Failed, "{h:?}");
+        assert_eq!(h[0].attempts[0].outcome, Some(AttemptOutcome::Lost));
+
+        // Pause and resume: a key may be paused with no record.
+        f.pause_schedule("s10-other", None, Some("maintenance")).await.unwrap();
+        let p = f.schedule_pause("s10-other").await.unwrap().unwrap();
+        assert_eq!((p.until, p.note.as_deref()), (None, Some("maintenance")));
+        // The store keeps milliseconds.
+        let ms = (now + HOUR).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis();
+        let paused_until = SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64);
+        f.pause_schedule("s10", Some(paused_until), None).await.unwrap();
+        let r = f.schedule_records("s10").await.unwrap();
+        assert_eq!(r[0].paused.as_ref().and_then(|p| p.until), Some(paused_until));
+        assert!(f.pause_schedule("s10", Some(now - HOUR), None).await.is_err());
+        assert!(f.resume_schedule("s10").await.unwrap());
+        assert!(!f.resume_schedule("s10").await.unwrap());
+        assert_eq!(f.schedule_pause("s10").await.unwrap(), None);
+
+        // The listing (an operator's: SCAN on Redis, as the administrator).
+        let admin = baton::Client::connect(srv.admin_url()).await.unwrap();
+        assert_eq!(
+            admin.failover().list_schedules("baton:").await.unwrap(),
+            ["s10", "s10-other"]
+        );
+    }
+}

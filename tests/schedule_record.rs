@@ -225,3 +225,157 @@ async fn schedules_are_listed_once_each() {
     assert_eq!(f.list_schedules("baton:sub:").await.unwrap(), ["list-d"]);
     assert!(f.list_schedules("no-colon").await.is_err());
 }
+
+/// On a Cluster every record key of one schedule key (each digest's four, the digests' index
+/// and the pause) is on one node, in one slot, so the one script call that writes them is
+/// legal there; the listing walks every primary.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_record_shares_one_slot_on_a_cluster() {
+    let cluster = tokio::task::spawn_blocking(|| baton::testing::RedisCluster::start().unwrap())
+        .await
+        .unwrap();
+    let url = cluster.cluster_url();
+    let client = baton::Client::connect(url.as_str()).await.unwrap();
+    let f = client.failover();
+    let hourly = Schedule::every(HOUR).unwrap();
+    let daily = Schedule::every(HOUR * 24).unwrap();
+    let opts = RecordOptions::default();
+    let now = f.server_time("x").await.unwrap();
+    // Twelve keys: their hash tags spread over every primary's slots.
+    let keys: Vec<String> = (0..12).map(|i| format!("slot-{i}")).collect();
+    for key in &keys {
+        for s in [&hourly, &daily] {
+            let tick = s.latest_at_or_before(now).unwrap();
+            f.record_occurrence(
+                s,
+                &opts,
+                key.as_str(),
+                tick,
+                RecordChange::Started { attempt: 1 },
+            )
+            .await
+            .unwrap();
+        }
+        f.pause_schedule(key.as_str(), None, None).await.unwrap();
+    }
+    let raw = raw_at(&url).await;
+    let mut holders: std::collections::HashMap<String, Vec<(usize, u16)>> = Default::default();
+    for (node, mut conn) in raw.primaries().await.into_iter().enumerate() {
+        let names: Vec<String> = redis::cmd("KEYS")
+            .arg("baton:schedule:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for name in names {
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&name)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let key = name
+                .strip_prefix("baton:schedule:{")
+                .and_then(|r| r.split_once('}'))
+                .map(|(k, _)| k.to_string())
+                .unwrap();
+            holders.entry(key).or_default().push((node, slot));
+        }
+    }
+    let mut nodes = std::collections::HashSet::new();
+    for key in &keys {
+        let at = &holders[key];
+        // Two digests × (summary, hosts, history, ticks) + the digests' index + the pause.
+        assert_eq!(at.len(), 10, "{key}: {at:?}");
+        assert!(at.iter().all(|x| *x == at[0]), "{key}: {at:?}");
+        nodes.insert(at[0].0);
+    }
+    assert!(
+        nodes.len() > 1,
+        "the keys should spread over primaries: {nodes:?}"
+    );
+    let listed = f.list_schedules("baton:").await.unwrap();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(listed, want);
+}
+
+/// On PostgreSQL an expired record reads as absent, and the client's background cleanup
+/// deletes its rows (summary and history), and a pause a day past its `until`.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_records_are_deleted_on_postgres() {
+    // Every client of this process cleans up each 100 ms (only this test uses PostgreSQL
+    // here).
+    std::env::set_var(baton::testing::TEST_CLEANUP_EVERY_ENV, "100");
+    let db = PgDatabase::create();
+    let client = baton::Client::connect(db.url.as_str()).await.unwrap();
+    let f = client.failover();
+    let schedule = Schedule::every(HOUR).unwrap();
+    let now = f.server_time("gone").await.unwrap();
+    let tick = schedule.latest_at_or_before(now).unwrap();
+    f.record_occurrence(
+        &schedule,
+        &RecordOptions::default(),
+        "gone",
+        tick,
+        RecordChange::Started { attempt: 1 },
+    )
+    .await
+    .unwrap();
+    f.pause_schedule("gone", Some(now + HOUR), None)
+        .await
+        .unwrap();
+    let owner = db.connect().await;
+    let days: f64 = owner
+        .query_one(
+            "SELECT (extract(epoch FROM expires_at - now()) / 86400)::float8 FROM baton_schedules",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(days > 29.9 && days <= 30.0, "{days}");
+    assert_eq!(
+        f.schedule_history("gone", schedule.digest(), 5)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    owner
+        .batch_execute(
+            "UPDATE baton_schedules SET expires_at = now() - interval '1 second';
+             UPDATE baton_schedule_control SET until = now() - interval '25 hours'",
+        )
+        .await
+        .unwrap();
+    // Read as absent at once.
+    assert!(f.schedule_records("gone").await.unwrap().is_empty());
+    assert!(f
+        .schedule_history("gone", schedule.digest(), 5)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(f.schedule_pause("gone").await.unwrap(), None);
+    // Deleted by the cleanup.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: i64 = owner
+            .query_one(
+                "SELECT (SELECT count(*) FROM baton_schedules)
+                      + (SELECT count(*) FROM baton_schedule_history)
+                      + (SELECT count(*) FROM baton_schedule_control)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{left} rows left");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -8,6 +8,19 @@ use crate::error::Error;
 use crate::util::schedule_record::{RawPause, RawRecord, RecordWrite, WireEntry};
 
 impl Backend {
+    /// Creates the record's tables if missing (PostgreSQL: `baton_schedules`,
+    /// `baton_schedule_history`, `baton_schedule_control` and an index); nothing on Redis.
+    ///
+    /// # Errors
+    /// Connection and permission errors; `Busy` when a table stayed locked.
+    pub(crate) async fn migrate_schedules(&self) -> Result<(), Error> {
+        match self {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::schedules::migrate(t).await,
+        }
+    }
+
     /// Applies one write to a schedule's record (one round trip); the newest tick on record
     /// before it (ms since the epoch).
     ///
@@ -33,7 +46,7 @@ impl Backend {
         match self {
             Backend::Redis(t) => super::redis::schedules::records(t, prefix, key).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => super::postgres::schedules::records(t, key).await,
+            Backend::Postgres(t) => super::postgres::schedules::records(t, prefix, key).await,
         }
     }
 
@@ -54,7 +67,7 @@ impl Backend {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
-                super::postgres::schedules::history(t, key, digest, limit).await
+                super::postgres::schedules::history(t, prefix, key, digest, limit).await
             }
         }
     }
@@ -78,7 +91,7 @@ impl Backend {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
-                super::postgres::schedules::pause(t, key, until_ms, by, note).await
+                super::postgres::schedules::pause(t, prefix, key, until_ms, by, note).await
             }
         }
     }
@@ -91,7 +104,7 @@ impl Backend {
         match self {
             Backend::Redis(t) => super::redis::schedules::resume(t, prefix, key).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => super::postgres::schedules::resume(t, key).await,
+            Backend::Postgres(t) => super::postgres::schedules::resume(t, prefix, key).await,
         }
     }
 
@@ -107,7 +120,7 @@ impl Backend {
         match self {
             Backend::Redis(t) => super::redis::schedules::read_pause(t, prefix, key).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(t) => super::postgres::schedules::read_pause(t, key).await,
+            Backend::Postgres(t) => super::postgres::schedules::read_pause(t, prefix, key).await,
         }
     }
 

@@ -97,7 +97,8 @@ impl Failover {
     }
 
     /// Creates what the coordinator stores in its backend, if missing: on PostgreSQL the table
-    /// `baton_jobs` and its index (docs/operating.md, "PostgreSQL roles and `baton migrate`"); on Redis nothing (keys need no
+    /// `baton_jobs` and its index, and the schedules' record (`baton_schedules`,
+    /// `baton_schedule_history`, `baton_schedule_control`) (docs/operating.md, "PostgreSQL roles and `baton migrate`"); on Redis nothing (keys need no
     /// schema). Workers create a missing table themselves on first use where their role may;
     /// call it at deploy time to create the schema with a role that may, and run the workers
     /// with one that may not. Idempotent, and takes no lock when everything exists; DDL waits
@@ -107,7 +108,8 @@ impl Failover {
     /// Connection and permission errors; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when
     /// other transactions kept the table locked through every try.
     pub async fn migrate(&self) -> Result<(), Error> {
-        self.backend.migrate_jobs().await
+        self.backend.migrate_jobs().await?;
+        self.backend.migrate_schedules().await
     }
 
     /// Reads a job's state (plain reads, no transaction), as an operator would with
