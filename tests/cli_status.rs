@@ -642,3 +642,9 @@ async fn history_shows_a_failed_attempt_and_a_takeover_with_hosts_and_exits_on_r
     let server = RedisServer::start().expect("redis");
     history_after_a_failed_attempt_and_a_takeover(&server.url()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_a_failed_attempt_and_a_takeover_with_hosts_and_exits_on_postgres() {
+    let db = common::PgDatabase::create();
+    history_after_a_failed_attempt_and_a_takeover(&db.url).await;
+}

@@ -1,6 +1,6 @@
 //! `Failover::schedule` and the schedule's pause on a real server: a paused schedule's ticks
 //! are reported `Paused` and recorded `skipped_paused`, unrun; after `resume_schedule` the
-//! next tick runs, and the paused ones are not caught up.
+//! next tick runs, and the paused ones are not caught up (Redis and PostgreSQL).
 #![cfg(feature = "testing")]
 
 mod common;
@@ -17,9 +17,20 @@ use tokio_stream::StreamExt;
 const SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test]
-async fn a_paused_schedule_skips_its_ticks_and_runs_the_next_after_resume() {
+async fn a_paused_schedule_skips_its_ticks_and_runs_the_next_after_resume_on_redis() {
     let srv = server();
-    let client = client(&srv).await;
+    paused_then_resumed(client(&srv).await).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_paused_schedule_skips_its_ticks_and_runs_the_next_after_resume_on_postgres() {
+    let db = PgDatabase::create();
+    let client = baton::Client::connect(&db.url).await.unwrap();
+    paused_then_resumed(client).await;
+}
+
+async fn paused_then_resumed(client: baton::Client) {
     let f = client.failover();
     let schedule = Schedule::every(SECOND).unwrap();
     let config = FailoverConfig::builder("paused")
