@@ -271,6 +271,55 @@ fn a_leader_term_counts_one_grant_two_changes_and_its_renewals() {
     assert_eq!(rec.all("baton_lease_lost_total"), Vec::<String>::new());
 }
 
+/// A worker whose Redis user may not touch the schedule's record (keys `baton:{*` only: the
+/// jobs', not `baton:schedule:*`) runs its occurrence all the same; each of the record's
+/// failed writes (the grant, the attempt's end) is counted.
+#[test]
+fn a_record_write_that_fails_is_counted_and_the_job_runs() {
+    let rec = recorded(|| async {
+        let srv = server();
+        let mut admin = raw(&srv).await;
+        let mut args = baton::acl::setuser_args("norecord", "pw-norecord", "baton:");
+        for a in &mut args {
+            if a == "~baton:*" {
+                *a = "~baton:{*".to_string();
+            }
+        }
+        let mut acl = redis::cmd("ACL");
+        for a in &args {
+            acl.arg(a);
+        }
+        for mut conn in admin.primaries().await {
+            let _: () = acl.query_async(&mut conn).await.unwrap();
+        }
+        let _ = &mut admin;
+        let client = baton::Client::connect(srv.user_url("norecord", "pw-norecord"))
+            .await
+            .unwrap();
+        let schedule = baton::Schedule::every(Duration::from_secs(3600)).unwrap();
+        let now = client.failover().server_time("r").await.unwrap();
+        let tick = schedule.latest_at_or_before(now).unwrap();
+        let occurrence = schedule.occurrence_of_tick(tick).unwrap();
+        let cfg = job("r")
+            .build()
+            .unwrap()
+            .for_occurrence(&occurrence, None)
+            .unwrap()
+            .with_record("r", &schedule, tick, baton::RecordOptions::default());
+        let mut w = client.failover().start(cfg);
+        acquired(&mut w, WAKE).await.done().await.unwrap();
+        // Waits for the client's tasks, the record's writes among them.
+        assert!(client.shutdown(WAKE).await);
+    });
+    let redis = [("backend", "redis")];
+    assert_eq!(rec.counter("baton_done_total", &redis), 1);
+    assert_eq!(
+        rec.counter("baton_schedule_record_errors_total", &redis),
+        2,
+        "the grant's write and the end's"
+    );
+}
+
 /// Every metric of the table in docs/operating.md ("Metrics and traces"), which the library's
 /// unit tests keep equal to the metrics it records.
 fn documented_metrics() -> Vec<String> {

@@ -403,6 +403,10 @@ impl Recorder {
         let prev = match self.apply(change).await {
             Ok(prev) => prev,
             Err(error) => {
+                crate::util::metrics::count(
+                    crate::util::metrics::Count::ScheduleRecordErrors,
+                    self.backend.label(),
+                );
                 tracing::warn!(
                     key = %self.ctx.key,
                     occurrence = %crate::util::schedule_record::rfc3339::text(self.ctx.tick),
@@ -426,6 +430,10 @@ impl Recorder {
         );
         if !missed.is_empty() {
             if let Err(error) = self.apply(RecordChange::Missed(missed)).await {
+                crate::util::metrics::count(
+                    crate::util::metrics::Count::ScheduleRecordErrors,
+                    self.backend.label(),
+                );
                 tracing::warn!(key = %self.ctx.key, %error, "missed ticks could not be recorded");
             }
         }

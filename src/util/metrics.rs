@@ -40,6 +40,9 @@ pub(crate) const LEADER_CHANGES: &str = "baton_leader_changes_total";
 pub(crate) const QUEUE_POSTS: &str = "baton_queue_posts_total";
 /// `baton_queue_drained_total{backend}`: queued items handled by a drainer.
 pub(crate) const QUEUE_DRAINED: &str = "baton_queue_drained_total";
+/// `baton_schedule_record_errors_total{backend}`: writes to a schedule's record that failed
+/// (best effort: the job is not affected).
+pub(crate) const SCHEDULE_RECORD_ERRORS: &str = "baton_schedule_record_errors_total";
 /// `baton_acquire_duration_seconds{primitive,backend}`: from the call (or the start of the
 /// wait) to the grant, waits included.
 pub(crate) const ACQUIRE_DURATION: &str = "baton_acquire_duration_seconds";
@@ -129,6 +132,11 @@ pub(crate) const METRICS: &[Metric] = &[
         help: "Queued items a drainer handled and removed.",
     },
     Metric {
+        name: SCHEDULE_RECORD_ERRORS,
+        kind: MetricKind::Counter,
+        help: "Writes to a schedule's record that failed (the jobs are not affected).",
+    },
+    Metric {
         name: ACQUIRE_DURATION,
         kind: MetricKind::Histogram,
         help: "Seconds from the call (or the start of the wait) to the grant, waits included.",
@@ -156,8 +164,8 @@ pub(crate) const METRICS: &[Metric] = &[
 /// `promtool check metrics` refuses. This function describes the counters
 /// `baton_grants_total`, `baton_failed_attempts_total`, `baton_exhausted_total`,
 /// `baton_done_total`, `baton_lease_lost_total`, `baton_extensions_total`,
-/// `baton_leader_changes_total`, `baton_queue_posts_total`, `baton_queue_drained_total`
-/// (unit: count) and the histograms `baton_acquire_duration_seconds`,
+/// `baton_leader_changes_total`, `baton_queue_posts_total`, `baton_queue_drained_total`,
+/// `baton_schedule_record_errors_total` (unit: count) and the histograms `baton_acquire_duration_seconds`,
 /// `baton_hold_duration_seconds`, `baton_transition_duration_seconds` (unit: seconds); the
 /// operating guide (`docs/operating.md`, "Metrics and traces") has their labels. Calling it
 /// again is harmless (a recorder keeps the first description of a name); without a recorder it
@@ -201,17 +209,20 @@ pub(crate) enum Count {
     QueuePosts,
     /// [`QUEUE_DRAINED`].
     QueueDrained,
+    /// [`SCHEDULE_RECORD_ERRORS`].
+    ScheduleRecordErrors,
 }
 
 impl Count {
     /// Every value, in declaration order (the order of the key table's rows).
-    const ALL: [Count; 6] = [
+    const ALL: [Count; 7] = [
         Count::FailedAttempts,
         Count::Exhausted,
         Count::Done,
         Count::LeaderChanges,
         Count::QueuePosts,
         Count::QueueDrained,
+        Count::ScheduleRecordErrors,
     ];
 
     /// The metric's name.
@@ -223,6 +234,7 @@ impl Count {
             Count::LeaderChanges => LEADER_CHANGES,
             Count::QueuePosts => QUEUE_POSTS,
             Count::QueueDrained => QUEUE_DRAINED,
+            Count::ScheduleRecordErrors => SCHEDULE_RECORD_ERRORS,
         }
     }
 }
