@@ -731,6 +731,9 @@ async fn every_schedule_flag_s_parse_error_exits_64_naming_the_flag() {
         (&["--every", "1s", "--cron", "* * * * *"], "--cron"),
         (&["--every", "1s", "--early", "a bit"], "--early"),
         (&["--early", "5s"], "--every"),
+        (&["--every", "2s", "--jitter", "3s"], "--jitter"),
+        (&["--cron", "0 2,3 * * *", "--jitter", "2h"], "--jitter"),
+        (&["--jitter", "1s"], "--every"),
     ];
     let schedule_only: &[(&[&str], &str)] = &[
         (&["--every", "1s", "--catch-up", "sometimes"], "--catch-up"),
@@ -923,6 +926,353 @@ async fn crontab_line_runs_once_quietly(doc: &str, line: &str, help: &Output) {
         [format!("{} nightly-report", night.timestamp())],
         "tonight's occurrence ran once"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// --jitter
+// ---------------------------------------------------------------------------------------------
+
+/// `--every 2s --early 200ms --lease 500ms` leaves 1.3 s between a tick and the next tick's
+/// window minus the lease: `--jitter 1200ms` fits.
+const JITTER_FLAGS: [&str; 8] = [
+    "--every", "2s", "--early", "200ms", "--lease", "500ms", "--jitter", "1200ms",
+];
+
+/// The jitter the library computes for `key`'s occurrence at `tick` (seconds) under
+/// [`JITTER_FLAGS`] with `--jitter` `d`.
+fn jitter_of(key: &str, tick: u64, d: Duration) -> Duration {
+    let schedule = baton::Schedule::every(Duration::from_secs(2))
+        .unwrap()
+        .early(Duration::from_millis(200));
+    schedule
+        .occurrence_of_tick(UNIX_EPOCH + Duration::from_secs(tick))
+        .unwrap()
+        .jitter(key, d, Duration::from_millis(500))
+}
+
+/// A key whose jitter under [`JITTER_FLAGS`] is at least 400 ms at each of the `n` ticks from
+/// `first`: a start at the tick could not pass for one at the tick plus its jitter.
+fn key_with_long_jitters(prefix: &str, first: u64, n: u64) -> String {
+    (0..10_000)
+        .map(|k| format!("{prefix}-{k}"))
+        .find(|key| {
+            (0..n).all(|i| {
+                jitter_of(key, first + 2 * i, Duration::from_millis(1200))
+                    >= Duration::from_millis(400)
+            })
+        })
+        .expect("a key with long jitters")
+}
+
+/// The `occurrence` event of a `--json` stderr.
+fn occurrence_event(text: &str) -> Value {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "occurrence")
+        .unwrap_or_else(|| panic!("no occurrence event in {text}"))
+}
+
+/// Three `baton run --jitter` processes (three hosts) bound to one tick: all three say the same
+/// jitter, the one the library computes; PROGRAM runs once, attempt 1, at or after the tick
+/// plus that jitter by the server's clock (`date` here: the server runs on this host), and
+/// before the next tick's window.
+#[tokio::test]
+async fn run_jitter_starts_attempt_1_at_the_tick_plus_the_same_jitter_on_every_host() {
+    let srv = server();
+    let dir = TempDir::new("sched-jitter");
+    let log = dir.path("log");
+    let script = format!(
+        "echo \"$BATON_OCCURRENCE $BATON_ATTEMPT $(date +%s.%N)\" >> {}",
+        shq(&log)
+    );
+    let tick = tick_after(2, 1.0);
+    let key = key_with_long_jitters("jittered", tick, 1);
+    let j = jitter_of(&key, tick, Duration::from_millis(1200));
+    // Just after the tick: each binds to it (its window runs until the next tick − 200 ms).
+    sleep_until_epoch(tick as f64 + 0.05).await;
+    let children: Vec<Child> = (0..3)
+        .map(|_| {
+            spawn(
+                baton("run", &srv.url())
+                    .args(["--key", &key, "--json"])
+                    .args(JITTER_FLAGS)
+                    .args(["--", "sh", "-c", &script]),
+            )
+        })
+        .collect();
+    let mut jobs = BTreeSet::new();
+    for child in children {
+        let out = finish(child, "baton run --jitter").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        let event = occurrence_event(&stderr(&out));
+        assert_eq!(event["occurrence"], id_of(tick), "{event}");
+        assert_eq!(
+            event["jitter_ms"].as_u64(),
+            Some(j.as_millis() as u64),
+            "every host computes the library's jitter: {event}"
+        );
+        let start = jiff::Timestamp::from_millisecond((tick * 1000) as i64 + j.as_millis() as i64)
+            .unwrap()
+            .to_string();
+        assert_eq!(event["start"], start, "{event}");
+        jobs.insert(event["job"].as_str().unwrap().to_string());
+    }
+    assert_eq!(jobs.len(), 1, "one job for the tick: {jobs:?}");
+    let ran = by_occurrence(&log);
+    let runs = &ran[&id_of(tick)];
+    assert_eq!(runs.len(), 1, "the occurrence ran once: {ran:?}");
+    let (attempt, at) = runs[0].split_once(' ').unwrap();
+    assert_eq!(attempt, "1");
+    let at: f64 = at.parse().unwrap();
+    let start = tick as f64 + j.as_secs_f64();
+    assert!(
+        at >= start,
+        "PROGRAM started at {at:.3}, {:.3} s before tick + jitter {start:.3}",
+        start - at
+    );
+    assert!(
+        at < tick as f64 + 1.8,
+        "PROGRAM started in the next tick's window"
+    );
+}
+
+/// Jitter is not in the digest: runs with different `--jitter` (a rolling change) and one
+/// without bind the tick to the same job, which runs once.
+#[tokio::test]
+async fn runs_with_different_jitters_bind_one_tick_to_one_job() {
+    let srv = server();
+    let dir = TempDir::new("sched-jitter-mixed");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE $BATON_ATTEMPT\" >> {}", shq(&log));
+    let tick = tick_after(2, 1.0);
+    sleep_until_epoch(tick as f64 + 0.05).await;
+    let children: Vec<Child> = [Some("1200ms"), Some("300ms"), None]
+        .into_iter()
+        .map(|jitter| {
+            let mut cmd = baton("run", &srv.url());
+            cmd.args([
+                "--key", "mixed", "--json", "--every", "2s", "--early", "200ms",
+            ])
+            .args(["--lease", "500ms"]);
+            if let Some(j) = jitter {
+                cmd.args(["--jitter", j]);
+            }
+            spawn(cmd.args(["--", "sh", "-c", &script]))
+        })
+        .collect();
+    let mut jobs = BTreeSet::new();
+    for child in children {
+        let out = finish(child, "baton run").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        let event = occurrence_event(&stderr(&out));
+        assert_eq!(event["occurrence"], id_of(tick), "{event}");
+        jobs.insert(event["job"].as_str().unwrap().to_string());
+    }
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        by_occurrence(&log).get(&id_of(tick)).map(Vec::len),
+        Some(1),
+        "{:?}",
+        lines(&log)
+    );
+}
+
+/// `--jitter` longer than the period is refused before connecting, naming both.
+#[tokio::test]
+async fn a_jitter_longer_than_the_period_exits_64_naming_both() {
+    for sub in ["run", "schedule"] {
+        let out = finish(
+            spawn(
+                baton(sub, "redis://127.0.0.1:1/")
+                    .args(["--key", "k", "--every", "1m", "--jitter", "90s"])
+                    .args(["--", "true"]),
+            ),
+            "a usage error",
+        )
+        .await;
+        assert_eq!(code(&out), 64, "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(
+                "invalid --jitter: 1 min 30 s is longer than the period of every 1m (1 min)"
+            ),
+            "{sub}: {err}"
+        );
+    }
+}
+
+/// Three `baton schedule --jitter` (three hosts) over a few ticks: each occurrence runs once,
+/// never before its tick plus the jitter the library computes, always before the next tick's
+/// window; `BATON_OCCURRENCE` is the tick.
+#[tokio::test]
+async fn schedule_jitter_runs_each_occurrence_once_at_its_tick_plus_its_jitter() {
+    let srv = server();
+    let dir = TempDir::new("sched-jitter-daemons");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE $(date +%s.%N)\" >> {}", shq(&log));
+    let first = tick_after(2, 1.0);
+    let key = key_with_long_jitters("daemon", first, 4);
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let err = dir.path(&format!("err{i}"));
+        let mut cmd = baton("schedule", &srv.url());
+        cmd.args(["--key", &key, "--json"])
+            .args(JITTER_FLAGS)
+            .args(["--", "sh", "-c", &script]);
+        stderr_to(&mut cmd, &err);
+        children.push((spawn(&mut cmd), err));
+    }
+    // Stopped just after the third tick, before its jittered start (at least 400 ms later):
+    // nothing runs then, so each exits 0.
+    sleep_until_epoch(first as f64 + 4.1).await;
+    for (child, _) in &children {
+        send_signal(child.id().unwrap(), libc::SIGTERM);
+    }
+    for (child, err) in children {
+        let out = finish(child, "baton schedule").await;
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        assert_eq!(code(&out), 0, "{}\n{text}", describe(&out));
+    }
+    let ran = by_occurrence(&log);
+    assert!(
+        ran.contains_key(&id_of(first)) && ran.contains_key(&id_of(first + 2)),
+        "{ran:?}"
+    );
+    for (occ, starts) in &ran {
+        assert_eq!(starts.len(), 1, "{occ} ran {} times: {ran:?}", starts.len());
+        let tick = epoch(occ) as u64;
+        let start = tick as f64 + jitter_of(&key, tick, Duration::from_millis(1200)).as_secs_f64();
+        let at: f64 = starts[0].parse().unwrap();
+        assert!(
+            at >= start,
+            "{occ} started at {at:.3}, before tick + jitter {start:.3}"
+        );
+        assert!(
+            at < tick as f64 + 1.8,
+            "{occ} started in the next tick's window"
+        );
+    }
+}
+
+/// The `--jitter` line of docs/cli.md, run as written (its PROGRAM replaced): it binds to this
+/// hour's occurrence and says the jitter the library computes. Past the hour's tick plus its
+/// jitter it runs PROGRAM at once, with `BATON_OCCURRENCE` the tick; before it, it says it waits
+/// for the tick + jitter, and SIGTERM then ends it with 143, nothing run.
+#[tokio::test]
+async fn the_jitter_line_of_the_docs_runs_at_the_tick_plus_its_jitter() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md")).unwrap();
+    let line = doc
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("baton run ") && l.contains("--jitter"))
+        .expect("a `baton run … --jitter` line in docs/cli.md")
+        .to_string();
+    for part in [
+        "--key hourly-sync",
+        "--cron '0 * * * *'",
+        "--jitter 10m",
+        "/usr/local/bin/sync",
+    ] {
+        assert!(line.contains(part), "{line:?} lacks {part:?}");
+    }
+    let srv = server();
+    let dir = TempDir::new("sched-jitter-doc");
+    let ran = dir.path("ran");
+    let sync = dir.path("sync");
+    std::fs::write(
+        &sync,
+        format!("#!/bin/sh\necho \"$BATON_OCCURRENCE\" >> {}\n", shq(&ran)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sync, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let command = line.replace("/usr/local/bin/sync", &shq(&sync)).replacen(
+        "baton ",
+        &format!("{} ", shq(Path::new(BATON))),
+        1,
+    );
+    let hourly = baton::Schedule::cron("0 * * * *").unwrap();
+    // Away from the edges (2 s) of this hour's start and of its window, so the library's
+    // reading here and baton's of the server's clock agree on the case.
+    let (occurrence, start) = loop {
+        let now = SystemTime::now();
+        let occurrence = hourly.occurrence_at(now).unwrap();
+        let start = occurrence.jittered_start(
+            "hourly-sync",
+            Duration::from_secs(600),
+            Duration::from_secs(30),
+        );
+        let next_window = occurrence.next_tick().unwrap() - Duration::from_secs(60);
+        let near = |t: SystemTime| {
+            let d = if t > now {
+                t.duration_since(now)
+            } else {
+                now.duration_since(t)
+            };
+            d.unwrap() < Duration::from_secs(2)
+        };
+        if !near(start) && !near(occurrence.tick()) && !near(next_window) {
+            break (occurrence, start);
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    };
+    let j = start.duration_since(occurrence.tick()).unwrap();
+    let sh = |json: bool| {
+        let mut cmd = Command::new("/bin/sh");
+        let command = if json {
+            command.replacen(" -- ", " --json -- ", 1)
+        } else {
+            command.clone()
+        };
+        cmd.arg("-c")
+            .arg(command)
+            .env("BATON_URL", srv.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    };
+    let said = format!("occurrence {}", occurrence.id());
+    if SystemTime::now() > start {
+        let out = finish(spawn(&mut sh(false)), "the docs' --jitter line").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&said) && err.contains(", jitter "), "{err}");
+        assert!(
+            !err.contains("waiting"),
+            "past tick + jitter it runs at once: {err}"
+        );
+        assert_eq!(lines(&ran), [occurrence.id().to_string()]);
+        // The same line with --json: the jitter to the millisecond.
+        let out = finish(spawn(&mut sh(true)), "the line with --json").await;
+        assert_eq!(code(&out), 0, "{}", describe(&out));
+        let event = occurrence_event(&stderr(&out));
+        assert_eq!(
+            event["jitter_ms"].as_u64(),
+            Some(j.as_millis() as u64),
+            "{event}"
+        );
+        assert_eq!(lines(&ran).len(), 1, "done already: not run again");
+    } else {
+        let err = dir.path("err");
+        let mut cmd = sh(false);
+        stderr_to(&mut cmd, &err);
+        let child = spawn(&mut cmd);
+        let text = wait_file(&err, QUICK, |t| t.contains("waiting"))
+            .await
+            .unwrap_or_else(|| panic!("no waiting line: {:?}", std::fs::read_to_string(&err)));
+        assert!(
+            text.contains(&said)
+                && text.contains(", jitter ")
+                && text.contains("for the tick + jitter"),
+            "{text}"
+        );
+        send_signal(child.id().unwrap(), libc::SIGTERM);
+        let out = finish(child, "the docs' --jitter line").await;
+        assert_eq!(code(&out), 143, "{}", describe(&out));
+        assert!(lines(&ran).is_empty(), "nothing ran before tick + jitter");
+    }
 }
 
 async fn finish(child: Child, what: &str) -> Output {

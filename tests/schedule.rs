@@ -934,6 +934,208 @@ async fn occurrence_and_wait_until_due_go_by_the_server_clock() {
     binds_by_the_server_clock(&client(&srv).await, "bind").await;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Jitter
+// ---------------------------------------------------------------------------------------------
+
+/// A thousand schedules on different keys that tick at the same instant start spread over
+/// `[0, D)`: all within it, nearly all at distinct instants, every tenth of `D` about as
+/// full as the others. Pure: the same on every host.
+#[test]
+fn jitter_spreads_schedules_that_tick_at_the_same_instant() {
+    let hourly = every(Duration::from_secs(3600));
+    let tick: SystemTime =
+        SystemTime::from("2026-11-26T02:00:00Z".parse::<jiff::Timestamp>().unwrap());
+    let occurrence = hourly.occurrence_of_tick(tick).unwrap();
+    let (d, lease) = (Duration::from_secs(60), Duration::from_secs(30));
+    let starts: Vec<SystemTime> = (0..1000)
+        .map(|k| occurrence.jittered_start(&format!("report-{k}"), d, lease))
+        .collect();
+    let mut tenths = [0u32; 10];
+    for start in &starts {
+        let j = start.duration_since(tick).expect("never before the tick");
+        assert!(j < d, "{j:?} is not below {d:?}");
+        tenths[(j.as_millis() * 10 / d.as_millis()) as usize] += 1;
+    }
+    let distinct: BTreeSet<_> = starts.iter().collect();
+    // 1000 draws among 60 000 milliseconds: about 8 collide.
+    assert!(distinct.len() >= 980, "{} distinct starts", distinct.len());
+    for (i, n) in tenths.iter().enumerate() {
+        assert!(
+            (60..=140).contains(n),
+            "tenth {i} of D holds {n} of 1000: {tenths:?}"
+        );
+    }
+    // The same key at successive ticks spreads too (the tick is hashed).
+    let js: BTreeSet<_> = std::iter::successors(Some(occurrence.clone()), |o| {
+        hourly.occurrence_of_tick(o.next_tick().unwrap())
+    })
+    .take(100)
+    .map(|o| o.jitter("report-0", d, lease))
+    .collect();
+    assert!(js.len() >= 95, "{js:?}");
+    // Jitter is not in the digest: a rolling change of it never splits a tick into two jobs.
+    assert_eq!(
+        occurrence.job_key("report-0"),
+        format!("report-0@{}@{}", hourly.digest(), occurrence.id())
+    );
+}
+
+/// `every 2s` with E = 200 ms and a 500 ms lease leaves 1.3 s of room: D = 1.2 s fits.
+const JITTER_PERIOD: Duration = Duration::from_secs(2);
+const JITTER_EARLY: Duration = Duration::from_millis(200);
+const JITTER_LEASE: Duration = Duration::from_millis(500);
+const JITTER: Duration = Duration::from_millis(1200);
+
+/// A key whose jitter is at least 400 ms at each of the next 8 ticks after `now`, so a start
+/// at the tick (no jitter) could not pass for one at the tick plus its jitter.
+fn key_with_long_jitters(schedule: &Schedule, now: SystemTime) -> String {
+    (0..10_000)
+        .map(|k| format!("jittered-{k}"))
+        .find(|key| {
+            std::iter::successors(schedule.occurrence_at(now), |o| {
+                schedule.occurrence_of_tick(o.next_tick().unwrap())
+            })
+            .take(8)
+            .all(|o| o.jitter(key, JITTER, JITTER_LEASE) >= Duration::from_millis(400))
+        })
+        .expect("a key with long jitters")
+}
+
+/// Three workers with the same jitter: each occurrence runs once, its attempt 1 starting at the
+/// tick plus the jitter the library computes (by the server's clock), never before, and before
+/// the next tick's window opens. Whichever worker won, none started earlier: the three compute
+/// the same start.
+async fn three_workers_start_each_occurrence_at_its_jittered_start(clients: &[Client]) {
+    let schedule = every(JITTER_PERIOD).early(JITTER_EARLY);
+    let now = clients[0].failover().server_time("any").await.unwrap();
+    let key = key_with_long_jitters(&schedule, now);
+    let log = Log::default();
+    let options = || ScheduleOptions::builder().jitter(JITTER).build().unwrap();
+    let mut streams: Vec<_> = clients
+        .iter()
+        .zip(["w1", "w2", "w3"])
+        .map(|(c, name)| {
+            start(
+                c,
+                name,
+                &schedule,
+                &key,
+                JITTER_LEASE,
+                options(),
+                &log,
+                |_, _| Act::Succeed,
+            )
+        })
+        .collect();
+    let mut seen: BTreeMap<SystemTime, Vec<String>> = BTreeMap::new();
+    for runs in &mut streams {
+        for report in take(runs, 2, 3 * JITTER_PERIOD).await {
+            seen.entry(report.occurrence.tick())
+                .or_default()
+                .push(ended(&report));
+        }
+    }
+    drop(streams);
+    let runs = log.lock().unwrap().clone();
+    assert!(seen.len() >= 2, "{seen:?}");
+    for (tick, ends) in &seen {
+        if ends.len() < 3 {
+            continue; // a worker's third report: another tick
+        }
+        let mut ends = ends.clone();
+        ends.sort();
+        assert_eq!(ends, ["done", "elsewhere", "elsewhere"], "tick {tick:?}");
+    }
+    assert!(!runs.is_empty());
+    for run in &runs {
+        let occurrence = schedule.occurrence_of_tick(run.tick).unwrap();
+        let start = occurrence.jittered_start(&key, JITTER, JITTER_LEASE);
+        assert!(
+            start >= run.tick + Duration::from_millis(400),
+            "the key's jitter is long"
+        );
+        assert_eq!(run.attempt, 1, "{run:?}");
+        assert!(
+            run.server_time >= start,
+            "{run:?} started {:?} before its tick + jitter",
+            start.duration_since(run.server_time).unwrap()
+        );
+        let next = occurrence.next_tick().unwrap();
+        assert!(
+            run.server_time < next - JITTER_EARLY,
+            "{run:?} started in the next tick's window"
+        );
+        assert_eq!(
+            runs.iter().filter(|r| r.tick == run.tick).count(),
+            1,
+            "{runs:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_start_each_occurrence_at_its_tick_plus_its_jitter() {
+    let srv = server();
+    let clients = [client(&srv).await, client(&srv).await, client(&srv).await];
+    three_workers_start_each_occurrence_at_its_jittered_start(&clients).await;
+}
+
+/// `wait_until` waits for a jittered start by the server's clock, and returns at once for one
+/// that has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_until_waits_for_the_jittered_start_by_the_server_clock() {
+    let srv = server();
+    let client = client(&srv).await;
+    let failover = client.failover();
+    let schedule = every(JITTER_PERIOD).early(JITTER_EARLY);
+    let now = failover.server_time("w").await.unwrap();
+    let key = key_with_long_jitters(&schedule, now);
+    let occurrence = failover.occurrence(&schedule, &key).await.unwrap();
+    let start = occurrence.jittered_start(&key, JITTER, JITTER_LEASE);
+    failover.wait_until(&key, start).await.unwrap();
+    let woke = failover.server_time(&key).await.unwrap();
+    assert!(woke >= start, "woke before tick + jitter");
+    // A start that has passed: at once, and the run still binds to the same occurrence.
+    failover.wait_until(&key, occurrence.tick()).await.unwrap();
+    assert_eq!(schedule.occurrence_at(woke), Some(occurrence));
+}
+
+/// A jitter longer than the period is a configuration error, reported for the occurrence
+/// (which does not run) and naming the jitter and the period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jitter_longer_than_the_period_is_reported_and_nothing_runs() {
+    let srv = server();
+    let client = client(&srv).await;
+    let log = Log::default();
+    let options = ScheduleOptions::builder()
+        .jitter(2 * SECOND)
+        .build()
+        .unwrap();
+    let mut runs = start(
+        &client,
+        "w",
+        &every(SECOND),
+        "too-long",
+        SECOND,
+        options,
+        &log,
+        |_, _| Act::Succeed,
+    );
+    let report = take(&mut runs, 1, 3 * SECOND).await.remove(0);
+    match &report.outcome {
+        OccurrenceOutcome::Error(baton::Error::Config(e)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("jitter") && text.contains("2s") && text.contains("period"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(log.lock().unwrap().is_empty());
+}
+
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
@@ -954,6 +1156,12 @@ mod postgres {
     async fn occurrence_and_wait_until_due_go_by_the_server_clock_on_postgres() {
         let db = PgDatabase::create();
         binds_by_the_server_clock(&clients(&db, 1).await[0], "bind").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_workers_start_each_occurrence_at_its_tick_plus_its_jitter_on_postgres() {
+        let db = PgDatabase::create();
+        three_workers_start_each_occurrence_at_its_jittered_start(&clients(&db, 3).await).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

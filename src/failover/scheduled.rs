@@ -3,8 +3,10 @@
 //!
 //! - [`Failover::occurrence`] binds a run to its occurrence by the **server's** clock, and
 //!   [`Failover::wait_until_due`] waits for a tick that lies ahead (no run starts early);
+//!   [`Failover::wait_until`] waits for a jittered start ([`Occurrence::jittered_start`]);
 //! - [`FailoverConfig::for_occurrence`] makes the occurrence's job configuration;
-//! - [`Failover::schedule`] is the long-running form: one run per tick, reported as a stream.
+//! - [`Failover::schedule`] is the long-running form: one run per tick (at the tick, or at
+//!   the tick plus its jitter with [`ScheduleOptionsBuilder::jitter`]), reported as a stream.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -144,9 +146,21 @@ impl Failover {
     /// # Errors
     /// Connection errors and timeouts.
     pub async fn wait_until_due(&self, occurrence: &Occurrence, key: &str) -> Result<(), Error> {
+        self.wait_until(key, occurrence.tick()).await
+    }
+
+    /// Waits until `at` has come by the server's clock (at once when it has), as
+    /// [`Failover::wait_until_due`] waits for a tick: for a jittered start,
+    /// `failover.wait_until(key, occurrence.jittered_start(key, jitter, lease))`
+    /// ([`Occurrence::jittered_start`]). `key` picks the server whose clock is read (on a
+    /// Redis Cluster, the node that serves it), as for [`Failover::occurrence`].
+    ///
+    /// # Errors
+    /// Connection errors and timeouts.
+    pub async fn wait_until(&self, key: &str, at: SystemTime) -> Result<(), Error> {
         loop {
             let t = self.backend.server_time(key).await?;
-            let left = occurrence.until_due(t.now);
+            let left = at.duration_since(t.now).unwrap_or(Duration::ZERO);
             if left.is_zero() {
                 return Ok(());
             }
@@ -245,6 +259,11 @@ impl Failover {
     ///
     /// It waits for the next tick (by the server's clock), unless
     /// [`CatchUp::Last`] first runs the latest past tick that is neither done nor exhausted.
+    /// With [`ScheduleOptionsBuilder::jitter`], each occurrence starts at its tick plus its
+    /// jitter ([`Occurrence::jittered_start`], the same on every server; `config`'s lease caps
+    /// it), by the server's clock; one found later (caught up) starts at once. A jitter longer
+    /// than the schedule's period ([`Schedule::check_jitter`]) makes every occurrence report
+    /// [`OccurrenceOutcome::Error`] with that [`Error::Config`], unrun.
     /// An occurrence still running when the next tick comes does not block it (each has its
     /// own job), unless [`Overlap::Skip`] reports the new one as skipped.
     ///
@@ -297,6 +316,10 @@ impl Failover {
         let (tx, rx) = mailbox::unbounded();
         let dropped = Arc::new(AtomicU64::new(0));
         let stop = self.backend.cancel().child_token();
+        // Checked once, by this host's clock: only a cron expression's gaps depend on when.
+        let jitter_error = schedule
+            .check_jitter(options.jitter, SystemTime::now())
+            .err();
         let driver = Driver {
             failover: self.clone(),
             schedule,
@@ -311,6 +334,7 @@ impl Failover {
             stop: stop.clone(),
             running: HashMap::new(),
             warned_retention: false,
+            jitter_error,
         };
         let task = self.backend.tracker().spawn(driver.drive());
         Scheduled {
@@ -318,6 +342,30 @@ impl Failover {
             dropped,
             stop,
             _task: AbortOnDropHandle::new(task),
+        }
+    }
+}
+
+/// Waits until `start` by the server's clock ([`Failover::wait_until`]), reading it again
+/// every [`RETRY_AFTER_ERROR`] while it cannot be read (said once): the occurrence's job waits
+/// for the server anyway, and a run stopped meanwhile is aborted with its task.
+async fn wait_for_start(failover: &Failover, key: &str, start: SystemTime) {
+    let mut said = false;
+    loop {
+        match failover.wait_until(key, start).await {
+            Ok(()) => return,
+            Err(error) => {
+                if !said {
+                    tracing::warn!(
+                        key,
+                        error = %error,
+                        "the server's clock could not be read to wait for the jittered start; \
+                         trying again"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(RETRY_AFTER_ERROR).await;
+            }
         }
     }
 }
@@ -360,6 +408,7 @@ pub struct ScheduleOptions {
     pub(crate) overlap: Overlap,
     pub(crate) retention: Option<Duration>,
     pub(crate) report_capacity: usize,
+    pub(crate) jitter: Duration,
 }
 
 impl Default for ScheduleOptions {
@@ -369,13 +418,15 @@ impl Default for ScheduleOptions {
             overlap: Overlap::default(),
             retention: None,
             report_capacity: DEFAULT_REPORT_CAPACITY,
+            jitter: Duration::ZERO,
         }
     }
 }
 
 impl ScheduleOptions {
     /// Starts from the defaults: no catch-up, overlapping occurrences allowed, each
-    /// occurrence's retention by [`Occurrence::default_retention`], 64 reports kept unread.
+    /// occurrence's retention by [`Occurrence::default_retention`], 64 reports kept unread,
+    /// no jitter.
     pub fn builder() -> ScheduleOptionsBuilder {
         ScheduleOptionsBuilder {
             opts: ScheduleOptions::default(),
@@ -396,6 +447,11 @@ impl ScheduleOptions {
     /// How many reports wait unread before the oldest is dropped.
     pub fn report_capacity(&self) -> usize {
         self.report_capacity
+    }
+    /// The jitter `D`: each occurrence starts at its tick plus `j` in `[0, D)`
+    /// ([`Occurrence::jitter`]); zero (the default) starts it at the tick.
+    pub fn jitter(&self) -> Duration {
+        self.jitter
     }
 }
 
@@ -429,12 +485,33 @@ impl ScheduleOptionsBuilder {
         self.opts.report_capacity = n;
         self
     }
+    /// Spreads the starts of occurrences over `d`: each starts at its tick plus
+    /// `j(key, digest, tick)` in `[0, d)` ([`Occurrence::jitter`]), the same on every server,
+    /// by the server's clock, so schedules that tick at the same instant do not all start at
+    /// once. `j` is capped so the attempt's lease ends before the next tick's window opens
+    /// ([`Occurrence::jitter_room`]). Not part of the schedule's digest: servers with
+    /// different jitters still run each tick once, as one job (the one that comes first
+    /// starts it). Default: none. At most the schedule's period ([`Schedule::check_jitter`]).
+    pub fn jitter(mut self, d: Duration) -> Self {
+        self.opts.jitter = d;
+        self
+    }
     /// The options (the retention is checked against each occurrence's configuration by
-    /// [`FailoverConfig::for_occurrence`]).
+    /// [`FailoverConfig::for_occurrence`], the jitter against the schedule by
+    /// [`Failover::schedule`]).
     ///
     /// # Errors
-    /// `report_capacity`: outside 1 ..= 65536.
+    /// `report_capacity`: outside 1 ..= 65536; `jitter`: above ten years (the longest period).
     pub fn build(self) -> Result<ScheduleOptions, ConfigError> {
+        if self.opts.jitter > crate::schedule::MAX_PERIOD {
+            return Err(ConfigError::invalid(
+                "jitter",
+                format!(
+                    "{:?} is longer than the longest period (ten years)",
+                    self.opts.jitter
+                ),
+            ));
+        }
         let n = self.opts.report_capacity;
         if n == 0 || n > MAX_REPORT_CAPACITY {
             return Err(ConfigError::invalid(
@@ -571,6 +648,8 @@ struct Driver<F, T, E> {
     running: HashMap<tokio::task::Id, Occurrence>,
     /// Whether a retention raised to an occurrence's floor was logged (once per stream).
     warned_retention: bool,
+    /// A jitter the schedule refuses ([`Schedule::check_jitter`]): every occurrence reports it.
+    jitter_error: Option<ConfigError>,
 }
 
 type Finished<T, E> = OccurrenceReport<T, E>;
@@ -762,10 +841,13 @@ where
         let failover = self.failover.clone();
         let mut work = self.work.clone();
         let job_key = occurrence.job_key(&self.config.key);
-        let config = match self
-            .config
-            .occurrence_config(&occurrence, self.options.retention)
-        {
+        let config = match self.jitter_error.clone().map_or_else(
+            || {
+                self.config
+                    .occurrence_config(&occurrence, self.options.retention)
+            },
+            Err,
+        ) {
             Ok((config, raised)) => {
                 // Said once per stream: the floor raises the retention of every occurrence
                 // alike (or of the long gaps of an irregular cron), tick after tick.
@@ -778,6 +860,8 @@ where
             Err(e) => Err(e),
         };
         let tick = occurrence.clone();
+        let key = self.config.key.clone();
+        let start = occurrence.jittered_start(&key, self.options.jitter, self.config.lease);
         // The occurrence's span: its worker's `baton_worker` span (attempt, fencing token)
         // opens inside it.
         let span = tracing::info_span!(
@@ -791,6 +875,9 @@ where
             let outcome = match config {
                 Err(e) => OccurrenceOutcome::Error(Error::Config(e)),
                 Ok(config) => {
+                    if start > occurrence.tick() {
+                        wait_for_start(&failover, &key, start).await;
+                    }
                     let o = occurrence.clone();
                     match failover
                         .run(config, move |attempt| work(o.clone(), attempt))

@@ -20,6 +20,15 @@
 //! like any job; see
 //! [`Failover::schedule`](crate::Failover::schedule) for the long-running form.
 //!
+//! # Jitter
+//! Schedules that tick at the same instant (every hourly job of a fleet at :00) can spread
+//! their starts over a jitter `D`: [`Occurrence::jittered_start`] is `tick + j`, with
+//! `j = mix(FNV-1a-64(KEY, DIGEST, TICK_MS)) mod D` ([`Occurrence::jitter`]), the same on every
+//! host, never before the tick, and capped so the attempt's lease still ends before the next
+//! tick's window opens ([`Occurrence::jitter_room`]). The jitter is not part of the digest:
+//! changing it on some hosts never splits one tick into two jobs. The binding rule does not
+//! change: jitter only delays the start within the occurrence a run bound to.
+//!
 //! # Calendars and daylight saving
 //! Cron expressions are parsed and evaluated by the [`croner`] crate (five fields, or six with
 //! seconds first; `L`, `W`, `#` and the `@daily` aliases as croner documents), in an IANA time
@@ -61,6 +70,9 @@ pub const RETENTION_CLOCK_MARGIN: Duration = Duration::from_secs(5);
 /// ([`FailoverConfig`](crate::FailoverConfig)'s limit, ten years): the retentions computed here
 /// never exceed it.
 const MAX_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// How many gaps of a cron expression [`Schedule::check_jitter`] looks at: a week of
+/// `0 2,3 * * 1-5`'s irregular gaps, and cheap.
+const JITTER_CHECK_TICKS: usize = 64;
 
 /// A validated schedule: `every` a period (optionally offset) or a cron expression in a time
 /// zone. Cheap to clone; compare with `==` (two equal schedules have equal digests).
@@ -256,6 +268,44 @@ impl Schedule {
     /// protocol constant.
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// Checks a jitter `D` ([`Occurrence::jitter`]) against the schedule: `D` may not be longer
+    /// than the period of an `every` schedule, nor than the shortest gap between the ticks of a
+    /// cron expression (among the 64 ticks after `from`). A shorter `D` that does not fit a
+    /// tick's window is reduced there ([`Occurrence::jitter_room`]); one longer than every gap
+    /// is a mistake.
+    ///
+    /// # Errors
+    /// `jitter`: longer than the period (the message names both).
+    pub fn check_jitter(&self, jitter: Duration, from: SystemTime) -> Result<(), ConfigError> {
+        let (what, gap) = match &self.kind {
+            Kind::Every { period, .. } => ("the period", Some(*period)),
+            Kind::Cron { .. } => {
+                let mut ticks =
+                    std::iter::successors(self.next_after(from), |t| self.next_after(*t))
+                        .take(JITTER_CHECK_TICKS + 1);
+                let mut shortest: Option<Duration> = None;
+                if let Some(mut previous) = ticks.next() {
+                    for t in ticks {
+                        let gap = t.duration_since(previous).unwrap_or(Duration::ZERO);
+                        shortest = Some(shortest.map_or(gap, |s| s.min(gap)));
+                        previous = t;
+                    }
+                }
+                ("the shortest gap between ticks", shortest)
+            }
+        };
+        match gap {
+            Some(gap) if jitter > gap => Err(ConfigError::invalid(
+                "jitter",
+                format!(
+                    "{jitter:?} is longer than {what} of {self} ({gap:?}): each occurrence \
+                     would start in the next one's window"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The first tick strictly after `t`, or `None` past the calendar's end (year 5000 for
@@ -459,6 +509,62 @@ impl Occurrence {
     pub fn until_due(&self, now: SystemTime) -> Duration {
         self.tick.duration_since(now).unwrap_or(Duration::ZERO)
     }
+
+    /// How much jitter fits this occurrence with a lease of `lease`: from the tick to the
+    /// opening of the next tick's window (`next − E_next`, [`Schedule::occurrence_at`]) minus
+    /// the lease, so an attempt granted at the latest start still ends its first lease before a
+    /// run can bind to the next tick. Zero when the window is too short for that;
+    /// [`Duration::MAX`] for the calendar's last tick.
+    pub fn jitter_room(&self, lease: Duration) -> Duration {
+        match self.next.zip(self.next_early) {
+            Some((next, early)) => next
+                .checked_sub(early)
+                .and_then(|opens| opens.duration_since(self.tick).ok())
+                .map_or(Duration::ZERO, |window| window.saturating_sub(lease)),
+            None => Duration::MAX,
+        }
+    }
+
+    /// The jitter `j` of this occurrence of the schedule on `key`, for a jitter of at most
+    /// `jitter` and a lease of `lease`: `mix(FNV-1a-64(KEY, DIGEST, TICK_MS)) mod D`, in whole
+    /// milliseconds, where `D` is `jitter` reduced to [`Occurrence::jitter_room`] when that is
+    /// shorter (zero when no room is left: no jitter). So `j` lies in `[0, D)`, and every host
+    /// computes the same `j` for the same occurrence (given the same `jitter` and, when the
+    /// room reduces it, the same lease); occurrences of different keys, or different ticks,
+    /// spread evenly over `[0, D)`.
+    ///
+    /// The hash is a protocol constant, like the digest: FNV-1a-64 over the key's bytes, a NUL
+    /// byte, the digest, a NUL byte, and the tick's milliseconds since the Unix epoch in
+    /// decimal, then MurmurHash3's 64-bit finalizer (FNV-1a's low bits mix poorly, and `mod D`
+    /// reads mostly those).
+    pub fn jitter(&self, key: &str, jitter: Duration, lease: Duration) -> Duration {
+        let most = jitter.min(self.jitter_room(lease));
+        let most_ms = u64::try_from(most.as_millis()).unwrap_or(u64::MAX);
+        if most_ms == 0 {
+            return Duration::ZERO;
+        }
+        let tick_ms = ts(self.tick).map_or(0, |t| t.as_millisecond());
+        let hash = fmix64(fnv1a(&[
+            key.as_bytes(),
+            b"\0",
+            self.digest.as_bytes(),
+            b"\0",
+            tick_ms.to_string().as_bytes(),
+        ]));
+        Duration::from_millis(hash % most_ms)
+    }
+
+    /// When this occurrence of the schedule on `key` starts with a jitter of at most `jitter`
+    /// and a lease of `lease`: `tick + j` ([`Occurrence::jitter`]), never before the tick, and
+    /// before the next tick's window opens by at least the lease. A run bound to the
+    /// occurrence waits for it by the server's clock
+    /// ([`Failover::wait_until`](crate::Failover::wait_until)); one that binds later runs at
+    /// once. [`Occurrence::id`] (`BATON_OCCURRENCE`) stays the tick.
+    pub fn jittered_start(&self, key: &str, jitter: Duration, lease: Duration) -> SystemTime {
+        self.tick
+            .checked_add(self.jitter(key, jitter, lease))
+            .unwrap_or(self.tick)
+    }
 }
 
 /// The parts of an occurrence's job name `KEY@DIGEST@TICK` ([`Occurrence::job_key`]): the
@@ -518,12 +624,27 @@ fn cron_error(expr: &str, e: &croner::errors::CronError) -> ConfigError {
 /// 64-bit FNV-1a of `text`, as 12 hex digits (48 bits: two schedules on one key collide with
 /// odds of one in 2^48).
 fn digest(text: &str) -> String {
+    format!("{:012x}", fnv1a(&[text.as_bytes()]) >> 16)
+}
+
+/// 64-bit FNV-1a of the concatenation of `parts`.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
+    for b in parts.iter().flat_map(|p| p.iter()) {
+        h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("{:012x}", h >> 16)
+    h
+}
+
+/// MurmurHash3's 64-bit finalizer: every bit of the input moves every bit of the output.
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
 }
 
 fn ts(t: SystemTime) -> Option<Timestamp> {

@@ -400,3 +400,116 @@ fn retentions_stay_within_the_coordinators_ten_years() {
         "two periods would be twenty years"
     );
 }
+
+/// The jitter's hash is a protocol constant (every host, every version, the same start):
+/// these values pin it.
+#[test]
+fn the_jitter_is_a_protocol_constant() {
+    let s = Schedule::every(Duration::from_secs(3600)).unwrap();
+    let occ = s.occurrence_of_tick(at("2026-11-26T02:00:00Z")).unwrap();
+    let lease = Duration::from_secs(30);
+    let d = Duration::from_secs(600);
+    let hash = fmix64(fnv1a(&[
+        b"nightly-report\0",
+        s.digest().as_bytes(),
+        b"\0",
+        b"1795658400000",
+    ]));
+    assert_eq!(
+        occ.jitter("nightly-report", d, lease),
+        Duration::from_millis(hash % 600_000)
+    );
+    // Computed independently (Python): the digest fffd879560a4, j = 5.04 s.
+    assert_eq!(s.digest(), "fffd879560a4");
+    assert_eq!(
+        occ.jitter("nightly-report", d, lease),
+        Duration::from_millis(5040)
+    );
+    assert_eq!(
+        occ.jittered_start("nightly-report", d, lease),
+        occ.tick() + occ.jitter("nightly-report", d, lease)
+    );
+    // FNV-1a of the empty input is its offset basis; the finalizer is MurmurHash3's.
+    assert_eq!(fnv1a(&[]), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fmix64(0), 0);
+    assert_eq!(fmix64(1), 0xb456_bcfc_34c2_cb2c);
+}
+
+/// `j` lies in `[0, D)`, the start never before the tick, and always before the next tick's
+/// window opens by at least the lease, for `every` and irregular cron expressions alike.
+#[test]
+fn the_jittered_start_stays_inside_the_occurrences_window() {
+    let mut rng = Rng(0x5eed_1177);
+    let schedules = [
+        Schedule::every(Duration::from_secs(10)).unwrap(),
+        Schedule::cron("0 2,3 * * *").unwrap(),
+        Schedule::cron_in("*/30 * * * *", "Europe/Paris").unwrap(),
+    ];
+    for s in &schedules {
+        let mut now = at("2026-10-24T00:00:00Z");
+        for _ in 0..300 {
+            now += Duration::from_millis(rng.below(3_600_000));
+            let occ = s.occurrence_at(now).unwrap();
+            let d = Duration::from_millis(1 + rng.below(4 * 3_600_000));
+            let lease = Duration::from_millis(10 + rng.below(60_000));
+            let key = format!("job-{}", rng.below(1000));
+            let j = occ.jitter(&key, d, lease);
+            assert!(j < d, "{s}: j {j:?} not below D {d:?}");
+            let start = occ.jittered_start(&key, d, lease);
+            assert!(start >= occ.tick());
+            let next = occ.next_tick().unwrap();
+            let opens = next - s.occurrence_of_tick(next).unwrap().early_tolerance();
+            assert!(
+                start + lease <= opens || j.is_zero(),
+                "{s}: start {} plus the lease reaches the next window ({})",
+                id(start),
+                id(opens)
+            );
+            // The binding rule is unchanged: a run at the start binds to this occurrence.
+            assert_eq!(s.occurrence_at(start), Some(occ.clone()));
+        }
+    }
+}
+
+/// A jitter longer than the room is reduced to it; with no room left there is none; the
+/// calendar's last tick has no cap.
+#[test]
+fn a_jitter_that_does_not_fit_is_reduced_to_the_room() {
+    let s = Schedule::every(Duration::from_secs(10)).unwrap();
+    let occ = s.occurrence_of_tick(at("2026-11-26T02:00:00Z")).unwrap();
+    // Window: 10 s − E (5 s, half the period) = 5 s; minus a 2 s lease: 3 s.
+    let lease = Duration::from_secs(2);
+    assert_eq!(occ.jitter_room(lease), Duration::from_secs(3));
+    for key in (0..200).map(|k| format!("k{k}")) {
+        assert!(occ.jitter(&key, Duration::from_secs(9), lease) < Duration::from_secs(3));
+    }
+    assert_eq!(occ.jitter_room(Duration::from_secs(5)), Duration::ZERO);
+    assert_eq!(
+        occ.jitter("k", Duration::from_secs(9), Duration::from_secs(6)),
+        Duration::ZERO
+    );
+    assert_eq!(occ.jitter("k", Duration::ZERO, lease), Duration::ZERO);
+}
+
+#[test]
+fn a_jitter_longer_than_the_period_is_refused_naming_both() {
+    let now = at("2026-11-26T02:00:00Z");
+    let every = Schedule::every(Duration::from_secs(60)).unwrap();
+    assert!(every.check_jitter(Duration::from_secs(60), now).is_ok());
+    let err = every
+        .check_jitter(Duration::from_secs(61), now)
+        .unwrap_err();
+    let ConfigError::Invalid { field, reason } = &err;
+    assert_eq!(*field, "jitter");
+    assert!(
+        reason.contains("61s is longer than the period of every 1m (60s)"),
+        "{reason}"
+    );
+    // A cron expression's shortest gap: one hour between 02:00 and 03:00.
+    let cron = Schedule::cron("0 2,3 * * *").unwrap();
+    assert!(cron.check_jitter(Duration::from_secs(3600), now).is_ok());
+    let err = cron
+        .check_jitter(Duration::from_secs(3601), now)
+        .unwrap_err();
+    assert!(err.to_string().contains("shortest gap"), "{err}");
+}

@@ -385,6 +385,12 @@ pub(crate) struct WhenArgs {
     /// waits for it (capped at half the gap before the tick) [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
     pub(crate) early: Option<Duration>,
+    /// With a schedule: start each occurrence at its tick plus a jitter in [0, DURATION), the
+    /// same on every server (a hash of the key, the schedule and the tick), so schedules that
+    /// tick together do not all start at once; never longer than fits before the next tick's
+    /// window with --lease to spare, at most the period. BATON_OCCURRENCE stays the tick.
+    #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
+    pub(crate) jitter: Option<Duration>,
 }
 
 /// The metrics flags of the long-running commands (`run`, `schedule`, `lock`, `leader`).

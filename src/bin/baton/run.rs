@@ -1,7 +1,8 @@
 //! `baton run`: wait for an attempt of the job, run PROGRAM under it, record DONE or the
 //! failure. The failover worker decides; this file turns its events into PROGRAM's life and
 //! baton's exit status. With a schedule (--every, --cron) the job is one occurrence's: bound by
-//! the server's clock, waited for when its tick lies ahead, then run like any job.
+//! the server's clock, waited for when its tick (plus its --jitter) lies ahead, then run like
+//! any job.
 //!
 //! One job's run ([`run_job`]) is a function of its own, with its signals given to it, so that
 //! `baton schedule` runs several occurrences at once in this process, each exactly as `baton
@@ -87,8 +88,9 @@ pub(crate) fn config(
 
 /// The schedule of --every/--offset or --cron/--tz, with --early (`None` without one), checked
 /// as far as it can be without the server: an occurrence's job (its key, its retention) is
-/// built for the tick of the local clock, so a key too long for `KEY@DIGEST@TICK` or a
-/// --retention the coordinator refuses is a usage error before connecting.
+/// built for the tick of the local clock, so a key too long for `KEY@DIGEST@TICK`, a
+/// --retention the coordinator refuses or a --jitter longer than the period is a usage error
+/// before connecting.
 pub(crate) fn schedule_of(
     when: &WhenArgs,
     config: &FailoverConfig,
@@ -104,6 +106,11 @@ pub(crate) fn schedule_of(
     let mut schedule = schedule.map_err(|e| usage_config(&e))?;
     if let Some(early) = when.early {
         schedule = schedule.early(early);
+    }
+    if let Some(jitter) = when.jitter {
+        schedule
+            .check_jitter(jitter, SystemTime::now())
+            .map_err(|e| usage_config(&e))?;
     }
     if let Some(occurrence) = schedule.occurrence_at(SystemTime::now()) {
         config
@@ -202,10 +209,13 @@ pub(crate) async fn run(
                 sig = signals.recv() => return signal_status(sig),
                 b = bind(client, args, &schedule) => b,
             };
-            let (occurrence, wait) = match bound {
+            let (occurrence, now) = match bound {
                 Ok(b) => b,
                 Err(code) => return code,
             };
+            let jitter = args.when.jitter.unwrap_or(Duration::ZERO);
+            let start = occurrence.jittered_start(&args.key, jitter, args.lease);
+            let wait = start.duration_since(now).unwrap_or(Duration::ZERO);
             let config = match config.for_occurrence(&occurrence, args.retention) {
                 Ok(c) => c,
                 Err(e) => return usage_config(&e),
@@ -214,7 +224,12 @@ pub(crate) async fn run(
                 id: occurrence.id().to_string(),
                 job: config.key().to_string(),
             });
-            say_bound(&mut sink, &schedule, &occurrence, wait);
+            let jittered = args.when.jitter.map(|most| Jittered {
+                most,
+                j: start.duration_since(occurrence.tick()).unwrap_or_default(),
+                room: occurrence.jitter_room(args.lease),
+            });
+            say_bound(&mut sink, &schedule, &occurrence, jittered, wait);
             if !wait.is_zero() {
                 // A signal while waiting for the tick ends the run as one while waiting for an
                 // attempt does: nothing ran here.
@@ -223,7 +238,7 @@ pub(crate) async fn run(
                     &args.key,
                     "read the server's clock",
                     args.give_up_after,
-                    || failover.wait_until_due(&occurrence, &args.key),
+                    || failover.wait_until(&args.key, start),
                 );
                 let due = tokio::select! {
                     sig = signals.recv() => return signal_status(sig),
@@ -286,13 +301,13 @@ pub(crate) async fn exhausted_here(
     )
 }
 
-/// The occurrence a run starting now binds to, by the server's clock, and how long before its
-/// tick that is. `Err` is the exit status (said).
+/// The occurrence a run starting now binds to, by the server's clock, and the server's time
+/// it was bound at. `Err` is the exit status (said).
 async fn bind(
     client: &Client,
     args: &RunArgs,
     schedule: &Schedule,
-) -> Result<(Occurrence, Duration), u8> {
+) -> Result<(Occurrence, SystemTime), u8> {
     // `Failover::occurrence` with the server's time kept, to say how long the wait is. A cron
     // line that fires during a failover reads it once the server answers again.
     let failover = client.failover();
@@ -307,13 +322,12 @@ async fn bind(
             baton_time(now)
         ))
     })?;
-    let wait = occurrence.until_due(now);
-    Ok((occurrence, wait))
+    Ok((occurrence, now))
 }
 
 /// `op` until it succeeds, retrying errors a retry can fix (said once) for up to `give_up` of
 /// them in a row (--give-up-after). `Err` is the exit status (said).
-async fn patiently<T, Fut>(
+pub(crate) async fn patiently<T, Fut>(
     key: &str,
     what: &str,
     give_up: Duration,
@@ -357,22 +371,86 @@ pub(crate) fn baton_time(t: SystemTime) -> String {
     jiff::Timestamp::try_from(t).map_or_else(|_| format!("{t:?}"), |ts| ts.to_string())
 }
 
+/// An occurrence's jitter as `run` says it: --jitter, the occurrence's `j`, and the room its
+/// window leaves (which reduces --jitter when shorter).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Jittered {
+    pub(crate) most: Duration,
+    pub(crate) j: Duration,
+    pub(crate) room: Duration,
+}
+
+impl Jittered {
+    /// `jitter 4.2 s`, and why it is shorter than --jitter could make it when the window
+    /// reduced it.
+    pub(crate) fn text(&self) -> String {
+        if self.room.is_zero() && !self.most.is_zero() {
+            return format!(
+                "no jitter (the window before the next tick leaves no room for --jitter {} \
+                 with --lease to spare)",
+                human(self.most)
+            );
+        }
+        let mut text = format!("jitter {}", human_exact(self.j));
+        if self.room < self.most {
+            text += &format!(
+                " (--jitter {} reduced to {}, what fits before the next tick's window with \
+                 --lease to spare)",
+                human(self.most),
+                human(self.room)
+            );
+        }
+        text
+    }
+}
+
+/// `d` to the millisecond: the jitter is, and hosts compare it.
+fn human_exact(d: Duration) -> String {
+    if d < Duration::from_secs(60) && d.subsec_millis() != 0 {
+        format!("{}.{:03} s", d.as_secs(), d.subsec_millis())
+    } else {
+        human(d)
+    }
+}
+
 /// Says which occurrence a run bound to: `occurrence 2026-11-26T01:00:00Z (cron '0 2 * * *'
-/// in Europe/Paris), job KEY@DIGEST@TICK`, and the wait for its tick if it lies ahead.
-fn say_bound(sink: &mut Sink, schedule: &Schedule, occurrence: &Occurrence, wait: Duration) {
+/// in Europe/Paris), job KEY@DIGEST@TICK`, its jitter with --jitter, and the wait for its tick
+/// (plus the jitter) if it lies ahead.
+fn say_bound(
+    sink: &mut Sink,
+    schedule: &Schedule,
+    occurrence: &Occurrence,
+    jittered: Option<Jittered>,
+    wait: Duration,
+) {
     let job = sink
         .occurrence
         .as_ref()
         .map(|b| b.job.clone())
         .unwrap_or_default();
     let mut text = format!("occurrence {} ({schedule}), job {job}", occurrence.id());
-    if !wait.is_zero() {
-        text += &format!("; waiting {} for the tick", human(wait));
+    if let Some(j) = &jittered {
+        text += &format!(", {}", j.text());
     }
+    let jitter = jittered.map_or(Duration::ZERO, |j| j.j);
+    if !wait.is_zero() {
+        let until = if jitter.is_zero() {
+            "the tick"
+        } else {
+            "the tick + jitter"
+        };
+        text += &format!("; waiting {} for {until}", human(wait));
+    }
+    let start = occurrence
+        .tick()
+        .checked_add(jitter)
+        .unwrap_or(occurrence.tick());
     let value = serde_json::json!({
         "event": "occurrence",
         "schedule": schedule.to_string(),
         "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        "jitter_ms": u64::try_from(jitter.as_millis()).unwrap_or(u64::MAX),
+        "start": baton_time(start),
     });
     sink.say(value, &text);
 }

@@ -2,7 +2,9 @@
 //! tick (by the server's clock) it runs that occurrence's job exactly as `baton run --every …`
 //! would (holder or backup, PROGRAM supervised the same way, by the same code: [`Job`]), then
 //! waits for the next tick. Occurrences run at once in this process when one outlasts the gap
-//! to the next tick (each is a job of its own), unless `--overlap skip`.
+//! to the next tick (each is a job of its own), unless `--overlap skip`. With --jitter an
+//! occurrence's job starts at its tick plus its jitter, by the server's clock (the tick still
+//! decides which occurrence it is, and when --overlap and --max-concurrent look).
 //!
 //! Why not the library's `Failover::schedule`: its work is a closure run under
 //! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
@@ -26,7 +28,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
 use super::exit::{EX_UNAVAILABLE, EX_USAGE};
 use super::out;
-use super::run::{occurrence_env, Ended, Job};
+use super::run::{occurrence_env, patiently, Ended, Jittered, Job};
 use super::signals::{signal_name, signal_status, Fan, Signals};
 use super::sink::{Bound, Sink};
 use super::text::{self, human};
@@ -336,9 +338,17 @@ impl<'a> Command<'a> {
             id: occurrence.id().to_string(),
             job: job_key.clone(),
         });
+        let jitter = args.when.jitter.unwrap_or(Duration::ZERO);
+        let start = occurrence.jittered_start(&args.key, jitter, args.lease);
+        let jittered = args.when.jitter.map(|most| Jittered {
+            most,
+            j: start.duration_since(occurrence.tick()).unwrap_or_default(),
+            room: occurrence.jitter_room(args.lease),
+        });
         run_sink.note(&format!(
-            "running occurrence {}, job {job_key}",
-            occurrence.id()
+            "running occurrence {}, job {job_key}{}",
+            occurrence.id(),
+            jittered.map_or_else(String::new, |j| format!(", {}", j.text()))
         ));
         let mut signals = self.fan.subscribe();
         let job = Job {
@@ -357,6 +367,26 @@ impl<'a> Command<'a> {
                         return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
                     }
                     () = tokio::time::sleep(delay) => {}
+                }
+            }
+            if start > occurrence.tick() {
+                // As the wait for an attempt: a signal stops it (nothing ran here), and a
+                // server that keeps failing past --give-up-after ends it with 69 (run again
+                // while the occurrence is still the current one).
+                let failover = self.client.failover();
+                let waited = patiently(
+                    &args.key,
+                    "read the server's clock",
+                    args.give_up_after,
+                    || failover.wait_until(&args.key, start),
+                );
+                tokio::select! {
+                    sig = signals.recv() => {
+                        return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
+                    }
+                    r = waited => if let Err(code) = r {
+                        return (occurrence, job_key, Ended::Error(code));
+                    }
                 }
             }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;

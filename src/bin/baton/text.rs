@@ -78,6 +78,7 @@ fn flag(field: &str) -> Option<&'static str> {
         "cron" => "--cron",
         "tz" => "--tz",
         "early" => "--early",
+        "jitter" => "--jitter",
         "catch_up" => "--catch-up",
         "overlap" => "--overlap",
         "password_file" => "BATON_REDIS_PASSWORD_FILE",
