@@ -853,14 +853,24 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         }
     }
     // Let the checked ticks end (the fleet keeps running, healed), then stop the fleet.
+    // Done when every checked tick's job is terminal, or when no state changed for 4 s (a
+    // missed tick, or one left at a lost holder's attempt, never ends): longer than a lease
+    // plus the longest PROGRAM, so a running occurrence always moves within it.
     let jobs: Vec<String> = ticks.iter().map(|t| t.job.clone()).collect();
     let bound = heal + SETTLE_S * 1_000_000_000;
+    let mut seen: Option<(BTreeMap<String, Option<String>>, u64)> = None;
     loop {
-        let all = read_states(&admin_url, &jobs)
-            .await
-            .map(|m| m.values().all(terminal))
-            .unwrap_or(false);
-        if all || mono_ns() > bound {
+        let states = read_states(&admin_url, &jobs).await.ok();
+        let all = states.as_ref().is_some_and(|m| m.values().all(terminal));
+        let now = mono_ns();
+        let stable = match (&seen, &states) {
+            (Some((prev, since)), Some(cur)) if prev == cur => now - since > 4_000_000_000,
+            _ => {
+                seen = states.map(|m| (m, now));
+                false
+            }
+        };
+        if all || stable || now > bound {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
