@@ -415,9 +415,12 @@ where
 /// that long, and a failover takes seconds.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// `t` in RFC 3339 (UTC), as occurrence ids are written.
+/// `t` in RFC 3339 (UTC), as occurrence ids are written, to the millisecond at most (ticks
+/// are whole milliseconds, so their ids are unchanged; a time read from the clock is not).
 pub(crate) fn baton_time(t: SystemTime) -> String {
-    jiff::Timestamp::try_from(t).map_or_else(|_| format!("{t:?}"), |ts| ts.to_string())
+    jiff::Timestamp::try_from(t)
+        .and_then(|ts| jiff::Timestamp::from_millisecond(ts.as_millisecond()))
+        .map_or_else(|_| format!("{t:?}"), |ts| ts.to_string())
 }
 
 /// An occurrence's jitter as `run` says it: --jitter, the occurrence's `j`, and the room its
