@@ -698,3 +698,80 @@ async fn record_cost() {
         "over the 64 KB target"
     );
 }
+
+/// `Failover::schedule` on a paused key skips each tick (reported `Paused`, recorded
+/// `skipped_paused`) and keeps its cadence; once resumed, the next tick runs and the paused
+/// ones are not caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_schedule_skips_its_ticks_and_runs_again_once_resumed() {
+    use baton::{OccurrenceOutcome, RunOutcome, ScheduleOptions};
+    let srv = server();
+    let client = client(&srv).await;
+    let f = client.failover();
+    let schedule = Schedule::every(Duration::from_secs(1)).unwrap();
+    f.pause_schedule("paused-sched", None, Some("deploy"))
+        .await
+        .unwrap();
+    let config = FailoverConfig::builder("paused-sched")
+        .lease(Duration::from_secs(5))
+        .worker_name("host-a")
+        .build()
+        .unwrap();
+    let mut runs = f.schedule(
+        schedule.clone(),
+        config,
+        ScheduleOptions::default(),
+        |_occurrence, _attempt| async { Ok::<(), String>(()) },
+    );
+    let mut paused = vec![];
+    for _ in 0..2 {
+        let report = next_report(&mut runs).await;
+        match report.outcome {
+            OccurrenceOutcome::Paused(p) => assert_eq!(p.note.as_deref(), Some("deploy")),
+            other => panic!("ran while paused: {other:?}"),
+        }
+        paused.push(report.occurrence.tick());
+    }
+    assert!(f.resume_schedule("paused-sched").await.unwrap());
+    let done = loop {
+        let report = next_report(&mut runs).await;
+        match report.outcome {
+            OccurrenceOutcome::Paused(_) => paused.push(report.occurrence.tick()),
+            OccurrenceOutcome::Ran(RunOutcome::Done(())) => break report.occurrence.tick(),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            paused.len() < 5,
+            "still paused after the resume: {paused:?}"
+        );
+    };
+    // No catch-up: the run after the resume is a tick after every paused one.
+    assert!(paused.iter().all(|t| *t < done), "{paused:?} then {done:?}");
+    drop(runs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let h = f
+            .schedule_history("paused-sched", schedule.digest(), 50)
+            .await
+            .unwrap();
+        let of = |t: &SystemTime| h.iter().find(|e| e.tick == *t).map(|e| e.outcome);
+        if paused
+            .iter()
+            .all(|t| of(t) == Some(RecordedOutcome::SkippedPaused))
+            && of(&done) == Some(RecordedOutcome::Done)
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{h:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn next_report(
+    runs: &mut baton::Scheduled<(), String>,
+) -> baton::OccurrenceReport<(), String> {
+    tokio::time::timeout(Duration::from_secs(5), runs.next_event())
+        .await
+        .expect("a report")
+        .expect("the stream goes on")
+}

@@ -204,6 +204,35 @@ impl Failover {
     }
 }
 
+impl Failover {
+    /// [`Failover::record_occurrence`] in the background, best effort (a failure is a warning
+    /// and a count in `baton_schedule_record_errors_total`): what the schedule's driver
+    /// records of the ticks it does not run (skipped by overlap or by a pause).
+    pub(crate) fn record_in_background(
+        &self,
+        config: &FailoverConfig,
+        schedule: &Schedule,
+        options: RecordOptions,
+        tick: SystemTime,
+        change: RecordChange,
+    ) {
+        let (this, config, schedule) = (self.clone(), config.clone(), schedule.clone());
+        self.backend.tracker().spawn(async move {
+            let key = config.key.clone();
+            if let Err(error) = this
+                .record_occurrence(&schedule, &options, config, tick, change)
+                .await
+            {
+                crate::util::metrics::count(
+                    crate::util::metrics::Count::ScheduleRecordErrors,
+                    this.backend.label(),
+                );
+                tracing::warn!(%key, %error, "the schedule's record could not be written");
+            }
+        });
+    }
+}
+
 /// The write of `change` for `tick` (checked to be a tick of `schedule`).
 pub(crate) fn record_write(
     schedule: &Schedule,

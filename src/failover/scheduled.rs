@@ -563,6 +563,10 @@ pub enum OccurrenceOutcome<T, E = String> {
     Skipped,
     /// Baton could not coordinate it (its job's error: connection, corrupt state, …).
     Error(Error),
+    /// The schedule was paused ([`Failover::pause_schedule`]) when the occurrence was due:
+    /// not run here, and recorded `skipped_paused` in the schedule's record. The next tick
+    /// after the pause runs as usual; paused ticks are not caught up.
+    Paused(super::record::Pause),
 }
 
 /// The stream of [`Failover::schedule`]: one [`OccurrenceReport`] per occurrence, until
@@ -729,6 +733,16 @@ where
                     key = %job_key,
                     "an earlier occurrence still runs here: this one is skipped (overlap skip)"
                 );
+                self.failover.record_in_background(
+                    &self.config,
+                    &self.schedule,
+                    self.record_options(),
+                    occurrence.tick(),
+                    super::record::RecordChange::Outcome {
+                        outcome: super::record::RecordedOutcome::SkippedOverlap,
+                        note: None,
+                    },
+                );
                 self.reports.send(OccurrenceReport {
                     occurrence,
                     job_key,
@@ -853,8 +867,20 @@ where
         self.reports.send(report);
     }
 
+    /// The record's options of this stream's occurrences.
+    fn record_options(&self) -> super::record::RecordOptions {
+        super::record::RecordOptions::default()
+            .history(self.options.history)
+            .jitter(self.options.jitter)
+    }
+
     fn start(&mut self, runs: &mut JoinSet<Finished<T, E>>, occurrence: Occurrence) {
         let failover = self.failover.clone();
+        let (base, schedule, record) = (
+            self.config.clone(),
+            self.schedule.clone(),
+            self.record_options(),
+        );
         let mut work = self.work.clone();
         let job_key = occurrence.job_key(&self.config.key);
         let config = match self.jitter_error.clone().map_or_else(
@@ -871,9 +897,7 @@ where
                     self.warned_retention = true;
                     warn_raised(&config, given);
                 }
-                let record = super::record::RecordOptions::default()
-                    .history(self.options.history)
-                    .jitter(self.options.jitter);
+                let record = self.record_options();
                 Ok(config.with_record(&self.config.key, &self.schedule, occurrence.tick(), record))
             }
             Err(e) => Err(e),
@@ -897,13 +921,38 @@ where
                     if start > occurrence.tick() {
                         wait_for_start(&failover, &key, start).await;
                     }
-                    let o = occurrence.clone();
-                    match failover
-                        .run(config, move |attempt| work(o.clone(), attempt))
-                        .await
-                    {
-                        Ok(outcome) => OccurrenceOutcome::Ran(outcome),
-                        Err(e) => OccurrenceOutcome::Error(e),
+                    // One read per occurrence: a pause skips the tick (recorded), and the
+                    // cadence goes on. A pause that cannot be read does not stop the run:
+                    // the job's own coordination is what must not fail open.
+                    let paused = match failover.schedule_pause(base.clone()).await {
+                        Ok(p) => p,
+                        Err(error) => {
+                            tracing::warn!(%error, "the schedule's pause could not be read; running");
+                            None
+                        }
+                    };
+                    if let Some(pause) = paused {
+                        tracing::info!(by = %pause.by, "the schedule is paused: this occurrence is skipped");
+                        failover.record_in_background(
+                            &base,
+                            &schedule,
+                            record,
+                            occurrence.tick(),
+                            super::record::RecordChange::Outcome {
+                                outcome: super::record::RecordedOutcome::SkippedPaused,
+                                note: pause.note.clone(),
+                            },
+                        );
+                        OccurrenceOutcome::Paused(pause)
+                    } else {
+                        let o = occurrence.clone();
+                        match failover
+                            .run(config, move |attempt| work(o.clone(), attempt))
+                            .await
+                        {
+                            Ok(outcome) => OccurrenceOutcome::Ran(outcome),
+                            Err(e) => OccurrenceOutcome::Error(e),
+                        }
                     }
                 }
             };
