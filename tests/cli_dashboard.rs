@@ -780,3 +780,89 @@ async fn a_non_loopback_address_or_a_bad_interval_is_a_usage_error() {
         assert_eq!(code(&out), EX_USAGE, "{}", describe(&out));
     }
 }
+
+/// A schedule's row shows its expression from its record; a schedule with only its record
+/// left (no occurrence in the store, as when every one expired) keeps a row, state
+/// `recorded`; `/api/history` gives a schedule's record and history (the page's expanded row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_rows_show_the_expression_and_history_and_a_record_alone_keeps_its_row() {
+    let server = RedisServer::start().expect("redis");
+    let url = server.url();
+    let out = finished(
+        &url,
+        &[
+            "run", "--key", "nightly", "--every", "1h", "--name", "host-a", "--", "true",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    // "gone": a record and no occurrence key, as after its occurrences expired.
+    let client = baton::Client::connect(&url).await.unwrap();
+    let failover = client.failover();
+    let daily = baton::Schedule::cron_in("0 2 * * *", "UTC").unwrap();
+    let now = failover.server_time("gone").await.unwrap();
+    let tick = daily.latest_at_or_before(now).unwrap();
+    failover
+        .record_occurrence(
+            &daily,
+            &baton::RecordOptions::default(),
+            "gone",
+            tick,
+            baton::RecordChange::Outcome {
+                outcome: baton::RecordedOutcome::Done,
+                note: None,
+            },
+        )
+        .await
+        .unwrap();
+    let hourly = baton::Schedule::every(Duration::from_secs(3600))
+        .unwrap()
+        .to_string();
+
+    let (mut dash, addr) = dashboard(&url, &[]).await;
+    let until = Instant::now() + SHOWN_WITHIN;
+    let (nightly, gone) = loop {
+        let view = entries(&addr).await;
+        let rows = view["rows"].as_array().cloned().unwrap_or_default();
+        let row = |key: &str| {
+            rows.iter()
+                .find(|r| r["kind"] == "schedule" && r["schedule"] == key)
+                .cloned()
+        };
+        if let (Some(n), Some(g)) = (row("nightly"), row("gone")) {
+            if !n["expression"].is_null() {
+                break (n, g);
+            }
+        }
+        assert!(Instant::now() < until, "schedule rows not shown: {view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(nightly["expression"], json!(hourly), "{nightly}");
+    assert_eq!(nightly["state"], "done", "{nightly}");
+    assert_eq!(gone["state"], "recorded", "{gone}");
+    assert_eq!(gone["expression"], json!(daily.to_string()), "{gone}");
+    assert_eq!(gone["digest"], json!(daily.digest()), "{gone}");
+
+    let (status, _, body) = request(&addr, "GET", "/api/history?schedule=nightly", &addr).await;
+    assert_eq!(status, 200, "{body}");
+    let start = body.find('[').expect("a JSON array");
+    let end = body.rfind(']').expect("a JSON array");
+    let history: Value = serde_json::from_str(&body[start..=end]).expect("JSON");
+    let digests = history.as_array().unwrap();
+    assert_eq!(digests.len(), 1, "{history}");
+    assert_eq!(
+        digests[0]["record"]["spec"]["text"],
+        json!(hourly),
+        "{history}"
+    );
+    let occurrences = digests[0]["history"].as_array().unwrap();
+    assert_eq!(occurrences.len(), 1, "{history}");
+    assert_eq!(occurrences[0]["outcome"], "done", "{history}");
+    assert_eq!(occurrences[0]["attempts"][0]["host"], "host-a", "{history}");
+    assert_eq!(
+        occurrences[0]["attempts"][0]["exit"],
+        json!({ "status": 0 }),
+        "{history}"
+    );
+    dash.kill().await.ok();
+}

@@ -1278,3 +1278,93 @@ async fn the_jitter_line_of_the_docs_runs_at_the_tick_plus_its_jitter() {
 async fn finish(child: Child, what: &str) -> Output {
     finish_by(child, Instant::now() + QUICK, what).await
 }
+
+// ---------------------------------------------------------------------------------------------
+// baton pause / resume
+// ---------------------------------------------------------------------------------------------
+
+/// Three `baton schedule --every 2s` workers; `baton pause` over three ticks, then `baton
+/// resume`: those ticks ran nowhere and are recorded skipped (paused), the next tick runs
+/// once, and no paused tick is caught up.
+async fn pause_over_three_ticks_then_resume(url: &str) {
+    let dir = TempDir::new("sched-pause");
+    let log = dir.path("log");
+    let script = format!("echo \"$BATON_OCCURRENCE\" >> {}", shq(&log));
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let name = format!("host-{i}");
+        let mut cmd = baton("schedule", url);
+        cmd.args([
+            "--key", "paused", "--every", "2s", "--name", &name, "--", "sh", "-c",
+        ])
+        .arg(&script);
+        workers.push(spawn(&mut cmd));
+    }
+    wait_file(&log, Duration::from_secs(20), |t| t.lines().count() >= 1)
+        .await
+        .expect("a first occurrence ran");
+    // Paused 0.5 s after a tick: the next three ticks are skipped.
+    let t0 = tick_after(2, 0.0);
+    sleep_until_epoch(t0 as f64 + 0.5).await;
+    let out = finish_by(
+        spawn(baton("pause", url).args(["--key", "paused", "--note", "maintenance"])),
+        Instant::now() + QUICK,
+        "pause",
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let paused: Vec<u64> = (1..=3).map(|k| t0 + 2 * k).collect();
+    sleep_until_epoch(paused[2] as f64 + 0.5).await;
+    let out = finish_by(
+        spawn(baton("resume", url).args(["--key", "paused"])),
+        Instant::now() + QUICK,
+        "resume",
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let next = paused[2] + 2;
+    wait_file(&log, Duration::from_secs(10), |t| t.contains(&id_of(next)))
+        .await
+        .unwrap_or_else(|| panic!("{} did not run after resume", id_of(next)));
+    sleep_until_epoch(next as f64 + 1.0).await;
+    let ran = by_occurrence(&log);
+    for t in &paused {
+        assert!(
+            !ran.contains_key(&id_of(*t)),
+            "paused tick {} ran: {ran:?}",
+            id_of(*t)
+        );
+    }
+    assert_eq!(ran[&id_of(next)].len(), 1, "{ran:?}");
+    let out = finish_by(
+        spawn(baton("status", url).args(["--key", "paused", "--history", "--json"])),
+        Instant::now() + QUICK,
+        "status --history",
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", describe(&out));
+    let history: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for t in &paused {
+        let entry = history
+            .iter()
+            .find(|o| o["id"] == id_of(*t))
+            .unwrap_or_else(|| panic!("{} not on record: {history:?}", id_of(*t)));
+        assert_eq!(entry["outcome"], "skipped_paused", "{entry}");
+    }
+    drop(workers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_over_three_ticks_then_resume_skips_them_and_runs_the_next_on_redis() {
+    let srv = server();
+    pause_over_three_ticks_then_resume(&srv.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_over_three_ticks_then_resume_skips_them_and_runs_the_next_on_postgres() {
+    let db = common::PgDatabase::create();
+    pause_over_three_ticks_then_resume(&db.url).await;
+}

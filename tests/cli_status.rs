@@ -523,3 +523,128 @@ async fn status_counts_a_jobs_waiting_backups_and_an_elections_standbys() {
         describe(&out)
     );
 }
+
+/// `baton status --key K --history` after a night with a failed attempt and a takeover, on
+/// three `baton run --every 1h` processes (hosts host-0..2) of one occurrence: attempt 1's
+/// PROGRAM exits 3, attempt 2's holder is killed (SIGKILL) while PROGRAM runs, a backup takes
+/// over when its lease runs out and attempt 3 succeeds. The history shows the occurrence done
+/// with its attempts: each with its host, the failed one with exit status 3 and its failure,
+/// the last with status 0; the killed one with its host and no end (its worker died before
+/// writing it).
+async fn history_after_a_failed_attempt_and_a_takeover(url: &str) {
+    use common::process::{read_pid, send_signal};
+    let dir = common::TempDir::new("status-history");
+    let count = dir.path("count");
+    let holder = dir.path("holder");
+    let hang = dir.path("hang.pid");
+    // Attempt 1 fails with 3, attempt 2 hangs (its host written first), attempt 3 succeeds.
+    let script = format!(
+        "n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; \
+         case $n in 1) exit 3;; 2) echo $HOST > {holder}; echo $$ > {hang}; exec sleep 60;; \
+         *) exit 0;; esac",
+        count = common::shq(&count),
+        holder = common::shq(&holder),
+        hang = common::shq(&hang),
+    );
+    let mut hosts: Vec<tokio::process::Child> = (0..3)
+        .map(|i| {
+            let name = format!("host-{i}");
+            let mut cmd = baton_command(BATON);
+            cmd.env("HOST", &name)
+                .args(["run", "--key", "nightly", "--every", "1h", "--lease", "1s"])
+                .args(["--max-attempts", "3", "--name", &name, "--url", url])
+                .args(["--", "sh", "-c", &script]);
+            spawn(&mut cmd)
+        })
+        .collect();
+    let sleeper = read_pid(&hang, QUICK).await;
+    let hung = std::fs::read_to_string(&holder).unwrap().trim().to_string();
+    let at: usize = hung.trim_start_matches("host-").parse().unwrap();
+    hosts[at].kill().await.expect("kill attempt 2's baton");
+    send_signal(sleeper, libc::SIGKILL);
+    // The other two end: one failed attempt 1 (exit 3), one ran attempt 3 (exit 0).
+    let mut codes = Vec::new();
+    for (i, child) in hosts.into_iter().enumerate() {
+        if i != at {
+            let out = finish_by(child, Instant::now() + QUICK, "run").await;
+            codes.push(common::process::code(&out));
+        }
+    }
+    codes.sort();
+    assert_eq!(codes, [0, 3]);
+
+    // The record's writes are in the background: read until attempt 3's end is on record.
+    let until = Instant::now() + QUICK;
+    let entry = loop {
+        let out = baton(url, &["status", "--key", "nightly", "--history", "--json"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let entries: Vec<serde_json::Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(entries.len(), 1, "one night on record: {entries:?}");
+        let entry = entries.into_iter().next().unwrap();
+        let third_ended = entry["attempts"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a["attempt"] == 3 && !a["ended"].is_null()));
+        if entry["outcome"] == "done" && third_ended {
+            break entry;
+        }
+        assert!(Instant::now() < until, "history never complete: {entry}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let attempts = entry["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{entry}");
+    let host_of = |n: usize| attempts[n]["host"].as_str().unwrap_or("").to_string();
+    let (first, second, third) = (host_of(0), host_of(1), host_of(2));
+    assert_eq!(second, hung, "{entry}");
+    for h in [&first, &second, &third] {
+        assert!(h.starts_with("host-"), "{entry}");
+    }
+    assert_ne!(first, second, "{entry}");
+    assert_ne!(third, second, "{entry}");
+    assert_eq!(
+        attempts[0]["exit"],
+        serde_json::json!({ "status": 3 }),
+        "{entry}"
+    );
+    assert_eq!(attempts[0]["outcome"], "failed", "{entry}");
+    assert!(
+        attempts[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("status 3")),
+        "{entry}"
+    );
+    assert!(attempts[1]["ended"].is_null(), "{entry}");
+    assert!(!attempts[1]["started"].is_null(), "{entry}");
+    assert_eq!(
+        attempts[2]["exit"],
+        serde_json::json!({ "status": 0 }),
+        "{entry}"
+    );
+    assert_eq!(attempts[2]["outcome"], "done", "{entry}");
+    for a in [&attempts[0], &attempts[2]] {
+        assert!(!a["started"].is_null() && !a["ended"].is_null(), "{entry}");
+    }
+
+    // As text: a line per attempt, hosts and exit statuses in them.
+    let out = baton(url, &["status", "--key", "nightly", "--history"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    for h in [&first, &second, &third] {
+        assert!(text.contains(h.as_str()), "{text}");
+    }
+    assert!(text.contains("done"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_a_failed_attempt_and_a_takeover_with_hosts_and_exits_on_redis() {
+    let server = RedisServer::start().expect("redis");
+    history_after_a_failed_attempt_and_a_takeover(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_a_failed_attempt_and_a_takeover_with_hosts_and_exits_on_postgres() {
+    let db = common::PgDatabase::create();
+    history_after_a_failed_attempt_and_a_takeover(&db.url).await;
+}

@@ -128,7 +128,7 @@ impl Runner {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -153,7 +153,7 @@ pub struct CliResult {
 /// The `baton` binary next to this example's own (`target/<profile>/examples/chaos` →
 /// `target/<profile>/baton`), copied privately (a build may replace it meanwhile).
 /// `CHAOS_BATON=PATH` runs another build instead (an older one, to see the checks bite).
-fn baton_bin(dir: &Path) -> Result<PathBuf, BoxError> {
+pub(crate) fn baton_bin(dir: &Path) -> Result<PathBuf, BoxError> {
     let bin = match std::env::var_os(BATON_ENV) {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe()?
@@ -200,7 +200,7 @@ fn control_script() -> String {
 }
 
 /// `pid`'s parent, from /proc.
-fn parent(pid: i32) -> Option<i32> {
+pub(crate) fn parent(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?
         .1
@@ -212,7 +212,7 @@ fn parent(pid: i32) -> Option<i32> {
 
 /// Whether one of `pid`'s threads sleeps in a pipe write (its output thread, on the stalled
 /// pipe): the stall reached baton.
-fn blocked_in_pipe_write(pid: i32) -> bool {
+pub(crate) fn blocked_in_pipe_write(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
@@ -221,7 +221,7 @@ fn blocked_in_pipe_write(pid: i32) -> bool {
     })
 }
 
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2(2) writes two new descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -231,7 +231,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
     if fd < 0 {
@@ -244,7 +244,7 @@ fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
 /// Fills the pipe behind `fd` to its capacity with 4 KiB writes (atomic: never torn into
 /// baton's lines) of `F…` lines the reader discards. Blocks once the pipe is full, until the
 /// reader drains it.
-fn fill_pipe(fd: OwnedFd) {
+pub(crate) fn fill_pipe(fd: OwnedFd) {
     // SAFETY: fcntl(F_GETPIPE_SZ) on a pipe descriptor we own.
     let cap = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) };
     let cap = if cap > 0 { cap as usize } else { 65_536 };
@@ -267,7 +267,7 @@ fn fill_pipe(fd: OwnedFd) {
 
 /// Reads a runner's stderr into `path` (dropping the filler), except while `stalled`; ends once
 /// the runner exited and the pipe stayed empty for 300 ms.
-async fn read_stderr(
+pub(crate) async fn read_stderr(
     read: OwnedFd,
     path: PathBuf,
     stalled: Arc<AtomicBool>,

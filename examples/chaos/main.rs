@@ -30,9 +30,16 @@
 //! work escapes its group so the overlap check must flag it); profile `cli` runs only those. It
 //! runs the `baton` binary next to this example's (`target/<profile>/baton`), which `cargo run
 //! --example` does not build: `cargo build --all-features --bin baton` first.
+//! Profile `schedule` runs the scheduling workload (examples/chaos/sched.rs: `--seconds`, 20 by
+//! default, of three schedules at 2–5 s periods, each run by a `baton schedule` process on
+//! every one of 3 or 4 workers, the same binary; processes frozen past their lease, killed and
+//! restarted, their stderr stalled, their worker's link cut, Redis paused; no occurrence's
+//! PROGRAMs overlap or complete twice, none starts before its tick by the server's clock, every
+//! tick a live process witnessed ends DONE or EXHAUSTED; and its control
+//! `control-schedule-prefix`, one worker under another `--prefix`, which S1 must flag).
 //! `failover` runs only the main phase and its two controls, and
 //! a list (`failover,mutex`, `leader,fair,cli`) runs each listed workload's phases: `quick` is
-//! `failover,mutex,leader,fair,cli`. Profile `cluster` (needs
+//! `failover,mutex,leader,fair,cli` (not `schedule`). Profile `cluster` (needs
 //! `--features testing,cluster`) runs the failover workload against a six-node Redis Cluster
 //! (3 primaries, 3 replicas, node timeout 1 s; workers use `replica_ack(1, …)`) for 25 s of
 //! primary kills (replica promoted, the old primary restarted as a replica), primary pauses
@@ -71,6 +78,7 @@ mod nemesis;
 mod pg;
 mod proxy;
 mod resource;
+mod sched;
 mod util;
 mod worker;
 
@@ -152,12 +160,12 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         for p in profile.split(',') {
             match p {
                 "quick" => workloads.extend(["failover", "mutex", "leader", "fair", "cli"]),
-                "failover" | "mutex" | "leader" | "fair" | "cli" => workloads.push(p),
+                "failover" | "mutex" | "leader" | "fair" | "cli" | "schedule" => workloads.push(p),
                 _ => {
                     return Err(format!(
-                        "unknown profile {p} (quick, failover, mutex, leader, fair, cli or a \
-                         list of them such as failover,mutex; controls, cluster, postgres, \
-                         postgres-locks alone)"
+                        "unknown profile {p} (quick, failover, mutex, leader, fair, cli, \
+                         schedule or a list of them such as failover,mutex; controls, cluster, \
+                         postgres, postgres-locks alone)"
                     )
                     .into())
                 }
@@ -785,6 +793,61 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
                 println!("chaos: phase {name} could not run: {e}");
                 report["phases"][&name] = json!({"error": e.to_string()});
                 lines.push((format!("phase {name} ran"), false, e.to_string()));
+            }
+        }
+    }
+    // The scheduling workload (sched.rs): `baton schedule` fleets under their hosts' faults and
+    // server pauses, then its control. Alone (`--profile schedule`), --seconds sets its length.
+    if has("schedule") {
+        let chaos_s = if profile == "schedule" {
+            flag(args, "--seconds").map_or(Ok(20.0), |s| s.parse())?
+        } else {
+            20.0
+        };
+        let phases = [
+            sched::SchedCfg {
+                name: "schedule".into(),
+                seed: mix(&[seed, 0x5C4]),
+                chaos_s,
+                control: false,
+            },
+            sched::SchedCfg {
+                name: "control-schedule-prefix".into(),
+                seed: mix(&[seed, 0x5C5]),
+                chaos_s: 7.0,
+                control: true,
+            },
+        ];
+        for cfg in phases {
+            let name = cfg.name.clone();
+            println!(
+                "chaos: phase {name}: baton schedule fleet, {}s chaos",
+                cfg.chaos_s
+            );
+            match sched::run_phase(cfg, &root, &canary).await {
+                Ok(res) => {
+                    let (phase_lines, stats) = sched::check(&res);
+                    for l in &phase_lines {
+                        if l.0.starts_with("control ") {
+                            report["controls"][&name] = json!({"pass": l.1, "note": l.2});
+                        } else if let Some(id) = l.0.split_whitespace().nth(1) {
+                            let n =
+                                l.2.split_whitespace()
+                                    .next()
+                                    .and_then(|n| n.parse::<u64>().ok());
+                            if let Some(n) = n {
+                                report["violations"][format!("{name}/{id}")] = json!(n);
+                            }
+                        }
+                    }
+                    report["phases"][&name] = stats;
+                    lines.extend(phase_lines);
+                }
+                Err(e) => {
+                    println!("chaos: phase {name} could not run: {e}");
+                    report["phases"][&name] = json!({"error": e.to_string()});
+                    lines.push((format!("phase {name} ran"), false, e.to_string()));
+                }
             }
         }
     }

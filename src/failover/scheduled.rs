@@ -6,7 +6,9 @@
 //!   [`Failover::wait_until`] waits for a jittered start ([`Occurrence::jittered_start`]);
 //! - [`FailoverConfig::for_occurrence`] makes the occurrence's job configuration;
 //! - [`Failover::schedule`] is the long-running form: one run per tick (at the tick, or at
-//!   the tick plus its jitter with [`ScheduleOptionsBuilder::jitter`]), reported as a stream.
+//!   the tick plus its jitter with [`ScheduleOptionsBuilder::jitter`]), reported as a stream;
+//!   each occurrence is recorded in the schedule's record and skipped while the schedule is
+//!   paused ([`Failover::pause_schedule`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -267,6 +269,13 @@ impl Failover {
     /// An occurrence still running when the next tick comes does not block it (each has its
     /// own job), unless [`Overlap::Skip`] reports the new one as skipped.
     ///
+    /// Each occurrence is recorded in the schedule's record ([`FailoverConfig::with_record`],
+    /// with [`ScheduleOptionsBuilder::history`]). Just before it runs (after its jittered
+    /// start), the schedule's pause is read once ([`Failover::schedule_pause`]): paused, the
+    /// occurrence is reported [`OccurrenceOutcome::Paused`], recorded `skipped_paused` and not
+    /// run; the next tick is waited for as always (the cadence is kept, paused ticks are not
+    /// caught up).
+    ///
     /// `work` gets the occurrence and the attempt (whose `key` is the occurrence's job).
     /// Dropping the stream stops it: occurrences this worker holds are failed (a backup takes
     /// over) and their work aborted; [`Scheduled::stop`] does the same and lets the stream
@@ -367,6 +376,67 @@ async fn wait_for_start(failover: &Failover, key: &str, start: SystemTime) {
                 tokio::time::sleep(RETRY_AFTER_ERROR).await;
             }
         }
+    }
+}
+
+/// The schedule's pause as the occurrence is about to run (one read: [`Failover::schedule_pause`]),
+/// read again every [`RETRY_AFTER_ERROR`] while it cannot be (said once), as
+/// [`wait_for_start`] reads the clock: the occurrence's job needs the server anyway, and
+/// running it unchecked could run a paused schedule. A configuration error is final.
+async fn read_pause(
+    failover: &Failover,
+    base: &FailoverConfig,
+) -> Result<Option<super::record::Pause>, Error> {
+    let mut said = false;
+    loop {
+        match failover.schedule_pause(base.clone()).await {
+            Ok(pause) => return Ok(pause),
+            // A backend that cannot keep the schedule's record cannot keep a pause either.
+            Err(Error::Unsupported { .. }) => return Ok(None),
+            Err(error @ Error::Config(_)) => return Err(error),
+            Err(error) => {
+                if !said {
+                    tracing::warn!(
+                        key = %base.key,
+                        error = %error,
+                        "the schedule's pause could not be read; trying again"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(RETRY_AFTER_ERROR).await;
+            }
+        }
+    }
+}
+
+/// Records `occurrence` skipped by `pause` in the schedule's record, best effort (a failed
+/// write is a warning, as the workers' own record writes are): the tick is skipped either way.
+async fn record_paused(
+    failover: &Failover,
+    schedule: &Schedule,
+    record: &super::record::RecordOptions,
+    base: &FailoverConfig,
+    occurrence: &Occurrence,
+    pause: &super::record::Pause,
+) {
+    tracing::info!(
+        key = %occurrence.job_key(&base.key),
+        "the schedule is paused: this occurrence is skipped"
+    );
+    let change = super::record::RecordChange::Outcome {
+        outcome: super::record::RecordedOutcome::SkippedPaused,
+        note: pause.note.clone(),
+    };
+    let written = failover
+        .record_occurrence(schedule, record, base.clone(), occurrence.tick(), change)
+        .await;
+    if let Err(error) = written {
+        tracing::warn!(
+            key = %base.key,
+            occurrence = occurrence.id(),
+            error = %error,
+            "the paused occurrence could not be recorded in the schedule's record"
+        );
     }
 }
 
@@ -561,12 +631,13 @@ pub enum OccurrenceOutcome<T, E = String> {
     Ran(RunOutcome<T, E>),
     /// [`Overlap::Skip`]: an earlier occurrence still ran here at its tick; not run here.
     Skipped,
+    /// The schedule was paused ([`Failover::pause_schedule`]) when this worker came to run
+    /// the occurrence: not run here, recorded `skipped_paused` in the schedule's record. The
+    /// cadence is kept: the next tick runs if the pause has ended by then, and paused ticks
+    /// are never caught up.
+    Paused(super::record::Pause),
     /// Baton could not coordinate it (its job's error: connection, corrupt state, …).
     Error(Error),
-    /// The schedule was paused ([`Failover::pause_schedule`]) when the occurrence was due:
-    /// not run here, and recorded `skipped_paused` in the schedule's record. The next tick
-    /// after the pause runs as usual; paused ticks are not caught up.
-    Paused(super::record::Pause),
 }
 
 /// The stream of [`Failover::schedule`]: one [`OccurrenceReport`] per occurrence, until
@@ -733,10 +804,13 @@ where
                     key = %job_key,
                     "an earlier occurrence still runs here: this one is skipped (overlap skip)"
                 );
+                // Recorded best effort; a host that runs the tick elsewhere overwrites it.
                 self.failover.record_in_background(
                     &self.config,
                     &self.schedule,
-                    self.record_options(),
+                    super::record::RecordOptions::default()
+                        .history(self.options.history)
+                        .jitter(self.options.jitter),
                     occurrence.tick(),
                     super::record::RecordChange::Outcome {
                         outcome: super::record::RecordedOutcome::SkippedOverlap,
@@ -867,20 +941,8 @@ where
         self.reports.send(report);
     }
 
-    /// The record's options of this stream's occurrences.
-    fn record_options(&self) -> super::record::RecordOptions {
-        super::record::RecordOptions::default()
-            .history(self.options.history)
-            .jitter(self.options.jitter)
-    }
-
     fn start(&mut self, runs: &mut JoinSet<Finished<T, E>>, occurrence: Occurrence) {
         let failover = self.failover.clone();
-        let (base, schedule, record) = (
-            self.config.clone(),
-            self.schedule.clone(),
-            self.record_options(),
-        );
         let mut work = self.work.clone();
         let job_key = occurrence.job_key(&self.config.key);
         let config = match self.jitter_error.clone().map_or_else(
@@ -897,13 +959,20 @@ where
                     self.warned_retention = true;
                     warn_raised(&config, given);
                 }
-                let record = self.record_options();
+                let record = super::record::RecordOptions::default()
+                    .history(self.options.history)
+                    .jitter(self.options.jitter);
                 Ok(config.with_record(&self.config.key, &self.schedule, occurrence.tick(), record))
             }
             Err(e) => Err(e),
         };
         let tick = occurrence.clone();
         let key = self.config.key.clone();
+        let base = self.config.clone();
+        let schedule = self.schedule.clone();
+        let record = super::record::RecordOptions::default()
+            .history(self.options.history)
+            .jitter(self.options.jitter);
         let start = occurrence.jittered_start(&key, self.options.jitter, self.config.lease);
         // The occurrence's span: its worker's `baton_worker` span (attempt, fencing token)
         // opens inside it.
@@ -921,37 +990,29 @@ where
                     if start > occurrence.tick() {
                         wait_for_start(&failover, &key, start).await;
                     }
-                    // One read per occurrence: a pause skips the tick (recorded), and the
-                    // cadence goes on. A pause that cannot be read does not stop the run:
-                    // the job's own coordination is what must not fail open.
-                    let paused = match failover.schedule_pause(base.clone()).await {
-                        Ok(p) => p,
-                        Err(error) => {
-                            tracing::warn!(%error, "the schedule's pause could not be read; running");
-                            None
+                    match read_pause(&failover, &base).await {
+                        Err(e) => OccurrenceOutcome::Error(e),
+                        Ok(Some(pause)) => {
+                            record_paused(
+                                &failover,
+                                &schedule,
+                                &record,
+                                &base,
+                                &occurrence,
+                                &pause,
+                            )
+                            .await;
+                            OccurrenceOutcome::Paused(pause)
                         }
-                    };
-                    if let Some(pause) = paused {
-                        tracing::info!(by = %pause.by, "the schedule is paused: this occurrence is skipped");
-                        failover.record_in_background(
-                            &base,
-                            &schedule,
-                            record,
-                            occurrence.tick(),
-                            super::record::RecordChange::Outcome {
-                                outcome: super::record::RecordedOutcome::SkippedPaused,
-                                note: pause.note.clone(),
-                            },
-                        );
-                        OccurrenceOutcome::Paused(pause)
-                    } else {
-                        let o = occurrence.clone();
-                        match failover
-                            .run(config, move |attempt| work(o.clone(), attempt))
-                            .await
-                        {
-                            Ok(outcome) => OccurrenceOutcome::Ran(outcome),
-                            Err(e) => OccurrenceOutcome::Error(e),
+                        Ok(None) => {
+                            let o = occurrence.clone();
+                            match failover
+                                .run(config, move |attempt| work(o.clone(), attempt))
+                                .await
+                            {
+                                Ok(outcome) => OccurrenceOutcome::Ran(outcome),
+                                Err(e) => OccurrenceOutcome::Error(e),
+                            }
                         }
                     }
                 }

@@ -12,8 +12,8 @@ use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 #[cfg(feature = "dashboard")]
 use super::help::DASHBOARD_HELP;
 use super::help::{
-    EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
-    OVERVIEW, SCHEDULE_HELP, UNLOCK_HELP,
+    CHECK_HELP, EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES,
+    MIGRATE_HELP, OVERVIEW, PAUSE_HELP, SCHEDULE_HELP, UNLOCK_HELP,
 };
 
 /// The longest `--kill-grace` accepted.
@@ -21,10 +21,13 @@ pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
 /// election's), and so does what PostgreSQL does with it.
-const PREFIX_HELP: [(&str, &str); 9] = [
+const PREFIX_HELP: [(&str, &str); 12] = [
     ("run", JOB_PREFIX),
     ("schedule", JOB_PREFIX),
     ("status", JOB_PREFIX),
+    ("check", SCHEDULE_PREFIX),
+    ("pause", SCHEDULE_PREFIX),
+    ("resume", SCHEDULE_PREFIX),
     ("watch", JOB_PREFIX),
     ("fail", JOB_PREFIX),
     ("reset", JOB_PREFIX),
@@ -46,6 +49,10 @@ const PREFIX_HELP: [(&str, &str); 9] = [
          of the lock's or election's row in baton_locks (must end with `:`)",
     ),
 ];
+
+const SCHEDULE_PREFIX: &str = "Key prefix of the schedule's record and control: \
+    PREFIXschedule:{KEY}:… on Redis; on PostgreSQL the key of its rows in baton_schedules, \
+    baton_schedule_history and baton_schedule_control (must end with `:`)";
 
 const JOB_PREFIX: &str = "Key prefix of the job's keys: PREFIX{KEY} and the keys beside it on \
     Redis; on PostgreSQL the key of the job's row in baton_jobs (must end with `:`)";
@@ -164,6 +171,54 @@ pub(crate) enum Command {
         /// latest once all are done).
         #[arg(long, conflicts_with = "key")]
         all: bool,
+        /// With --key: print the schedule's history from its record, newest first: each
+        /// occurrence's tick and outcome, and each attempt's host, start, end, duration, exit
+        /// status or signal and message (one JSON object per occurrence with --json).
+        #[arg(long, requires = "key")]
+        history: bool,
+        /// With --history: at most this many occurrences (newest first).
+        #[arg(long, value_name = "N", requires = "history", default_value_t = 50,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Check a schedule's record for Nagios, Icinga or any monitor that runs a command: one
+    /// status line, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+    #[command(after_long_help = CHECK_HELP)]
+    Check {
+        /// The schedule's key (--key of its `baton run --every/--cron` or `baton schedule`).
+        #[arg(long)]
+        key: String,
+        /// CRITICAL when the last success ended longer ago than this (e.g. 26h for a daily
+        /// job), or when there is none on record.
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        max_age: Option<Duration>,
+        /// OK (not CRITICAL) when the store holds no record of the schedule: never
+        /// registered, or forgotten after max(30 days, 10 gaps) with no host running it.
+        #[arg(long)]
+        allow_absent: bool,
+    },
+    /// Pause a schedule across the fleet: each run that binds to one of its occurrences while
+    /// paused records it skipped (paused), runs nothing and exits 0; the cadence is kept.
+    #[command(after_long_help = PAUSE_HELP)]
+    Pause {
+        /// The schedule's key; it may be paused before any host has run it.
+        #[arg(long)]
+        key: String,
+        /// Until when: an RFC 3339 time (2026-12-24T08:00:00Z) or a duration from now (2h)
+        /// [default: until `baton resume`].
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        /// Why (shown by `baton status`, kept with the pause).
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+    },
+    /// Resume a paused schedule: the next tick runs (the ticks skipped while paused are not
+    /// caught up).
+    #[command(after_long_help = PAUSE_HELP)]
+    Resume {
+        /// The schedule's key.
+        #[arg(long)]
+        key: String,
     },
     /// Follow a job's changes (grants, done, failures) until it ends, or a lock's or a
     /// leader's (holder changes, fencing tokens, loss) until interrupted; each line starts
@@ -385,6 +440,12 @@ pub(crate) struct WhenArgs {
     /// waits for it (capped at half the gap before the tick) [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
     pub(crate) early: Option<Duration>,
+    /// With a schedule: how many occurrences its record keeps in the store, newest first
+    /// (`baton status --key KEY --history`), 1 ..= 1000 [default: 50]. Not part of the
+    /// digest: hosts may differ during a rolling change.
+    #[arg(long, value_name = "N", requires = SCHEDULE_GROUP,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) history: Option<u32>,
     /// With a schedule: start each occurrence at its tick plus a jitter in [0, DURATION), the
     /// same on every server (a hash of the key, the schedule and the tick), so schedules that
     /// tick together do not all start at once; never longer than fits before the next tick's
@@ -445,6 +506,11 @@ pub(crate) struct DashboardArgs {
     /// (100ms ..= 1h).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval)]
     pub(crate) interval: Duration,
+    /// The most schedules /metrics gives series for (its baton_schedule_* families, one set
+    /// per schedule); the schedules past it are left out and counted in
+    /// baton_dashboard_schedules_dropped.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub(crate) max_schedules: usize,
 }
 
 /// --interval of `dashboard`: 100 ms ..= 1 h.

@@ -4,7 +4,12 @@
 //! One task reads the whole listing (the same [`Inspector`] listing as `baton status`: `SCAN`
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
 //! each schedule's occurrences into one row showing its worst open occurrence (the same
-//! [`ScheduleFold`] as `status`), and publishes the result in a watch channel. Every
+//! [`ScheduleFold`] as `status`), reads each schedule's record (every key with an occurrence
+//! or a record, [`baton::Failover::list_schedules`], at most `--max-schedules`, 16 keys' reads
+//! in flight on the shared connection) for its expression, its row's summary and the
+//! store-computed `baton_schedule_*` series of `/metrics`, and publishes the result in a watch
+//! channel. A schedule with only its record left (every occurrence expired) keeps a row
+//! (state `recorded`) and its series. Every
 //! open page is a server-sent-events stream of that channel, filtered by the page's own name
 //! prefix and kind, at most [`MAX_SHOWN`] rows. However many pages are open, the server is read
 //! once per interval, and a read that fails or hangs leaves the last good one on the page with
@@ -39,7 +44,7 @@ use tokio_stream::StreamExt;
 use super::cli::DashboardArgs;
 use super::exit::{usage, usage_config, EX_UNAVAILABLE};
 use super::out;
-use super::status::{entry_note, schedule_note};
+use super::status::{entry_note, schedule_note, ScheduleView};
 use super::text;
 
 mod metrics;
@@ -93,8 +98,11 @@ struct Row {
     /// Whether the entry can have standbys at all (an open job, an election): the page says
     /// "unknown" where it can and `standbys` is `None`.
     can_standby: bool,
-    /// A schedule's digest, the only part of its expression the store holds.
+    /// A schedule's digest (its expression's hash, in each occurrence's name).
     digest: Option<String>,
+    /// A schedule's key and expression, from its record (`None`: no record yet).
+    schedule: Option<String>,
+    expression: Option<String>,
     note: String,
     /// Exhausted, corrupt, or a job between attempts (its last attempt failed or its holder's
     /// lease ran out): what an operator looks at first.
@@ -114,6 +122,8 @@ impl Row {
             standbys: e.standbys,
             can_standby: e.can_have_standbys(),
             digest: None,
+            schedule: None,
+            expression: None,
             note: entry_note(e),
             problem: is_problem(e.state),
         }
@@ -140,6 +150,25 @@ struct Listing {
     by_kind_state: BTreeMap<(&'static str, &'static str), u64>,
     /// Rows were left out past [`MAX_ROWS`].
     truncated: bool,
+    /// Each schedule's record as `/metrics` gives it, at most `--max-schedules`.
+    schedules: Vec<ScheduleStats>,
+    /// Schedules left out of `schedules` past `--max-schedules`.
+    schedules_dropped: u64,
+}
+
+/// What `/metrics` gives of one schedule, from its record: the digest a host saw last.
+#[derive(Debug, Clone, Default)]
+struct ScheduleStats {
+    /// The schedule's key (the `schedule` label).
+    schedule: String,
+    /// When its last success ended (Unix ms, the server's clock).
+    last_success_ms: Option<u64>,
+    /// Occurrences in its history by outcome.
+    outcomes: BTreeMap<&'static str, u64>,
+    /// Ticks missed since the last success (recorded, or computed from the store).
+    missed: u64,
+    /// Paused now.
+    paused: bool,
 }
 
 impl Listing {
@@ -249,11 +278,21 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Reads everything under the prefix once.
-async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
+/// What a read needs besides the listing: the schedules' records.
+struct Reader {
+    inspect: Inspector,
+    failover: baton::Failover,
+    prefix: String,
+    /// `--max-schedules`.
+    max_schedules: usize,
+}
+
+/// Reads everything under the prefix once, and each schedule's record (the first
+/// `--max-schedules` keys, by name).
+async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
     let mut listing = Listing::default();
     let mut schedules = ScheduleFold::new();
-    let mut entries = inspect.list(None);
+    let mut entries = reader.inspect.list(None);
     while let Some(batch) = entries.next_batch().await? {
         for entry in batch {
             if let Some(entry) = schedules.fold(entry) {
@@ -261,19 +300,164 @@ async fn read(inspect: &Inspector) -> Result<Listing, baton::Error> {
             }
         }
     }
-    // A schedule's row is its worst open occurrence's, as in `baton status`.
-    for s in schedules.rows() {
+    let rows: Vec<_> = schedules.rows().collect();
+    // Every schedule with an occurrence in the store or a record: one whose occurrences all
+    // expired (every host dead longer than their retention) keeps its row and its series, so
+    // its missed-run alert does not clear by itself.
+    let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
+    keys.extend(reader.failover.list_schedules(&reader.prefix).await?);
+    keys.sort();
+    keys.dedup();
+    listing.schedules_dropped = keys.len().saturating_sub(reader.max_schedules) as u64;
+    keys.truncate(reader.max_schedules);
+    let mut records = BTreeMap::new();
+    if let Some(first) = keys.first() {
+        let now = reader.failover.server_time(first).await?;
+        for (key, (stats, of_key)) in read_records(reader, keys, now).await? {
+            if let Some(stats) = stats {
+                listing.schedules.push(stats);
+            }
+            records.insert(key, of_key);
+        }
+    }
+    let mut shown = std::collections::BTreeSet::new();
+    // A schedule's row is its worst open occurrence's, as in `baton status`, with what its
+    // record says.
+    for s in rows {
         let mut row = Row::of(&s.shown.entry);
         row.kind = "schedule";
         row.name = format!("{}@{}", s.key, s.digest);
         row.note = schedule_note(&s);
+        let record = records
+            .get(&s.key)
+            .and_then(|r: &Vec<(baton::ScheduleRecord, String)>| {
+                r.iter().find(|(r, _)| r.digest == s.digest)
+            });
+        if let Some((record, note)) = record {
+            row.expression = Some(record.spec.text.clone());
+            row.note = format!("{note}; {}", row.note);
+        }
+        row.schedule = Some(s.key.clone());
+        shown.insert((s.key.clone(), s.digest.clone()));
         row.digest = Some(s.digest);
         listing.push(row);
+    }
+    // Schedules with only their record left: a row from it, a problem when it has failed or
+    // missed ticks (its note says which).
+    for (record, note) in records.values().flatten() {
+        if shown.contains(&(record.key.clone(), record.digest.clone())) {
+            continue;
+        }
+        let stats = listing.schedules.iter().find(|s| s.schedule == record.key);
+        listing.push(Row {
+            kind: "schedule",
+            name: format!("{}@{}", record.key, record.digest),
+            state: super::status::RECORDED,
+            holder: None,
+            remaining_ms: None,
+            fencing_token: None,
+            attempt: None,
+            standbys: None,
+            can_standby: false,
+            digest: Some(record.digest.clone()),
+            schedule: Some(record.key.clone()),
+            expression: Some(record.spec.text.clone()),
+            note: format!("{note}; no occurrence in the store"),
+            problem: stats.is_some_and(|s| s.missed > 0),
+        });
     }
     listing.rows.sort_by(|a, b| {
         (!a.problem, kind_rank(a.kind), &a.name).cmp(&(!b.problem, kind_rank(b.kind), &b.name))
     });
     Ok(listing)
+}
+
+/// How many schedules' records are read at once: the reads of one schedule are a few round
+/// trips in a row; many schedules' reads share the multiplexed connection (pipelined), so a
+/// thousand schedules take about as many round trips' time as sixty-odd, not a thousand.
+const RECORD_READS_IN_FLIGHT: usize = 16;
+
+type RecordsOfKey = (Option<ScheduleStats>, Vec<(baton::ScheduleRecord, String)>);
+
+/// [`record_of`] of each of `keys`, [`RECORD_READS_IN_FLIGHT`] at a time, by key.
+async fn read_records(
+    reader: &Reader,
+    keys: Vec<String>,
+    now: SystemTime,
+) -> Result<BTreeMap<String, RecordsOfKey>, baton::Error> {
+    let mut out = BTreeMap::new();
+    let mut reads = tokio::task::JoinSet::new();
+    let mut keys = keys.into_iter();
+    loop {
+        while reads.len() < RECORD_READS_IN_FLIGHT {
+            let Some(key) = keys.next() else { break };
+            let (failover, prefix) = (reader.failover.clone(), reader.prefix.clone());
+            reads.spawn(async move {
+                let read = record_of(&failover, &prefix, &key, now).await;
+                (key, read)
+            });
+        }
+        let Some(done) = reads.join_next().await else {
+            break;
+        };
+        match done {
+            Ok((key, read)) => {
+                out.insert(key, read?);
+            }
+            // A read that panicked panics here, as it would have read in line; none is ever
+            // cancelled (the set is only dropped with this read).
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The records of schedule `key`, each with its row's note, and what `/metrics` gives of the
+/// digest a host saw last (its history read for the outcomes and the missed ticks).
+async fn record_of(
+    failover: &baton::Failover,
+    prefix: &str,
+    key: &str,
+    now: SystemTime,
+) -> Result<RecordsOfKey, baton::Error> {
+    let Ok(config) = baton::FailoverConfig::builder(key)
+        .prefix(prefix.to_string())
+        .build()
+    else {
+        // A key the coordinator refuses has no record.
+        return Ok((None, Vec::new()));
+    };
+    let records = failover.schedule_records(config.clone()).await?;
+    let notes: Vec<(baton::ScheduleRecord, String)> = records
+        .iter()
+        .map(|r| (r.clone(), ScheduleView::of(r, &[], now).note()))
+        .collect();
+    let Some(current) = records.iter().max_by_key(|r| r.last_seen) else {
+        return Ok((None, notes));
+    };
+    let history = failover
+        .schedule_history(config, &current.digest, current.spec.history as usize)
+        .await?;
+    let mut outcomes = BTreeMap::new();
+    for o in &history {
+        *outcomes.entry(o.outcome.as_str()).or_default() += 1;
+    }
+    let check = current.check(&history, now, None);
+    let stats = ScheduleStats {
+        schedule: key.to_string(),
+        last_success_ms: current.last_success.map(system_ms),
+        outcomes,
+        missed: check.missed.len() as u64,
+        paused: ScheduleView::of(current, &[], now).paused.is_some(),
+    };
+    Ok((Some(stats), notes))
+}
+
+/// `t` in Unix ms (0 before the epoch).
+fn system_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn kind_rank(kind: &str) -> usize {
@@ -285,9 +469,9 @@ fn kind_rank(kind: &str) -> usize {
 
 /// Reads the listing every `interval` (from the end of one read to the start of the next, so
 /// a slow server is never asked twice at once) and publishes each result.
-async fn keep_reading(inspect: Inspector, interval: Duration, tx: watch::Sender<Published>) {
+async fn keep_reading(reader: Reader, interval: Duration, tx: watch::Sender<Published>) {
     loop {
-        let outcome = match tokio::time::timeout(READ_TIMEOUT, read(&inspect)).await {
+        let outcome = match tokio::time::timeout(READ_TIMEOUT, read(&reader)).await {
             Ok(Ok(listing)) => Ok(listing),
             Ok(Err(e)) => Err(text::error_message(&e)),
             Err(_) => Err(format!(
@@ -341,7 +525,13 @@ pub(crate) async fn dashboard(
     };
     let (tx, rx) = watch::channel(Published::default());
     let interval = args.interval;
-    tokio::spawn(keep_reading(inspect, interval, tx));
+    let reader = Reader {
+        inspect,
+        failover: client.failover(),
+        prefix: prefix.to_string(),
+        max_schedules: args.max_schedules,
+    };
+    tokio::spawn(keep_reading(reader, interval, tx));
     let shared = Arc::new(Shared {
         server: baton::client::redacted_url(url),
         prefix: prefix.to_string(),
@@ -349,6 +539,10 @@ pub(crate) async fn dashboard(
         loopback: local.ip().is_loopback(),
         port: local.port(),
         published: rx,
+    });
+    let reads = Arc::new(HistoryReader {
+        failover: client.failover(),
+        prefix: prefix.to_string(),
     });
     let app = axum::Router::new()
         .route(
@@ -365,6 +559,10 @@ pub(crate) async fn dashboard(
         )
         .route("/events", get(events))
         .route("/api/entries", get(entries))
+        .route(
+            "/api/history",
+            get(move |q: Query<HistoryQuery>| history(reads.clone(), q)),
+        )
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::serve))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
@@ -407,6 +605,56 @@ async fn entries(State(shared): State<Arc<Shared>>, Query(filter): Query<Filter>
         view_json(&shared, &published, &filter),
     )
         .into_response()
+}
+
+/// `/api/history?schedule=KEY`: each digest's record of the schedule and its history,
+/// newest first (the page's expanded row). Read from the server when asked: one page's
+/// click, not every page's interval.
+#[derive(Deserialize, Debug)]
+struct HistoryQuery {
+    schedule: String,
+}
+
+/// What `/api/history` reads with.
+struct HistoryReader {
+    failover: baton::Failover,
+    prefix: String,
+}
+
+async fn history(shared: Arc<HistoryReader>, Query(q): Query<HistoryQuery>) -> Response {
+    let read = async {
+        let config = baton::FailoverConfig::builder(q.schedule.clone())
+            .prefix(shared.prefix.clone())
+            .build()
+            .map_err(|e| text::config_message(&e))?;
+        let failover = &shared.failover;
+        let records = failover
+            .schedule_records(config.clone())
+            .await
+            .map_err(|e| text::error_message(&e))?;
+        let mut out = Vec::new();
+        for r in records {
+            let history = failover
+                .schedule_history(config.clone(), &r.digest, r.spec.history as usize)
+                .await
+                .map_err(|e| text::error_message(&e))?;
+            out.push(serde_json::json!({ "record": r, "history": history }));
+        }
+        Ok::<_, String>(out)
+    };
+    match tokio::time::timeout(READ_TIMEOUT, read).await {
+        Ok(Ok(out)) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::Value::Array(out).to_string(),
+        )
+            .into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server did not answer in time\n",
+        )
+            .into_response(),
+    }
 }
 
 /// `/healthz`: 200 while the listing can be read, 503 once reads fail.
@@ -513,6 +761,8 @@ mod tests {
             standbys: None,
             can_standby: false,
             digest: None,
+            schedule: None,
+            expression: None,
             note: String::new(),
             problem: is_problem(state),
         }

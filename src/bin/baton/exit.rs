@@ -72,7 +72,7 @@ pub(crate) fn exit_code(status: &std::process::ExitStatus) -> u8 {
 mod tests {
     use super::super::help::{
         EXIT_STATUSES, JOB_ADMIN_HELP, LEADER_EXIT_STATUSES, LOCK_EXIT_STATUSES, MIGRATE_HELP,
-        SCHEDULE_HELP, UNLOCK_HELP,
+        PAUSE_HELP, SCHEDULE_HELP, UNLOCK_HELP,
     };
     use super::*;
 
@@ -98,6 +98,7 @@ mod tests {
             SCHEDULE_HELP,
             UNLOCK_HELP,
             JOB_ADMIN_HELP,
+            PAUSE_HELP,
         ] {
             assert!(table.contains("77") && table.contains("78"), "{table}");
         }

@@ -362,3 +362,50 @@ http://127.0.0.1:8080/ (from another host: ssh -L 8080:127.0.0.1:8080 HOST).
 Exit statuses: 64 usage (a non-loopback --listen without --allow-remote); 69 the server cannot
 be reached at start, or --listen cannot be bound; 130 or 143 when stopped by Ctrl-C or
 SIGTERM.";
+
+/// `baton check --help`: what is CRITICAL, and its exit statuses (Nagios', not sysexits).
+pub(crate) const CHECK_HELP: &str = "\
+Exit statuses of `baton check` (the Nagios plugin convention, unlike every other command):
+  0        OK: no occurrence since the last success was missed, failed or exhausted, the last
+           success is recent enough (--max-age), and the store knows the schedule
+  1        WARNING: the newest occurrence's attempt failed and it has no outcome yet (a
+           backup may still take it over within the occurrence)
+  2        CRITICAL: since the last success, an occurrence was missed (its window closed with
+           no attempt on record: every worker was down), failed or exhausted; the last
+           success ended longer ago than --max-age (or none did in that long on record); or
+           the store holds no record of the schedule (never registered, or forgotten) unless
+           --allow-absent
+  3        UNKNOWN: the server could not be reached or refused baton, the record is
+           unreadable, or the command line is wrong
+One line on stdout, `SCHEDULE STATUS: KEY (EXPRESSION): what | missed=N failed=N`, e.g.
+  SCHEDULE CRITICAL: nightly-report (every 1d): 2 missed (2026-01-02T00:00:00Z, 2026-01-03T00:00:00Z) | missed=2 failed=0
+
+The verdict is computed from the store alone (the record every host running the schedule
+writes, and the occurrences' own keys), so it holds when every worker is down; a success
+clears what came before it. Ticks skipped by a pause are recorded as such, never missed. The
+digest a host saw last is judged (after a rolling change of the expression, the old one's
+ticks are not missed). An older baton that does not write the record leaves gaps that read as
+missed ticks.
+
+Example (a Nagios or Icinga command for a daily job that must have succeeded in 26 hours):
+  baton check --url redis://coord.internal:6379/ --key nightly-report --max-age 26h";
+
+/// `baton pause --help` and `baton resume --help`.
+pub(crate) const PAUSE_HELP: &str = "\
+`baton pause --key K` pauses schedule K across the fleet, before or after any host has run it:
+each `baton run --every/--cron`, `baton schedule` or `Failover::schedule` that binds to one of
+its occurrences while paused reads the pause (one read per occurrence), records that
+occurrence skipped (paused) in the schedule's history, runs nothing and exits 0 (`baton
+schedule` waits for the next tick). An occurrence already running when the pause is set runs to
+its end. The pause is kept in the store with who set it, when, and --note; `baton status --key
+K` shows it. --until T ends it by itself at T by the server's clock (an RFC 3339 time, or a
+duration from now such as 2h); without it, it lasts until `baton resume --key K`. After the
+pause, the next tick runs; the ticks skipped while paused are not caught up.
+
+Examples:
+  baton pause --key nightly-report --until 2h --note 'database migration'
+  baton resume --key nightly-report
+
+Exit statuses: 0 done (`resume` also when the schedule was not paused: it says so); 64 usage
+(a --until in the past or unreadable); 69 the server cannot be reached; 77 the server refused
+the credentials or a command, 78 it rejects the configuration (as for `baton run`).";

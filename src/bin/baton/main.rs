@@ -61,6 +61,7 @@
 //! | `guard.rs` | the process that kills PROGRAM's group if baton dies |
 //! | `metrics.rs` | `--metrics-addr` and `--metrics-file`: the Prometheus exporter, `/healthz` |
 //! | `run.rs`, `schedule.rs`, `lock.rs`, `leader.rs`, `status.rs`, `unlock.rs`, `admin.rs` | the commands |
+//! | `check.rs`, `pause.rs` | `baton check` (Nagios statuses) and `baton pause`/`resume`, on a schedule's record |
 //! | `dashboard.rs`, `dashboard/` | `baton dashboard` (feature `dashboard`): the page's server, the page, and its `/metrics` |
 
 use std::process::ExitCode;
@@ -79,6 +80,7 @@ use sink::Sink;
 mod out;
 
 mod admin;
+mod check;
 mod cli;
 #[cfg(feature = "dashboard")]
 mod dashboard;
@@ -88,6 +90,7 @@ mod help;
 mod leader;
 mod lock;
 mod metrics;
+mod pause;
 mod program;
 mod run;
 mod schedule;
@@ -128,7 +131,12 @@ fn main() -> ExitCode {
             cli
         }
         Err(e) => {
-            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let code = match e.use_stderr() {
+                // `baton check` answers a monitor: a line it cannot read is UNKNOWN.
+                true if check::is_check(&args) => check::UNKNOWN,
+                true => EX_USAGE,
+                false => 0,
+            };
             let e = if e.use_stderr() {
                 cli::explain(e, &args)
             } else {
@@ -166,6 +174,10 @@ enum Plan<'a> {
     Redlock(&'a LockArgs, RedlockOptions, Sink),
     Leader(&'a LeaderArgs, ElectionOptions, Sink),
     Status(FailoverConfig, bool),
+    History(FailoverConfig, usize, bool),
+    Check(FailoverConfig, check::Thresholds),
+    Pause(FailoverConfig, Option<pause::Until>, Option<&'a str>),
+    Resume(FailoverConfig),
     List(Option<baton::inspect::Kind>, bool, bool),
     Watch(FailoverConfig, Option<baton::inspect::Kind>, bool),
     Unlock(FailoverConfig, Option<baton::inspect::Kind>, admin::Named),
@@ -239,6 +251,13 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
         Command::Status {
             key: Some(key),
             json,
+            history: true,
+            limit,
+            ..
+        } => Plan::History(job(key)?, *limit as usize, *json),
+        Command::Status {
+            key: Some(key),
+            json,
             ..
         } => Plan::Status(job(key)?, *json),
         Command::Status {
@@ -246,7 +265,28 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             json,
             kind,
             all,
+            ..
         } => Plan::List(kind.map(|k| k.kind()), *all, *json),
+        Command::Check {
+            key,
+            max_age,
+            allow_absent,
+        } => {
+            // A monitor reads 3 (UNKNOWN) for a check it could not make, a wrong line too.
+            let config = job(key).map_err(|_| check::UNKNOWN)?;
+            Plan::Check(
+                config,
+                check::Thresholds {
+                    max_age: *max_age,
+                    allow_absent: *allow_absent,
+                },
+            )
+        }
+        Command::Pause { key, until, note } => {
+            let until = until.as_deref().map(pause::parse_until).transpose()?;
+            Plan::Pause(job(key)?, until, note.as_deref())
+        }
+        Command::Resume { key } => Plan::Resume(job(key)?),
         Command::Watch { key, kind, json } => Plan::Watch(job(key)?, kind.map(|k| k.kind()), *json),
         Command::Unlock { .. } | Command::Fail { .. } | Command::Reset { .. } => admin::plan(cli)?,
         Command::Migrate => Plan::Migrate,
@@ -322,6 +362,9 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     };
     let client = match connect(&cli.url, patience).await {
         Ok(c) => c,
+        // A monitor reads anything but 0..=3 as a broken plugin: the server out of reach is
+        // UNKNOWN, said on stdout as the status line.
+        Err(_) if matches!(plan, Plan::Check(..)) => return check::unreachable(),
         Err(code) => return code,
     };
     match plan {
@@ -339,6 +382,10 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
         // Returned above.
         Plan::Redlock(..) => EX_USAGE,
         Plan::Status(cfg, json) => status::status(&client, cfg, &cli.prefix, json).await,
+        Plan::History(cfg, limit, json) => status::history(&client, cfg, limit, json).await,
+        Plan::Check(cfg, thresholds) => check::check(&client, cfg, thresholds).await,
+        Plan::Pause(cfg, until, note) => pause::pause(&client, cfg, until, note).await,
+        Plan::Resume(cfg) => pause::resume(&client, cfg).await,
         Plan::List(kind, all, json) => status::list(&client, &cli.prefix, kind, all, json).await,
         Plan::Watch(cfg, kind, json) => status::watch(&client, cfg, kind, json).await,
         Plan::Unlock(cfg, kind, named) => {

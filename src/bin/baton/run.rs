@@ -8,6 +8,7 @@
 //! `baton schedule` runs several occurrences at once in this process, each exactly as `baton
 //! run` would.
 
+use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, SystemTime};
 
 use baton::{Client, ErrorKind, Event, FailoverConfig, HeldLease, JobState, Occurrence, Schedule};
@@ -123,6 +124,15 @@ pub(crate) fn schedule_of(
     Ok(Some(schedule))
 }
 
+/// How the schedule's record is written: --history, and the --jitter its spec describes.
+pub(crate) fn record_options(when: &WhenArgs) -> baton::RecordOptions {
+    let options = baton::RecordOptions::default().jitter(when.jitter.unwrap_or(Duration::ZERO));
+    match when.history {
+        Some(n) => options.history(n),
+        None => options,
+    }
+}
+
 /// How many ticks from now [`say_retention_floor`] looks at: enough for the irregular gaps
 /// of a cron expression's week (`0 2,3 * * 1-5`), and cheap.
 const FLOOR_TICKS: usize = 64;
@@ -176,13 +186,15 @@ pub(crate) enum Ended {
     StoppedWaiting(u8),
     /// baton could not coordinate the job (said already): this exit status.
     Error(u8),
+    /// The schedule was paused (`baton pause`): the tick was recorded skipped, nothing ran.
+    Paused,
 }
 
 impl Ended {
     /// `baton run`'s exit status for this end.
     pub(crate) fn code(self) -> u8 {
         match self {
-            Ended::Done | Ended::DoneElsewhere => 0,
+            Ended::Done | Ended::DoneElsewhere | Ended::Paused => 0,
             Ended::Failed(code) | Ended::StoppedWaiting(code) | Ended::Error(code) => code,
             Ended::Signalled(sig) => signal_status(sig),
             Ended::Exhausted(_) => EX_EXHAUSTED,
@@ -205,6 +217,7 @@ pub(crate) async fn run(
     let config = match schedule {
         None => config,
         Some(schedule) => {
+            let base = config.clone();
             let bound = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
                 b = bind(client, args, &schedule) => b,
@@ -216,8 +229,15 @@ pub(crate) async fn run(
             let jitter = args.when.jitter.unwrap_or(Duration::ZERO);
             let start = occurrence.jittered_start(&args.key, jitter, args.lease);
             let wait = start.duration_since(now).unwrap_or(Duration::ZERO);
+            // The occurrence's worker records its grant and its attempt's end (host, times,
+            // PROGRAM's exit status) in the schedule's record.
             let config = match config.for_occurrence(&occurrence, args.retention) {
-                Ok(c) => c,
+                Ok(c) => c.with_record(
+                    &args.key,
+                    &schedule,
+                    occurrence.tick(),
+                    record_options(&args.when),
+                ),
                 Err(e) => return usage_config(&e),
             };
             sink.occurrence = Some(Bound {
@@ -247,6 +267,35 @@ pub(crate) async fn run(
                 if let Err(code) = due {
                     return code;
                 }
+            }
+            // Paused (`baton pause`): the tick is recorded skipped and nothing runs (pause.rs).
+            let pause = patiently(
+                &args.key,
+                "read the schedule's pause",
+                args.give_up_after,
+                || super::pause::read(client, &base),
+            );
+            let pause = tokio::select! {
+                sig = signals.recv() => return signal_status(sig),
+                r = pause => r,
+            };
+            match pause {
+                Err(code) => return code,
+                Ok(Some(p)) => {
+                    let options = record_options(&args.when);
+                    let line = super::pause::record_skip(
+                        client,
+                        &base,
+                        &schedule,
+                        &options,
+                        &occurrence,
+                        &p,
+                    )
+                    .await;
+                    sink.say(serde_json::json!({ "event": "skipped_paused" }), &line);
+                    return 0;
+                }
+                Ok(None) => {}
             }
             env = occurrence_env(&occurrence);
             config
@@ -796,6 +845,15 @@ impl Holder<'_> {
             }
         };
         let code = exit_code(&status);
+        // PROGRAM's status or signal, for the attempt's end in the schedule's record.
+        let exit = match (status.code(), status.signal()) {
+            (Some(n), _) => Some(baton::Exit::Status(n)),
+            (None, Some(sig)) => Some(baton::Exit::Signal(sig)),
+            (None, None) => None,
+        };
+        if let Some(exit) = exit {
+            acquired.handle.set_exit(exit);
+        }
         let ended = match stopping {
             Some(Stopping::Lost) => {
                 let _ = acquired.fail(why_text).await;

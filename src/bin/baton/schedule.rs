@@ -28,7 +28,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
 use super::exit::{EX_UNAVAILABLE, EX_USAGE};
 use super::out;
-use super::run::{occurrence_env, patiently, Ended, Jittered, Job};
+use super::run::{occurrence_env, patiently, record_options, Ended, Jittered, Job};
 use super::signals::{signal_name, signal_status, Fan, Signals};
 use super::sink::{Bound, Sink};
 use super::text::{self, human};
@@ -310,7 +310,13 @@ impl<'a> Command<'a> {
     ) -> Option<Run<'a>> {
         let args = &self.args.run;
         let config = match self.config.for_occurrence(&occurrence, args.retention) {
-            Ok(c) => c,
+            // Recorded as `baton run --every/--cron` records its occurrence.
+            Ok(c) => c.with_record(
+                &args.key,
+                &self.schedule,
+                occurrence.tick(),
+                record_options(&args.when),
+            ),
             Err(e) => {
                 say!("baton: {}", text::config_message(&e));
                 let job = occurrence.job_key(&args.key);
@@ -389,6 +395,37 @@ impl<'a> Command<'a> {
                     }
                 }
             }
+            // Paused (`baton pause`): the tick is recorded skipped and nothing runs; the next
+            // tick is waited for as always (the cadence is kept, nothing caught up).
+            let pause = patiently(
+                &args.key,
+                "read the schedule's pause",
+                args.give_up_after,
+                || super::pause::read(self.client, &self.config),
+            );
+            let pause = tokio::select! {
+                sig = signals.recv() => {
+                    return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
+                }
+                p = pause => p,
+            };
+            match pause {
+                Err(code) => return (occurrence, job_key, Ended::Error(code)),
+                Ok(Some(p)) => {
+                    let options = record_options(&args.when);
+                    super::pause::record_skip(
+                        self.client,
+                        &self.config,
+                        &self.schedule,
+                        &options,
+                        &occurrence,
+                        &p,
+                    )
+                    .await;
+                    return (occurrence, job_key, Ended::Paused);
+                }
+                Ok(None) => {}
+            }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
             (occurrence, job_key, ended)
         }))
@@ -460,6 +497,11 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
         Outcome::Ran(Ended::Error(code)) => {
             ("error", Some(code), format!("error (exit status {code})"))
         }
+        Outcome::Ran(Ended::Paused) => (
+            "skipped_paused",
+            None,
+            "skipped: the schedule is paused (`baton resume`)".into(),
+        ),
         Outcome::Skipped => (
             "skipped",
             None,

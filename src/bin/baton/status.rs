@@ -93,9 +93,36 @@ pub(crate) async fn status(client: &Client, job: FailoverConfig, prefix: &str, j
         Ok(s) => s.state != JobState::Absent,
         Err(e) => return fail_with(&e),
     };
+    // A schedule under this key: one block per digest, from its record.
+    let records = match client.failover().schedule_records(job.clone()).await {
+        Ok(r) => r,
+        Err(e) => return fail_with(&e),
+    };
     let mut code = 0;
-    if job_exists || others.is_empty() {
-        code = job_status(client, job, job_entry.as_ref(), prefix, json).await;
+    if job_exists || (others.is_empty() && records.is_empty()) {
+        code = job_status(client, job.clone(), job_entry.as_ref(), prefix, json).await;
+    }
+    if !records.is_empty() {
+        let failover = client.failover();
+        let now = match failover.server_time(job.key()).await {
+            Ok(t) => t,
+            Err(e) => return fail_with(&e),
+        };
+        for record in &records {
+            let history = match failover
+                .schedule_history(job.clone(), &record.digest, record.spec.history as usize)
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => return fail_with(&e),
+            };
+            let view = ScheduleView::of(record, &history, now);
+            if json {
+                outln!("{}", view.json());
+            } else {
+                out!("{}", view.text());
+            }
+        }
     }
     for entry in &others {
         if json {
@@ -295,10 +322,97 @@ pub(crate) async fn list(
             }
         }
     }
-    for s in schedules.rows() {
-        print_schedule(&s, json);
+    // Each schedule's record, read once per key: its expression, next tick, last success,
+    // pause and hosts join the row of the digest they describe. The schedules whose
+    // occurrences have all expired (every host gone longer than their retention) have only
+    // their record left: listed from it, so a dead schedule never drops out of the listing.
+    if !matches!(kind, None | Some(Kind::Job)) {
+        return 0;
+    }
+    let failover = client.failover();
+    let rows: Vec<ScheduleRow> = schedules.rows().collect();
+    let listed = match failover.list_schedules(prefix).await {
+        Ok(keys) => keys,
+        Err(e) => return fail_with(&e),
+    };
+    // The server's clock, read once and only when there is a schedule to show.
+    let first = rows
+        .first()
+        .map(|s| s.key.as_str())
+        .or(listed.first().map(String::as_str));
+    let now = match first {
+        None => return 0,
+        Some(key) => match failover.server_time(key).await {
+            Ok(t) => t,
+            Err(e) => return fail_with(&e),
+        },
+    };
+    let mut records: std::collections::BTreeMap<String, Vec<baton::ScheduleRecord>> =
+        std::collections::BTreeMap::new();
+    let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
+    keys.extend(listed);
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let read = match FailoverConfig::builder(key.clone()).prefix(prefix).build() {
+            Ok(config) => failover.schedule_records(config).await,
+            // A key the coordinator would refuse has no record either.
+            Err(_) => Ok(Vec::new()),
+        };
+        match read {
+            Ok(r) => records.insert(key, r),
+            Err(e) => return fail_with(&e),
+        };
+    }
+    let mut shown = std::collections::BTreeSet::new();
+    for s in rows {
+        let record = records
+            .get(&s.key)
+            .and_then(|r| r.iter().find(|r| r.digest == s.digest));
+        shown.insert((s.key.clone(), s.digest.clone()));
+        let view = record.map(|r| ScheduleView::of(r, &[], now));
+        print_schedule(&s, view.as_ref(), json);
+    }
+    for record in records.values().flatten() {
+        if !shown.contains(&(record.key.clone(), record.digest.clone())) {
+            print_recorded(&ScheduleView::of(record, &[], now), json);
+        }
     }
     0
+}
+
+/// The state a schedule's row shows when only its record is left (no occurrence in the
+/// store: every one has expired, or none ran yet since a pause).
+pub(crate) const RECORDED: &str = "recorded";
+
+/// The row of a schedule that has only its record in the store: its state is
+/// [`RECORDED`], its note the record's summary.
+fn print_recorded(view: &ScheduleView<'_>, json: bool) {
+    let r = view.record;
+    if json {
+        let mut v = serde_json::json!({
+            "kind": "schedule",
+            "name": r.key,
+            "digest": r.digest,
+            "state": RECORDED,
+            "occurrences": 0,
+        });
+        v["record"] = view.json();
+        outln!("{v}");
+        return;
+    }
+    outln!(
+        "{}",
+        row(
+            "schedule",
+            &format!("{}@{}", r.key, r.digest),
+            RECORDED,
+            None,
+            None,
+            None,
+            &format!("{}; no occurrence in the store", view.note())
+        )
+    );
 }
 
 /// The note of an entry's row: its attempt (with the last failure, if any), its waiters or its
@@ -361,10 +475,18 @@ fn print_entry(e: &Entry, json: bool) {
 
 /// A schedule's row: the state, holder, time left and fence of the occurrence it shows (its
 /// worst open one), with a note of its last outcomes.
-fn print_schedule(s: &ScheduleRow, json: bool) {
+fn print_schedule(s: &ScheduleRow, view: Option<&ScheduleView<'_>>, json: bool) {
     if json {
-        outln!("{}", schedule_json(s));
+        let mut v = schedule_json(s);
+        if let Some(view) = view {
+            v["record"] = view.json();
+        }
+        outln!("{v}");
         return;
+    }
+    let mut note = schedule_note(s);
+    if let Some(view) = view {
+        note = format!("{}; {note}", view.note());
     }
     let shown = &s.shown.entry;
     outln!(
@@ -376,7 +498,7 @@ fn print_schedule(s: &ScheduleRow, json: bool) {
             shown.holder.as_deref(),
             shown.remaining_ms,
             shown.fencing_token,
-            &schedule_note(s)
+            &note
         )
     );
 }
@@ -507,5 +629,296 @@ pub(crate) fn print_change(json: bool, message: &str, status: &JobStatus) {
             line += &format!(" held by {h}");
         }
         outln!("{line}");
+    }
+}
+
+/// `baton status --key K --history`: each digest's history from the schedule's record, newest
+/// first, `limit` occurrences at most per digest. As text: a header per digest, then a line
+/// per attempt (an occurrence with none gets one line); with --json, one object per
+/// occurrence (the record's fields, times in RFC 3339, and `key`, `digest` and each attempt's
+/// `duration_ms`).
+pub(crate) async fn history(
+    client: &Client,
+    config: FailoverConfig,
+    limit: usize,
+    json: bool,
+) -> u8 {
+    let failover = client.failover();
+    let records = match failover.schedule_records(config.clone()).await {
+        Ok(r) => r,
+        Err(e) => return fail_with(&e),
+    };
+    if records.is_empty() {
+        say!(
+            "baton: {}: no schedule's record under this key (never run by a baton that \
+             records, or forgotten)",
+            config.key()
+        );
+        // As `status --key` of an absent job: nothing there is an answer, not an error.
+        return 0;
+    }
+    for record in &records {
+        let history = match failover
+            .schedule_history(config.clone(), &record.digest, limit)
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => return fail_with(&e),
+        };
+        if json {
+            for occurrence in &history {
+                outln!("{}", occurrence_json(record, occurrence));
+            }
+            continue;
+        }
+        outln!(
+            "schedule {}@{} ({}): {} occurrence{} on record",
+            record.key,
+            record.digest,
+            record.spec.text,
+            history.len(),
+            if history.len() == 1 { "" } else { "s" }
+        );
+        outln!(
+            "{:<24} {:<15} {:>7} {:<20} {:<24} {:<24} {:>9} {:<10} MESSAGE",
+            "TICK",
+            "OUTCOME",
+            "ATTEMPT",
+            "HOST",
+            "START",
+            "END",
+            "DURATION",
+            "EXIT"
+        );
+        for occurrence in &history {
+            for line in occurrence_lines(occurrence) {
+                outln!("{line}");
+            }
+        }
+    }
+    0
+}
+
+/// An occurrence's lines in `status --history`: one per attempt, the tick and outcome on the
+/// first.
+pub(crate) fn occurrence_lines(o: &baton::OccurrenceRecord) -> Vec<String> {
+    let tick = super::run::baton_time(o.tick);
+    let mut outcome = o.outcome.to_string();
+    if let Some(note) = &o.note {
+        outcome = format!("{outcome} ({note})");
+    }
+    let time = |t: Option<std::time::SystemTime>| t.map_or("-".into(), super::run::baton_time);
+    if o.attempts.is_empty() {
+        return vec![format!(
+            "{tick:<24} {outcome:<15} {:>7} {:<20} {:<24} {:<24} {:>9} {:<10} -",
+            "-", "-", "-", "-", "-", "-"
+        )];
+    }
+    o.attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let (tick, outcome) = if i == 0 {
+                (tick.as_str(), outcome.as_str())
+            } else {
+                ("", "")
+            };
+            let exit = a.exit.map_or("-".into(), |e| e.to_string());
+            let duration = a
+                .duration()
+                .map_or("-".into(), |d| text::human(d).to_string());
+            let host = a.host.as_deref().unwrap_or("unknown");
+            let end = match (a.ended, a.outcome) {
+                (Some(t), _) => super::run::baton_time(t),
+                // A worker that died between its transition and its record write: the end
+                // is not known, only that the attempt ended (or not yet).
+                (None, Some(_)) => "unknown".into(),
+                (None, None) => "-".into(),
+            };
+            let what = match (a.outcome, &a.message) {
+                (Some(out), Some(m)) => format!("{}: {m}", attempt_word(out)),
+                (Some(out), None) => attempt_word(out).to_string(),
+                (None, Some(m)) => m.clone(),
+                (None, None) => "-".into(),
+            };
+            format!(
+                "{tick:<24} {outcome:<15} {:>7} {host:<20} {:<24} {end:<24} {duration:>9} \
+                 {exit:<10} {what}",
+                a.attempt,
+                time(a.started)
+            )
+        })
+        .collect()
+}
+
+fn attempt_word(o: baton::AttemptOutcome) -> &'static str {
+    match o {
+        baton::AttemptOutcome::Done => "done",
+        baton::AttemptOutcome::Failed => "failed",
+        baton::AttemptOutcome::Lost => "lost",
+        _ => "ended",
+    }
+}
+
+/// An occurrence as `status --history --json` prints it.
+pub(crate) fn occurrence_json(
+    record: &baton::ScheduleRecord,
+    o: &baton::OccurrenceRecord,
+) -> serde_json::Value {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    v["key"] = serde_json::json!(record.key);
+    v["digest"] = serde_json::json!(record.digest);
+    if let Some(attempts) = v["attempts"].as_array_mut() {
+        for (a, rec) in attempts.iter_mut().zip(&o.attempts) {
+            a["duration_ms"] = serde_json::json!(rec
+                .duration()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+        }
+    }
+    v
+}
+
+/// A schedule's row from its record: what `status --key` prints of each digest and the
+/// listing's note adds, and the dashboard shows.
+pub(crate) struct ScheduleView<'a> {
+    pub(crate) record: &'a baton::ScheduleRecord,
+    /// The next tick after the server's time.
+    pub(crate) next_tick: Option<std::time::SystemTime>,
+    /// The worst open occurrence on record: a failed attempt waiting for a backup before one
+    /// still running; between equals the oldest.
+    pub(crate) worst_open: Option<&'a baton::OccurrenceRecord>,
+    /// How long ago the last success ended.
+    pub(crate) success_age: Option<std::time::Duration>,
+    /// The pause, when one holds at the server's time.
+    pub(crate) paused: Option<&'a baton::Pause>,
+    pub(crate) now: std::time::SystemTime,
+}
+
+impl<'a> ScheduleView<'a> {
+    pub(crate) fn of(
+        record: &'a baton::ScheduleRecord,
+        history: &'a [baton::OccurrenceRecord],
+        now: std::time::SystemTime,
+    ) -> Self {
+        use baton::RecordedOutcome;
+        let rank = |o: &baton::OccurrenceRecord| match o.outcome {
+            RecordedOutcome::Failed => Some(0),
+            RecordedOutcome::Running => Some(1),
+            _ => None,
+        };
+        let worst_open = history
+            .iter()
+            .filter_map(|o| rank(o).map(|r| (r, o.tick, o)))
+            .min_by_key(|(r, tick, _)| (*r, *tick))
+            .map(|(_, _, o)| o);
+        let next_tick = baton::Schedule::from_spec(&record.spec)
+            .ok()
+            .and_then(|s| s.next_after(now));
+        let paused = record
+            .paused
+            .as_ref()
+            .filter(|p| p.until.map_or(true, |u| u > now));
+        ScheduleView {
+            record,
+            next_tick,
+            worst_open,
+            success_age: record
+                .last_success
+                .map(|t| now.duration_since(t).unwrap_or_default()),
+            paused,
+            now,
+        }
+    }
+
+    /// The hosts seen, most recent first: `web-1 (2m ago), web-2 (1h ago)`.
+    pub(crate) fn hosts(&self) -> String {
+        let mut hosts: Vec<&baton::HostSeen> = self.record.hosts.iter().collect();
+        hosts.sort_by_key(|h| std::cmp::Reverse(h.last_seen));
+        let list: Vec<String> = hosts
+            .iter()
+            .map(|h| {
+                let ago = self.now.duration_since(h.last_seen).unwrap_or_default();
+                format!("{} ({} ago)", h.host, text::human(ago))
+            })
+            .collect();
+        if list.is_empty() {
+            "none".into()
+        } else {
+            list.join(", ")
+        }
+    }
+
+    /// The one-line summary a listing's note and the dashboard use.
+    pub(crate) fn note(&self) -> String {
+        let r = self.record;
+        let mut parts = vec![r.spec.text.clone()];
+        if let Some(t) = self.next_tick {
+            parts.push(format!("next {}", super::run::baton_time(t)));
+        }
+        if let Some(o) = r.last_outcome {
+            parts.push(format!("last outcome {o}"));
+        }
+        parts.push(match self.success_age {
+            Some(age) => format!("last success {} ago", text::human(age)),
+            None => "no success on record".into(),
+        });
+        if let Some(p) = self.paused {
+            parts.push(super::pause::describe(p));
+        }
+        parts.push(format!(
+            "{} host{}",
+            r.hosts.len(),
+            if r.hosts.len() == 1 { "" } else { "s" }
+        ));
+        parts.join("; ")
+    }
+
+    pub(crate) fn text(&self) -> String {
+        let r = self.record;
+        let time =
+            |t: Option<std::time::SystemTime>| t.map_or("none".into(), super::run::baton_time);
+        let mut out = format!("schedule:     {}@{}\n", r.key, r.digest);
+        out += &format!("expression:   {}\n", r.spec.text);
+        out += &format!("next tick:    {} (server time)\n", time(self.next_tick));
+        out += &format!(
+            "worst open:   {}\n",
+            self.worst_open
+                .map_or("none".into(), |o| format!("{} {}", o.id, o.outcome))
+        );
+        out += &format!(
+            "last outcome: {}\n",
+            match (r.last_outcome, r.last_tick) {
+                (Some(o), Some(t)) => format!("{o} ({})", super::run::baton_time(t)),
+                (Some(o), None) => o.to_string(),
+                _ => "none".into(),
+            }
+        );
+        out += &format!(
+            "last success: {}\n",
+            match (self.success_age, r.last_success) {
+                (Some(age), Some(t)) =>
+                    format!("{} ago ({})", text::human(age), super::run::baton_time(t)),
+                _ => "none on record".into(),
+            }
+        );
+        out += &format!(
+            "paused:       {}\n",
+            self.paused.map_or("no".into(), super::pause::describe)
+        );
+        out += &format!("hosts:        {}\n", self.hosts());
+        out
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let r = self.record;
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["kind"] = serde_json::json!("schedule");
+        v["next_tick"] = serde_json::json!(self.next_tick.map(super::run::baton_time));
+        v["worst_open"] = serde_json::json!(self.worst_open);
+        v["last_success_age_ms"] = serde_json::json!(self
+            .success_age
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+        v["paused"] = serde_json::json!(self.paused);
+        v
     }
 }
