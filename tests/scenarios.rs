@@ -365,3 +365,76 @@ scenario! {
         );
     }
 }
+
+// Missed ticks on a real server: with every worker dead, `check` computes them from the
+// store alone; the next grant writes them `missed`, except a tick a host ran without writing
+// the record (an older baton), which is written with what its own job reads.
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn s11_missed_ticks_are_computed_and_recorded_from_the_store() {
+        use baton::{CheckStatus, RecordChange, RecordOptions, RecordedOutcome, Schedule};
+        use std::time::SystemTime;
+        const HOUR: Duration = Duration::from_secs(3600);
+        let srv = server();
+        let client = client(&srv).await;
+        let f = client.failover();
+        let schedule = Schedule::every(HOUR).unwrap();
+        let digest = schedule.digest();
+        let opts = RecordOptions::default();
+        let now = f.server_time("s11").await.unwrap();
+        let tick = schedule.latest_at_or_before(now).unwrap();
+        let t = |n: u32| tick - HOUR * n;
+        let run = |at: SystemTime, record: bool| {
+            let occ = schedule.occurrence_of_tick(at).unwrap();
+            let cfg = FailoverConfig::builder("s11")
+                .lease(Duration::from_secs(10))
+                .worker_name("host-a")
+                .build()
+                .unwrap()
+                .for_occurrence(&occ, None)
+                .unwrap();
+            if record {
+                cfg.with_record("s11", &schedule, at, opts.clone())
+            } else {
+                cfg
+            }
+        };
+        // Four hours ago: done, on record. Then every worker is dead for three ticks.
+        f.record_occurrence(&schedule, &opts, "s11", t(4),
+            RecordChange::Outcome { outcome: RecordedOutcome::Done, note: None })
+            .await
+            .unwrap();
+        let records = f.schedule_records("s11").await.unwrap();
+        let history = f.schedule_history("s11", digest, 50).await.unwrap();
+        let check = records[0].check(&history, now, None);
+        assert_eq!(check.status, CheckStatus::Critical, "{}", check.line);
+        assert_eq!(check.missed.len(), 3, "{:?}", check.missed);
+        assert!(check.line.contains("3 missed"), "{}", check.line);
+
+        // An older baton ran two ticks ago (no record written); now a recording worker runs
+        // the newest tick: its grant writes the gap.
+        let mut old = f.start(run(t(2), false));
+        acquired(&mut old, WAKE).await.done().await.unwrap();
+        let mut w = f.start(run(tick, true));
+        acquired(&mut w, WAKE).await.done().await.unwrap();
+        let h = history_when(&f, "s11", digest, |h| h.len() == 5 && h[0].outcome == RecordedOutcome::Done).await;
+        let got: Vec<(SystemTime, RecordedOutcome)> =
+            h.iter().map(|e| (e.tick, e.outcome)).collect();
+        assert_eq!(
+            got,
+            [
+                (tick, RecordedOutcome::Done),
+                (t(1), RecordedOutcome::Missed),
+                (t(2), RecordedOutcome::Done),
+                (t(3), RecordedOutcome::Missed),
+                (t(4), RecordedOutcome::Done),
+            ]
+        );
+        assert!(h[2].note.as_deref().unwrap_or("").contains("older baton"), "{:?}", h[2]);
+        // The success after them: OK again.
+        let records = f.schedule_records("s11").await.unwrap();
+        let check = records[0].check(&h, now, None);
+        assert_eq!(check.status, CheckStatus::Ok, "{}", check.line);
+    }
+}

@@ -7,7 +7,8 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use baton::{
-    AttemptOutcome, Exit, FailoverConfig, RecordChange, RecordOptions, RecordedOutcome, Schedule,
+    AttemptOutcome, AttemptRecord, Exit, FailoverConfig, RecordChange, RecordOptions,
+    RecordedOutcome, Schedule,
 };
 use common::*;
 
@@ -378,4 +379,322 @@ async fn expired_records_are_deleted_on_postgres() {
         assert!(tokio::time::Instant::now() < deadline, "{left} rows left");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The record's cost, measured on demand on a private redis-server (docs/benchmarks.md, "The
+/// schedule's record"): what one occurrence adds (commands, round trips, bytes on the wire),
+/// what the pause check costs, and the memory per schedule with `BATON_BENCH_SCHEDULES`
+/// schedules (default 10 000) of `BATON_BENCH_HISTORY` occurrences each (default 50).
+///
+/// `cargo test --all-features --test schedule_record -- --ignored --nocapture record_cost`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run on demand"]
+async fn record_cost() {
+    let env = |name: &str, default: u32| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (schedules, history) = (
+        env("BATON_BENCH_SCHEDULES", 10_000),
+        env("BATON_BENCH_HISTORY", 50),
+    );
+    let srv = server();
+    let mut raw = raw(&srv).await;
+    let schedule = Schedule::every(HOUR).unwrap();
+    let now = baton::Client::connect(srv.admin_url())
+        .await
+        .unwrap()
+        .failover()
+        .server_time("x")
+        .await
+        .unwrap();
+    let tick = schedule.latest_at_or_before(now).unwrap();
+
+    // One occurrence run to done by a fresh client (its tasks, the record's writes among
+    // them, waited for by its shutdown): what the server saw.
+    async fn one(
+        srv: &common::Deployment,
+        raw: &mut common::Raw,
+        key: &str,
+        schedule: &Schedule,
+        tick: SystemTime,
+        record: bool,
+    ) -> (std::collections::HashMap<String, u64>, u64, u64) {
+        let client = client(srv).await;
+        let occ = schedule.occurrence_of_tick(tick).unwrap();
+        let mut cfg = FailoverConfig::builder(key)
+            .worker_name("worker-01.example")
+            .build()
+            .unwrap()
+            .for_occurrence(&occ, None)
+            .unwrap();
+        if record {
+            cfg = cfg.with_record(key, schedule, tick, RecordOptions::default());
+        }
+        let before = command_calls(raw).await;
+        let (in0, out0) = (
+            info_field(
+                &mut raw.primaries().await[0],
+                "stats",
+                "total_net_input_bytes",
+            )
+            .await,
+            info_field(
+                &mut raw.primaries().await[0],
+                "stats",
+                "total_net_output_bytes",
+            )
+            .await,
+        );
+        let mut w = client.failover().start(cfg);
+        let got = acquired(&mut w, Duration::from_secs(5)).await;
+        got.handle.set_exit(Exit::Status(0));
+        got.handle.done().await.unwrap();
+        assert!(client.shutdown(Duration::from_secs(5)).await);
+        let (in1, out1) = (
+            info_field(
+                &mut raw.primaries().await[0],
+                "stats",
+                "total_net_input_bytes",
+            )
+            .await,
+            info_field(
+                &mut raw.primaries().await[0],
+                "stats",
+                "total_net_output_bytes",
+            )
+            .await,
+        );
+        let after = command_calls(raw).await;
+        let mut delta = std::collections::HashMap::new();
+        for (name, n) in after {
+            let d = n - before.get(&name).copied().unwrap_or(0);
+            // `info` is this measurement's; `auth` and `(un)subscribe` are the fresh
+            // client's connections, not the record.
+            if d > 0 && !matches!(name.as_str(), "info" | "auth" | "subscribe" | "unsubscribe") {
+                delta.insert(name, d);
+            }
+        }
+        (delta, in1 - in0, out1 - out0)
+    }
+    // Warm-up: the scripts loaded, connections made.
+    one(&srv, &mut raw, "warm", &schedule, tick, true).await;
+    let (plain, plain_in, plain_out) = one(&srv, &mut raw, "plain", &schedule, tick, false).await;
+    let (rec, rec_in, rec_out) = one(&srv, &mut raw, "rec", &schedule, tick, true).await;
+    let sum = |m: &std::collections::HashMap<String, u64>| m.values().sum::<u64>();
+    let mut added: Vec<(String, i64)> = rec
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                *v as i64 - plain.get(k).copied().unwrap_or(0) as i64,
+            )
+        })
+        .filter(|(_, d)| *d != 0)
+        .collect();
+    added.sort();
+    println!("one occurrence, plain: {} commands {plain:?}", sum(&plain));
+    println!("one occurrence, recorded: {} commands {rec:?}", sum(&rec));
+    println!(
+        "added by the record: {added:?}; bytes in +{} out +{}",
+        rec_in as i64 - plain_in as i64,
+        rec_out as i64 - plain_out as i64
+    );
+
+    let c = client(&srv).await;
+    let f = c.failover();
+    // The bytes of the record's writes of one occurrence (its grant and its end, as the
+    // worker sends them), over many occurrences on one connection.
+    let writer = FailoverConfig::builder("bytes")
+        .worker_name("worker-01.example")
+        .build()
+        .unwrap();
+    const OCCURRENCES: u32 = 200;
+    let ticks: Vec<SystemTime> = (0..OCCURRENCES).rev().map(|n| tick - HOUR * n).collect();
+    // The first write of a schedule is bigger (its spec, first seen): not what every
+    // occurrence pays.
+    f.record_occurrence(
+        &schedule,
+        &RecordOptions::default(),
+        writer.clone(),
+        ticks[0],
+        RecordChange::Started { attempt: 1 },
+    )
+    .await
+    .unwrap();
+    let in0 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_input_bytes",
+    )
+    .await;
+    let out0 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_output_bytes",
+    )
+    .await;
+    for t in &ticks[1..] {
+        for change in [
+            RecordChange::Started { attempt: 1 },
+            RecordChange::Ended {
+                attempt: 1,
+                outcome: AttemptOutcome::Done,
+                exit: Some(Exit::Status(0)),
+                message: None,
+            },
+        ] {
+            f.record_occurrence(
+                &schedule,
+                &RecordOptions::default(),
+                writer.clone(),
+                *t,
+                change,
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let in1 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_input_bytes",
+    )
+    .await;
+    let out1 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_output_bytes",
+    )
+    .await;
+    let n = f64::from(OCCURRENCES - 1);
+    println!(
+        "the record's writes of one occurrence (grant + end): {:.0} bytes sent, {:.0} received",
+        (in1 - in0) as f64 / n,
+        (out1 - out0) as f64 / n
+    );
+
+    // The pause check: one read.
+    let before = command_calls(&mut raw).await;
+    let in0 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_input_bytes",
+    )
+    .await;
+    let out0 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_output_bytes",
+    )
+    .await;
+    let t0 = std::time::Instant::now();
+    const READS: u32 = 1000;
+    for _ in 0..READS {
+        f.schedule_pause("rec").await.unwrap();
+    }
+    let per = t0.elapsed() / READS;
+    let in1 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_input_bytes",
+    )
+    .await;
+    let out1 = info_field(
+        &mut raw.primaries().await[0],
+        "stats",
+        "total_net_output_bytes",
+    )
+    .await;
+    let after = command_calls(&mut raw).await;
+    let calls: Vec<(String, u64)> = after
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "info" | "auth"))
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, d)| *d > 0)
+        .collect();
+    println!(
+        "pause check: {calls:?} for {READS} reads; {:.0} bytes in, {:.0} out, {per:?} each",
+        (in1 - in0) as f64 / f64::from(READS),
+        (out1 - out0) as f64 / f64::from(READS)
+    );
+
+    // Memory: `schedules` schedules, `history` occurrences each (one attempt, done, with its
+    // host, times, exit status), three hosts.
+    let mut mem = raw.primaries().await.remove(0);
+    let m0 = info_field(&mut mem, "memory", "used_memory").await;
+    let opts = RecordOptions::default().history(history);
+    let t0 = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    const TASKS: u32 = 64;
+    for part in 0..TASKS {
+        let f = f.clone();
+        let (schedule, opts) = (schedule.clone(), opts.clone());
+        tasks.spawn(async move {
+            for i in (part..schedules).step_by(TASKS as usize) {
+                let key = format!("bench-{i:05}");
+                for n in (0..history).rev() {
+                    let t = tick - HOUR * n;
+                    let mut a = AttemptRecord::new(1);
+                    a.host = Some(format!("worker-0{}.example", n % 3));
+                    a.started = Some(t + Duration::from_millis(20));
+                    a.ended = Some(t + Duration::from_secs(42));
+                    a.exit = Some(Exit::Status(0));
+                    a.outcome = Some(AttemptOutcome::Done);
+                    let host = format!("worker-0{}.example", n % 3);
+                    let writer = FailoverConfig::builder(key.as_str())
+                        .worker_name(host)
+                        .build()
+                        .unwrap();
+                    f.record_occurrence(&schedule, &opts, writer, t, RecordChange::Attempt(a))
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let took = t0.elapsed();
+    let m1 = info_field(&mut mem, "memory", "used_memory").await;
+    let mut one_keys = 0u64;
+    let mut conn = raw.primaries().await.remove(0);
+    for suffix in ["", ":hosts", ":history", ":ticks"] {
+        let name = format!(
+            "baton:schedule:{{bench-00000}}:{}{suffix}",
+            schedule.digest()
+        );
+        let n: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&name)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        println!("  {name}: {n} bytes");
+        one_keys += n;
+    }
+    let digests: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("baton:schedule:{bench-00000}:digests")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    println!(
+        "memory: {schedules} schedules x {history}: used_memory +{} bytes, {} bytes per \
+         schedule (MEMORY USAGE of one schedule's keys: {} + digests {digests}); filled in \
+         {took:?} ({:.0} writes/s)",
+        m1 - m0,
+        (m1 - m0) / u64::from(schedules),
+        one_keys,
+        f64::from(schedules * history) / took.as_secs_f64()
+    );
+    assert!(
+        (m1 - m0) / u64::from(schedules) <= 64 * 1024,
+        "over the 64 KB target"
+    );
 }

@@ -204,6 +204,35 @@ impl Failover {
     }
 }
 
+impl Failover {
+    /// [`Failover::record_occurrence`] in the background, best effort (a failure is a warning
+    /// and a count in `baton_schedule_record_errors_total`): what the schedule's driver
+    /// records of the ticks it does not run (skipped by overlap or by a pause).
+    pub(crate) fn record_in_background(
+        &self,
+        config: &FailoverConfig,
+        schedule: &Schedule,
+        options: RecordOptions,
+        tick: SystemTime,
+        change: RecordChange,
+    ) {
+        let (this, config, schedule) = (self.clone(), config.clone(), schedule.clone());
+        self.backend.tracker().spawn(async move {
+            let key = config.key.clone();
+            if let Err(error) = this
+                .record_occurrence(&schedule, &options, config, tick, change)
+                .await
+            {
+                crate::util::metrics::count(
+                    crate::util::metrics::Count::ScheduleRecordErrors,
+                    this.backend.label(),
+                );
+                tracing::warn!(%key, %error, "the schedule's record could not be written");
+            }
+        });
+    }
+}
+
 /// The write of `change` for `tick` (checked to be a tick of `schedule`).
 pub(crate) fn record_write(
     schedule: &Schedule,
@@ -338,7 +367,11 @@ pub(crate) fn repair(record: &mut OccurrenceRecord, state: &JobState, live: bool
         // Gone (expired, reset) or unknown: the record is all there is.
         _ => return,
     };
-    if repaired == record.outcome {
+    let unseen = match state {
+        JobState::Attempt { number, .. } => !record.attempts.iter().any(|a| a.attempt == *number),
+        _ => false,
+    };
+    if repaired == record.outcome && !unseen {
         return;
     }
     record.outcome = repaired;
@@ -428,6 +461,25 @@ impl Recorder {
             self.ctx.tick,
             self.ctx.options.history,
         );
+        // A tick with no entry may still have run, on a host whose baton writes no record
+        // (an older version): its occurrence's own job says so. Such ticks are written with
+        // what their job reads, never `missed`.
+        let mut truly_missed = Vec::with_capacity(missed.len());
+        for tick in missed {
+            match self.ran_unrecorded(tick).await {
+                Some(change) => {
+                    if let Err(error) = self.apply_at(tick, change).await {
+                        crate::util::metrics::count(
+                            crate::util::metrics::Count::ScheduleRecordErrors,
+                            self.backend.label(),
+                        );
+                        tracing::warn!(key = %self.ctx.key, %error, "an unrecorded occurrence could not be recorded");
+                    }
+                }
+                None => truly_missed.push(tick),
+            }
+        }
+        let missed = truly_missed;
         if !missed.is_empty() {
             if let Err(error) = self.apply(RecordChange::Missed(missed)).await {
                 crate::util::metrics::count(
@@ -440,16 +492,46 @@ impl Recorder {
     }
 
     async fn apply(&self, change: RecordChange) -> Result<Option<i64>, Error> {
+        self.apply_at(self.ctx.tick, change).await
+    }
+
+    async fn apply_at(&self, tick: SystemTime, change: RecordChange) -> Result<Option<i64>, Error> {
         let write = record_write(
             &self.ctx.schedule,
             &self.ctx.options,
             (&self.prefix, &self.ctx.key, &self.host),
-            self.ctx.tick,
+            tick,
             change,
         )?;
         self.backend.record_write(&write).await
     }
+
+    /// What the job of the occurrence of `tick` says happened, when it exists: the outcome to
+    /// record for an occurrence a host ran without writing the record. `None` when it has no
+    /// job (never run, or its retention passed) or the read failed: then it was missed as far
+    /// as anyone can tell.
+    async fn ran_unrecorded(&self, tick: SystemTime) -> Option<RecordChange> {
+        let occurrence = self.ctx.schedule.occurrence_of_tick(tick)?;
+        let name = occurrence.job_key(&self.ctx.key);
+        let keys = super::keys::JobKeys::new(&self.prefix, &name);
+        let status = self.backend.job_status(&keys, name).await.ok()?;
+        let outcome = match status.state {
+            JobState::Done => RecordedOutcome::Done,
+            JobState::Exhausted => RecordedOutcome::Exhausted,
+            JobState::Attempt { .. } if status.is_live() => RecordedOutcome::Running,
+            JobState::Attempt { .. } => RecordedOutcome::Failed,
+            _ => return None,
+        };
+        Some(RecordChange::Outcome {
+            outcome,
+            note: Some(UNRECORDED.to_string()),
+        })
+    }
 }
+
+/// The note on an occurrence a host ran without writing the record (an older baton).
+const UNRECORDED: &str =
+    "run by a host that writes no record (an older baton): outcome read from its job";
 
 /// The ticks strictly between `after` and `before`, the newest `limit` of them.
 pub(crate) fn ticks_between(
@@ -506,4 +588,77 @@ fn writer_name(config: &FailoverConfig) -> std::sync::Arc<str> {
         .worker_name
         .as_deref()
         .map_or_else(crate::util::token::default_worker_name, Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(attempts: &[u64]) -> OccurrenceRecord {
+        OccurrenceRecord {
+            tick: SystemTime::UNIX_EPOCH,
+            id: "t".into(),
+            outcome: RecordedOutcome::Running,
+            attempts: attempts.iter().map(|n| AttemptRecord::new(*n)).collect(),
+            note: None,
+        }
+    }
+
+    fn attempt(number: u64) -> JobState {
+        JobState::Attempt {
+            number,
+            holder: None,
+            lease_remaining_ms: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_left_running_reads_as_its_jobs_state() {
+        // Its worker ended the job done and died before writing the end.
+        let mut r = running(&[1]);
+        repair(&mut r, &JobState::Done, false);
+        assert_eq!(r.outcome, RecordedOutcome::Done);
+        assert_eq!(r.attempts[0].outcome, Some(AttemptOutcome::Done));
+        assert_eq!(r.attempts[0].ended, None, "its end is unknown");
+        assert!(r.note.is_some());
+        // Killed after its grant: the attempt has no live lease.
+        let mut r = running(&[1]);
+        repair(&mut r, &attempt(1), false);
+        assert_eq!(r.outcome, RecordedOutcome::Failed);
+        assert_eq!(r.attempts[0].outcome, Some(AttemptOutcome::Lost));
+        // A later attempt, granted by a host whose write is missing, shows with no host.
+        let mut r = running(&[1]);
+        repair(&mut r, &JobState::Exhausted, false);
+        assert_eq!(r.outcome, RecordedOutcome::Exhausted);
+        let mut r = running(&[1]);
+        repair(&mut r, &attempt(2), true);
+        assert_eq!(r.outcome, RecordedOutcome::Running);
+        assert_eq!(r.attempts.len(), 2);
+        assert_eq!(r.attempts[0].outcome, Some(AttemptOutcome::Lost));
+        assert_eq!(r.attempts[1].outcome, None, "still running");
+        // Still running with a live lease: nothing to repair.
+        let mut r = running(&[1]);
+        repair(&mut r, &attempt(1), true);
+        assert_eq!(r, running(&[1]));
+        // A job gone (expired): the record is all there is.
+        let mut r = running(&[1]);
+        repair(&mut r, &JobState::Absent, false);
+        assert_eq!(r, running(&[1]));
+    }
+
+    #[test]
+    fn the_ticks_between_two_are_the_newest_limit() {
+        let s = Schedule::every(std::time::Duration::from_secs(60)).unwrap();
+        let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(60 * 1000);
+        let min = std::time::Duration::from_secs(60);
+        assert_eq!(
+            ticks_between(&s, t0, t0 + min * 5, 10),
+            [t0 + min, t0 + min * 2, t0 + min * 3, t0 + min * 4]
+        );
+        assert_eq!(
+            ticks_between(&s, t0, t0 + min * 5, 2),
+            [t0 + min * 3, t0 + min * 4]
+        );
+        assert!(ticks_between(&s, t0, t0 + min, 10).is_empty());
+    }
 }

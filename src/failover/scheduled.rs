@@ -804,6 +804,19 @@ where
                     key = %job_key,
                     "an earlier occurrence still runs here: this one is skipped (overlap skip)"
                 );
+                // Recorded best effort; a host that runs the tick elsewhere overwrites it.
+                self.failover.record_in_background(
+                    &self.config,
+                    &self.schedule,
+                    super::record::RecordOptions::default()
+                        .history(self.options.history)
+                        .jitter(self.options.jitter),
+                    occurrence.tick(),
+                    super::record::RecordChange::Outcome {
+                        outcome: super::record::RecordedOutcome::SkippedOverlap,
+                        note: None,
+                    },
+                );
                 self.reports.send(OccurrenceReport {
                     occurrence,
                     job_key,

@@ -257,6 +257,7 @@ pub fn missed_ticks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::schedule_record::Pause;
 
     #[test]
     fn a_spec_reads_back_as_the_same_schedule() {
@@ -292,5 +293,183 @@ mod tests {
             (e["kind"].as_str(), e["every_ms"].as_u64()),
             (Some("every"), Some(60_000))
         );
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn hourly() -> Schedule {
+        Schedule::every(HOUR).unwrap()
+    }
+
+    /// An hour-aligned tick, `n` hours after a fixed origin.
+    fn at(n: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + HOUR * (500_000 + n as u32)
+    }
+
+    fn entry(n: u64, outcome: RecordedOutcome) -> OccurrenceRecord {
+        let s = hourly();
+        let o = s.occurrence_of_tick(at(n)).unwrap();
+        OccurrenceRecord {
+            tick: at(n),
+            id: o.id().to_string(),
+            outcome,
+            attempts: vec![],
+            note: None,
+        }
+    }
+
+    fn record(history: u32) -> ScheduleRecord {
+        ScheduleRecord {
+            key: "nightly".into(),
+            digest: hourly().digest().to_string(),
+            spec: hourly().spec().with_history(history),
+            first_seen: at(0),
+            last_seen: at(0),
+            last_tick: None,
+            last_success: None,
+            last_outcome: None,
+            hosts: vec![],
+            paused: None,
+        }
+    }
+
+    #[test]
+    fn missed_ticks_are_the_closed_windows_with_no_entry_after_the_oldest() {
+        let s = hourly();
+        // Nothing on record vouches for nothing.
+        assert!(missed_ticks(&s, &[], at(10)).is_empty());
+        let h = [
+            entry(0, RecordedOutcome::Done),
+            entry(2, RecordedOutcome::Done),
+        ];
+        // At 3h + 30 min: tick 1's window closed empty; tick 3's is open (until 4h - 60 s).
+        assert_eq!(missed_ticks(&s, &h, at(3) + MINUTE * 30), [at(1)]);
+        // The window closes at the next tick less the early tolerance, inclusive.
+        assert_eq!(missed_ticks(&s, &h, at(4) - MINUTE), [at(1), at(3)]);
+        assert_eq!(
+            missed_ticks(&s, &h, at(4) - MINUTE - Duration::from_millis(1)),
+            [at(1)]
+        );
+        // Nothing before the oldest on record.
+        assert_eq!(missed_ticks(&s, &h[1..], at(3)), Vec::<SystemTime>::new());
+        // Any entry counts: a skipped or failed tick was not missed.
+        let h = [
+            entry(0, RecordedOutcome::Done),
+            entry(1, RecordedOutcome::SkippedPaused),
+            entry(2, RecordedOutcome::Failed),
+        ];
+        assert!(missed_ticks(&s, &h, at(3)).is_empty());
+    }
+
+    #[test]
+    fn missed_ticks_are_bounded() {
+        let s = Schedule::every(Duration::from_secs(1)).unwrap();
+        let first = SystemTime::UNIX_EPOCH + HOUR * 500_000;
+        let o = s.occurrence_of_tick(first).unwrap();
+        let h = [OccurrenceRecord {
+            tick: first,
+            id: o.id().to_string(),
+            outcome: RecordedOutcome::Done,
+            attempts: vec![],
+            note: None,
+        }];
+        // A day of one-second ticks left alone: the newest 1 000 only.
+        let got = missed_ticks(&s, &h, first + HOUR * 24);
+        assert_eq!(got.len(), MAX_MISSED);
+        assert!(got.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn check_reads_the_newest_occurrences_since_the_last_success() {
+        let r = record(50);
+        let now = at(3) + MINUTE * 10;
+        let done = |n| entry(n, RecordedOutcome::Done);
+        // Every tick done: OK.
+        let c = r.check(&[done(0), done(1), done(2), done(3)], now, None);
+        assert_eq!(c.status, CheckStatus::Ok, "{}", c.line);
+        assert!(c.line.starts_with("OK: nightly (every 1h"), "{}", c.line);
+        // A missed tick on record, and one computed (tick 2 has no entry): CRITICAL, both named.
+        let c = r.check(
+            &[done(0), entry(1, RecordedOutcome::Missed), done(3)],
+            now,
+            None,
+        );
+        assert_eq!(
+            c.status,
+            CheckStatus::Ok,
+            "a success after them: {}",
+            c.line
+        );
+        let c = r.check(&[done(0), entry(1, RecordedOutcome::Missed)], now, None);
+        assert_eq!(c.status, CheckStatus::Critical, "{}", c.line);
+        assert_eq!(c.missed.len(), 2, "{:?}", c.missed);
+        assert!(c.line.contains("2 missed"), "{}", c.line);
+        // The newest attempt failed (a backup may retry it): WARNING; an older failure or an
+        // exhaustion since the last success: CRITICAL.
+        let c = r.check(&[done(2), entry(3, RecordedOutcome::Failed)], now, None);
+        assert_eq!(c.status, CheckStatus::Warning, "{}", c.line);
+        let c = r.check(
+            &[
+                entry(2, RecordedOutcome::Failed),
+                entry(3, RecordedOutcome::Running),
+            ],
+            now,
+            None,
+        );
+        assert_eq!(
+            (c.status, c.failed.len()),
+            (CheckStatus::Critical, 1),
+            "{}",
+            c.line
+        );
+        let c = r.check(&[done(2), entry(3, RecordedOutcome::Exhausted)], now, None);
+        assert_eq!(c.status, CheckStatus::Critical, "{}", c.line);
+        // A last success older than the maximum age.
+        let mut old = r.clone();
+        old.last_success = Some(at(1));
+        let h = [done(1), entry(2, RecordedOutcome::SkippedOverlap)];
+        let c = old.check(&h, now, Some(HOUR));
+        assert_eq!(c.status, CheckStatus::Critical, "{}", c.line);
+        assert!(c.line.contains("last success"), "{}", c.line);
+        assert_eq!(old.check(&h, now, Some(HOUR * 3)).status, CheckStatus::Ok);
+    }
+
+    #[test]
+    fn check_skips_ticks_while_paused_and_reads_an_unreadable_spec_as_unknown() {
+        let now = at(4) + MINUTE * 10;
+        let mut r = record(50);
+        r.paused = Some(Pause {
+            until: None,
+            by: "ops".into(),
+            at: at(1) + MINUTE,
+            note: None,
+        });
+        // Ticks 2 and 3 had no entry, but closed after the pause began.
+        let c = r.check(&[entry(0, RecordedOutcome::Done)], now, None);
+        assert_eq!(c.missed.len(), 1, "tick 1 only: {:?}", c.missed);
+        assert!(c.line.ends_with("; paused"), "{}", c.line);
+        let mut bad = record(50);
+        bad.spec.kind = crate::util::schedule_record::SpecKind::Cron {
+            expr: "not cron".into(),
+            zone: "UTC".into(),
+        };
+        let c = bad.check(&[], now, None);
+        assert_eq!(c.status, CheckStatus::Unknown, "{}", c.line);
+    }
+
+    #[test]
+    fn gaps_an_older_host_leaves_read_as_missed_until_a_later_success() {
+        // An older baton runs tick 1 and writes nothing: no entry. Before any later success
+        // it reads as missed (CRITICAL); once tick 2 is done on record it no longer counts.
+        let r = record(50);
+        let h = [entry(0, RecordedOutcome::Done)];
+        let c = r.check(&h, at(2) + MINUTE, None);
+        assert_eq!((c.status, c.missed.len()), (CheckStatus::Critical, 1));
+        let h = [
+            entry(0, RecordedOutcome::Done),
+            entry(2, RecordedOutcome::Done),
+        ];
+        assert_eq!(r.check(&h, at(2) + MINUTE, None).status, CheckStatus::Ok);
     }
 }
