@@ -228,7 +228,10 @@ pub(crate) async fn reset(client: &Client, job: FailoverConfig, named: Named) ->
 pub(crate) async fn migrate(client: &Client) -> u8 {
     match client.migrate().await {
         Ok(()) => {
-            tell!("baton: baton_jobs, baton_locks and baton_advisory_fence are in place");
+            tell!(
+                "baton: baton_jobs, baton_locks, baton_schedules, baton_schedule_history, \
+                 baton_schedule_control and baton_advisory_fence are in place"
+            );
             0
         }
         Err(e) => fail_with(&e),

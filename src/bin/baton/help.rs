@@ -283,8 +283,9 @@ Example (one scheduler at a time across the fleet, handed over on deploys):
   baton leader --key scheduler --lease 10s -- /usr/local/bin/scheduler";
 
 pub(crate) const MIGRATE_HELP: &str = "\
-`baton migrate --url postgres://owner@host/db` creates baton_jobs, baton_locks, their indexes
-and the sequence baton_advisory_fence in the connection's default schema (the first of its
+`baton migrate --url postgres://owner@host/db` creates baton_jobs, baton_locks, the schedules'
+record (baton_schedules, baton_schedule_history, baton_schedule_control), their indexes and the
+sequence baton_advisory_fence in the connection's default schema (the first of its
 search_path), where missing. It is idempotent and safe while workers run: when everything
 exists it runs no DDL and takes no lock; otherwise each lock its DDL needs is waited for at most
 1 s (a DDL waiting on a long transaction would queue every writer behind it), then tried again
