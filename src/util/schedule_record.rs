@@ -222,7 +222,7 @@ pub struct Pause {
 pub struct ScheduleRecord {
     /// The schedule's key.
     pub key: String,
-    /// The schedule's digest ([`Schedule::digest`]).
+    /// The schedule's digest ([`Schedule::digest`](crate::Schedule::digest)).
     pub digest: String,
     /// The schedule as its last writer described it.
     pub spec: ScheduleSpec,
@@ -352,17 +352,17 @@ pub const MAX_HISTORY: u32 = 1000;
 
 /// A schedule as plain data: its calendar ([`SpecKind`]), early tolerance, jitter and history
 /// size, and the text people read (`cron '0 2 * * *' in Europe/Paris`). Serialized (JSON)
-/// into the schedule's record; [`Schedule::spec`] makes one, [`Schedule::from_spec`] reads
+/// into the schedule's record; [`Schedule::spec`](crate::Schedule::spec) makes one, [`Schedule::from_spec`](crate::Schedule::from_spec) reads
 /// one back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ScheduleSpec {
-    /// The schedule as people read it ([`Schedule`]'s `Display`).
+    /// The schedule as people read it ([`Schedule`](crate::Schedule)'s `Display`).
     pub text: String,
     /// The calendar.
     #[serde(flatten)]
     pub kind: SpecKind,
-    /// The early tolerance as set ([`Schedule::early`]).
+    /// The early tolerance as set ([`Schedule::early`](crate::Schedule::early)).
     #[serde(rename = "early_ms", with = "duration_ms")]
     pub early: Duration,
     /// The jitter the schedule's runs use (not part of the digest).
