@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use baton::prelude::*;
 use baton::{Event, FailoverConfig};
 use common::*;
 use tokio::time::Instant;
@@ -548,6 +549,53 @@ scenario! {
         assert!(matches!(
             until_end(&mut a, WAKE).await.as_slice(),
             [Event::Exhausted { attempts: Some(2) }]
+        ));
+    }
+}
+
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn rejoin_after_fail_waits_as_a_backup_again_after_a_lost_lease() {
+        // A lost attempt rejoins too: before, the worker left with `LeaseLost`, and when it was
+        // the only worker alive (the backup that took over from it died in turn) the job stayed
+        // at attempt n with no lease and nobody to run or exhaust it.
+        let srv = server();
+        let client = client(&srv).await;
+        // A short lease: the holder hears of the loss at its next extension (a third of it).
+        let cfg = job("rejoin-lost")
+            .lease(Duration::from_millis(900))
+            .watchdog(true)
+            .max_attempts(2)
+            .rejoin_after_fail(true)
+            .build()
+            .unwrap();
+        let mut a = client.failover().start(cfg.clone());
+        let first = acquired(&mut a, WAKE).await;
+        // An operator's `baton fail` takes the attempt from under its holder: lost, as a lease
+        // taken over or run out is.
+        client
+            .failover()
+            .fail_attempt(cfg.clone(), &baton::Expected::Attempt(1), "hung")
+            .await
+            .unwrap();
+        let ev = next(&mut a, WAKE).await;
+        assert!(
+            matches!(
+                ev,
+                Event::Rejoined { attempt: 1, ref reason } if reason.starts_with("lease lost")
+            ),
+            "{ev:?}"
+        );
+        // The handle says so too: the loss signal stops the work on it.
+        assert!(first.handle.is_lost());
+        // Nobody else is around: the same worker takes attempt 2 and finishes the job.
+        let second = acquired(&mut a, WAKE).await;
+        assert_eq!(second.attempt, 2);
+        second.done().await.unwrap();
+        assert!(matches!(
+            until_end(&mut a, WAKE).await.as_slice(),
+            [Event::Completed { attempt: Some(2) }]
         ));
     }
 }

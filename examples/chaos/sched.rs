@@ -48,11 +48,9 @@
 //!   ends DONE or EXHAUSTED in the store: a process spawned a second before the window, neither
 //!   frozen nor cut off (its link, the server) within it, nor killed within it or for 10 s
 //!   after. The harness knows its faults: a tick with no witness is accounted as excused (and
-//!   reported: done, or missed, or left at an attempt). A witnessed tick may also be left at
-//!   attempt n when attempt n's holder was frozen or killed by the harness: a worker whose
-//!   attempt was lost does not rejoin (`--rejoin` retries failed attempts only), so once every
-//!   other taker is out nobody retries it (baton's documented guarantee: a server that waits
-//!   for a tick runs it, sees it run elsewhere, or reports why not);
+//!   reported: done, or missed, or left at an attempt). Every live `baton schedule` waits on
+//!   an occurrence until it ends (`--rejoin` brings back a worker whose attempt failed or was
+//!   lost), so a witnessed tick is never left at an attempt;
 //! - S4: every `baton schedule` process exits 0 or 143 on the harness's SIGTERM at the end (or
 //!   by the harness's SIGKILL), none on its own, none stuck;
 //! - S5: the password (in every process's URL, in its environment) shows in no log.
@@ -219,8 +217,6 @@ struct Phase {
     faults: Mutex<BTreeMap<String, u64>>,
     outages: Mutex<Vec<Outage>>,
     frozen_holders: Mutex<Vec<String>>,
-    /// Every process frozen (holder or not).
-    frozen_any: Mutex<Vec<String>>,
     dropped_lines: Arc<AtomicU64>,
 }
 
@@ -436,7 +432,6 @@ impl Phase {
             return;
         }
         target.frozen.store(true, Ordering::Relaxed);
-        lock(&self.frozen_any).push(target.label.clone());
         self.count("freeze");
         self.fault_log("freeze", &target.label, json!({"ms":ms,"holder":is_holder}));
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -609,8 +604,6 @@ pub struct SchedResult {
     stuck: Vec<String>,
     faults: BTreeMap<String, u64>,
     frozen_holders: Vec<String>,
-    /// Every process the harness froze or killed: an attempt it held was visibly lost.
-    faulted: Vec<String>,
     /// server − wall (ns) and its bound, at the start and the end.
     offsets: Vec<(i64, u64)>,
     secret_in: Vec<String>,
@@ -725,7 +718,6 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         faults: Mutex::new(BTreeMap::new()),
         outages: Mutex::new(Vec::new()),
         frozen_holders: Mutex::new(Vec::new()),
-        frozen_any: Mutex::new(Vec::new()),
         dropped_lines: Arc::new(AtomicU64::new(0)),
     });
     // Monotonic and wall clocks side by side: fault intervals are monotonic, ticks wall.
@@ -933,13 +925,6 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         })
         .collect();
     let frozen_holders = lock(&phase.frozen_holders).clone();
-    let mut faulted = lock(&phase.frozen_any).clone();
-    faulted.extend(
-        lock(&phase.procs)
-            .iter()
-            .filter(|p| p.killed.load(Ordering::Relaxed))
-            .map(|p| p.label.clone()),
-    );
     let _ = std::fs::remove_file(dir.join("baton-bin"));
     let secret_in = std::fs::read_dir(&dir)
         .map(|d| {
@@ -969,7 +954,6 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         stuck,
         faults,
         frozen_holders,
-        faulted,
         offsets,
         secret_in,
     })
@@ -1073,7 +1057,6 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         .unwrap_or_default();
     let mut occurrences = 0usize;
     // Job → its last attempt that ran PROGRAM, and that PROGRAM's process.
-    let mut last_holder: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for path in &files {
         let all = spans(path);
         if all.is_empty() {
@@ -1140,13 +1123,6 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
                 }
             }
         }
-        if let Some((_, label, _, attempt)) = all
-            .iter()
-            .filter_map(|s| s.start.clone())
-            .max_by_key(|x| x.3)
-        {
-            last_holder.insert(job.clone(), (attempt, label));
-        }
         // No completion twice: one process reports the occurrence done, and no PROGRAM starts
         // after its PROGRAM with a higher token.
         let reporters = done_by.get(&job).cloned().unwrap_or_default();
@@ -1177,7 +1153,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
     // S3.
     let mut s3 = Vec::new();
     let mut excused = Vec::new();
-    let (mut checked, mut done, mut exhausted, mut abandoned) = (0u64, 0u64, 0u64, 0u64);
+    let (mut checked, mut done, mut exhausted) = (0u64, 0u64, 0u64);
     if let Some(e) = &r.final_state_err {
         s3.push(format!("final state unreadable: {e}"));
     }
@@ -1196,18 +1172,6 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         match st.as_deref() {
             Some("DONE") => done += 1,
             Some("EXHAUSTED") => exhausted += 1,
-            // Left at attempt n: allowed when attempt n's holder is one the harness froze or
-            // killed. Its attempt was lost, and a worker whose attempt was lost does not rejoin
-            // (only a failed one does), so with every other taker already out nobody retries.
-            Some(n)
-                if n.parse::<u64>().is_ok_and(|n| {
-                    last_holder
-                        .get(&t.job)
-                        .is_some_and(|(a, l)| *a == n && r.faulted.contains(l))
-                }) =>
-            {
-                abandoned += 1
-            }
             other => s3.push(format!(
                 "{}: final state {other:?} (window closed {} ms after the tick; witness {})",
                 t.job,
@@ -1252,7 +1216,6 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
     let stats = json!({
         "workers": r.workers, "occurrences": occurrences, "programs": programs,
         "takeovers": takeovers, "programs_cut": cut, "ticks_checked": checked,
-        "abandoned_after_lost_holder": abandoned,
         "ticks_per_schedule": per_sched, "done": done, "exhausted": exhausted,
         "excused": excused.len(), "excused_examples": excused.iter().take(8).collect::<Vec<_>>(),
         "outcomes": outcomes, "exits": by_exit, "faults": r.faults,
@@ -1325,12 +1288,11 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         println!("    {name} excused: {ex}");
     }
     lines.push((
-        format!("{name} S3 every witnessed tick ends DONE or EXHAUSTED (or lost with its holder)"),
+        format!("{name} S3 every witnessed tick ends DONE or EXHAUSTED"),
         s3.is_empty() && checked > 0,
         format!(
-            "{} violation(s); {checked} ticks checked ({done} DONE, {exhausted} EXHAUSTED, \
-             {abandoned} left at the attempt of a holder frozen or killed), {} with no witness \
-             (every process frozen, killed or cut off, or the server paused)",
+            "{} violation(s); {checked} ticks checked ({done} DONE, {exhausted} EXHAUSTED), {} \
+             with no witness (every process frozen, killed or cut off, or the server paused)",
             s3.len(),
             excused.len()
         ),

@@ -198,7 +198,7 @@ impl FailoverConfig {
     pub fn retry_delay(&self) -> Duration {
         self.retry_delay
     }
-    /// Whether a worker whose attempt failed waits as a backup again.
+    /// Whether a worker whose attempt failed (or lost its lease) waits as a backup again.
     pub fn rejoin_after_fail(&self) -> bool {
         self.rejoin_after_fail
     }
@@ -278,8 +278,12 @@ impl FailoverConfigBuilder {
         self
     }
     /// Whether a worker whose own attempt failed waits as a backup again (after giving the other
-    /// backups a head start of `lease / 10`, 10..=500 ms, or `retry_delay` if longer).
-    /// Defaults to false.
+    /// backups a head start of `lease / 10`, 10..=500 ms, or `retry_delay` if longer), and one
+    /// whose attempt lost its lease too (at once: the lease has already passed on): it then
+    /// reports [`Event::Rejoined`](crate::Event::Rejoined) instead of the terminal `Failed` or
+    /// `LeaseLost`, and the attempt handle's loss signal still fires at once. A worker that left
+    /// after a lost lease would strand the job when it was the only worker left. Defaults to
+    /// false.
     pub fn rejoin_after_fail(mut self, on: bool) -> Self {
         self.raw.rejoin_after_fail = on;
         self

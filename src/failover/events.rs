@@ -73,13 +73,16 @@ pub enum Event {
         outage_ms: u64,
     },
     /// With [`rejoin_after_fail`](super::FailoverConfigBuilder::rejoin_after_fail): this
-    /// worker's attempt failed and it waits as a backup again (after a head start for the
-    /// others). Not terminal: `Locked`, `Acquired`, … follow as for a new worker. Without
-    /// rejoin a failed attempt ends the stream with `Failed` instead.
+    /// worker's attempt failed, or lost its lease, and it waits as a backup again (after a
+    /// failure, with a head start for the others). Not terminal: `Locked`, `Acquired`, …
+    /// follow as for a new worker. Without rejoin a failed attempt ends the stream with
+    /// `Failed` instead, and a lost one with `LeaseLost`. A lost attempt's handle says so at
+    /// once all the same ([`HeldLease::lost`](crate::HeldLease::lost)): stop the work on
+    /// it, or on this event while the attempt runs.
     Rejoined {
-        /// The attempt that failed here.
+        /// The attempt that ended here.
         attempt: u64,
-        /// The reason given to `fail()`.
+        /// The reason given to `fail()`, or `lease lost: …` and why.
         reason: String,
     },
     /// `dropped` `Status`/`Locked` events were discarded because nobody read them.

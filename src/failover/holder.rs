@@ -439,6 +439,19 @@ impl<S: JobStore> Task<S> {
             attempt: g.attempt,
             reason: reason.clone(),
         });
+        if self.cfg.rejoin_after_fail {
+            // Lost is failed too, as far as the job goes: the attempt is over and a backup may
+            // run the next one. A worker that left here would strand the job when the backup
+            // that took over dies in turn (a holder frozen past its lease, or cut off by a
+            // blip, was the only other worker alive): rejoined, it takes the next attempt or
+            // writes `EXHAUSTED` as any backup would. The handle's loss signal (set above) is
+            // what stops the work; the event says the stream goes on.
+            self.events.emit(Event::Rejoined {
+                attempt: g.attempt,
+                reason: format!("lease lost: {reason}"),
+            });
+            return Flow::Continue;
+        }
         self.events.emit(Event::LeaseLost {
             attempt: g.attempt,
             reason,

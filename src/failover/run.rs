@@ -303,13 +303,24 @@ impl Failover {
                     // Aborted when dropped, so losing the lease (or dropping `run`) cancels it.
                     let mut task = AbortOnDropHandle::new(tokio::spawn(fut));
                     let result = tokio::select! {
-                        r = &mut task => r,
+                        r = &mut task => Some(r),
                         // Anything the worker says while the closure runs is about this attempt:
                         // a terminal event means it is gone, so stop the work at once.
-                        ended = next_terminal(&mut worker) => {
-                            drop(acquired);
-                            return Ok(outcome_of(ended, number));
+                        ended = attempt_over(&mut worker) => match ended {
+                            // Lost, and the worker waits as a backup again
+                            // (`rejoin_after_fail`): so does this run, its work stopped.
+                            Some(Event::Rejoined { .. }) => None,
+                            ended => {
+                                drop(acquired);
+                                return Ok(outcome_of(ended, number));
+                            }
                         }
+                    };
+                    let Some(result) = result else {
+                        // Dropping the task aborts the work; the handle's attempt is over.
+                        drop(task);
+                        drop(acquired);
+                        continue;
                     };
                     let ended = match result {
                         // The work's result is never dropped, whatever becomes of its DONE.
@@ -358,10 +369,12 @@ impl Failover {
     }
 }
 
-/// Waits for the next terminal event (or the end of the stream).
-async fn next_terminal(worker: &mut super::Worker) -> Option<Event> {
+/// Waits for the end of the attempt in hand as the worker reports it: a terminal event, a
+/// `Rejoined` (its lease was lost and the worker waits as a backup again), or the end of the
+/// stream.
+async fn attempt_over(worker: &mut super::Worker) -> Option<Event> {
     while let Some(ev) = worker.next().await {
-        if ev.is_terminal() {
+        if ev.is_terminal() || matches!(ev, Event::Rejoined { .. }) {
             return Some(ev);
         }
     }

@@ -372,10 +372,10 @@ pub(crate) struct RunArgs {
     /// fails quickly. Once one has answered, --give-up-after applies instead.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub(crate) connect_timeout: Duration,
-    /// Whether this worker, after its own attempt failed, waits as a backup again and may run
-    /// a later attempt (a waiting backup elsewhere still goes first). `--rejoin=false` turns
-    /// it off [default: off for `run`, on for `schedule`, so a one-server fleet retries a
-    /// failed occurrence].
+    /// Whether this worker, after its own attempt failed or lost its lease (PROGRAM stopped),
+    /// waits as a backup again and may run a later attempt (after a failure a waiting backup
+    /// elsewhere still goes first). `--rejoin=false` turns it off [default: off for `run`, on
+    /// for `schedule`, so a one-server fleet retries a failed occurrence].
     #[arg(
         long,
         value_name = "BOOL",

@@ -678,6 +678,10 @@ pub(crate) struct RunLease<'a> {
     /// An ended stream answers `None` at once, forever: stop polling it, or the supervision
     /// loop would spin and starve the runtime of the SIGCHLD that reports PROGRAM's exit.
     events_ended: bool,
+    /// The worker said `Rejoined` while PROGRAM ran: its lease was lost and it waits as a
+    /// backup again (`--rejoin`). What it says next belongs to the next wait, which
+    /// [`Job::run`] reads: the attempt's end must not drain it.
+    rejoined: bool,
 }
 
 impl Lease for RunLease<'_> {
@@ -705,7 +709,8 @@ impl Lease for RunLease<'_> {
                         kill_at: now,
                     }
                 }
-                // The lease has ended (or belongs to someone else): stop at once.
+                // The lease has ended (or belongs to someone else): stop at once. With
+                // --rejoin a lost lease reads `Rejoined` (the worker waits as a backup again).
                 Event::LeaseLost { .. }
                 | Event::Error {
                     retryable: false, ..
@@ -714,6 +719,13 @@ impl Lease for RunLease<'_> {
                         term: true,
                         kill_at: now,
                     }
+                }
+                Event::Rejoined { .. } => {
+                    self.rejoined = true;
+                    return Loss {
+                        term: true,
+                        kill_at: now,
+                    };
                 }
                 _ => {}
             }
@@ -820,6 +832,7 @@ impl Holder<'_> {
             attempt: acquired.attempt,
             handle: acquired.handle.clone(),
             events_ended: false,
+            rejoined: false,
         };
         let mut supervisor = Supervisor {
             sink: self.sink,
@@ -838,12 +851,15 @@ impl Holder<'_> {
         } = supervisor
             .supervise(&mut program, &mut lease, term_at, why_text)
             .await;
+        let rejoined = lease.rejoined;
         let status = match status {
             Ok(s) => s,
             Err(e) => {
                 say!("baton: lost track of PROGRAM: {e}");
                 let _ = acquired.fail(format!("lost track of PROGRAM: {e}")).await;
-                drain(self.worker, self.sink).await;
+                if !rejoined {
+                    drain(self.worker, self.sink).await;
+                }
                 return Ended::Failed(EX_LOST);
             }
         };
@@ -898,7 +914,9 @@ impl Holder<'_> {
                 Ended::Failed(code)
             }
         };
-        drain(self.worker, self.sink).await;
+        if !rejoined {
+            drain(self.worker, self.sink).await;
+        }
         ended
     }
 }
