@@ -77,7 +77,7 @@ pub enum Event {
     /// failure, with a head start for the others). Not terminal: `Locked`, `Acquired`, …
     /// follow as for a new worker. Without rejoin a failed attempt ends the stream with
     /// `Failed` instead, and a lost one with `LeaseLost`. A lost attempt's handle says so at
-    /// once all the same ([`HeldLease::lost`](crate::HeldLease::lost)): stop the work on
+    /// once all the same ([`HeldLease::lost`]): stop the work on
     /// it, or on this event while the attempt runs.
     Rejoined {
         /// The attempt that ended here.
