@@ -342,6 +342,12 @@ impl ClientBuilder {
     }
 }
 
+/// The name a worker, election candidate or lock holder gets when none is set: `host:pid`
+/// (the host name from the kernel, else `HOSTNAME`), as `baton status` shows it.
+pub fn default_worker_name() -> String {
+    crate::util::token::default_worker_name().to_string()
+}
+
 /// `url` as baton's own messages show it: the user, the password and the query (which may
 /// carry a password) replaced by `<redacted>`, the rest bounded in length and escaped. For an
 /// application's logs and pages: `baton dashboard` shows its server this way.

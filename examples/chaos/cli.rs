@@ -106,21 +106,7 @@ impl Runner {
     }
 
     fn signal(&self, sig: i32) -> bool {
-        if !self.running() {
-            return false;
-        }
-        // SAFETY: pidfd_send_signal(2) on a pidfd this process owns; no pointers but a null
-        // siginfo.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                sig,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        rc == 0
+        self.running() && pidfd_signal(&self.pidfd, sig)
     }
 
     fn name(&self) -> String {
@@ -229,6 +215,21 @@ pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both were just opened and are owned by nothing else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `sig` to the process behind `pidfd` (never to a reused pid); whether it was sent.
+pub(crate) fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> bool {
+    // SAFETY: pidfd_send_signal(2) on a pidfd the caller owns; no pointers but a null siginfo.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    rc == 0
 }
 
 pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {

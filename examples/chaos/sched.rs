@@ -60,7 +60,7 @@
 //! runs every tick beside the others', and S1 must flag it.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -72,7 +72,7 @@ use baton::testing::{Persistence, RedisServer};
 use baton::Schedule;
 use serde_json::{json, Value};
 
-use crate::cli::{baton_bin, fill_pipe, lock, parent, pidfd_open, pipe, read_stderr};
+use crate::cli::{baton_bin, fill_pipe, lock, parent, pidfd_open, pidfd_signal, pipe, read_stderr};
 use crate::control::WORKER_USER;
 use crate::proxy::{Link, Mode};
 use crate::util::{mix, mono_ns, read_jsonl, BoxError, Jsonl, Rng};
@@ -167,21 +167,7 @@ impl Proc {
     }
 
     fn signal(&self, sig: i32) -> bool {
-        if !self.running() {
-            return false;
-        }
-        // SAFETY: pidfd_send_signal(2) on a pidfd this process owns; no pointers but a null
-        // siginfo.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                sig,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        rc == 0
+        self.running() && pidfd_signal(&self.pidfd, sig)
     }
 }
 

@@ -31,7 +31,11 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
     }
     // The holder's name rides in the lock's token (`TOKEN:NAME`), for `status` to show.
     if args.redlock.is_empty() {
-        opts = opts.holder_name(args.name.clone().unwrap_or_else(default_name));
+        opts = opts.holder_name(
+            args.name
+                .clone()
+                .unwrap_or_else(baton::client::default_worker_name),
+        );
     }
     let opts = opts.build().map_err(|e| usage_config(&e))?;
     let sink = Sink {
@@ -42,17 +46,6 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
         occurrence: None,
     };
     Ok((opts, sink))
-}
-
-/// `host:pid`, the default name of a holder (as `run`'s and `leader`'s workers are named).
-fn default_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown-host".to_string());
-    format!("{host}:{}", std::process::id())
 }
 
 pub(crate) async fn lock(
