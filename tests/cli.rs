@@ -812,9 +812,14 @@ async fn fail_releases_a_hung_holder_so_a_backup_takes_over_at_once() {
     // long before its next lease extension (every lock-timeout / 3 = 10 s) would have told it.
     let o = finish_by(holder, t0 + Duration::from_secs(5), "hung holder").await;
     assert_eq!(code(&o), 74, "hung holder: {}", describe(&o));
-    // In words, not the channel's protocol text (`acquired:2`).
+    // In words, not the channel's protocol text (`acquired:2`). Which word reaches the holder
+    // first, the release (`failed`) or the backup's grant, is a race: either says it in words.
+    let said = stderr(&o);
     assert!(
-        !stderr(&o).contains("acquired:") && stderr(&o).contains("was granted attempt 2"),
+        !said.contains("acquired:")
+            && said.contains("lost attempt 1")
+            && (said.contains("was granted attempt 2")
+                || said.contains("an operator released the attempt")),
         "hung holder: {}",
         describe(&o)
     );
