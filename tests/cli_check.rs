@@ -75,6 +75,22 @@ async fn every_worker_dead_over_two_ticks(url: &str, key: &str, dir: &TempDir) -
     wait_file(&log, Duration::from_secs(20), |t| t.lines().count() >= 1)
         .await
         .unwrap_or_else(|| panic!("no occurrence ran within 20 s"));
+    // The record is written beside the run, never before it (on PostgreSQL its tables may
+    // still be being made on first use): killed before its first write, the fleet would have
+    // left no record at all, which `check` rightly calls absent.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = finished(url, &["check", "--key", key]).await;
+        if !stdout(&out).contains("no record in the store") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no record within 20 s: {}",
+            describe(&out)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for w in &mut workers {
         w.kill().await.expect("kill a worker");
     }
