@@ -217,6 +217,22 @@ pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The files directly in `dir` whose bytes contain `canary` (a secret that must show in no
+/// log), by path.
+pub(crate) fn files_holding(dir: &Path, canary: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    std::fs::read(p)
+                        .is_ok_and(|b| b.windows(canary.len()).any(|w| w == canary.as_bytes()))
+                })
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Sends `sig` to the process behind `pidfd` (never to a reused pid); whether it was sent.
 pub(crate) fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> bool {
     // SAFETY: pidfd_send_signal(2) on a pidfd the caller owns; no pointers but a null siginfo.
@@ -905,17 +921,7 @@ pub async fn run_phase(cfg: CliCfg, root: &Path, canary: &str) -> Result<CliResu
     let frozen_holders = lock(&phase.frozen_holders).clone();
     let _ = std::fs::remove_file(dir.join("baton-bin"));
     // The password is in every process's URL (their environment): it must show in no log.
-    let secret_in = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    std::fs::read(p)
-                        .is_ok_and(|b| b.windows(canary.len()).any(|w| w == canary.as_bytes()))
-                })
-                .map(|p| p.display().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
+    let secret_in = files_holding(&dir, canary);
     log.write(json!({"p":"control","type":"info","f":"phase_end","stuck":stuck}));
     drop(phase);
     drop(node_links);

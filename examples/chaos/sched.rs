@@ -72,7 +72,9 @@ use baton::testing::{Persistence, RedisServer};
 use baton::Schedule;
 use serde_json::{json, Value};
 
-use crate::cli::{baton_bin, fill_pipe, lock, parent, pidfd_open, pidfd_signal, pipe, read_stderr};
+use crate::cli::{
+    baton_bin, files_holding, fill_pipe, lock, parent, pidfd_open, pidfd_signal, pipe, read_stderr,
+};
 use crate::control::WORKER_USER;
 use crate::proxy::{Link, Mode};
 use crate::util::{mix, mono_ns, read_jsonl, BoxError, Jsonl, Rng};
@@ -912,17 +914,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         .collect();
     let frozen_holders = lock(&phase.frozen_holders).clone();
     let _ = std::fs::remove_file(dir.join("baton-bin"));
-    let secret_in = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    std::fs::read(p)
-                        .is_ok_and(|b| b.windows(canary.len()).any(|w| w == canary.as_bytes()))
-                })
-                .map(|p| p.display().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
+    let secret_in = files_holding(&dir, canary);
     log.write(json!({"p":"control","type":"info","f":"phase_end","stuck":stuck}));
     drop(conn);
     let redis = phase.redis.clone();
