@@ -277,6 +277,7 @@ pub(crate) fn record_write(
                 exit: a.exit,
                 message: a.message,
                 outcome: a.outcome,
+                settle: None,
             }),
             ..base
         }],
@@ -301,6 +302,21 @@ pub(crate) fn record_write(
                 exit,
                 message,
                 outcome: Some(outcome),
+                ..Default::default()
+            }),
+            ..base
+        }],
+        RecordChange::Settled {
+            attempt,
+            outcome,
+            message,
+        } => vec![WireChange {
+            n: Some(attempt),
+            attempt: Some(WireAttempt {
+                end: Some(-1),
+                message,
+                outcome: Some(AttemptOutcome::Done),
+                settle: Some(outcome.as_str().to_string()),
                 ..Default::default()
             }),
             ..base
