@@ -164,21 +164,6 @@ impl Failover {
         Ok(pause.and_then(|p| p.at(now)))
     }
 
-    /// The keys of every schedule under `prefix` (`baton:` by default) that has a record or
-    /// a pause in the store, sorted, each once: what `baton status` and the dashboard list.
-    /// A key with two digests (a rolling change of its expression) is listed once; read its
-    /// records with [`Failover::schedule_records`].
-    ///
-    /// On Redis this walks every primary's keys with `SCAN` (each primary of a cluster), as
-    /// the inspector's listing does; on PostgreSQL it reads the record's tables.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an invalid prefix; connection errors.
-    pub async fn list_schedules(&self, prefix: &str) -> Result<Vec<String>, Error> {
-        crate::util::names::check_prefix(prefix)?;
-        self.backend.list_schedules(prefix).await
-    }
-
     /// Writes `change` into the record of `schedule` on `key` for the occurrence of `tick`
     /// (registering the schedule and the writer, the configuration's worker name, as a host
     /// seen): what the workers write on each grant and attempt end, public for applications

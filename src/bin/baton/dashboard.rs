@@ -5,7 +5,7 @@
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
 //! each schedule's occurrences into one row showing its worst open occurrence (the same
 //! [`ScheduleFold`] as `status`), reads each schedule's record (every key with an occurrence
-//! or a record, [`baton::Failover::list_schedules`], at most `--max-schedules`, 16 keys' reads
+//! or a record, [`baton::inspect::Inspector::schedules`], at most `--max-schedules`, 16 keys' reads
 //! in flight on the shared connection) for its expression, its row's summary and the
 //! store-computed `baton_schedule_*` series of `/metrics`, and publishes the result in a watch
 //! channel. A schedule with only its record left (every occurrence expired) keeps a row
@@ -307,7 +307,7 @@ async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
     // expired (every host dead longer than their retention) keeps its row and its series, so
     // its missed-run alert does not clear by itself.
     let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
-    keys.extend(reader.failover.list_schedules(&reader.prefix).await?);
+    keys.extend(reader.inspect.schedules().await?);
     keys.sort();
     keys.dedup();
     listing.schedules_dropped = keys.len().saturating_sub(reader.max_schedules) as u64;
