@@ -156,6 +156,56 @@ async fn the_history_is_trimmed_and_missed_never_overwrites() {
     );
 }
 
+/// A tick recorded skipped (paused, overlap) after ticks nobody recorded records them missed,
+/// as a grant does: the next grant starts from the skipped tick and would never see them.
+#[tokio::test]
+async fn a_skipped_tick_records_the_missed_ones_before_it() {
+    let srv = server();
+    let client = client(&srv).await;
+    let f = client.failover();
+    let schedule = Schedule::every(HOUR).unwrap();
+    let opts = RecordOptions::default();
+    let now = f.server_time("gap").await.unwrap();
+    let last = schedule.latest_at_or_before(now).unwrap();
+    let ticks: Vec<SystemTime> = (0..4).rev().map(|i| last - HOUR * i).collect();
+    let outcome = |outcome| RecordChange::Outcome {
+        outcome,
+        note: None,
+    };
+    f.record_occurrence(
+        &schedule,
+        &opts,
+        "gap",
+        ticks[0],
+        outcome(RecordedOutcome::Done),
+    )
+    .await
+    .unwrap();
+    f.record_occurrence(
+        &schedule,
+        &opts,
+        "gap",
+        ticks[3],
+        outcome(RecordedOutcome::SkippedPaused),
+    )
+    .await
+    .unwrap();
+    let h = f
+        .schedule_history("gap", schedule.digest(), 10)
+        .await
+        .unwrap();
+    let got: Vec<(SystemTime, RecordedOutcome)> = h.iter().map(|e| (e.tick, e.outcome)).collect();
+    assert_eq!(
+        got,
+        [
+            (ticks[3], RecordedOutcome::SkippedPaused),
+            (ticks[2], RecordedOutcome::Missed),
+            (ticks[1], RecordedOutcome::Missed),
+            (ticks[0], RecordedOutcome::Done),
+        ]
+    );
+}
+
 /// Pause before any record, read back; resume; an `until` in the past is refused, and one
 /// that passes reads as not paused.
 #[tokio::test]

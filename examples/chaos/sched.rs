@@ -1,13 +1,14 @@
 //! The scheduling workload (`schedule`): `baton schedule` fleets under their hosts' faults and
 //! server pauses.
 //!
-//! Three schedules at short periods, each run by one `baton schedule` process on every worker
+//! Four schedules at short periods, each run by one `baton schedule` process on every worker
 //! (3 or 4 workers, seeded), as a service on every server would:
 //!
 //! ```text
 //! baton schedule --key s-every2 --every 2s ...
 //! baton schedule --key s-every3 --every 3s --offset 1s ...
 //! baton schedule --key s-cron5 --cron '*/5 * * * * *' ...      (seconds first)
+//! baton schedule --key s-buf2 --every 2s --overlap buffer-one ...
 //! ... --lease 1s --kill-grace 200ms --max-attempts 4 --events FILE -- sh -c SCRIPT
 //! ```
 //!
@@ -61,8 +62,10 @@
 //!   entry; `done` and `exhausted` exactly when its job is `DONE` or `EXHAUSTED`; `missed` and
 //!   `skipped_paused` only for a tick no PROGRAM ran (`skipped_paused` only while a pause
 //!   overlapped its window); `running` or `failed` only for an excused tick whose job is
-//!   left at an attempt. A tick whose window a pause overlapped is excused from S3 (it may
-//!   be skipped).
+//!   left at an attempt; `skipped_overlap` only for a tick no PROGRAM ran. A tick whose
+//!   window a pause overlapped is excused from S3 (it may be skipped);
+//! - S7: under `--overlap buffer-one` (`s-buf2`), no two occurrences' PROGRAMs run at once:
+//!   the next waits for the running one to end (or is settled skipped), fleet-wide.
 //!
 //! The negative control `control-schedule-prefix` runs the same fleet without faults, one
 //! worker's processes with another `--prefix` (`baton:shadow:`): that worker's fleet of one
@@ -115,6 +118,8 @@ struct Spec {
     key: &'static str,
     args: &'static [&'static str],
     schedule: Schedule,
+    /// `--overlap buffer-one`: no two occurrences run at once (S7).
+    exclusive: bool,
 }
 
 fn specs() -> Result<Vec<Spec>, BoxError> {
@@ -123,16 +128,25 @@ fn specs() -> Result<Vec<Spec>, BoxError> {
             key: "s-every2",
             args: &["--every", "2s"],
             schedule: Schedule::every(Duration::from_secs(2))?,
+            exclusive: false,
         },
         Spec {
             key: "s-every3",
             args: &["--every", "3s", "--offset", "1s"],
             schedule: Schedule::every(Duration::from_secs(3))?.offset(Duration::from_secs(1))?,
+            exclusive: false,
         },
         Spec {
             key: "s-cron5",
             args: &["--cron", "*/5 * * * * *"],
             schedule: Schedule::cron("*/5 * * * * *")?,
+            exclusive: false,
+        },
+        Spec {
+            key: "s-buf2",
+            args: &["--every", "2s", "--overlap", "buffer-one"],
+            schedule: Schedule::every(Duration::from_secs(2))?,
+            exclusive: true,
         },
     ])
 }
@@ -656,6 +670,8 @@ pub struct SchedResult {
     /// Job → its final state in the store (the main prefix).
     final_state: BTreeMap<String, Option<String>>,
     final_state_err: Option<String>,
+    /// Per schedule (by index): whether it runs under `--overlap buffer-one` (S7), and its key.
+    exclusive: Vec<(&'static str, bool)>,
     /// Job → its occurrence's outcome in the schedule's record, repaired (S6).
     recorded: BTreeMap<String, String>,
     recorded_err: Option<String>,
@@ -1013,6 +1029,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
     let keys: Vec<&str> = phase.specs.iter().map(|s| s.key).collect();
+    let exclusive = phase.specs.iter().map(|s| (s.key, s.exclusive)).collect();
     let (recorded, recorded_err) = match read_records(&admin_url, &keys).await {
         Ok(r) => (r, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
@@ -1061,6 +1078,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         final_state_err,
         recorded,
         recorded_err,
+        exclusive,
         exits,
         stuck,
         faults,
@@ -1167,6 +1185,8 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         })
         .unwrap_or_default();
     let mut occurrences = 0usize;
+    // Under buffer-one: every PROGRAM's span with its job, per schedule key (S7).
+    let mut by_schedule: BTreeMap<String, Vec<(u64, u64, String, u32)>> = BTreeMap::new();
     // The jobs some PROGRAM ran for (S6).
     let mut ran: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Job → its last attempt that ran PROGRAM, and that PROGRAM's process.
@@ -1186,6 +1206,17 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             continue;
         };
         ran.insert(job.clone());
+        let key = job.split('@').next().unwrap_or("").to_string();
+        if r.exclusive.iter().any(|(k, x)| *x && *k == key) {
+            for sp in &all {
+                by_schedule.entry(key.clone()).or_default().push((
+                    sp.first,
+                    sp.last,
+                    job.clone(),
+                    sp.pid,
+                ));
+            }
+        }
         let mut latest: Option<&Span> = None;
         for s in &all {
             if let Some(p) = latest {
@@ -1314,6 +1345,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             "missed" => program || terminal(&st),
             "skipped_paused" => program || terminal(&st) || !t.paused,
             "running" | "failed" => t.witness.is_some() || terminal(&st),
+            "skipped_overlap" => program,
             _ => true,
         };
         if bad {
@@ -1324,6 +1356,28 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
                 t.paused,
                 t.witness.as_deref().unwrap_or("-")
             ));
+        }
+    }
+    // S7: under buffer-one, no two occurrences' PROGRAMs at once.
+    let mut s7 = Vec::new();
+    let mut s7_spans = 0usize;
+    for (key, spans) in &mut by_schedule {
+        spans.sort();
+        s7_spans += spans.len();
+        let mut latest: Option<(u64, String, u32)> = None;
+        for (first, last, job, pid) in spans.iter() {
+            if let Some((end, other, opid)) = &latest {
+                if *end >= *first && other != job {
+                    s7.push(format!(
+                        "{key}: PROGRAM {pid} of {job} started {} ms before PROGRAM {opid} of \
+                         {other} ended",
+                        (end - first) / 1_000_000
+                    ));
+                }
+            }
+            if latest.as_ref().map_or(true, |l| *last > l.0) {
+                latest = Some((*last, job.clone(), *pid));
+            }
         }
     }
     // S4.
@@ -1349,7 +1403,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         s4.push(format!("{l} still ran 8 s after SIGTERM"));
     }
     let frozen_cut = r.frozen_holders.len();
-    let per_sched: Vec<Value> = (0..3)
+    let per_sched: Vec<Value> = (0..r.exclusive.len())
         .map(|s| json!(r.ticks.iter().filter(|t| t.s == s).count()))
         .collect();
     lateness_ms.sort_by(|a, b| a.total_cmp(b));
@@ -1465,6 +1519,12 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             r.ticks.len(),
             json!(on_record)
         ),
+    ));
+    examples(&s7);
+    lines.push((
+        format!("{name} S7 under buffer-one no two occurrences run at once"),
+        s7.is_empty() && s7_spans > 0,
+        format!("{} violation(s) in {s7_spans} PROGRAMs", s7.len()),
     ));
     let total = r.faults.get("total").copied().unwrap_or(0);
     let kinds = [

@@ -36,6 +36,25 @@ pub const LIVE_SCAN: usize = 8;
 /// waits (shorter with a short lease: a quarter of it).
 const BUFFER_POLL: Duration = Duration::from_secs(1);
 
+/// How long an earlier occurrence between two attempts (its last attempt failed or its
+/// holder's lease ran out, attempts are left) is given for a backup to take it over before it
+/// counts as ended: a backup takes over within its retry delay of the failure, or of the
+/// lease's end, so an occurrence still between attempts past this has no backup left.
+const TAKEOVER_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether `status` is between two attempts: not finished, no live lease, attempts left (a
+/// backup may take it over at any moment).
+fn between_attempts(status: &JobStatus, max_attempts: u64) -> bool {
+    matches!(status.state, super::JobState::Attempt { number, .. } if number < max_attempts)
+        && !status.is_live()
+}
+
+/// The grace a job between attempts gets before it counts as ended ([`TAKEOVER_GRACE`], and
+/// the retry delay the backups wait).
+fn takeover_grace(config: &FailoverConfig) -> Duration {
+    TAKEOVER_GRACE.min(config.lease) + config.retry_delay
+}
+
 /// What a run does with an occurrence whose tick comes while earlier occurrences of the
 /// schedule still run (anywhere in the fleet, by their jobs' live leases):
 /// [`ScheduleOptionsBuilder::overlap`](crate::ScheduleOptionsBuilder::overlap),
@@ -146,8 +165,10 @@ impl Failover {
     /// job has a live lease anywhere in the fleet, newest first: the record's newest
     /// [`LIVE_SCAN`] entries that are not terminal (`running`, `failed`), each checked against
     /// its job, and the previous tick's own job, read directly (a lost record write must not
-    /// hide the occurrence just before). Cost: one history read and one job read per
-    /// candidate.
+    /// hide the occurrence just before). A job caught between two attempts (no live lease,
+    /// attempts left) is read again after a short grace (min(1 s, the lease) plus the retry
+    /// delay): live then if a backup took it over. Cost: one history read and one job read per
+    /// candidate (two for one between attempts).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid key; connection errors.
@@ -197,7 +218,13 @@ impl Failover {
         let mut live = Vec::new();
         for (id, job_key, tick) in candidates {
             let keys = JobKeys::new(&config.prefix, &job_key);
-            let status = self.backend.job_status(&keys, job_key.clone()).await?;
+            let mut status = self.backend.job_status(&keys, job_key.clone()).await?;
+            if between_attempts(&status, config.max_attempts) {
+                // A backup may be taking it over right now: counting it ended would run this
+                // occurrence beside the earlier one's next attempt.
+                tokio::time::sleep(takeover_grace(config)).await;
+                status = self.backend.job_status(&keys, job_key.clone()).await?;
+            }
             if status.is_live() {
                 live.push(LiveOccurrence {
                     id,
@@ -235,8 +262,9 @@ impl Failover {
     }
 
     /// `buffer-one`'s wait, for the holder of `occurrence` before its work starts: reads
-    /// `behind`'s job every min(1 s, `lease`/4) until it has no live lease
-    /// ([`WaitedOut::Ended`]) or `occurrence`'s window closes by the server's clock
+    /// `behind`'s job every min(1 s, `lease`/4) until it has ended ([`WaitedOut::Ended`]:
+    /// finished, or no live lease with no attempt left, or between attempts for longer than a
+    /// backup takes to take it over: min(1 s, the lease) plus the retry delay) or `occurrence`'s window closes by the server's clock
     /// ([`WaitedOut::WindowClosed`], [`window_close`]). The holder's watchdog keeps its own
     /// lease meanwhile. Read errors are retried until the window closes (said once).
     ///
@@ -267,13 +295,22 @@ impl Failover {
             }
         };
         let mut said = false;
+        // Since when the earlier job was seen between attempts (no live lease, attempts left).
+        let mut between_since: Option<tokio::time::Instant> = None;
+        let grace = takeover_grace(config);
         loop {
             // Read before the deadline is looked at: an earlier occurrence that ended just as
             // the window closed still lets this one run.
             let closed = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
             match self.backend.job_status(&keys, behind.job_key.clone()).await {
+                Ok(status) if between_attempts(&status, config.max_attempts) => {
+                    let since = *between_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= grace {
+                        return Ok(WaitedOut::Ended);
+                    }
+                }
                 Ok(status) if !status.is_live() => return Ok(WaitedOut::Ended),
-                Ok(_) => {}
+                Ok(_) => between_since = None,
                 Err(e @ Error::Config(_)) => return Err(e),
                 Err(error) => {
                     if !said {

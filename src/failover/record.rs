@@ -169,7 +169,10 @@ impl Failover {
     /// seen): what the workers write on each grant and attempt end, public for applications
     /// and the CLI that record what the worker does not see (an occurrence skipped by overlap
     /// or by a pause). One round trip; `Started`/`Ended` times come from the server's clock.
-    /// The record lives [`record_lifetime`] after the write.
+    /// The record lives [`record_lifetime`] after the write. When `tick` is newer than every
+    /// tick on record, the ticks between them that nobody recorded are then recorded `missed`
+    /// (unless their own job says they ran), as a worker's grant does: one more write, and a
+    /// job read per such tick.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid key or history size, or a `tick` that is not one of
@@ -185,6 +188,7 @@ impl Failover {
         options.validate()?;
         let config = key.into_job()?;
         let host = writer_name(&config);
+        let gap = !matches!(change, RecordChange::Missed(_));
         let write = record_write(
             schedule,
             options,
@@ -192,7 +196,24 @@ impl Failover {
             tick,
             change,
         )?;
-        self.backend.record_write(&write).await?;
+        let prev = self.backend.record_write(&write).await?;
+        // A tick skipped (paused, overlap) moves the newest tick on record as a grant does:
+        // the ticks before it that nobody recorded are missed, found here as a grant's write
+        // finds them, or the next grant would never see them.
+        if gap {
+            let recorder = Recorder {
+                backend: self.backend.clone(),
+                prefix: config.prefix.clone(),
+                host,
+                ctx: OccurrenceContext {
+                    key: config.key.clone(),
+                    schedule: schedule.clone(),
+                    tick,
+                    options: options.clone(),
+                },
+            };
+            recorder.fill_gap(prev).await;
+        }
         Ok(())
     }
 }
@@ -459,10 +480,17 @@ impl Recorder {
                 return;
             }
         };
-        // The grant's write tells the newest tick on record before it: the ticks between it
-        // and this one had their windows close with nobody on record, so they were missed
-        // (the script keeps any entry they have).
-        let Some(prev) = prev.filter(|_| grant).map(from_ms) else {
+        if grant {
+            self.fill_gap(prev).await;
+        }
+    }
+
+    /// Records the ticks between `prev` (the newest tick on record before this occurrence's
+    /// write, as the write returned it) and this occurrence's: their windows closed with
+    /// nobody on record, so they were missed, unless their own job says they ran (the script
+    /// keeps any entry they have). Best effort: failures are warnings and counts.
+    async fn fill_gap(&self, prev: Option<i64>) {
+        let Some(prev) = prev.map(from_ms) else {
             return;
         };
         let missed = ticks_between(
