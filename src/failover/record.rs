@@ -91,7 +91,13 @@ impl Failover {
                 record.outcome,
                 RecordedOutcome::Running | RecordedOutcome::Failed
             ) {
-                let job = format!("{}@{digest}@{}", config.key, record.id);
+                // A manual occurrence's job is digest-free (`KEY@manual@ID`).
+                let of = if record.manual {
+                    crate::schedule::MANUAL_DIGEST
+                } else {
+                    digest
+                };
+                let job = format!("{}@{of}@{}", config.key, record.id);
                 let job = FailoverConfig::builder(job)
                     .prefix(config.prefix.clone())
                     .build()?;
@@ -197,6 +203,38 @@ impl Failover {
             options,
             (&config.prefix, &config.key, &host),
             tick,
+            None,
+            change,
+        )?;
+        self.backend.record_write(&write).await?;
+        Ok(())
+    }
+
+    /// [`Failover::record_occurrence`] for `occurrence`, a tick of `schedule` or a manual
+    /// occurrence ([`Occurrence::manual`](crate::Occurrence::manual)): a manual one is
+    /// recorded in the history of `schedule`'s digest (the host's), keyed by its id, scored by
+    /// its time, marked [`OccurrenceRecord::manual`] with its trigger's note; it never moves
+    /// the record's newest tick (missed ticks are counted from calendar ticks).
+    ///
+    /// # Errors
+    /// As [`Failover::record_occurrence`].
+    pub async fn record_occurrence_of(
+        &self,
+        schedule: &Schedule,
+        options: &RecordOptions,
+        key: impl IntoJob,
+        occurrence: &crate::schedule::Occurrence,
+        change: RecordChange,
+    ) -> Result<(), Error> {
+        options.validate()?;
+        let config = key.into_job()?;
+        let host = writer_name(&config);
+        let write = record_write(
+            schedule,
+            options,
+            (&config.prefix, &config.key, &host),
+            occurrence.tick(),
+            occurrence.is_manual().then_some(occurrence),
             change,
         )?;
         self.backend.record_write(&write).await?;
@@ -233,20 +271,26 @@ impl Failover {
     }
 }
 
-/// The write of `change` for `tick` (checked to be a tick of `schedule`).
+/// The write of `change` for `tick` (checked to be a tick of `schedule`), or for the manual
+/// occurrence `manual` (its own id and time, `tick` ignored).
 pub(crate) fn record_write(
     schedule: &Schedule,
     options: &RecordOptions,
     (prefix, key, host): (&str, &str, &str),
     tick: SystemTime,
+    manual: Option<&crate::schedule::Occurrence>,
     change: RecordChange,
 ) -> Result<RecordWrite, Error> {
-    let occurrence = schedule.occurrence_of_tick(tick).ok_or_else(|| {
-        Error::Config(ConfigError::invalid(
-            "tick",
-            format!("{tick:?} is not a tick of {schedule}"),
-        ))
-    })?;
+    let occurrence = match manual {
+        Some(m) => m.clone(),
+        None => schedule.occurrence_of_tick(tick).ok_or_else(|| {
+            Error::Config(ConfigError::invalid(
+                "tick",
+                format!("{tick:?} is not a tick of {schedule}"),
+            ))
+        })?,
+    };
+    let tick = occurrence.tick();
     let gap = occurrence
         .next_tick()
         .and_then(|n| n.duration_since(tick).ok());
@@ -265,6 +309,7 @@ pub(crate) fn record_write(
     let base = WireChange {
         tick: to_ms(tick),
         id: id.clone(),
+        manual: manual.is_some(),
         ..Default::default()
     };
     let changes = match change {
@@ -310,6 +355,8 @@ pub(crate) fn record_write(
             note,
             ..base
         }],
+        // Missed ticks are the calendar's: nothing to write for a manual occurrence.
+        RecordChange::Missed(_) if manual.is_some() => vec![],
         RecordChange::Missed(ticks) => ticks
             .into_iter()
             .filter_map(|t| schedule.occurrence_of_tick(t))
@@ -321,6 +368,13 @@ pub(crate) fn record_write(
             })
             .collect(),
     };
+    let mut changes = changes;
+    if let Some(note) = manual.and_then(|m| m.note()) {
+        // The trigger's note, unless the change brings its own.
+        for c in &mut changes {
+            c.note.get_or_insert_with(|| note.to_string());
+        }
+    }
     Ok(RecordWrite {
         prefix: prefix.to_string(),
         key: key.to_string(),
@@ -452,6 +506,8 @@ impl Recorder {
         // The grant's write tells the newest tick on record before it: the ticks between it
         // and this one had their windows close with nobody on record, so they were missed
         // (the script keeps any entry they have).
+        // A manual occurrence is no calendar tick: it says nothing of missed ones.
+        let grant = grant && self.ctx.manual.is_none();
         let Some(prev) = prev.filter(|_| grant).map(from_ms) else {
             return;
         };
@@ -496,11 +552,13 @@ impl Recorder {
     }
 
     async fn apply_at(&self, tick: SystemTime, change: RecordChange) -> Result<Option<i64>, Error> {
+        let manual = self.ctx.manual.as_ref().filter(|_| tick == self.ctx.tick);
         let write = record_write(
             &self.ctx.schedule,
             &self.ctx.options,
             (&self.prefix, &self.ctx.key, &self.host),
             tick,
+            manual,
             change,
         )?;
         self.backend.record_write(&write).await
@@ -577,6 +635,28 @@ impl FailoverConfig {
             schedule: schedule.clone(),
             tick,
             options,
+            manual: None,
+        }));
+        self
+    }
+
+    /// [`FailoverConfig::with_record`] for `occurrence`: a tick of `schedule`, or a manual
+    /// occurrence ([`Occurrence::manual`](crate::Occurrence::manual)), recorded in the history
+    /// of `schedule`'s digest under its own id ([`Failover::record_occurrence_of`]). What both
+    /// schedule drivers and `baton run` use.
+    pub fn with_occurrence_record(
+        mut self,
+        key: &str,
+        schedule: &Schedule,
+        occurrence: &crate::schedule::Occurrence,
+        options: RecordOptions,
+    ) -> FailoverConfig {
+        self.occurrence = Some(std::sync::Arc::new(OccurrenceContext {
+            key: key.to_string(),
+            schedule: schedule.clone(),
+            tick: occurrence.tick(),
+            options,
+            manual: occurrence.is_manual().then(|| occurrence.clone()),
         }));
         self
     }
@@ -601,6 +681,7 @@ mod tests {
             outcome: RecordedOutcome::Running,
             attempts: attempts.iter().map(|n| AttemptRecord::new(*n)).collect(),
             note: None,
+            manual: false,
         }
     }
 
