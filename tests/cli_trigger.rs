@@ -212,3 +212,48 @@ async fn schedule_refuses_now_and_run_now_needs_a_schedule() {
     .await;
     assert_eq!(code(&out), 64, "{}", describe(&out));
 }
+
+/// The `baton trigger` line of docs/cli.md, run as written: it prints the trigger's id, and
+/// the trigger is pending.
+#[tokio::test]
+async fn the_trigger_line_of_the_docs_prints_the_id() {
+    let srv = server();
+    let url = srv.url();
+    let doc = include_str!("../docs/cli.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("baton trigger --key"))
+        .expect("a `baton trigger` line in docs/cli.md");
+    let words = shell_words(line);
+    let mut cmd = baton(&words[1], &url);
+    cmd.args(&words[2..]);
+    let out = run(&mut cmd, line).await;
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let client = baton::Client::connect(url.as_str()).await.expect("connect");
+    let pending = client.failover().triggers("nightly-report").await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].id, id);
+    assert_eq!(pending[0].note.as_deref(), Some("rerun after the fix"));
+}
+
+/// Splits a documentation line into words (double quotes group).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = vec![];
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}

@@ -8,7 +8,9 @@
 //! - [`Failover::schedule`] is the long-running form: one run per tick (at the tick, or at
 //!   the tick plus its jitter with [`ScheduleOptionsBuilder::jitter`]), reported as a stream;
 //!   each occurrence is recorded in the schedule's record and skipped while the schedule is
-//!   paused ([`Failover::pause_schedule`]).
+//!   paused ([`Failover::pause_schedule`]); the key's pending triggers
+//!   ([`Failover::trigger_schedule`]) are read every
+//!   [`ScheduleOptionsBuilder::trigger_poll`] and run as manual occurrences.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -277,6 +279,13 @@ impl Failover {
     /// occurrence is reported [`OccurrenceOutcome::Paused`], recorded `skipped_paused` and not
     /// run; the next tick is waited for as always (the cadence is kept, paused ticks are not
     /// caught up).
+    ///
+    /// Every [`ScheduleOptionsBuilder::trigger_poll`] (5 s by default; one read per poll) it
+    /// reads the key's pending triggers ([`Failover::trigger_schedule`], `baton trigger`) and
+    /// starts each it has not started yet as a manual occurrence ([`Occurrence::manual`]), by
+    /// the same path as a tick (the pause, the record; no jitter; started beside running
+    /// occurrences whatever the overlap rule), reported like one; a run of it that ends
+    /// final ([`RunOutcome::is_final`]) or paused clears the trigger.
     ///
     /// `work` gets the occurrence and the attempt (whose `key` is the occurrence's job).
     /// Dropping the stream stops it: occurrences this worker holds are failed (a backup takes

@@ -4,7 +4,9 @@
 //! waits for the next tick. Occurrences run at once in this process when one outlasts the gap
 //! to the next tick (each is a job of its own), unless `--overlap skip`. With --jitter an
 //! occurrence's job starts at its tick plus its jitter, by the server's clock (the tick still
-//! decides which occurrence it is, and when --overlap and --max-concurrent look).
+//! decides which occurrence it is, and when --overlap and --max-concurrent look). Every
+//! --trigger-poll it reads the key's pending triggers (`baton trigger`) and starts each manual
+//! occurrence it has not started yet the same way (no jitter; trigger.rs).
 //!
 //! Why not the library's `Failover::schedule`: its work is a closure run under
 //! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
