@@ -13,7 +13,8 @@
 //! The schedule drivers ([`Failover::schedule`], `baton schedule`) read the pending triggers
 //! every [`ScheduleOptionsBuilder::trigger_poll`](crate::ScheduleOptionsBuilder::trigger_poll)
 //! (one read per poll per driver) and start each one they have not started yet
-//! ([`TriggerPoll`]), through the same path as a tick (pause, record), without jitter.
+//! ([`TriggerPoll`]), through the same path as a tick (pause, record), without jitter; no
+//! overlap policy holds one back ([`Failover::overlap_decision`]).
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -473,6 +473,15 @@ pub(crate) struct WhenArgs {
     /// cleared once it ended. BATON_OCCURRENCE is its id (manual-<time>).
     #[arg(long, requires = SCHEDULE_GROUP)]
     pub(crate) now: bool,
+    /// With a schedule: what an occurrence does while an earlier one still runs anywhere in
+    /// the fleet (its job's lease is live): `allow` (the default) runs it as well (each
+    /// occurrence is a job of its own); `skip` records it skipped_overlap and runs nothing;
+    /// `buffer-one` waits (the host that holds its job waits before PROGRAM starts, the others
+    /// are its backups) until the earlier one ends, then runs it, or records it skipped_overlap
+    /// if its own window closes first; with two earlier ones live it is skipped. `skip` and
+    /// `buffer-one` cost about two reads per occurrence.
+    #[arg(long, value_enum, value_name = "POLICY", requires = SCHEDULE_GROUP)]
+    pub(crate) overlap: Option<OverlapArg>,
 }
 
 /// The metrics flags of the long-running commands (`run`, `schedule`, `lock`, `leader`).
@@ -498,12 +507,7 @@ pub(crate) struct ScheduleArgs {
     /// (every server was down then); `none` waits for the next tick.
     #[arg(long, value_enum, default_value_t = CatchUpArg::None)]
     pub(crate) catch_up: CatchUpArg,
-    /// A tick that comes while an earlier occurrence still runs (or waits as a backup) here:
-    /// `allow` runs it as well (each occurrence is a job of its own), `skip` reports it
-    /// skipped and does not run it here.
-    #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
-    pub(crate) overlap: OverlapArg,
-    /// With `--overlap allow`: the most occurrences that run (or wait as a backup) here at
+    /// The most occurrences that run (or wait as a backup) here at
     /// once; a tick that comes while this many still do is reported skipped and not run here
     /// (a backup elsewhere may run it). Bounds the processes and connections that pile up when
     /// PROGRAM hangs tick after tick.
@@ -583,6 +587,7 @@ pub(crate) enum CatchUpArg {
 pub(crate) enum OverlapArg {
     Allow,
     Skip,
+    BufferOne,
 }
 
 #[derive(Args, Debug)]

@@ -90,6 +90,7 @@ mod help;
 mod leader;
 mod lock;
 mod metrics;
+mod overlap;
 mod pause;
 mod program;
 mod run;
