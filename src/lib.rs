@@ -297,7 +297,7 @@ pub use failover::{
     Acquired, Attempt, AttemptHandle, CatchUp, Event, FailAttempt, Failover, FailoverConfig,
     FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
     OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
-    Scheduled, StatusLevel, Worker,
+    Scheduled, StatusLevel, Trigger, TriggerPoll, Worker,
 };
 pub use failover::{LiveOccurrence, OverlapDecision, WaitedOut};
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};

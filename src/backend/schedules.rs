@@ -5,11 +5,12 @@
 
 use super::Backend;
 use crate::error::Error;
-use crate::util::schedule_record::{RawPause, RawRecord, RecordWrite, WireEntry};
+use crate::util::schedule_record::{RawPause, RawRecord, RawTrigger, RecordWrite, WireEntry};
 
 impl Backend {
     /// Creates the record's tables if missing (PostgreSQL: `baton_schedules`,
-    /// `baton_schedule_history`, `baton_schedule_control` and an index); nothing on Redis.
+    /// `baton_schedule_history`, `baton_schedule_control`, `baton_schedule_triggers` and an
+    /// index); nothing on Redis.
     ///
     /// # Errors
     /// Connection and permission errors; `Busy` when a table stayed locked.
@@ -135,6 +136,71 @@ impl Backend {
             Backend::Redis(t) => super::redis::schedules::list(t, prefix).await,
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => super::postgres::schedules::list(t, prefix).await,
+        }
+    }
+
+    /// Adds a trigger to `key` (`baton trigger`), stamped with the server's clock and an id
+    /// unique per key; the Redis hash lives `lifetime` past this add.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn add_trigger(
+        &self,
+        prefix: &str,
+        key: &str,
+        by: &str,
+        note: Option<&str>,
+        lifetime: std::time::Duration,
+    ) -> Result<RawTrigger, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::schedules::add_trigger(t, prefix, key, by, note, lifetime).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                // Rows older than a day are deleted by the readers and the cleanup.
+                let _ = lifetime;
+                super::postgres::schedules::add_trigger(t, prefix, key, by, note).await
+            }
+        }
+    }
+
+    /// `key`'s pending triggers (made less than `lifetime` ago by the server's clock), oldest
+    /// first; older ones are deleted.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn triggers(
+        &self,
+        prefix: &str,
+        key: &str,
+        lifetime: std::time::Duration,
+    ) -> Result<Vec<RawTrigger>, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::triggers(t, prefix, key, lifetime).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::schedules::triggers(t, prefix, key, lifetime).await
+            }
+        }
+    }
+
+    /// Deletes `key`'s trigger `id`: whether it was pending.
+    ///
+    /// # Errors
+    /// Connection and server errors.
+    pub(crate) async fn clear_trigger(
+        &self,
+        prefix: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<bool, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::schedules::clear_trigger(t, prefix, key, id).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::schedules::clear_trigger(t, prefix, key, id).await
+            }
         }
     }
 }

@@ -9,6 +9,8 @@
 //!   [`Failover::schedule`], [`Failover::occurrence`], [`FailoverConfig::for_occurrence`].
 //! - `record`: the schedule's record (history, hosts, pause): [`Failover::schedule_records`],
 //!   [`Failover::schedule_history`], [`Failover::pause_schedule`], [`Failover::record_occurrence`].
+//! - `trigger`: manual occurrences: [`Failover::trigger_schedule`], [`Failover::triggers`],
+//!   [`Failover::clear_trigger`], and the drivers' [`TriggerPoll`].
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 //! - `store`: the worker's view of the job store seam (`backend::jobs`), whose
@@ -32,6 +34,7 @@ mod record_options;
 mod run;
 mod scheduled;
 pub(crate) mod store;
+mod trigger;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -55,6 +58,7 @@ pub use scheduled::{
     CatchUp, OccurrenceOutcome, OccurrenceReport, Overlap, ScheduleOptions, ScheduleOptionsBuilder,
     Scheduled,
 };
+pub use trigger::{Trigger, TriggerPoll, DEFAULT_TRIGGER_POLL, TRIGGER_LIFETIME};
 
 /// The failover coordinator on one client's connections: starts workers, runs closures, and the
 /// operator tools. Get it from [`Client::failover`](crate::Client::failover); cheap to clone.

@@ -203,7 +203,13 @@ impl Failover {
             {
                 continue;
             }
-            let job_key = occurrence_job_key(key, digest, &record.id);
+            // A manual occurrence's job is digest-free (`KEY@manual@ID`).
+            let of = if record.manual {
+                crate::schedule::MANUAL_DIGEST
+            } else {
+                digest
+            };
+            let job_key = occurrence_job_key(key, of, &record.id);
             candidates.push((record.id, job_key, record.tick));
         }
         let previous = before
@@ -241,7 +247,8 @@ impl Failover {
     /// What `policy` makes of `occurrence` ([`Overlap::decide`] over
     /// [`Failover::live_occurrences`] before its tick): the one decision both schedule drivers
     /// and `baton run --every/--cron` make before acquiring an occurrence's job. `allow`
-    /// reads nothing.
+    /// reads nothing. A manual occurrence ([`Occurrence::manual`], `baton trigger`) is always
+    /// run: an operator asked for it now, and it has no window of its own to wait in.
     ///
     /// # Errors
     /// As [`Failover::live_occurrences`].
@@ -252,7 +259,7 @@ impl Failover {
         config: &FailoverConfig,
         occurrence: &Occurrence,
     ) -> Result<OverlapDecision, Error> {
-        if !policy.reads_fleet() {
+        if !policy.reads_fleet() || occurrence.is_manual() {
             return Ok(OverlapDecision::Run);
         }
         let live = self

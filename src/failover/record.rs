@@ -99,7 +99,13 @@ impl Failover {
                     | RecordedOutcome::Missed
                     | RecordedOutcome::SkippedPaused
             ) {
-                let job = format!("{}@{digest}@{}", config.key, record.id);
+                // A manual occurrence's job is digest-free (`KEY@manual@ID`).
+                let of = if record.manual {
+                    crate::schedule::MANUAL_DIGEST
+                } else {
+                    digest
+                };
+                let job = format!("{}@{of}@{}", config.key, record.id);
                 let job = FailoverConfig::builder(job)
                     .prefix(config.prefix.clone())
                     .build()?;
@@ -185,15 +191,60 @@ impl Failover {
         tick: SystemTime,
         change: RecordChange,
     ) -> Result<(), Error> {
-        options.validate()?;
         let config = key.into_job()?;
-        let host = writer_name(&config);
-        let gap = !matches!(change, RecordChange::Missed(_));
+        self.record_change(schedule, options, &config, tick, None, change)
+            .await
+    }
+
+    /// [`Failover::record_occurrence`] for `occurrence`, a tick of `schedule` or a manual
+    /// occurrence ([`Occurrence::manual`](crate::Occurrence::manual)): a manual one is
+    /// recorded in the history of `schedule`'s digest (the host's), keyed by its id, scored by
+    /// its time, marked [`OccurrenceRecord::manual`] with its trigger's note; it never moves
+    /// the record's newest tick (missed ticks are counted from calendar ticks).
+    ///
+    /// # Errors
+    /// As [`Failover::record_occurrence`].
+    pub async fn record_occurrence_of(
+        &self,
+        schedule: &Schedule,
+        options: &RecordOptions,
+        key: impl IntoJob,
+        occurrence: &crate::schedule::Occurrence,
+        change: RecordChange,
+    ) -> Result<(), Error> {
+        let config = key.into_job()?;
+        let manual = occurrence.is_manual().then_some(occurrence);
+        self.record_change(
+            schedule,
+            options,
+            &config,
+            occurrence.tick(),
+            manual,
+            change,
+        )
+        .await
+    }
+
+    /// The write of both: `change` for `tick` (or the manual occurrence), then the missed
+    /// ticks before a calendar tick newer than every tick on record.
+    async fn record_change(
+        &self,
+        schedule: &Schedule,
+        options: &RecordOptions,
+        config: &FailoverConfig,
+        tick: SystemTime,
+        manual: Option<&crate::schedule::Occurrence>,
+        change: RecordChange,
+    ) -> Result<(), Error> {
+        options.validate()?;
+        let host = writer_name(config);
+        let gap = manual.is_none() && !matches!(change, RecordChange::Missed(_));
         let write = record_write(
             schedule,
             options,
             (&config.prefix, &config.key, &host),
             tick,
+            manual,
             change,
         )?;
         let prev = self.backend.record_write(&write).await?;
@@ -210,6 +261,7 @@ impl Failover {
                     schedule: schedule.clone(),
                     tick,
                     options: options.clone(),
+                    manual: None,
                 },
             };
             recorder.fill_gap(prev).await;
@@ -247,20 +299,26 @@ impl Failover {
     }
 }
 
-/// The write of `change` for `tick` (checked to be a tick of `schedule`).
+/// The write of `change` for `tick` (checked to be a tick of `schedule`), or for the manual
+/// occurrence `manual` (its own id and time, `tick` ignored).
 pub(crate) fn record_write(
     schedule: &Schedule,
     options: &RecordOptions,
     (prefix, key, host): (&str, &str, &str),
     tick: SystemTime,
+    manual: Option<&crate::schedule::Occurrence>,
     change: RecordChange,
 ) -> Result<RecordWrite, Error> {
-    let occurrence = schedule.occurrence_of_tick(tick).ok_or_else(|| {
-        Error::Config(ConfigError::invalid(
-            "tick",
-            format!("{tick:?} is not a tick of {schedule}"),
-        ))
-    })?;
+    let occurrence = match manual {
+        Some(m) => m.clone(),
+        None => schedule.occurrence_of_tick(tick).ok_or_else(|| {
+            Error::Config(ConfigError::invalid(
+                "tick",
+                format!("{tick:?} is not a tick of {schedule}"),
+            ))
+        })?,
+    };
+    let tick = occurrence.tick();
     let gap = occurrence
         .next_tick()
         .and_then(|n| n.duration_since(tick).ok());
@@ -279,6 +337,7 @@ pub(crate) fn record_write(
     let base = WireChange {
         tick: to_ms(tick),
         id: id.clone(),
+        manual: manual.is_some(),
         ..Default::default()
     };
     let changes = match change {
@@ -340,6 +399,8 @@ pub(crate) fn record_write(
             note,
             ..base
         }],
+        // Missed ticks are the calendar's: nothing to write for a manual occurrence.
+        RecordChange::Missed(_) if manual.is_some() => vec![],
         RecordChange::Missed(ticks) => ticks
             .into_iter()
             .filter_map(|t| schedule.occurrence_of_tick(t))
@@ -351,6 +412,13 @@ pub(crate) fn record_write(
             })
             .collect(),
     };
+    let mut changes = changes;
+    if let Some(note) = manual.and_then(|m| m.note()) {
+        // The trigger's note, unless the change brings its own.
+        for c in &mut changes {
+            c.note.get_or_insert_with(|| note.to_string());
+        }
+    }
     Ok(RecordWrite {
         prefix: prefix.to_string(),
         key: key.to_string(),
@@ -488,8 +556,12 @@ impl Recorder {
     /// Records the ticks between `prev` (the newest tick on record before this occurrence's
     /// write, as the write returned it) and this occurrence's: their windows closed with
     /// nobody on record, so they were missed, unless their own job says they ran (the script
-    /// keeps any entry they have). Best effort: failures are warnings and counts.
+    /// keeps any entry they have). Best effort: failures are warnings and counts. A manual
+    /// occurrence is no calendar tick: it says nothing of missed ones.
     async fn fill_gap(&self, prev: Option<i64>) {
+        if self.ctx.manual.is_some() {
+            return;
+        }
         let Some(prev) = prev.map(from_ms) else {
             return;
         };
@@ -534,11 +606,13 @@ impl Recorder {
     }
 
     async fn apply_at(&self, tick: SystemTime, change: RecordChange) -> Result<Option<i64>, Error> {
+        let manual = self.ctx.manual.as_ref().filter(|_| tick == self.ctx.tick);
         let write = record_write(
             &self.ctx.schedule,
             &self.ctx.options,
             (&self.prefix, &self.ctx.key, &self.host),
             tick,
+            manual,
             change,
         )?;
         self.backend.record_write(&write).await
@@ -615,6 +689,28 @@ impl FailoverConfig {
             schedule: schedule.clone(),
             tick,
             options,
+            manual: None,
+        }));
+        self
+    }
+
+    /// [`FailoverConfig::with_record`] for `occurrence`: a tick of `schedule`, or a manual
+    /// occurrence ([`Occurrence::manual`](crate::Occurrence::manual)), recorded in the history
+    /// of `schedule`'s digest under its own id ([`Failover::record_occurrence_of`]). What both
+    /// schedule drivers and `baton run` use.
+    pub fn with_occurrence_record(
+        mut self,
+        key: &str,
+        schedule: &Schedule,
+        occurrence: &crate::schedule::Occurrence,
+        options: RecordOptions,
+    ) -> FailoverConfig {
+        self.occurrence = Some(std::sync::Arc::new(OccurrenceContext {
+            key: key.to_string(),
+            schedule: schedule.clone(),
+            tick: occurrence.tick(),
+            options,
+            manual: occurrence.is_manual().then(|| occurrence.clone()),
         }));
         self
     }
@@ -639,6 +735,7 @@ mod tests {
             outcome: RecordedOutcome::Running,
             attempts: attempts.iter().map(|n| AttemptRecord::new(*n)).collect(),
             note: None,
+            manual: false,
         }
     }
 

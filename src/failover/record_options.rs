@@ -70,4 +70,7 @@ pub(crate) struct OccurrenceContext {
     pub schedule: Schedule,
     pub tick: SystemTime,
     pub options: RecordOptions,
+    /// The manual occurrence when the job runs one (its entry is keyed by its id, marked
+    /// manual, and never counts missed ticks).
+    pub manual: Option<crate::schedule::Occurrence>,
 }

@@ -8,7 +8,9 @@
 //! - [`Failover::schedule`] is the long-running form: one run per tick (at the tick, or at
 //!   the tick plus its jitter with [`ScheduleOptionsBuilder::jitter`]), reported as a stream;
 //!   each occurrence is recorded in the schedule's record and skipped while the schedule is
-//!   paused ([`Failover::pause_schedule`]).
+//!   paused ([`Failover::pause_schedule`]); the key's pending triggers
+//!   ([`Failover::trigger_schedule`]) are read every
+//!   [`ScheduleOptionsBuilder::trigger_poll`] and run as manual occurrences.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,6 +43,8 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_secs(1);
 const DEFAULT_REPORT_CAPACITY: usize = 64;
 /// The largest report capacity: like a worker's event capacity.
 const MAX_REPORT_CAPACITY: usize = 65_536;
+/// The shortest trigger poll ([`ScheduleOptionsBuilder::trigger_poll`]).
+const MIN_TRIGGER_POLL: Duration = Duration::from_millis(10);
 
 impl FailoverConfig {
     /// This configuration for the job that runs `occurrence`: the key becomes
@@ -280,6 +284,13 @@ impl Failover {
     /// run; the next tick is waited for as always (the cadence is kept, paused ticks are not
     /// caught up).
     ///
+    /// Every [`ScheduleOptionsBuilder::trigger_poll`] (5 s by default; one read per poll) it
+    /// reads the key's pending triggers ([`Failover::trigger_schedule`], `baton trigger`) and
+    /// starts each it has not started yet as a manual occurrence ([`Occurrence::manual`]), by
+    /// the same path as a tick (the pause, the record; no jitter; started beside running
+    /// occurrences whatever the overlap rule), reported like one; a run of it that ends
+    /// final ([`RunOutcome::is_final`]) or paused clears the trigger.
+    ///
     /// `work` gets the occurrence and the attempt (whose `key` is the occurrence's job).
     /// Dropping the stream stops it: occurrences this worker holds are failed (a backup takes
     /// over) and their work aborted; [`Scheduled::stop`] does the same and lets the stream
@@ -348,6 +359,8 @@ impl Failover {
             running: HashMap::new(),
             warned_retention: false,
             jitter_error,
+            triggers: super::trigger::TriggerPoll::new(),
+            next_poll: Instant::now(),
         };
         let task = self.backend.tracker().spawn(driver.drive());
         Scheduled {
@@ -432,7 +445,7 @@ async fn record_paused(
         note: pause.note.clone(),
     };
     let written = failover
-        .record_occurrence(schedule, record, base.clone(), occurrence.tick(), change)
+        .record_occurrence_of(schedule, record, base.clone(), occurrence, change)
         .await;
     if let Err(error) = written {
         tracing::warn!(
@@ -442,6 +455,11 @@ async fn record_paused(
             "the paused occurrence could not be recorded in the schedule's record"
         );
     }
+}
+
+/// An instant no poll waits for (a year from now).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 fn outside_calendar(schedule: &Schedule, now: SystemTime) -> Error {
@@ -475,6 +493,8 @@ pub struct ScheduleOptions {
     /// How many occurrences the schedule's record keeps.
     pub(crate) history: u32,
     pub(crate) jitter: Duration,
+    /// How often the driver reads the key's pending triggers.
+    pub(crate) trigger_poll: Duration,
 }
 
 impl Default for ScheduleOptions {
@@ -486,6 +506,7 @@ impl Default for ScheduleOptions {
             report_capacity: DEFAULT_REPORT_CAPACITY,
             history: crate::schedule::DEFAULT_HISTORY,
             jitter: Duration::ZERO,
+            trigger_poll: super::trigger::DEFAULT_TRIGGER_POLL,
         }
     }
 }
@@ -523,6 +544,10 @@ impl ScheduleOptions {
     /// ([`Occurrence::jitter`]); zero (the default) starts it at the tick.
     pub fn jitter(&self) -> Duration {
         self.jitter
+    }
+    /// How often the pending triggers are read ([`ScheduleOptionsBuilder::trigger_poll`]).
+    pub fn trigger_poll(&self) -> Duration {
+        self.trigger_poll
     }
 }
 
@@ -576,13 +601,21 @@ impl ScheduleOptionsBuilder {
         self.opts.jitter = d;
         self
     }
+    /// How often the driver reads the key's pending triggers ([`Failover::trigger_schedule`],
+    /// `baton trigger`) and starts the manual occurrences it has not started yet: default 5 s,
+    /// at least 10 ms. The cost is one read per poll per driver (a `HGETALL` and `TIME` on
+    /// Redis, one `SELECT` on PostgreSQL), whether or not a trigger is pending.
+    pub fn trigger_poll(mut self, d: Duration) -> Self {
+        self.opts.trigger_poll = d;
+        self
+    }
     /// The options (the retention is checked against each occurrence's configuration by
     /// [`FailoverConfig::for_occurrence`], the jitter against the schedule by
     /// [`Failover::schedule`]).
     ///
     /// # Errors
     /// `report_capacity`: outside 1 ..= 65536; `jitter`: above ten years (the longest period);
-    /// `history`: outside 1 ..= 1000.
+    /// `history`: outside 1 ..= 1000; `trigger_poll`: below 10 ms.
     pub fn build(self) -> Result<ScheduleOptions, ConfigError> {
         if self.opts.jitter > crate::schedule::MAX_PERIOD {
             return Err(ConfigError::invalid(
@@ -594,6 +627,12 @@ impl ScheduleOptionsBuilder {
             ));
         }
         super::record::check_history(self.opts.history)?;
+        if self.opts.trigger_poll < MIN_TRIGGER_POLL {
+            return Err(ConfigError::invalid(
+                "trigger_poll",
+                format!("{:?} is shorter than 10 ms", self.opts.trigger_poll),
+            ));
+        }
         let n = self.opts.report_capacity;
         if n == 0 || n > MAX_REPORT_CAPACITY {
             return Err(ConfigError::invalid(
@@ -739,6 +778,9 @@ struct Driver<F, T, E> {
     warned_retention: bool,
     /// A jitter the schedule refuses ([`Schedule::check_jitter`]): every occurrence reports it.
     jitter_error: Option<ConfigError>,
+    /// The triggers this driver started (each once), and when to read them next.
+    triggers: super::trigger::TriggerPoll,
+    next_poll: Instant,
 }
 
 type Finished<T, E> = OccurrenceReport<T, E>;
@@ -856,6 +898,9 @@ where
                     Some(done) = runs.join_next_with_id(), if !runs.is_empty() => {
                         self.finished(done);
                     }
+                    () = tokio::time::sleep_until(self.next_poll) => {
+                        self.poll_triggers(runs).await;
+                    }
                 }
             };
             match outcome {
@@ -913,6 +958,26 @@ where
         self.reports.send(report);
     }
 
+    /// Reads the key's pending triggers and starts the manual occurrences not started here
+    /// yet, as a tick is started (pause, record; no jitter); a failed read is a warning and
+    /// the next poll tries again.
+    async fn poll_triggers(&mut self, runs: &mut JoinSet<Finished<T, E>>) {
+        self.next_poll = Instant::now() + self.options.trigger_poll;
+        match self.failover.triggers(self.config.clone()).await {
+            Ok(pending) => {
+                for occurrence in self.triggers.take_new(&pending) {
+                    tracing::info!(key = %self.config.key, id = occurrence.id(), "manual occurrence triggered");
+                    self.start(runs, occurrence);
+                }
+            }
+            // A backend without the record has no triggers either.
+            Err(Error::Unsupported { .. }) => self.next_poll = far_future(),
+            Err(error) => {
+                tracing::warn!(key = %self.config.key, %error, "the schedule's triggers could not be read");
+            }
+        }
+    }
+
     fn start(&mut self, runs: &mut JoinSet<Finished<T, E>>, occurrence: Occurrence) {
         let failover = self.failover.clone();
         let work = self.work.clone();
@@ -934,7 +999,12 @@ where
                 let record = super::record::RecordOptions::default()
                     .history(self.options.history)
                     .jitter(self.options.jitter);
-                Ok(config.with_record(&self.config.key, &self.schedule, occurrence.tick(), record))
+                Ok(config.with_occurrence_record(
+                    &self.config.key,
+                    &self.schedule,
+                    &occurrence,
+                    record,
+                ))
             }
             Err(e) => Err(e),
         };
@@ -957,6 +1027,7 @@ where
             fencing_token = tracing::field::Empty,
         );
         let run = async move {
+            let manual = occurrence.is_manual().then(|| occurrence.id().to_string());
             let outcome = match config {
                 Err(e) => OccurrenceOutcome::Error(Error::Config(e)),
                 Ok(config) => {
@@ -995,6 +1066,9 @@ where
                     }
                 }
             };
+            if let Some(id) = manual.filter(|_| super::trigger::settles(&outcome)) {
+                super::trigger::clear(&failover, &base, &id).await;
+            }
             OccurrenceReport {
                 occurrence,
                 job_key,

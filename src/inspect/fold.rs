@@ -8,6 +8,10 @@
 //! state but done. Between occurrences equally bad the oldest is shown: it has been so the
 //! longest. Once every occurrence is done, the row shows the latest. The row also recalls the
 //! last [`LAST_OCCURRENCES`] occurrences and their outcomes, newest first.
+//!
+//! A manual occurrence (`KEY@manual@ID`, `baton trigger`) belongs to its key, not to a digest:
+//! it is folded into every row of its key (one, unless the expression is changing), ordered by
+//! its time; a key with manual occurrences only gets a row of digest `manual`.
 
 use std::collections::BTreeMap;
 
@@ -29,7 +33,11 @@ pub struct Occurrence {
 /// The schedules of a listing, folded as entries are given: the only state a listing keeps
 /// across batches (a few occurrences per schedule, not the entries).
 #[derive(Debug, Default)]
-pub struct ScheduleFold(BTreeMap<(String, String), Folded>);
+pub struct ScheduleFold {
+    rows: BTreeMap<(String, String), Folded>,
+    /// Manual occurrences by key, folded into the key's rows at the end.
+    manual: BTreeMap<String, Vec<Occurrence>>,
+}
 
 #[derive(Debug, Default)]
 struct Folded {
@@ -53,17 +61,41 @@ impl ScheduleFold {
             return Some(entry);
         };
         let id = (key.to_string(), digest.to_string());
+        let manual = digest == crate::schedule::MANUAL_DIGEST;
         let occurrence = Occurrence {
             tick: tick.to_string(),
             entry,
         };
-        self.0.entry(id).or_default().add(occurrence);
+        if manual {
+            self.manual.entry(id.0).or_default().push(occurrence);
+            return None;
+        }
+        self.rows.entry(id).or_default().add(occurrence);
         None
     }
 
     /// One row per schedule, by key and digest.
     pub fn rows(self) -> impl Iterator<Item = ScheduleRow> {
-        self.0.into_iter().filter_map(|((key, digest), f)| {
+        let mut rows = self.rows;
+        for (key, manual) in self.manual {
+            let digests: Vec<(String, String)> = rows
+                .range((key.clone(), String::new())..)
+                .take_while(|((k, _), _)| *k == key)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let digests = if digests.is_empty() {
+                vec![(key.clone(), crate::schedule::MANUAL_DIGEST.to_string())]
+            } else {
+                digests
+            };
+            for id in digests {
+                let folded = rows.entry(id).or_default();
+                for o in &manual {
+                    folded.add(o.clone());
+                }
+            }
+        }
+        rows.into_iter().filter_map(|((key, digest), f)| {
             let mut last = f.last;
             last.reverse();
             let shown = f.worst.or_else(|| last.first().cloned())?;
@@ -85,18 +117,24 @@ impl Folded {
         if severity > 0 {
             let worse = self.worst.as_ref().map_or(true, |w| {
                 let was = w.entry.severity();
-                severity > was || (severity == was && o.tick < w.tick)
+                severity > was || (severity == was && when(&o.tick) < when(&w.tick))
             });
             if worse {
                 self.worst = Some(o.clone());
             }
         }
-        let at = self.last.partition_point(|l| l.tick < o.tick);
+        let at = self.last.partition_point(|l| when(&l.tick) < when(&o.tick));
         self.last.insert(at, o);
         if self.last.len() > LAST_OCCURRENCES {
             self.last.remove(0);
         }
     }
+}
+
+/// The time an occurrence's id spells, for ordering: a tick's RFC 3339 text, or a manual
+/// occurrence's (`manual-<RFC 3339>`).
+fn when(tick: &str) -> &str {
+    tick.strip_prefix("manual-").unwrap_or(tick)
 }
 
 /// A schedule as one row; from [`ScheduleFold::rows`].
@@ -131,6 +169,35 @@ mod tests {
         let mut e = Entry::lock(Kind::Job, &format!("nightly@0123456789ab@{tick}"));
         e.state = state;
         e
+    }
+
+    #[test]
+    fn a_manual_occurrence_shows_under_its_schedules_row() {
+        let mut fold = ScheduleFold::new();
+        assert!(fold
+            .fold(occurrence("2026-11-26T02:00:00Z", EntryState::Done))
+            .is_none());
+        let mut m = Entry::lock(Kind::Job, "nightly@manual@manual-2026-11-26T03:00:00.000Z");
+        m.state = EntryState::Done;
+        assert!(fold.fold(m).is_none());
+        let rows: Vec<ScheduleRow> = fold.rows().collect();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].digest, "0123456789ab");
+        assert_eq!(rows[0].occurrences, 2);
+        assert_eq!(rows[0].last[0].tick, "manual-2026-11-26T03:00:00.000Z");
+        // A key triggered only: a row of its own.
+        let mut fold = ScheduleFold::new();
+        assert!(fold
+            .fold(Entry::lock(
+                Kind::Job,
+                "other@manual@manual-2026-11-26T03:00:00.000Z"
+            ))
+            .is_none());
+        let rows: Vec<ScheduleRow> = fold.rows().collect();
+        assert_eq!(
+            (rows[0].key.as_str(), rows[0].digest.as_str()),
+            ("other", "manual")
+        );
     }
 
     fn row(states: &[(&str, EntryState)]) -> ScheduleRow {

@@ -357,6 +357,7 @@ impl Schedule {
             next_early: next.map(|n| self.tolerance_of(n)),
             id,
             digest: self.digest.clone(),
+            manual: None,
         })
     }
 
@@ -420,9 +421,56 @@ pub struct Occurrence {
     next_early: Option<Duration>,
     id: String,
     digest: String,
+    /// Set for a manual occurrence ([`Occurrence::manual`]): the trigger's note.
+    manual: Option<Manual>,
 }
 
+/// What a manual occurrence carries besides its id and time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Manual {
+    note: Option<String>,
+}
+
+/// The digest part of a manual occurrence's job name (`KEY@manual@ID`): a trigger is per key,
+/// so hosts whose schedules differ (a rolling change of the expression) share its one job.
+pub const MANUAL_DIGEST: &str = "manual";
+
+/// How long a manual occurrence's job keeps its `DONE`/`EXHAUSTED`: 25 hours, an hour past
+/// [`TRIGGER_LIFETIME`](crate::failover::TRIGGER_LIFETIME), so a host that sees the trigger
+/// late joins the job, finds it done, and never runs it twice.
+pub const MANUAL_RETENTION: Duration = Duration::from_secs(25 * 3600);
+
 impl Occurrence {
+    /// The manual occurrence `id` (a trigger's, `manual-<RFC 3339 ms>`) made at `at` by the
+    /// server's clock, with the trigger's `note`: run once across the fleet as the job
+    /// `KEY@manual@ID` ([`Occurrence::job_key`]), whatever the hosts' schedule digests.
+    /// Its [`tick`](Occurrence::tick) is `at`, it has no next tick, no jitter
+    /// ([`Occurrence::jitter_room`] is zero) and its job keeps its outcome
+    /// [`MANUAL_RETENTION`]. `BATON_OCCURRENCE` is `id`.
+    pub fn manual(id: &str, at: SystemTime, note: Option<&str>) -> Occurrence {
+        Occurrence {
+            tick: at,
+            next: None,
+            early: Duration::ZERO,
+            next_early: None,
+            id: id.to_string(),
+            digest: MANUAL_DIGEST.to_string(),
+            manual: Some(Manual {
+                note: note.map(str::to_string),
+            }),
+        }
+    }
+
+    /// Whether this is a manual occurrence ([`Occurrence::manual`]), not a tick.
+    pub fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
+    /// A manual occurrence's note (its trigger's); `None` for a tick.
+    pub fn note(&self) -> Option<&str> {
+        self.manual.as_ref()?.note.as_deref()
+    }
+
     /// The tick: when the occurrence is due (no run of it starts earlier).
     pub fn tick(&self) -> SystemTime {
         self.tick
@@ -456,8 +504,12 @@ impl Occurrence {
 
     /// How long the occurrence's `DONE`/`EXHAUSTED` is kept by default: two gaps to the next
     /// tick, at least ten minutes (and at least twice `lease`, the coordinator's own rule, and
-    /// [`Occurrence::retention_floor`]), at most ten years (the coordinator's limit).
+    /// [`Occurrence::retention_floor`]), at most ten years (the coordinator's limit). A manual
+    /// occurrence's: [`MANUAL_RETENTION`] (or twice `lease` when longer).
     pub fn default_retention(&self, lease: Duration) -> Duration {
+        if self.is_manual() {
+            return MANUAL_RETENTION.max(lease.saturating_mul(2));
+        }
         let gap = self
             .next
             .and_then(|n| n.duration_since(self.tick).ok())
@@ -483,8 +535,13 @@ impl Occurrence {
     /// [`FailoverConfig::for_occurrence`](crate::FailoverConfig::for_occurrence) never keeps
     /// an outcome for less.
     ///
+    /// A manual occurrence's floor is [`MANUAL_RETENTION`]: its trigger can be seen for a day.
+    ///
     /// [`Failover::latest_past_occurrence`]: crate::Failover::latest_past_occurrence
     pub fn retention_floor(&self) -> Duration {
+        if self.is_manual() {
+            return MANUAL_RETENTION;
+        }
         let until_next = self
             .next
             .and_then(|n| n.duration_since(self.tick).ok())
@@ -517,8 +574,11 @@ impl Occurrence {
     /// opening of the next tick's window (`next − E_next`, [`Schedule::occurrence_at`]) minus
     /// the lease, so an attempt granted at the latest start still ends its first lease before a
     /// run can bind to the next tick. Zero when the window is too short for that;
-    /// [`Duration::MAX`] for the calendar's last tick.
+    /// [`Duration::MAX`] for the calendar's last tick; zero for a manual occurrence (never jittered).
     pub fn jitter_room(&self, lease: Duration) -> Duration {
+        if self.is_manual() {
+            return Duration::ZERO;
+        }
         match self.next.zip(self.next_early) {
             Some((next, early)) => next
                 .checked_sub(early)
@@ -570,13 +630,22 @@ impl Occurrence {
     }
 }
 
+impl crate::util::schedule_record::Trigger {
+    /// The manual occurrence it asks for ([`Occurrence::manual`]).
+    pub fn occurrence(&self) -> Occurrence {
+        Occurrence::manual(&self.id, self.at, self.note.as_deref())
+    }
+}
+
 /// The parts of an occurrence's job name `KEY@DIGEST@TICK` ([`Occurrence::job_key`]): the
 /// schedule's key, its digest and the tick; `None` for a name of another form. The key may
-/// hold `@` itself: the last two `@` are the separators.
+/// hold `@` itself: the last two `@` are the separators. A manual occurrence's job
+/// (`KEY@manual@ID`) gives the digest [`MANUAL_DIGEST`] and its id.
 pub fn split_job_key(name: &str) -> Option<(&str, &str, &str)> {
     let mut parts = name.rsplitn(3, '@');
     let (tick, digest, key) = (parts.next()?, parts.next()?, parts.next()?);
     let hex = digest.len() == 12 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex = hex || digest == MANUAL_DIGEST;
     (hex && !key.is_empty() && !tick.is_empty()).then_some((key, digest, tick))
 }
 

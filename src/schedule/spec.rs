@@ -123,7 +123,12 @@ impl ScheduleRecord {
             }
         }
         let paused_at = self.paused.as_ref().map(|p| p.at);
-        let floor = last_done.map(|i| sorted[i].tick);
+        // Missed ticks are forgiven up to the newest tick done, not a manual run's time.
+        let floor = sorted
+            .iter()
+            .rev()
+            .find(|o| o.outcome == RecordedOutcome::Done && !o.manual)
+            .map(|o| o.tick);
         missed.extend(
             missed_ticks(&schedule, history, now)
                 .into_iter()
@@ -221,16 +226,20 @@ fn short(d: Duration) -> String {
 /// the next tick less its early tolerance) closed by `now` with no entry in `history`: the
 /// occurrences nobody ran, oldest first. Computed from the record alone, so it holds when
 /// every worker is down. At most the newest 1 000 (and no further back than 100 000 ticks).
-/// An empty history vouches for nothing: no ticks.
+/// An empty history vouches for nothing: no ticks. Manual occurrences
+/// ([`OccurrenceRecord::manual`]) are ignored: they are not ticks of the calendar.
 pub fn missed_ticks(
     schedule: &Schedule,
     history: &[OccurrenceRecord],
     now: SystemTime,
 ) -> Vec<SystemTime> {
-    let Some(oldest) = history.iter().map(|o| o.tick).min() else {
+    // Manual occurrences are not ticks of the calendar: they neither vouch for a tick nor
+    // stand in for one.
+    let ticks = || history.iter().filter(|o| !o.manual).map(|o| o.tick);
+    let Some(oldest) = ticks().min() else {
         return vec![];
     };
-    let seen: HashSet<SystemTime> = history.iter().map(|o| o.tick).collect();
+    let seen: HashSet<SystemTime> = ticks().collect();
     let mut out = vec![];
     let mut t = schedule.latest_at_or_before(now);
     let mut steps = 0;
@@ -316,6 +325,7 @@ mod tests {
             outcome,
             attempts: vec![],
             note: None,
+            manual: false,
         }
     }
 
@@ -373,6 +383,7 @@ mod tests {
             outcome: RecordedOutcome::Done,
             attempts: vec![],
             note: None,
+            manual: false,
         }];
         // A day of one-second ticks left alone: the newest 1 000 only.
         let got = missed_ticks(&s, &h, first + HOUR * 24);

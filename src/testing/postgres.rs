@@ -75,7 +75,8 @@ const PG_WORKER_GRANTS: &str = "
 GRANT USAGE ON SCHEMA public TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_locks TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON baton_schedules, baton_schedule_history, baton_schedule_control TO baton_dml;
+    ON baton_schedules, baton_schedule_history, baton_schedule_control,
+       baton_schedule_triggers TO baton_dml;
 GRANT USAGE ON SEQUENCE baton_advisory_fence TO baton_dml;
 ";
 

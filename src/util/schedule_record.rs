@@ -184,8 +184,14 @@ pub struct OccurrenceRecord {
     pub outcome: RecordedOutcome,
     /// Its attempts, by number.
     pub attempts: Vec<AttemptRecord>,
-    /// A note (why it was skipped, repaired, …).
+    /// A note (why it was skipped, repaired, …; a manual occurrence's trigger note).
     pub note: Option<String>,
+    /// A manual occurrence (`baton trigger`, [`Failover::trigger_schedule`]): `id` is the
+    /// trigger's, `tick` its time. Not a tick of the calendar: it never counts for missed ticks.
+    ///
+    /// [`Failover::trigger_schedule`]: crate::Failover::trigger_schedule
+    #[serde(default)]
+    pub manual: bool,
 }
 
 /// A host that ran the schedule, and when the store last saw it (server's clock).
@@ -459,6 +465,9 @@ pub(crate) struct WireEntry {
     pub attempts: BTreeMap<String, WireAttempt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A manual occurrence's entry (never moves the summary's `last_tick_ms`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
 }
 
 /// One attempt as stored.
@@ -509,6 +518,7 @@ impl WireEntry {
             outcome,
             attempts,
             note: self.note,
+            manual: self.manual,
         })
     }
 }
@@ -548,6 +558,10 @@ pub(crate) struct WireChange {
     pub outcome: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The change is a manual occurrence's: its entry is marked `manual` and the summary's
+    /// newest tick does not move.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
 }
 
 /// A schedule's summary as a backend reads it.
@@ -584,6 +598,57 @@ impl RawPause {
             at: from_ms(self.at_ms),
             note: self.note,
         })
+    }
+}
+
+/// How long a trigger stays pending ([`Trigger`]): a day. Readers ignore and delete older
+/// ones; the manual occurrence's job keeps its outcome an hour longer
+/// ([`MANUAL_RETENTION`](crate::schedule::MANUAL_RETENTION)).
+pub const TRIGGER_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// A request to run a schedule's manual occurrence now (`baton trigger`,
+/// [`Failover::trigger_schedule`]): pending until a host's run of it ends terminal (or for
+/// [`TRIGGER_LIFETIME`]). Per key, not per digest: hosts of both digests during a rolling
+/// change of the expression see it and run one job.
+///
+/// [`Failover::trigger_schedule`]: crate::Failover::trigger_schedule
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Trigger {
+    /// `manual-<RFC 3339 of the server's time, ms>`, unique per key: the manual occurrence's
+    /// id (`BATON_OCCURRENCE`) and the last part of its job's name.
+    pub id: String,
+    /// When it was made (server's clock).
+    #[serde(with = "rfc3339")]
+    pub at: SystemTime,
+    /// Who made it (a worker name: host and PID by default).
+    pub by: String,
+    /// Why.
+    pub note: Option<String>,
+}
+
+/// A trigger as a backend stores it: JSON `{at_ms, by, note}` in the key's triggers hash
+/// (Redis), columns on PostgreSQL.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RawTrigger {
+    #[serde(skip)]
+    pub id: String,
+    pub at_ms: i64,
+    #[serde(default)]
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl RawTrigger {
+    /// The public form.
+    pub(crate) fn into_trigger(self) -> Trigger {
+        Trigger {
+            id: self.id,
+            at: from_ms(self.at_ms),
+            by: self.by,
+            note: self.note,
+        }
     }
 }
 

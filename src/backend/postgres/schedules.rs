@@ -9,6 +9,8 @@
 //!   as on Redis), the newest N per schedule; read only beside a live summary.
 //! * `baton_schedule_control`: one row per paused key (no digest: a key may be paused before
 //!   any host registered it).
+//! * `baton_schedule_triggers`: one row per pending trigger of a key (`baton trigger`), its
+//!   id (`manual-<RFC 3339 ms>`), time, author and note; pending for a day.
 //!
 //! The `key` column holds the key with its prefix in the jobs' form, `baton:{nightly}` (the
 //! braces keep prefix `baton:` with key `a:b` apart from prefix `baton:a:` with key `b`).
@@ -26,7 +28,9 @@ use tokio::time::Instant;
 
 use super::{PgTransport, Pooled};
 use crate::error::Error;
-use crate::util::schedule_record::{RawPause, RawRecord, RecordWrite, WireEntry, MAX_HOSTS};
+use crate::util::schedule_record::{
+    RawPause, RawRecord, RawTrigger, RecordWrite, WireEntry, MAX_HOSTS,
+};
 
 /// The schema's name for [`PgTransport::ensure_schema`].
 pub(crate) const SCHEMA_NAME: &str = "baton_schedules";
@@ -61,6 +65,14 @@ CREATE TABLE IF NOT EXISTS baton_schedule_control (
     note  text
 );
 CREATE INDEX IF NOT EXISTS baton_schedules_expires_at ON baton_schedules (expires_at);
+CREATE TABLE IF NOT EXISTS baton_schedule_triggers (
+    key  text NOT NULL,
+    id   text NOT NULL,
+    at   timestamptz NOT NULL,
+    by   text NOT NULL,
+    note text,
+    PRIMARY KEY (key, id)
+);
 ";
 
 /// Deletes expired records (summary and history together, a bounded batch at a time) and
@@ -77,6 +89,7 @@ WITH gone AS (
 DELETE FROM baton_schedule_history h USING gone
 WHERE h.key = gone.key AND h.digest = gone.digest;
 DELETE FROM baton_schedule_control WHERE until + interval '1 day' < clock_timestamp();
+DELETE FROM baton_schedule_triggers WHERE at + interval '1 day' < clock_timestamp();
 ";
 
 /// How often a client deletes expired records.
@@ -119,7 +132,8 @@ macro_rules! of_attempt {
 /// The merge of a change into an existing entry (the `DO UPDATE`) is the script's: the
 /// attempt merged by number (`start`/`end` of -1 stamped with the server's now), the outcome
 /// applied by precedence, `missed` never written over an entry. Only changes among the N
-/// newest ticks are written; older rows are deleted.
+/// newest ticks are written; older rows are deleted. A manual occurrence's entry (`manual`)
+/// is kept and trimmed like any, but the summary's `last_tick` is the newest calendar tick.
 const WRITE: &str = concat!(
     "
 WITH now AS (
@@ -143,7 +157,8 @@ ch AS (
                        THEN jsonb_build_object('end', now.ms) ELSE '{}'::jsonb END
            END AS a,
            c->>'outcome' AS outcome,
-           c->>'note' AS note
+           c->>'note' AS note,
+           COALESCE((c->>'manual')::boolean, false) AS manual
     FROM jsonb_array_elements($8::text::jsonb) c, now
 ),
 keep AS (
@@ -167,6 +182,8 @@ hist AS (
                                 ELSE jsonb_build_object(ch.n, ch.a) END)
            || CASE WHEN ch.note IS NULL THEN '{}'::jsonb
                    ELSE jsonb_build_object('note', ch.note) END
+           || CASE WHEN ch.manual THEN jsonb_build_object('manual', true)
+                   ELSE '{}'::jsonb END
     FROM ch WHERE ch.tick IN (SELECT tick FROM keep)
     ON CONFLICT (key, digest, tick) DO UPDATE SET entry = (
         SELECT m.e
@@ -205,15 +222,20 @@ trimmed AS (
     DELETE FROM baton_schedule_history h
     WHERE h.key = $1 AND h.digest = $2 AND h.tick NOT IN (SELECT tick FROM keep)
 ),
+entries AS (
+    SELECT tick, entry->>'outcome' AS outcome,
+           COALESCE((entry->>'manual')::boolean, false) AS manual FROM hist
+    UNION ALL
+    SELECT h.tick, h.entry->>'outcome', COALESCE((h.entry->>'manual')::boolean, false)
+    FROM baton_schedule_history h
+    WHERE h.key = $1 AND h.digest = $2 AND EXISTS (SELECT 1 FROM live)
+      AND h.tick IN (SELECT tick FROM keep) AND h.tick NOT IN (SELECT tick FROM hist)
+),
 top AS (
-    SELECT tick, outcome FROM (
-        SELECT tick, entry->>'outcome' AS outcome FROM hist
-        UNION ALL
-        SELECT h.tick, h.entry->>'outcome' FROM baton_schedule_history h
-        WHERE h.key = $1 AND h.digest = $2 AND EXISTS (SELECT 1 FROM live)
-          AND h.tick IN (SELECT tick FROM keep) AND h.tick NOT IN (SELECT tick FROM hist)
-    ) u
-    ORDER BY tick DESC LIMIT 1
+    SELECT tick, outcome FROM entries ORDER BY tick DESC LIMIT 1
+),
+top_tick AS (
+    SELECT tick FROM entries WHERE NOT manual ORDER BY tick DESC LIMIT 1
 ),
 success AS (
     SELECT max(COALESCE((ch.a->>'end')::bigint, now.ms)) AS ms FROM ch, now
@@ -222,7 +244,7 @@ success AS (
 summary AS (
     INSERT INTO baton_schedules AS s (key, digest, spec, first_seen, last_seen, last_tick,
                                       last_success, last_outcome, hosts, expires_at)
-    SELECT $1, $2, $3::text::jsonb, now.t, now.t, (SELECT tick FROM top),
+    SELECT $1, $2, $3::text::jsonb, now.t, now.t, (SELECT tick FROM top_tick),
            to_timestamp((SELECT ms FROM success)::float8 / 1000),
            (SELECT outcome FROM top), jsonb_build_object($4::text, now.ms),
            now.t + $6::float8 * interval '1 millisecond'
@@ -547,6 +569,128 @@ pub(crate) async fn read_pause(
     pause_on(&conn, deadline, &column(prefix, key)).await
 }
 
+/// Adds a trigger stamped with the server's clock (to the ms, `$4` ms later when bumped past
+/// a trigger of the same ms): its id and time (ms), or no row when that id is taken.
+const TRIGGER_ADD: &str = "
+WITH t AS (
+    SELECT date_trunc('milliseconds', clock_timestamp())
+           + $4::float8 * interval '1 millisecond' AS at
+)
+INSERT INTO baton_schedule_triggers (key, id, at, by, note)
+SELECT $1, 'manual-' || to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+       t.at, $2, $3
+FROM t
+ON CONFLICT (key, id) DO NOTHING
+RETURNING id, round(extract(epoch FROM at) * 1000)::bigint";
+
+/// Adds a trigger to `key`, made by `by` with `note`: as stored (id, server's time).
+pub(crate) async fn add_trigger(
+    t: &PgTransport,
+    prefix: &str,
+    key: &str,
+    by: &str,
+    note: Option<&str>,
+) -> Result<RawTrigger, Error> {
+    const DURING: &str = "triggering a schedule";
+    let deadline = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, deadline, DURING).await?;
+    let column = column(prefix, key);
+    let statement = conn
+        .by(deadline, DURING, conn.prepare_cached(TRIGGER_ADD))
+        .await?;
+    // A second trigger in the same millisecond takes the next free one: ids stay unique per
+    // key. Bounded: a thousand triggers of one key in one millisecond is not a real load.
+    for bump in 0..1000u32 {
+        let rows = conn
+            .by(
+                deadline,
+                DURING,
+                conn.query(&statement, &[&column, &by, &note, &f64::from(bump)]),
+            )
+            .await?;
+        if let Some(row) = rows.first() {
+            let get = |e| unexpected(DURING, e);
+            return Ok(RawTrigger {
+                id: row.try_get(0).map_err(get)?,
+                at_ms: row.try_get(1).map_err(get)?,
+                by: by.to_string(),
+                note: note.map(str::to_string),
+            });
+        }
+    }
+    Err(unexpected(
+        DURING,
+        "no free trigger id in a thousand milliseconds",
+    ))
+}
+
+/// Deletes `key`'s triggers older than `$2` ms by the server's clock, then reads the others.
+const TRIGGERS: &str = "
+WITH gone AS (
+    DELETE FROM baton_schedule_triggers
+    WHERE key = $1 AND at <= clock_timestamp() - $2::float8 * interval '1 millisecond'
+)
+SELECT id, round(extract(epoch FROM at) * 1000)::bigint, by, note
+FROM baton_schedule_triggers
+WHERE key = $1 AND at > clock_timestamp() - $2::float8 * interval '1 millisecond'
+ORDER BY at, id";
+
+/// `key`'s pending triggers (made less than `lifetime` ago), oldest first; older ones are
+/// deleted.
+pub(crate) async fn triggers(
+    t: &PgTransport,
+    prefix: &str,
+    key: &str,
+    lifetime: Duration,
+) -> Result<Vec<RawTrigger>, Error> {
+    const DURING: &str = "reading a schedule's triggers";
+    let deadline = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, deadline, DURING).await?;
+    let column = column(prefix, key);
+    let life = crate::util::time::ms(lifetime) as f64;
+    let statement = conn
+        .by(deadline, DURING, conn.prepare_cached(TRIGGERS))
+        .await?;
+    let rows = conn
+        .by(deadline, DURING, conn.query(&statement, &[&column, &life]))
+        .await?;
+    let get = |e| unexpected(DURING, e);
+    rows.iter()
+        .map(|row| {
+            Ok(RawTrigger {
+                id: row.try_get(0).map_err(get)?,
+                at_ms: row.try_get(1).map_err(get)?,
+                by: row.try_get(2).map_err(get)?,
+                note: row.try_get(3).map_err(get)?,
+            })
+        })
+        .collect()
+}
+
+/// Deletes `key`'s trigger `id`: whether it was there.
+pub(crate) async fn clear_trigger(
+    t: &PgTransport,
+    prefix: &str,
+    key: &str,
+    id: &str,
+) -> Result<bool, Error> {
+    const DURING: &str = "clearing a schedule's trigger";
+    let deadline = Instant::now() + t.settings.response_timeout;
+    let conn = connection(t, deadline, DURING).await?;
+    let column = column(prefix, key);
+    let n = conn
+        .by(
+            deadline,
+            DURING,
+            conn.execute(
+                "DELETE FROM baton_schedule_triggers WHERE key = $1 AND id = $2",
+                &[&column, &id],
+            ),
+        )
+        .await?;
+    Ok(n > 0)
+}
+
 /// The keys under `$1` with a live record or a pause (by the cleanup's rule).
 const LIST: &str = "
 SELECT key FROM baton_schedules
@@ -590,7 +734,7 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_creates_three_tables_and_an_index() {
+    fn the_schema_creates_four_tables_and_an_index() {
         let made = crate::backend::postgres::schema::created_relations(SCHEMA);
         assert_eq!(
             made,
@@ -599,6 +743,7 @@ mod tests {
                 ("TABLE", "baton_schedule_history"),
                 ("TABLE", "baton_schedule_control"),
                 ("INDEX", "baton_schedules_expires_at"),
+                ("TABLE", "baton_schedule_triggers"),
             ]
         );
     }

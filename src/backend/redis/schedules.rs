@@ -11,6 +11,9 @@
 //! - `Pschedule:{K}:digests`: set of the key's digests (how a reader finds them);
 //! - `Pschedule:{K}:control`: hash, the key's pause (`paused`, `until_ms`, `by`, `at_ms`,
 //!   `note`): no TTL while paused until resumed, else until `until` + 1 day.
+//! - `Pschedule:{K}:triggers`: hash, the key's pending triggers, id (`manual-<RFC 3339 ms>`)
+//!   → JSON `{at_ms, by, note}`; its TTL (a trigger's lifetime) refreshed on each add,
+//!   older triggers ignored and deleted by readers.
 
 use std::sync::LazyLock;
 
@@ -19,7 +22,9 @@ use redis::Value;
 use super::script::{evalsha, run_script};
 use super::Transport;
 use crate::error::Error;
-use crate::util::schedule_record::{RawPause, RawRecord, RecordWrite, WireEntry, MAX_HOSTS};
+use crate::util::schedule_record::{
+    RawPause, RawRecord, RawTrigger, RecordWrite, WireEntry, MAX_HOSTS,
+};
 
 static RECORD_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("scripts/schedule_record.lua")));
@@ -41,6 +46,49 @@ if untl ~= nil then
   redis.call('PEXPIREAT', KEYS[1], untl + 86400000)
 end
 return {1, now}
+",
+    )
+});
+
+/// `KEYS` = triggers; `ARGV` = by, note (or empty), lifetime ms. Adds a trigger stamped with
+/// the server's clock, its id `manual-<RFC 3339, ms, UTC>` bumped by 1 ms past any taken one
+/// (unique per key). `{id, at_ms}`.
+static TRIGGER_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Days since the epoch to a civil date (H. Hinnant's days_from_civil, inverted).
+local function id_of(ms)
+  local secs = math.floor(ms / 1000)
+  local milli = ms - secs * 1000
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('manual-%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, milli)
+end
+local id = id_of(ms)
+while redis.call('HEXISTS', KEYS[1], id) == 1 do
+  ms = ms + 1
+  id = id_of(ms)
+end
+local v = {at_ms = ms, by = ARGV[1]}
+if ARGV[2] ~= '' then v.note = ARGV[2] end
+redis.call('HSET', KEYS[1], id, cjson.encode(v))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {id, ms}
 ",
     )
 });
@@ -73,6 +121,9 @@ impl Keys {
     }
     fn control(&self) -> String {
         format!("{}:control", self.base)
+    }
+    fn triggers(&self) -> String {
+        format!("{}:triggers", self.base)
     }
 }
 
@@ -275,6 +326,94 @@ pub(crate) async fn read_pause(
     p.cmd("TIME");
     let (fields, time): (Vec<(String, String)>, (i64, i64)) = p.query_async(&mut conn).await?;
     Ok((raw_pause(&fields), time.0 * 1000 + time.1 / 1000))
+}
+
+/// Adds a trigger to `key`: as stored (its id and the server's time).
+pub(crate) async fn add_trigger(
+    t: &Transport,
+    prefix: &str,
+    key: &str,
+    by: &str,
+    note: Option<&str>,
+    lifetime: std::time::Duration,
+) -> Result<RawTrigger, Error> {
+    let triggers = Keys::new(prefix, key).triggers();
+    let mut call = evalsha(&TRIGGER_SCRIPT, &[&triggers]);
+    call.arg(by)
+        .arg(note.unwrap_or_default())
+        .arg(crate::util::time::ms(lifetime).max(1));
+    let mut conn = t.node(&triggers).await?.conn();
+    let reply = run_script(&mut conn, &TRIGGER_SCRIPT, &call).await?;
+    if let Value::Array(items) = &reply {
+        if let [Value::BulkString(id), at] = items.as_slice() {
+            if let (Ok(id), Some(at_ms)) = (std::str::from_utf8(id), int(at)) {
+                return Ok(RawTrigger {
+                    id: id.to_string(),
+                    at_ms,
+                    by: by.to_string(),
+                    note: note.map(str::to_string),
+                });
+            }
+        }
+    }
+    Err(super::unexpected("triggering a schedule", &reply))
+}
+
+/// `key`'s pending triggers (made less than `lifetime` ago by the server's clock), oldest
+/// first; older ones (and any that do not parse) are deleted.
+pub(crate) async fn triggers(
+    t: &Transport,
+    prefix: &str,
+    key: &str,
+    lifetime: std::time::Duration,
+) -> Result<Vec<RawTrigger>, Error> {
+    let hash = Keys::new(prefix, key).triggers();
+    let mut conn = t.node(&hash).await?.conn();
+    let mut p = redis::pipe();
+    p.cmd("HGETALL").arg(&hash);
+    p.cmd("TIME");
+    let (fields, time): (Vec<(String, String)>, (i64, i64)) = p.query_async(&mut conn).await?;
+    let now = time.0 * 1000 + time.1 / 1000;
+    let oldest = now.saturating_sub(crate::util::time::ms(lifetime) as i64);
+    let mut live = vec![];
+    let mut stale = vec![];
+    for (id, json) in fields {
+        match serde_json::from_str::<RawTrigger>(&json) {
+            Ok(mut raw) if raw.at_ms > oldest => {
+                raw.id = id;
+                live.push(raw);
+            }
+            _ => stale.push(id),
+        }
+    }
+    if !stale.is_empty() {
+        // Deleted by the reader, as the design of a trigger's lifetime says: a trigger is
+        // pending for its lifetime only, whatever the hash's TTL.
+        let _: i64 = redis::cmd("HDEL")
+            .arg(&hash)
+            .arg(&stale)
+            .query_async(&mut conn)
+            .await?;
+    }
+    live.sort_by(|a, b| a.at_ms.cmp(&b.at_ms).then_with(|| a.id.cmp(&b.id)));
+    Ok(live)
+}
+
+/// Deletes `key`'s trigger `id`: whether it was there.
+pub(crate) async fn clear_trigger(
+    t: &Transport,
+    prefix: &str,
+    key: &str,
+    id: &str,
+) -> Result<bool, Error> {
+    let hash = Keys::new(prefix, key).triggers();
+    let mut conn = t.node(&hash).await?.conn();
+    let n: i64 = redis::cmd("HDEL")
+        .arg(&hash)
+        .arg(id)
+        .query_async(&mut conn)
+        .await?;
+    Ok(n > 0)
 }
 
 /// The schedule keys under `prefix` with a record (`…:digests`) or a pause (`…:control`):

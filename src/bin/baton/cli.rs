@@ -21,13 +21,14 @@ pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
 /// election's), and so does what PostgreSQL does with it.
-const PREFIX_HELP: [(&str, &str); 12] = [
+const PREFIX_HELP: [(&str, &str); 13] = [
     ("run", JOB_PREFIX),
     ("schedule", JOB_PREFIX),
     ("status", JOB_PREFIX),
     ("check", SCHEDULE_PREFIX),
     ("pause", SCHEDULE_PREFIX),
     ("resume", SCHEDULE_PREFIX),
+    ("trigger", SCHEDULE_PREFIX),
     ("watch", JOB_PREFIX),
     ("fail", JOB_PREFIX),
     ("reset", JOB_PREFIX),
@@ -211,6 +212,20 @@ pub(crate) enum Command {
         /// Why (shown by `baton status`, kept with the pause).
         #[arg(long, value_name = "TEXT")]
         note: Option<String>,
+    },
+    /// Run one occurrence of a schedule now, across the fleet: every `baton schedule` of the
+    /// key starts it within its --trigger-poll (5s by default) and it runs once; prints its id.
+    #[command(after_long_help = super::help::TRIGGER_HELP)]
+    Trigger {
+        /// The schedule's key.
+        #[arg(long)]
+        key: String,
+        /// Why (kept with the trigger and in the occurrence's history entry).
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// Print the trigger as JSON (id, at, by, note).
+        #[arg(long)]
+        json: bool,
     },
     /// Resume a paused schedule: the next tick runs (the ticks skipped while paused are not
     /// caught up).
@@ -452,6 +467,12 @@ pub(crate) struct WhenArgs {
     /// window with --lease to spare, at most the period. BATON_OCCURRENCE stays the tick.
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
     pub(crate) jitter: Option<Duration>,
+    /// With a schedule (`baton run` only): run a manual occurrence now instead of the
+    /// occurrence of the tick: it is stored as a trigger (so `baton schedule` daemons of the
+    /// key join as its backups), run here under the same coordination and recorded, then
+    /// cleared once it ended. BATON_OCCURRENCE is its id (manual-<time>).
+    #[arg(long, requires = SCHEDULE_GROUP)]
+    pub(crate) now: bool,
     /// With a schedule: what an occurrence does while an earlier one still runs anywhere in
     /// the fleet (its job's lease is live): `allow` (the default) runs it as well (each
     /// occurrence is a job of its own); `skip` records it skipped_overlap and runs nothing;
@@ -492,6 +513,11 @@ pub(crate) struct ScheduleArgs {
     /// PROGRAM hangs tick after tick.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_concurrent: u32,
+    /// How often to read the key's pending triggers (`baton trigger`) and start the manual
+    /// occurrences not started here yet: one read of the store per poll per daemon, at least
+    /// 10ms.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "5s")]
+    pub(crate) trigger_poll: Duration,
 }
 
 /// `baton dashboard`: where to serve the page and how often to read the server.

@@ -395,6 +395,25 @@ Example (a Nagios or Icinga command for a daily job that must have succeeded in 
   baton check --url redis://coord.internal:6379/ --key nightly-report --max-age 26h";
 
 /// `baton pause --help` and `baton resume --help`.
+pub(crate) const TRIGGER_HELP: &str = "\
+`baton trigger --key K` asks the fleet running schedule K to run one occurrence now, outside
+its calendar: the trigger is stored per key (hosts of both expressions during a rolling change
+see it) and every `baton schedule --key K` starts it within its --trigger-poll (5s by default),
+under the same coordination as a tick (one holder, the others its backups, attempts, fencing,
+the schedule's history; paused: skipped). It runs once across the fleet, as the job
+K@manual@ID, where ID (printed, and BATON_OCCURRENCE for PROGRAM) is manual-<the server's time,
+ms>. The trigger is cleared once the occurrence ends done or exhausted, and is dropped after a
+day if nothing ran it. For a cron-only fleet, `baton run --key K --cron … --now -- PROGRAM`
+makes the trigger and runs it there.
+
+Examples:
+  baton trigger --key nightly-report --note 'rerun after the fix'
+  baton run --key nightly-report --cron '0 2 * * *' --now -- ./report.sh
+
+Exit statuses: 0 triggered (the id printed); 64 usage; 69 the server cannot be reached; 77 the
+server refused the credentials or a command, 78 it rejects the configuration (as for `baton
+run`).";
+
 pub(crate) const PAUSE_HELP: &str = "\
 `baton pause --key K` pauses schedule K across the fleet, before or after any host has run it:
 each `baton run --every/--cron`, `baton schedule` or `Failover::schedule` that binds to one of

@@ -100,6 +100,7 @@ mod sink;
 mod status;
 mod supervisor;
 mod text;
+mod trigger;
 mod unlock;
 
 /// How long a resumed baton waits for Redis to confirm it still holds its attempt.
@@ -179,6 +180,7 @@ enum Plan<'a> {
     Check(FailoverConfig, check::Thresholds),
     Pause(FailoverConfig, Option<pause::Until>, Option<&'a str>),
     Resume(FailoverConfig),
+    Trigger(FailoverConfig, Option<&'a str>, bool),
     List(Option<baton::inspect::Kind>, bool, bool),
     Watch(FailoverConfig, Option<baton::inspect::Kind>, bool),
     Unlock(FailoverConfig, Option<baton::inspect::Kind>, admin::Named),
@@ -204,6 +206,15 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             Plan::Run(args, config, schedule, sink)
         }
         Command::Schedule(args) => {
+            if args.run.when.now {
+                return Err(usage(
+                    "`baton schedule` takes no --now: `baton trigger --key KEY` runs one \
+                     occurrence now across its daemons",
+                ));
+            }
+            if args.trigger_poll < std::time::Duration::from_millis(10) {
+                return Err(usage("--trigger-poll: at least 10ms"));
+            }
             let (config, sink) = run::config(&args.run, &cli.prefix, true)?;
             let schedule = run::schedule_of(&args.run.when, &config, args.run.retention)?
                 // clap requires --every or --cron here; said again rather than assumed.
@@ -288,6 +299,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             Plan::Pause(job(key)?, until, note.as_deref())
         }
         Command::Resume { key } => Plan::Resume(job(key)?),
+        Command::Trigger { key, note, json } => Plan::Trigger(job(key)?, note.as_deref(), *json),
         Command::Watch { key, kind, json } => Plan::Watch(job(key)?, kind.map(|k| k.kind()), *json),
         Command::Unlock { .. } | Command::Fail { .. } | Command::Reset { .. } => admin::plan(cli)?,
         Command::Migrate => Plan::Migrate,
@@ -387,6 +399,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
         Plan::Check(cfg, thresholds) => check::check(&client, cfg, thresholds).await,
         Plan::Pause(cfg, until, note) => pause::pause(&client, cfg, until, note).await,
         Plan::Resume(cfg) => pause::resume(&client, cfg).await,
+        Plan::Trigger(cfg, note, json) => trigger::trigger(&client, cfg, note, json).await,
         Plan::List(kind, all, json) => status::list(&client, &cli.prefix, kind, all, json).await,
         Plan::Watch(cfg, kind, json) => status::watch(&client, cfg, kind, json).await,
         Plan::Unlock(cfg, kind, named) => {

@@ -132,7 +132,7 @@ pub(crate) async fn record_skip(
     };
     let written = client
         .failover()
-        .record_occurrence(schedule, options, config.clone(), occurrence.tick(), change)
+        .record_occurrence_of(schedule, options, config.clone(), occurrence, change)
         .await;
     if let Err(e) = written {
         say!(
@@ -143,8 +143,8 @@ pub(crate) async fn record_skip(
         );
     }
     format!(
-        "occurrence {} skipped: the schedule is {}",
-        occurrence.id(),
+        "{} skipped: the schedule is {}",
+        super::trigger::label(occurrence),
         describe(pause)
     )
 }

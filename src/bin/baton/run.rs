@@ -217,6 +217,8 @@ pub(crate) async fn run(
         Err(code) => return code,
     };
     let mut env = Vec::new();
+    // --now: the manual occurrence run here, whose trigger is cleared once it ended final.
+    let mut manual: Option<(FailoverConfig, Occurrence)> = None;
     let mut gate = None;
     let config = match schedule {
         None => config,
@@ -224,7 +226,14 @@ pub(crate) async fn run(
             let base = config.clone();
             let bound = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
-                b = bind(client, args, &schedule) => b,
+                // --now: a manual occurrence of its own (a trigger) instead of the tick's.
+                b = async {
+                    if args.when.now {
+                        super::trigger::bind_now(client, args, &base, None).await
+                    } else {
+                        bind(client, args, &schedule).await
+                    }
+                } => b,
             };
             let (occurrence, now) = match bound {
                 Ok(b) => b,
@@ -236,10 +245,10 @@ pub(crate) async fn run(
             // The occurrence's worker records its grant and its attempt's end (host, times,
             // PROGRAM's exit status) in the schedule's record.
             let config = match config.for_occurrence(&occurrence, args.retention) {
-                Ok(c) => c.with_record(
+                Ok(c) => c.with_occurrence_record(
                     &args.key,
                     &schedule,
-                    occurrence.tick(),
+                    &occurrence,
                     record_options(&args.when),
                 ),
                 Err(e) => return usage_config(&e),
@@ -297,6 +306,7 @@ pub(crate) async fn run(
                     )
                     .await;
                     sink.say(serde_json::json!({ "event": "skipped_paused" }), &line);
+                    super::trigger::settle(client, &base, &occurrence, Ended::Paused).await;
                     return 0;
                 }
                 Ok(None) => {}
@@ -339,6 +349,7 @@ pub(crate) async fn run(
                 Ok(_) => {}
             }
             env = occurrence_env(&occurrence);
+            manual = Some((base, occurrence));
             config
         }
     };
@@ -352,6 +363,9 @@ pub(crate) async fn run(
         gate,
     };
     let ended = job.run(&mut sink, &mut signals, &mut sigchld).await;
+    if let Some((base, occurrence)) = &manual {
+        super::trigger::settle(client, base, occurrence, ended).await;
+    }
     if let Ended::Exhausted(attempts) = ended {
         let text = exhausted_here(client, &job.config, attempts).await;
         sink.warn(&text);

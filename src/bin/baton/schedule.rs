@@ -7,6 +7,8 @@
 //! overlap.rs). With --jitter an occurrence's job starts at its tick plus its jitter, by the
 //! server's clock (the tick still decides which occurrence it is, and when --max-concurrent
 //! looks).
+//! Every --trigger-poll it reads the key's pending triggers (`baton trigger`) and starts each
+//! manual occurrence it has not started yet the same way (no jitter; trigger.rs).
 //!
 //! Why not the library's `Failover::schedule`: its work is a closure run under
 //! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
@@ -172,6 +174,17 @@ pub(crate) async fn schedule(
         }
         let verbose = sink.verbose >= 1 && !sink.json;
         let mut due = Box::pin(cmd.next_due(last, verbose));
+        // Manual occurrences (`baton trigger`): read every --trigger-poll, each started once.
+        let poll_triggers = |poll, failing, every| {
+            Box::pin(super::trigger::next_triggers(
+                client,
+                cmd.config.clone(),
+                poll,
+                every,
+                failing,
+            ))
+        };
+        let mut triggers = poll_triggers(baton::TriggerPoll::new(), false, Duration::ZERO);
         loop {
             tokio::select! {
                 // Ended runs before a due tick: `--max-concurrent` must not count one that has
@@ -190,6 +203,15 @@ pub(crate) async fn schedule(
                             human(CLOCK_RETRY)
                         ));
                         if let Some(run) = cmd.start_after(&mut sink, occurrence, CLOCK_RETRY) {
+                            runs.0.push(run);
+                        }
+                    }
+                }
+                (poll, failing, manual) = &mut triggers => {
+                    triggers = poll_triggers(poll, failing, args.trigger_poll);
+                    for occurrence in manual {
+                        // As a tick: the pause, the record, the coordination (no jitter).
+                        if let Some(run) = cmd.start(&mut sink, occurrence) {
                             runs.0.push(run);
                         }
                     }
@@ -310,10 +332,10 @@ impl<'a> Command<'a> {
         let args = &self.args.run;
         let config = match self.config.for_occurrence(&occurrence, args.retention) {
             // Recorded as `baton run --every/--cron` records its occurrence.
-            Ok(c) => c.with_record(
+            Ok(c) => c.with_occurrence_record(
                 &args.key,
                 &self.schedule,
-                occurrence.tick(),
+                &occurrence,
                 record_options(&args.when),
             ),
             Err(e) => {
@@ -351,8 +373,8 @@ impl<'a> Command<'a> {
             room: occurrence.jitter_room(args.lease),
         });
         run_sink.note(&format!(
-            "running occurrence {}, job {job_key}{}",
-            occurrence.id(),
+            "running {}, job {job_key}{}",
+            super::trigger::label(&occurrence),
             jittered.map_or_else(String::new, |j| format!(", {}", j.text()))
         ));
         let mut signals = self.fan.subscribe();
@@ -422,6 +444,8 @@ impl<'a> Command<'a> {
                         &p,
                     )
                     .await;
+                    super::trigger::settle(self.client, &self.config, &occurrence, Ended::Paused)
+                        .await;
                     return (occurrence, job_key, Ended::Paused);
                 }
                 Ok(None) => {}
@@ -467,6 +491,7 @@ impl<'a> Command<'a> {
                 Ok(_) => {}
             }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
+            super::trigger::settle(self.client, &self.config, &occurrence, ended).await;
             (occurrence, job_key, ended)
         }))
     }
@@ -566,11 +591,12 @@ fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome)
     let value = serde_json::json!({
         "event": "occurrence_ended",
         "occurrence": occurrence.id(),
+        "manual": occurrence.is_manual(),
         "job": job,
         "outcome": name,
         "status": status,
     });
-    let text = format!("occurrence {}, job {job}: {what}", occurrence.id());
+    let text = format!("{}, job {job}: {what}", super::trigger::label(occurrence));
     // --quiet keeps what went wrong: a failure, an error, an exhausted occurrence.
     let error = matches!(name, "failed" | "stopped" | "error" | "exhausted");
     if error {

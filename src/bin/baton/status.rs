@@ -702,7 +702,12 @@ pub(crate) async fn history(
 /// An occurrence's lines in `status --history`: one per attempt, the tick and outcome on the
 /// first.
 pub(crate) fn occurrence_lines(o: &baton::OccurrenceRecord) -> Vec<String> {
-    let tick = super::run::baton_time(o.tick);
+    // A manual occurrence by its id (`manual-…`): its time is in it, and it is no tick.
+    let tick = if o.manual {
+        o.id.clone()
+    } else {
+        super::run::baton_time(o.tick)
+    };
     let mut outcome = o.outcome.to_string();
     if let Some(note) = &o.note {
         outcome = format!("{outcome} ({note})");

@@ -2,8 +2,10 @@
 -- KEYS: 1 summary hash, 2 hosts hash, 3 history hash (id -> entry JSON), 4 ticks zset
 --       (id scored by tick ms), 5 digests set of the key.
 -- ARGV: 1 digest, 2 spec JSON, 3 host, 4 history size N, 5 lifetime ms, 6 max hosts,
---       7.. one change JSON each: {tick, id, n?, attempt?, outcome?, note?}; an attempt's
---       start/end of -1 means "the server's now".
+--       7.. one change JSON each: {tick, id, n?, attempt?, outcome?, note?, manual?}; an
+--       attempt's start/end of -1 means "the server's now". A manual occurrence's change
+--       (`manual`: true) marks its entry manual and never moves `last_tick_ms` (the newest
+--       calendar tick, from which missed ticks are counted).
 -- Returns the newest tick on record before this write (ms), or false.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -48,6 +50,7 @@ for i = 7, #ARGV do
     if fresh then
       e = {tick = c.tick, id = c.id, outcome = c.outcome or 'running', attempts = {}}
     end
+    if c.manual == true then e.manual = true end
     if type(e.attempts) ~= 'table' then e.attempts = {} end
     local want = c.outcome
     local settle = false
@@ -83,7 +86,9 @@ for i = 7, #ARGV do
     if c.note ~= nil then e.note = c.note end
     redis.call('HSET', KEYS[3], c.id, cjson.encode(e))
     redis.call('ZADD', KEYS[4], c.tick, c.id)
-    if newest_changed == nil or c.tick > newest_changed then newest_changed = c.tick end
+    if c.manual ~= true and (newest_changed == nil or c.tick > newest_changed) then
+      newest_changed = c.tick
+    end
   end
 end
 
@@ -96,10 +101,16 @@ if count > n then
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, count - n - 1)
 end
 
--- The summary: newest tick and its outcome, newest success.
+-- The summary: newest calendar tick (manual entries never move it), the newest entry's
+-- outcome, newest success.
+if newest_changed ~= nil then
+  local old = tonumber(prev_last or '')
+  if old == nil or newest_changed > old then
+    redis.call('HSET', KEYS[1], 'last_tick_ms', newest_changed)
+  end
+end
 local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 if top[1] then
-  redis.call('HSET', KEYS[1], 'last_tick_ms', top[2])
   local raw = redis.call('HGET', KEYS[3], top[1])
   if raw then
     local e = cjson.decode(raw)
