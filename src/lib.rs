@@ -296,8 +296,8 @@ pub use failover::{
 pub use failover::{
     Acquired, Attempt, AttemptHandle, CatchUp, Event, FailAttempt, Failover, FailoverConfig,
     FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
-    OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
-    Scheduled, StatusLevel, Worker,
+    OccurrenceReport, Overlap, Replaced, ResetJob, RunOutcome, ScheduleOptions,
+    ScheduleOptionsBuilder, Scheduled, StatusLevel, Worker,
 };
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use inspect::{EntryWatch, Inspector, Listing};

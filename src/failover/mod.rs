@@ -40,7 +40,7 @@ use crate::backend::Backend;
 use crate::error::Error;
 
 pub use crate::util::jobs::{JobState, JobStatus};
-pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
+pub use admin::{FailAttempt, JobChange, JobWatch, Replaced, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use record::{
