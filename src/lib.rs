@@ -296,8 +296,8 @@ pub use failover::{
 pub use failover::{
     Acquired, Attempt, AttemptHandle, CatchUp, Event, FailAttempt, Failover, FailoverConfig,
     FailoverConfigBuilder, IntoJob, JobChange, JobState, JobStatus, JobWatch, OccurrenceOutcome,
-    OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
-    Scheduled, StatusLevel, Trigger, TriggerPoll, Worker,
+    OccurrenceReport, Overlap, Replaced, ResetJob, RunOutcome, ScheduleOptions,
+    ScheduleOptionsBuilder, Scheduled, StatusLevel, Trigger, TriggerPoll, Worker,
 };
 pub use failover::{LiveOccurrence, OverlapDecision, WaitedOut};
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};

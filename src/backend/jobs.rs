@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use super::Backend;
 use crate::error::Error;
 pub(crate) use crate::util::jobs::{
-    Extended, FailAttempt, Held, JobKeys, JobStatus, JobStore, Named, ResetJob,
+    Extended, FailAttempt, Held, JobKeys, JobStatus, JobStore, Named, Replaced, ResetJob,
 };
 use crate::util::pubsub::Subscription;
 
@@ -118,7 +118,10 @@ impl Backend {
             #[cfg(feature = "postgres")]
             Backend::Postgres(t) => {
                 t.migrate_schema(super::postgres::jobs::SCHEMA).await?;
-                super::postgres::jobs::ensure_schema(t).await
+                t.migrate_schema(super::postgres::jobs::STOPS_SCHEMA)
+                    .await?;
+                super::postgres::jobs::ensure_schema(t).await?;
+                super::postgres::jobs::ensure_stops(t).await
             }
         }
     }
@@ -178,6 +181,64 @@ impl Backend {
                 )
                 .await
             }
+        }
+    }
+
+    /// Replaces the job's live attempt if it is the one `named` (an operator's or a schedule's
+    /// replacement: `DONE`, the lease deleted, `replaced by BY` recorded, the stop marker set
+    /// for the old lease's remaining time, `replaced:N:BY` published), in one conditional write.
+    ///
+    /// # Errors
+    /// [`Error::CorruptState`] for a state baton never writes; connection errors; a timeout
+    /// under constant contention.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) async fn replace_attempt(
+        &self,
+        keys: &JobKeys,
+        named: Named,
+        by: &str,
+        lease: Duration,
+        retention: Duration,
+    ) -> Result<Replaced, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::jobs::replace_attempt(t, keys, named, by, retention).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::jobs::replace_attempt(t, keys.state(), named, by, lease, retention)
+                    .await
+            }
+        }
+    }
+
+    /// Deletes the job's stop marker if it names `attempt`; `Ok(true)` when it did.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub(crate) async fn acknowledge_stop(
+        &self,
+        keys: &JobKeys,
+        attempt: u64,
+    ) -> Result<bool, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::jobs::acknowledge_stop(t, keys, attempt).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::jobs::acknowledge_stop(t, keys.state(), attempt).await
+            }
+        }
+    }
+
+    /// The job's stop marker's remaining time by the server's clock; `None` once it is gone.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub(crate) async fn stop_remaining(&self, keys: &JobKeys) -> Result<Option<Duration>, Error> {
+        match self {
+            Backend::Redis(t) => super::redis::jobs::stop_remaining(t, keys).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::jobs::stop_remaining(t, keys.state()).await,
         }
     }
 

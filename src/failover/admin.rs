@@ -1,6 +1,6 @@
 //! Operator tools on a job: read its full status, follow its changes, release a hung holder's
-//! attempt, forget the job. The `baton` command's `status`, `watch`, `fail` and `reset` are thin
-//! wrappers around these.
+//! attempt, replace (stop) a live attempt and wait until its holder has let go, forget the job.
+//! The `baton` command's `status`, `watch`, `fail` and `reset` are thin wrappers around these.
 
 use serde::Serialize;
 
@@ -10,7 +10,7 @@ use super::IntoJob;
 use crate::backend::jobs::{JobStatus, Named};
 use crate::error::{ConfigError, Error};
 pub use crate::lease::store::Expected;
-pub use crate::util::jobs::{FailAttempt, ResetJob};
+pub use crate::util::jobs::{FailAttempt, Replaced, ResetJob};
 use crate::util::pubsub::{HubMsg, Subscription};
 
 /// One change of a followed job; see [`Failover::watch_job`].
@@ -165,6 +165,93 @@ impl Failover {
         self.backend
             .fail_attempt(&keys, named, reason, config.lease, config.retention)
             .await
+    }
+
+    /// Stops a job's live attempt wherever it runs, if it is the one `expected` names
+    /// ([`Expected::Attempt`], or [`Expected::Any`]), and ends the job without a retry: in one
+    /// transaction (script or statement), the job becomes `DONE` (keeping its retention, so its
+    /// waiting backups end with `CompletedElsewhere` and none runs it again; an older baton
+    /// reads plain `DONE`), its lease is deleted, its failure note says `replaced by BY`, a
+    /// stop marker is set for the old lease's remaining time, and `replaced:N:BY` is published
+    /// on the job's channel. The holder hears it and stops its work at once (its worker
+    /// reports [`Event::LeaseLost`](super::Event::LeaseLost) with the reason `replaced by BY`;
+    /// `baton run` stops PROGRAM as on any lost lease); once its work has stopped (its attempt
+    /// handle is dropped, or `done`/`fail` called), the worker deletes the marker. A holder
+    /// that cannot hear (frozen, cut off) stops by its own lease's end, when the marker
+    /// expires: [`wait_out_stop`](Self::wait_out_stop) waits for either.
+    ///
+    /// When `job` is a scheduled occurrence's configuration
+    /// ([`FailoverConfig::for_occurrence`](super::FailoverConfig::for_occurrence)), the
+    /// occurrence is recorded `replaced` in the schedule's record (best effort, as every
+    /// record write: if it is lost, the history shows the job's own `done`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name or an expectation other than an attempt or
+    /// any; [`Error::CorruptState`] when the state is not baton's; connection errors.
+    pub async fn replace_attempt(
+        &self,
+        job: impl IntoJob,
+        expected: &Expected,
+        by: &str,
+    ) -> Result<Replaced, Error> {
+        let config = job.into_job()?;
+        let named = named(expected)?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        // The name travels in a channel message and a note: keep it to one bounded line.
+        let by: String = super::worker::truncate(by, 200)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let replaced = self
+            .backend
+            .replace_attempt(&keys, named, &by, config.lease, config.retention)
+            .await?;
+        if let (Replaced::Stopped { .. }, Some(record)) = (
+            replaced,
+            super::record::Recorder::of(&self.backend, &config),
+        ) {
+            record
+                .write_now(super::record::RecordChange::Outcome {
+                    outcome: super::record::RecordedOutcome::Replaced,
+                    note: Some(format!("replaced by {by}")),
+                })
+                .await;
+        }
+        Ok(replaced)
+    }
+
+    /// Deletes `job`'s stop marker if it names `attempt`: what a replaced holder's worker does
+    /// by itself once the attempt's work has stopped (see
+    /// [`replace_attempt`](Self::replace_attempt)), for code that stops the work some other way.
+    /// `Ok(true)` when a marker was deleted. One conditional delete, fenced to the attempt: a
+    /// marker set for a later attempt is kept.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors.
+    pub async fn acknowledge_stop(&self, job: impl IntoJob, attempt: u64) -> Result<bool, Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        self.backend.acknowledge_stop(&keys, attempt).await
+    }
+
+    /// Waits until `job`'s stop marker is gone: its replaced holder acknowledged that its work
+    /// stopped, or the old lease's time ran out by the server's clock (a holder stops its work
+    /// by then even when it cannot be reached: no work outlives its lease). Returns at once
+    /// when there is no marker. Polls the marker, at most every quarter second.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid job name; connection errors.
+    pub async fn wait_out_stop(&self, job: impl IntoJob) -> Result<(), Error> {
+        let config = job.into_job()?;
+        let keys = JobKeys::new(&config.prefix, &config.key);
+        while let Some(left) = self.backend.stop_remaining(&keys).await? {
+            tokio::time::sleep(left.clamp(
+                std::time::Duration::from_millis(1),
+                std::time::Duration::from_millis(250),
+            ))
+            .await;
+        }
+        Ok(())
     }
 
     /// Forgets a job: deletes its state, lease, fence and failure keys, so the next worker runs

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::config::StatusLevel;
 use super::events::{Acquired, AttemptHandle, Event, HolderCmd};
 use super::protocol::{
-    decide_holder, finish_gave_up, finish_writes, later_grant, taken_over, takeover_reason, GaveUp,
-    HolderDecision, HolderOp,
+    decide_holder, finish_gave_up, finish_writes, later_grant, replaced_by, taken_over,
+    takeover_reason, GaveUp, HolderDecision, HolderOp,
 };
 use super::record::{AttemptOutcome, RecordChange, RecordedOutcome};
 use super::store::{Extended, Held, JobStore};
@@ -259,6 +259,17 @@ impl<S: JobStore> Task<S> {
                 }
                 msg = recv_sub(watch_sub) => {
                     match msg {
+                        // An operator or a schedule replaced this attempt (`replace_attempt`):
+                        // the job is `DONE` and the lease gone, in the transaction that
+                        // published this. Stop at once, and acknowledge the stop marker once
+                        // the work has let go of the attempt.
+                        Some(HubMsg::Message(m)) if replaced_by(&m, g.attempt).is_some() => {
+                            let by = replaced_by(&m, g.attempt).unwrap_or_default();
+                            let reason = format!("replaced by {by}");
+                            let flow = self.lost(&ended, &g, Loss::Taken, reason);
+                            self.acknowledge_when_stopped(cmd_rx, g.attempt, lease_end);
+                            return flow;
+                        }
                         Some(HubMsg::Message(m)) if taken_over(&m, g.attempt) => {
                             return self.lost(&ended, &g, Loss::Taken, takeover_reason(&m));
                         }
@@ -424,6 +435,35 @@ impl<S: JobStore> Task<S> {
                 reason: reason.to_string(),
             });
         }
+    }
+
+    /// After a replacement: once the work has stopped (every clone of the attempt handle
+    /// dropped, or `done()`/`fail()` called: both close `cmds`), deletes the job's stop marker
+    /// so that whoever waits on it (`Failover::wait_out_stop`) goes on. A task of the client,
+    /// so the holder's loop does not wait for the work. Past `lease_end` it gives up: the
+    /// marker ends with the old lease by itself. Commands still sent are answered by the loss
+    /// (their reply dropped: the handle reads why the attempt ended, set by [`lost`](Self::lost)).
+    fn acknowledge_when_stopped(
+        &self,
+        mut cmds: crate::util::mailbox::Receiver<HolderCmd>,
+        attempt: u64,
+        lease_end: Instant,
+    ) {
+        let ack = self.store.acknowledge_stop(attempt);
+        let key = self.cfg.key.clone();
+        self.store.tracker().spawn(async move {
+            let stopped = tokio::time::timeout_at(lease_end, async {
+                while cmds.recv().await.is_some() {}
+            })
+            .await;
+            if stopped.is_err() {
+                tracing::debug!(%key, attempt, "the replaced work outlived the lease's deadline; its stop marker ends by itself");
+                return;
+            }
+            if let Err(error) = ack.await {
+                tracing::warn!(%key, attempt, %error, "the stop marker could not be acknowledged (it ends with the old lease)");
+            }
+        });
     }
 
     /// Reports the loss of the attempt (terminal); `why` is the metrics' reason.

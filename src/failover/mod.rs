@@ -44,7 +44,7 @@ use crate::backend::Backend;
 use crate::error::Error;
 
 pub use crate::util::jobs::{JobState, JobStatus};
-pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
+pub use admin::{FailAttempt, JobChange, JobWatch, Replaced, ResetJob};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use overlap::{window_close, LiveOccurrence, OverlapDecision, WaitedOut, LIVE_SCAN};

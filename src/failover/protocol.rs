@@ -321,6 +321,16 @@ pub fn taken_over(message: &str, attempt: u64) -> bool {
     later_grant(message, attempt) || message == "exhausted"
 }
 
+/// Who replaced `attempt`, when a channel message says it was replaced (`replaced:N:BY`, from
+/// `Failover::replace_attempt`): the holder of that attempt stops at once. The message is
+/// published in the same transaction that deleted the lease and wrote `DONE`, so it proves the
+/// loss as a later grant does; a message about another attempt is not ours.
+pub fn replaced_by(message: &str, attempt: u64) -> Option<&str> {
+    let rest = message.strip_prefix("replaced:")?;
+    let (n, by) = rest.split_once(':')?;
+    (n.parse::<u64>().ok()? == attempt).then_some(by)
+}
+
 /// Why a holder lost its attempt to a channel message that [`taken_over`] accepted, in words:
 /// `acquired:3` is another worker's grant of attempt 3 (this attempt's lease was released, by
 /// `fail_attempt` or a missed extension, or ran out), `exhausted` the job's end.

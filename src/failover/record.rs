@@ -530,6 +530,12 @@ impl Recorder {
             .spawn(async move { this.write(change).await });
     }
 
+    /// Writes `change` now (best effort, as [`spawn`](Self::spawn)'s: a failure is a warning
+    /// and a count, never an error).
+    pub(crate) async fn write_now(&self, change: RecordChange) {
+        self.write(change).await;
+    }
+
     async fn write(&self, change: RecordChange) {
         let grant = matches!(change, RecordChange::Started { .. });
         let prev = match self.apply(change).await {

@@ -311,6 +311,13 @@ impl JobKeys {
     pub(crate) fn channel(&self) -> &str {
         self.part(4)
     }
+
+    /// `P{J}:stop`: the stop marker of a replaced attempt (see [`Replaced`]), made on demand:
+    /// only the operator tools and a replaced holder name it, so the keys every waiting backup
+    /// keeps do not grow by it.
+    pub(crate) fn stop(&self) -> String {
+        format!("{}:stop", self.state())
+    }
 }
 
 // ----- The operator's view ----------------------------------------------------------------------
@@ -424,6 +431,44 @@ pub enum FailAttempt {
     NotLive,
     /// This other attempt is live now; nothing was done.
     Another(u64),
+}
+
+/// What [`Failover::replace_attempt`](crate::Failover::replace_attempt) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Replaced {
+    /// This attempt, the one expected, was stopped: the job is `DONE`, its lease deleted, and
+    /// a stop marker lives until its holder acknowledges or `lease_remaining` (the old lease's
+    /// time left, by the server's clock) runs out.
+    Stopped {
+        /// The attempt stopped.
+        attempt: u64,
+        /// The old lease's remaining time when it was deleted: the longest its holder may
+        /// still be running the work.
+        lease_remaining: std::time::Duration,
+    },
+    /// No attempt's lease was alive; nothing was done.
+    NotLive,
+    /// This other attempt is live now; nothing was done.
+    Other(u64),
+}
+
+/// The channel message that tells attempt `attempt`'s holder it was replaced by `by`
+/// (`replaced:N:BY`): any message wakes the backups, which then read `DONE`.
+pub fn replaced_message(attempt: u64, by: &str) -> String {
+    format!("replaced:{attempt}:{by}")
+}
+
+/// The stop marker's value: the attempt stopped, a space, who replaced it.
+pub fn stop_value(attempt: u64, by: &str) -> String {
+    format!("{attempt} {by}")
+}
+
+/// Whether a stop marker's value names `attempt` (what an acknowledgement checks).
+pub fn stop_names(value: &[u8], attempt: u64) -> bool {
+    let first = value.split(|b| *b == b' ').next().unwrap_or_default();
+    parse_attempt(first) == Some(attempt)
 }
 
 /// What [`Failover::reset_job`](crate::Failover::reset_job) did.
@@ -560,4 +605,15 @@ pub(crate) trait JobStore: Send + Sync + 'static {
     /// One lease extension of `held`, bounded by `lease_end`: atomic, conditional on the lease
     /// still holding `held`'s token and the state its attempt.
     fn extension(&self, held: Held, lease_end: Instant) -> ExtensionFuture;
+
+    /// Deletes the job's stop marker if it names `attempt` (a replaced holder's
+    /// acknowledgement once its work has stopped): `Ok(true)` when it was deleted.
+    fn acknowledge_stop(
+        &self,
+        attempt: u64,
+    ) -> impl std::future::Future<Output = Result<bool, Error>> + Send + 'static;
+
+    /// The client's task tracker, for the background work of a holder that outlives its loop
+    /// (the acknowledgement above).
+    fn tracker(&self) -> &tokio_util::task::TaskTracker;
 }

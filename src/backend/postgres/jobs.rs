@@ -31,8 +31,9 @@ use tokio_postgres::types::ToSql;
 use super::{channel_of, PgTransport, Pooled};
 use crate::error::Error;
 use crate::util::jobs::{
-    job_state, lease_of, state_of_bytes, state_text, Extended, ExtensionFuture, FailAttempt, Fence,
-    Held, JobStatus, JobStore, Lease, Message, Named, Observation, ResetJob, State, Which, Write,
+    job_state, lease_of, replaced_message, state_of_bytes, state_text, Extended, ExtensionFuture,
+    FailAttempt, Fence, Held, JobStatus, JobStore, Lease, Message, Named, Observation, Replaced,
+    ResetJob, State, Which, Write,
 };
 use crate::util::metrics;
 use crate::util::pubsub::Subscription;
@@ -441,6 +442,18 @@ impl JobStore for PgStore {
     type Conn = PgConn;
     const BACKEND: metrics::Backend = metrics::backend::POSTGRES;
 
+    fn acknowledge_stop(
+        &self,
+        attempt: u64,
+    ) -> impl std::future::Future<Output = Result<bool, Error>> + Send + 'static {
+        let (transport, key) = (self.transport.clone(), self.key.clone());
+        async move { acknowledge_stop(&transport, &key, attempt).await }
+    }
+
+    fn tracker(&self) -> &tokio_util::task::TaskTracker {
+        &self.transport.tracker
+    }
+
     fn settings(&self) -> &ConnSettings {
         &self.transport.settings
     }
@@ -725,6 +738,192 @@ pub(crate) async fn fail_attempt(
     Err(Error::Timeout {
         during: "releasing an attempt under constant contention",
     })
+}
+
+/// The stop markers of replaced attempts (see `Failover::replace_attempt`): one row per job
+/// (`key` = the job's state key), the attempt stopped, who replaced it, and when the marker
+/// ends by itself (the old lease's end). A table of its own, so that `baton_jobs` and the
+/// statements of older binaries stay as they are.
+pub(crate) const STOPS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS baton_job_stops (
+    key        text PRIMARY KEY,
+    attempt    bigint NOT NULL,
+    by         text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+";
+
+/// The stop table's name for [`PgTransport::ensure_schema`].
+pub(crate) const STOPS_SCHEMA_NAME: &str = "baton_job_stops";
+
+/// Deletes stop markers past their end (they read as absent already).
+pub(crate) const STOPS_CLEANUP: &str = "
+DELETE FROM baton_job_stops WHERE key IN (
+    SELECT key FROM baton_job_stops WHERE expires_at < clock_timestamp() LIMIT 1000
+) AND expires_at < clock_timestamp()";
+
+/// Makes sure the stop table exists (once per client), as [`ensure_schema`] does the jobs'.
+pub(crate) async fn ensure_stops(transport: &PgTransport) -> Result<(), Error> {
+    transport
+        .ensure_schema(
+            STOPS_SCHEMA_NAME,
+            STOPS_SCHEMA,
+            Some((STOPS_CLEANUP, transport.cleanup_every(CLEANUP_EVERY))),
+        )
+        .await
+}
+
+/// The replacement, one statement conditional on the row's version: the job becomes `DONE`
+/// (its expiry kept), the lease goes, the failure note says who replaced it, the stop marker
+/// is upserted for the old lease's remaining time, and `replaced:N:BY` is notified. Returns
+/// one row when it applied.
+const REPLACE: &str = "
+WITH c AS (SELECT clock_timestamp() AS now),
+u AS (
+    UPDATE baton_jobs j
+    SET state = 'DONE', lease_token = NULL, lease_holder = NULL, lease_expires = NULL,
+        failure = $3, version = j.version + 1
+    FROM c
+    WHERE j.key = $1 AND j.version = $2 AND j.lease_expires > c.now
+    RETURNING j.key
+),
+s AS (
+    INSERT INTO baton_job_stops AS s (key, attempt, by, expires_at)
+    SELECT u.key, $4, $5, c.now + $6::float8 * interval '1 millisecond' FROM u, c
+    ON CONFLICT (key) DO UPDATE
+    SET attempt = EXCLUDED.attempt, by = EXCLUDED.by, expires_at = EXCLUDED.expires_at
+    RETURNING s.key
+)
+SELECT pg_notify($7, $8) FROM s";
+
+/// `Failover::replace_attempt` on PostgreSQL: [`REPLACE`] if the live attempt is the one
+/// `named`, observed and compared again when the row changed in between.
+pub(crate) async fn replace_attempt(
+    transport: &Arc<PgTransport>,
+    key: &str,
+    named: Named,
+    by: &str,
+    lease: Duration,
+    retention: Duration,
+) -> Result<Replaced, Error> {
+    ensure_stops(transport).await?;
+    let store = store_for(transport, key, lease, retention);
+    for _ in 0..20 {
+        let conn = transport.pooled().await?;
+        let row = observe_row(transport, &conn, key, None).await?;
+        let (attempt, pttl) = match (&row.obs.state, &row.obs.lease) {
+            (State::Attempt(n), Lease::Held { pttl_ms, .. }) => (*n, *pttl_ms),
+            (State::Corrupt(value), _) => {
+                return Err(Error::CorruptState {
+                    key: store.locate(Which::State),
+                    value: value.clone(),
+                })
+            }
+            _ => return Ok(Replaced::NotLive),
+        };
+        if !named.names(attempt) {
+            return Ok(Replaced::Other(attempt));
+        }
+        let Some(version) = row.version else {
+            return Ok(Replaced::NotLive);
+        };
+        // Read before the write: errs long, never short.
+        let marker_ms = pttl
+            .or(row.retention_ms)
+            .unwrap_or(lease.as_millis() as u64)
+            .max(1);
+        let attempt_sql = i64::try_from(attempt).map_err(|_| Error::UnexpectedReply {
+            context: "the attempt number",
+            reply: format!("{attempt} does not fit PostgreSQL's bigint"),
+        })?;
+        let failure = format!("attempt {attempt} replaced by {by}");
+        let payload = format!("{key}\n{}", replaced_message(attempt, by));
+        let limit = Instant::now() + transport.settings.response_timeout;
+        let rows = conn
+            .by(
+                limit,
+                "replacing an attempt",
+                conn.query(
+                    REPLACE,
+                    &[
+                        &key,
+                        &version,
+                        &failure,
+                        &attempt_sql,
+                        &by,
+                        &(marker_ms as f64),
+                        &channel_of(key),
+                        &payload,
+                    ],
+                ),
+            )
+            .await?;
+        if !rows.is_empty() {
+            return Ok(Replaced::Stopped {
+                attempt,
+                lease_remaining: Duration::from_millis(marker_ms),
+            });
+        }
+    }
+    Err(Error::Timeout {
+        during: "replacing an attempt under constant contention",
+    })
+}
+
+/// A replaced holder's acknowledgement on PostgreSQL: deletes the stop marker if it names
+/// `attempt` (one statement).
+pub(crate) async fn acknowledge_stop(
+    transport: &Arc<PgTransport>,
+    key: &str,
+    attempt: u64,
+) -> Result<bool, Error> {
+    ensure_stops(transport).await?;
+    let Ok(attempt) = i64::try_from(attempt) else {
+        return Ok(false);
+    };
+    let conn = transport.pooled().await?;
+    let limit = Instant::now() + transport.settings.response_timeout;
+    let deleted = conn
+        .by(
+            limit,
+            "acknowledging a stop",
+            conn.execute(
+                "DELETE FROM baton_job_stops WHERE key = $1 AND attempt = $2",
+                &[&key, &attempt],
+            ),
+        )
+        .await?;
+    Ok(deleted > 0)
+}
+
+/// The stop marker's remaining time on PostgreSQL, by the server's clock: `None` once it is
+/// gone or past its end.
+pub(crate) async fn stop_remaining(
+    transport: &Arc<PgTransport>,
+    key: &str,
+) -> Result<Option<Duration>, Error> {
+    ensure_stops(transport).await?;
+    let conn = transport.pooled().await?;
+    let limit = Instant::now() + transport.settings.response_timeout;
+    let rows = conn
+        .by(
+            limit,
+            "reading a stop marker",
+            conn.query(
+                "SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
+                 FROM baton_job_stops WHERE key = $1 AND expires_at > clock_timestamp()",
+                &[&key],
+            ),
+        )
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let ms: Option<i64> = row.try_get(0).map_err(|e| Error::UnexpectedReply {
+        context: "reading a stop marker",
+        reply: e.to_string(),
+    })?;
+    Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0).max(1))))
 }
 
 /// `Failover::reset_job` on PostgreSQL: deletes the row, unless a live attempt is not the one

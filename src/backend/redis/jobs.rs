@@ -20,9 +20,10 @@ use super::script::{extend, Extend, ExtendReply};
 use super::{check_replies, ConnSettings, Dedicated, Expect, ReplicaWait, Subscription, Transport};
 use crate::error::Error;
 use crate::util::jobs::{
-    job_state, lease_of, lease_value, lossy, parse_attempt, state_of_bytes, state_text, Extended,
-    ExtensionFuture, FailAttempt, Fence, Held, JobKeys, JobStatus, JobStore, Lease, Named,
-    Observation, ResetJob, State, Which, Write, WATCHED,
+    job_state, lease_of, lease_value, lossy, parse_attempt, replaced_message, state_of_bytes,
+    state_text, stop_names, stop_value, Extended, ExtensionFuture, FailAttempt, Fence, Held,
+    JobKeys, JobStatus, JobStore, Lease, Named, Observation, Replaced, ResetJob, State, Which,
+    Write, WATCHED,
 };
 use crate::util::metrics;
 use crate::util::time::{after, ms};
@@ -144,6 +145,18 @@ impl RedisStore {
 impl JobStore for RedisStore {
     type Conn = Dedicated;
     const BACKEND: metrics::Backend = metrics::backend::REDIS;
+
+    fn acknowledge_stop(
+        &self,
+        attempt: u64,
+    ) -> impl std::future::Future<Output = Result<bool, Error>> + Send + 'static {
+        let (transport, keys) = (self.transport.clone(), self.keys.clone());
+        async move { acknowledge_stop(&transport, &keys, attempt).await }
+    }
+
+    fn tracker(&self) -> &tokio_util::task::TaskTracker {
+        &self.transport.tracker
+    }
 
     fn settings(&self) -> &ConnSettings {
         &self.transport.settings
@@ -461,6 +474,173 @@ pub(crate) async fn reset_job(
     Err(Error::Timeout {
         during: "resetting a job under constant contention",
     })
+}
+
+/// `Failover::replace_attempt` on Redis: in one transaction conditional on the state and lease
+/// read (`WATCH`), if the live attempt is the one `named`: the state becomes `DONE` (keeping its
+/// retention), the lease is deleted, the failure note says who replaced it, the stop marker
+/// `P{J}:stop` is set for the old lease's remaining time, and `replaced:N:BY` is published.
+pub(crate) async fn replace_attempt(
+    transport: &Transport,
+    keys: &JobKeys,
+    named: Named,
+    by: &str,
+    retention: Duration,
+) -> Result<Replaced, Error> {
+    let stop = keys.stop();
+    for _ in 0..20 {
+        let deadline = tokio::time::Instant::now() + transport.settings.response_timeout * 10;
+        let node = transport.node(keys.state()).await?;
+        let mut conn = node.pool.get(deadline).await?;
+        let values = conn
+            .watch_read(&[keys.state(), keys.lease()], |p| {
+                state_and_lease_reads(p, keys)
+            })
+            .await?;
+        let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
+            conn.defer_unwatch();
+            return Err(Error::UnexpectedReply {
+                context: "reading a job before replacing its attempt",
+                reply: format!("{} replies instead of 4", values.len()),
+            });
+        };
+        let (attempt, pttl) = match (parse_state(state), parse_lease(lease, lease_ttl)) {
+            (Ok(State::Attempt(n)), Ok(Lease::Held { pttl_ms, .. })) => (n, pttl_ms),
+            (Ok(State::Corrupt(value)), _) => {
+                conn.defer_unwatch();
+                return Err(Error::CorruptState {
+                    key: keys.state().to_string(),
+                    value,
+                });
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                conn.defer_unwatch();
+                return Err(e);
+            }
+            _ => {
+                conn.defer_unwatch();
+                return Ok(Replaced::NotLive);
+            }
+        };
+        if !named.names(attempt) {
+            conn.defer_unwatch();
+            return Ok(Replaced::Other(attempt));
+        }
+        // `DONE` keeps the state's retention: backups read it and end, none retries.
+        let ttl = match state_ttl {
+            Value::Int(n) if *n > 0 => *n as u64,
+            _ => retention.as_millis() as u64,
+        };
+        // The marker lives as long as the old lease could have (a lease without a TTL is a
+        // foreign write: then as long as the state's retention, the most it can matter).
+        // Read before the EXEC, so it errs long, never short.
+        let marker_ms = pttl.unwrap_or(ttl).max(1);
+        let mut tx = conn.transaction();
+        tx.cmd("SET")
+            .arg(keys.state())
+            .arg(crate::util::jobs::DONE)
+            .arg("PX")
+            .arg(ttl)
+            .cmd("DEL")
+            .arg(keys.lease())
+            .cmd("SET")
+            .arg(keys.failure())
+            .arg(format!("attempt {attempt} replaced by {by}"))
+            .arg("PX")
+            .arg(ttl)
+            .cmd("SET")
+            .arg(&stop)
+            .arg(stop_value(attempt, by))
+            .arg("PX")
+            .arg(marker_ms)
+            .cmd(node.publish)
+            .arg(keys.channel())
+            .arg(replaced_message(attempt, by));
+        match conn.exec(tx).await? {
+            None => continue,
+            Some(replies) => {
+                check_replies(
+                    "replacing an attempt",
+                    &replies,
+                    &[Expect::Ok, Expect::Int, Expect::Ok, Expect::Ok, Expect::Int],
+                )?;
+                return Ok(Replaced::Stopped {
+                    attempt,
+                    lease_remaining: Duration::from_millis(marker_ms),
+                });
+            }
+        }
+    }
+    Err(Error::Timeout {
+        during: "replacing an attempt under constant contention",
+    })
+}
+
+/// A replaced holder's acknowledgement on Redis: deletes the stop marker if it names
+/// `attempt` (`WATCH`, `GET`, then `DEL` in a transaction, so a marker set for a later
+/// attempt in between is kept).
+pub(crate) async fn acknowledge_stop(
+    transport: &Transport,
+    keys: &JobKeys,
+    attempt: u64,
+) -> Result<bool, Error> {
+    let stop = keys.stop();
+    for _ in 0..20 {
+        let deadline = tokio::time::Instant::now() + transport.settings.response_timeout * 10;
+        let node = transport.node(keys.state()).await?;
+        let mut conn = node.pool.get(deadline).await?;
+        let values = conn
+            .watch_read(&[stop.as_str()], |p| {
+                p.cmd("GET").arg(&stop);
+            })
+            .await?;
+        let named = match values.first() {
+            Some(Value::BulkString(b)) => stop_names(b, attempt),
+            Some(Value::Nil) => false,
+            Some(Value::ServerError(e)) => {
+                conn.defer_unwatch();
+                return Err(from_server_error(e));
+            }
+            _ => false,
+        };
+        if !named {
+            conn.defer_unwatch();
+            return Ok(false);
+        }
+        let mut tx = conn.transaction();
+        tx.cmd("DEL").arg(&stop);
+        match conn.exec(tx).await? {
+            None => continue,
+            Some(replies) => {
+                check_replies("acknowledging a stop", &replies, &[Expect::Int])?;
+                return Ok(true);
+            }
+        }
+    }
+    Err(Error::Timeout {
+        during: "acknowledging a stop under constant contention",
+    })
+}
+
+/// The stop marker's remaining time on Redis (`PTTL P{J}:stop`): `None` once it is gone.
+pub(crate) async fn stop_remaining(
+    transport: &Transport,
+    keys: &JobKeys,
+) -> Result<Option<Duration>, Error> {
+    let mut conn = transport.node(keys.state()).await?.conn();
+    let pttl: Value = ::redis::cmd("PTTL")
+        .arg(keys.stop())
+        .query_async(&mut conn)
+        .await?;
+    match pttl {
+        Value::Int(-2) => Ok(None),
+        // No TTL: a foreign write; wait as for the longest lease there can be, a second at a
+        // time, re-reading (the caller polls).
+        Value::Int(-1) => Ok(Some(Duration::from_secs(1))),
+        Value::Int(n) if n >= 0 => Ok(Some(Duration::from_millis(n as u64))),
+        Value::ServerError(e) => Err(from_server_error(&e)),
+        other => Err(unexpected("PTTL stop", &other)),
+    }
 }
 
 // ----- Parsing what the reads return -------------------------------------------------------------
