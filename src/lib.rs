@@ -299,6 +299,7 @@ pub use failover::{
     OccurrenceReport, Overlap, ResetJob, RunOutcome, ScheduleOptions, ScheduleOptionsBuilder,
     Scheduled, StatusLevel, Worker,
 };
+pub use failover::{BackfillPlan, MAX_BACKFILL_TICKS};
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use inspect::{EntryWatch, Inspector, Listing};
 pub use leader::{

@@ -9,12 +9,15 @@
 //!   [`Failover::schedule`], [`Failover::occurrence`], [`FailoverConfig::for_occurrence`].
 //! - `record`: the schedule's record (history, hosts, pause): [`Failover::schedule_records`],
 //!   [`Failover::schedule_history`], [`Failover::pause_schedule`], [`Failover::record_occurrence`].
+//! - `backfill`: past occurrences run once each, oldest first: [`Failover::backfill_plan`],
+//!   [`Failover::backfill`], and the long-running form's catch-up ([`Failover::catch_up_plan`]).
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 //! - `store`: the worker's view of the job store seam (`backend::jobs`), whose
 //!   implementations, with their commands and statements, live in the backends' folders.
 
 pub(crate) mod admin;
+mod backfill;
 mod backup;
 pub mod config;
 pub mod events;
@@ -41,6 +44,7 @@ use crate::error::Error;
 
 pub use crate::util::jobs::{JobState, JobStatus};
 pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
+pub use backfill::{BackfillPlan, MAX_BACKFILL_TICKS};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use record::{
