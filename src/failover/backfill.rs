@@ -213,7 +213,7 @@ impl Failover {
             capacity: options.report_capacity,
             dropped: dropped.clone(),
         };
-        let task = self.backend.tracker().spawn(run_in_order(
+        let task = self.backend.tracker().spawn(in_order(
             self.clone(),
             schedule,
             config,
@@ -416,12 +416,48 @@ fn ticks_in(
     Ok(out)
 }
 
-/// Runs `occurrences` one after another, oldest first, reporting each: [`Failover::backfill`]'s
-/// driver, and the long-running form's catch-up of [`CatchUp::All`]. Stopped by `stop`: the
-/// occurrence running then is dropped (its worker fails an attempt it holds) and reported
-/// stopped.
+impl Failover {
+    /// Runs `occurrences` one after another, oldest first, reporting each, in a task of its
+    /// own (`None` when there is nothing to run): the long-running form's catch-up of
+    /// [`CatchUp::All`]. Stopped by `stop`: the occurrence running then is dropped (its
+    /// worker fails an attempt it holds) and reported stopped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_in_order<F, Fut, T, E>(
+        &self,
+        schedule: Schedule,
+        base: FailoverConfig,
+        options: ScheduleOptions,
+        occurrences: Vec<Occurrence>,
+        work: F,
+        reports: Reports<T, E>,
+        stop: CancellationToken,
+    ) -> Option<AbortOnDropHandle<()>>
+    where
+        F: FnMut(Occurrence, Attempt) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        if occurrences.is_empty() {
+            return None;
+        }
+        let task = self.backend.tracker().spawn(in_order(
+            self.clone(),
+            schedule,
+            base,
+            options,
+            occurrences,
+            work,
+            reports,
+            stop,
+        ));
+        Some(AbortOnDropHandle::new(task))
+    }
+}
+
+/// [`Failover::backfill`]'s driver and [`Failover::run_in_order`]'s task.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn run_in_order<F, Fut, T, E>(
+async fn in_order<F, Fut, T, E>(
     failover: Failover,
     schedule: Schedule,
     base: FailoverConfig,

@@ -784,10 +784,9 @@ where
             // up matters most (every server may have been down at the tick). A configuration
             // error would fail every try, and each occurrence reports it anyway.
             loop {
-                match self.catch_up().await {
-                    Ok(plan) => {
-                        last = plan.newest_tick();
-                        catching_up = self.caught_up(plan, &mut runs);
+                match self.catch_up(&mut runs, &mut catching_up).await {
+                    Ok(newest) => {
+                        last = newest;
                         break;
                     }
                     Err(error @ Error::Config(_)) => {
@@ -872,40 +871,26 @@ where
         }
     }
 
-    /// What to catch up at start ([`Failover::catch_up_plan`]).
-    async fn catch_up(&mut self) -> Result<super::backfill::BackfillPlan, Error> {
-        self.failover
+    /// Catches up at start ([`Failover::catch_up_plan`]): the latest past tick as any tick
+    /// ([`CatchUp::Last`]), or the window's ticks one after another in a task of their own
+    /// ([`CatchUp::All`], returned); `Ok(last)` is the newest tick looked at.
+    async fn catch_up(
+        &mut self,
+        runs: &mut JoinSet<Finished<T, E>>,
+        catching_up: &mut Option<AbortOnDropHandle<()>>,
+    ) -> Result<Option<SystemTime>, Error> {
+        let plan = self
+            .failover
             .catch_up_plan(
                 &self.schedule,
                 &self.config,
                 self.options.catch_up,
                 self.options.history,
             )
-            .await
-    }
-
-    /// Starts the catch-up of `plan`: the latest past tick as any tick ([`CatchUp::Last`]),
-    /// or the window's ticks one after another in a task of their own ([`CatchUp::All`]).
-    fn caught_up(
-        &mut self,
-        plan: super::backfill::BackfillPlan,
-        runs: &mut JoinSet<Finished<T, E>>,
-    ) -> Option<AbortOnDropHandle<()>> {
-        if !matches!(self.options.catch_up, CatchUp::All { .. }) {
-            for occurrence in plan.run {
-                self.start(runs, occurrence);
-            }
-            return None;
-        }
-        if plan.run.is_empty() {
-            return None;
-        }
-        let task = self
-            .failover
-            .backend
-            .tracker()
-            .spawn(super::backfill::run_in_order(
-                self.failover.clone(),
+            .await?;
+        let last = plan.newest_tick();
+        if matches!(self.options.catch_up, CatchUp::All { .. }) {
+            *catching_up = self.failover.run_in_order(
                 self.schedule.clone(),
                 self.config.clone(),
                 self.options.clone(),
@@ -913,8 +898,13 @@ where
                 self.work.clone(),
                 self.reports.clone(),
                 self.stop.clone(),
-            ));
-        Some(AbortOnDropHandle::new(task))
+            );
+        } else {
+            for occurrence in plan.run {
+                self.start(runs, occurrence);
+            }
+        }
+        Ok(last)
     }
 
     /// Waits for the next occurrence to run after `last` ([`Failover::next_occurrence`]),
