@@ -21,6 +21,10 @@ use super::sink::{Bound, Sink};
 
 /// `baton backfill --help`'s tail: what runs, what is refused, the exit statuses.
 pub(crate) const BACKFILL_HELP: &str = "\
+Example (the nights of a week, on one host or several):
+  baton backfill --key nightly-report --cron '0 2 * * *' --tz Europe/Paris \\
+      --from 2026-11-20T00:00:00Z --to 2026-11-27T00:00:00Z -- /usr/local/bin/report
+
 What runs:
   Every tick of the schedule in [--from, --to] (RFC 3339; --to is capped at the server's
   clock) that has no terminal outcome (done, exhausted, replaced) in the schedule's record or

@@ -154,7 +154,9 @@ the watchdog, --max-hold, --kill-grace and PROGRAM's process group as there. Run
 (one per server): each occurrence runs once across the fleet, never before its tick, and a failed
 attempt is retried by a backup within the occurrence. It starts by waiting for the next tick;
 --catch-up last first runs the latest past tick if it is neither done nor exhausted (every server
-was down then). An occurrence still running (or waited for as a backup) when the next tick comes
+was down then); --catch-up all --catch-up-window D runs every past tick of the last D with no
+terminal outcome on record, oldest first, while the next ticks run (as `baton backfill` does;
+neither catches up a tick skipped while paused). An occurrence still running (or waited for as a backup) when the next tick comes
 does not block it: both run here at once, each a job of its own, unless --overlap skip reports
 the new tick skipped. A --lease longer than the gap between ticks is allowed (warned
 about: a dead holder keeps its occurrence past the next tick). PROGRAM never has the terminal
