@@ -300,6 +300,7 @@ pub use failover::{
     Scheduled, StatusLevel, Worker,
 };
 pub use failover::{BackfillPlan, MAX_BACKFILL_TICKS};
+pub use failover::{LiveOccurrence, OverlapDecision, WaitedOut};
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use inspect::{EntryWatch, Inspector, Listing};
 pub use leader::{

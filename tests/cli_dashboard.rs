@@ -864,5 +864,59 @@ async fn schedule_rows_show_the_expression_and_history_and_a_record_alone_keeps_
         json!({ "status": 0 }),
         "{history}"
     );
+    assert_eq!(digests[0]["check"]["status"], "ok", "{history}");
+    assert!(digests[0]["next_tick"].is_string(), "{history}");
+
+    // In the browser: the row's history link opens the schedule's page, which shows its
+    // check, its hosts and its history.
+    let mut browser = tokio::task::block_in_place(Browser::start);
+    tokio::task::block_in_place(|| {
+        browser.open(&format!("http://{addr}/"));
+        browser.until_row("schedule", nightly["name"].as_str().unwrap(), |r| {
+            !r.is_null()
+        });
+        let clicked = browser.eval(
+            "(() => { const r = [...document.querySelectorAll('#rows tr')].find(r => \
+             r.dataset.kind === 'schedule' && r.dataset.name.startsWith('nightly')); \
+             const a = r && r.querySelector('a.toggle'); if (a) a.click(); return !!a; })()",
+        );
+        assert_eq!(
+            clicked,
+            json!(true),
+            "the schedule's row has a history link"
+        );
+        let until = Instant::now() + SHOWN_WITHIN;
+        let page = loop {
+            let page = browser.eval(
+                "(() => { const row = document.querySelector('table.history tr[data-outcome]'); \
+                 const check = document.querySelector('p.check'); \
+                 return { path: location.pathname, search: location.search, \
+                 key: document.getElementById('key').textContent, \
+                 check: check ? check.dataset.status : null, \
+                 expression: (document.querySelector('section.schedule h2') || {}).textContent, \
+                 row: row ? { ...row.dataset } : null, \
+                 facts: document.querySelector('section.schedule dl')?.textContent }; })()",
+            );
+            if !page["row"].is_null() {
+                break page;
+            }
+            assert!(
+                Instant::now() < until,
+                "the schedule's page never showed: {page}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(page["path"], "/schedule", "{page}");
+        assert_eq!(page["search"], "?key=nightly", "{page}");
+        assert_eq!(page["key"], "nightly", "{page}");
+        assert_eq!(page["check"], "ok", "{page}");
+        assert_eq!(page["expression"], json!(hourly), "{page}");
+        assert_eq!(page["row"]["outcome"], "done", "{page}");
+        assert_eq!(page["row"]["host"], "host-a", "{page}");
+        let facts = page["facts"].as_str().unwrap_or_default();
+        assert!(facts.contains("host-a"), "hosts seen: {page}");
+        assert!(facts.contains("Next tick"), "{page}");
+        browser.screenshot(&screenshot_path().with_file_name("dashboard-schedule.png"));
+    });
     dash.kill().await.ok();
 }

@@ -537,7 +537,7 @@ async fn overlap_skip_reports_a_tick_that_comes_while_one_runs() {
     stderr_to(&mut cmd, &err);
     let child = spawn(&mut cmd);
     let text = wait_file(&err, QUICK, |t| {
-        reports(t).iter().any(|r| r["outcome"] == "skipped")
+        reports(t).iter().any(|r| r["outcome"] == "skipped_overlap")
     })
     .await
     .expect("a tick reported skipped");
@@ -545,7 +545,7 @@ async fn overlap_skip_reports_a_tick_that_comes_while_one_runs() {
     let _ = finish(child, "baton schedule").await;
     let skipped: BTreeSet<String> = reports(&text)
         .iter()
-        .filter(|r| r["outcome"] == "skipped")
+        .filter(|r| r["outcome"] == "skipped_overlap")
         .map(|r| r["occurrence"].as_str().unwrap().to_string())
         .collect();
     let ran: BTreeSet<String> = lines(&log).into_iter().collect();

@@ -360,7 +360,7 @@ scenario! {
         // The listing (an operator's: SCAN on Redis, as the administrator).
         let admin = baton::Client::connect(srv.admin_url()).await.unwrap();
         assert_eq!(
-            admin.failover().list_schedules("baton:").await.unwrap(),
+            admin.inspect().schedules().await.unwrap(),
             ["s10", "s10-other"]
         );
     }

@@ -220,11 +220,12 @@ async fn schedules_are_listed_once_each() {
         .unwrap();
 
     assert_eq!(
-        f.list_schedules("baton:").await.unwrap(),
+        client.inspect().schedules().await.unwrap(),
         ["list-a", "list-b", "list-c"]
     );
-    assert_eq!(f.list_schedules("baton:sub:").await.unwrap(), ["list-d"]);
-    assert!(f.list_schedules("no-colon").await.is_err());
+    let sub = client.inspect().with_prefix("baton:sub:").unwrap();
+    assert_eq!(sub.schedules().await.unwrap(), ["list-d"]);
+    assert!(client.inspect().with_prefix("no-colon").is_err());
 }
 
 /// On a Cluster every record key of one schedule key (each digest's four, the digests' index
@@ -295,7 +296,7 @@ async fn a_keys_record_shares_one_slot_on_a_cluster() {
         nodes.len() > 1,
         "the keys should spread over primaries: {nodes:?}"
     );
-    let listed = f.list_schedules("baton:").await.unwrap();
+    let listed = client.inspect().schedules().await.unwrap();
     let mut want = keys.clone();
     want.sort();
     assert_eq!(listed, want);

@@ -35,6 +35,8 @@
 //! - `stall_stderr`: a process's stderr pipe filled and left unread for 2–5 s;
 //! - `blip`: a worker's link cut (silent blackhole, or reset and refused) for 0.3–2.5 s;
 //! - `pause_server`: SIGSTOP of redis-server for 0.2–1 s;
+//! - `pause_schedule`: an operator's `baton pause --key K` of one schedule, `baton resume`
+//!   1–4 s later;
 //! - `nothing`.
 //!
 //! Checks:
@@ -53,7 +55,14 @@
 //!   lost), so a witnessed tick is never left at an attempt;
 //! - S4: every `baton schedule` process exits 0 or 143 on the harness's SIGTERM at the end (or
 //!   by the harness's SIGKILL), none on its own, none stuck;
-//! - S5: the password (in every process's URL, in its environment) shows in no log.
+//! - S5: the password (in every process's URL, in its environment) shows in no log;
+//! - S6: the schedule's record (`Failover::schedule_history`, repaired as `baton status
+//!   --history` shows it) agrees with the store and the PROGRAMs: every checked tick has an
+//!   entry; `done` and `exhausted` exactly when its job is `DONE` or `EXHAUSTED`; `missed` and
+//!   `skipped_paused` only for a tick no PROGRAM ran (`skipped_paused` only while a pause
+//!   overlapped its window); `running` or `failed` only for an excused tick whose job is
+//!   left at an attempt. A tick whose window a pause overlapped is excused from S3 (it may
+//!   be skipped).
 //!
 //! The negative control `control-schedule-prefix` runs the same fleet without faults, one
 //! worker's processes with another `--prefix` (`baton:shadow:`): that worker's fleet of one
@@ -179,6 +188,8 @@ enum Scope {
     Proc(String),
     Worker(usize),
     Server,
+    /// A schedule paused by an operator (`baton pause`).
+    Schedule(usize),
 }
 
 /// A fault's interval (monotonic ns; `to` is `u64::MAX` for a kill).
@@ -196,6 +207,8 @@ struct Phase {
     bin: PathBuf,
     /// The workers' URL, `{port}` their link's.
     url: String,
+    /// An operator's URL: straight to the server, not through a worker's link.
+    admin_url: String,
     links: Vec<Arc<Link>>,
     specs: Vec<Spec>,
     redis: Arc<Mutex<RedisServer>>,
@@ -268,6 +281,8 @@ impl Phase {
                 "200ms",
                 "--max-attempts",
                 "4",
+                "--history",
+                "500",
             ])
             .args(["--name", &label])
             .arg("--events")
@@ -530,6 +545,57 @@ impl Phase {
             "err":r.err()}));
     }
 
+    /// An operator's `baton pause --key K`, and `baton resume --key K` 1–4 s later; the
+    /// schedule counts as paused from before the first command to after the second.
+    async fn pause_schedule(&self, rng: &mut Rng) {
+        let s = rng.below(self.specs.len());
+        let key = self.specs[s].key;
+        let ms = rng.range(1000.0, 4000.0) as u64;
+        self.count("pause_schedule");
+        self.fault_log("pause_schedule", key, json!({"ms":ms}));
+        let from = mono_ns();
+        let paused = self
+            .operator(&["pause", "--key", key, "--note", "chaos"])
+            .await;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        // Resumed until it says so: a schedule left paused would excuse every later tick.
+        let mut resumed = self.operator(&["resume", "--key", key]).await;
+        for _ in 0..20 {
+            if resumed.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            resumed = self.operator(&["resume", "--key", key]).await;
+        }
+        self.outage(Scope::Schedule(s), "pause_schedule", from, mono_ns());
+        self.log
+            .write(json!({"p":"nemesis","type":"stop","kind":"pause_schedule",
+            "target":key,"pause":paused.err(),"resume":resumed.err()}));
+    }
+
+    /// Runs `baton ARGS` as an operator (the admin URL, in the environment), bounded by 5 s.
+    async fn operator(&self, args: &[&str]) -> Result<(), String> {
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.args(args)
+            .env("BATON_URL", &self.admin_url)
+            .env_remove("BATON_REDIS_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(5), cmd.output()).await;
+        match out {
+            Ok(Ok(o)) if o.status.success() => Ok(()),
+            Ok(Ok(o)) => Err(format!(
+                "{}: {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
     async fn lane(self: Arc<Self>, mut rng: Rng, deadline: u64, kinds: Vec<&'static str>) {
         while mono_ns() < deadline {
             tokio::time::sleep(Duration::from_millis(rng.range(300.0, 1200.0) as u64)).await;
@@ -542,6 +608,7 @@ impl Phase {
                 "stall_stderr" => self.stall_stderr(&mut rng).await,
                 "blip" => self.blip(&mut rng).await,
                 "pause_server" => self.pause_server(&mut rng).await,
+                "pause_schedule" => self.pause_schedule(&mut rng).await,
                 _ => {
                     self.count("nothing");
                     tokio::time::sleep(Duration::from_millis(rng.range(500.0, 2000.0) as u64))
@@ -574,6 +641,8 @@ pub struct Tick {
     witness: Option<String>,
     /// What took every process away, when no witness.
     why: Vec<String>,
+    /// Whether a pause of its schedule overlapped its window.
+    paused: bool,
 }
 
 /// What a phase left behind for the checker.
@@ -587,6 +656,9 @@ pub struct SchedResult {
     /// Job → its final state in the store (the main prefix).
     final_state: BTreeMap<String, Option<String>>,
     final_state_err: Option<String>,
+    /// Job → its occurrence's outcome in the schedule's record, repaired (S6).
+    recorded: BTreeMap<String, String>,
+    recorded_err: Option<String>,
     /// Process label → (exit code, signal, killed by the harness).
     exits: Vec<(String, Option<i32>, Option<i32>, bool)>,
     stuck: Vec<String>,
@@ -646,6 +718,40 @@ async fn read_states(
     Err(format!("cannot read the final state: {last}").into())
 }
 
+/// Every occurrence on record of the schedules `keys` (each digest), repaired from the
+/// occurrences' own jobs as `baton status --history` shows them: job → outcome.
+async fn read_records(url: &str, keys: &[&str]) -> Result<BTreeMap<String, String>, BoxError> {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let fut = async {
+            let client = baton::Client::connect(url).await?;
+            let failover = client.failover();
+            let mut out = BTreeMap::new();
+            for key in keys {
+                for record in failover.schedule_records(*key).await? {
+                    for entry in failover
+                        .schedule_history(*key, &record.digest, 1000)
+                        .await?
+                    {
+                        out.insert(
+                            format!("{key}@{}@{}", record.digest, entry.id),
+                            entry.outcome.as_str().to_string(),
+                        );
+                    }
+                }
+            }
+            Ok::<_, baton::Error>(out)
+        };
+        match tokio::time::timeout(Duration::from_secs(10), fut).await {
+            Ok(Ok(m)) => return Ok(m),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "timed out".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!("cannot read the schedules' records: {last}").into())
+}
+
 fn terminal(s: &Option<String>) -> bool {
     matches!(s.as_deref(), Some("DONE" | "EXHAUSTED"))
 }
@@ -697,6 +803,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         dir: dir.clone(),
         bin,
         url: format!("redis://{WORKER_USER}:{canary}@127.0.0.1:{{port}}/"),
+        admin_url: admin_url.clone(),
         links,
         specs,
         redis: Arc::new(Mutex::new(redis)),
@@ -729,7 +836,13 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         Vec::new()
     } else {
         vec![
-            vec!["freeze", "kill", "stall_stderr", "nothing"],
+            vec![
+                "freeze",
+                "kill",
+                "stall_stderr",
+                "pause_schedule",
+                "nothing",
+            ],
             vec!["blip", "pause_server", "freeze", "nothing"],
             vec!["freeze", "kill", "blip"],
         ]
@@ -789,7 +902,12 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
             let server_out = outages.iter().find(|o| {
                 o.scope == Scope::Server && to_wall(o.from) < win.1 && to_wall(o.to) > win.0
             });
-            if let Some(o) = server_out {
+            let paused = outages.iter().any(|o| {
+                o.scope == Scope::Schedule(s) && to_wall(o.from) < win.1 && to_wall(o.to) > win.0
+            });
+            if paused {
+                why.push("the schedule was paused".into());
+            } else if let Some(o) = server_out {
                 why.push(format!("server: {}", o.kind));
             } else {
                 for p in procs.iter().filter(|p| p.s == s) {
@@ -804,7 +922,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
                         let applies = match &o.scope {
                             Scope::Proc(l) => *l == p.label,
                             Scope::Worker(w) => *w == p.w,
-                            Scope::Server => false,
+                            Scope::Server | Scope::Schedule(_) => false,
                         };
                         let until = if o.kind == "kill" {
                             win.1 + WITNESS_LIFE_NS
@@ -829,6 +947,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
                 close_ns: close,
                 witness,
                 why,
+                paused,
             });
         }
     }
@@ -893,13 +1012,25 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         Ok(s) => (s, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
+    let keys: Vec<&str> = phase.specs.iter().map(|s| s.key).collect();
+    let (recorded, recorded_err) = match read_records(&admin_url, &keys).await {
+        Ok(r) => (r, None),
+        Err(e) => (BTreeMap::new(), Some(e.to_string())),
+    };
     let mut faults = lock(&phase.faults).clone();
     faults.insert(
         "total".into(),
-        ["freeze", "kill", "stall_stderr", "blip", "pause_server"]
-            .iter()
-            .map(|k| faults.get(*k).copied().unwrap_or(0))
-            .sum(),
+        [
+            "freeze",
+            "kill",
+            "stall_stderr",
+            "blip",
+            "pause_server",
+            "pause_schedule",
+        ]
+        .iter()
+        .map(|k| faults.get(*k).copied().unwrap_or(0))
+        .sum(),
     );
     faults.insert(
         "procs_that_dropped_output".into(),
@@ -928,6 +1059,8 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         tick_of,
         final_state,
         final_state_err,
+        recorded,
+        recorded_err,
         exits,
         stuck,
         faults,
@@ -1034,6 +1167,8 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         })
         .unwrap_or_default();
     let mut occurrences = 0usize;
+    // The jobs some PROGRAM ran for (S6).
+    let mut ran: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Job → its last attempt that ran PROGRAM, and that PROGRAM's process.
     for path in &files {
         let all = spans(path);
@@ -1050,6 +1185,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         else {
             continue;
         };
+        ran.insert(job.clone());
         let mut latest: Option<&Span> = None;
         for s in &all {
             if let Some(p) = latest {
@@ -1158,6 +1294,38 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             )),
         }
     }
+    // S6: the record against the store and the PROGRAMs.
+    let mut s6 = Vec::new();
+    let mut on_record: BTreeMap<String, u64> = BTreeMap::new();
+    if let Some(e) = &r.recorded_err {
+        s6.push(format!("records unreadable: {e}"));
+    }
+    for t in &r.ticks {
+        let st = r.final_state.get(&t.job).cloned().flatten();
+        let Some(outcome) = r.recorded.get(&t.job) else {
+            s6.push(format!("{}: no entry on record (store: {st:?})", t.job));
+            continue;
+        };
+        *on_record.entry(outcome.clone()).or_default() += 1;
+        let program = ran.contains(&t.job);
+        let bad = match outcome.as_str() {
+            "done" => st.as_deref() != Some("DONE"),
+            "exhausted" => st.as_deref() != Some("EXHAUSTED"),
+            "missed" => program || terminal(&st),
+            "skipped_paused" => program || terminal(&st) || !t.paused,
+            "running" | "failed" => t.witness.is_some() || terminal(&st),
+            _ => true,
+        };
+        if bad {
+            s6.push(format!(
+                "{}: recorded {outcome}, store {st:?}, PROGRAM {}, paused {}, witness {}",
+                t.job,
+                if program { "ran" } else { "never ran" },
+                t.paused,
+                t.witness.as_deref().unwrap_or("-")
+            ));
+        }
+    }
     // S4.
     let mut s4 = Vec::new();
     let mut by_exit: BTreeMap<String, u64> = BTreeMap::new();
@@ -1196,7 +1364,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         "takeovers": takeovers, "programs_cut": cut, "ticks_checked": checked,
         "ticks_per_schedule": per_sched, "done": done, "exhausted": exhausted,
         "excused": excused.len(), "excused_examples": excused.iter().take(8).collect::<Vec<_>>(),
-        "outcomes": outcomes, "exits": by_exit, "faults": r.faults,
+        "outcomes": outcomes, "on_record": on_record, "exits": by_exit, "faults": r.faults,
         "frozen_holders": frozen_cut, "clock_offsets_ns": r.offsets,
         "start_after_tick_ms": {"min": pct(0.0), "median": pct(0.5), "max": pct(1.0)},
         "s1_examples": s1.iter().take(8).collect::<Vec<_>>(),
@@ -1287,11 +1455,29 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         r.secret_in.is_empty(),
         format!("{} violation(s)", r.secret_in.len()),
     ));
+    examples(&s6);
+    lines.push((
+        format!("{name} S6 the record agrees with the store and the PROGRAMs"),
+        s6.is_empty() && !r.ticks.is_empty(),
+        format!(
+            "{} violation(s) in {} ticks; on record {}",
+            s6.len(),
+            r.ticks.len(),
+            json!(on_record)
+        ),
+    ));
     let total = r.faults.get("total").copied().unwrap_or(0);
-    let kinds = ["freeze", "kill", "stall_stderr", "blip", "pause_server"]
-        .iter()
-        .filter(|k| r.faults.get(**k).copied().unwrap_or(0) > 0)
-        .count();
+    let kinds = [
+        "freeze",
+        "kill",
+        "stall_stderr",
+        "blip",
+        "pause_server",
+        "pause_schedule",
+    ]
+    .iter()
+    .filter(|k| r.faults.get(**k).copied().unwrap_or(0) > 0)
+    .count();
     let want_total = (5.0 * (r.cfg.chaos_s / 20.0).min(1.0)).floor() as u64;
     lines.push((
         format!("{name} faults injected"),

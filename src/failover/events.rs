@@ -237,7 +237,13 @@ impl Acquired {
 }
 
 pub(crate) enum HolderCmd {
-    Done(Option<Exit>, oneshot::Sender<Result<(), Error>>),
+    /// The exit for the record, and the occurrence's outcome the end settles
+    /// ([`AttemptHandle::done_settled`]).
+    Done(
+        Option<Exit>,
+        Option<crate::util::schedule_record::RecordedOutcome>,
+        oneshot::Sender<Result<(), Error>>,
+    ),
     Fail(String, Option<Exit>, oneshot::Sender<Result<(), Error>>),
 }
 
@@ -359,7 +365,29 @@ impl AttemptHandle {
     /// Once called, the worker task carries the request out even if this future is dropped.
     pub async fn done(self) -> Result<(), Error> {
         let exit = self.exit();
-        self.end(|reply| HolderCmd::Done(exit, reply)).await
+        self.end(|reply| HolderCmd::Done(exit, None, reply)).await
+    }
+
+    /// Completes the job (`DONE`, as [`AttemptHandle::done`]: backups end, none runs it)
+    /// without the work having run, and records the occurrence as `outcome` in its
+    /// schedule's record: what a holder of an occurrence buffered behind a running one does
+    /// when its window closes before that one ends (overlap `buffer-one`: `outcome` is
+    /// [`RecordedOutcome::SkippedOverlap`](crate::RecordedOutcome::SkippedOverlap)). The
+    /// outcome travels with the attempt's end write, so it holds whichever of the worker's
+    /// record writes lands first; it never overwrites a terminal outcome. On a job that is no
+    /// occurrence it is [`AttemptHandle::done`].
+    ///
+    /// # Errors
+    /// As [`AttemptHandle::done`].
+    ///
+    /// # Cancel safety
+    /// As [`AttemptHandle::done`].
+    pub async fn done_settled(
+        self,
+        outcome: crate::util::schedule_record::RecordedOutcome,
+    ) -> Result<(), Error> {
+        self.end(|reply| HolderCmd::Done(None, Some(outcome), reply))
+            .await
     }
 
     /// Gives the attempt up: the lease is deleted and backups are woken so one takes over at
@@ -616,7 +644,7 @@ mod tests {
         );
         let h2 = h.clone();
         let task = tokio::spawn(async move {
-            if let Some(HolderCmd::Done(_, reply)) = rx.recv().await {
+            if let Some(HolderCmd::Done(_, _, reply)) = rx.recv().await {
                 let _ = reply.send(Ok(()));
             }
         });

@@ -156,6 +156,8 @@ impl<S: JobStore> Task<S> {
         };
         // PROGRAM's exit, as `AttemptHandle::set_exit` left it, for the record.
         let mut exit = None;
+        // The occurrence's outcome a `done_settled` end records (overlap `buffer-one`).
+        let mut settle = None;
         loop {
             let watch_sub = self.sub.as_mut();
             let ending = tokio::select! {
@@ -163,8 +165,9 @@ impl<S: JobStore> Task<S> {
                 // A `done()` or `fail()` already queued is served first, `stop()` included:
                 // finished work must be recorded, not released for a backup to run again.
                 cmd = cmd_rx.recv() => match cmd {
-                    Some(HolderCmd::Done(e, reply)) => {
+                    Some(HolderCmd::Done(e, s, reply)) => {
                         exit = e;
+                        settle = s;
                         (Ending::Done, Some(reply))
                     }
                     Some(HolderCmd::Fail(reason, e, reply)) => {
@@ -302,12 +305,19 @@ impl<S: JobStore> Task<S> {
                     }
                 };
                 let attempt = g.attempt;
-                self.record(|| RecordChange::Ended {
-                    attempt,
-                    outcome,
-                    exit,
-                    message,
-                });
+                match settle.filter(|_| matches!(ending, Ending::Done)) {
+                    Some(outcome) => self.record(|| RecordChange::Settled {
+                        attempt,
+                        outcome,
+                        message: Some(format!("not run: settled {}", outcome.as_str())),
+                    }),
+                    None => self.record(|| RecordChange::Ended {
+                        attempt,
+                        outcome,
+                        exit,
+                        message,
+                    }),
+                }
                 if exhausted {
                     self.record(|| RecordChange::Outcome {
                         outcome: RecordedOutcome::Exhausted,

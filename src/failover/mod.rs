@@ -27,6 +27,7 @@ pub(crate) mod keys;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
 // `pub` items for the hidden `crate::model_api` only (the model checker's crate).
+mod overlap;
 #[cfg_attr(feature = "model", allow(missing_docs))]
 pub(crate) mod protocol;
 pub(crate) mod record;
@@ -47,6 +48,7 @@ pub use admin::{FailAttempt, JobChange, JobWatch, ResetJob};
 pub use backfill::{BackfillPlan, MAX_BACKFILL_TICKS};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
+pub use overlap::{window_close, LiveOccurrence, OverlapDecision, WaitedOut, LIVE_SCAN};
 pub use record::{
     missed_ticks, record_lifetime, AttemptOutcome, AttemptRecord, Check, CheckStatus, Exit,
     HostSeen, OccurrenceRecord, Pause, RecordChange, RecordOptions, RecordedOutcome,

@@ -64,10 +64,11 @@ impl Failover {
 
     /// The newest `limit` occurrences on record of the schedule on `key` with `digest`,
     /// newest first, each repaired from its occurrence's own job: an entry left `running` or
-    /// `failed` (its worker died between its transition and its record write) whose job reads
-    /// `Done`, `Exhausted`, or an attempt with no live lease, reads as that state (an attempt
-    /// whose end was never written shows with an unknown end). An occurrence whose job has
-    /// expired keeps what its record says.
+    /// `failed` (its worker died between its transition and its record write), or recorded
+    /// `missed` or `skipped_paused` by another host while every record write of the host that
+    /// ran it was lost, whose job reads `Done`, `Exhausted`, or an attempt, reads as that
+    /// state (an attempt whose end was never written shows with an unknown end). An
+    /// occurrence whose job has expired keeps what its record says.
     ///
     /// # Errors
     /// As [`Failover::schedule_records`].
@@ -87,9 +88,16 @@ impl Failover {
             let Some(mut record) = entry.into_record() else {
                 continue;
             };
+            // `missed` and `skipped_paused` too: a host whose every record write for the
+            // occurrence was lost may still have run it (its job says so), while another host
+            // recorded the tick missed or skipped. `skipped_overlap` is left as written: an
+            // occurrence settled without running keeps a `DONE` job.
             if matches!(
                 record.outcome,
-                RecordedOutcome::Running | RecordedOutcome::Failed
+                RecordedOutcome::Running
+                    | RecordedOutcome::Failed
+                    | RecordedOutcome::Missed
+                    | RecordedOutcome::SkippedPaused
             ) {
                 let job = format!("{}@{digest}@{}", config.key, record.id);
                 let job = FailoverConfig::builder(job)
@@ -154,21 +162,6 @@ impl Failover {
         let config = key.into_job()?;
         let (pause, now) = self.backend.read_pause(&config.prefix, &config.key).await?;
         Ok(pause.and_then(|p| p.at(now)))
-    }
-
-    /// The keys of every schedule under `prefix` (`baton:` by default) that has a record or
-    /// a pause in the store, sorted, each once: what `baton status` and the dashboard list.
-    /// A key with two digests (a rolling change of its expression) is listed once; read its
-    /// records with [`Failover::schedule_records`].
-    ///
-    /// On Redis this walks every primary's keys with `SCAN` (each primary of a cluster), as
-    /// the inspector's listing does; on PostgreSQL it reads the record's tables.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an invalid prefix; connection errors.
-    pub async fn list_schedules(&self, prefix: &str) -> Result<Vec<String>, Error> {
-        crate::util::names::check_prefix(prefix)?;
-        self.backend.list_schedules(prefix).await
     }
 
     /// Writes `change` into the record of `schedule` on `key` for the occurrence of `tick`
@@ -277,6 +270,7 @@ pub(crate) fn record_write(
                 exit: a.exit,
                 message: a.message,
                 outcome: a.outcome,
+                settle: None,
             }),
             ..base
         }],
@@ -301,6 +295,21 @@ pub(crate) fn record_write(
                 exit,
                 message,
                 outcome: Some(outcome),
+                ..Default::default()
+            }),
+            ..base
+        }],
+        RecordChange::Settled {
+            attempt,
+            outcome,
+            message,
+        } => vec![WireChange {
+            n: Some(attempt),
+            attempt: Some(WireAttempt {
+                end: Some(-1),
+                message,
+                outcome: Some(AttemptOutcome::Done),
+                settle: Some(outcome.as_str().to_string()),
                 ..Default::default()
             }),
             ..base
@@ -356,7 +365,8 @@ fn into_record(key: &str, raw: RawRecord, paused: Option<Pause>) -> Option<Sched
     })
 }
 
-/// Repairs an entry left `running`/`failed` from its occurrence's job: `state` as read, and
+/// Repairs an entry left `running`/`failed` (or recorded `missed`/`skipped_paused` by
+/// another host) from its occurrence's job: `state` as read, and
 /// whether a lease is live. Pure, for the unit tests.
 pub(crate) fn repair(record: &mut OccurrenceRecord, state: &JobState, live: bool) {
     let repaired = match state {
@@ -640,6 +650,12 @@ mod tests {
         let mut r = running(&[1]);
         repair(&mut r, &attempt(1), true);
         assert_eq!(r, running(&[1]));
+        // Recorded missed by a later grant while the host that ran it lost every write.
+        let mut r = running(&[]);
+        r.outcome = RecordedOutcome::Missed;
+        repair(&mut r, &JobState::Done, false);
+        assert_eq!(r.outcome, RecordedOutcome::Done);
+        assert!(r.note.is_some());
         // A job gone (expired): the record is all there is.
         let mut r = running(&[1]);
         repair(&mut r, &JobState::Absent, false);

@@ -258,7 +258,27 @@ impl Failover {
     /// # Cancel safety
     /// Dropping the future drops the worker, which fails an attempt it holds (the lease is
     /// released so a backup takes over) and aborts `work`.
-    pub async fn run<J, F, Fut, T, E>(&self, job: J, mut work: F) -> Result<RunOutcome<T, E>, Error>
+    pub async fn run<J, F, Fut, T, E>(&self, job: J, work: F) -> Result<RunOutcome<T, E>, Error>
+    where
+        J: IntoJob,
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.run_settling(job, work, |_| None).await
+    }
+
+    /// [`Failover::run`], where a value of the work for which `settle` says an outcome
+    /// completes the job with [`AttemptHandle::done_settled`](super::AttemptHandle::done_settled)
+    /// (the occurrence recorded as that outcome) instead of `done`: a buffered occurrence whose
+    /// window closed before the work ran (overlap `buffer-one`).
+    pub(crate) async fn run_settling<J, F, Fut, T, E>(
+        &self,
+        job: J,
+        mut work: F,
+        settle: impl Fn(&T) -> Option<crate::util::schedule_record::RecordedOutcome>,
+    ) -> Result<RunOutcome<T, E>, Error>
     where
         J: IntoJob,
         F: FnMut(Attempt) -> Fut,
@@ -324,7 +344,10 @@ impl Failover {
                     };
                     let ended = match result {
                         // The work's result is never dropped, whatever becomes of its DONE.
-                        Ok(Ok(value)) => match acquired.done().await {
+                        Ok(Ok(value)) => match match settle(&value) {
+                            Some(outcome) => acquired.handle.done_settled(outcome).await,
+                            None => acquired.done().await,
+                        } {
                             Ok(()) => return Ok(RunOutcome::Done(value)),
                             Err(Error::LeaseLost { reason, .. }) => {
                                 return Ok(RunOutcome::NotRecorded {

@@ -267,7 +267,11 @@ impl Failover {
     /// than the schedule's period ([`Schedule::check_jitter`]) makes every occurrence report
     /// [`OccurrenceOutcome::Error`] with that [`Error::Config`], unrun.
     /// An occurrence still running when the next tick comes does not block it (each has its
-    /// own job), unless [`Overlap::Skip`] reports the new one as skipped.
+    /// own job), unless [`ScheduleOptionsBuilder::overlap`] says otherwise: the rule looks at
+    /// the whole fleet ([`Failover::overlap_decision`], after the pause is read):
+    /// [`Overlap::Skip`] reports the new one [`OccurrenceOutcome::Skipped`] while any earlier
+    /// occurrence runs anywhere, and [`Overlap::BufferOne`] makes it wait behind one (its
+    /// holder waits before `work` starts; skipped if its window closes first).
     ///
     /// Each occurrence is recorded in the schedule's record ([`FailoverConfig::with_record`],
     /// with [`ScheduleOptionsBuilder::history`]). Just before it runs (after its jittered
@@ -469,17 +473,7 @@ pub enum CatchUp {
     },
 }
 
-/// What the long-running form does with a tick that comes while an earlier occurrence still
-/// runs on this server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Overlap {
-    /// Run it: each occurrence has its own job and holder (the default).
-    #[default]
-    Allow,
-    /// Report it as [`OccurrenceOutcome::Skipped`] and do not run it here.
-    Skip,
-}
+pub use super::overlap::Overlap;
 
 /// Options of [`Failover::schedule`]; `ScheduleOptions::default()` or the builder.
 #[derive(Debug, Clone)]
@@ -554,7 +548,9 @@ impl ScheduleOptionsBuilder {
         self.opts.catch_up = c;
         self
     }
-    /// What to do with a tick while an earlier occurrence runs (default [`Overlap::Allow`]).
+    /// What to do with a tick while an earlier occurrence runs anywhere in the fleet (default
+    /// [`Overlap::Allow`], which reads nothing; the others cost about two reads per
+    /// occurrence: [`Failover::live_occurrences`]).
     pub fn overlap(mut self, o: Overlap) -> Self {
         self.opts.overlap = o;
         self
@@ -639,7 +635,9 @@ pub enum OccurrenceOutcome<T, E = String> {
     /// (another did), `Failed` (this worker's attempt failed; a backup retries),
     /// `Exhausted`, …
     Ran(RunOutcome<T, E>),
-    /// [`Overlap::Skip`]: an earlier occurrence still ran here at its tick; not run here.
+    /// Not run, recorded `skipped_overlap`: [`Overlap::Skip`] found an earlier occurrence
+    /// running in the fleet, or [`Overlap::BufferOne`] found two, or its window closed while it
+    /// waited behind one (then its job is completed without running, so no backup runs it).
     Skipped,
     /// The schedule was paused ([`Failover::pause_schedule`]) when this worker came to run
     /// the occurrence: not run here, recorded `skipped_paused` in the schedule's record. The
@@ -817,32 +815,6 @@ where
             while let Some(done) = runs.try_join_next_with_id() {
                 self.finished(done);
             }
-            if self.options.overlap == Overlap::Skip && !runs.is_empty() {
-                let job_key = occurrence.job_key(&key);
-                tracing::info!(
-                    key = %job_key,
-                    "an earlier occurrence still runs here: this one is skipped (overlap skip)"
-                );
-                // Recorded best effort; a host that runs the tick elsewhere overwrites it.
-                self.failover.record_in_background(
-                    &self.config,
-                    &self.schedule,
-                    super::record::RecordOptions::default()
-                        .history(self.options.history)
-                        .jitter(self.options.jitter),
-                    occurrence.tick(),
-                    super::record::RecordChange::Outcome {
-                        outcome: super::record::RecordedOutcome::SkippedOverlap,
-                        note: None,
-                    },
-                );
-                self.reports.send(OccurrenceReport {
-                    occurrence,
-                    job_key,
-                    outcome: OccurrenceOutcome::Skipped,
-                });
-                continue;
-            }
             self.start(&mut runs, occurrence);
         }
         // Stopped: aborting a run drops its worker, which fails an attempt it holds (a
@@ -990,7 +962,7 @@ where
 
     fn start(&mut self, runs: &mut JoinSet<Finished<T, E>>, occurrence: Occurrence) {
         let failover = self.failover.clone();
-        let mut work = self.work.clone();
+        let work = self.work.clone();
         let job_key = occurrence.job_key(&self.config.key);
         let config = match self.jitter_error.clone().map_or_else(
             || {
@@ -1021,6 +993,7 @@ where
             .history(self.options.history)
             .jitter(self.options.jitter);
         let start = occurrence.jittered_start(&key, self.options.jitter, self.config.lease);
+        let overlap = self.options.overlap;
         // The occurrence's span: its worker's `baton_worker` span (attempt, fencing token)
         // opens inside it.
         let span = tracing::info_span!(
@@ -1051,16 +1024,21 @@ where
                             .await;
                             OccurrenceOutcome::Paused(pause)
                         }
-                        Ok(None) => {
-                            let o = occurrence.clone();
-                            match failover
-                                .run(config, move |attempt| work(o.clone(), attempt))
-                                .await
-                            {
-                                Ok(outcome) => OccurrenceOutcome::Ran(outcome),
-                                Err(e) => OccurrenceOutcome::Error(e),
-                            }
-                        }
+                        // The overlap rule, fleet-wide (overlap.rs), then the job.
+                        Ok(None) => match super::overlap::run_occurrence(
+                            &failover,
+                            overlap,
+                            (&schedule, &base, &record),
+                            config,
+                            &occurrence,
+                            work,
+                        )
+                        .await
+                        {
+                            Ok(Some(outcome)) => OccurrenceOutcome::Ran(outcome),
+                            Ok(None) => OccurrenceOutcome::Skipped,
+                            Err(e) => OccurrenceOutcome::Error(e),
+                        },
                     }
                 }
             };

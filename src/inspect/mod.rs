@@ -427,6 +427,21 @@ impl Inspector {
         })
     }
 
+    /// The keys of every schedule under the prefix that has a record or a pause in the store,
+    /// sorted, each once: what `baton status` and the dashboard list besides the schedules'
+    /// occurrences ([`Inspector::list`]). A key with two digests (a rolling change of its
+    /// expression) is listed once; read its records with
+    /// [`Failover::schedule_records`](crate::Failover::schedule_records).
+    ///
+    /// On Redis this walks every primary's keys with `SCAN` (each primary of a cluster), as
+    /// [`Inspector::list`] does; on PostgreSQL it reads the record's tables.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn schedules(&self) -> Result<Vec<String>, Error> {
+        self.backend.list_schedules(&self.prefix).await
+    }
+
     /// The same inspector reading `batch` keys per `SCAN` call (rows per page), 1..=100 000:
     /// what a listing holds at a time. Defaults to [`DEFAULT_BATCH`].
     ///

@@ -270,6 +270,19 @@ pub enum RecordChange {
         /// baton's message (a failure's reason).
         message: Option<String>,
     },
+    /// An attempt ended now (server's clock) by completing its job without running the work,
+    /// and that end settles the occurrence as `outcome` (overlap `buffer-one`: the window
+    /// closed while the occurrence waited, recorded `skipped_overlap`). The settled outcome
+    /// travels with the attempt, so it wins over the attempt's grant and `done` whichever of
+    /// the worker's background writes lands first; it never overwrites a terminal outcome.
+    Settled {
+        /// The attempt number.
+        attempt: u64,
+        /// The occurrence's outcome.
+        outcome: RecordedOutcome,
+        /// Why (shown as the attempt's message).
+        message: Option<String>,
+    },
     /// The occurrence's outcome (a terminal one is never overwritten by `running`/`failed`).
     Outcome {
         /// The outcome.
@@ -463,6 +476,10 @@ pub(crate) struct WireAttempt {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<AttemptOutcome>,
+    /// The occurrence's outcome this attempt's end settles ([`RecordChange::Settled`]): it
+    /// speaks for the occurrence instead of `outcome`, and its `done` is no success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
 }
 
 impl WireEntry {

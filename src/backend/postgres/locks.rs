@@ -262,14 +262,7 @@ async fn connection(
     limit: Instant,
     during: &'static str,
 ) -> Result<Pooled, Error> {
-    let ready = async {
-        ensure_schema(t).await?;
-        t.pooled().await
-    };
-    match tokio::time::timeout_at(limit, ready).await {
-        Ok(conn) => conn,
-        Err(_) => Err(Error::Timeout { during }),
-    }
+    t.pooled_when(ensure_schema(t), limit, during).await
 }
 
 fn unexpected(what: &'static str, e: impl std::fmt::Display) -> Error {

@@ -177,6 +177,24 @@ pub(crate) fn build(
 }
 
 impl PgTransport {
+    /// A connection from the pool once `ready` passed (a module's check that its tables
+    /// exist), both by `limit`: `Timeout { during }` past it.
+    pub(crate) async fn pooled_when(
+        &self,
+        ready: impl std::future::Future<Output = Result<(), Error>>,
+        limit: tokio::time::Instant,
+        during: &'static str,
+    ) -> Result<Pooled, Error> {
+        let both = async {
+            ready.await?;
+            self.pooled().await
+        };
+        match tokio::time::timeout_at(limit, both).await {
+            Ok(conn) => conn,
+            Err(_) => Err(Error::Timeout { during }),
+        }
+    }
+
     /// A connection from the pool.
     pub(crate) async fn pooled(&self) -> Result<Pooled, Error> {
         self.pool.get().await.map(Pooled::new).map_err(|e| match e {

@@ -95,14 +95,18 @@ macro_rules! rank {
     };
 }
 
-/// What an attempt's own outcome says of its occurrence (while no later attempt is on record).
+/// What an attempt's own outcome says of its occurrence (while no later attempt is on record):
+/// the outcome its end settles, if any (a buffered occurrence whose window closed), else its
+/// own outcome's.
 macro_rules! of_attempt {
     ($a:expr) => {
         concat!(
-            "(CASE ",
+            "COALESCE(",
+            $a,
+            "->>'settle', (CASE ",
             $a,
             "->>'outcome' WHEN 'done' THEN 'done' WHEN 'failed' THEN 'failed' \
-             WHEN 'lost' THEN 'failed' ELSE 'running' END)"
+             WHEN 'lost' THEN 'failed' ELSE 'running' END))"
         )
     };
 }
@@ -167,11 +171,13 @@ hist AS (
     ON CONFLICT (key, digest, tick) DO UPDATE SET entry = (
         SELECT m.e
                || jsonb_build_object('attempts', m.attempts, 'outcome',
-                      CASE WHEN m.want IS NOT NULL AND ",
+                      CASE WHEN m.want IS NOT NULL AND (",
     rank!("m.want"),
     " >= ",
     rank!("(m.e->>'outcome')"),
-    "
+    " OR (m.want = ma.a->>'settle' AND ",
+    rank!("(m.e->>'outcome')"),
+    " < 3))
                            THEN m.want ELSE m.e->>'outcome' END)
                || CASE WHEN c.note IS NULL THEN '{}'::jsonb
                        ELSE jsonb_build_object('note', c.note) END
@@ -211,7 +217,7 @@ top AS (
 ),
 success AS (
     SELECT max(COALESCE((ch.a->>'end')::bigint, now.ms)) AS ms FROM ch, now
-    WHERE ch.a->>'outcome' = 'done'
+    WHERE ch.a->>'outcome' = 'done' AND ch.a->>'settle' IS NULL
 ),
 summary AS (
     INSERT INTO baton_schedules AS s (key, digest, spec, first_seen, last_seen, last_tick,
@@ -281,14 +287,7 @@ async fn connection(
     limit: Instant,
     during: &'static str,
 ) -> Result<Pooled, Error> {
-    let ready = async {
-        ensure_schema(t).await?;
-        t.pooled().await
-    };
-    match tokio::time::timeout_at(limit, ready).await {
-        Ok(conn) => conn,
-        Err(_) => Err(Error::Timeout { during }),
-    }
+    t.pooled_when(ensure_schema(t), limit, during).await
 }
 
 fn unexpected(what: &'static str, e: impl std::fmt::Display) -> Error {

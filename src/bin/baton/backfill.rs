@@ -192,6 +192,8 @@ pub(crate) async fn backfill(
             config: job_config,
             tty: in_foreground(),
             job_control: true,
+            // No overlap gate: a backfill runs its occurrences one after another itself.
+            gate: None,
         };
         let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
         report(&mut sink, &occurrence, &job_key, Outcome::Ran(ended));

@@ -460,6 +460,15 @@ pub(crate) struct WhenArgs {
     /// window with --lease to spare, at most the period. BATON_OCCURRENCE stays the tick.
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = SCHEDULE_GROUP)]
     pub(crate) jitter: Option<Duration>,
+    /// With a schedule: what an occurrence does while an earlier one still runs anywhere in
+    /// the fleet (its job's lease is live): `allow` (the default) runs it as well (each
+    /// occurrence is a job of its own); `skip` records it skipped_overlap and runs nothing;
+    /// `buffer-one` waits (the host that holds its job waits before PROGRAM starts, the others
+    /// are its backups) until the earlier one ends, then runs it, or records it skipped_overlap
+    /// if its own window closes first; with two earlier ones live it is skipped. `skip` and
+    /// `buffer-one` cost about two reads per occurrence.
+    #[arg(long, value_enum, value_name = "POLICY", requires = SCHEDULE_GROUP)]
+    pub(crate) overlap: Option<OverlapArg>,
 }
 
 /// The metrics flags of the long-running commands (`run`, `schedule`, `lock`, `leader`).
@@ -493,12 +502,7 @@ pub(crate) struct ScheduleArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration,
           required_if_eq("catch_up", "all"))]
     pub(crate) catch_up_window: Option<Duration>,
-    /// A tick that comes while an earlier occurrence still runs (or waits as a backup) here:
-    /// `allow` runs it as well (each occurrence is a job of its own), `skip` reports it
-    /// skipped and does not run it here.
-    #[arg(long, value_enum, default_value_t = OverlapArg::Allow)]
-    pub(crate) overlap: OverlapArg,
-    /// With `--overlap allow`: the most occurrences that run (or wait as a backup) here at
+    /// The most occurrences that run (or wait as a backup) here at
     /// once; a tick that comes while this many still do is reported skipped and not run here
     /// (a backup elsewhere may run it). Bounds the processes and connections that pile up when
     /// PROGRAM hangs tick after tick.
@@ -588,6 +592,7 @@ pub(crate) enum CatchUpArg {
 pub(crate) enum OverlapArg {
     Allow,
     Skip,
+    BufferOne,
 }
 
 #[derive(Args, Debug)]

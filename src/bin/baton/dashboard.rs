@@ -5,7 +5,7 @@
 //! in bounded batches on every primary, keyset pages on PostgreSQL) every `--interval`, folds
 //! each schedule's occurrences into one row showing its worst open occurrence (the same
 //! [`ScheduleFold`] as `status`), reads each schedule's record (every key with an occurrence
-//! or a record, [`baton::Failover::list_schedules`], at most `--max-schedules`, 16 keys' reads
+//! or a record, [`baton::inspect::Inspector::schedules`], at most `--max-schedules`, 16 keys' reads
 //! in flight on the shared connection) for its expression, its row's summary and the
 //! store-computed `baton_schedule_*` series of `/metrics`, and publishes the result in a watch
 //! channel. A schedule with only its record left (every occurrence expired) keeps a row
@@ -64,6 +64,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
 const APP_JS: &str = include_str!("dashboard/app.js");
 const APP_CSS: &str = include_str!("dashboard/app.css");
+const SCHEDULE_HTML: &str = include_str!("dashboard/schedule.html");
+const SCHEDULE_JS: &str = include_str!("dashboard/schedule.js");
 
 /// What the page may load and do: its own script, style and event stream, nothing else (no
 /// inline script, no frame around it, no form sent anywhere).
@@ -305,7 +307,7 @@ async fn read(reader: &Reader) -> Result<Listing, baton::Error> {
     // expired (every host dead longer than their retention) keeps its row and its series, so
     // its missed-run alert does not clear by itself.
     let mut keys: Vec<String> = rows.iter().map(|s| s.key.clone()).collect();
-    keys.extend(reader.failover.list_schedules(&reader.prefix).await?);
+    keys.extend(reader.inspect.schedules().await?);
     keys.sort();
     keys.dedup();
     listing.schedules_dropped = keys.len().saturating_sub(reader.max_schedules) as u64;
@@ -557,6 +559,14 @@ pub(crate) async fn dashboard(
             "/app.css",
             get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
         )
+        .route(
+            "/schedule",
+            get(|| async { asset("text/html; charset=utf-8", SCHEDULE_HTML) }),
+        )
+        .route(
+            "/schedule.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCHEDULE_JS) }),
+        )
         .route("/events", get(events))
         .route("/api/entries", get(entries))
         .route(
@@ -607,9 +617,10 @@ async fn entries(State(shared): State<Arc<Shared>>, Query(filter): Query<Filter>
         .into_response()
 }
 
-/// `/api/history?schedule=KEY`: each digest's record of the schedule and its history,
-/// newest first (the page's expanded row). Read from the server when asked: one page's
-/// click, not every page's interval.
+/// `/api/history?schedule=KEY`: each digest's record of the schedule, its history (newest
+/// first), its check (`baton check`'s verdict, no --max-age) and its next tick, with the
+/// server's time they were judged at: the schedule's page (`/schedule?key=KEY`). Read from
+/// the server when asked: the pages that show it, not the listing's interval.
 #[derive(Deserialize, Debug)]
 struct HistoryQuery {
     schedule: String,
@@ -632,13 +643,28 @@ async fn history(shared: Arc<HistoryReader>, Query(q): Query<HistoryQuery>) -> R
             .schedule_records(config.clone())
             .await
             .map_err(|e| text::error_message(&e))?;
+        let now = failover
+            .server_time(&q.schedule)
+            .await
+            .map_err(|e| text::error_message(&e))?;
         let mut out = Vec::new();
         for r in records {
             let history = failover
                 .schedule_history(config.clone(), &r.digest, r.spec.history as usize)
                 .await
                 .map_err(|e| text::error_message(&e))?;
-            out.push(serde_json::json!({ "record": r, "history": history }));
+            let check = r.check(&history, now, None);
+            let next_tick = baton::Schedule::from_spec(&r.spec)
+                .ok()
+                .and_then(|s| s.next_after(now))
+                .map(super::run::baton_time);
+            out.push(serde_json::json!({
+                "record": r,
+                "history": history,
+                "check": check,
+                "next_tick": next_tick,
+                "now": super::run::baton_time(now),
+            }));
         }
         Ok::<_, String>(out)
     };

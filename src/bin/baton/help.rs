@@ -157,8 +157,11 @@ attempt is retried by a backup within the occurrence. It starts by waiting for t
 was down then); --catch-up all --catch-up-window D runs every past tick of the last D with no
 terminal outcome on record, oldest first, while the next ticks run (as `baton backfill` does;
 neither catches up a tick skipped while paused). An occurrence still running (or waited for as a backup) when the next tick comes
-does not block it: both run here at once, each a job of its own, unless --overlap skip reports
-the new tick skipped. A --lease longer than the gap between ticks is allowed (warned
+does not block it: both run at once, each a job of its own (at most --max-concurrent here),
+unless --overlap says otherwise, looking at the whole fleet: `skip` records the new tick
+skipped_overlap while an earlier occurrence runs anywhere; `buffer-one` makes it wait (the host
+holding its job waits before PROGRAM, the others are its backups) until the earlier one ends,
+skipping it if its window closes first or if two earlier ones are live. A --lease longer than the gap between ticks is allowed (warned
 about: a dead holder keeps its occurrence past the next tick). PROGRAM never has the terminal
 and a SIGTSTP is not passed on: this is a daemon. PROGRAM gets BATON_KEY (--key), BATON_JOB
 (KEY@DIGEST@TICK), BATON_OCCURRENCE (the tick, RFC 3339 in UTC), BATON_ATTEMPT,
@@ -168,9 +171,9 @@ Output: one line per occurrence on stderr,
   baton: KEY: occurrence TICK, job KEY@DIGEST@TICK: WHAT
 where WHAT is `ran here: done`, `ran here: failed with status N` (PROGRAM's status, or what
 `baton run` would exit with), `ran here: stopped by SIGTERM`, `done elsewhere`, `skipped: …`
-(--overlap skip), `exhausted`, `stopped while waiting as a backup`, or `error (exit status N)`.
+(--overlap, --max-concurrent), `exhausted`, `stopped while waiting as a backup`, or `error (exit status N)`.
 With --json, one JSON object per line: {\"event\":\"occurrence_ended\", \"key\", \"occurrence\",
-\"job\", \"outcome\": done|failed|stopped|done_elsewhere|skipped|exhausted|stopped_waiting|error,
+\"job\", \"outcome\": done|failed|stopped|done_elsewhere|skipped|skipped_overlap|exhausted|stopped_waiting|error,
 \"status\": N or null}, beside each occurrence's events (as with `baton run --json`, each with
 \"occurrence\" and \"job\"). -v adds the events and the next tick in words. `baton status --key
 'KEY@DIGEST@TICK'` shows an occurrence's job.

@@ -91,6 +91,7 @@ mod help;
 mod leader;
 mod lock;
 mod metrics;
+mod overlap;
 mod pause;
 mod program;
 mod run;

@@ -188,13 +188,16 @@ pub(crate) enum Ended {
     Error(u8),
     /// The schedule was paused (`baton pause`): the tick was recorded skipped, nothing ran.
     Paused,
+    /// `--overlap skip`/`buffer-one` skipped the occurrence (recorded skipped_overlap): earlier
+    /// ones still ran in the fleet, or its window closed while it waited (nothing ran).
+    SkippedOverlap,
 }
 
 impl Ended {
     /// `baton run`'s exit status for this end.
     pub(crate) fn code(self) -> u8 {
         match self {
-            Ended::Done | Ended::DoneElsewhere | Ended::Paused => 0,
+            Ended::Done | Ended::DoneElsewhere | Ended::Paused | Ended::SkippedOverlap => 0,
             Ended::Failed(code) | Ended::StoppedWaiting(code) | Ended::Error(code) => code,
             Ended::Signalled(sig) => signal_status(sig),
             Ended::Exhausted(_) => EX_EXHAUSTED,
@@ -214,6 +217,7 @@ pub(crate) async fn run(
         Err(code) => return code,
     };
     let mut env = Vec::new();
+    let mut gate = None;
     let config = match schedule {
         None => config,
         Some(schedule) => {
@@ -297,6 +301,43 @@ pub(crate) async fn run(
                 }
                 Ok(None) => {}
             }
+            // --overlap: the fleet-wide rule (overlap.rs).
+            let policy = super::overlap::policy(args.when.overlap);
+            let failover = client.failover();
+            let decided = patiently(
+                &args.key,
+                "read the earlier occurrences",
+                args.give_up_after,
+                || failover.overlap_decision(policy, &schedule, &base, &occurrence),
+            );
+            let decided = tokio::select! {
+                sig = signals.recv() => return signal_status(sig),
+                r = decided => r,
+            };
+            match decided {
+                Err(code) => return code,
+                Ok(baton::OverlapDecision::Skip { live }) => {
+                    let options = record_options(&args.when);
+                    let line = super::overlap::record_skip(
+                        client,
+                        &base,
+                        &schedule,
+                        &options,
+                        &occurrence,
+                        live,
+                    )
+                    .await;
+                    sink.say(serde_json::json!({ "event": "skipped_overlap" }), &line);
+                    return 0;
+                }
+                Ok(baton::OverlapDecision::Buffer { behind }) => {
+                    gate = Some(super::overlap::Gate {
+                        occurrence: occurrence.clone(),
+                        behind,
+                    });
+                }
+                Ok(_) => {}
+            }
             env = occurrence_env(&occurrence);
             config
         }
@@ -308,6 +349,7 @@ pub(crate) async fn run(
         env,
         tty: in_foreground(),
         job_control: true,
+        gate,
     };
     let ended = job.run(&mut sink, &mut signals, &mut sigchld).await;
     if let Ended::Exhausted(attempts) = ended {
@@ -526,6 +568,8 @@ pub(crate) struct Job<'a> {
     pub(crate) tty: bool,
     /// See [`Supervisor::job_control`].
     pub(crate) job_control: bool,
+    /// `--overlap buffer-one`: what the holder waits for before PROGRAM (overlap.rs).
+    pub(crate) gate: Option<super::overlap::Gate>,
 }
 
 impl Job<'_> {
@@ -778,6 +822,59 @@ pub(crate) struct Holder<'a> {
 }
 
 impl Holder<'_> {
+    /// `--overlap buffer-one`: holding the occurrence, waits for the earlier one to end
+    /// before PROGRAM (the watchdog keeps the lease). `None`: run PROGRAM now. A signal ends
+    /// the wait as a waiting backup's (the attempt is failed: a backup takes over, nothing ran
+    /// here); the window closing first settles the occurrence unrun (its job DONE, recorded
+    /// skipped_overlap, so no backup runs it).
+    async fn wait_at_gate(
+        &mut self,
+        gate: &super::overlap::Gate,
+        acquired: &baton::Acquired,
+    ) -> Option<Ended> {
+        let job = self.job;
+        self.sink.note(&format!(
+            "occurrence {} waits for occurrence {} to end (--overlap buffer-one)",
+            gate.occurrence.id(),
+            gate.behind.id
+        ));
+        let failover = job.client.failover();
+        let wait = failover.wait_out_occurrence(&job.config, &gate.occurrence, &gate.behind);
+        let ended = tokio::select! {
+            sig = self.signals.recv() => {
+                let _ = acquired
+                    .handle
+                    .clone()
+                    .fail(format!("baton got {} while waiting for an earlier occurrence", signal_name(sig)))
+                    .await;
+                Ended::StoppedWaiting(signal_status(sig))
+            }
+            _ = acquired.handle.lost_error() => Ended::Failed(EX_LOST),
+            r = wait => match r {
+                Ok(baton::WaitedOut::WindowClosed) => {
+                    let settled = acquired
+                        .handle
+                        .clone()
+                        .done_settled(baton::RecordedOutcome::SkippedOverlap)
+                        .await;
+                    match settled {
+                        Ok(()) => Ended::SkippedOverlap,
+                        Err(e) => {
+                            say!(
+                                "baton: the skipped occurrence could not be settled: {}",
+                                text::error_message(&e)
+                            );
+                            Ended::Failed(EX_LOST)
+                        }
+                    }
+                }
+                _ => return None,
+            },
+        };
+        drain(self.worker, self.sink).await;
+        Some(ended)
+    }
+
     async fn hold(&mut self, acquired: baton::Acquired) -> Ended {
         let job = self.job;
         let args = job.args;
@@ -791,6 +888,11 @@ impl Holder<'_> {
             ("BATON_FENCING_TOKEN", acquired.fencing_token.to_string()),
         ];
         env.extend(job.env.iter().cloned());
+        if let Some(gate) = &job.gate {
+            if let Some(ended) = self.wait_at_gate(gate, &acquired).await {
+                return ended;
+            }
+        }
         let mut program = match spawn(&args.program, &env, tty) {
             Ok(p) => p,
             Err(e) => {

@@ -2,9 +2,11 @@
 //! tick (by the server's clock) it runs that occurrence's job exactly as `baton run --every …`
 //! would (holder or backup, PROGRAM supervised the same way, by the same code: [`Job`]), then
 //! waits for the next tick. Occurrences run at once in this process when one outlasts the gap
-//! to the next tick (each is a job of its own), unless `--overlap skip`. With --jitter an
-//! occurrence's job starts at its tick plus its jitter, by the server's clock (the tick still
-//! decides which occurrence it is, and when --overlap and --max-concurrent look).
+//! to the next tick (each is a job of its own), up to --max-concurrent, unless --overlap
+//! `skip` or `buffer-one` (decided fleet-wide by the library, after the pause is read:
+//! overlap.rs). With --jitter an occurrence's job starts at its tick plus its jitter, by the
+//! server's clock (the tick still decides which occurrence it is, and when --max-concurrent
+//! looks).
 //!
 //! Why not the library's `Failover::schedule`: its work is a closure run under
 //! `Failover::run`, while PROGRAM's supervision here is driven by the worker's events (the
@@ -25,7 +27,7 @@ use std::time::{Duration, SystemTime};
 use baton::{Client, FailoverConfig, JobState, Occurrence, Schedule};
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::cli::{CatchUpArg, OverlapArg, ScheduleArgs};
+use super::cli::{CatchUpArg, ScheduleArgs};
 use super::exit::{EX_UNAVAILABLE, EX_USAGE};
 use super::out;
 use super::run::{occurrence_env, patiently, record_options, Ended, Jittered, Job};
@@ -41,8 +43,6 @@ const CLOCK_RETRY: Duration = Duration::from_secs(1);
 pub(crate) enum Outcome {
     /// It ran as a job here (or waited for one): how that ended.
     Ran(Ended),
-    /// `--overlap skip`: an earlier occurrence still ran here at its tick.
-    Skipped,
     /// `--max-concurrent`: this many occurrences still ran here at its tick.
     Full(usize),
     /// `--catch-up last` found it already DONE or EXHAUSTED.
@@ -53,7 +53,7 @@ pub(crate) enum Outcome {
 type Run<'a> = Pin<Box<dyn Future<Output = (Occurrence, String, Ended)> + 'a>>;
 
 /// The occurrences running in this process at once: one per tick that came while earlier ones
-/// ran (or waited as backups), at most `--max-concurrent` of them (one with `--overlap skip`).
+/// ran (or waited as backups), at most `--max-concurrent` of them.
 /// Polled together by the command's one task, so they share its thread (PROGRAM is forked from
 /// it, see main.rs) and its signal handlers.
 #[derive(Default)]
@@ -210,7 +210,7 @@ pub(crate) async fn schedule(
         let mut due = Box::pin(cmd.next_due(last, verbose));
         loop {
             tokio::select! {
-                // Ended runs before a due tick: `--overlap skip` must not count one that has
+                // Ended runs before a due tick: `--max-concurrent` must not count one that has
                 // ended as still running.
                 biased;
                 sig = signals.recv() => break 'ticks sig,
@@ -245,10 +245,9 @@ pub(crate) async fn schedule(
                     last = Some(occurrence.tick());
                     due = Box::pin(cmd.next_due(last, verbose));
                     let most = usize::try_from(args.max_concurrent).unwrap_or(usize::MAX);
-                    if args.overlap == OverlapArg::Skip && !runs.is_empty() {
-                        let job = occurrence.job_key(key);
-                        report(&mut sink, &occurrence, &job, Outcome::Skipped);
-                    } else if runs.len() >= most {
+                    // --overlap is decided fleet-wide in the run (after its pause is read);
+                    // --max-concurrent stays this process's own bound.
+                    if runs.len() >= most {
                         let job = occurrence.job_key(key);
                         report(&mut sink, &occurrence, &job, Outcome::Full(runs.len()));
                     } else if let Some(run) = cmd.start(&mut sink, occurrence) {
@@ -434,6 +433,7 @@ impl<'a> Command<'a> {
             // A daemon: PROGRAM never has the terminal, and no occurrence stops the others.
             tty: false,
             job_control: false,
+            gate: None,
         };
         Some(Box::pin(async move {
             if !delay.is_zero() {
@@ -494,6 +494,46 @@ impl<'a> Command<'a> {
                     return (occurrence, job_key, Ended::Paused);
                 }
                 Ok(None) => {}
+            }
+            // --overlap: the fleet-wide rule (overlap.rs), then the job (held behind an
+            // earlier occurrence under buffer-one).
+            let mut job = job;
+            let policy = super::overlap::policy(args.when.overlap);
+            let failover = self.client.failover();
+            let decided = patiently(
+                &args.key,
+                "read the earlier occurrences",
+                args.give_up_after,
+                || failover.overlap_decision(policy, &self.schedule, &self.config, &occurrence),
+            );
+            let decided = tokio::select! {
+                sig = signals.recv() => {
+                    return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
+                }
+                d = decided => d,
+            };
+            match decided {
+                Err(code) => return (occurrence, job_key, Ended::Error(code)),
+                Ok(baton::OverlapDecision::Skip { live }) => {
+                    let options = record_options(&args.when);
+                    super::overlap::record_skip(
+                        self.client,
+                        &self.config,
+                        &self.schedule,
+                        &options,
+                        &occurrence,
+                        live,
+                    )
+                    .await;
+                    return (occurrence, job_key, Ended::SkippedOverlap);
+                }
+                Ok(baton::OverlapDecision::Buffer { behind }) => {
+                    job.gate = Some(super::overlap::Gate {
+                        occurrence: occurrence.clone(),
+                        behind,
+                    });
+                }
+                Ok(_) => {}
             }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
             (occurrence, job_key, ended)
@@ -571,10 +611,10 @@ pub(crate) fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcom
             None,
             "skipped: the schedule is paused (`baton resume`)".into(),
         ),
-        Outcome::Skipped => (
-            "skipped",
+        Outcome::Ran(Ended::SkippedOverlap) => (
+            "skipped_overlap",
             None,
-            "skipped: an earlier occurrence still runs here (--overlap skip)".into(),
+            "skipped: earlier occurrences still ran in the fleet (--overlap)".into(),
         ),
         Outcome::Full(n) => (
             "skipped",

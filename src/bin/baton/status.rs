@@ -331,7 +331,7 @@ pub(crate) async fn list(
     }
     let failover = client.failover();
     let rows: Vec<ScheduleRow> = schedules.rows().collect();
-    let listed = match failover.list_schedules(prefix).await {
+    let listed = match inspect.schedules().await {
         Ok(keys) => keys,
         Err(e) => return fail_with(&e),
     };

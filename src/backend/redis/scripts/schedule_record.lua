@@ -50,6 +50,7 @@ for i = 7, #ARGV do
     end
     if type(e.attempts) ~= 'table' then e.attempts = {} end
     local want = c.outcome
+    local settle = false
     if c.n ~= nil and type(c.attempt) == 'table' then
       local key = tostring(c.n)
       local a = e.attempts[key]
@@ -66,13 +67,17 @@ for i = 7, #ARGV do
         if (tonumber(other) or 0) > c.n then latest = false end
       end
       if want == nil and latest then
-        if a.outcome == 'done' then want = 'done'
+        -- An end that settles the occurrence (a buffered one whose window closed) speaks
+        -- for it over its own `done`, and over the grant's `running` merged before or after.
+        if type(a.settle) == 'string' then want = a.settle; settle = true
+        elseif a.outcome == 'done' then want = 'done'
         elseif a.outcome == 'failed' or a.outcome == 'lost' then want = 'failed'
         else want = 'running' end
       end
-      if a.outcome == 'done' then success = a['end'] or now end
+      if a.outcome == 'done' and a.settle == nil then success = a['end'] or now end
     end
-    if want ~= nil and (fresh or rank_of(want) >= rank_of(e.outcome)) then
+    if want ~= nil and (fresh or rank_of(want) >= rank_of(e.outcome)
+        or (settle and rank_of(e.outcome) < 3)) then
       e.outcome = want
     end
     if c.note ~= nil then e.note = c.note end

@@ -41,62 +41,6 @@
     'zone, offset), in each occurrence\'s name KEY@DIGEST@TICK. No host has recorded the ' +
     'schedule yet, so its expression is not known here.';
 
-  // Schedules whose history is open (by key), and the last history read for each.
-  const open = new Set();
-  const histories = new Map();
-
-  async function loadHistory(key) {
-    try {
-      const res = await fetch(`api/history?schedule=${encodeURIComponent(key)}`);
-      histories.set(key, res.ok ? await res.json() : { error: await res.text() });
-    } catch (e) {
-      histories.set(key, { error: String(e) });
-    }
-  }
-
-  // The history rows of schedule `key`: one per attempt (an occurrence with none: one).
-  function historyRows(key, body) {
-    const got = histories.get(key);
-    const tr = document.createElement('tr');
-    tr.className = 'history';
-    const td = document.createElement('td');
-    td.colSpan = 8;
-    tr.appendChild(td);
-    body.appendChild(tr);
-    if (!got) { td.textContent = 'reading the history…'; return; }
-    if (got.error) { td.textContent = `cannot read the history: ${got.error}`; return; }
-    const table = document.createElement('table');
-    const head = document.createElement('tr');
-    for (const h of ['Tick', 'Outcome', 'Attempt', 'Host', 'Start', 'End', 'Duration', 'Exit', 'Message']) {
-      const th = document.createElement('th');
-      th.textContent = h;
-      head.appendChild(th);
-    }
-    table.appendChild(head);
-    for (const d of got) {
-      for (const o of d.history) {
-        const attempts = o.attempts.length ? o.attempts : [null];
-        attempts.forEach((a, i) => {
-          const row = document.createElement('tr');
-          row.className = `st-${o.outcome}`;
-          cell(row, i === 0 ? o.id : '');
-          cell(row, i === 0 ? o.outcome + (o.note ? ` (${o.note})` : '') : '');
-          cell(row, a ? a.attempt : '-', 'num');
-          cell(row, a ? (a.host || 'unknown') : '-');
-          cell(row, a && a.started ? a.started : '-');
-          cell(row, a && a.ended ? a.ended : (a && a.outcome ? 'unknown' : '-'));
-          const ms = a && a.started && a.ended ? Date.parse(a.ended) - Date.parse(a.started) : null;
-          cell(row, human(ms), 'num');
-          const exit = a && a.exit ? (a.exit.status != null ? `exit ${a.exit.status}` : `signal ${a.exit.signal}`) : '-';
-          cell(row, exit);
-          cell(row, a ? [a.outcome, a.message].filter(Boolean).join(': ') || '-' : '-', 'note');
-          table.appendChild(row);
-        });
-      }
-    }
-    td.appendChild(table);
-  }
-
   function setLive(text, cls) {
     const el = $('live');
     el.textContent = text;
@@ -111,13 +55,7 @@
     return td;
   }
 
-  // The last view rendered, for a re-render when a history opens.
-  let last = null;
-
   function render(v) {
-    last = v;
-    // An open history is read again with each update of the page.
-    for (const key of open) loadHistory(key);
     $('server').textContent = `${v.server} · prefix ${v.prefix} · read every ${human(v.interval_ms)} · last read ${clock(v.read_at_ms)}`;
     const banner = $('banner');
     if (v.error) {
@@ -183,17 +121,12 @@
         name.appendChild(expr);
       }
       if (r.schedule) {
-        // The row opens (and closes) the schedule's history below it.
-        const key = r.schedule;
-        const toggle = document.createElement('button');
-        toggle.type = 'button';
-        toggle.className = 'toggle';
-        toggle.textContent = open.has(key) ? 'hide history' : 'history';
-        toggle.addEventListener('click', async () => {
-          if (open.has(key)) { open.delete(key); } else { open.add(key); await loadHistory(key); }
-          if (last) render(last);
-        });
-        name.appendChild(toggle);
+        // The schedule's own page: its record, check and history.
+        const link = document.createElement('a');
+        link.className = 'toggle';
+        link.href = `schedule?key=${encodeURIComponent(r.schedule)}`;
+        link.textContent = 'history';
+        name.appendChild(link);
       }
       const state = cell(tr, '');
       const badge = document.createElement('span');
@@ -206,7 +139,6 @@
       cell(tr, standbys(r) || '-', 'num');
       cell(tr, r.note, 'note');
       body.appendChild(tr);
-      if (r.schedule && open.has(r.schedule)) historyRows(r.schedule, body);
     }
     $('rows').replaceChildren(body);
     $('empty').hidden = v.rows.length > 0;

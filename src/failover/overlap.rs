@@ -1,0 +1,514 @@
+//! Overlap policies, fleet-wide: what a run of an occurrence does while earlier occurrences of
+//! its schedule still run, anywhere in the fleet.
+//!
+//! - [`Failover::live_occurrences`] is the fleet-wide view: the earlier occurrences whose job
+//!   has a live lease, found from the schedule's record (its newest entries that are not
+//!   terminal) and from the previous tick's own job (read directly, so a lost record write
+//!   never hides the occurrence just before);
+//! - [`Overlap::decide`] is the rule, a pure function of the policy and that view;
+//! - [`Failover::overlap_decision`] reads the view and applies the rule: what both schedule
+//!   drivers (`Failover::schedule` and `baton schedule`) and `baton run --every/--cron` call
+//!   before they acquire an occurrence's job;
+//! - [`Failover::wait_out_occurrence`] is `buffer-one`'s wait: the buffered occurrence's holder
+//!   waits, before its work starts, until the earlier one's job has no live lease or its own
+//!   window closes.
+//!
+//! Cost of the view: one history read (the newest [`LIVE_SCAN`] entries) plus one job read per
+//! entry that is not terminal, plus one job read of the previous tick when the record does not
+//! name it: typically two round trips per occurrence. `allow` reads nothing.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use super::config::FailoverConfig;
+use super::keys::JobKeys;
+use super::{Failover, JobStatus};
+use crate::error::Error;
+use crate::schedule::{Occurrence, Schedule};
+use crate::util::schedule_record::RecordedOutcome;
+
+/// How many of the record's newest entries the view looks at. Under `skip` and `buffer-one`
+/// at most two occurrences are live at once, so a few entries suffice; under `allow` the
+/// view is never read.
+pub const LIVE_SCAN: usize = 8;
+
+/// The longest pause between two reads of the earlier occurrence's job while a buffered one
+/// waits (shorter with a short lease: a quarter of it).
+const BUFFER_POLL: Duration = Duration::from_secs(1);
+
+/// What a run does with an occurrence whose tick comes while earlier occurrences of the
+/// schedule still run (anywhere in the fleet, by their jobs' live leases):
+/// [`ScheduleOptionsBuilder::overlap`](crate::ScheduleOptionsBuilder::overlap),
+/// `baton schedule --overlap`, `baton run --every/--cron --overlap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Overlap {
+    /// Run it: each occurrence has its own job and holder (the default). Reads nothing.
+    #[default]
+    Allow,
+    /// While any earlier occurrence runs anywhere, this one is not run: recorded
+    /// `skipped_overlap` and reported skipped.
+    Skip,
+    /// While one earlier occurrence runs, this one waits (its job held by whichever host
+    /// binds to it first, the others its backups) until that one ends, then runs; if its own
+    /// window closes first (the next tick's window opens), it is settled without running:
+    /// its job completed (so no backup runs it) and recorded `skipped_overlap`. While two run
+    /// (one running, one waiting), it is skipped and recorded.
+    BufferOne,
+}
+
+/// One earlier occurrence whose job has a live lease: [`Failover::live_occurrences`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LiveOccurrence {
+    /// Its id: the tick in RFC 3339 (as [`Occurrence::id`]), or a manual occurrence's id.
+    pub id: String,
+    /// Its job's key (`KEY@DIGEST@TICK`).
+    pub job_key: String,
+    /// Its tick.
+    pub tick: SystemTime,
+    /// Its job's status as read (a live lease).
+    pub status: JobStatus,
+}
+
+/// What [`Overlap::decide`] makes of an occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OverlapDecision {
+    /// Run it as usual.
+    Run,
+    /// Do not run it: record it `skipped_overlap` (`live` earlier occurrences run).
+    Skip {
+        /// How many earlier occurrences were live.
+        live: usize,
+    },
+    /// Acquire its job as usual; as holder, wait for `behind` to end before running the work
+    /// ([`Failover::wait_out_occurrence`]).
+    Buffer {
+        /// The earlier occurrence it waits for.
+        behind: LiveOccurrence,
+    },
+}
+
+impl Overlap {
+    /// The rule, given the live earlier occurrences (`live`, newest first): `allow` runs;
+    /// `skip` skips when any is live; `buffer-one` runs when none is, waits behind one, and
+    /// skips when two or more are (a buffered occurrence is live while its holder waits, so a
+    /// third tick sees two).
+    pub fn decide(self, live: &[LiveOccurrence]) -> OverlapDecision {
+        match (self, live) {
+            (Overlap::Allow, _) | (_, []) => OverlapDecision::Run,
+            (Overlap::Skip, _) => OverlapDecision::Skip { live: live.len() },
+            (Overlap::BufferOne, [one]) => OverlapDecision::Buffer {
+                behind: one.clone(),
+            },
+            (Overlap::BufferOne, _) => OverlapDecision::Skip { live: live.len() },
+        }
+    }
+
+    /// Whether the rule looks at the fleet (reads [`Failover::live_occurrences`]).
+    pub fn reads_fleet(self) -> bool {
+        !matches!(self, Overlap::Allow)
+    }
+
+    /// The policy's name as the CLI spells it (`allow`, `skip`, `buffer-one`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overlap::Allow => "allow",
+            Overlap::Skip => "skip",
+            Overlap::BufferOne => "buffer-one",
+        }
+    }
+}
+
+/// How [`Failover::wait_out_occurrence`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitedOut {
+    /// The earlier occurrence's job has no live lease any more: run the work.
+    Ended,
+    /// The buffered occurrence's window closed first: settle it without running
+    /// ([`AttemptHandle::done_settled`](crate::AttemptHandle::done_settled) with
+    /// [`RecordedOutcome::SkippedOverlap`]).
+    WindowClosed,
+}
+
+/// When the window of `occurrence` closes: its next tick minus that tick's early tolerance
+/// (a run starting then binds to the next tick). `None` for the calendar's last tick.
+pub fn window_close(occurrence: &Occurrence) -> Option<SystemTime> {
+    // `jitter_room` with no lease is the window's length, from the tick to its close.
+    let room = occurrence.jitter_room(Duration::ZERO);
+    (room != Duration::MAX).then(|| occurrence.tick() + room)
+}
+
+impl Failover {
+    /// The earlier occurrences of `schedule` on `config`'s key (ticks before `before`) whose
+    /// job has a live lease anywhere in the fleet, newest first: the record's newest
+    /// [`LIVE_SCAN`] entries that are not terminal (`running`, `failed`), each checked against
+    /// its job, and the previous tick's own job, read directly (a lost record write must not
+    /// hide the occurrence just before). Cost: one history read and one job read per
+    /// candidate.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key; connection errors.
+    pub async fn live_occurrences(
+        &self,
+        schedule: &Schedule,
+        config: &FailoverConfig,
+        before: SystemTime,
+    ) -> Result<Vec<LiveOccurrence>, Error> {
+        let key = &config.key;
+        let digest = schedule.digest();
+        let entries = match self
+            .backend
+            .schedule_history(&config.prefix, key, digest, LIVE_SCAN)
+            .await
+        {
+            Ok(entries) => entries,
+            // A backend without the record: the previous tick's job is all there is to read.
+            Err(Error::Unsupported { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut candidates: Vec<(String, String, SystemTime)> = Vec::new();
+        for entry in entries {
+            let Some(record) = entry.into_record() else {
+                continue;
+            };
+            if record.tick >= before
+                || !matches!(
+                    record.outcome,
+                    RecordedOutcome::Running | RecordedOutcome::Failed
+                )
+            {
+                continue;
+            }
+            let job_key = occurrence_job_key(key, digest, &record.id);
+            candidates.push((record.id, job_key, record.tick));
+        }
+        let previous = before
+            .checked_sub(Duration::from_millis(1))
+            .and_then(|t| schedule.latest_at_or_before(t))
+            .and_then(|t| schedule.occurrence_of_tick(t));
+        if let Some(prev) = previous {
+            if !candidates.iter().any(|(id, _, _)| id == prev.id()) {
+                candidates.push((prev.id().to_string(), prev.job_key(key), prev.tick()));
+            }
+        }
+        let mut live = Vec::new();
+        for (id, job_key, tick) in candidates {
+            let keys = JobKeys::new(&config.prefix, &job_key);
+            let status = self.backend.job_status(&keys, job_key.clone()).await?;
+            if status.is_live() {
+                live.push(LiveOccurrence {
+                    id,
+                    job_key,
+                    tick,
+                    status,
+                });
+            }
+        }
+        live.sort_by_key(|l| std::cmp::Reverse(l.tick));
+        Ok(live)
+    }
+
+    /// What `policy` makes of `occurrence` ([`Overlap::decide`] over
+    /// [`Failover::live_occurrences`] before its tick): the one decision both schedule drivers
+    /// and `baton run --every/--cron` make before acquiring an occurrence's job. `allow`
+    /// reads nothing.
+    ///
+    /// # Errors
+    /// As [`Failover::live_occurrences`].
+    pub async fn overlap_decision(
+        &self,
+        policy: Overlap,
+        schedule: &Schedule,
+        config: &FailoverConfig,
+        occurrence: &Occurrence,
+    ) -> Result<OverlapDecision, Error> {
+        if !policy.reads_fleet() {
+            return Ok(OverlapDecision::Run);
+        }
+        let live = self
+            .live_occurrences(schedule, config, occurrence.tick())
+            .await?;
+        Ok(policy.decide(&live))
+    }
+
+    /// `buffer-one`'s wait, for the holder of `occurrence` before its work starts: reads
+    /// `behind`'s job every min(1 s, `lease`/4) until it has no live lease
+    /// ([`WaitedOut::Ended`]) or `occurrence`'s window closes by the server's clock
+    /// ([`WaitedOut::WindowClosed`], [`window_close`]). The holder's watchdog keeps its own
+    /// lease meanwhile. Read errors are retried until the window closes (said once).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key. Connection errors are retried, never returned.
+    pub async fn wait_out_occurrence(
+        &self,
+        config: &FailoverConfig,
+        occurrence: &Occurrence,
+        behind: &LiveOccurrence,
+    ) -> Result<WaitedOut, Error> {
+        let poll = BUFFER_POLL
+            .min(config.lease / 4)
+            .max(Duration::from_millis(10));
+        let keys = JobKeys::new(&config.prefix, &behind.job_key);
+        // The window's close as a local instant, from one reading of the server's clock
+        // (read again while it cannot be read: the close is only known by it).
+        let close = window_close(occurrence);
+        let deadline = loop {
+            let Some(close) = close else { break None };
+            match self.backend.server_time(&config.key).await {
+                Ok(t) => break Some(t.received + close.duration_since(t.now).unwrap_or_default()),
+                Err(e @ Error::Config(_)) => return Err(e),
+                Err(error) => {
+                    tracing::warn!(key = %config.key, %error, "the server's clock could not be read; trying again");
+                    tokio::time::sleep(poll).await;
+                }
+            }
+        };
+        let mut said = false;
+        loop {
+            // Read before the deadline is looked at: an earlier occurrence that ended just as
+            // the window closed still lets this one run.
+            let closed = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            match self.backend.job_status(&keys, behind.job_key.clone()).await {
+                Ok(status) if !status.is_live() => return Ok(WaitedOut::Ended),
+                Ok(_) => {}
+                Err(e @ Error::Config(_)) => return Err(e),
+                Err(error) => {
+                    if !said {
+                        tracing::warn!(
+                            key = %behind.job_key,
+                            %error,
+                            "the earlier occurrence's job could not be read; trying again"
+                        );
+                        said = true;
+                    }
+                }
+            }
+            if closed {
+                return Ok(WaitedOut::WindowClosed);
+            }
+            let nap = tokio::time::Instant::now() + poll;
+            tokio::time::sleep_until(deadline.map_or(nap, |d| d.min(nap))).await;
+        }
+    }
+}
+
+/// A run's value under `buffer-one`: the work's, or none when the window closed first.
+enum Gated<T> {
+    Ran(T),
+    Settled,
+}
+
+/// The long-running form's run of `occurrence` under `policy` (after its pause was read):
+/// the decision ([`Failover::overlap_decision`], read again every second while it cannot be,
+/// said once), then the job through [`Failover::run`], gated behind the earlier occurrence
+/// for `buffer-one`: `None` when it was skipped (recorded `skipped_overlap`, best effort, or
+/// settled so by its holder), else how its run ended here.
+pub(crate) async fn run_occurrence<F, Fut, T, E>(
+    failover: &Failover,
+    policy: Overlap,
+    (schedule, base, record): (&Schedule, &FailoverConfig, &super::record::RecordOptions),
+    config: FailoverConfig,
+    occurrence: &Occurrence,
+    work: F,
+) -> Result<Option<super::run::RunOutcome<T, E>>, Error>
+where
+    F: FnMut(Occurrence, super::run::Attempt) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    use super::run::RunOutcome;
+    let mut said = false;
+    let decision = loop {
+        match failover
+            .overlap_decision(policy, schedule, base, occurrence)
+            .await
+        {
+            Ok(d) => break d,
+            Err(e @ Error::Config(_)) => return Err(e),
+            Err(error) => {
+                if !said {
+                    tracing::warn!(key = %base.key, %error, "the earlier occurrences could not be read; trying again");
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let behind = match decision {
+        OverlapDecision::Run => None,
+        OverlapDecision::Skip { live } => {
+            tracing::info!(
+                key = %occurrence.job_key(&base.key),
+                live,
+                "earlier occurrences still run: this one is skipped (overlap {})",
+                policy.as_str()
+            );
+            failover.record_in_background(
+                base,
+                schedule,
+                record.clone(),
+                occurrence.tick(),
+                super::record::RecordChange::Outcome {
+                    outcome: RecordedOutcome::SkippedOverlap,
+                    note: Some(format!("{live} earlier occurrence(s) still ran")),
+                },
+            );
+            return Ok(None);
+        }
+        OverlapDecision::Buffer { behind } => Some(behind),
+    };
+    let (waiter, o, job) = (failover.clone(), occurrence.clone(), config.clone());
+    let gated = move |attempt: super::run::Attempt| {
+        let (waiter, o, job) = (waiter.clone(), o.clone(), job.clone());
+        let (behind, mut work) = (behind.clone(), work.clone());
+        async move {
+            if let Some(behind) = behind {
+                match waiter.wait_out_occurrence(&job, &o, &behind).await {
+                    Ok(WaitedOut::WindowClosed) => return Ok(Gated::Settled),
+                    Ok(WaitedOut::Ended) => {}
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "the earlier occurrence could not be waited for: running this one"
+                    ),
+                }
+            }
+            work(o, attempt).await.map(Gated::Ran)
+        }
+    };
+    let settle =
+        |g: &Gated<T>| matches!(g, Gated::Settled).then_some(RecordedOutcome::SkippedOverlap);
+    let outcome = failover.run_settling(config, gated, settle).await?;
+    Ok(match outcome {
+        RunOutcome::Done(Gated::Settled)
+        | RunOutcome::NotRecorded {
+            value: Gated::Settled,
+            ..
+        }
+        | RunOutcome::DoneUnconfirmed {
+            value: Gated::Settled,
+            ..
+        } => None,
+        RunOutcome::Done(Gated::Ran(v)) => Some(RunOutcome::Done(v)),
+        RunOutcome::NotRecorded {
+            attempt,
+            value: Gated::Ran(value),
+            reason,
+        } => Some(RunOutcome::NotRecorded {
+            attempt,
+            value,
+            reason,
+        }),
+        RunOutcome::DoneUnconfirmed {
+            attempt,
+            value: Gated::Ran(value),
+            kind,
+            reason,
+        } => Some(RunOutcome::DoneUnconfirmed {
+            attempt,
+            value,
+            kind,
+            reason,
+        }),
+        RunOutcome::CompletedElsewhere => Some(RunOutcome::CompletedElsewhere),
+        RunOutcome::Failed {
+            attempt,
+            reason,
+            panicked,
+            error,
+        } => Some(RunOutcome::Failed {
+            attempt,
+            reason,
+            panicked,
+            error,
+        }),
+        RunOutcome::Exhausted { attempts } => Some(RunOutcome::Exhausted { attempts }),
+        RunOutcome::LeaseLost { attempt, reason } => {
+            Some(RunOutcome::LeaseLost { attempt, reason })
+        }
+        RunOutcome::Stopped => Some(RunOutcome::Stopped),
+    })
+}
+
+/// The job key of the occurrence `id` on record for `key` and `digest`. A manual occurrence
+/// (id `manual-…`, `baton trigger`) runs as the digest-free `KEY@manual@ID`; a scheduled one
+/// as `KEY@DIGEST@TICK`.
+fn occurrence_job_key(key: &str, digest: &str, id: &str) -> String {
+    if id.starts_with("manual-") {
+        format!("{key}@manual@{id}")
+    } else {
+        format!("{key}@{digest}@{id}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JobState;
+
+    fn live(id: &str) -> LiveOccurrence {
+        LiveOccurrence {
+            id: id.into(),
+            job_key: format!("k@d@{id}"),
+            tick: SystemTime::UNIX_EPOCH,
+            status: JobStatus {
+                key: format!("k@d@{id}"),
+                state: JobState::Absent,
+                state_ttl_ms: None,
+                fencing_token: None,
+                last_failure: None,
+            },
+        }
+    }
+
+    #[test]
+    fn each_policy_decides_by_how_many_earlier_occurrences_are_live() {
+        let (none, one, two) = (vec![], vec![live("a")], vec![live("b"), live("a")]);
+        for l in [&none, &one, &two] {
+            assert_eq!(Overlap::Allow.decide(l), OverlapDecision::Run);
+        }
+        assert_eq!(Overlap::Skip.decide(&none), OverlapDecision::Run);
+        assert_eq!(
+            Overlap::Skip.decide(&one),
+            OverlapDecision::Skip { live: 1 }
+        );
+        assert_eq!(Overlap::BufferOne.decide(&none), OverlapDecision::Run);
+        assert_eq!(
+            Overlap::BufferOne.decide(&one),
+            OverlapDecision::Buffer { behind: live("a") }
+        );
+        assert_eq!(
+            Overlap::BufferOne.decide(&two),
+            OverlapDecision::Skip { live: 2 }
+        );
+        assert!(!Overlap::Allow.reads_fleet());
+    }
+
+    #[test]
+    fn the_window_closes_where_the_next_tick_binds() {
+        let every = Schedule::every(Duration::from_secs(60)).unwrap();
+        let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(60 * 1000);
+        let occ = every.occurrence_of_tick(tick).unwrap();
+        let close = window_close(&occ).unwrap();
+        let next = every
+            .occurrence_of_tick(tick + Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(close, next.tick() - next.early_tolerance());
+        assert!(close > tick);
+    }
+
+    #[test]
+    fn manual_occurrences_run_under_a_digest_free_key() {
+        assert_eq!(
+            occurrence_job_key("k", "d1", "2026-01-01T00:00:00Z"),
+            "k@d1@2026-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            occurrence_job_key("k", "d1", "manual-2026-01-01T00:00:00.001Z"),
+            "k@manual@manual-2026-01-01T00:00:00.001Z"
+        );
+    }
+}
