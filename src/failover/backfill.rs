@@ -187,8 +187,9 @@ impl Failover {
     ///
     /// Each occurrence goes through the path of a tick: the schedule's pause is read just
     /// before it runs (paused: reported [`OccurrenceOutcome::Paused`], recorded
-    /// `skipped_paused`, not run) and its attempts are recorded in the schedule's record. No
-    /// jitter applies. The settled occurrences of the plan are not reported (the plan lists
+    /// `skipped_paused`, not run), then [`ScheduleOptions::overlap`]'s fleet-wide rule
+    /// ([`Failover::overlap_decision`]), and its attempts are recorded in the schedule's
+    /// record. No jitter applies. The settled occurrences of the plan are not reported (the plan lists
     /// them). Dropping the stream, or [`Scheduled::stop`], stops it: the occurrence running
     /// here is failed (a backup takes over) and reported stopped.
     pub fn backfill<F, Fut, T, E>(
@@ -512,7 +513,7 @@ async fn run_one<F, Fut, T, E>(
     options: &ScheduleOptions,
     record: &RecordOptions,
     occurrence: Occurrence,
-    mut work: F,
+    work: F,
 ) -> OccurrenceOutcome<T, E>
 where
     F: FnMut(Occurrence, Attempt) -> Fut + Clone + Send + 'static,
@@ -530,16 +531,21 @@ where
             record_paused(failover, schedule, record, base, &occurrence, &pause).await;
             OccurrenceOutcome::Paused(pause)
         }
-        Ok(None) => {
-            let o = occurrence.clone();
-            match failover
-                .run(config, move |attempt| work(o.clone(), attempt))
-                .await
-            {
-                Ok(outcome) => OccurrenceOutcome::Ran(outcome),
-                Err(e) => OccurrenceOutcome::Error(e),
-            }
-        }
+        // The overlap rule, fleet-wide, as for any tick (overlap.rs), then the job.
+        Ok(None) => match super::overlap::run_occurrence(
+            failover,
+            options.overlap,
+            (schedule, base, record),
+            config,
+            &occurrence,
+            work,
+        )
+        .await
+        {
+            Ok(Some(outcome)) => OccurrenceOutcome::Ran(outcome),
+            Ok(None) => OccurrenceOutcome::Skipped,
+            Err(e) => OccurrenceOutcome::Error(e),
+        },
     }
 }
 

@@ -2,8 +2,9 @@
 //! outcome, each once across the fleet, oldest first. The library plans it
 //! ([`baton::Failover::backfill_plan`]: what is settled on record or in each occurrence's own
 //! job, and the oldest tick the store vouches for); each occurrence then runs as a run of an
-//! occurrence does (holder or backup, PROGRAM supervised by [`Job`], recorded), with its
-//! outcome kept for the record's lifetime ([`baton::FailoverConfig::for_backfill`]).
+//! occurrence does (the pause read, --overlap's fleet-wide rule, holder or backup, PROGRAM
+//! supervised by [`Job`], recorded), with its outcome kept for the record's lifetime
+//! ([`baton::FailoverConfig::for_backfill`]).
 
 use std::time::SystemTime;
 
@@ -177,6 +178,48 @@ pub(crate) async fn backfill(
             }
             Ok(None) => {}
         }
+        // --overlap: the fleet-wide rule, as for any occurrence (overlap.rs).
+        let policy = super::overlap::policy(run.when.overlap);
+        let decided = patiently(
+            key,
+            "read the earlier occurrences",
+            run.give_up_after,
+            || failover.overlap_decision(policy, &schedule, &config, &occurrence),
+        );
+        let decided = tokio::select! {
+            sig = signals.recv() => return super::signals::signal_status(sig),
+            r = decided => r,
+        };
+        let mut gate = None;
+        match decided {
+            Err(code) => {
+                first_failure.get_or_insert(code);
+                continue;
+            }
+            Ok(baton::OverlapDecision::Skip { live }) => {
+                let line = super::overlap::record_skip(
+                    client,
+                    &config,
+                    &schedule,
+                    &options,
+                    &occurrence,
+                    live,
+                )
+                .await;
+                sink.say(
+                    serde_json::json!({ "event": "skipped_overlap", "occurrence": occurrence.id() }),
+                    &line,
+                );
+                continue;
+            }
+            Ok(baton::OverlapDecision::Buffer { behind }) => {
+                gate = Some(super::overlap::Gate {
+                    occurrence: occurrence.clone(),
+                    behind,
+                });
+            }
+            Ok(_) => {}
+        }
         let mut run_sink = sink.for_occurrence(Bound {
             id: occurrence.id().to_string(),
             job: job_key.clone(),
@@ -192,8 +235,7 @@ pub(crate) async fn backfill(
             config: job_config,
             tty: in_foreground(),
             job_control: true,
-            // No overlap gate: a backfill runs its occurrences one after another itself.
-            gate: None,
+            gate,
         };
         let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
         report(&mut sink, &occurrence, &job_key, Outcome::Ran(ended));
