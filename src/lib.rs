@@ -299,6 +299,7 @@ pub use failover::{
     OccurrenceReport, Overlap, Replaced, ResetJob, RunOutcome, ScheduleOptions,
     ScheduleOptionsBuilder, Scheduled, StatusLevel, Trigger, TriggerPoll, Worker,
 };
+pub use failover::{BackfillPlan, MAX_BACKFILL_TICKS};
 pub use failover::{LiveOccurrence, OverlapDecision, WaitedOut};
 pub use fair::{FairLocks, FairOptions, FairOptionsBuilder, Reservation};
 pub use inspect::{EntryWatch, Inspector, Listing};

@@ -11,12 +11,15 @@
 //!   [`Failover::schedule_history`], [`Failover::pause_schedule`], [`Failover::record_occurrence`].
 //! - `trigger`: manual occurrences: [`Failover::trigger_schedule`], [`Failover::triggers`],
 //!   [`Failover::clear_trigger`], and the drivers' [`TriggerPoll`].
+//! - `backfill`: past occurrences run once each, oldest first: [`Failover::backfill_plan`],
+//!   [`Failover::backfill`], and the long-running form's catch-up ([`Failover::catch_up_plan`]).
 //! - `admin`: operator tools: [`Failover::job_status`], `watch_job`, `fail_attempt`,
 //!   `reset_job`.
 //! - `store`: the worker's view of the job store seam (`backend::jobs`), whose
 //!   implementations, with their commands and statements, live in the backends' folders.
 
 pub(crate) mod admin;
+mod backfill;
 mod backup;
 pub mod config;
 pub mod events;
@@ -45,6 +48,7 @@ use crate::error::Error;
 
 pub use crate::util::jobs::{JobState, JobStatus};
 pub use admin::{FailAttempt, JobChange, JobWatch, Replaced, ResetJob};
+pub use backfill::{BackfillPlan, MAX_BACKFILL_TICKS};
 pub use config::{FailoverConfig, FailoverConfigBuilder, StatusLevel};
 pub use events::{Acquired, AttemptHandle, Event, Worker};
 pub use overlap::{window_close, LiveOccurrence, OverlapDecision, WaitedOut, LIVE_SCAN};

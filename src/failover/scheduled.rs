@@ -400,7 +400,7 @@ async fn wait_for_start(failover: &Failover, key: &str, start: SystemTime) {
 /// read again every [`RETRY_AFTER_ERROR`] while it cannot be (said once), as
 /// [`wait_for_start`] reads the clock: the occurrence's job needs the server anyway, and
 /// running it unchecked could run a paused schedule. A configuration error is final.
-async fn read_pause(
+pub(super) async fn read_pause(
     failover: &Failover,
     base: &FailoverConfig,
 ) -> Result<Option<super::record::Pause>, Error> {
@@ -428,7 +428,7 @@ async fn read_pause(
 
 /// Records `occurrence` skipped by `pause` in the schedule's record, best effort (a failed
 /// write is a warning, as the workers' own record writes are): the tick is skipped either way.
-async fn record_paused(
+pub(super) async fn record_paused(
     failover: &Failover,
     schedule: &Schedule,
     record: &super::record::RecordOptions,
@@ -477,8 +477,18 @@ pub enum CatchUp {
     #[default]
     None,
     /// First run the latest past tick if it is neither done nor exhausted (every server was
-    /// down then).
+    /// down then), unless the record says it was skipped while the schedule was paused.
     Last,
+    /// First run every past tick of the last `window` that has no terminal outcome on
+    /// record nor in its own job, oldest first, one after another, while the tick loop goes
+    /// on ([`Failover::catch_up_plan`]; each kept as a backfilled occurrence is,
+    /// [`FailoverConfig::for_backfill`]). Ticks recorded skipped (paused) are not caught up
+    /// (a pause is an operator's decision: `baton backfill` runs them); a window reaching
+    /// past what the schedule's record vouches for starts at its oldest safe tick.
+    All {
+        /// How far back to look, from the server's clock at start.
+        window: Duration,
+    },
 }
 
 pub use super::overlap::Overlap;
@@ -683,11 +693,11 @@ pub enum OccurrenceOutcome<T, E = String> {
 /// At most [`ScheduleOptions::report_capacity`] reports (64 by default) wait unread: past
 /// that the oldest is dropped for each new one, and counted ([`Scheduled::dropped_reports`]).
 pub struct Scheduled<T, E = String> {
-    rx: mailbox::Receiver<OccurrenceReport<T, E>>,
-    dropped: Arc<AtomicU64>,
-    stop: CancellationToken,
+    pub(super) rx: mailbox::Receiver<OccurrenceReport<T, E>>,
+    pub(super) dropped: Arc<AtomicU64>,
+    pub(super) stop: CancellationToken,
     /// The driver: aborted when the handle is dropped.
-    _task: AbortOnDropHandle<()>,
+    pub(super) _task: AbortOnDropHandle<()>,
 }
 
 impl<T, E> std::fmt::Debug for Scheduled<T, E> {
@@ -730,15 +740,26 @@ impl<T, E> tokio_stream::Stream for Scheduled<T, E> {
 }
 
 /// The driver's end of the reports: a bounded queue that drops the oldest, counted.
-struct Reports<T, E> {
-    tx: mailbox::Sender<OccurrenceReport<T, E>>,
-    capacity: usize,
+pub(super) struct Reports<T, E> {
+    pub(super) tx: mailbox::Sender<OccurrenceReport<T, E>>,
+    pub(super) capacity: usize,
     /// Shared with [`Scheduled::dropped_reports`].
-    dropped: Arc<AtomicU64>,
+    pub(super) dropped: Arc<AtomicU64>,
+}
+
+// By hand: the reports need not be `Clone` for their queue's sender to be.
+impl<T, E> Clone for Reports<T, E> {
+    fn clone(&self) -> Self {
+        Reports {
+            tx: self.tx.clone(),
+            capacity: self.capacity,
+            dropped: self.dropped.clone(),
+        }
+    }
 }
 
 impl<T, E> Reports<T, E> {
-    fn send(&mut self, report: OccurrenceReport<T, E>) {
+    pub(super) fn send(&mut self, report: OccurrenceReport<T, E>) {
         // A full queue takes out the oldest: the ticks never wait for the caller, and the
         // newest reports are the ones worth reading late.
         let Ok(evicted) = self.tx.send_evicting(report, self.capacity) else {
@@ -796,20 +817,18 @@ where
         let key = self.config.key.clone();
         let mut runs: JoinSet<Finished<T, E>> = JoinSet::new();
         let mut last: Option<SystemTime> = None;
-        if self.options.catch_up == CatchUp::Last {
+        // The catch-up of `CatchUp::All`, run in order beside the tick loop; stopped with it.
+        let mut catching_up: Option<AbortOnDropHandle<()>> = None;
+        if self.options.catch_up != CatchUp::None {
             // Tried until it can be checked: a server unreachable at start is when catching
             // up matters most (every server may have been down at the tick). A configuration
             // error would fail every try, and each occurrence reports it anyway.
             loop {
-                match self.catch_up().await {
-                    Ok(Some((occurrence, run))) => {
-                        last = Some(occurrence.tick());
-                        if run {
-                            self.start(&mut runs, occurrence);
-                        }
+                match self.catch_up(&mut runs, &mut catching_up).await {
+                    Ok(newest) => {
+                        last = newest;
                         break;
                     }
-                    Ok(None) => break,
                     Err(error @ Error::Config(_)) => {
                         tracing::warn!(key, error = %error, "the latest past occurrence is not caught up");
                         break;
@@ -860,18 +879,46 @@ where
             };
             self.reports.send(report);
         }
+        // The catch-up heard the stop too: it reports its occurrence stopped and ends.
+        if let Some(task) = catching_up {
+            let _ = task.await;
+        }
     }
 
-    /// The latest past tick and whether it still needs a run (neither done nor exhausted).
-    async fn catch_up(&mut self) -> Result<Option<(Occurrence, bool)>, Error> {
-        let found = self
+    /// Catches up at start ([`Failover::catch_up_plan`]): the latest past tick as any tick
+    /// ([`CatchUp::Last`]), or the window's ticks one after another in a task of their own
+    /// ([`CatchUp::All`], returned); `Ok(last)` is the newest tick looked at.
+    async fn catch_up(
+        &mut self,
+        runs: &mut JoinSet<Finished<T, E>>,
+        catching_up: &mut Option<AbortOnDropHandle<()>>,
+    ) -> Result<Option<SystemTime>, Error> {
+        let plan = self
             .failover
-            .latest_past_occurrence(&self.schedule, &self.config, self.options.retention)
+            .catch_up_plan(
+                &self.schedule,
+                &self.config,
+                self.options.catch_up,
+                self.options.history,
+            )
             .await?;
-        Ok(found.map(|(occurrence, state)| {
-            let run = !matches!(state, JobState::Done | JobState::Exhausted);
-            (occurrence, run)
-        }))
+        let last = plan.newest_tick();
+        if matches!(self.options.catch_up, CatchUp::All { .. }) {
+            *catching_up = self.failover.run_in_order(
+                self.schedule.clone(),
+                self.config.clone(),
+                self.options.clone(),
+                plan.run,
+                self.work.clone(),
+                self.reports.clone(),
+                self.stop.clone(),
+            );
+        } else {
+            for occurrence in plan.run {
+                self.start(runs, occurrence);
+            }
+        }
+        Ok(last)
     }
 
     /// Waits for the next occurrence to run after `last` ([`Failover::next_occurrence`]),

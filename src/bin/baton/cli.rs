@@ -21,9 +21,10 @@ pub(crate) const MAX_KILL_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Each command's help for `--prefix`: the keys it names differ (a job's, a lock's, an
 /// election's), and so does what PostgreSQL does with it.
-const PREFIX_HELP: [(&str, &str); 13] = [
+const PREFIX_HELP: [(&str, &str); 14] = [
     ("run", JOB_PREFIX),
     ("schedule", JOB_PREFIX),
+    ("backfill", JOB_PREFIX),
     ("status", JOB_PREFIX),
     ("check", SCHEDULE_PREFIX),
     ("pause", SCHEDULE_PREFIX),
@@ -85,6 +86,9 @@ pub(crate) fn command() -> clap::Command {
     // `schedule` is `run`'s flags (one struct) with a schedule required: the group is
     // `run`'s, where it is optional.
     cmd.mut_subcommand("schedule", |sub| {
+        sub.mut_group(SCHEDULE_GROUP, |g| g.required(true))
+    })
+    .mut_subcommand("backfill", |sub| {
         sub.mut_group(SCHEDULE_GROUP, |g| g.required(true))
     })
 }
@@ -198,6 +202,10 @@ pub(crate) enum Command {
         #[arg(long)]
         allow_absent: bool,
     },
+    /// Run the past occurrences of a schedule in a window (--from, --to) that have no
+    /// terminal outcome on record, each once across the fleet, oldest first.
+    #[command(after_long_help = super::backfill::BACKFILL_HELP)]
+    Backfill(BackfillArgs),
     /// Pause a schedule across the fleet: each run that binds to one of its occurrences while
     /// paused records it skipped (paused), runs nothing and exits 0; the cadence is kept.
     #[command(after_long_help = PAUSE_HELP)]
@@ -504,9 +512,17 @@ pub(crate) struct ScheduleArgs {
     #[command(flatten)]
     pub(crate) run: RunArgs,
     /// At start: `last` first runs the latest past tick if it is neither done nor exhausted
-    /// (every server was down then); `none` waits for the next tick.
+    /// (every server was down then); `all` runs every past tick of --catch-up-window with no
+    /// terminal outcome on record, oldest first, while the next ticks run as usual; `none`
+    /// waits for the next tick. Ticks skipped while paused are not caught up (`baton
+    /// backfill` runs them).
     #[arg(long, value_enum, default_value_t = CatchUpArg::None)]
     pub(crate) catch_up: CatchUpArg,
+    /// With `--catch-up all` (required there): how far back from now to catch up, e.g. 6h;
+    /// ticks older than what the schedule's record vouches for are left out.
+    #[arg(long, value_name = "DURATION", value_parser = duration,
+          required_if_eq("catch_up", "all"))]
+    pub(crate) catch_up_window: Option<Duration>,
     /// The most occurrences that run (or wait as a backup) here at
     /// once; a tick that comes while this many still do is reported skipped and not run here
     /// (a backup elsewhere may run it). Bounds the processes and connections that pile up when
@@ -518,6 +534,20 @@ pub(crate) struct ScheduleArgs {
     /// 10ms.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "5s")]
     pub(crate) trigger_poll: Duration,
+}
+
+/// `baton backfill`: `run`'s flags (a schedule required) and the window.
+#[derive(Args, Debug)]
+pub(crate) struct BackfillArgs {
+    /// The window's first tick: an RFC 3339 time (2026-11-26T00:00:00Z); ticks at or after it.
+    #[arg(long, value_name = "T")]
+    pub(crate) from: String,
+    /// The window's end: an RFC 3339 time; ticks at or before it (and not after the server's
+    /// clock: a tick not yet due is not backfilled).
+    #[arg(long, value_name = "T")]
+    pub(crate) to: String,
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
 }
 
 /// `baton dashboard`: where to serve the page and how often to read the server.
@@ -580,6 +610,7 @@ impl KindArg {
 pub(crate) enum CatchUpArg {
     None,
     Last,
+    All,
 }
 
 /// --overlap's values.

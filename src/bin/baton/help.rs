@@ -154,7 +154,9 @@ the watchdog, --max-hold, --kill-grace and PROGRAM's process group as there. Run
 (one per server): each occurrence runs once across the fleet, never before its tick, and a failed
 attempt is retried by a backup within the occurrence. It starts by waiting for the next tick;
 --catch-up last first runs the latest past tick if it is neither done nor exhausted (every server
-was down then). An occurrence still running (or waited for as a backup) when the next tick comes
+was down then); --catch-up all --catch-up-window D runs every past tick of the last D with no
+terminal outcome on record, oldest first, while the next ticks run (as `baton backfill` does;
+neither catches up a tick skipped while paused). An occurrence still running (or waited for as a backup) when the next tick comes
 does not block it: both run at once, each a job of its own (at most --max-concurrent here),
 unless --overlap says otherwise, looking at the whole fleet: `skip` records the new tick
 skipped_overlap while an earlier occurrence runs anywhere; `buffer-one` makes it wait (the host

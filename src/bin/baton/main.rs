@@ -80,6 +80,7 @@ use sink::Sink;
 mod out;
 
 mod admin;
+mod backfill;
 mod check;
 mod cli;
 #[cfg(feature = "dashboard")]
@@ -172,6 +173,13 @@ fn main() -> ExitCode {
 enum Plan<'a> {
     Run(&'a RunArgs, FailoverConfig, Option<Schedule>, Sink),
     Schedule(&'a ScheduleArgs, FailoverConfig, Schedule, Sink),
+    Backfill(
+        &'a cli::BackfillArgs,
+        FailoverConfig,
+        Schedule,
+        backfill::Window,
+        Sink,
+    ),
     Lock(&'a LockArgs, AcquireOptions, Sink),
     Redlock(&'a LockArgs, RedlockOptions, Sink),
     Leader(&'a LeaderArgs, ElectionOptions, Sink),
@@ -220,6 +228,13 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
                 // clap requires --every or --cron here; said again rather than assumed.
                 .ok_or_else(|| usage("`baton schedule` needs --every or --cron"))?;
             Plan::Schedule(args, config, schedule, sink)
+        }
+        Command::Backfill(args) => {
+            let window = backfill::window(args)?;
+            let (config, sink) = run::config(&args.run, &cli.prefix, false)?;
+            let schedule = run::schedule_of(&args.run.when, &config, args.run.retention)?
+                .ok_or_else(|| usage("`baton backfill` needs --every or --cron"))?;
+            Plan::Backfill(args, config, schedule, window, sink)
         }
         Command::Lock(args) => {
             // Lock names and prefixes follow the rules of job names (1..=1024 bytes, not blank,
@@ -315,6 +330,7 @@ async fn dispatch(cli: Cli) -> u8 {
     let flags = match &cli.command {
         Command::Run(args) => Some(&args.metrics),
         Command::Schedule(args) => Some(&args.run.metrics),
+        Command::Backfill(args) => Some(&args.run.metrics),
         Command::Lock(args) => Some(&args.metrics),
         Command::Leader(args) => Some(&args.metrics),
         _ => None,
@@ -342,6 +358,7 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     let verbose = match &cli.command {
         Command::Run(args) => args.verbose,
         Command::Schedule(args) => args.run.verbose,
+        Command::Backfill(args) => args.run.verbose,
         Command::Lock(args) => args.verbose,
         Command::Leader(args) => args.verbose,
         _ => 0,
@@ -368,7 +385,9 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
     // `run` and `schedule` ride out a deployment that is briefly down (--connect-timeout,
     // --give-up-after); the other commands answer an operator, at once.
     let patience = match &cli.command {
-        Command::Run(a) | Command::Schedule(ScheduleArgs { run: a, .. }) => {
+        Command::Run(a)
+        | Command::Schedule(ScheduleArgs { run: a, .. })
+        | Command::Backfill(cli::BackfillArgs { run: a, .. }) => {
             Some((a.connect_timeout, a.give_up_after))
         }
         _ => None,
@@ -386,6 +405,9 @@ async fn dispatch_plan(cli: &Cli, plan: Plan<'_>, exporter: Option<&metrics::Exp
         }
         Plan::Schedule(args, config, schedule, sink) => {
             schedule::schedule(&client, args, config, schedule, sink).await
+        }
+        Plan::Backfill(args, config, schedule, window, sink) => {
+            backfill::backfill(&client, args, config, schedule, window, sink).await
         }
         Plan::Lock(args, opts, sink) => lock::lock(&client, args, opts, sink, &cli.prefix).await,
         Plan::Leader(args, opts, sink) => {

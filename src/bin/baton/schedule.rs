@@ -42,7 +42,7 @@ use super::text::{self, human};
 const CLOCK_RETRY: Duration = Duration::from_secs(1);
 
 /// How one occurrence ended on this server, as its report line says.
-enum Outcome {
+pub(crate) enum Outcome {
     /// It ran as a job here (or waited for one): how that ended.
     Ran(Ended),
     /// `--max-concurrent`: this many occurrences still ran here at its tick.
@@ -92,6 +92,9 @@ struct Command<'a> {
     config: FailoverConfig,
     schedule: Schedule,
     fan: Fan,
+    /// `--catch-up all`: ticks at or before this are the catch-up's, run as a backfill runs
+    /// them (their outcome kept for the record's lifetime).
+    backfill_until: std::cell::Cell<Option<SystemTime>>,
 }
 
 pub(crate) async fn schedule(
@@ -116,12 +119,17 @@ pub(crate) async fn schedule(
         config,
         schedule,
         fan: Fan::new(),
+        backfill_until: std::cell::Cell::new(None),
     };
     let mut runs = Runs::default();
     let mut last: Option<SystemTime> = None;
+    // `--catch-up all`: the window's ticks still to run, one after another (the one running
+    // is `catching`), beside the next ticks.
+    let mut catch_up: std::collections::VecDeque<Occurrence> = Default::default();
+    let mut catching: Option<SystemTime> = None;
 
     let stop = 'ticks: {
-        if args.catch_up == CatchUpArg::Last {
+        if args.catch_up != CatchUpArg::None {
             // Tried until it can be checked, as the library's `CatchUp::Last` does: a server
             // unreachable at start is when catching up matters most (every server may have
             // been down at the tick).
@@ -129,7 +137,7 @@ pub(crate) async fn schedule(
             let found = loop {
                 let found = tokio::select! {
                     sig = signals.recv() => break 'ticks sig,
-                    f = cmd.latest_past() => f,
+                    f = cmd.catch_up_plan() => f,
                 };
                 match found {
                     Err(e) if e.is_retryable() => {
@@ -151,21 +159,49 @@ pub(crate) async fn schedule(
                 }
             };
             match found {
-                Ok(Some((occurrence, state))) => {
-                    last = Some(occurrence.tick());
-                    match state {
-                        JobState::Done | JobState::Exhausted => {
-                            let job = occurrence.job_key(key);
-                            report(&mut sink, &occurrence, &job, Outcome::Found(state));
-                        }
-                        _ => {
-                            if let Some(run) = cmd.start(&mut sink, occurrence) {
-                                runs.0.push(run);
-                            }
+                Ok(plan) if args.catch_up == CatchUpArg::All => {
+                    last = plan.newest_tick();
+                    cmd.backfill_until.set(last);
+                    sink.note(&format!(
+                        "catching up {} occurrence(s) of the last {}, oldest first ({} settled \
+                         on record, {} skipped while paused not caught up)",
+                        plan.run.len(),
+                        human(args.catch_up_window.unwrap_or_default()),
+                        plan.settled.len(),
+                        plan.paused.len()
+                    ));
+                    catch_up.extend(plan.run);
+                    while let Some(next) = catch_up.pop_front() {
+                        let tick = next.tick();
+                        if let Some(run) = cmd.start(&mut sink, next) {
+                            catching = Some(tick);
+                            runs.0.push(run);
+                            break;
                         }
                     }
                 }
-                Ok(None) => {}
+                Ok(plan) => {
+                    last = plan.newest_tick();
+                    for (occurrence, outcome) in &plan.settled {
+                        let state = match outcome {
+                            baton::RecordedOutcome::Exhausted => JobState::Exhausted,
+                            _ => JobState::Done,
+                        };
+                        let job = occurrence.job_key(key);
+                        report(&mut sink, occurrence, &job, Outcome::Found(state));
+                    }
+                    for occurrence in &plan.paused {
+                        sink.note(&format!(
+                            "occurrence {} was skipped while paused: not caught up",
+                            occurrence.id()
+                        ));
+                    }
+                    for occurrence in plan.run {
+                        if let Some(run) = cmd.start(&mut sink, occurrence) {
+                            runs.0.push(run);
+                        }
+                    }
+                }
                 Err(e) => sink.warn(&format!(
                     "the latest past tick could not be checked ({}); not caught up",
                     text::error_message(&e)
@@ -204,6 +240,17 @@ pub(crate) async fn schedule(
                         ));
                         if let Some(run) = cmd.start_after(&mut sink, occurrence, CLOCK_RETRY) {
                             runs.0.push(run);
+                        }
+                    } else if catching == Some(occurrence.tick()) {
+                        // `--catch-up all`: the next of the window, once this one ended.
+                        catching = None;
+                        while let Some(next) = catch_up.pop_front() {
+                            let tick = next.tick();
+                            if let Some(run) = cmd.start(&mut sink, next) {
+                                catching = Some(tick);
+                                runs.0.push(run);
+                                break;
+                            }
                         }
                     }
                 }
@@ -256,11 +303,24 @@ pub(crate) async fn schedule(
 }
 
 impl<'a> Command<'a> {
-    /// The latest past tick and its job's state (`--catch-up last`).
-    async fn latest_past(&self) -> Result<Option<(Occurrence, JobState)>, baton::Error> {
+    /// What `--catch-up` runs at start ([`baton::Failover::catch_up_plan`]).
+    async fn catch_up_plan(&self) -> Result<baton::BackfillPlan, baton::Error> {
+        let catch_up = match self.args.catch_up {
+            CatchUpArg::None => baton::CatchUp::None,
+            CatchUpArg::Last => baton::CatchUp::Last,
+            CatchUpArg::All => baton::CatchUp::All {
+                window: self.args.catch_up_window.unwrap_or_default(),
+            },
+        };
+        let history = self
+            .args
+            .run
+            .when
+            .history
+            .unwrap_or(baton::schedule::DEFAULT_HISTORY);
         self.client
             .failover()
-            .latest_past_occurrence(&self.schedule, &self.config, self.args.run.retention)
+            .catch_up_plan(&self.schedule, &self.config, catch_up, history)
             .await
     }
 
@@ -330,7 +390,16 @@ impl<'a> Command<'a> {
         delay: Duration,
     ) -> Option<Run<'a>> {
         let args = &self.args.run;
-        let config = match self.config.for_occurrence(&occurrence, args.retention) {
+        let caught_up = self
+            .backfill_until
+            .get()
+            .is_some_and(|until| occurrence.tick() <= until);
+        let config = if caught_up {
+            self.config.for_backfill(&occurrence, args.retention)
+        } else {
+            self.config.for_occurrence(&occurrence, args.retention)
+        };
+        let config = match config {
             // Recorded as `baton run --every/--cron` records its occurrence.
             Ok(c) => c.with_occurrence_record(
                 &args.key,
@@ -529,7 +598,7 @@ fn warn_long_lease(sink: &mut Sink, schedule: &Schedule, lease: Duration) {
 }
 
 /// The one line per occurrence: its tick, its job and how it ended here.
-fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome) {
+pub(crate) fn report(sink: &mut Sink, occurrence: &Occurrence, job: &str, outcome: Outcome) {
     let (name, status, what) = match outcome {
         Outcome::Ran(Ended::Done) => ("done", Some(0), "ran here: done".to_string()),
         Outcome::Ran(Ended::Failed(code)) => (
