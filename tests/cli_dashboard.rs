@@ -248,6 +248,13 @@ impl Browser {
 
     /// Sends one command (to the page's session once attached) and waits for its reply.
     fn call(&mut self, method: &str, params: Value) -> Value {
+        self.try_call(method, params)
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// [`Browser::call`], its error reply returned instead of a panic (a page navigating away
+    /// answers an evaluation with one).
+    fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = json!({ "id": id, "method": method, "params": params });
@@ -268,9 +275,9 @@ impl Browser {
                 continue;
             }
             if let Some(e) = reply.get("error") {
-                panic!("{method}: {e}");
+                return Err(e.clone());
             }
-            return reply["result"].clone();
+            return Ok(reply["result"].clone());
         }
     }
 
@@ -887,7 +894,10 @@ async fn schedule_rows_show_the_expression_and_history_and_a_record_alone_keeps_
         );
         let until = Instant::now() + SHOWN_WITHIN;
         let page = loop {
-            let page = browser.eval(
+            // The link navigates: an evaluation that meets the navigation is tried again.
+            let page = browser.try_call(
+                "Runtime.evaluate",
+                json!({ "returnByValue": true, "expression":
                 "(() => { const row = document.querySelector('table.history tr[data-outcome]'); \
                  const check = document.querySelector('p.check'); \
                  return { path: location.pathname, search: location.search, \
@@ -895,9 +905,11 @@ async fn schedule_rows_show_the_expression_and_history_and_a_record_alone_keeps_
                  check: check ? check.dataset.status : null, \
                  expression: (document.querySelector('section.schedule h2') || {}).textContent, \
                  row: row ? { ...row.dataset } : null, \
-                 facts: document.querySelector('section.schedule dl')?.textContent }; })()",
+                 facts: document.querySelector('section.schedule dl')?.textContent }; })()"
+                }),
             );
-            if !page["row"].is_null() {
+            let page = page.map_or(Value::Null, |r| r["result"]["value"].clone());
+            if !page.is_null() && !page["row"].is_null() {
                 break page;
             }
             assert!(
