@@ -1,6 +1,7 @@
-//! `--overlap skip` and `--overlap buffer-one`, fleet-wide: two `baton schedule` daemons (two
-//! "hosts") on one key, on Redis and on PostgreSQL. PROGRAM outlasts the gap between ticks, so
-//! every tick comes while an earlier occurrence runs on one of them.
+//! `--overlap skip`, `buffer-one` and `replace`, fleet-wide: two `baton schedule` daemons (two
+//! "hosts") on one key, on Redis and on PostgreSQL, PROGRAM outlasting the gap between ticks so
+//! every tick comes while an earlier occurrence runs on one of them; and three `baton run`
+//! hosts for `replace`.
 #![cfg(all(feature = "cli", feature = "testing"))]
 
 mod common;
@@ -221,4 +222,99 @@ async fn overlap_buffer_one_waits_then_runs_on_redis() {
 async fn overlap_buffer_one_waits_then_runs_on_postgres() {
     let db = common::PgDatabase::create();
     buffer_one_waits_then_runs(&db.url).await;
+}
+
+/// `replace`: host a's occurrence hangs (PROGRAM sleeps 30 s), host c waits as its backup; at
+/// the next tick host b runs with `--overlap replace`: a's PROGRAM is stopped at once and a
+/// exits with the lost-lease status, c ends without running it, b runs the new occurrence with
+/// a higher fencing token, and the record says `replaced` then `done`.
+async fn replace_stops_the_running_occurrence(url: &str) {
+    let dir = TempDir::new("overlap-replace");
+    let every = 4.0;
+    // Start just after a tick, so a and c both bind to it with time to spare.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    while now() % every > 0.5 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let run = |host: &str, extra: &[&str], script: String| {
+        let mut cmd = baton("run", url);
+        cmd.args(["--key", "ov-rep", "--every", "4s", "--early", "0s"])
+            .args(["--name", host, "--lease", "2s"])
+            .args(extra)
+            .args(["--", "sh", "-c", &script]);
+        cmd.stderr(Stdio::from(
+            std::fs::File::create(dir.path(&format!("err-{host}"))).expect("stderr file"),
+        ));
+        spawn(&mut cmd)
+    };
+    let started = |host: &str| {
+        format!(
+            "echo \"$BATON_OCCURRENCE $BATON_FENCING_TOKEN\" > {}",
+            shq(&dir.path(&format!("{host}.start")))
+        )
+    };
+    let a = run(
+        "a",
+        &[],
+        format!(
+            "{}; sleep 30; touch {}",
+            started("a"),
+            shq(&dir.path("a.end"))
+        ),
+    );
+    let a_start = wait_file(&dir.path("a.start"), QUICK, |t| t.ends_with('\n'))
+        .await
+        .expect("a's PROGRAM started");
+    let (a_occ, a_token) = a_start.trim().split_once(' ').unwrap();
+    let a_token: u64 = a_token.parse().unwrap();
+    let c = run("c", &[], format!("touch {}", shq(&dir.path("c.ran"))));
+    // b at the next tick.
+    let next = epoch(a_occ) + every;
+    while now() < next + 0.2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = run("b", &["--overlap", "replace"], started("b"));
+    let b_out = finish_by(b, Instant::now() + QUICK, "b").await;
+    assert_eq!(code(&b_out), 0, "b: {}", describe(&b_out));
+    let a_out = finish_by(a, Instant::now() + QUICK, "a").await;
+    assert_eq!(code(&a_out), 74, "a lost its lease: {}", describe(&a_out));
+    let a_err = std::fs::read_to_string(dir.path("err-a")).unwrap();
+    assert!(a_err.contains("replaced by b"), "a says why: {a_err}");
+    let c_out = finish_by(c, Instant::now() + QUICK, "c").await;
+    assert_eq!(code(&c_out), 0, "c: {}", describe(&c_out));
+    assert!(!dir.path("c.ran").exists(), "the backup did not run it");
+    assert!(!dir.path("a.end").exists(), "a's PROGRAM was stopped");
+    let b_start = std::fs::read_to_string(dir.path("b.start")).unwrap();
+    let (b_occ, b_token) = b_start.trim().split_once(' ').unwrap();
+    assert!(epoch(b_occ) > epoch(a_occ), "{b_occ} after {a_occ}");
+    assert!(
+        b_token.parse::<u64>().unwrap() > a_token,
+        "b's token {b_token} above a's {a_token}"
+    );
+    let h = history(url, "ov-rep").await;
+    let outcome = |id: &str| {
+        h.iter()
+            .find(|o| o["id"] == id)
+            .map(|o| o["outcome"].clone())
+    };
+    assert_eq!(outcome(a_occ), Some("replaced".into()), "{h:?}");
+    assert_eq!(outcome(b_occ), Some("done".into()), "{h:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_replace_stops_the_running_occurrence_on_redis() {
+    let srv = server();
+    replace_stops_the_running_occurrence(&srv.url()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_replace_stops_the_running_occurrence_on_postgres() {
+    let db = common::PgDatabase::create();
+    replace_stops_the_running_occurrence(&db.url).await;
 }

@@ -1224,8 +1224,10 @@ async fn the_jitter_line_of_the_docs_runs_at_the_tick_plus_its_jitter() {
         } else {
             command.clone()
         };
+        // `exec`: the signals the test sends reach baton, not a shell that would die and
+        // leave baton holding the output pipes (dash does not exec the last command itself).
         cmd.arg("-c")
-            .arg(command)
+            .arg(format!("exec {command}"))
             .env("BATON_URL", srv.url())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -11,7 +11,11 @@
 //!   before they acquire an occurrence's job;
 //! - [`Failover::wait_out_occurrence`] is `buffer-one`'s wait: the buffered occurrence's holder
 //!   waits, before its work starts, until the earlier one's job has no live lease or its own
-//!   window closes.
+//!   window closes;
+//! - [`Failover::replace_occurrences`] is `replace`'s stop: the earlier occurrences' attempts
+//!   are stopped wherever they run ([`Failover::replace_attempt`], a fenced stop request their
+//!   holders act on), their occurrences end `replaced`, and the new one runs once their
+//!   holders acknowledged or their leases ran out.
 //!
 //! Cost of the view: one history read (the newest [`LIVE_SCAN`] entries) plus one job read per
 //! entry that is not terminal, plus one job read of the previous tick when the record does not
@@ -74,6 +78,13 @@ pub enum Overlap {
     /// its job completed (so no backup runs it) and recorded `skipped_overlap`. While two run
     /// (one running, one waiting), it is skipped and recorded.
     BufferOne,
+    /// Stop the earlier occurrences that run and run this one: each earlier attempt is stopped
+    /// wherever it runs by a fenced stop request its holder acts on at once
+    /// ([`Failover::replace_attempt`]); its occurrence ends `replaced` (its job completed, so
+    /// no backup retries it), and this one runs once every stopped holder acknowledged, or,
+    /// for one that cannot be reached, once its lease ran out by the server's clock (a holder
+    /// stops its work by then). A manual occurrence (`baton trigger`) is never stopped.
+    Replace,
 }
 
 /// One earlier occurrence whose job has a live lease: [`Failover::live_occurrences`].
@@ -107,6 +118,12 @@ pub enum OverlapDecision {
         /// The earlier occurrence it waits for.
         behind: LiveOccurrence,
     },
+    /// Stop the `live` earlier occurrences ([`Failover::replace_occurrences`]), then run it as
+    /// usual.
+    Replace {
+        /// The earlier occurrences to stop, newest first.
+        live: Vec<LiveOccurrence>,
+    },
 }
 
 impl Overlap {
@@ -122,6 +139,9 @@ impl Overlap {
                 behind: one.clone(),
             },
             (Overlap::BufferOne, _) => OverlapDecision::Skip { live: live.len() },
+            (Overlap::Replace, _) => OverlapDecision::Replace {
+                live: live.to_vec(),
+            },
         }
     }
 
@@ -136,6 +156,7 @@ impl Overlap {
             Overlap::Allow => "allow",
             Overlap::Skip => "skip",
             Overlap::BufferOne => "buffer-one",
+            Overlap::Replace => "replace",
         }
     }
 }
@@ -339,6 +360,69 @@ impl Failover {
     }
 }
 
+impl Failover {
+    /// `replace`'s stop, before `occurrence` is acquired: each of the `live` earlier
+    /// occurrences of `schedule` (calendar ones; a manual one is left to run) is stopped where
+    /// it runs ([`Failover::replace_attempt`] of the attempt seen, by this writer for
+    /// `occurrence`: its holder hears `replaced by …` and stops its work at once, its backups
+    /// end without retrying, and it is recorded `replaced` with `record`'s options), then
+    /// waited out ([`Failover::wait_out_stop`]: until its holder acknowledged, or its lease's
+    /// time ran out by the server's clock). Several hosts binding to `occurrence` at once each
+    /// try; the first stops it, the others find it stopped and wait the same. Returns how
+    /// many were stopped here.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid key or retention; connection errors (call again: a
+    /// stop already made is found made).
+    pub async fn replace_occurrences(
+        &self,
+        schedule: &Schedule,
+        base: &FailoverConfig,
+        record: &super::record::RecordOptions,
+        occurrence: &Occurrence,
+        live: &[LiveOccurrence],
+    ) -> Result<usize, Error> {
+        let by = format!(
+            "{} for occurrence {}",
+            super::record::writer_name(base),
+            occurrence.id()
+        );
+        let mut stopped = 0;
+        for earlier in live {
+            let Some(old) = schedule.occurrence_of_tick(earlier.tick) else {
+                continue;
+            };
+            if old.id() != earlier.id {
+                // A manual occurrence (its id is not its tick's): left to run.
+                continue;
+            }
+            let super::JobState::Attempt { number, .. } = earlier.status.state else {
+                continue;
+            };
+            let job = base.for_occurrence(&old, None)?.with_record(
+                &base.key,
+                schedule,
+                old.tick(),
+                record.clone(),
+            );
+            let expected = crate::Expected::Attempt(number);
+            if let super::Replaced::Stopped { .. } =
+                self.replace_attempt(job.clone(), &expected, &by).await?
+            {
+                tracing::info!(
+                    key = %earlier.job_key,
+                    attempt = number,
+                    by = %by,
+                    "the earlier occurrence's attempt is stopped (overlap replace)"
+                );
+                stopped += 1;
+            }
+            self.wait_out_stop(job).await?;
+        }
+        Ok(stopped)
+    }
+}
+
 /// A run's value under `buffer-one`: the work's, or none when the window closed first.
 enum Gated<T> {
     Ran(T),
@@ -404,6 +488,28 @@ where
             return Ok(None);
         }
         OverlapDecision::Buffer { behind } => Some(behind),
+        OverlapDecision::Replace { live } => {
+            // Stopped and waited out before this one is acquired, tried again while the
+            // server cannot be reached (a stop already made is found made).
+            let mut said = false;
+            loop {
+                match failover
+                    .replace_occurrences(schedule, base, record, occurrence, &live)
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e @ Error::Config(_)) => return Err(e),
+                    Err(error) => {
+                        if !said {
+                            tracing::warn!(key = %base.key, %error, "the earlier occurrences could not be stopped; trying again");
+                            said = true;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            None
+        }
     };
     let (waiter, o, job) = (failover.clone(), occurrence.clone(), config.clone());
     let gated = move |attempt: super::run::Attempt| {

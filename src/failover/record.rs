@@ -723,7 +723,7 @@ impl FailoverConfig {
 }
 
 /// The writer's name: the configuration's worker name, else host and PID (as a worker's).
-fn writer_name(config: &FailoverConfig) -> std::sync::Arc<str> {
+pub(crate) fn writer_name(config: &FailoverConfig) -> std::sync::Arc<str> {
     config
         .worker_name
         .as_deref()

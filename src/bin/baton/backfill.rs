@@ -179,47 +179,31 @@ pub(crate) async fn backfill(
             Ok(None) => {}
         }
         // --overlap: the fleet-wide rule, as for any occurrence (overlap.rs).
-        let policy = super::overlap::policy(run.when.overlap);
-        let decided = patiently(
-            key,
-            "read the earlier occurrences",
-            run.give_up_after,
-            || failover.overlap_decision(policy, &schedule, &config, &occurrence),
+        let admitted = super::overlap::admit(
+            client,
+            (key, run.give_up_after),
+            run.when.overlap,
+            (&schedule, &config, &options),
+            &occurrence,
         );
-        let decided = tokio::select! {
+        let admitted = tokio::select! {
             sig = signals.recv() => return super::signals::signal_status(sig),
-            r = decided => r,
+            r = admitted => r,
         };
-        let mut gate = None;
-        match decided {
+        let gate = match admitted {
             Err(code) => {
                 first_failure.get_or_insert(code);
                 continue;
             }
-            Ok(baton::OverlapDecision::Skip { live }) => {
-                let line = super::overlap::record_skip(
-                    client,
-                    &config,
-                    &schedule,
-                    &options,
-                    &occurrence,
-                    live,
-                )
-                .await;
+            Ok(super::overlap::Admitted::Skipped(line)) => {
                 sink.say(
                     serde_json::json!({ "event": "skipped_overlap", "occurrence": occurrence.id() }),
                     &line,
                 );
                 continue;
             }
-            Ok(baton::OverlapDecision::Buffer { behind }) => {
-                gate = Some(super::overlap::Gate {
-                    occurrence: occurrence.clone(),
-                    behind,
-                });
-            }
-            Ok(_) => {}
-        }
+            Ok(super::overlap::Admitted::Run(gate)) => gate,
+        };
         let mut run_sink = sink.for_occurrence(Bound {
             id: occurrence.id().to_string(),
             job: job_key.clone(),

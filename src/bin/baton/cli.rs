@@ -486,8 +486,11 @@ pub(crate) struct WhenArgs {
     /// occurrence is a job of its own); `skip` records it skipped_overlap and runs nothing;
     /// `buffer-one` waits (the host that holds its job waits before PROGRAM starts, the others
     /// are its backups) until the earlier one ends, then runs it, or records it skipped_overlap
-    /// if its own window closes first; with two earlier ones live it is skipped. `skip` and
-    /// `buffer-one` cost about two reads per occurrence.
+    /// if its own window closes first; with two earlier ones live it is skipped; `replace`
+    /// stops the earlier ones wherever they run (their holders stop PROGRAM at once, their
+    /// occurrences end replaced, no backup retries them) and runs it once their holders are
+    /// gone (or their leases ran out). `skip`, `buffer-one` and `replace` cost about two
+    /// reads per occurrence.
     #[arg(long, value_enum, value_name = "POLICY", requires = SCHEDULE_GROUP)]
     pub(crate) overlap: Option<OverlapArg>,
 }
@@ -619,6 +622,7 @@ pub(crate) enum OverlapArg {
     Allow,
     Skip,
     BufferOne,
+    Replace,
 }
 
 #[derive(Args, Debug)]

@@ -161,7 +161,9 @@ does not block it: both run at once, each a job of its own (at most --max-concur
 unless --overlap says otherwise, looking at the whole fleet: `skip` records the new tick
 skipped_overlap while an earlier occurrence runs anywhere; `buffer-one` makes it wait (the host
 holding its job waits before PROGRAM, the others are its backups) until the earlier one ends,
-skipping it if its window closes first or if two earlier ones are live. A --lease longer than the gap between ticks is allowed (warned
+skipping it if its window closes first or if two earlier ones are live; `replace` stops the
+earlier ones wherever they run (their holders stop PROGRAM at once; their backups do not retry)
+and runs it once they are gone. A --lease longer than the gap between ticks is allowed (warned
 about: a dead holder keeps its occurrence past the next tick). PROGRAM never has the terminal
 and a SIGTSTP is not passed on: this is a daemon. PROGRAM gets BATON_KEY (--key), BATON_JOB
 (KEY@DIGEST@TICK), BATON_OCCURRENCE (the tick, RFC 3339 in UTC), BATON_ATTEMPT,

@@ -312,41 +312,25 @@ pub(crate) async fn run(
                 Ok(None) => {}
             }
             // --overlap: the fleet-wide rule (overlap.rs).
-            let policy = super::overlap::policy(args.when.overlap);
-            let failover = client.failover();
-            let decided = patiently(
-                &args.key,
-                "read the earlier occurrences",
-                args.give_up_after,
-                || failover.overlap_decision(policy, &schedule, &base, &occurrence),
+            let options = record_options(&args.when);
+            let admitted = super::overlap::admit(
+                client,
+                (&args.key, args.give_up_after),
+                args.when.overlap,
+                (&schedule, &base, &options),
+                &occurrence,
             );
-            let decided = tokio::select! {
+            let admitted = tokio::select! {
                 sig = signals.recv() => return signal_status(sig),
-                r = decided => r,
+                r = admitted => r,
             };
-            match decided {
+            match admitted {
                 Err(code) => return code,
-                Ok(baton::OverlapDecision::Skip { live }) => {
-                    let options = record_options(&args.when);
-                    let line = super::overlap::record_skip(
-                        client,
-                        &base,
-                        &schedule,
-                        &options,
-                        &occurrence,
-                        live,
-                    )
-                    .await;
+                Ok(super::overlap::Admitted::Skipped(line)) => {
                     sink.say(serde_json::json!({ "event": "skipped_overlap" }), &line);
                     return 0;
                 }
-                Ok(baton::OverlapDecision::Buffer { behind }) => {
-                    gate = Some(super::overlap::Gate {
-                        occurrence: occurrence.clone(),
-                        behind,
-                    });
-                }
-                Ok(_) => {}
+                Ok(super::overlap::Admitted::Run(g)) => gate = g,
             }
             env = occurrence_env(&occurrence);
             manual = Some((base, occurrence));

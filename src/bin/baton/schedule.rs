@@ -522,42 +522,26 @@ impl<'a> Command<'a> {
             // --overlap: the fleet-wide rule (overlap.rs), then the job (held behind an
             // earlier occurrence under buffer-one).
             let mut job = job;
-            let policy = super::overlap::policy(args.when.overlap);
-            let failover = self.client.failover();
-            let decided = patiently(
-                &args.key,
-                "read the earlier occurrences",
-                args.give_up_after,
-                || failover.overlap_decision(policy, &self.schedule, &self.config, &occurrence),
+            let options = record_options(&args.when);
+            let admitted = super::overlap::admit(
+                self.client,
+                (&args.key, args.give_up_after),
+                args.when.overlap,
+                (&self.schedule, &self.config, &options),
+                &occurrence,
             );
-            let decided = tokio::select! {
+            let admitted = tokio::select! {
                 sig = signals.recv() => {
                     return (occurrence, job_key, Ended::StoppedWaiting(signal_status(sig)));
                 }
-                d = decided => d,
+                d = admitted => d,
             };
-            match decided {
+            match admitted {
                 Err(code) => return (occurrence, job_key, Ended::Error(code)),
-                Ok(baton::OverlapDecision::Skip { live }) => {
-                    let options = record_options(&args.when);
-                    super::overlap::record_skip(
-                        self.client,
-                        &self.config,
-                        &self.schedule,
-                        &options,
-                        &occurrence,
-                        live,
-                    )
-                    .await;
+                Ok(super::overlap::Admitted::Skipped(_)) => {
                     return (occurrence, job_key, Ended::SkippedOverlap);
                 }
-                Ok(baton::OverlapDecision::Buffer { behind }) => {
-                    job.gate = Some(super::overlap::Gate {
-                        occurrence: occurrence.clone(),
-                        behind,
-                    });
-                }
-                Ok(_) => {}
+                Ok(super::overlap::Admitted::Run(gate)) => job.gate = gate,
             }
             let ended = job.run(&mut run_sink, &mut signals, &mut sigchld).await;
             super::trigger::settle(self.client, &self.config, &occurrence, ended).await;
