@@ -113,3 +113,74 @@ async fn trigger_once(client: baton::Client) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A manual occurrence that runs counts for the overlap rules of the ticks that come while it
+/// runs, found through the pending triggers even with no record entry for it (its record
+/// write not landed yet, or lost); and a tick running counts for a manual occurrence made
+/// after it, whose trigger time is earlier than nothing the record knows.
+#[tokio::test]
+async fn a_running_manual_occurrence_is_live_for_the_overlap_rules() {
+    let srv = server();
+    let client = client(&srv).await;
+    let f = client.failover();
+    let hourly = Schedule::every(Duration::from_secs(3600)).unwrap();
+    let base = FailoverConfig::builder("trig-live")
+        .lease(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let trigger = f.trigger_schedule(base.clone(), None).await.unwrap();
+    let manual = trigger.occurrence();
+    // Its job held, with no record entry: the configuration records nothing.
+    let job = base.for_occurrence(&manual, None).unwrap();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::new(tokio::sync::Notify::new());
+    let holder = tokio::spawn({
+        let (f, release, held) = (f.clone(), release.clone(), held.clone());
+        async move {
+            f.run(job, move |_| {
+                let (release, held) = (release.clone(), held.clone());
+                async move {
+                    held.notify_one();
+                    release.notified().await;
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }
+    });
+    held.notified().await;
+    let now = f.server_time("trig-live").await.unwrap();
+    let tick = hourly
+        .occurrence_of_tick(hourly.next_after(now).unwrap())
+        .unwrap();
+    let live = f.live_occurrences(&hourly, &base, &tick).await.unwrap();
+    assert_eq!(
+        live.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        [manual.id()],
+        "{live:?}"
+    );
+    assert_eq!(live[0].job_key, manual.job_key("trig-live"));
+    // Skip and buffer-one decide on it.
+    assert!(matches!(
+        f.overlap_decision(baton::Overlap::Skip, &hourly, &base, &tick)
+            .await
+            .unwrap(),
+        baton::OverlapDecision::Skip { live: 1 }
+    ));
+    // The manual occurrence itself does not count itself.
+    assert!(f
+        .live_occurrences(&hourly, &base, &manual)
+        .await
+        .unwrap()
+        .is_empty());
+    release.notify_one();
+    assert!(matches!(
+        holder.await.unwrap().unwrap(),
+        RunOutcome::Done(_)
+    ));
+    assert!(f
+        .live_occurrences(&hourly, &base, &tick)
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -9,6 +9,7 @@
 //! baton schedule --key s-every3 --every 3s --offset 1s ...
 //! baton schedule --key s-cron5 --cron '*/5 * * * * *' ...      (seconds first)
 //! baton schedule --key s-buf2 --every 2s --overlap buffer-one ...
+//! baton schedule --key s-rep3 --every 3s --overlap replace ...
 //! ... --lease 1s --kill-grace 200ms --max-attempts 4 --events FILE -- sh -c SCRIPT
 //! ```
 //!
@@ -38,6 +39,7 @@
 //! - `pause_server`: SIGSTOP of redis-server for 0.2–1 s;
 //! - `pause_schedule`: an operator's `baton pause --key K` of one schedule, `baton resume`
 //!   1–4 s later;
+//! - `trigger`: an operator's `baton trigger --key K` (the daemons poll every second);
 //! - `nothing`.
 //!
 //! Checks:
@@ -48,7 +50,8 @@
 //! - S2: no PROGRAM starts before its tick by the server's clock (see above; the allowance is
 //!   the offset's measured bound);
 //! - S3: every tick whose window `[T − 1 s, T + P − E]` (E the early tolerance) had a witness
-//!   ends DONE or EXHAUSTED in the store: a process spawned a second before the window, neither
+//!   ends DONE or EXHAUSTED in the store (or, under an overlap rule, recorded
+//!   `skipped_overlap` with no job): a process spawned a second before the window, neither
 //!   frozen nor cut off (its link, the server) within it, nor killed within it or for 10 s
 //!   after. The harness knows its faults: a tick with no witness is accounted as excused (and
 //!   reported: done, or missed, or left at an attempt). Every live `baton schedule` waits on
@@ -64,8 +67,13 @@
 //!   overlapped its window); `running` or `failed` only for an excused tick whose job is
 //!   left at an attempt; `skipped_overlap` only for a tick no PROGRAM ran. A tick whose
 //!   window a pause overlapped is excused from S3 (it may be skipped);
-//! - S7: under `--overlap buffer-one` (`s-buf2`), no two occurrences' PROGRAMs run at once:
-//!   the next waits for the running one to end (or is settled skipped), fleet-wide.
+//! - S7: under `--overlap buffer-one` (`s-buf2`) and `replace` (`s-rep3`), no two occurrences'
+//!   PROGRAMs run at once: the next waits for the running one to end (or is settled skipped),
+//!   or stops it and waits until its PROGRAM is gone, fleet-wide;
+//! - S8: every trigger runs at most once (S1 and S2 cover its PROGRAMs as an occurrence's) and
+//!   ends `DONE` or `EXHAUSTED`, its record entry saying the same, unless a pause of its
+//!   schedule overlapped it (then `skipped_paused` and never run), its overlap rule skipped
+//!   it (`skipped_overlap`, never run) or a later tick replaced it (`replaced`, `DONE`).
 //!
 //! The negative control `control-schedule-prefix` runs the same fleet without faults, one
 //! worker's processes with another `--prefix` (`baton:shadow:`): that worker's fleet of one
@@ -146,6 +154,12 @@ fn specs() -> Result<Vec<Spec>, BoxError> {
             key: "s-buf2",
             args: &["--every", "2s", "--overlap", "buffer-one"],
             schedule: Schedule::every(Duration::from_secs(2))?,
+            exclusive: true,
+        },
+        Spec {
+            key: "s-rep3",
+            args: &["--every", "3s", "--overlap", "replace"],
+            schedule: Schedule::every(Duration::from_secs(3))?,
             exclusive: true,
         },
     ])
@@ -233,6 +247,8 @@ struct Phase {
     outages: Mutex<Vec<Outage>>,
     frozen_holders: Mutex<Vec<String>>,
     dropped_lines: Arc<AtomicU64>,
+    /// The triggers made: schedule index, id (S8).
+    triggers: Mutex<Vec<(usize, String)>>,
 }
 
 fn wall_ns() -> u64 {
@@ -297,6 +313,8 @@ impl Phase {
                 "4",
                 "--history",
                 "500",
+                "--trigger-poll",
+                "1s",
             ])
             .args(["--name", &label])
             .arg("--events")
@@ -587,19 +605,38 @@ impl Phase {
             "target":key,"pause":paused.err(),"resume":resumed.err()}));
     }
 
+    /// An operator's `baton trigger --key K` of one schedule.
+    async fn trigger(&self, rng: &mut Rng) {
+        let s = rng.below(self.specs.len());
+        let key = self.specs[s].key;
+        self.count("trigger");
+        let made = self
+            .operator_out(&["trigger", "--key", key, "--note", "chaos"])
+            .await;
+        if let Ok(id) = &made {
+            lock(&self.triggers).push((s, id.trim().to_string()));
+        }
+        self.fault_log("trigger", key, json!({"made": made}));
+    }
+
     /// Runs `baton ARGS` as an operator (the admin URL, in the environment), bounded by 5 s.
     async fn operator(&self, args: &[&str]) -> Result<(), String> {
+        self.operator_out(args).await.map(drop)
+    }
+
+    /// [`Phase::operator`], its standard output.
+    async fn operator_out(&self, args: &[&str]) -> Result<String, String> {
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.args(args)
             .env("BATON_URL", &self.admin_url)
             .env_remove("BATON_REDIS_URL")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let out = tokio::time::timeout(Duration::from_secs(5), cmd.output()).await;
         match out {
-            Ok(Ok(o)) if o.status.success() => Ok(()),
+            Ok(Ok(o)) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into()),
             Ok(Ok(o)) => Err(format!(
                 "{}: {}",
                 o.status,
@@ -623,6 +660,7 @@ impl Phase {
                 "blip" => self.blip(&mut rng).await,
                 "pause_server" => self.pause_server(&mut rng).await,
                 "pause_schedule" => self.pause_schedule(&mut rng).await,
+                "trigger" => self.trigger(&mut rng).await,
                 _ => {
                     self.count("nothing");
                     tokio::time::sleep(Duration::from_millis(rng.range(500.0, 2000.0) as u64))
@@ -659,6 +697,15 @@ pub struct Tick {
     paused: bool,
 }
 
+/// A trigger made during the phase (S8).
+#[derive(Debug, Clone)]
+pub struct Triggered {
+    /// Its job, `KEY@manual@ID`.
+    job: String,
+    /// Whether a pause of its schedule overlapped it.
+    paused: bool,
+}
+
 /// What a phase left behind for the checker.
 pub struct SchedResult {
     pub cfg: SchedCfg,
@@ -670,6 +717,8 @@ pub struct SchedResult {
     /// Job → its final state in the store (the main prefix).
     final_state: BTreeMap<String, Option<String>>,
     final_state_err: Option<String>,
+    /// The triggers made (S8).
+    triggered: Vec<Triggered>,
     /// Per schedule (by index): whether it runs under `--overlap buffer-one` (S7), and its key.
     exclusive: Vec<(&'static str, bool)>,
     /// Job → its occurrence's outcome in the schedule's record, repaired (S6).
@@ -749,8 +798,14 @@ async fn read_records(url: &str, keys: &[&str]) -> Result<BTreeMap<String, Strin
                         .schedule_history(*key, &record.digest, 1000)
                         .await?
                     {
+                        // A manual occurrence's job is digest-free.
+                        let digest = if entry.manual {
+                            "manual"
+                        } else {
+                            &record.digest
+                        };
                         out.insert(
-                            format!("{key}@{}@{}", record.digest, entry.id),
+                            format!("{key}@{digest}@{}", entry.id),
                             entry.outcome.as_str().to_string(),
                         );
                     }
@@ -830,6 +885,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         outages: Mutex::new(Vec::new()),
         frozen_holders: Mutex::new(Vec::new()),
         dropped_lines: Arc::new(AtomicU64::new(0)),
+        triggers: Mutex::new(Vec::new()),
     });
     // Monotonic and wall clocks side by side: fault intervals are monotonic, ticks wall.
     let (mono0, wall0) = (mono_ns(), wall_ns());
@@ -859,8 +915,8 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
                 "pause_schedule",
                 "nothing",
             ],
-            vec!["blip", "pause_server", "freeze", "nothing"],
-            vec!["freeze", "kill", "blip"],
+            vec!["blip", "pause_server", "freeze", "trigger", "nothing"],
+            vec!["freeze", "kill", "blip", "trigger"],
         ]
     };
     // Faults start once the first occurrences run.
@@ -971,7 +1027,27 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
     // Done when every checked tick's job is terminal, or when no state changed for 4 s (a
     // missed tick, or one left at a lost holder's attempt, never ends): longer than a lease
     // plus the longest PROGRAM, so a running occurrence always moves within it.
-    let jobs: Vec<String> = ticks.iter().map(|t| t.job.clone()).collect();
+    // The triggers made, and whether a pause of their schedule overlapped them (S8).
+    let mut triggered = Vec::new();
+    for (s, id) in lock(&phase.triggers).iter() {
+        let key = phase.specs[*s].key;
+        let at = id
+            .strip_prefix("manual-")
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map_or(0, |t| t.as_nanosecond().max(0) as u64);
+        tick_of.insert(format!("{key}|{id}"), at);
+        let paused = outages.iter().any(|o| {
+            o.scope == Scope::Schedule(*s)
+                && to_wall(o.from) < at + 5_000_000_000
+                && to_wall(o.to) > at.saturating_sub(1_000_000_000)
+        });
+        triggered.push(Triggered {
+            job: format!("{key}@manual@{id}"),
+            paused,
+        });
+    }
+    let mut jobs: Vec<String> = ticks.iter().map(|t| t.job.clone()).collect();
+    jobs.extend(triggered.iter().map(|t| t.job.clone()));
     let bound = heal + SETTLE_S * 1_000_000_000;
     let mut seen: Option<(BTreeMap<String, Option<String>>, u64)> = None;
     loop {
@@ -1044,6 +1120,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
             "blip",
             "pause_server",
             "pause_schedule",
+            "trigger",
         ]
         .iter()
         .map(|k| faults.get(*k).copied().unwrap_or(0))
@@ -1078,6 +1155,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         final_state_err,
         recorded,
         recorded_err,
+        triggered,
         exclusive,
         exits,
         stuck,
@@ -1298,7 +1376,7 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
     // S3.
     let mut s3 = Vec::new();
     let mut excused = Vec::new();
-    let (mut checked, mut done, mut exhausted) = (0u64, 0u64, 0u64);
+    let (mut checked, mut done, mut exhausted, mut skipped) = (0u64, 0u64, 0u64, 0u64);
     if let Some(e) = &r.final_state_err {
         s3.push(format!("final state unreadable: {e}"));
     }
@@ -1317,6 +1395,11 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         match st.as_deref() {
             Some("DONE") => done += 1,
             Some("EXHAUSTED") => exhausted += 1,
+            // Skipped by its overlap rule (another occurrence ran): never acquired, on record
+            // (S6 checks that no PROGRAM ran for it).
+            None if r.recorded.get(&t.job).map(String::as_str) == Some("skipped_overlap") => {
+                skipped += 1
+            }
             other => s3.push(format!(
                 "{}: final state {other:?} (window closed {} ms after the tick; witness {})",
                 t.job,
@@ -1346,6 +1429,8 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             "skipped_paused" => program || terminal(&st) || !t.paused,
             "running" | "failed" => t.witness.is_some() || terminal(&st),
             "skipped_overlap" => program,
+            // Stopped by a later occurrence (`--overlap replace`): its job completed.
+            "replaced" => st.as_deref() != Some("DONE"),
             _ => true,
         };
         if bad {
@@ -1357,6 +1442,32 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
                 t.witness.as_deref().unwrap_or("-")
             ));
         }
+    }
+    // S8: the triggers.
+    let mut s8 = Vec::new();
+    let mut trig_outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    for t in &r.triggered {
+        let st = r.final_state.get(&t.job).cloned().flatten();
+        let rec = r.recorded.get(&t.job).cloned();
+        let program = ran.contains(&t.job);
+        let key = match (st.as_deref(), rec.as_deref()) {
+            (Some("DONE"), Some("done")) | (Some("EXHAUSTED"), Some("exhausted")) => "ran",
+            // Under `--overlap replace` a later tick may stop it; under `skip`/`buffer-one`
+            // an earlier running one may skip it.
+            (Some("DONE"), Some("replaced")) => "replaced",
+            (_, Some("skipped_overlap")) if !program => "skipped_overlap",
+            (None, Some("skipped_paused")) if t.paused && !program => "skipped_paused",
+            _ => {
+                s8.push(format!(
+                    "{}: store {st:?}, record {rec:?}, PROGRAM {}, paused {}",
+                    t.job,
+                    if program { "ran" } else { "never ran" },
+                    t.paused
+                ));
+                "bad"
+            }
+        };
+        *trig_outcomes.entry(key.into()).or_default() += 1;
     }
     // S7: under buffer-one, no two occurrences' PROGRAMs at once.
     let mut s7 = Vec::new();
@@ -1488,11 +1599,12 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
         println!("    {name} excused: {ex}");
     }
     lines.push((
-        format!("{name} S3 every witnessed tick ends DONE or EXHAUSTED"),
+        format!("{name} S3 every witnessed tick ends DONE or EXHAUSTED (or skipped by overlap)"),
         s3.is_empty() && checked > 0,
         format!(
-            "{} violation(s); {checked} ticks checked ({done} DONE, {exhausted} EXHAUSTED), {} \
-             with no witness (every process frozen, killed or cut off, or the server paused)",
+            "{} violation(s); {checked} ticks checked ({done} DONE, {exhausted} EXHAUSTED, \
+             {skipped} skipped by overlap), {} with no witness (every process frozen, killed or \
+             cut off, the server paused, or the schedule paused)",
             s3.len(),
             excused.len()
         ),
@@ -1520,9 +1632,20 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             json!(on_record)
         ),
     ));
+    examples(&s8);
+    lines.push((
+        format!("{name} S8 every trigger runs once and ends DONE or EXHAUSTED on record"),
+        s8.is_empty() && !r.triggered.is_empty(),
+        format!(
+            "{} violation(s) in {} triggers: {}",
+            s8.len(),
+            r.triggered.len(),
+            json!(trig_outcomes)
+        ),
+    ));
     examples(&s7);
     lines.push((
-        format!("{name} S7 under buffer-one no two occurrences run at once"),
+        format!("{name} S7 under buffer-one and replace no two occurrences run at once"),
         s7.is_empty() && s7_spans > 0,
         format!("{} violation(s) in {s7_spans} PROGRAMs", s7.len()),
     ));

@@ -83,7 +83,7 @@ pub enum Overlap {
     /// ([`Failover::replace_attempt`]); its occurrence ends `replaced` (its job completed, so
     /// no backup retries it), and this one runs once every stopped holder acknowledged, or,
     /// for one that cannot be reached, once its lease ran out by the server's clock (a holder
-    /// stops its work by then). A manual occurrence (`baton trigger`) is never stopped.
+    /// stops its work by then). A manual occurrence (`baton trigger`) is stopped like any.
     Replace,
 }
 
@@ -174,22 +174,34 @@ pub enum WaitedOut {
 }
 
 /// When the window of `occurrence` closes: its next tick minus that tick's early tolerance
-/// (a run starting then binds to the next tick). `None` for the calendar's last tick.
+/// (a run starting then binds to the next tick). `None` for the calendar's last tick. A
+/// manual occurrence's window is its trigger's lifetime
+/// ([`TRIGGER_LIFETIME`](crate::util::schedule_record::TRIGGER_LIFETIME)): it has no next
+/// tick, and an operator asked for it.
 pub fn window_close(occurrence: &Occurrence) -> Option<SystemTime> {
+    if occurrence.is_manual() {
+        return Some(occurrence.tick() + crate::util::schedule_record::TRIGGER_LIFETIME);
+    }
     // `jitter_room` with no lease is the window's length, from the tick to its close.
     let room = occurrence.jitter_room(Duration::ZERO);
     (room != Duration::MAX).then(|| occurrence.tick() + room)
 }
 
 impl Failover {
-    /// The earlier occurrences of `schedule` on `config`'s key (ticks before `before`) whose
-    /// job has a live lease anywhere in the fleet, newest first: the record's newest
-    /// [`LIVE_SCAN`] entries that are not terminal (`running`, `failed`), each checked against
-    /// its job, and the previous tick's own job, read directly (a lost record write must not
-    /// hide the occurrence just before). A job caught between two attempts (no live lease,
-    /// attempts left) is read again after a short grace (min(1 s, the lease) plus the retry
-    /// delay): live then if a backup took it over. Cost: one history read and one job read per
-    /// candidate (two for one between attempts).
+    /// The other occurrences of `schedule` on `config`'s key than `occurrence` whose job has a
+    /// live lease anywhere in the fleet, newest first: the record's newest [`LIVE_SCAN`]
+    /// entries that are not terminal (`running`, `failed`), the tick before `occurrence`'s and
+    /// the latest tick by this host's clock, and the pending manual occurrences
+    /// ([`Failover::triggers`]), each checked against its own job, read directly (a record
+    /// write not landed yet, or lost, must not hide an occurrence that runs). A job caught
+    /// between two attempts (no live lease, attempts left) is read again after a short grace
+    /// (min(1 s, the lease) plus the retry delay): live then if a backup took it over. Cost:
+    /// one history read, one trigger read, and one job read per candidate (typically two or
+    /// three; two reads for one between attempts).
+    ///
+    /// Two occurrences that decide at the same instant (a manual one triggered just as a tick
+    /// comes) may each read the other's job before it was acquired and both run: the overlap
+    /// rules are a fleet-wide view, not a lock.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid key; connection errors.
@@ -197,7 +209,7 @@ impl Failover {
         &self,
         schedule: &Schedule,
         config: &FailoverConfig,
-        before: SystemTime,
+        occurrence: &Occurrence,
     ) -> Result<Vec<LiveOccurrence>, Error> {
         let key = &config.key;
         let digest = schedule.digest();
@@ -207,21 +219,24 @@ impl Failover {
             .await
         {
             Ok(entries) => entries,
-            // A backend without the record: the previous tick's job is all there is to read.
+            // A backend without the record: the ticks' own jobs are all there is to read.
             Err(Error::Unsupported { .. }) => Vec::new(),
             Err(e) => return Err(e),
         };
         let mut candidates: Vec<(String, String, SystemTime)> = Vec::new();
+        let mut add = |id: String, job_key: String, tick: SystemTime| {
+            if id != occurrence.id() && !candidates.iter().any(|(i, _, _)| *i == id) {
+                candidates.push((id, job_key, tick));
+            }
+        };
         for entry in entries {
             let Some(record) = entry.into_record() else {
                 continue;
             };
-            if record.tick >= before
-                || !matches!(
-                    record.outcome,
-                    RecordedOutcome::Running | RecordedOutcome::Failed
-                )
-            {
+            if !matches!(
+                record.outcome,
+                RecordedOutcome::Running | RecordedOutcome::Failed
+            ) {
                 continue;
             }
             // A manual occurrence's job is digest-free (`KEY@manual@ID`).
@@ -231,16 +246,30 @@ impl Failover {
                 digest
             };
             let job_key = occurrence_job_key(key, of, &record.id);
-            candidates.push((record.id, job_key, record.tick));
+            add(record.id, job_key, record.tick);
         }
-        let previous = before
-            .checked_sub(Duration::from_millis(1))
-            .and_then(|t| schedule.latest_at_or_before(t))
-            .and_then(|t| schedule.occurrence_of_tick(t));
-        if let Some(prev) = previous {
-            if !candidates.iter().any(|(id, _, _)| id == prev.id()) {
-                candidates.push((prev.id().to_string(), prev.job_key(key), prev.tick()));
+        // The tick before this one, and the latest by this host's clock (a manual occurrence
+        // runs after its trigger's time, when later ticks may have come).
+        let ticks = [
+            occurrence.tick().checked_sub(Duration::from_millis(1)),
+            Some(SystemTime::now().max(occurrence.tick())),
+        ];
+        for t in ticks.into_iter().flatten() {
+            if let Some(o) = schedule
+                .latest_at_or_before(t)
+                .and_then(|t| schedule.occurrence_of_tick(t))
+            {
+                add(o.id().to_string(), o.job_key(key), o.tick());
             }
+        }
+        let pending = match self.triggers(config.clone()).await {
+            Ok(pending) => pending,
+            Err(Error::Unsupported { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        for t in pending {
+            let o = t.occurrence();
+            add(o.id().to_string(), o.job_key(key), o.tick());
         }
         let mut live = Vec::new();
         for (id, job_key, tick) in candidates {
@@ -268,8 +297,9 @@ impl Failover {
     /// What `policy` makes of `occurrence` ([`Overlap::decide`] over
     /// [`Failover::live_occurrences`] before its tick): the one decision both schedule drivers
     /// and `baton run --every/--cron` make before acquiring an occurrence's job. `allow`
-    /// reads nothing. A manual occurrence ([`Occurrence::manual`], `baton trigger`) is always
-    /// run: an operator asked for it now, and it has no window of its own to wait in.
+    /// reads nothing. A manual occurrence ([`Occurrence::manual`], `baton trigger`) is judged
+    /// as a tick at its trigger's time ([`window_close`] gives it the trigger's lifetime to
+    /// wait in under `buffer-one`).
     ///
     /// # Errors
     /// As [`Failover::live_occurrences`].
@@ -280,12 +310,10 @@ impl Failover {
         config: &FailoverConfig,
         occurrence: &Occurrence,
     ) -> Result<OverlapDecision, Error> {
-        if !policy.reads_fleet() || occurrence.is_manual() {
+        if !policy.reads_fleet() {
             return Ok(OverlapDecision::Run);
         }
-        let live = self
-            .live_occurrences(schedule, config, occurrence.tick())
-            .await?;
+        let live = self.live_occurrences(schedule, config, occurrence).await?;
         Ok(policy.decide(&live))
     }
 
@@ -361,9 +389,8 @@ impl Failover {
 }
 
 impl Failover {
-    /// `replace`'s stop, before `occurrence` is acquired: each of the `live` earlier
-    /// occurrences of `schedule` (calendar ones; a manual one is left to run) is stopped where
-    /// it runs ([`Failover::replace_attempt`] of the attempt seen, by this writer for
+    /// `replace`'s stop, before `occurrence` is acquired: each of the `live` other
+    /// occurrences of `schedule` (ticks and manual ones) is stopped where it runs ([`Failover::replace_attempt`] of the attempt seen, by this writer for
     /// `occurrence`: its holder hears `replaced by …` and stops its work at once, its backups
     /// end without retrying, and it is recorded `replaced` with `record`'s options), then
     /// waited out ([`Failover::wait_out_stop`]: until its holder acknowledged, or its lease's
@@ -389,20 +416,22 @@ impl Failover {
         );
         let mut stopped = 0;
         for earlier in live {
-            let Some(old) = schedule.occurrence_of_tick(earlier.tick) else {
-                continue;
+            let old = if earlier.id.starts_with("manual-") {
+                // A manual occurrence (`baton trigger`): stopped like any.
+                Occurrence::manual(&earlier.id, earlier.tick, None)
+            } else {
+                match schedule.occurrence_of_tick(earlier.tick) {
+                    Some(o) => o,
+                    None => continue,
+                }
             };
-            if old.id() != earlier.id {
-                // A manual occurrence (its id is not its tick's): left to run.
-                continue;
-            }
             let super::JobState::Attempt { number, .. } = earlier.status.state else {
                 continue;
             };
-            let job = base.for_occurrence(&old, None)?.with_record(
+            let job = base.for_occurrence(&old, None)?.with_occurrence_record(
                 &base.key,
                 schedule,
-                old.tick(),
+                &old,
                 record.clone(),
             );
             let expected = crate::Expected::Attempt(number);
@@ -479,7 +508,7 @@ where
                 base,
                 schedule,
                 record.clone(),
-                occurrence.tick(),
+                occurrence,
                 super::record::RecordChange::Outcome {
                     outcome: RecordedOutcome::SkippedOverlap,
                     note: Some(format!("{live} earlier occurrence(s) still ran")),

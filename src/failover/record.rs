@@ -271,7 +271,7 @@ impl Failover {
 }
 
 impl Failover {
-    /// [`Failover::record_occurrence`] in the background, best effort (a failure is a warning
+    /// [`Failover::record_occurrence_of`] in the background, best effort (a failure is a warning
     /// and a count in `baton_schedule_record_errors_total`): what the schedule's driver
     /// records of the ticks it does not run (skipped by overlap or by a pause).
     pub(crate) fn record_in_background(
@@ -279,14 +279,15 @@ impl Failover {
         config: &FailoverConfig,
         schedule: &Schedule,
         options: RecordOptions,
-        tick: SystemTime,
+        occurrence: &crate::schedule::Occurrence,
         change: RecordChange,
     ) {
         let (this, config, schedule) = (self.clone(), config.clone(), schedule.clone());
+        let occurrence = occurrence.clone();
         self.backend.tracker().spawn(async move {
             let key = config.key.clone();
             if let Err(error) = this
-                .record_occurrence(&schedule, &options, config, tick, change)
+                .record_occurrence_of(&schedule, &options, config, &occurrence, change)
                 .await
             {
                 crate::util::metrics::count(

@@ -101,7 +101,8 @@ impl<T, E> RunOutcome<T, E> {
 pub(crate) fn settles<T, E>(outcome: &super::OccurrenceOutcome<T, E>) -> bool {
     match outcome {
         super::OccurrenceOutcome::Ran(o) => o.is_final(),
-        super::OccurrenceOutcome::Paused(_) => true,
+        // Skipped by the overlap rule: answered, and on record.
+        super::OccurrenceOutcome::Paused(_) | super::OccurrenceOutcome::Skipped => true,
         _ => false,
     }
 }

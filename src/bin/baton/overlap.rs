@@ -106,7 +106,7 @@ pub(crate) async fn record_skip(
     };
     let written = client
         .failover()
-        .record_occurrence(schedule, options, config.clone(), occurrence.tick(), change)
+        .record_occurrence_of(schedule, options, config.clone(), occurrence, change)
         .await;
     if let Err(e) = written {
         say!(

@@ -328,6 +328,8 @@ pub(crate) async fn run(
                 Err(code) => return code,
                 Ok(super::overlap::Admitted::Skipped(line)) => {
                     sink.say(serde_json::json!({ "event": "skipped_overlap" }), &line);
+                    let ended = Ended::SkippedOverlap;
+                    super::trigger::settle(client, &base, &occurrence, ended).await;
                     return 0;
                 }
                 Ok(super::overlap::Admitted::Run(g)) => gate = g,

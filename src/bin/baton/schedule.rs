@@ -539,7 +539,9 @@ impl<'a> Command<'a> {
             match admitted {
                 Err(code) => return (occurrence, job_key, Ended::Error(code)),
                 Ok(super::overlap::Admitted::Skipped(_)) => {
-                    return (occurrence, job_key, Ended::SkippedOverlap);
+                    let ended = Ended::SkippedOverlap;
+                    super::trigger::settle(self.client, &self.config, &occurrence, ended).await;
+                    return (occurrence, job_key, ended);
                 }
                 Ok(super::overlap::Admitted::Run(gate)) => job.gate = gate,
             }

@@ -68,7 +68,11 @@ pub(crate) async fn bind_now(
 pub(crate) fn settles(ended: Ended) -> bool {
     matches!(
         ended,
-        Ended::Done | Ended::DoneElsewhere | Ended::Exhausted(_) | Ended::Paused
+        Ended::Done
+            | Ended::DoneElsewhere
+            | Ended::Exhausted(_)
+            | Ended::Paused
+            | Ended::SkippedOverlap
     )
 }
 
