@@ -434,7 +434,7 @@ impl Failover {
                 &old,
                 record.clone(),
             );
-            let expected = crate::Expected::Attempt(number);
+            let expected = crate::lease::store::Expected::Attempt(number);
             if let super::Replaced::Stopped { .. } =
                 self.replace_attempt(job.clone(), &expected, &by).await?
             {
