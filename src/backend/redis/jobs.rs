@@ -337,6 +337,65 @@ pub(crate) async fn job_status(
     status_from_replies(key, &values)
 }
 
+/// What the watched reads of a job's state and lease show of the attempt an operator named.
+enum NamedLive {
+    /// The live attempt is the one named: its number, its lease's remaining ms (`None`: no
+    /// TTL) and the state's (the retention when it has none).
+    Live {
+        attempt: u64,
+        lease_ms: Option<u64>,
+        state_ms: u64,
+    },
+    /// No attempt is live.
+    NotLive,
+    /// Another attempt is live.
+    Other(u64),
+}
+
+/// Reads `state_and_lease_reads`' four replies for an operator's act on the attempt `named`
+/// (`fail_attempt`, `replace_attempt`): the caller UNWATCHes unless it is [`NamedLive::Live`].
+///
+/// # Errors
+/// [`Error::CorruptState`] for a state baton never writes; [`Error::UnexpectedReply`] for
+/// replies that are not the four reads.
+fn named_live(
+    values: &[Value],
+    keys: &JobKeys,
+    named: Named,
+    retention: Duration,
+    doing: &str,
+) -> Result<NamedLive, Error> {
+    let [state, state_ttl, lease, lease_ttl] = values else {
+        return Err(Error::UnexpectedReply {
+            context: "reading a job before an operator's act on its attempt",
+            reply: format!("{doing}: {} replies instead of 4", values.len()),
+        });
+    };
+    let state = parse_state(state)?;
+    if let State::Corrupt(value) = state {
+        return Err(Error::CorruptState {
+            key: keys.state().to_string(),
+            value,
+        });
+    }
+    let (attempt, lease_ms) = match (state, parse_lease(lease, lease_ttl)?) {
+        (State::Attempt(n), Lease::Held { pttl_ms, .. }) => (n, pttl_ms),
+        _ => return Ok(NamedLive::NotLive),
+    };
+    if !named.names(attempt) {
+        return Ok(NamedLive::Other(attempt));
+    }
+    let state_ms = match state_ttl {
+        Value::Int(n) if *n > 0 => *n as u64,
+        _ => retention.as_millis() as u64,
+    };
+    Ok(NamedLive::Live {
+        attempt,
+        lease_ms,
+        state_ms,
+    })
+}
+
 /// `Failover::fail_attempt` on Redis: deletes the lease, records `reason` and publishes
 /// `failed`, in one transaction conditional on the state and lease read (`WATCH`), if the live
 /// attempt is the one `named`.
@@ -356,41 +415,18 @@ pub(crate) async fn fail_attempt(
                 state_and_lease_reads(p, keys)
             })
             .await?;
-        let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
-            conn.defer_unwatch();
-            return Err(Error::UnexpectedReply {
-                context: "reading a job before releasing it",
-                reply: format!("{} replies instead of 4", values.len()),
-            });
-        };
-        let parsed = (parse_state(state), parse_lease(lease, lease_ttl));
-        let attempt = match parsed {
-            (Ok(State::Attempt(n)), Ok(Lease::Held { .. })) => n,
-            (Ok(State::Corrupt(value)), _) => {
+        let live = named_live(&values, keys, named, retention, "releasing it");
+        let (attempt, _, ttl) = match live {
+            Ok(NamedLive::Live { attempt, lease_ms, state_ms }) => (attempt, lease_ms, state_ms),
+            other => {
                 conn.defer_unwatch();
-                return Err(Error::CorruptState {
-                    key: keys.state().to_string(),
-                    value,
-                });
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                conn.defer_unwatch();
-                return Err(e);
-            }
-            _ => {
-                conn.defer_unwatch();
-                return Ok(FailAttempt::NotLive);
+                return match other? {
+                    NamedLive::Other(n) => Ok(FailAttempt::Another(n)),
+                    _ => Ok(FailAttempt::NotLive),
+                };
             }
         };
-        if !named.names(attempt) {
-            conn.defer_unwatch();
-            return Ok(FailAttempt::Another(attempt));
-        }
-        // Keep the failure note as long as the state itself.
-        let ttl = match state_ttl {
-            Value::Int(n) if *n > 0 => *n as u64,
-            _ => retention.as_millis() as u64,
-        };
+        // The failure note is kept as long as the state itself (`ttl`).
         let mut tx = conn.transaction();
         tx.cmd("DEL")
             .arg(keys.lease())
@@ -497,40 +533,18 @@ pub(crate) async fn replace_attempt(
                 state_and_lease_reads(p, keys)
             })
             .await?;
-        let [state, state_ttl, lease, lease_ttl] = values.as_slice() else {
-            conn.defer_unwatch();
-            return Err(Error::UnexpectedReply {
-                context: "reading a job before replacing its attempt",
-                reply: format!("{} replies instead of 4", values.len()),
-            });
-        };
-        let (attempt, pttl) = match (parse_state(state), parse_lease(lease, lease_ttl)) {
-            (Ok(State::Attempt(n)), Ok(Lease::Held { pttl_ms, .. })) => (n, pttl_ms),
-            (Ok(State::Corrupt(value)), _) => {
+        let live = named_live(&values, keys, named, retention, "replacing its attempt");
+        let (attempt, pttl, ttl) = match live {
+            Ok(NamedLive::Live { attempt, lease_ms, state_ms }) => (attempt, lease_ms, state_ms),
+            other => {
                 conn.defer_unwatch();
-                return Err(Error::CorruptState {
-                    key: keys.state().to_string(),
-                    value,
-                });
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                conn.defer_unwatch();
-                return Err(e);
-            }
-            _ => {
-                conn.defer_unwatch();
-                return Ok(Replaced::NotLive);
+                return match other? {
+                    NamedLive::Other(n) => Ok(Replaced::Other(n)),
+                    _ => Ok(Replaced::NotLive),
+                };
             }
         };
-        if !named.names(attempt) {
-            conn.defer_unwatch();
-            return Ok(Replaced::Other(attempt));
-        }
-        // `DONE` keeps the state's retention: backups read it and end, none retries.
-        let ttl = match state_ttl {
-            Value::Int(n) if *n > 0 => *n as u64,
-            _ => retention.as_millis() as u64,
-        };
+        // `DONE` keeps the state's retention (`ttl`): backups read it and end, none retries.
         // The marker lives as long as the old lease could have (a lease without a TTL is a
         // foreign write: then as long as the state's retention, the most it can matter).
         // Read before the EXEC, so it errs long, never short.
