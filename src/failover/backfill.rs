@@ -20,8 +20,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
@@ -37,7 +35,6 @@ use super::scheduled::{
 use super::{Failover, JobState};
 use crate::error::{ConfigError, Error};
 use crate::schedule::{Occurrence, Schedule};
-use crate::util::mailbox;
 use crate::util::schedule_record::rfc3339;
 
 /// The most ticks one plan looks at: each may cost a read of its job, and a window of a
@@ -206,30 +203,19 @@ impl Failover {
         T: Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let (tx, rx) = mailbox::unbounded();
-        let dropped = Arc::new(AtomicU64::new(0));
-        let stop = self.backend.cancel().child_token();
-        let reports = Reports {
-            tx,
-            capacity: options.report_capacity,
-            dropped: dropped.clone(),
-        };
-        let task = self.backend.tracker().spawn(in_order(
-            self.clone(),
-            schedule,
-            config,
-            options,
-            plan.run,
-            work,
-            reports,
-            stop.clone(),
-        ));
-        Scheduled {
-            rx,
-            dropped,
-            stop,
-            _task: AbortOnDropHandle::new(task),
-        }
+        let capacity = options.report_capacity;
+        Scheduled::spawn(self, capacity, |reports, stop| {
+            in_order(
+                self.clone(),
+                schedule,
+                config,
+                options,
+                plan.run,
+                work,
+                reports,
+                stop,
+            )
+        })
     }
 
     /// The plan of `[from, to]`; with `clamp`, a window reaching past what the store vouches

@@ -337,38 +337,28 @@ impl Failover {
         T: Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let (tx, rx) = mailbox::unbounded();
-        let dropped = Arc::new(AtomicU64::new(0));
-        let stop = self.backend.cancel().child_token();
         // Checked once, by this host's clock: only a cron expression's gaps depend on when.
         let jitter_error = schedule
             .check_jitter(options.jitter, SystemTime::now())
             .err();
-        let driver = Driver {
-            failover: self.clone(),
-            schedule,
-            config,
-            reports: Reports {
-                tx,
-                capacity: options.report_capacity,
-                dropped: dropped.clone(),
-            },
-            options,
-            work,
-            stop: stop.clone(),
-            running: HashMap::new(),
-            warned_retention: false,
-            jitter_error,
-            triggers: super::trigger::TriggerPoll::new(),
-            next_poll: Instant::now(),
-        };
-        let task = self.backend.tracker().spawn(driver.drive());
-        Scheduled {
-            rx,
-            dropped,
-            stop,
-            _task: AbortOnDropHandle::new(task),
-        }
+        let capacity = options.report_capacity;
+        Scheduled::spawn(self, capacity, |reports, stop| {
+            Driver {
+                failover: self.clone(),
+                schedule,
+                config,
+                reports,
+                options,
+                work,
+                stop,
+                running: HashMap::new(),
+                warned_retention: false,
+                jitter_error,
+                triggers: super::trigger::TriggerPoll::new(),
+                next_poll: Instant::now(),
+            }
+            .drive()
+        })
     }
 }
 
@@ -706,6 +696,40 @@ impl<T, E> std::fmt::Debug for Scheduled<T, E> {
             .field("stopped", &self.stop.is_cancelled())
             .field("dropped_reports", &self.dropped_reports())
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static, E: Send + 'static> Scheduled<T, E> {
+    /// The stream of the driver `make` builds from its end of the report queue (bounded by
+    /// `capacity`) and its stop token (a child of the client's), spawned on the client's
+    /// tracker and aborted when the stream is dropped: what [`Failover::schedule`] and
+    /// [`Failover::backfill`] return.
+    pub(super) fn spawn<D>(
+        failover: &Failover,
+        capacity: usize,
+        make: impl FnOnce(Reports<T, E>, CancellationToken) -> D,
+    ) -> Self
+    where
+        D: Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mailbox::unbounded();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = failover.backend.cancel().child_token();
+        let reports = Reports {
+            tx,
+            capacity,
+            dropped: dropped.clone(),
+        };
+        let task = failover
+            .backend
+            .tracker()
+            .spawn(make(reports, stop.clone()));
+        Scheduled {
+            rx,
+            dropped,
+            stop,
+            _task: AbortOnDropHandle::new(task),
+        }
     }
 }
 

@@ -417,7 +417,11 @@ pub(crate) async fn fail_attempt(
             .await?;
         let live = named_live(&values, keys, named, retention, "releasing it");
         let (attempt, _, ttl) = match live {
-            Ok(NamedLive::Live { attempt, lease_ms, state_ms }) => (attempt, lease_ms, state_ms),
+            Ok(NamedLive::Live {
+                attempt,
+                lease_ms,
+                state_ms,
+            }) => (attempt, lease_ms, state_ms),
             other => {
                 conn.defer_unwatch();
                 return match other? {
@@ -535,7 +539,11 @@ pub(crate) async fn replace_attempt(
             .await?;
         let live = named_live(&values, keys, named, retention, "replacing its attempt");
         let (attempt, pttl, ttl) = match live {
-            Ok(NamedLive::Live { attempt, lease_ms, state_ms }) => (attempt, lease_ms, state_ms),
+            Ok(NamedLive::Live {
+                attempt,
+                lease_ms,
+                state_ms,
+            }) => (attempt, lease_ms, state_ms),
             other => {
                 conn.defer_unwatch();
                 return match other? {
