@@ -409,6 +409,12 @@ impl Client {
         Locks::new(self.backend.clone())
     }
 
+    /// The semaphore (leased, fenced permits) on this client's connections
+    /// ([`crate::semaphore`]).
+    pub fn semaphores(&self) -> crate::Semaphores {
+        crate::Semaphores::new(self.backend.clone())
+    }
+
     /// PostgreSQL advisory locks on this client's connections (feature `postgres`;
     /// [`crate::advisory`]): transaction-scoped, or session-scoped on a dedicated connection per
     /// guard. On a Redis client every operation returns [`Error::Unsupported`].

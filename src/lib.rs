@@ -225,6 +225,7 @@ pub mod mutex;
 pub mod queue;
 pub mod redlock;
 pub mod schedule;
+pub mod semaphore;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod util;
@@ -317,4 +318,5 @@ pub use mutex::{
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
 pub use schedule::{Occurrence, Schedule, ScheduleSpec, SpecKind};
+pub use semaphore::{PermitGuard, Semaphores};
 pub use util::metrics::describe_metrics;

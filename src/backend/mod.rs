@@ -54,6 +54,7 @@ pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod schedules;
+pub(crate) mod semaphores;
 
 use std::sync::Arc;
 use std::time::Duration;

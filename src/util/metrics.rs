@@ -301,6 +301,8 @@ label_values! {
         Redlock = "redlock",
         /// Run-or-enqueue.
         Queue = "queue",
+        /// The semaphore.
+        Semaphore = "semaphore",
         /// PostgreSQL advisory locks.
         #[cfg(feature = "postgres")]
         Advisory = "advisory",
@@ -374,6 +376,7 @@ pub(crate) mod primitive {
     pub(crate) const MUTEX: Primitive = Primitive::Mutex;
     pub(crate) const FAIR: Primitive = Primitive::Fair;
     pub(crate) const LEADER: Primitive = Primitive::Leader;
+    pub(crate) const SEMAPHORE: Primitive = Primitive::Semaphore;
     pub(crate) const REDLOCK: Primitive = Primitive::Redlock;
     pub(crate) const QUEUE: Primitive = Primitive::Queue;
     #[cfg(feature = "postgres")]

@@ -23,6 +23,7 @@ pub(crate) mod mailbox;
 pub(crate) mod metrics;
 pub(crate) mod names;
 pub(crate) mod parked;
+pub(crate) mod permits;
 pub(crate) mod pubsub;
 // What crosses run-or-enqueue's store seam (`backend::queue`).
 pub(crate) mod queue_items;

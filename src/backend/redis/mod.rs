@@ -38,6 +38,7 @@ pub(crate) mod redlock;
 pub(crate) mod router;
 pub(crate) mod schedules;
 pub(crate) mod script;
+pub(crate) mod semaphores;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod stale;

@@ -1,0 +1,198 @@
+//! The semaphore against real servers: one scenario list run on Redis, Valkey, a Redis Cluster
+//! and a Sentinel set (PostgreSQL refuses it with `Unsupported`, checked at the end).
+#![cfg(feature = "testing")]
+
+mod common;
+
+use std::time::Duration;
+
+use baton::prelude::*;
+use baton::{ErrorKind, LockOptions};
+use common::*;
+
+const LEASE: Duration = Duration::from_secs(10);
+
+scenario! {
+    #[tokio::test]
+    async fn n_holders_take_the_lowest_free_slots_and_the_next_is_refused() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
+        let mut held = Vec::new();
+        for want in 0..3u32 {
+            let g = sems.try_acquire("pool", 3, LEASE).await.unwrap().expect("a free permit");
+            assert_eq!(g.slot(), want);
+            assert!(g.fencing_token() > 0);
+            held.push(g);
+        }
+        assert!(sems.try_acquire("pool", 3, LEASE).await.unwrap().is_none());
+        // Freeing the middle slot: the next grant takes it, the lowest free one.
+        let middle = held.remove(1);
+        assert!(middle.release().await.unwrap());
+        let g = sems.try_acquire("pool", 3, LEASE).await.unwrap().expect("a freed permit");
+        assert_eq!(g.slot(), 1);
+        assert!(sems.try_acquire("pool", 3, LEASE).await.unwrap().is_none());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn a_waiter_gets_the_permit_a_release_frees() {
+        let srv = server();
+        let first = client(&srv).await;
+        let other = client(&srv).await;
+        let sems = first.semaphores();
+        let a = sems.try_acquire("wait", 1, LEASE).await.unwrap().unwrap();
+        let opts = LockOptions::builder().wait(Duration::from_secs(30)).build().unwrap();
+        let waiter = tokio::spawn(async move {
+            other.semaphores().acquire("wait", 1, LEASE, &opts).await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "granted while the only permit was held");
+        let before = a.fencing_token();
+        assert!(a.release().await.unwrap());
+        let b = waiter.await.unwrap().unwrap();
+        assert_eq!(b.slot(), 0);
+        assert!(b.fencing_token() > before);
+        // A bounded wait on a full semaphore ends in NotAcquired.
+        let opts = LockOptions::builder().max_tries(2).build().unwrap();
+        let e = sems.acquire("wait", 1, LEASE, &opts).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn a_crashed_holders_permit_returns_after_its_lease_with_a_higher_token() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
+        let short = Duration::from_millis(300);
+        let a = sems.try_acquire("crash", 1, short).await.unwrap().unwrap();
+        let old = a.fencing_token();
+        // A crash: the guard is forgotten, nothing releases it.
+        std::mem::forget(a);
+        assert!(sems.try_acquire("crash", 1, LEASE).await.unwrap().is_none());
+        let opts = LockOptions::builder().wait(Duration::from_secs(10)).build().unwrap();
+        let b = sems.acquire("crash", 1, LEASE, &opts).await.unwrap();
+        assert_eq!(b.slot(), 0);
+        assert!(b.fencing_token() > old, "{} after {old}", b.fencing_token());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn per_slot_tokens_strictly_increase_and_fence_off_a_stale_holder() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
+        let mut last = [0u64; 2];
+        for _ in 0..50 {
+            let a = sems.try_acquire("tokens", 2, LEASE).await.unwrap().unwrap();
+            let b = sems.try_acquire("tokens", 2, LEASE).await.unwrap().unwrap();
+            for g in [&a, &b] {
+                let s = g.slot() as usize;
+                assert!(g.fencing_token() > last[s], "slot {s}: {} after {}", g.fencing_token(), last[s]);
+                last[s] = g.fencing_token();
+            }
+            assert!(a.release().await.unwrap());
+            assert!(b.release().await.unwrap());
+        }
+        // The resource side: a permit of slot 0 re-granted refuses the old holder's write.
+        let old = sems.try_acquire("tokens", 2, LEASE).await.unwrap().unwrap();
+        assert_eq!(old.slot(), 0);
+        let stale = old.fencing_token();
+        assert!(old.release().await.unwrap());
+        let new = sems.try_acquire("tokens", 2, LEASE).await.unwrap().unwrap();
+        assert_eq!(new.slot(), 0);
+        let resource = "baton:resource:sem";
+        assert_eq!(new.write_fenced(resource, "new").await.unwrap(), baton::FencedWrite::Written);
+        let refused = sems.write_fenced(resource, 0, stale, "stale").await.unwrap();
+        assert!(matches!(refused, baton::FencedWrite::Rejected { .. }), "{refused:?}");
+        let read = new.read_fenced(resource).await.unwrap().unwrap();
+        assert_eq!(read.value, b"new".to_vec());
+        assert_eq!(read.fencing_token, new.fencing_token());
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn another_limit_is_a_typed_error_and_set_limit_lower_keeps_holders() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
+        let a = sems.try_acquire("limit", 3, LEASE).await.unwrap().unwrap();
+        let b = sems.try_acquire("limit", 3, LEASE).await.unwrap().unwrap();
+        let c = sems.try_acquire("limit", 3, LEASE).await.unwrap().unwrap();
+        let e = sems.try_acquire("limit", 5, LEASE).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        let text = e.to_string();
+        assert!(text.contains('3') && text.contains('5'), "{text}");
+        // Lowered to 1 under three holders: they keep their permits ...
+        assert_eq!(sems.set_limit("limit", 1).await.unwrap(), Some(3));
+        let mut a = a;
+        assert!(a.extend(LEASE).await.unwrap());
+        assert!(sems.try_acquire("limit", 1, LEASE).await.unwrap().is_none());
+        // ... and nothing is granted until fewer than one is held.
+        assert!(a.release().await.unwrap());
+        assert!(b.release().await.unwrap());
+        assert!(sems.try_acquire("limit", 1, LEASE).await.unwrap().is_none());
+        assert!(c.release().await.unwrap());
+        let d = sems.try_acquire("limit", 1, LEASE).await.unwrap().unwrap();
+        assert_eq!(d.slot(), 0);
+        // The old limit is refused now.
+        let e = sems.try_acquire("limit", 3, LEASE).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn release_extend_and_the_loss_signal_as_the_mutex() {
+        let srv = server();
+        let client = client(&srv).await;
+        let mut conn = raw(&srv).await;
+        let sems = client.semaphores();
+        let mut g = sems.try_acquire("loss", 2, LEASE).await.unwrap().unwrap();
+        let slot_key = format!("baton:sem:{{loss}}:{}", g.slot());
+        assert_eq!(get(&mut conn, &slot_key).await.as_deref(), Some(g.token()));
+        assert!(g.extend(Duration::from_secs(20)).await.unwrap());
+        assert!(pttl(&mut conn, &slot_key).await > 10_000);
+        // Another token in the slot (an operator, a takeover): the extension is refused and the
+        // loss signal fires; the release deletes nothing.
+        let _: () = redis::cmd("SET")
+            .arg(&slot_key)
+            .arg("someone-else")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(!g.extend(LEASE).await.unwrap());
+        assert!(g.is_lost());
+        assert!(!g.release().await.unwrap());
+        assert_eq!(get(&mut conn, &slot_key).await.as_deref(), Some("someone-else"));
+        // with_permit runs the work (slot 0 is still someone else's) and releases.
+        let slot = sems
+            .with_permit("loss", 2, LEASE, &LockOptions::default(), |g| {
+                let s = g.slot();
+                async move { s }
+            })
+            .await
+            .unwrap();
+        assert_eq!(slot, 1);
+        let free = sems.try_acquire("loss", 2, LEASE).await.unwrap().unwrap();
+        assert_eq!(free.slot(), 1);
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_refuses_the_semaphore_as_unsupported() {
+    let db = PgDatabase::create();
+    let client = baton::Client::connect(db.url.clone()).await.unwrap();
+    let e = client
+        .semaphores()
+        .try_acquire("pg", 2, LEASE)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+}
