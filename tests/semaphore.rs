@@ -1,5 +1,6 @@
-//! The semaphore against real servers: one scenario list run on Redis, Valkey, a Redis Cluster
-//! and a Sentinel set (PostgreSQL refuses it with `Unsupported`, checked at the end).
+//! The semaphore against real servers: one scenario list run on Redis, Valkey, a Redis Cluster,
+//! a Sentinel set and PostgreSQL (as the least-privilege role); the scenarios that read Redis
+//! keys or write fenced values (Redis only) skip PostgreSQL.
 #![cfg(feature = "testing")]
 
 mod common;
@@ -13,6 +14,7 @@ use common::*;
 const LEASE: Duration = Duration::from_secs(10);
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn n_holders_take_the_lowest_free_slots_and_the_next_is_refused() {
         let srv = server();
@@ -36,6 +38,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_waiter_gets_the_permit_a_release_frees() {
         let srv = server();
@@ -62,6 +65,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_crashed_holders_permit_returns_after_its_lease_with_a_higher_token() {
         let srv = server();
@@ -81,8 +85,9 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
-    async fn per_slot_tokens_strictly_increase_and_fence_off_a_stale_holder() {
+    async fn per_slot_tokens_strictly_increase_across_regrants() {
         let srv = server();
         let client = client(&srv).await;
         let sems = client.semaphores();
@@ -98,6 +103,15 @@ scenario! {
             assert!(a.release().await.unwrap());
             assert!(b.release().await.unwrap());
         }
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn a_regranted_slot_fences_off_a_stale_holders_write() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
         // The resource side: a permit of slot 0 re-granted refuses the old holder's write.
         let old = sems.try_acquire("tokens", 2, LEASE).await.unwrap().unwrap();
         assert_eq!(old.slot(), 0);
@@ -116,6 +130,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn another_limit_is_a_typed_error_and_set_limit_lower_keeps_holders() {
         let srv = server();
@@ -184,15 +199,36 @@ scenario! {
     }
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn postgres_refuses_the_semaphore_as_unsupported() {
-    let db = PgDatabase::create();
-    let client = baton::Client::connect(db.url.clone()).await.unwrap();
-    let e = client
-        .semaphores()
-        .try_acquire("pg", 2, LEASE)
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn extend_release_and_a_lost_permit_through_the_guard() {
+        let srv = server();
+        let client = client(&srv).await;
+        let sems = client.semaphores();
+        let mut a = sems.try_acquire("guard", 2, LEASE).await.unwrap().unwrap();
+        assert!(a.extend(Duration::from_secs(20)).await.unwrap());
+        let short = Duration::from_millis(200);
+        let mut b = sems.try_acquire("guard", 2, short).await.unwrap().unwrap();
+        assert_eq!(b.slot(), 1);
+        // Its lease ends and another takes the slot: the extension is refused, the loss signal
+        // fires and the release frees nothing of the new holder's.
+        let opts = LockOptions::builder().wait(Duration::from_secs(10)).build().unwrap();
+        let c = sems.acquire("guard", 2, LEASE, &opts).await.unwrap();
+        assert_eq!(c.slot(), 1);
+        assert!(!b.extend(LEASE).await.unwrap());
+        assert!(b.is_lost());
+        assert!(!b.release().await.unwrap());
+        assert!(sems.try_acquire("guard", 2, LEASE).await.unwrap().is_none());
+        assert!(a.release().await.unwrap());
+        let slot = sems
+            .with_permit("guard", 2, LEASE, &LockOptions::default(), |g| {
+                let s = g.slot();
+                async move { s }
+            })
+            .await
+            .unwrap();
+        assert_eq!(slot, 0);
+        assert!(c.release().await.unwrap());
+    }
 }

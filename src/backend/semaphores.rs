@@ -4,7 +4,8 @@
 //!
 //! - **Redis**: the scripts of `redis::semaphores`, on the node that serves the semaphore's
 //!   hash tag.
-//! - **PostgreSQL**: not yet; every operation is [`Error::Unsupported`].
+//! - **PostgreSQL**: the transactions of `postgres::semaphores` on `baton_semaphores`, each
+//!   held slot a row of `baton_locks`.
 //!
 //! A granted permit is a lock of the lock store (`backend::locks`): its extension, its
 //! token-checked release and its watchdog go through that seam unchanged. What crosses this one
@@ -18,10 +19,6 @@ use super::Backend;
 use crate::error::Error;
 use crate::util::permits::{PermitGrant, PermitRequest};
 
-/// Why the semaphore is Redis-only for now.
-const SEMAPHORE_ON_POSTGRES: &str = "the semaphore is stored on Redis only for now; on \
-     PostgreSQL use one mutex per slot (Locks) or an advisory lock";
-
 impl Backend {
     /// One try for a permit: one round trip that gives up at `limit`.
     ///
@@ -29,30 +26,40 @@ impl Backend {
     /// [`Error::CorruptState`] for a record baton never writes; an indeterminate error
     /// ([`Error::is_indeterminate`]) may have granted a permit, so the caller releases by token
     /// ([`Backend::release_permit_in_background`]); connection and server errors;
-    /// [`Error::Unsupported`] on PostgreSQL.
     pub(crate) async fn acquire_permit(
         &self,
         req: &PermitRequest<'_>,
         limit: Instant,
     ) -> Result<PermitGrant, Error> {
-        let t = self.redis("the semaphore", SEMAPHORE_ON_POSTGRES)?;
-        super::redis::semaphores::acquire_on(t, req, limit).await
+        match self {
+            Backend::Redis(t) => super::redis::semaphores::acquire_on(t, req, limit).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::semaphores::acquire(t, req, limit).await,
+        }
     }
 
-    /// Stores `limit` as the semaphore's limit (record `meta`, kept at least `retention`);
+    /// Stores `limit` as the semaphore's limit (record `meta`, slot keys from `slots`, kept at
+    /// least `retention`);
     /// the limit it replaced, if one was stored.
     ///
     /// # Errors
-    /// [`Error::Timeout`] (it may have applied); connection and server errors;
-    /// [`Error::Unsupported`] on PostgreSQL.
+    /// [`Error::Timeout`] (it may have applied); connection and server errors.
     pub(crate) async fn set_semaphore_limit(
         &self,
         meta: &str,
+        slots: &str,
         limit: u32,
         retention: Duration,
     ) -> Result<Option<u32>, Error> {
-        let t = self.redis("the semaphore", SEMAPHORE_ON_POSTGRES)?;
-        super::redis::semaphores::set_limit_on(t, meta, limit, retention).await
+        match self {
+            Backend::Redis(t) => {
+                super::redis::semaphores::set_limit_on(t, meta, limit, retention).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::semaphores::set_limit(t, meta, slots, limit, retention).await
+            }
+        }
     }
 
     /// Releases whichever slot of the semaphore (record `meta`, slot keys from `slots`) holds
@@ -64,8 +71,27 @@ impl Backend {
         channel: &str,
         token: String,
     ) {
-        if let Backend::Redis(t) = self {
-            super::redis::semaphores::release_any_in_background(t, meta, slots, channel, token);
+        match self {
+            Backend::Redis(t) => {
+                super::redis::semaphores::release_any_in_background(t, meta, slots, channel, token)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::semaphores::release_any_in_background(t, slots, channel, token)
+            }
+        }
+    }
+
+    /// Creates the semaphore's tables where the backend has any (PostgreSQL: `baton_semaphores`
+    /// and the lock table its slots live in); nothing on Redis.
+    ///
+    /// # Errors
+    /// Connection and permission errors; a busy table through every try.
+    pub(crate) async fn migrate_semaphores(&self) -> Result<(), Error> {
+        match self {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::semaphores::migrate(t).await,
         }
     }
 }

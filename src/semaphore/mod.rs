@@ -57,7 +57,7 @@ use crate::util::wake::WakeOne;
 use keys::{PermitKeys, SemKeys};
 
 /// The largest limit a semaphore accepts: every try reads each slot.
-pub const MAX_PERMITS: u32 = 1024;
+pub const MAX_PERMITS: u32 = crate::util::permits::MAX_SLOTS;
 
 /// The semaphore on one client's connections. Get it from
 /// [`Client::semaphores`](crate::Client::semaphores); cheap to clone.
@@ -119,6 +119,18 @@ impl Semaphores {
         Ok(Arc::new(SemKeys::new(&self.prefix, key)))
     }
 
+    /// Creates the semaphore's tables if missing: on PostgreSQL `baton_semaphores` and the lock
+    /// table `baton_locks` its held slots live in; on Redis nothing. Part of
+    /// [`Client::migrate`](crate::Client::migrate).
+    ///
+    /// # Errors
+    /// Connection errors; [`ErrorKind::Permission`](crate::ErrorKind::Permission) for a role
+    /// that may not create them; [`ErrorKind::Busy`](crate::ErrorKind::Busy) when other
+    /// transactions kept a table locked through every try.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        self.backend.migrate_semaphores().await
+    }
+
     /// Sets semaphore `key`'s limit to `limit`, whatever was stored: the explicit way to change
     /// it. Permits held above the new limit stay held; nothing is granted until fewer than
     /// `limit` are held. Returns the limit it replaced, if one was stored. The record is kept
@@ -131,7 +143,12 @@ impl Semaphores {
     pub async fn set_limit(&self, key: &str, limit: u32) -> Result<Option<u32>, Error> {
         let keys = self.keys(key, limit, crate::lease::MIN_LEASE)?;
         self.backend
-            .set_semaphore_limit(&keys.meta, limit, fence_ttl(crate::lease::MIN_LEASE))
+            .set_semaphore_limit(
+                &keys.meta,
+                &keys.slots,
+                limit,
+                fence_ttl(crate::lease::MIN_LEASE),
+            )
             .await
     }
 

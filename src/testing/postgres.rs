@@ -77,6 +77,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_job_stops, baton_locks
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON baton_schedules, baton_schedule_history, baton_schedule_control,
        baton_schedule_triggers TO baton_dml;
+GRANT SELECT, INSERT, UPDATE, DELETE ON baton_semaphores TO baton_dml;
 GRANT USAGE ON SEQUENCE baton_advisory_fence TO baton_dml;
 ";
 

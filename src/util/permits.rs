@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The most permits a semaphore may have: its slots are read in one step, so they are bounded.
+pub(crate) const MAX_SLOTS: u32 = 1024;
+
 /// One try for a permit of a semaphore.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PermitRequest<'a> {

@@ -47,6 +47,7 @@ pub(crate) mod locks;
 pub(crate) mod pool;
 pub(crate) mod schedules;
 pub(crate) mod schema;
+pub(crate) mod semaphores;
 pub(crate) mod url;
 
 #[cfg(feature = "testing")]
