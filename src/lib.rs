@@ -50,7 +50,7 @@
 //! | failover coordinator | [`Client::failover`] | yes | yes | `docs/failover.md` |
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
-//! | semaphore (fenced permits) | [`Client::semaphores`] | yes | no (`Unsupported`) | `docs/semaphore.md` |
+//! | semaphore (fenced permits) | [`Client::semaphores`] | yes | yes (`write_fenced`: Redis only) | `docs/semaphore.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
 //! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
 //! | run-or-enqueue | [`Client::queues`] | yes | no | `docs/run-or-enqueue.md` |

@@ -1,7 +1,7 @@
 //! A semaphore with leased, fenced permits: at most `limit` holders of one semaphore name at a
 //! time, each holding one numbered slot (0 to `limit − 1`) with a lease of its own and a fencing
-//! token that only grows per slot. On Redis (single server, Valkey, Sentinel, Cluster); on
-//! PostgreSQL every operation is [`Error::Unsupported`] for now.
+//! token that only grows per slot. On Redis (single server, Valkey, Sentinel, Cluster) and
+//! PostgreSQL (table `baton_semaphores`, each held slot a row of `baton_locks`).
 //!
 //! - [`keys`]: the key layout (`baton:sem:{K}`, `…:<slot>`, `…:released`).
 //! - [`Semaphores`]: the handle ([`Client::semaphores`](crate::Client::semaphores)):
@@ -17,14 +17,16 @@
 //! acquisition engine with the semaphore's wake-one channel.
 //!
 //! # Guarantees
-//! - A grant is one atomic script: it reads every slot, refuses when as many are held as the
+//! - A grant is one atomic step (a script on Redis, a transaction under the semaphore's row
+//!   lock on PostgreSQL): it reads every slot, refuses when as many are held as the
 //!   limit (counting slots above a lowered limit), else takes the **lowest** free slot below
-//!   the limit with `SET PX` and steps that slot's fence to `max(old + 1, server time in µs)`.
+//!   the limit with a lease and steps that slot's fence to `max(old + 1, server time in µs)`.
 //!   Fencing tokens therefore strictly increase per (semaphore, slot), also after the record
 //!   was lost, unless the server's clock goes back.
 //! - A permit's lease ends by the server's clock: a crashed holder's slot frees itself.
 //! - The limit is stored in the semaphore's record with its fences; the record expires
-//!   max(24 h, 2 × lease) after the last try, grant or extension (never kept forever). A call
+//!   max(24 h, 2 × lease) after the last try, grant or extension (on PostgreSQL: try or grant,
+//!   and the row stays while a slot is held), never kept forever. A call
 //!   with another limit meanwhile is refused ([`ErrorKind::Config`](crate::ErrorKind::Config),
 //!   naming both values); [`Semaphores::set_limit`] changes it. Lowering it keeps the permits
 //!   held and grants nothing until fewer are held than the new limit.

@@ -33,6 +33,8 @@
 //! - [`locks`]: the statements on `baton_locks` that implement the lease kernel's lock store
 //!   (acquire, release, extend, read, cleanup), the backend's half of the store seam;
 //! - [`jobs`]: the failover coordinator's job store, one row of `baton_jobs` per job;
+//! - [`semaphores`]: the semaphore's tries on `baton_semaphores` (limit, slots' fences), each
+//!   held slot a row of `baton_locks`;
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
