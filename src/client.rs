@@ -409,6 +409,11 @@ impl Client {
         Locks::new(self.backend.clone())
     }
 
+    /// The fenced read-write lock on this client's connections ([`crate::rwlock`]).
+    pub fn rw_locks(&self) -> crate::rwlock::RwLocks {
+        crate::rwlock::RwLocks::new(self.backend.clone())
+    }
+
     /// PostgreSQL advisory locks on this client's connections (feature `postgres`;
     /// [`crate::advisory`]): transaction-scoped, or session-scoped on a dedicated connection per
     /// guard. On a Redis client every operation returns [`Error::Unsupported`].

@@ -224,6 +224,7 @@ pub mod model_api;
 pub mod mutex;
 pub mod queue;
 pub mod redlock;
+pub mod rwlock;
 pub mod schedule;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -316,5 +317,6 @@ pub use mutex::{
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
+pub use rwlock::{ReadGuard, RwLocks, UpgradeableReadGuard, WriteGuard};
 pub use schedule::{Occurrence, Schedule, ScheduleSpec, SpecKind};
 pub use util::metrics::describe_metrics;

@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 // ---------------------------------------------------------------------------------------------
 
 const PRIMITIVES: &[&str] = &[
-    "failover", "mutex", "leader", "fair", "queue", "redlock", "advisory",
+    "failover", "mutex", "leader", "fair", "queue", "redlock", "advisory", "rwlock",
 ];
 /// The backends, one folder each under the store seam `src/backend/` (a top-level module named
 /// `redis` would shadow the `redis` crate inside baton): `backend::redis` and

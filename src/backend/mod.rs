@@ -53,6 +53,7 @@ pub(crate) mod postgres;
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 
 use std::sync::Arc;

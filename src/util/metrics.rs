@@ -301,6 +301,8 @@ label_values! {
         Redlock = "redlock",
         /// Run-or-enqueue.
         Queue = "queue",
+        /// The read-write lock.
+        RwLock = "rwlock",
         /// PostgreSQL advisory locks.
         #[cfg(feature = "postgres")]
         Advisory = "advisory",
@@ -376,6 +378,7 @@ pub(crate) mod primitive {
     pub(crate) const LEADER: Primitive = Primitive::Leader;
     pub(crate) const REDLOCK: Primitive = Primitive::Redlock;
     pub(crate) const QUEUE: Primitive = Primitive::Queue;
+    pub(crate) const RWLOCK: Primitive = Primitive::RwLock;
     #[cfg(feature = "postgres")]
     pub(crate) const ADVISORY: Primitive = Primitive::Advisory;
 }

@@ -36,6 +36,7 @@ pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod redlock;
 pub(crate) mod router;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 pub(crate) mod script;
 #[cfg(feature = "sentinel")]
