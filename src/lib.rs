@@ -49,6 +49,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | failover coordinator | [`Client::failover`] | yes | yes | `docs/failover.md` |
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
+//! | read-write lock | [`Client::rw_locks`] | yes | not yet | `docs/rwlock.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
 //! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
@@ -75,17 +76,17 @@
 //! cannot honour is refused with [`ErrorKind::Unsupported`], naming it), one wait loop, and
 //! one `with_lock` that hands `work` the guard:
 //!
-//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` |
-//! | --- | --- | --- | --- | --- |
-//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` |
-//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` |
-//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) |
-//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` |
-//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) |
-//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend |
-//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) |
-//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table |
-//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL |
+//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` | [`RwLocks`] |
+//! | --- | --- | --- | --- | --- | --- |
+//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` | `try_read(key, lease)`, `try_write`, `try_upgradeable_read` |
+//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` | `read(key, lease, &opts)`, `write`, `upgradeable_read` |
+//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) | `with_read`, `with_write` |
+//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` | [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`] (`upgrade`, `downgrade`) |
+//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) | yes |
+//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend | yes |
+//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) | yes (a read: the last write's token) |
+//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write) |
+//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies) |
 //!
 //! The other primitives hold leases for you and hand out the same read side: leader election
 //! ([`Leaders`]: `elector(key, &opts)?.campaign()` waits for a [`Term`], `lead(key, &opts,
@@ -129,6 +130,8 @@
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`LockOptions`]).
+//! - [`rwlock`]: the fenced read-write lock, a primitive ([`RwLocks`], [`ReadGuard`],
+//!   [`WriteGuard`], [`UpgradeableReadGuard`]).
 //! - [`fair`]: the fair lock, a primitive: waiters in arrival order, only the next one woken,
 //!   a priority reservation ([`FairLocks`], [`LockGuard`], [`Reservation`]).
 //! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
@@ -249,6 +252,9 @@ pub struct DocsFailover;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/mutex.md")]
 pub struct DocsMutex;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rwlock.md")]
+pub struct DocsRwLock;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/fair-lock.md")]
 pub struct DocsFairLock;
