@@ -242,3 +242,23 @@ scenario! {
         assert!(w.release().await.unwrap());
     }
 }
+
+/// PostgreSQL does not store the read-write lock yet: every operation is the typed refusal,
+/// before anything is sent.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn on_postgresql_the_lock_is_unsupported() {
+    common::topology::on(common::topology::Topology::Postgres, async {
+        let server = server();
+        let c = client(&server).await;
+        let rw = c.rw_locks();
+        let err = rw.try_read("pg", LONG).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        let err = rw
+            .write("pg", LONG, &waiting_up_to(LONG))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+    })
+    .await
+}
