@@ -447,9 +447,9 @@ impl Client {
 
     /// Creates the schema of every primitive this client's backend needs, if missing: on
     /// PostgreSQL the tables `baton_jobs` and `baton_locks`, the schedules' record
-    /// (`baton_schedules`, `baton_schedule_history`, `baton_schedule_control`), their indexes
-    /// and the sequence `baton_advisory_fence`, in the connection's default schema (the first of its
-    /// `search_path`); on Redis nothing. What `baton migrate` runs. Idempotent and safe while
+    /// (`baton_schedules`, `baton_schedule_history`, `baton_schedule_control`), the read-write
+    /// lock's `baton_rwlocks`, their indexes and the sequence `baton_advisory_fence`, in the
+    /// connection's default schema (the first of its `search_path`); on Redis nothing. What `baton migrate` runs. Idempotent and safe while
     /// workers run: it takes no lock when everything exists, and its DDL waits for a lock at
     /// most a second before it tries again (a few times). See [`Failover::migrate`] and
     /// [`Locks::migrate`].
@@ -461,6 +461,7 @@ impl Client {
     pub async fn migrate(&self) -> Result<(), Error> {
         self.failover().migrate().await?;
         self.locks().migrate().await?;
+        self.rw_locks().migrate().await?;
         #[cfg(feature = "postgres")]
         if self.backend.postgres("migrate", "").is_ok() {
             self.advisory_locks().migrate().await?;

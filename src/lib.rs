@@ -49,7 +49,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | failover coordinator | [`Client::failover`] | yes | yes | `docs/failover.md` |
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
-//! | read-write lock | [`Client::rw_locks`] | yes | not yet | `docs/rwlock.md` |
+//! | read-write lock | [`Client::rw_locks`] | yes | yes | `docs/rwlock.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
 //! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
@@ -85,8 +85,8 @@
 //! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) | yes |
 //! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend | yes |
 //! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) | yes (a read: the last write's token) |
-//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write) |
-//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies) |
+//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write; Redis only) |
+//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies), PostgreSQL |
 //!
 //! The other primitives hold leases for you and hand out the same read side: leader election
 //! ([`Leaders`]: `elector(key, &opts)?.campaign()` waits for a [`Term`], `lead(key, &opts,

@@ -1,6 +1,5 @@
-//! The read-write lock against real servers: each scenario runs on Redis, Valkey, the Cluster
-//! and Sentinel (the scenario suite's Redis topologies; PostgreSQL does not store the lock yet,
-//! see the last test).
+//! The read-write lock against real servers: each scenario runs on Redis, Valkey, the Cluster,
+//! Sentinel and PostgreSQL (as the least-privilege role the harness makes).
 #![cfg(feature = "testing")]
 
 mod common;
@@ -33,6 +32,7 @@ async fn until_reads_are_refused(locks: &RwLocks, key: &str, within: Duration) {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn readers_share_and_a_writer_excludes() {
         let server = server();
@@ -75,6 +75,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_waiting_writer_blocks_new_readers_and_gets_in_after_the_current_ones() {
         let server = server();
@@ -110,6 +111,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_crashed_readers_share_ends_with_its_lease() {
         let server = server();
@@ -136,6 +138,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn upgrade_takes_a_new_token_and_downgrade_keeps_it() {
         let server = server();
@@ -181,6 +184,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn a_lost_lease_is_signalled_and_its_release_and_upgrade_say_so() {
         let server = server();
@@ -217,6 +221,7 @@ scenario! {
 }
 
 scenario! {
+    postgres:
     #[tokio::test]
     async fn with_read_and_with_write_release_after_the_work() {
         let server = server();
@@ -241,24 +246,4 @@ scenario! {
         let w = locks.try_write("with", LONG).await.unwrap().expect("both released");
         assert!(w.release().await.unwrap());
     }
-}
-
-/// PostgreSQL does not store the read-write lock yet: every operation is the typed refusal,
-/// before anything is sent.
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn on_postgresql_the_lock_is_unsupported() {
-    common::topology::on(common::topology::Topology::Postgres, async {
-        let server = server();
-        let c = client(&server).await;
-        let rw = c.rw_locks();
-        let err = rw.try_read("pg", LONG).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unsupported);
-        let err = rw
-            .write("pg", LONG, &waiting_up_to(LONG))
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unsupported);
-    })
-    .await
 }

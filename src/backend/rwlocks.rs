@@ -2,9 +2,8 @@
 //! downgrade and the release, as methods of [`Backend`], one arm per backend. Extensions are
 //! the lock store's (`backend::locks`): each holder's lease is a lease of its own.
 //!
-//! On Redis, the scripts in `backend::redis::rwlocks`. PostgreSQL does not store the
-//! read-write lock yet: every method answers [`Error::Unsupported`] there, before sending
-//! anything.
+//! On Redis, the scripts in `backend::redis::rwlocks`; on PostgreSQL, the state row of
+//! `baton_rwlocks` and the holders' lease rows of `baton_locks`, in `backend::postgres::rwlocks`.
 
 use std::time::Duration;
 
@@ -14,24 +13,35 @@ use super::Backend;
 use crate::error::Error;
 use crate::util::rw_replies::{RwAcquire, RwGrant, RwKeysRef};
 
-/// Why the read-write lock needs Redis, for [`Error::Unsupported`].
-const RW_ON_POSTGRES: &str =
-    "the read-write lock is stored on Redis (one server, Valkey, Sentinel, Cluster) only so far";
-
 impl Backend {
+    /// Creates what the read-write lock stores, if missing: on PostgreSQL the tables
+    /// `baton_rwlocks` and `baton_locks`; on Redis nothing.
+    ///
+    /// # Errors
+    /// Connection and permission errors.
+    pub(crate) async fn migrate_rwlocks(&self) -> Result<(), Error> {
+        match self {
+            Backend::Redis(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::rwlocks::migrate(t).await,
+        }
+    }
+
     /// One try to take a read-write lock as `req` says, giving up at `limit`.
     ///
     /// # Errors
     /// [`Error::Timeout`] at `limit` (the grant may have applied: release by token);
-    /// [`Error::CorruptState`] for a fence baton never writes; connection and server errors;
-    /// [`Error::Unsupported`] on PostgreSQL.
+    /// [`Error::CorruptState`] for a fence baton never writes; connection and server errors.
     pub(crate) async fn rw_try(
         &self,
         req: &RwAcquire<'_>,
         limit: Instant,
     ) -> Result<RwGrant, Error> {
-        let t = self.redis("the read-write lock", RW_ON_POSTGRES)?;
-        super::redis::rwlocks::try_acquire(t, req, limit).await
+        match self {
+            Backend::Redis(t) => super::redis::rwlocks::try_acquire(t, req, limit).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::rwlocks::try_acquire(t, req, limit).await,
+        }
     }
 
     /// One try to turn the upgradeable reader `token` (fencing token `last`, lease `lease`)
@@ -50,24 +60,36 @@ impl Backend {
         mark: Duration,
         limit: Instant,
     ) -> Result<RwGrant, Error> {
-        let t = self.redis("the read-write lock", RW_ON_POSTGRES)?;
-        super::redis::rwlocks::try_upgrade(t, keys, token, last, lease, mark, limit).await
+        match self {
+            Backend::Redis(t) => {
+                super::redis::rwlocks::try_upgrade(t, keys, token, last, lease, mark, limit).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::rwlocks::try_upgrade(t, keys, token, last, lease, mark, limit)
+                    .await
+            }
+        }
     }
 
     /// Turns the writer `token` back into the upgradeable reader; `Ok(false)` when it was no
     /// longer the writer.
     ///
     /// # Errors
-    /// [`Error::Timeout`] at `limit`; connection and server errors; [`Error::Unsupported`] on
-    /// PostgreSQL.
+    /// [`Error::Timeout`] at `limit`; connection and server errors.
     pub(crate) async fn rw_downgrade(
         &self,
         keys: &RwKeysRef<'_>,
         token: &str,
         limit: Instant,
     ) -> Result<bool, Error> {
-        let t = self.redis("the read-write lock", RW_ON_POSTGRES)?;
-        super::redis::rwlocks::downgrade(t, keys, token, limit).await
+        match self {
+            Backend::Redis(t) => super::redis::rwlocks::downgrade(t, keys, token, limit).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                super::postgres::rwlocks::downgrade(t, keys, token, limit).await
+            }
+        }
     }
 
     /// Ends `token`'s hold, whatever its mode, and wakes waiters; `Ok(false)` when its lease
@@ -75,15 +97,18 @@ impl Backend {
     ///
     /// # Errors
     /// [`Error::Timeout`] at `limit` (the release may have applied); connection and server
-    /// errors; [`Error::Unsupported`] on PostgreSQL.
+    /// errors.
     pub(crate) async fn rw_release(
         &self,
         keys: &RwKeysRef<'_>,
         token: &str,
         limit: Instant,
     ) -> Result<bool, Error> {
-        let t = self.redis("the read-write lock", RW_ON_POSTGRES)?;
-        super::redis::rwlocks::release(t, keys, token, limit).await
+        match self {
+            Backend::Redis(t) => super::redis::rwlocks::release(t, keys, token, limit).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => super::postgres::rwlocks::release(t, keys, token, limit).await,
+        }
     }
 
     /// [`Backend::rw_release`] through a task of the client; never blocks, and does nothing
@@ -92,7 +117,7 @@ impl Backend {
         match self {
             Backend::Redis(t) => super::redis::rwlocks::release_in_background(t, keys, token),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => {}
+            Backend::Postgres(t) => super::postgres::rwlocks::release_in_background(t, keys, token),
         }
     }
 }

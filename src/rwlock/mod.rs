@@ -1,7 +1,8 @@
 //! A fenced read-write lock: many readers or one writer per lock name, each holding a lease of
 //! its own, with writer preference and one upgradeable reader. On Redis (one server, Valkey,
-//! Sentinel, Cluster: a lock's keys share one hash tag); on PostgreSQL every operation is
-//! [`Error::Unsupported`] so far.
+//! Sentinel, Cluster: a lock's keys share one hash tag) or on PostgreSQL (feature `postgres`:
+//! a state row of `baton_rwlocks`, each holder's lease a row of `baton_locks`); the API, the
+//! guards and the guarantees are the same.
 //!
 //! - [`keys`]: the key layout (`baton:rw:{K}`, `…:h:TOKEN`, `…:waiting`, `…:released`).
 //! - [`RwLocks`]: the handle ([`Client::rw_locks`](crate::Client::rw_locks)): `read`, `write`,
@@ -113,6 +114,17 @@ impl RwLocks {
         })
     }
 
+    /// Creates what the read-write lock stores in its backend, if missing: on PostgreSQL the
+    /// tables `baton_rwlocks` (one state row per lock) and `baton_locks` (each holder's lease
+    /// is a row of it); on Redis nothing. Tries create missing tables themselves on first use
+    /// where their role may. Idempotent; part of [`Client::migrate`](crate::Client::migrate).
+    ///
+    /// # Errors
+    /// Connection and permission errors.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        self.backend.migrate_rwlocks().await
+    }
+
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -184,7 +196,7 @@ impl RwLocks {
     /// # Errors
     /// [`Error::Config`] for an invalid name or a lease outside 10 ms ..= 1 day;
     /// [`Error::CorruptState`] when the lock's state holds a fence baton never writes;
-    /// [`Error::Unsupported`] on PostgreSQL; connection errors and timeouts (a grant that may
+    /// connection errors and timeouts (a grant that may
     /// have applied is then released by token in the background).
     ///
     /// # Cancel safety

@@ -45,6 +45,7 @@ pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod pool;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod url;
