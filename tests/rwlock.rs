@@ -247,3 +247,67 @@ scenario! {
         assert!(w.release().await.unwrap());
     }
 }
+
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn a_writer_that_gives_up_lets_readers_in_again_once_its_mark_lapses() {
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let reader = a.rw_locks().try_read("gave-up", LONG).await.unwrap().expect("free");
+        let bounded = LockOptions::builder().max_tries(2).build().unwrap();
+        let err = b
+            .rw_locks()
+            .write("gave-up", Duration::from_millis(300), &bounded)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired);
+        // Its mark (min(lease, 5 s) = 300 ms) lapses; a reader waiting for it gets in.
+        let r = a
+            .rw_locks()
+            .read("gave-up", LONG, &waiting_up_to(LONG))
+            .await
+            .expect("the mark lapsed");
+        assert!(r.release().await.unwrap());
+        assert!(reader.release().await.unwrap());
+    }
+}
+
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn no_writer_ever_holds_beside_another_holder() {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        use std::sync::Arc;
+        let server = server();
+        // Readers add one while they hold; a writer sets -1000 while it holds.
+        let inside = Arc::new(AtomicI64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let c = client(&server).await;
+            let inside = inside.clone();
+            tasks.push(tokio::spawn(async move {
+                let rw = c.rw_locks();
+                let opts = waiting_up_to(Duration::from_secs(30));
+                for _ in 0..8 {
+                    if i < 2 {
+                        let w = rw.write("mix", LONG, &opts).await.unwrap();
+                        assert_eq!(inside.swap(-1000, Ordering::SeqCst), 0, "a writer beside a holder");
+                        tokio::task::yield_now().await;
+                        assert_eq!(inside.swap(0, Ordering::SeqCst), -1000);
+                        assert!(w.release().await.unwrap());
+                    } else {
+                        let r = rw.read("mix", LONG, &opts).await.unwrap();
+                        assert!(inside.fetch_add(1, Ordering::SeqCst) >= 0, "a reader beside the writer");
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        assert!(r.release().await.unwrap());
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}

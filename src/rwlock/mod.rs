@@ -8,8 +8,8 @@
 //! - [`RwLocks`]: the handle ([`Client::rw_locks`](crate::Client::rw_locks)): `read`, `write`,
 //!   `upgradeable_read`, their `try_` forms, `with_read`, `with_write`.
 //! - [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`]: the held lock, with the mutex's
-//!   guard traits ([`HeldLease`](crate::HeldLease), [`Fenced`](crate::Fenced),
-//!   [`LeaseGuard`](crate::LeaseGuard)); the upgradeable reader can
+//!   guard traits ([`HeldLease`], [`Fenced`],
+//!   [`LeaseGuard`]); the upgradeable reader can
 //!   [`upgrade`](UpgradeableReadGuard::upgrade) to the writer and
 //!   [`downgrade`](UpgradeableReadGuard::downgrade) back without letting go.
 //!
