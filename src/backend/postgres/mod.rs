@@ -33,6 +33,8 @@
 //! - [`locks`]: the statements on `baton_locks` that implement the lease kernel's lock store
 //!   (acquire, release, extend, read, cleanup), the backend's half of the store seam;
 //! - [`jobs`]: the failover coordinator's job store, one row of `baton_jobs` per job;
+//! - [`rwlocks`]: the read-write lock, a state row of `baton_rwlocks` and each holder's lease a
+//!   row of `baton_locks`;
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
