@@ -415,6 +415,11 @@ impl Client {
         crate::Semaphores::new(self.backend.clone())
     }
 
+    /// The fenced read-write lock on this client's connections ([`crate::rwlock`]).
+    pub fn rw_locks(&self) -> crate::rwlock::RwLocks {
+        crate::rwlock::RwLocks::new(self.backend.clone())
+    }
+
     /// PostgreSQL advisory locks on this client's connections (feature `postgres`;
     /// [`crate::advisory`]): transaction-scoped, or session-scoped on a dedicated connection per
     /// guard. On a Redis client every operation returns [`Error::Unsupported`].
@@ -449,8 +454,8 @@ impl Client {
     /// Creates the schema of every primitive this client's backend needs, if missing: on
     /// PostgreSQL the tables `baton_jobs` and `baton_locks`, the schedules' record
     /// (`baton_schedules`, `baton_schedule_history`, `baton_schedule_control`), the semaphore's
-    /// `baton_semaphores`, their indexes
-    /// and the sequence `baton_advisory_fence`, in the connection's default schema (the first of its
+    /// `baton_semaphores`, the read-write lock's `baton_rwlocks`, their indexes and the sequence
+    /// `baton_advisory_fence`, in the connection's default schema (the first of its
     /// `search_path`); on Redis nothing. What `baton migrate` runs. Idempotent and safe while
     /// workers run: it takes no lock when everything exists, and its DDL waits for a lock at
     /// most a second before it tries again (a few times). See [`Failover::migrate`] and
@@ -464,6 +469,7 @@ impl Client {
         self.failover().migrate().await?;
         self.locks().migrate().await?;
         self.semaphores().migrate().await?;
+        self.rw_locks().migrate().await?;
         #[cfg(feature = "postgres")]
         if self.backend.postgres("migrate", "").is_ok() {
             self.advisory_locks().migrate().await?;

@@ -49,6 +49,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | failover coordinator | [`Client::failover`] | yes | yes | `docs/failover.md` |
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
+//! | read-write lock | [`Client::rw_locks`] | yes | yes | `docs/rwlock.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
 //! | semaphore (fenced permits) | [`Client::semaphores`] | yes | yes (`write_fenced`: Redis only) | `docs/semaphore.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
@@ -76,17 +77,17 @@
 //! cannot honour is refused with [`ErrorKind::Unsupported`], naming it), one wait loop, and
 //! one `with_lock` that hands `work` the guard:
 //!
-//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` |
-//! | --- | --- | --- | --- | --- |
-//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` |
-//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` |
-//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) |
-//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` |
-//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) |
-//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend |
-//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) |
-//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table |
-//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL |
+//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` | [`RwLocks`] |
+//! | --- | --- | --- | --- | --- | --- |
+//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` | `try_read(key, lease)`, `try_write`, `try_upgradeable_read` |
+//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` | `read(key, lease, &opts)`, `write`, `upgradeable_read` |
+//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) | `with_read`, `with_write` |
+//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` | [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`] (`upgrade`, `downgrade`) |
+//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) | yes |
+//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend | yes |
+//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) | yes (a read: the last write's token) |
+//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write; Redis only) |
+//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies), PostgreSQL |
 //!
 //! The other primitives hold leases for you and hand out the same read side: leader election
 //! ([`Leaders`]: `elector(key, &opts)?.campaign()` waits for a [`Term`], `lead(key, &opts,
@@ -130,6 +131,8 @@
 //!   events, closure form, operator tools ([`Failover`]). Primitives never import each other or
 //!   the client.
 //! - [`mutex`]: the fenced mutex, a primitive ([`Locks`], [`LockGuard`], [`LockOptions`]).
+//! - [`rwlock`]: the fenced read-write lock, a primitive ([`RwLocks`], [`ReadGuard`],
+//!   [`WriteGuard`], [`UpgradeableReadGuard`]).
 //! - [`fair`]: the fair lock, a primitive: waiters in arrival order, only the next one woken,
 //!   a priority reservation ([`FairLocks`], [`LockGuard`], [`Reservation`]).
 //! - [`leader`]: leader election, a primitive: terms that double as fencing tokens, renewals,
@@ -225,6 +228,7 @@ pub mod model_api;
 pub mod mutex;
 pub mod queue;
 pub mod redlock;
+pub mod rwlock;
 pub mod schedule;
 pub mod semaphore;
 #[cfg(feature = "testing")]
@@ -250,6 +254,9 @@ pub struct DocsFailover;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/mutex.md")]
 pub struct DocsMutex;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rwlock.md")]
+pub struct DocsRwLock;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/fair-lock.md")]
 pub struct DocsFairLock;
@@ -318,6 +325,7 @@ pub use mutex::{
 };
 pub use queue::{Drain, QueueItem, Queues, RunOrEnqueue};
 pub use redlock::{Redlock, RedlockGuard, RedlockOptions, RedlockOptionsBuilder};
+pub use rwlock::{ReadGuard, RwLocks, UpgradeableReadGuard, WriteGuard};
 pub use schedule::{Occurrence, Schedule, ScheduleSpec, SpecKind};
 pub use semaphore::{PermitGuard, Semaphores};
 pub use util::metrics::describe_metrics;

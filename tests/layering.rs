@@ -56,6 +56,7 @@ const PRIMITIVES: &[&str] = &[
     "redlock",
     "advisory",
     "semaphore",
+    "rwlock",
 ];
 /// The backends, one folder each under the store seam `src/backend/` (a top-level module named
 /// `redis` would shadow the `redis` crate inside baton): `backend::redis` and

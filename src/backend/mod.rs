@@ -13,13 +13,15 @@
 //!   backend's implementation of the `JobStore` contract (`util::jobs`) in one place;
 //! - **the fair line**, **the queue's items** and **Redlock's masters** ([`fair`], [`queue`],
 //!   [`redlock`]): Redis structures, refused on other backends inside the seam;
+//! - **the read-write lock** ([`rwlocks`]): one try, an upgrade, a downgrade and the release
+//!   (each holder's lease is extended through the lock store), on Redis and PostgreSQL;
 //! - **the schedule's record** ([`schedules`]): spec, hosts seen, history and pause of each
 //!   schedule, one script (Redis) or statement (PostgreSQL) per change;
 //! - **advisory locks** (`advisory`, feature `postgres`): a PostgreSQL feature, so its seam
 //!   names the PostgreSQL session instead of abstracting it.
 //!
 //! What crosses a seam (requests, replies, records) is plain data defined in the leaves
-//! (`util::lock_replies`, `util::jobs`, `util::fair_line`, `util::queue_items`,
+//! (`util::lock_replies`, `util::rw_replies`, `util::jobs`, `util::fair_line`, `util::queue_items`,
 //! `util::inspect`), so that a backend's folder imports no seam and no primitive: a third
 //! backend is a new folder plus one arm per seam method. Two more seams are defined here once
 //! and implemented in each backend's folder:
@@ -53,6 +55,7 @@ pub(crate) mod postgres;
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 pub(crate) mod semaphores;
 

@@ -236,6 +236,16 @@ impl LockGuard {
         self.held.as_ref()
     }
 
+    /// The same grant under another fencing token: the read-write lock's upgrade (a new write
+    /// token) and downgrade (the write token kept as the read token) keep the lease and change
+    /// only what the token is.
+    pub(crate) fn refence(&mut self, fence: u64) {
+        if let Some(h) = self.held.as_mut() {
+            h.fence = fence;
+            self.core = h.state.core(h.key.as_str(), Some(fence));
+        }
+    }
+
     /// This holder's random 128-bit token (hex), as stored in the lock key.
     pub fn token(&self) -> &str {
         self.held().map(|h| h.token.as_str()).unwrap_or_default()

@@ -303,6 +303,8 @@ label_values! {
         Queue = "queue",
         /// The semaphore.
         Semaphore = "semaphore",
+        /// The read-write lock.
+        RwLock = "rwlock",
         /// PostgreSQL advisory locks.
         #[cfg(feature = "postgres")]
         Advisory = "advisory",
@@ -379,6 +381,7 @@ pub(crate) mod primitive {
     pub(crate) const SEMAPHORE: Primitive = Primitive::Semaphore;
     pub(crate) const REDLOCK: Primitive = Primitive::Redlock;
     pub(crate) const QUEUE: Primitive = Primitive::Queue;
+    pub(crate) const RWLOCK: Primitive = Primitive::RwLock;
     #[cfg(feature = "postgres")]
     pub(crate) const ADVISORY: Primitive = Primitive::Advisory;
 }

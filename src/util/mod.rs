@@ -28,6 +28,8 @@ pub(crate) mod pubsub;
 // What crosses run-or-enqueue's store seam (`backend::queue`).
 pub(crate) mod queue_items;
 pub(crate) mod redact;
+// What crosses the read-write lock's seam (`backend::rwlocks`).
+pub(crate) mod rw_replies;
 // What crosses the schedule record's seam (`backend::schedules`), and the record's public types.
 pub(crate) mod schedule_record;
 pub(crate) mod settings;

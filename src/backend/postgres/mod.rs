@@ -35,6 +35,8 @@
 //! - [`jobs`]: the failover coordinator's job store, one row of `baton_jobs` per job;
 //! - [`semaphores`]: the semaphore's tries on `baton_semaphores` (limit, slots' fences), each
 //!   held slot a row of `baton_locks`;
+//! - [`rwlocks`]: the read-write lock, a state row of `baton_rwlocks` and each holder's lease a
+//!   row of `baton_locks`;
 //! - [`classify`](mod@classify): driver errors as typed [`Error`]s by SQLSTATE, in one place,
 //!   as `super::redis::classify` is for Redis.
 
@@ -47,6 +49,7 @@ pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod locks;
 pub(crate) mod pool;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod semaphores;

@@ -14,7 +14,8 @@
 //! - the stores' wire forms: [`script`] (`EVALSHA` and the lease extension), [`locks`] (the
 //!   lock store's fenced scripts) and [`batch`] (their group commit per node), [`jobs`] (the
 //!   failover coordinator's job store: its transactions, reads and their parsing),
-//!   [`schedules`] (the schedule's record: its keys, its script and reads).
+//!   [`schedules`] (the schedule's record: its keys, its script and reads), [`rwlocks`] (the
+//!   read-write lock's scripts).
 //! - TLS material and rustls setup are shared with PostgreSQL: `crate::util::tls`.
 
 pub mod acl;
@@ -36,6 +37,7 @@ pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod redlock;
 pub(crate) mod router;
+pub(crate) mod rwlocks;
 pub(crate) mod schedules;
 pub(crate) mod script;
 pub(crate) mod semaphores;
