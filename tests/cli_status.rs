@@ -560,6 +560,25 @@ async fn history_after_a_failed_attempt_and_a_takeover(url: &str) {
     let sleeper = read_pid(&hang, QUICK).await;
     let hung = std::fs::read_to_string(&holder).unwrap().trim().to_string();
     let at: usize = hung.trim_start_matches("host-").parse().unwrap();
+    // Killed once its grant is on record (a background write: a worker killed before it
+    // lands shows its attempt with no host, which is another test's case).
+    let until = Instant::now() + QUICK;
+    loop {
+        let out = baton(url, &["status", "--key", "nightly", "--history", "--json"]).await;
+        let granted = stdout(&out).lines().any(|l| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|e| {
+                e["attempts"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|a| a["attempt"] == 2 && a["host"] == hung.as_str())
+                })
+            })
+        });
+        if granted {
+            break;
+        }
+        assert!(Instant::now() < until, "attempt 2's grant never on record");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     hosts[at].kill().await.expect("kill attempt 2's baton");
     send_signal(sleeper, libc::SIGKILL);
     // The other two end: one failed attempt 1 (exit 3), one ran attempt 3 (exit 0).

@@ -113,6 +113,7 @@ impl Failover {
                 let live = status.is_live();
                 repair(&mut record, &status.state, live);
             }
+            fill_attempts(&mut record);
             out.push(record);
         }
         Ok(out)
@@ -499,6 +500,29 @@ pub(crate) fn repair(record: &mut OccurrenceRecord, state: &JobState, live: bool
     }
 }
 
+/// Shows the attempts below the newest on record whose every write was lost (a worker killed
+/// right after its grant, before its grant's write landed): attempts are numbered from 1 with
+/// no gap, so a missing number ran on a host unknown, its end unknown. Pure, for the tests.
+pub(crate) fn fill_attempts(record: &mut OccurrenceRecord) {
+    let Some(last) = record.attempts.iter().map(|a| a.attempt).max() else {
+        return;
+    };
+    // Bounded: a corrupt number must not make a huge list (attempts are at most thousands).
+    let first = last.saturating_sub(1000).max(1);
+    let missing: Vec<u64> = (first..last)
+        .filter(|n| !record.attempts.iter().any(|a| a.attempt == *n))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    for n in missing {
+        let mut a = AttemptRecord::new(n);
+        a.outcome = Some(AttemptOutcome::Lost);
+        record.attempts.push(a);
+    }
+    record.attempts.sort_by_key(|a| a.attempt);
+}
+
 /// A worker's writer of its occurrence's record: each change is a spawned best-effort task
 /// on the client's tracker, never awaited by the worker's loop.
 pub(crate) struct Recorder {
@@ -792,6 +816,23 @@ mod tests {
         let mut r = running(&[1]);
         repair(&mut r, &JobState::Absent, false);
         assert_eq!(r, running(&[1]));
+    }
+
+    #[test]
+    fn an_attempt_whose_writes_were_lost_shows_with_no_host() {
+        let mut r = running(&[1, 3]);
+        fill_attempts(&mut r);
+        let numbers: Vec<u64> = r.attempts.iter().map(|a| a.attempt).collect();
+        assert_eq!(numbers, [1, 2, 3]);
+        assert_eq!(r.attempts[1].host, None);
+        assert_eq!(r.attempts[1].outcome, Some(AttemptOutcome::Lost));
+        // Nothing to fill.
+        let mut r = running(&[1, 2]);
+        fill_attempts(&mut r);
+        assert_eq!(r, running(&[1, 2]));
+        let mut r = running(&[]);
+        fill_attempts(&mut r);
+        assert!(r.attempts.is_empty());
     }
 
     #[test]
