@@ -646,11 +646,28 @@ pub(crate) struct LockArgs {
         value_parser = duration
     )]
     pub(crate) lease: Duration,
+    /// Hold one of N permits of the semaphore K instead of the mutex (as `consul lock -n N`):
+    /// up to N processes run at once. PROGRAM gets BATON_PERMIT (its slot, 0 ..= N-1) beside
+    /// BATON_FENCING_TOKEN (the permit's token, growing per slot). Every holder of K gives the
+    /// same N.
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
+    /// Take a shared read of the read-write lock K (as `flock -s`): readers run together,
+    /// writers (--exclusive) wait for them; once a writer waits, new readers queue behind it.
+    /// BATON_FENCING_TOKEN is the last write's token (0 before any write).
+    #[arg(long)]
+    pub(crate) shared: bool,
+    /// Take the write of the read-write lock K: the exclusive side of --shared. The read-write
+    /// lock is not the mutex: a plain `baton lock --key K` neither waits for --shared readers
+    /// nor keeps them out.
+    #[arg(long)]
+    pub(crate) exclusive: bool,
     /// How long to wait for the lock at most, then exit 75 [default: wait forever].
     #[arg(long, value_parser = duration)]
     pub(crate) wait: Option<Duration>,
     /// This holder's name, stored with the lock and shown by `baton status` (default
-    /// host:pid; not with --redlock, whose masters keep only a token).
+    /// host:pid; not with --redlock, whose masters keep only a token, nor with --permits,
+    /// --shared or --exclusive, whose holders are shown by token).
     #[arg(long)]
     pub(crate) name: Option<String>,
     /// Time between SIGTERM and SIGKILL when PROGRAM must stop, or what it left running in its

@@ -239,6 +239,24 @@ lease's confirmed deadline (the guard; a whole host paused escapes), and what PR
 in its group gets SIGTERM, then SIGKILL after --kill-grace, and is gone before the lock is
 released.
 
+--permits N holds one of N permits of the semaphore K instead of the mutex (as `consul lock
+-n N`): up to N processes run at once; the rest wait (or exit 75 after --wait). PROGRAM gets
+BATON_PERMIT, its slot (0 ..= N-1, the lowest free one), beside BATON_FENCING_TOKEN, the permit's
+token, which only grows per slot: a resource keeps the highest token per (K, slot). Every holder
+of K gives the same N (another N is a usage error, 64, naming both). Everything else (watchdog,
+loss, signals, --wait, exit statuses) is as for the mutex.
+
+--shared takes a shared read of the read-write lock K (as `flock -s`) and --exclusive its write.
+Readers run together; a writer runs alone; once a writer waits, new readers queue behind it, so
+readers cannot starve it. Under --shared, BATON_FENCING_TOKEN is the token of the last write (0
+before any): what PROGRAM reads is at least that version. Under --exclusive it is a new write
+token. The read-write lock is a primitive of its own, not the mutex: a plain `baton lock --key
+K` (the mutex K) does not wait for --shared readers of K, nor they for it. Use --exclusive for
+the writers of a lock that has --shared readers.
+
+--permits, --shared and --exclusive exclude one another and --redlock (64: Redlock does not
+make a semaphore or a read-write lock), and so does --name (their holders are shown by token).
+
 --redlock URL,URL,URL takes the lock on a quorum of independent masters (at least 3, an odd
 number, all distinct; instead of --url) so that it survives the loss of a minority of
 them. PROGRAM then gets BATON_LOCK_KEY but no BATON_FENCING_TOKEN: Redlock has no monotonic

@@ -1,8 +1,15 @@
-//! `baton lock`: take the fenced mutex (or a Redlock, with --redlock), run PROGRAM while the
-//! watchdog keeps it, release it when PROGRAM ends. One file for both locks: the same flags,
-//! the same exit statuses, only the acquisition and the release's answer differ.
+//! `baton lock`: take the fenced mutex (or a Redlock, with --redlock; a semaphore's permit with
+//! --permits; a read-write lock's read or write with --shared or --exclusive), run PROGRAM while
+//! the watchdog keeps it, release it when PROGRAM ends. One file for every lock: the same flags,
+//! the same exit statuses, only the acquisition, PROGRAM's environment and the release's answer
+//! differ.
 
-use baton::{AcquireOptions, Client, ConfigError, ErrorKind, Fenced, Redlock, RedlockOptions};
+use std::future::Future;
+
+use baton::{
+    AcquireOptions, Client, ConfigError, Error, ErrorKind, Fenced, LeaseGuard, Redlock,
+    RedlockOptions,
+};
 
 use super::cli::LockArgs;
 use super::exit::{
@@ -14,6 +21,60 @@ use super::sink::Sink;
 use super::supervisor::{run_held, Held, Stopping};
 use super::text::{self, human};
 use super::LEASE_CHECK_TIMEOUT;
+
+/// What `baton lock` holds while PROGRAM runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The fenced mutex (or a Redlock, with --redlock).
+    Mutex,
+    /// One of N permits of a semaphore (--permits N).
+    Permit(u32),
+    /// A shared read of a read-write lock (--shared).
+    Read,
+    /// The write of a read-write lock (--exclusive).
+    Write,
+}
+
+/// Which lock `args` asks for; `Err` (64) for flags that exclude each other: --permits,
+/// --shared and --exclusive pick one primitive each, and Redlock makes none of them.
+pub(crate) fn kind(args: &LockArgs) -> Result<Kind, u8> {
+    let mut picked: Vec<&str> = Vec::new();
+    if args.permits.is_some() {
+        picked.push("--permits");
+    }
+    if args.shared {
+        picked.push("--shared");
+    }
+    if args.exclusive {
+        picked.push("--exclusive");
+    }
+    if picked.len() > 1 {
+        return Err(usage(format!(
+            "{} cannot be used together: each names a lock of its own kind",
+            picked.join(" and ")
+        )));
+    }
+    let Some(flag) = picked.first() else {
+        return Ok(Kind::Mutex);
+    };
+    if !args.redlock.is_empty() {
+        return Err(usage(format!(
+            "{flag} cannot be used with --redlock: Redlock makes neither a semaphore nor a \
+             read-write lock"
+        )));
+    }
+    if args.name.is_some() {
+        return Err(usage(format!(
+            "--name cannot be used with {flag}: its holders are shown by token"
+        )));
+    }
+    Ok(match args.permits {
+        Some(0) => return Err(usage("invalid --permits: 0 (at least 1)")),
+        Some(n) => Kind::Permit(n),
+        None if args.shared => Kind::Read,
+        None => Kind::Write,
+    })
+}
 
 /// Checks `lock`'s durations (before connecting) and sets up its output.
 pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
@@ -29,8 +90,9 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
     if let Some(wait) = args.wait {
         opts = opts.wait(wait);
     }
-    // The holder's name rides in the lock's token (`TOKEN:NAME`), for `status` to show.
-    if args.redlock.is_empty() {
+    // The holder's name rides in the lock's token (`TOKEN:NAME`), for `status` to show. Only
+    // the mutex keeps one (`kind` refused --name for the others).
+    if args.redlock.is_empty() && kind(args) == Ok(Kind::Mutex) {
         opts = opts.holder_name(
             args.name
                 .clone()
@@ -48,17 +110,76 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
     Ok((opts, sink))
 }
 
+/// `baton lock` on --url: takes what `args` asks for ([`kind`]) and runs PROGRAM under it.
 pub(crate) async fn lock(
     client: &Client,
     args: &LockArgs,
     opts: AcquireOptions,
-    mut sink: Sink,
+    sink: Sink,
     prefix: &str,
 ) -> u8 {
-    let locks = match client.locks().with_prefix(prefix) {
-        Ok(l) => l,
-        Err(e) => return usage_config(&e),
+    // `main` checked the flags before connecting; this only reads them again.
+    let kind = match kind(args) {
+        Ok(k) => k,
+        Err(code) => return code,
     };
+    let (key, lease) = (args.key.as_str(), args.lease);
+    match kind {
+        Kind::Mutex => {
+            let locks = match client.locks().with_prefix(prefix) {
+                Ok(l) => l,
+                Err(e) => return usage_config(&e),
+            };
+            hold(client, args, sink, locks.acquire(key, lease, &opts), |_| {
+                Vec::new()
+            })
+            .await
+        }
+        Kind::Permit(limit) => {
+            let sems = match client.semaphores().with_prefix(prefix) {
+                Ok(s) => s,
+                Err(e) => return usage_config(&e),
+            };
+            let acquiring = sems.acquire(key, limit, lease, &opts);
+            hold(client, args, sink, acquiring, |g| {
+                vec![("BATON_PERMIT", g.slot().to_string())]
+            })
+            .await
+        }
+        Kind::Read | Kind::Write => {
+            let rw = match client.rw_locks().with_prefix(prefix) {
+                Ok(r) => r,
+                Err(e) => return usage_config(&e),
+            };
+            if kind == Kind::Read {
+                hold(client, args, sink, rw.read(key, lease, &opts), |_| {
+                    Vec::new()
+                })
+                .await
+            } else {
+                hold(client, args, sink, rw.write(key, lease, &opts), |_| {
+                    Vec::new()
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// Waits for `acquiring` (a signal gives up), then runs PROGRAM under the guard it yields and
+/// releases it: the same for every fenced lease. PROGRAM gets BATON_LOCK_KEY,
+/// BATON_FENCING_TOKEN and what `extra` adds for this guard.
+async fn hold<G, F>(
+    client: &Client,
+    args: &LockArgs,
+    mut sink: Sink,
+    acquiring: F,
+    extra: impl FnOnce(&G) -> Vec<(&'static str, String)>,
+) -> u8
+where
+    G: LeaseGuard + Fenced,
+    F: Future<Output = Result<G, Error>>,
+{
     let (mut signals, mut sigchld) = match install_signals() {
         Ok(s) => s,
         Err(code) => return code,
@@ -66,7 +187,7 @@ pub(crate) async fn lock(
     sink.note("waiting for the lock");
     let got = tokio::select! {
         sig = signals.recv() => Err(sig),
-        got = locks.acquire(&args.key, args.lease, &opts) => Ok(got),
+        got = acquiring => Ok(got),
     };
     let guard = match got {
         Ok(Ok(guard)) => guard,
@@ -88,11 +209,16 @@ pub(crate) async fn lock(
         }
     };
     let fence = guard.fencing_token();
-    sink.note(&format!("acquired (fencing token {fence})"));
-    let env = [
+    let mut env = vec![
         ("BATON_LOCK_KEY", args.key.clone()),
         ("BATON_FENCING_TOKEN", fence.to_string()),
     ];
+    env.extend(extra(&guard));
+    let more: Vec<String> = env[2..].iter().map(|(k, v)| format!(", {k}={v}")).collect();
+    sink.note(&format!(
+        "acquired (fencing token {fence}{})",
+        more.concat()
+    ));
     let done = match run_held(
         &guard,
         Held::Lock,

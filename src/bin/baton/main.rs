@@ -241,6 +241,7 @@ fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             // no `{`/`}`; a prefix ends with `:`): checked here, before connecting, so a bad one
             // is a usage error even when Redis is unreachable.
             job(&args.key)?;
+            lock::kind(args)?;
             let (opts, sink) = lock::config(args)?;
             if args.redlock.is_empty() {
                 Plan::Lock(args, opts, sink)
