@@ -256,3 +256,37 @@ async fn conflicting_flags_are_usage_errors() {
         );
     }
 }
+
+/// The example lines of docs/cli.md's section, run as written on Redis (their PROGRAM replaced
+/// by one that prints what it got): each exits 0, and --permits gives a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_lines_run_as_written() {
+    let doc = include_str!("../docs/cli.md");
+    let section = doc
+        .split("### Permits and shared reads")
+        .nth(1)
+        .expect("docs/cli.md has the section");
+    let lines: Vec<&str> = section
+        .lines()
+        .take_while(|l| !l.starts_with("- "))
+        .filter(|l| l.starts_with("baton lock "))
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let srv = server();
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().skip(2).collect();
+        let cut = words.iter().position(|w| *w == "--").expect("-- PROGRAM");
+        let mut args = words[..cut].to_vec();
+        args.extend([
+            "--",
+            "sh",
+            "-c",
+            "echo \"${BATON_PERMIT-none} $BATON_FENCING_TOKEN\"",
+        ]);
+        let out = lock(&srv.url(), &args).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{line}: {}", text(&out));
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let slot = said.split(' ').next().unwrap();
+        assert_eq!(slot == "0", line.contains("--permits"), "{line}: {said}");
+    }
+}
