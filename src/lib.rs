@@ -258,6 +258,9 @@ pub struct DocsMutex;
 #[doc = include_str!("../docs/rwlock.md")]
 pub struct DocsRwLock;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/semaphore.md")]
+pub struct DocsSemaphore;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/fair-lock.md")]
 pub struct DocsFairLock;
 #[cfg(doctest)]
