@@ -41,8 +41,11 @@
 //!   write is known), so a reader can check it reads at least that version. A downgrade keeps
 //!   the write's token as the read token.
 //! - Release and extension compare the holder's token: `false` means it was no longer ours.
-//! - Waiting: a release wakes one waiter per client (as the mutex); other waiters retry on
-//!   their backoff, never past the remaining lease of what blocks them.
+//! - Waiting: a release wakes one waiter per client (as the mutex), and a granted read wakes
+//!   the next one of that client at once (readers share, and no release would announce it);
+//!   other waiters retry on their backoff, never past the remaining lease of what blocks them.
+//!   A waiting writer asks with one token through all its tries, so each try refreshes its
+//!   mark and its grant takes the mark away.
 
 pub mod keys;
 
@@ -150,6 +153,7 @@ impl RwLocks {
             lease,
             mode,
             waits: false,
+            token: None,
         };
         match one.try_once(false, Instant::now()).await? {
             Tried::Granted(guard) => Ok(Some(guard)),
@@ -182,6 +186,7 @@ impl RwLocks {
             lease,
             mode,
             waits: true,
+            token: None,
         };
         let mut guard = acquire::acquire(&mut acq, key, opts).await?;
         if opts.watchdog {
@@ -369,6 +374,12 @@ struct RwTry<'a> {
     mode: RwMode,
     /// Whether the caller waits: only a waiting writer leaves the "writer waiting" mark.
     waits: bool,
+    /// The token of the last try when it was refused (so it holds nothing): the next try asks
+    /// with it again. The writer's mark is its token, so a writer that changed token at every
+    /// try could neither refresh its mark nor clear it when granted, and a stale mark keeps
+    /// readers out until it lapses. After a grant or an error (whose token the background
+    /// release owns) a fresh one is drawn.
+    token: Option<String>,
 }
 
 /// Releases `token`'s hold on `keys` through a task of the client unless disarmed: armed while
@@ -391,7 +402,7 @@ impl TryAcquire for RwTry<'_> {
         takeover: bool,
         asked: Instant,
     ) -> Result<Tried<LockGuard>, Error> {
-        let token = new_token();
+        let token = self.token.take().unwrap_or_else(new_token);
         let backend = self.locks.backend.clone();
         let mut armed = pending(&backend, &self.keys, &token);
         let limit = after(Instant::now(), backend.response_timeout());
@@ -431,6 +442,7 @@ impl TryAcquire for RwTry<'_> {
                 ))))
             }
             RwGrant::Busy { retry } => {
+                self.token = Some(token);
                 // A waiting writer refreshes its mark before it lapses.
                 let retry = match self.mode {
                     RwMode::Write => Some(retry.unwrap_or(MAX_MARK).min(mark_for(self.lease) / 3)),
@@ -443,6 +455,11 @@ impl TryAcquire for RwTry<'_> {
 
     fn waiting(&mut self) -> (Option<WakeOne>, bool) {
         (self.locks.backend.waiting(self.keys.channel()), true)
+    }
+
+    /// A read (plain or upgradeable) is shared: the next local waiter may be a reader too.
+    fn shared(&self) -> bool {
+        matches!(self.mode, RwMode::Read | RwMode::Upgradeable)
     }
 
     async fn subscribe(&mut self) -> Option<WakeOne> {
