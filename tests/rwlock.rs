@@ -101,8 +101,8 @@ scenario! {
         assert!(ra.try_read("pref", LONG).await.unwrap().is_none());
         let token = w.fencing_token();
         assert!(w.release().await.unwrap());
-        // At once, not once a mark lapses: the writer's tries all used one token, so its grant
-        // took its own mark away.
+        // The grant took the writer's mark with it: readers get in at once, not after a stale
+        // mark's lease (every try of one wait carries the token its mark was set with).
         let r = ra
             .try_read("pref", LONG)
             .await
