@@ -37,6 +37,15 @@
 //! PROGRAMs overlap or complete twice, none starts before its tick by the server's clock, every
 //! tick a live process witnessed ends DONE or EXHAUSTED; and its control
 //! `control-schedule-prefix`, one worker under another `--prefix`, which S1 must flag).
+//! Profile `semaphore` runs the semaphore workload (examples/chaos/semaphore.rs: 12 tasks on one
+//! semaphore of 3 permits with the watchdog, BEGIN/COMMIT fenced per slot; the mutex workload's
+//! faults for 15 s; no fourth holder at the resource (S1), no slot at or above the limit (S2);
+//! its control `control-semaphore-fencing-off`; `semaphore-volatile`: Redis restarted without
+//! persistence, each slot's later tokens above its earlier ones). Profile `rw` runs the
+//! read-write lock workload (examples/chaos/rw.rs: readers, writers and an upgradeable reader
+//! that upgrades and downgrades, on two locks, the same faults for 15 s; no writer beside
+//! another holder at the resource (C1), reads see their read token's committed write (R2); its
+//! control `control-rw-fencing-off`). Neither is in `quick`.
 //! `failover` runs only the main phase and its two controls, and
 //! a list (`failover,mutex`, `leader,fair,cli`) runs each listed workload's phases: `quick` is
 //! `failover,mutex,leader,fair,cli` (not `schedule`). Profile `cluster` (needs
