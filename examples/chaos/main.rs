@@ -634,13 +634,19 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
     for (workload, tag) in [(Workload::Semaphore, 0x5E0), (Workload::Rw, 0x5E8)] {
         let name = workload.name();
         if has(name) {
+            let mut lanes = lock_lanes();
+            if workload == Workload::Rw {
+                // A third lane of holder pauses: fewer holds reach the resource (writers wait
+                // for readers), and C1s wants a stale op refused every run.
+                lanes.push(vec![Kind::PauseWorker]);
+            }
             phases.push(PhaseCfg {
                 name: name.into(),
                 jobs: 0,
                 warmup_s: 2.0,
                 chaos_s: 15.0,
                 fenced: true,
-                lanes: lock_lanes(),
+                lanes,
                 volatile_restart_at: None,
                 seed: mix(&[seed, tag]),
                 quiesce_bound_s: 20.0,

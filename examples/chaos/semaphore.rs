@@ -1,5 +1,6 @@
 //! The semaphore workload: `MUTEX_TASKS` tasks in each of the `WORKERS` processes (12 in all)
-//! share one semaphore of `PERMITS` (3) permits, each looping acquire (with the watchdog) →
+//! share one semaphore of `PERMITS` (3) permits, each looping acquire (with the watchdog; one
+//! task per process waits in the FIFO line, `fair(true)`) →
 //! BEGIN/COMMIT to the fenced resource under the key `s-0:<slot>` with the permit's fencing
 //! token → release. Tokens are ordered per slot, so each slot is a resource key of its own: a
 //! holder paused past its lease whose slot was granted again commits late and must be refused.
@@ -23,7 +24,8 @@ use serde_json::{json, Value};
 use crate::checker::{s, u, who, Inv};
 use crate::util::{mix, mono_ns, BoxError, Rng};
 use crate::worker::{
-    join_tasks, op_type, resource_write, Ctx, LEASE, MUTEX_TASKS, MUTEX_WAIT, STOP_FILE,
+    join_tasks, op_type, resource_write, Ctx, FAIR_WAITER_TIMEOUT, LEASE, MUTEX_TASKS, MUTEX_WAIT,
+    STOP_FILE,
 };
 
 /// The semaphore's name and its number of permits.
@@ -37,16 +39,28 @@ pub fn slot_key(slot: u32) -> String {
 
 pub async fn run(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
     let counter = Arc::new(AtomicU64::new(0));
-    let opts = Arc::new(
-        baton::AcquireOptions::builder()
-            .wait(MUTEX_WAIT)
-            .watchdog(true)
-            .build()?,
-    );
+    let plain = baton::AcquireOptions::builder()
+        .wait(MUTEX_WAIT)
+        .watchdog(true)
+        .build()?;
+    // Task 0 of every process waits in the semaphore's FIFO line (4 of the 12 tasks). Its
+    // waiter timeout is the lease, as the fair lock workload's: a waiter paused or killed at the
+    // head holds the line up by at most that.
+    let fair = baton::AcquireOptions::builder()
+        .wait(MUTEX_WAIT)
+        .watchdog(true)
+        .fair(true)
+        .waiter_timeout(FAIR_WAITER_TIMEOUT)
+        .build()?;
+    let (plain, fair) = (Arc::new(plain), Arc::new(fair));
     let mut tasks = Vec::new();
     for task in 0..MUTEX_TASKS {
-        let (ctx, client, counter, opts) =
-            (ctx.clone(), client.clone(), counter.clone(), opts.clone());
+        let opts = if task == 0 {
+            fair.clone()
+        } else {
+            plain.clone()
+        };
+        let (ctx, client, counter) = (ctx.clone(), client.clone(), counter.clone());
         tasks.push(tokio::spawn(async move {
             permit_task(&ctx, &client, &counter, &opts, task).await
         }));
@@ -78,7 +92,7 @@ async fn permit_task(
         // signal does not reach, so a holder paused past its lease commits late and only the
         // slot's fencing token keeps the resource safe.
         let detached = rng.unit() < 0.75;
-        ctx.write(json!({"type":"invoke","f":"lock","lock":SEMAPHORE,"n":n}));
+        ctx.write(json!({"type":"invoke","f":"lock","lock":SEMAPHORE,"n":n,"fair":opts.fair()}));
         let guard = match sems.acquire(SEMAPHORE, PERMITS, LEASE, opts).await {
             Ok(g) => g,
             Err(e) => {
