@@ -652,6 +652,10 @@ pub(crate) struct LockArgs {
     /// same N.
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// With --permits: wait in the semaphore's FIFO line, so permits go in the order the
+    /// waiters asked, across every host, and nobody outside the line takes one first.
+    #[arg(long)]
+    pub(crate) fair: bool,
     /// Take a shared read of the read-write lock K (as `flock -s`): readers run together,
     /// writers (--exclusive) wait for them; once a writer waits, new readers queue behind it.
     /// BATON_FENCING_TOKEN is the last write's token (0 before any write).
