@@ -594,6 +594,8 @@ pub(crate) enum KindArg {
     Leader,
     Fair,
     Queue,
+    Semaphore,
+    Rwlock,
 }
 
 impl KindArg {
@@ -604,6 +606,8 @@ impl KindArg {
             KindArg::Leader => baton::inspect::Kind::Leader,
             KindArg::Fair => baton::inspect::Kind::Fair,
             KindArg::Queue => baton::inspect::Kind::Queue,
+            KindArg::Semaphore => baton::inspect::Kind::Semaphore,
+            KindArg::Rwlock => baton::inspect::Kind::RwLock,
         }
     }
 }
