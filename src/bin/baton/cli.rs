@@ -158,9 +158,9 @@ pub(crate) enum Command {
     /// on loss and campaign again; on SIGTERM stop it, resign and exit 0.
     #[command(after_long_help = LEADER_EXIT_STATUSES)]
     Leader(LeaderArgs),
-    /// List every job, lock, leader, fair lock and queue under the prefix (one line each:
-    /// kind, name, state, holder, time left, fencing token), or show what --key is, of any
-    /// kind.
+    /// List every job, lock, leader, fair lock, queue, semaphore and read-write lock under the
+    /// prefix (one line each: kind, name, state, holder, time left, fencing token), or show
+    /// what --key is, of any kind.
     Status {
         /// The name to show (a job's, a lock's, an election's, …); without it, list everything.
         #[arg(long)]
@@ -312,8 +312,9 @@ pub(crate) enum Command {
     /// once per database, before workers run with a role that may only read and write them).
     #[command(after_long_help = MIGRATE_HELP)]
     Migrate,
-    /// Serve a read-only page of every job, lock, leader, fair lock, queue and schedule under
-    /// the prefix, updated live (loopback only unless --allow-remote).
+    /// Serve a read-only page of every job, lock, leader, fair lock, queue, semaphore,
+    /// read-write lock and schedule under the prefix, updated live (loopback only unless
+    /// --allow-remote).
     #[cfg(feature = "dashboard")]
     #[command(after_long_help = DASHBOARD_HELP)]
     Dashboard(DashboardArgs),

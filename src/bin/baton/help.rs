@@ -367,8 +367,8 @@ configuration (as for `baton run`; no retry helps).";
 /// `baton dashboard --help`: what the page shows, what it refuses, and its exit statuses.
 #[cfg(feature = "dashboard")]
 pub(crate) const DASHBOARD_HELP: &str = "\
-`baton dashboard` serves one page listing every job, lock, leader, fair lock, queue and
-schedule under --prefix, as `baton status` does: state, holder, time left, fencing token.
+`baton dashboard` serves one page listing every job, lock, leader, fair lock, queue,
+semaphore, read-write lock and schedule under --prefix, as `baton status` does: state, holder, time left, fencing token.
 Exhausted, corrupt and waiting jobs (a failed attempt, or a holder whose lease ran out) come
 first and stand out; rows that just changed are highlighted; the page filters by name prefix
 and kind. It updates live over server-sent events; the server is read once per --interval
