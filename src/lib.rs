@@ -51,7 +51,7 @@
 //! | fenced mutex | [`Client::locks`] | yes | yes | `docs/mutex.md` |
 //! | read-write lock | [`Client::rw_locks`] | yes | yes | `docs/rwlock.md` |
 //! | fair lock | [`Client::fair_locks`] | yes | no | `docs/fair-lock.md` |
-//! | semaphore (fenced permits) | [`Client::semaphores`] | yes | yes (`write_fenced`: Redis only) | `docs/semaphore.md` |
+//! | semaphore (fenced permits) | [`Client::semaphores`] | yes | yes | `docs/semaphore.md` |
 //! | leader election | [`Client::leaders`] | yes | yes | `docs/leader-election.md` |
 //! | Redlock | [`Redlock::new`] | independent single servers | no | `docs/redlock.md` |
 //! | run-or-enqueue | [`Client::queues`] | yes | no | `docs/run-or-enqueue.md` |
@@ -77,17 +77,17 @@
 //! cannot honour is refused with [`ErrorKind::Unsupported`], naming it), one wait loop, and
 //! one `with_lock` that hands `work` the guard:
 //!
-//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` | [`RwLocks`] |
-//! | --- | --- | --- | --- | --- | --- |
-//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` | `try_read(key, lease)`, `try_write`, `try_upgradeable_read` |
-//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` | `read(key, lease, &opts)`, `write`, `upgradeable_read` |
-//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) | `with_read`, `with_write` |
-//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` | [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`] (`upgrade`, `downgrade`) |
-//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) | yes |
-//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend | yes |
-//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) | yes (a read: the last write's token) |
-//! | fenced resource: `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write; Redis only) |
-//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies), PostgreSQL |
+//! | operation | [`Locks`] (mutex) | [`FairLocks`] | [`Redlock`] | `AdvisoryLocks` | [`RwLocks`] | [`Semaphores`] |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | one try, `Ok(None)` when held | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, lease)` | `try_acquire(key, mode, &opts)` | `try_read(key, lease)`, `try_write`, `try_upgradeable_read` | `try_acquire(key, limit, lease)` |
+//! | wait for it | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, lease, &opts)` | `acquire(key, mode, &opts)` | `read(key, lease, &opts)`, `write`, `upgradeable_read` | `acquire(key, limit, lease, &opts)` |
+//! | run `work(&guard)` holding it | `with_lock` | `with_lock` | `with_lock` | `with_xact_lock` (the lock ends with the transaction `work` runs in) | `with_read`, `with_write` | `with_permit` |
+//! | what you hold | [`LockGuard`] | [`LockGuard`] | [`RedlockGuard`] | `AdvisoryGuard` | [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`] (`upgrade`, `downgrade`) | [`PermitGuard`] (`slot()`: which of the `limit` permits) |
+//! | [`HeldLease`]: `key()`, `lease_deadline()`, `lost()`, `lost_token()`, `is_lost()`, `loss_reason()` | yes | yes | yes | yes (a session lock has no lease: its deadline never comes; a heartbeat raises the loss signal when the session dies) | yes | yes |
+//! | [`LeaseGuard`]: `extend`, `start_watchdog`, `release() -> Result<bool>` | yes | yes | yes (by quorum) | `release()` only: nothing to extend | yes | yes |
+//! | [`Fenced`]: `fencing_token()` | yes | yes | no: independent masters cannot order their grants | yes (from a sequence) | yes (a read: the last write's token) | yes (per slot) |
+//! | fenced resource, a Redis hash (on PostgreSQL your own table checks the token): `write_fenced`, `read_fenced` | on [`Locks`] | on the guard | no | pass the token to your own table | on the guard (`write_fenced` on a write) | on the guard and on [`Semaphores`] (the resource keyed by permit slot) |
+//! | backends | Redis (all topologies), PostgreSQL | Redis (all topologies) | independent Redis servers | PostgreSQL | Redis (all topologies), PostgreSQL | Redis (all topologies), PostgreSQL |
 //!
 //! The other primitives hold leases for you and hand out the same read side: leader election
 //! ([`Leaders`]: `elector(key, &opts)?.campaign()` waits for a [`Term`], `lead(key, &opts,

@@ -232,3 +232,122 @@ scenario! {
         assert!(c.release().await.unwrap());
     }
 }
+
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn fair_waiters_are_granted_in_arrival_order_across_clients_and_nobody_barges() {
+        let srv = server();
+        let first = client(&srv).await;
+        let sems = first.semaphores();
+        let a = sems.try_acquire("line", 1, LEASE).await.unwrap().unwrap();
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let fair = LockOptions::builder()
+            .fair(true)
+            .wait(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut waiters = Vec::new();
+        for i in 0..3u32 {
+            // Each waiter on a client of its own (so each client's wake-one reaches it), asking
+            // after the one before it joined the line.
+            let (c, order, fair) = (client(&srv).await, order.clone(), fair.clone());
+            waiters.push(tokio::spawn(async move {
+                let g = c.semaphores().acquire("line", 1, LEASE, &fair).await?;
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await
+            }));
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        assert!(order.lock().unwrap().is_empty(), "granted while the only permit was held");
+        assert!(a.release().await.unwrap());
+        // A try outside the line waits behind it: it is granted only once every waiter was.
+        loop {
+            if let Some(g) = sems.try_acquire("line", 1, LEASE).await.unwrap() {
+                assert_eq!(order.lock().unwrap().len(), 3, "a try outside the line barged in");
+                g.release().await.unwrap();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for w in waiters {
+            assert!(w.await.unwrap().unwrap());
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    }
+}
+
+scenario! {
+    postgres:
+    #[tokio::test]
+    async fn a_fair_waiter_that_gives_up_leaves_the_line_at_once_and_a_dead_ones_place_ends() {
+        let srv = server();
+        let first = client(&srv).await;
+        let other = client(&srv).await;
+        let sems = first.semaphores();
+        let a = sems.try_acquire("leave", 1, LEASE).await.unwrap().unwrap();
+        // Gives up after its wait: it leaves the line, so once the permit is free a try outside
+        // the line gets it long before the place's 60 s liveness would have ended.
+        let patient = LockOptions::builder()
+            .fair(true)
+            .waiter_timeout(Duration::from_secs(60))
+            .wait(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let e = other.semaphores().acquire("leave", 1, LEASE, &patient).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
+        assert!(a.release().await.unwrap());
+        let mut got = None;
+        for _ in 0..200 {
+            got = sems.try_acquire("leave", 1, LEASE).await.unwrap();
+            if got.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let b = got.expect("the waiter that gave up still holds its place in the line");
+        // A waiter that stops without leaving (its process frozen: the future neither polled
+        // nor dropped) keeps its place until its waiter timeout, then the line goes on.
+        let frozen = LockOptions::builder()
+            .fair(true)
+            .waiter_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap();
+        let other_sems = other.semaphores();
+        let mut waiting = Box::pin(other_sems.acquire("leave", 1, LEASE, &frozen));
+        assert!(tokio::time::timeout(Duration::from_millis(300), &mut waiting).await.is_err());
+        std::mem::forget(waiting);
+        assert!(b.release().await.unwrap());
+        assert!(
+            sems.try_acquire("leave", 1, LEASE).await.unwrap().is_none(),
+            "a try outside the line went ahead of a live place"
+        );
+        let opts = LockOptions::builder().wait(Duration::from_secs(30)).build().unwrap();
+        let c = sems.acquire("leave", 1, LEASE, &opts).await.unwrap();
+        assert_eq!(c.slot(), 0);
+    }
+}
+
+scenario! {
+    #[tokio::test]
+    async fn fair_is_the_semaphores_option_and_waiter_timeout_needs_it() {
+        let srv = server();
+        let client = client(&srv).await;
+        let fair = LockOptions::builder().fair(true).build().unwrap();
+        let e = client.locks().acquire("m", LEASE, &fair).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        assert!(e.to_string().contains("`fair`"), "{e}");
+        let e = client.rw_locks().read("m", LEASE, &fair).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        let lonely = LockOptions::builder()
+            .waiter_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let e = client.semaphores().acquire("m", 2, LEASE, &lonely).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        assert!(e.to_string().contains("without `fair`"), "{e}");
+        let g = client.semaphores().acquire("m", 2, LEASE, &fair).await.unwrap();
+        assert_eq!(g.slot(), 0);
+    }
+}

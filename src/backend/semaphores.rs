@@ -82,6 +82,30 @@ impl Backend {
         }
     }
 
+    /// Takes fair waiter `waiter` out of the line of the semaphore (record `meta`, line keys
+    /// `queue`/`alive` on Redis), waking a waiter on `channel` if it was in it, through a task
+    /// of the client; never blocks. The place's liveness is the backstop.
+    pub(crate) fn leave_semaphore_line_in_background(
+        &self,
+        meta: &str,
+        queue: &str,
+        alive: &str,
+        channel: &str,
+        waiter: String,
+    ) {
+        match self {
+            Backend::Redis(t) => {
+                let _ = meta;
+                super::redis::semaphores::leave_line_in_background(t, queue, alive, channel, waiter)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                let _ = (queue, alive);
+                super::postgres::semaphores::leave_line_in_background(t, meta, channel, waiter)
+            }
+        }
+    }
+
     /// Creates the semaphore's tables where the backend has any (PostgreSQL: `baton_semaphores`
     /// and the lock table its slots live in); nothing on Redis.
     ///

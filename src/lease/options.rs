@@ -73,6 +73,7 @@ pub(crate) enum Field {
     WaiterTimeout,
     Heartbeat,
     HolderName,
+    Fair,
 }
 
 impl Field {
@@ -112,6 +113,11 @@ impl Field {
                 "the option `holder_name`",
                 "only the mutex stores a holder's name; leave it unset",
             ),
+            Field::Fair => (
+                "the option `fair`",
+                "only the semaphore's waiters take a place in a queue on request (the fair \
+                 lock's always do: use `FairLocks` for a FIFO mutex); leave it unset",
+            ),
         }
     }
 }
@@ -141,6 +147,7 @@ pub struct LockOptions {
     pub(crate) waiter_timeout: Option<Duration>,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) holder_name: Option<String>,
+    pub(crate) fair: bool,
 }
 
 impl LockOptions {
@@ -182,7 +189,8 @@ impl LockOptions {
         self.replica_ack.map(|w| (w.replicas, w.timeout))
     }
 
-    /// How long a fair-lock waiter that stops refreshing its place (a dead process) keeps it.
+    /// How long a queued waiter (the fair lock's, a fair semaphore's) that stops refreshing its
+    /// place (a dead process) keeps it.
     pub fn waiter_timeout(&self) -> Duration {
         self.waiter_timeout.unwrap_or(DEFAULT_WAITER_TIMEOUT)
     }
@@ -196,6 +204,12 @@ impl LockOptions {
     /// [`LockOptionsBuilder::holder_name`]).
     pub fn holder_name(&self) -> Option<&str> {
         self.holder_name.as_deref()
+    }
+
+    /// Whether waiters are granted in the order the server first saw them (see
+    /// [`LockOptionsBuilder::fair`]).
+    pub fn fair(&self) -> bool {
+        self.fair
     }
 
     /// The same options with the watchdog on (what every `with_lock` runs with).
@@ -223,6 +237,7 @@ impl LockOptions {
             (Field::WaiterTimeout, self.waiter_timeout.is_some()),
             (Field::Heartbeat, self.heartbeat.is_some()),
             (Field::HolderName, self.holder_name.is_some()),
+            (Field::Fair, self.fair),
         ];
         match set.into_iter().find(|(f, on)| *on && !honoured.contains(f)) {
             Some((f, _)) => {
@@ -259,10 +274,16 @@ struct RawOptions {
     heartbeat_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     holder_name: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    fair: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for RawOptions {
@@ -284,6 +305,7 @@ impl From<LockOptions> for RawOptions {
             waiter_timeout_ms: o.waiter_timeout.map(ms),
             heartbeat_ms: o.heartbeat.map(ms),
             holder_name: o.holder_name,
+            fair: o.fair,
         }
     }
 }
@@ -303,6 +325,7 @@ impl TryFrom<RawOptions> for LockOptions {
                 waiter_timeout: d(r.waiter_timeout_ms),
                 heartbeat: d(r.heartbeat_ms),
                 holder_name: r.holder_name,
+                fair: r.fair,
             },
             replica_ack: (r.replica_ack, d(r.replica_ack_timeout_ms)),
         }
@@ -381,7 +404,7 @@ impl LockOptionsBuilder {
     /// The fair lock's waiter timeout: how long a waiter keeps its place without refreshing
     /// it, 30 ms ..= 1 h. It refreshes every third of it while it waits, so only a dead (or
     /// stalled) waiter loses its place, and a dead head delays the queue by at most this much.
-    /// The fair lock only. Defaults to 10 s.
+    /// The fair lock, and the semaphore with [`LockOptionsBuilder::fair`]. Defaults to 10 s.
     pub fn waiter_timeout(mut self, d: Duration) -> Self {
         self.opts.waiter_timeout = Some(d);
         self
@@ -401,6 +424,17 @@ impl LockOptionsBuilder {
     /// release and extension compare it whole. The mutex only. Defaults to none: the token alone.
     pub fn holder_name(mut self, name: impl Into<String>) -> Self {
         self.opts.holder_name = Some(name.into());
+        self
+    }
+
+    /// Waiters are granted in the order the server first saw them (FIFO across every client),
+    /// and nobody else is granted ahead of them: each waiter keeps a place in the
+    /// semaphore's queue, refreshed every third of [`LockOptionsBuilder::waiter_timeout`] while
+    /// it waits, so a dead waiter delays the line by at most that timeout. The semaphore only
+    /// (the fair lock is always FIFO). Defaults to off: a free permit goes to whichever try
+    /// comes first, and within one client waiters go in the order they asked.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.opts.fair = on;
         self
     }
 
@@ -515,6 +549,13 @@ mod tests {
         assert!(serde_json::from_str::<LockOptions>(r#"{"max_tries":0}"#).is_err());
         assert!(serde_json::from_str::<LockOptions>(r#"{"waiter_timeout_ms":0}"#).is_err());
         assert!(serde_json::from_str::<LockOptions>(r#"{"wait":5}"#).is_err());
+        let fair: LockOptions = serde_json::from_str(r#"{"fair":true}"#).unwrap();
+        assert!(fair.fair());
+        assert_eq!(
+            serde_json::to_string(&fair).unwrap(),
+            r#"{"wait_ms":null,"max_tries":null,"watchdog":false,"max_hold_ms":null,"fair":true}"#
+        );
+        assert!(!LockOptions::default().fair());
         let back: LockOptions = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
         assert_eq!(back, o);
         let full = LockOptions::builder()

@@ -4,6 +4,8 @@
 //! | --- | --- | --- |
 //! | `P` `sem:{K}` | hash: `limit`, `span` (slots that may hold permits), `f<i>` (slot `i`'s last fencing token) | max(24 h, 2 × lease), refreshed by every try, grant and extension |
 //! | `P` `sem:{K}:<i>` | slot `i`'s holder's random token | the permit's lease |
+//! | `P` `sem:{K}:queue` | sorted set: the fair waiters' ids, scored by arrival | the record's, refreshed by every queued try |
+//! | `P` `sem:{K}:alive` | sorted set: the fair waiters' ids, scored by the server time (ms) their place ends | as `…:queue` |
 //! | `P` `sem:{K}:released` | pub/sub channel: `released` | — |
 //!
 //! `{K}` is a Redis Cluster hash tag: the record and every slot share a Cluster slot, so one
@@ -24,6 +26,10 @@ pub(crate) struct SemKeys {
     pub(crate) slots: String,
     /// `P` `sem:{K}:released`.
     pub(crate) channel: String,
+    /// `P` `sem:{K}:queue`.
+    pub(crate) queue: String,
+    /// `P` `sem:{K}:alive`.
+    pub(crate) alive: String,
 }
 
 impl SemKeys {
@@ -33,6 +39,8 @@ impl SemKeys {
         SemKeys {
             slots: format!("{meta}:"),
             channel: format!("{meta}:released"),
+            queue: format!("{meta}:queue"),
+            alive: format!("{meta}:alive"),
             meta,
         }
     }
@@ -100,5 +108,7 @@ mod tests {
         assert_eq!(k.meta, "baton:sem:{pool}");
         assert_eq!(k.slot(3), "baton:sem:{pool}:3");
         assert_eq!(k.channel, "baton:sem:{pool}:released");
+        assert_eq!(k.queue, "baton:sem:{pool}:queue");
+        assert_eq!(k.alive, "baton:sem:{pool}:alive");
     }
 }

@@ -30,8 +30,20 @@
 //!   with another limit meanwhile is refused ([`ErrorKind::Config`](crate::ErrorKind::Config),
 //!   naming both values); [`Semaphores::set_limit`] changes it. Lowering it keeps the permits
 //!   held and grants nothing until fewer are held than the new limit.
-//! - A release wakes one waiter per client (the semaphore's `released` channel). Waiting is
-//!   not FIFO across clients; within one client waiters go in the order they asked.
+//! - A release wakes one waiter per client (the semaphore's `released` channel). By default
+//!   waiting is not FIFO across clients (a free permit goes to whichever try comes first);
+//!   within one client waiters go in the order they asked.
+//! - **Fair waiting** ([`LockOptionsBuilder::fair`](crate::LockOptionsBuilder::fair)): a
+//!   waiter takes a place in the semaphore's line at its first try (Redis: the sorted sets
+//!   `…:queue` and `…:alive`; PostgreSQL: `baton_semaphore_waiters`), refreshed by every try
+//!   (at least every third of [`LockOptions::waiter_timeout`]). A try is granted only if
+//!   fewer permits are held than the limit minus the live waiters ahead of it, so permits go
+//!   in the order the server first saw the waiters, across every client, and a try outside the
+//!   line (a `try_acquire`, an unfair `acquire`) waits behind the whole line. A waiter that
+//!   gives up or is dropped leaves the line at once (through a task of the client); a dead
+//!   one's place ends after its `waiter_timeout`, so it delays the line by at most that. A
+//!   release wakes one waiter per client; the line's head, if not woken (its client woke
+//!   another), tries again within a third of its `waiter_timeout`.
 
 pub mod keys;
 
@@ -161,8 +173,7 @@ impl Semaphores {
     /// [`Error::Config`] for an invalid name, a limit outside 1 ..= [`MAX_PERMITS`], a lease
     /// outside 10 ms ..= 1 day, or a limit other than the one stored (naming both);
     /// [`Error::CorruptState`] for a record baton never writes; connection errors and timeouts
-    /// (the permit is then released by token in the background, in case the script did run);
-    /// [`Error::Unsupported`] on PostgreSQL.
+    /// (the permit is then released by token in the background, in case the script did run).
     ///
     /// # Cancel safety
     /// Dropping the future after the script was sent releases by token through a task of the
@@ -180,6 +191,7 @@ impl Semaphores {
             key,
             limit,
             lease,
+            place: None,
         };
         match one.try_once(false, Instant::now()).await? {
             Tried::Granted(guard) => Ok(Some(guard)),
@@ -196,7 +208,8 @@ impl Semaphores {
     /// # Errors
     /// [`Error::NotAcquired`] when the bound ran out with every permit held; as
     /// [`Semaphores::try_acquire`] otherwise; [`Error::Unsupported`] for an option the
-    /// semaphore does not use (`replica_ack`, `holder_name`, `waiter_timeout`, `heartbeat`).
+    /// semaphore does not use (`replica_ack`, `holder_name`, `heartbeat`, and
+    /// `waiter_timeout` without `fair`).
     ///
     /// # Cancel safety
     /// As [`Semaphores::try_acquire`].
@@ -215,14 +228,45 @@ impl Semaphores {
                 Field::MaxBackoff,
                 Field::Watchdog,
                 Field::MaxHold,
+                Field::Fair,
+                Field::WaiterTimeout,
             ],
         )?;
+        if opts.waiter_timeout.is_some() && !opts.fair {
+            return Err(Error::Unsupported {
+                what: "the option `waiter_timeout` without `fair`",
+                backend: "the semaphore",
+                why: "only a fair waiter keeps a place in the semaphore's line; set `fair(true)` \
+                      or leave it unset",
+            });
+        }
+        let place = opts.fair.then(|| {
+            let (backend, keys, waiter) = (self.backend.clone(), keys.clone(), new_token());
+            let leave: Armed<Box<dyn FnOnce() + Send + Sync>> = {
+                let waiter = waiter.clone();
+                Armed::new(Box::new(move || {
+                    backend.leave_semaphore_line_in_background(
+                        &keys.meta,
+                        &keys.queue,
+                        &keys.alive,
+                        &keys.channel,
+                        waiter,
+                    )
+                }))
+            };
+            Place {
+                waiter,
+                liveness: opts.waiter_timeout(),
+                leave,
+            }
+        });
         let mut acq = PermitTry {
             sems: self,
             keys,
             key,
             limit,
             lease,
+            place,
         };
         let mut guard = acquire::acquire(&mut acq, key, opts).await?;
         if opts.watchdog {
@@ -305,6 +349,19 @@ struct PermitTry<'a> {
     key: &'a str,
     limit: u32,
     lease: Duration,
+    /// A fair waiter's place in the line; `None` outside it.
+    place: Option<Place>,
+}
+
+/// A fair waiter's place in the semaphore's line.
+struct Place {
+    /// Its id in the line, the same for every try of one wait.
+    waiter: String,
+    /// How long the place lasts without a try refreshing it.
+    liveness: Duration,
+    /// Leaves the line on any exit but a grant (an error, the bound, a dropped future), through
+    /// a task of the client.
+    leave: Armed<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl TryAcquire for PermitTry<'_> {
@@ -332,6 +389,9 @@ impl TryAcquire for PermitTry<'_> {
             token: &token,
             ttl: self.lease,
             limit: self.limit,
+            queue: &self.keys.queue,
+            alive: &self.keys.alive,
+            place: self.place.as_ref().map(|p| (p.waiter.as_str(), p.liveness)),
         };
         let grant = backend.acquire_permit(&req, limit).await;
         if !matches!(&grant, Err(e) if e.is_indeterminate()) {
@@ -339,6 +399,10 @@ impl TryAcquire for PermitTry<'_> {
         }
         match grant? {
             PermitGrant::Granted { slot, fence, sent } => {
+                // The grant took this waiter out of the line in the same step.
+                if let Some(p) = self.place.as_mut() {
+                    p.leave.disarm();
+                }
                 let labels = Labels::new(primitive::SEMAPHORE, backend.label());
                 labels.transition(transition::GRANT, sent);
                 labels.granted(takeover, asked);
@@ -364,6 +428,24 @@ impl TryAcquire for PermitTry<'_> {
                     self.key, self.limit
                 ),
             ))),
+        }
+    }
+
+    /// A fair waiter tries again at least every third of its place's liveness, so two refreshes
+    /// may fail and a third still keeps the place; otherwise the kernel's nap.
+    fn held_nap(
+        &mut self,
+        remaining: Option<Duration>,
+        backoff: &mut crate::util::backoff::Backoff,
+    ) -> Duration {
+        let nap = backoff.next_delay();
+        let nap = match remaining {
+            Some(p) => nap.min(p.max(Duration::from_millis(1))),
+            None => nap,
+        };
+        match &self.place {
+            Some(p) => nap.min((p.liveness / 3).max(Duration::from_millis(1))),
+            None => nap,
         }
     }
 

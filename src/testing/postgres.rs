@@ -74,7 +74,8 @@ pub const PG_WORKER_PASSWORD: &str = "dml-pw-5e2b";
 const PG_WORKER_GRANTS: &str = "
 GRANT USAGE ON SCHEMA public TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE ON baton_jobs, baton_job_stops, baton_locks TO baton_dml;
-GRANT SELECT, INSERT, UPDATE, DELETE ON baton_rwlocks, baton_semaphores TO baton_dml;
+GRANT SELECT, INSERT, UPDATE, DELETE
+    ON baton_rwlocks, baton_semaphores, baton_semaphore_waiters TO baton_dml;
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON baton_schedules, baton_schedule_history, baton_schedule_control,
        baton_schedule_triggers TO baton_dml;

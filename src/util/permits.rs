@@ -21,6 +21,15 @@ pub(crate) struct PermitRequest<'a> {
     pub ttl: Duration,
     /// The limit the caller gives; must match the stored one.
     pub limit: u32,
+    /// The semaphore's line of fair waiters (Redis: a sorted set by arrival; PostgreSQL keeps
+    /// it in a table keyed by `meta`), which every try respects: a permit goes to nobody else
+    /// while a live waiter of the line is owed it.
+    pub queue: &'a str,
+    /// The line's liveness (Redis: a sorted set of each waiter's deadline).
+    pub alive: &'a str,
+    /// A fair waiter's place: its id in the line and how long the place lasts unrefreshed.
+    /// `None`: a try outside the line.
+    pub place: Option<(&'a str, Duration)>,
 }
 
 /// What one try for a permit found.

@@ -12,13 +12,21 @@
 //!     fences       bigint[] NOT NULL,  -- slot i's last fencing token at index i + 1
 //!     retain_until timestamptz NOT NULL
 //! );
+//! CREATE TABLE baton_semaphore_waiters (  -- the line of fair waiters
+//!     key         text NOT NULL,          -- P sem:{K}
+//!     waiter      text NOT NULL,
+//!     ticket      bigint NOT NULL,        -- arrival order within the semaphore
+//!     alive_until timestamptz NOT NULL,   -- the place ends unless refreshed
+//!     PRIMARY KEY (key, waiter)
+//! );
 //! ```
 //!
 //! A try is one short transaction: the semaphore's row is upserted and so locked (`INSERT …
 //! ON CONFLICT DO UPDATE` locks the row it finds), the slot rows up to the span are read, and
 //! the rule of the Redis script decides (a stored limit other than the caller's is refused with
 //! nothing written; as many held as the limit, counting slots above a lowered one, is full;
-//! else the lowest free slot below the limit). The slot's lock row and its fence, stepped to
+//! else the lowest free slot below the limit, unless live fair waiters ahead of the caller in
+//! the line (all of them, for a try outside it) are owed the free permits). The slot's lock row and its fence, stepped to
 //! `max(old + 1, server time in µs)`, are written before the commit: tries on one semaphore are
 //! serialized by the row lock. A stored limit counts while the row's retention has not passed
 //! (max(24 h, 2 × lease), refreshed by every try and grant) or a slot is held. The client's
@@ -46,6 +54,13 @@ CREATE TABLE IF NOT EXISTS baton_semaphores (
     fences       bigint[] NOT NULL,
     retain_until timestamptz NOT NULL
 );
+CREATE TABLE IF NOT EXISTS baton_semaphore_waiters (
+    key         text NOT NULL,
+    waiter      text NOT NULL,
+    ticket      bigint NOT NULL,
+    alive_until timestamptz NOT NULL,
+    PRIMARY KEY (key, waiter)
+);
 ";
 
 /// Deletes semaphores past their retention with no held slot. The conditions are re-checked by
@@ -57,7 +72,8 @@ WHERE s.retain_until < clock_timestamp()
   AND NOT EXISTS (
     SELECT 1 FROM baton_locks l
     WHERE left(l.key, length(s.key) + 1) = s.key || ':'
-      AND l.token IS NOT NULL AND l.expires_at > clock_timestamp())";
+      AND l.token IS NOT NULL AND l.expires_at > clock_timestamp());
+DELETE FROM baton_semaphore_waiters WHERE alive_until < clock_timestamp()";
 
 /// How often a client runs [`CLEANUP`].
 const CLEANUP_EVERY: Duration = Duration::from_secs(60);
@@ -103,6 +119,46 @@ VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 millisecond', $4,
 ON CONFLICT (key) DO UPDATE
 SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at, fence = EXCLUDED.fence,
     fence_expires_at = greatest(baton_locks.fence_expires_at, EXCLUDED.fence_expires_at)";
+
+/// `$1` key, `$2` waiter, `$3` liveness ms. Drops the semaphore's dead waiters, puts `$2` in
+/// the line at its tail if it is not there (its place refreshed either way) and counts the
+/// live waiters ahead of it. The count reads the statement's snapshot, taken before the
+/// `DELETE` and the `INSERT`, hence its own liveness test.
+const PLACE: &str = "
+WITH gone AS (
+    DELETE FROM baton_semaphore_waiters
+    WHERE key = $1 AND alive_until < clock_timestamp()
+), me AS (
+    INSERT INTO baton_semaphore_waiters AS w (key, waiter, ticket, alive_until)
+    VALUES ($1, $2,
+            (SELECT coalesce(max(ticket), 0) + 1 FROM baton_semaphore_waiters WHERE key = $1),
+            clock_timestamp() + $3::float8 * interval '1 millisecond')
+    ON CONFLICT (key, waiter) DO UPDATE SET alive_until = EXCLUDED.alive_until
+    RETURNING w.ticket
+)
+SELECT count(*) FROM baton_semaphore_waiters w, me
+WHERE w.key = $1 AND w.ticket < me.ticket AND w.alive_until >= clock_timestamp()";
+
+/// `$1` key. Drops the semaphore's dead waiters and counts the live ones (a try outside the
+/// line lets them all go first).
+const LINE: &str = "
+WITH gone AS (
+    DELETE FROM baton_semaphore_waiters
+    WHERE key = $1 AND alive_until < clock_timestamp()
+)
+SELECT count(*) FROM baton_semaphore_waiters
+WHERE key = $1 AND alive_until >= clock_timestamp()";
+
+/// `$1` key, `$2` waiter: out of the line (granted, or gone).
+const LEAVE: &str = "DELETE FROM baton_semaphore_waiters WHERE key = $1 AND waiter = $2";
+
+/// `$1` key, `$2` waiter, `$3` payload, `$4` channel: out of the line, notifying `released`
+/// (the waiters behind may now be owed a free permit) if it was in it.
+const LEAVE_NOTIFY: &str = "
+WITH r AS (
+    DELETE FROM baton_semaphore_waiters WHERE key = $1 AND waiter = $2 RETURNING 1
+)
+SELECT count(*), pg_notify($4, $3) FROM r HAVING count(*) > 0";
 
 /// `$1` slot prefix, `$2` token, `$3` payload, `$4` channel. Frees whichever slot holds the
 /// token (an acquisition whose reply was lost does not know its slot), notifying `released`.
@@ -313,7 +369,26 @@ async fn try_in(
         conn.execute(&st, &[&req.meta, &lim, &span, &retention]),
     )
     .await?;
-    let Some(slot) = free.filter(|_| held < n) else {
+    let ahead: i64 = match req.place {
+        Some((waiter, liveness)) => {
+            let st = conn.by(limit, DURING, conn.prepare_cached(PLACE)).await?;
+            conn.by(
+                limit,
+                DURING,
+                conn.query_one(&st, &[&req.meta, &waiter, &ms(liveness)]),
+            )
+            .await?
+        }
+        None => {
+            let st = conn.by(limit, DURING, conn.prepare_cached(LINE)).await?;
+            conn.by(limit, DURING, conn.query_one(&st, &[&req.meta]))
+                .await?
+        }
+    }
+    .try_get(0)
+    .map_err(|e| unexpected("the semaphore's line", e))?;
+    let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+    let Some(slot) = free.filter(|_| held.saturating_add(ahead) < n) else {
         return Ok((
             PermitGrant::Full {
                 pttl: minp.filter(|p| *p > 0).map(Duration::from_millis),
@@ -342,6 +417,11 @@ async fn try_in(
         .ok()
         .filter(|f| *f > 0)
         .ok_or_else(|| unexpected("the permit's fence", format!("a fencing token of {fence}")))?;
+    if let Some((waiter, _)) = req.place {
+        let st = conn.by(limit, DURING, conn.prepare_cached(LEAVE)).await?;
+        conn.by(limit, DURING, conn.execute(&st, &[&req.meta, &waiter]))
+            .await?;
+    }
     let key = format!("{}{slot}", req.slots);
     let st = conn.by(limit, DURING, conn.prepare_cached(HOLD)).await?;
     conn.by(
@@ -447,6 +527,56 @@ pub(crate) fn release_any_in_background(
                     slots,
                     error = %e,
                     "releasing a permit in the background failed; its lease is the backstop"
+                ),
+            }
+        },
+        &handle,
+    );
+}
+
+/// Takes fair waiter `waiter` out of the line of semaphore `meta` through a task of the client
+/// (a wait that ended without a grant), notifying `released` on `topic` if it was in it; never
+/// blocks, logs the outcome. The place's liveness is the backstop.
+pub(crate) fn leave_line_in_background(
+    t: &std::sync::Arc<PgTransport>,
+    meta: &str,
+    topic: &str,
+    waiter: String,
+) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if t.cancel.is_cancelled() {
+        return;
+    }
+    let (t2, meta, topic) = (t.clone(), meta.to_string(), topic.to_string());
+    t.tracker.spawn_on(
+        async move {
+            const DURING: &str = "leaving a semaphore's line";
+            let limit = crate::util::time::after(Instant::now(), t2.settings.response_timeout);
+            let left = async {
+                let conn = connection(&t2, limit, DURING).await?;
+                let st = conn
+                    .by(limit, DURING, conn.prepare_cached(LEAVE_NOTIFY))
+                    .await?;
+                let payload = format!("{topic}\nreleased");
+                let rows = conn
+                    .by(
+                        limit,
+                        DURING,
+                        conn.query(&st, &[&meta, &waiter, &payload, &channel_of(&topic)]),
+                    )
+                    .await?;
+                Ok::<_, Error>(!rows.is_empty())
+            }
+            .await;
+            match left {
+                Ok(was) => tracing::debug!(meta, was, "left a semaphore's line in the background"),
+                Err(e) => tracing::warn!(
+                    meta,
+                    error = %e,
+                    "leaving a semaphore's line in the background failed; its liveness is the \
+                     backstop"
                 ),
             }
         },

@@ -28,17 +28,22 @@ use crate::util::permits::{PermitGrant, PermitRequest};
 use crate::util::time::ms;
 use crate::util::token::short;
 
-/// `KEYS` = the record (hash); `ARGV` = token, lease ms, record retention ms, limit, slot
-/// prefix.
+/// `KEYS` = the record (hash), the line (`…:queue`), its liveness (`…:alive`); `ARGV` = token,
+/// lease ms, record retention ms, limit, slot prefix, waiter id (empty: a try outside the
+/// line), the waiter's liveness ms.
 ///
 /// Refuses a limit other than the stored one (`{3, stored}`, nothing written). Otherwise
 /// reads every slot up to `span` (the highest slot that may still be held after a lowered
-/// limit), counts the held ones and finds the lowest free one below the limit. Full (as many
-/// held as the limit, counting slots above it) is `{0, shortest PTTL or -1}`. Else the slot is
-/// set to the token with the lease, and its fence (`f<i>`) steps as the mutex's does
+/// limit), counts the held ones and finds the lowest free one below the limit. Then the line:
+/// waiters whose place ended (by the server's clock) leave it; a waiter joins it at the tail
+/// once (its place refreshed on every try); `ahead` is how many live waiters precede the
+/// caller (for a try outside the line: all of them). Full (held + ahead ≥ limit, counting slots
+/// above a lowered limit) is `{0, shortest PTTL or -1}`. Else the waiter leaves the line, the
+/// slot is set to the token with the lease, and its fence (`f<i>`) steps as the mutex's does
 /// (`max(old + 1, server TIME in µs)`, as decimal strings, never Lua doubles): `{1, slot,
 /// fence}`. A fence baton never writes is reported (`{2, value}`) and the slot set is deleted
-/// again in the same step. The record's TTL only ever grows to the retention given.
+/// again in the same step. The record's TTL only ever grows to the retention given; the line's
+/// keys get it while it has waiters.
 const ACQUIRE_SOURCE: &str = r"
 local limit = redis.call('HGET', KEYS[1], 'limit')
 if limit and limit ~= ARGV[4] then
@@ -62,14 +67,43 @@ redis.call('HSET', KEYS[1], 'limit', ARGV[4], 'span', top)
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
-if held >= n or not free then
+local t = redis.call('TIME')
+local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ahead = 0
+if ARGV[6] ~= '' or redis.call('ZCARD', KEYS[2]) > 0 then
+  local dead = redis.call('ZRANGE', KEYS[3], '-inf', '(' .. nowms, 'BYSCORE')
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', KEYS[2], w)
+    redis.call('ZREM', KEYS[3], w)
+  end
+  if ARGV[6] ~= '' then
+    local r = redis.call('ZRANK', KEYS[2], ARGV[6])
+    if not r then
+      local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+      local seq = 1
+      if last[2] then seq = tonumber(last[2]) + 1 end
+      redis.call('ZADD', KEYS[2], seq, ARGV[6])
+      r = redis.call('ZCARD', KEYS[2]) - 1
+    end
+    redis.call('ZADD', KEYS[3], nowms + tonumber(ARGV[7]), ARGV[6])
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    redis.call('PEXPIRE', KEYS[3], ARGV[3])
+    ahead = r
+  else
+    ahead = redis.call('ZCARD', KEYS[2])
+  end
+end
+if held + ahead >= n or not free then
   return {0, minp}
+end
+if ARGV[6] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('ZREM', KEYS[3], ARGV[6])
 end
 local slot = ARGV[5] .. free
 redis.call('SET', slot, ARGV[1], 'PX', ARGV[2])
 local field = 'f' .. free
 local old = redis.call('HGET', KEYS[1], field)
-local t = redis.call('TIME')
 local now = t[1] .. string.sub('00000' .. t[2], -6)
 if old then
   if #old > 18 or not string.match(old, '^[1-9][0-9]*$') then
@@ -127,6 +161,22 @@ return 0
     )
 });
 
+/// `KEYS` = the line, its liveness; `ARGV` = waiter id, channel, publish command. Takes the
+/// waiter out of the line and, if it was in it, publishes `released`: the waiters behind it may
+/// now be owed a free permit. `1` if it was, `0` otherwise.
+static LEAVE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call(ARGV[3], ARGV[2], 'released')
+  return 1
+end
+return 0
+",
+    )
+});
+
 /// One try for a permit, on the node that serves the semaphore, giving up at `limit`.
 ///
 /// # Errors
@@ -140,12 +190,15 @@ pub(crate) async fn acquire_on(
 ) -> Result<PermitGrant, Error> {
     let node = t.node(req.meta).await?;
     let mut conn = node.conn();
-    let mut call = evalsha(&ACQUIRE_SCRIPT, &[req.meta]);
+    let mut call = evalsha(&ACQUIRE_SCRIPT, &[req.meta, req.queue, req.alive]);
+    let (waiter, liveness) = req.place.unwrap_or(("", Duration::ZERO));
     call.arg(req.token)
         .arg(ms(req.ttl))
         .arg(ms(fence_ttl(req.ttl)))
         .arg(req.limit)
-        .arg(req.slots);
+        .arg(req.slots)
+        .arg(waiter)
+        .arg(ms(liveness));
     let sent = Instant::now();
     let reply = script_until(
         &mut conn,
@@ -265,6 +318,42 @@ pub(crate) fn release_any_in_background(
         move |mut conn, deadline| async move {
             let ours = release_any(&mut conn, &meta, &slots, &channel, &token, deadline).await?;
             Ok(format!("{} (ours: {ours})", short(&token)))
+        },
+    );
+}
+
+/// Takes fair waiter `waiter` out of the semaphore's line (`queue`, `alive`) through a task of
+/// the client (a wait that ended without a grant); never blocks, logs the outcome. The place's
+/// liveness is the backstop.
+pub(crate) fn leave_line_in_background(
+    t: &Arc<Transport>,
+    queue: &str,
+    alive: &str,
+    channel: &str,
+    waiter: String,
+) {
+    let (queue, alive, channel) = (queue.to_string(), alive.to_string(), channel.to_string());
+    spawn_cleanup(
+        t,
+        queue.clone(),
+        "left a semaphore's line",
+        move |mut conn, deadline| async move {
+            let mut call = evalsha(&LEAVE_SCRIPT, &[&queue, &alive]);
+            call.arg(&waiter).arg(&channel).arg(conn.publish());
+            let reply = script_until(
+                &mut conn,
+                &LEAVE_SCRIPT,
+                &call,
+                deadline,
+                "leaving a semaphore's line",
+            )
+            .await?;
+            match reply {
+                Value::Int(n @ (0 | 1)) => {
+                    Ok(format!("{} (was queued: {})", short(&waiter), n == 1))
+                }
+                other => Err(unexpected("leaving the line", &other)),
+            }
         },
     );
 }
