@@ -29,7 +29,7 @@
 //!
 //! What a key is comes from the primitives' own key layouts (their `keys` modules): `P{K}` and
 //! its `:lease`/`:fence`/`:failure` are a job's, `P` `lock:{K}` a mutex's, `P` `sem:{K}` a
-//! semaphore's (its held slots `sem:{K}:<i>` beside it), `P` `rw:{K}` a read-write lock's (its
+//! semaphore's (its held slots `sem:{K}:<i>` and its fair waiters' line beside it), `P` `rw:{K}` a read-write lock's (its
 //! holders' leases `rw:{K}:h:TOKEN` beside it), and so on. A key of
 //! the layout that names one entry (a job's state key, a lock's fence) stands for it; keys
 //! beside it are skipped, and so is every key that no primitive writes (another application's
@@ -127,7 +127,7 @@ impl Kind {
             Kind::Queue => &[":fence", ":items"],
             // Besides these, a semaphore's slots (`:<i>`) and a read-write lock's holders
             // (`:h:TOKEN`): see `parse_key`.
-            Kind::Semaphore => &[],
+            Kind::Semaphore => &[":queue", ":alive"],
             Kind::RwLock => &[":waiting"],
         }
     }
@@ -269,7 +269,8 @@ pub struct Entry {
     pub fencing_token: Option<u64>,
     /// A job's last attempt number.
     pub attempt: Option<u64>,
-    /// A fair lock's queued waiters, or a queue's waiting items.
+    /// A fair lock's queued waiters, a queue's waiting items, or a semaphore's fair waiters
+    /// (only while it has any; on Redis a crashed waiter counts until the next try drops it).
     pub waiting: Option<u64>,
     /// A job's last failure, or what a corrupt value holds.
     pub detail: Option<String>,
@@ -386,6 +387,8 @@ impl Entry {
                 fencing_token: fence.and_then(|f| f.parse().ok()),
             });
         }
+        // Only a semaphore with a line of fair waiters shows one.
+        e.waiting = (r.waiting > 0).then_some(r.waiting);
         if e.state != EntryState::Corrupt && !e.holders.is_empty() {
             e.state = EntryState::Held;
         }
@@ -966,6 +969,7 @@ fn entry_read(prefix: &str, kind: Kind, name: &str) -> EntryRead {
             EntryRead::Semaphore(SemRead {
                 meta: k.meta,
                 slots: k.slots,
+                queue: k.queue,
             })
         }
         Kind::RwLock => {
@@ -1179,6 +1183,13 @@ mod tests {
             parse_key(p, rw.state()),
             parsed(Kind::RwLock, "cfg", Part::Own)
         );
+        // The line of its fair waiters stands beside it too.
+        for k in [&sem.queue, &sem.alive] {
+            assert_eq!(
+                parse_key(p, k),
+                parsed(Kind::Semaphore, "pool", Part::Beside)
+            );
+        }
         for k in [rw.holder("0123abcd"), rw.refs().waiting.to_string()] {
             assert_eq!(parse_key(p, &k), parsed(Kind::RwLock, "cfg", Part::Beside));
         }

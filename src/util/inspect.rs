@@ -87,6 +87,8 @@ pub(crate) struct SemRead {
     pub(crate) meta: String,
     /// What every slot's key starts with: slot `i` is this followed by `i`.
     pub(crate) slots: String,
+    /// The line of fair waiters (Redis: a sorted set, counted with `ZCARD`).
+    pub(crate) queue: String,
 }
 
 /// The keys a read-write lock is read from (its layout: `rwlock::keys`).
@@ -122,6 +124,9 @@ pub(crate) struct SemRecord {
     pub(crate) fences: Vec<(u32, String)>,
     /// The held slots, by slot.
     pub(crate) held: Vec<(u32, HolderLease)>,
+    /// The fair waiters in its line (on PostgreSQL only the live ones; on Redis a dead one
+    /// counts until the next try drops it).
+    pub(crate) waiting: u64,
     /// A read the server refused (a key of another type), as its reply reads.
     pub(crate) refused: Option<String>,
 }

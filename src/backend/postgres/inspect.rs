@@ -184,6 +184,11 @@ ORDER BY key LIMIT $3";
 /// A semaphore's row: its limit, span and fences.
 const SEM_READ: &str = "SELECT lim, span, fences FROM baton_semaphores WHERE key = $1";
 
+/// A semaphore's live fair waiters.
+const SEM_WAITING: &str = "
+SELECT count(*) FROM baton_semaphore_waiters
+WHERE key = $1 AND alive_until > clock_timestamp()";
+
 /// A read-write lock's row: the last write's token, its holders, whether its mark lives.
 const RW_READ: &str = "
 SELECT fence, writer, upgrader, readers, coalesce(waiting_until > clock_timestamp(), false)
@@ -233,7 +238,7 @@ async fn leases(
     Ok(out)
 }
 
-/// A semaphore's row and its held slots.
+/// A semaphore's row, its held slots and its live fair waiters.
 async fn read_semaphore(t: &PgTransport, read: &SemRead) -> Result<SemRecord, Error> {
     const DURING: &str = "reading the semaphore";
     let deadline = Instant::now() + t.settings.response_timeout;
@@ -266,6 +271,14 @@ async fn read_semaphore(t: &PgTransport, read: &SemRead) -> Result<SemRecord, Er
         }
     }
     r.held.sort_by_key(|(slot, _)| *slot);
+    let statement = conn
+        .by(deadline, DURING, conn.prepare_cached(SEM_WAITING))
+        .await?;
+    let row = conn
+        .by(deadline, DURING, conn.query_one(&statement, &[&read.meta]))
+        .await?;
+    let waiting: i64 = row.try_get(0).map_err(|e| unexpected(DURING, e))?;
+    r.waiting = u64::try_from(waiting).unwrap_or(0);
     Ok(r)
 }
 

@@ -204,8 +204,11 @@ pub(crate) async fn read_entries(
             }
             EntryRead::Lock(read) => lock_reads(&mut p, read, numsub),
             EntryRead::Semaphore(read) => {
-                p.cmd("HGETALL").arg(&read.meta);
-                1
+                p.cmd("HGETALL")
+                    .arg(&read.meta)
+                    .cmd("ZCARD")
+                    .arg(&read.queue);
+                2
             }
             EntryRead::RwLock(read) => {
                 p.cmd("HGETALL")
@@ -264,8 +267,8 @@ fn fields(v: Option<&Value>) -> Result<Vec<(String, String)>, String> {
     }
 }
 
-/// A semaphore's record from its `HGETALL`: the limit and the fences; the held slots are read
-/// next ([`read_leases`]).
+/// A semaphore's record from its `HGETALL` and its line's `ZCARD`: the limit, the fences and
+/// the fair waiters; the held slots are read next ([`read_leases`]).
 fn sem_record(replies: &[Value]) -> SemRecord {
     let mut r = SemRecord::default();
     match fields(replies.first()) {
@@ -282,6 +285,9 @@ fn sem_record(replies: &[Value]) -> SemRecord {
             }
             r.fences.sort();
         }
+    }
+    if let Some(Value::Int(n)) = replies.get(1) {
+        r.waiting = u64::try_from(*n).unwrap_or(0);
     }
     r
 }

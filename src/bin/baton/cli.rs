@@ -276,9 +276,13 @@ pub(crate) enum Command {
         #[arg(long, value_name = "N")]
         token: Option<u64>,
         /// Take only the grant of this holder, as shown, for an entry shown without a fencing
-        /// token.
+        /// token (a read-write lock's reader).
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
+        /// A semaphore's slot (`BATON_PERMIT`, as `baton status` shows it): each slot has
+        /// fencing tokens of its own, so two slots can show the same one.
+        #[arg(long, value_name = "SLOT")]
+        permit: Option<u32>,
         /// Take whatever holds K when the command runs (scripts that mean it).
         #[arg(long)]
         any: bool,
