@@ -258,9 +258,9 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Take a mutex, a fair lock or a leader's term from a hung holder, the grant named by
-    /// --token (or --holder): it hears so at once and stops; the next holder's fencing token
-    /// is higher.
+    /// Take a mutex, a fair lock, a leader's term, a semaphore's permit (--permit) or a
+    /// read-write lock's holder from a hung holder, the grant named by --token (or --holder):
+    /// it hears so and stops; the next holder's fencing token is higher.
     #[command(after_long_help = UNLOCK_HELP)]
     #[command(group(ArgGroup::new("grant").args(["token", "holder", "any"])))]
     Unlock {
