@@ -236,6 +236,7 @@ impl RwLocks {
             lease,
             mode,
             waits: false,
+            retry_token: None,
         };
         match one.try_once(false, Instant::now()).await? {
             Tried::Granted(guard) => Ok(Some(guard)),
@@ -268,6 +269,7 @@ impl RwLocks {
             lease,
             mode,
             waits: true,
+            retry_token: None,
         };
         let mut guard = acquire::acquire(&mut acq, key, opts).await?;
         if opts.watchdog {
@@ -455,6 +457,13 @@ struct RwTry<'a> {
     mode: RwMode,
     /// Whether the caller waits: only a waiting writer leaves the "writer waiting" mark.
     waits: bool,
+    /// The token of the last try when it was refused for certain (nothing was granted to it,
+    /// so nothing holds or releases it). A waiting writer's next try reuses it: its mark is
+    /// set to that token and only a try with the same token refreshes it (or clears it when
+    /// granted), so a fresh token per try would let the mark lapse while the writer still
+    /// waits, readers enter in the gap, and a stale mark outlive the write (the model checker's
+    /// read-write lock search finds that livelock).
+    retry_token: Option<String>,
 }
 
 /// Releases `token`'s hold on `keys` through a task of the client unless disarmed: armed while
@@ -477,7 +486,7 @@ impl TryAcquire for RwTry<'_> {
         takeover: bool,
         asked: Instant,
     ) -> Result<Tried<LockGuard>, Error> {
-        let token = new_token();
+        let token = self.retry_token.take().unwrap_or_else(new_token);
         let backend = self.locks.backend.clone();
         let mut armed = pending(&backend, &self.keys, &token);
         let limit = after(Instant::now(), backend.response_timeout());
@@ -517,6 +526,9 @@ impl TryAcquire for RwTry<'_> {
                 ))))
             }
             RwGrant::Busy { retry } => {
+                if self.waits && self.mode == RwMode::Write {
+                    self.retry_token = Some(token);
+                }
                 // A waiting writer refreshes its mark before it lapses.
                 let retry = match self.mode {
                     RwMode::Write => Some(retry.unwrap_or(MAX_MARK).min(mark_for(self.lease) / 3)),
