@@ -222,8 +222,8 @@ async fn shown(client: &Client, name: &str) -> Vec<baton::inspect::Holder> {
 }
 
 /// `Semaphores::force_release` and `RwLocks::force_release` take only the grant named, the
-/// holder hears it (a permit and a writer at once on the channel, a reader at its next
-/// extension), and the next token is higher.
+/// holder hears it at once on the channel (a permit, a writer, and a reader named by its holder
+/// while another reader keeps its share), and the next token is higher.
 async fn force_release_takes_only_the_grant_named(url: &str) {
     let client = Client::connect(url).await.expect("connect");
     let op = Client::connect(url).await.expect("connect");
@@ -310,13 +310,9 @@ async fn finish_rw(client: &Client, op: &Client) {
         .await
         .expect("the writer heard it at once");
     let last = w.fencing_token();
-    // Readers: a short lease, so the reader taken hears it at its next extension.
-    let short_lease = Duration::from_secs(3);
-    let mut r1 = rw
-        .try_read("frw", short_lease)
-        .await
-        .unwrap()
-        .expect("free");
+    // Readers: the one taken hears it at once (named by its holder: readers share their
+    // fencing token), the other keeps its share.
+    let mut r1 = rw.try_read("frw", LONG).await.unwrap().expect("free");
     r1.start_watchdog(None);
     let id1 = shown(op, "frw").await[0].holder.clone();
     let r2 = rw
@@ -344,7 +340,7 @@ async fn finish_rw(client: &Client, op: &Client) {
     );
     tokio::time::timeout(WITHIN, r1.lost())
         .await
-        .expect("the reader heard it at its next extension");
+        .expect("the reader heard it at once");
     assert!(!r2.is_lost());
     let left = shown(op, "frw").await;
     assert_eq!(left.len(), 1, "{left:?}");

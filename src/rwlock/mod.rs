@@ -143,10 +143,9 @@ impl RwLocks {
     /// looked is left alone ([`ForceRelease::HeldByAnother`], naming a holder there is).
     ///
     /// The holder's share ends as by its own release (its lease and its place in the state
-    /// go, waiters are woken). A writer hears it at once on the lock's channel when it listens
-    /// there (its watchdog does); a reader or the upgradeable reader at its next extension
-    /// (the message names a fencing token, and readers share theirs), and each reports the
-    /// loss. The fence stays, so the next write's token is higher than the one taken. The same
+    /// go, waiters are woken). The holder hears it at once on the lock's channel when it
+    /// listens there (its watchdog does: the message names the holder, since readers share
+    /// their fencing token), at its next extension otherwise, and reports the loss. The fence stays, so the next write's token is higher than the one taken. The same
     /// method as [`Locks::force_release`](crate::Locks::force_release) and
     /// [`Semaphores::force_release`](crate::Semaphores::force_release).
     ///
@@ -199,15 +198,12 @@ impl RwLocks {
             }
             let limit = Instant::now() + self.backend.response_timeout();
             if self.backend.rw_release(&refs, &token, limit).await? {
-                let outcome = ForceRelease::Released(taken);
-                // Only a writer's token is its own: a taken message with a reader's (the last
-                // write's) would end every reader's share.
-                if writer {
-                    self.backend
-                        .tell_taken(&keys.holder(&token), keys.channel(), &outcome)
-                        .await;
-                }
-                return Ok(outcome);
+                // Named by its holder: a taken message with a reader's fencing token (the last
+                // write's, every reader's) would end every reader's share.
+                self.backend
+                    .tell_taken_holder(&keys.holder(&token), keys.channel(), &taken.holder)
+                    .await;
+                return Ok(ForceRelease::Released(taken));
             }
             // Its lease ended or changed hands meanwhile: read again.
         }
@@ -594,6 +590,12 @@ impl HeldKeys for Holder {
 
     fn taken_channel(&self) -> String {
         self.keys.channel().to_string()
+    }
+
+    /// Readers share their fencing token (the last write's): a force release names the one
+    /// it took by its holder.
+    fn taken_by_holder(&self) -> bool {
+        true
     }
 }
 
