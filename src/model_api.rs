@@ -110,6 +110,92 @@ mod public {
         }
     }
 
+    /// `util::rw_replies::RwMode`: how a holder of a read-write lock holds it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RwMode {
+        /// A shared read.
+        Read,
+        /// The one upgradeable read.
+        Upgradeable,
+        /// The exclusive write.
+        Write,
+    }
+
+    /// `util::rw_replies::RwState`: the holders a read-write lock's state names and its live
+    /// "writer waiting" mark (token, remaining ms).
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct RwState {
+        /// The writer's token.
+        pub writer: Option<String>,
+        /// The upgradeable reader's token.
+        pub upgrader: Option<String>,
+        /// The plain readers' tokens.
+        pub readers: Vec<String>,
+        /// The live mark.
+        pub waiting: Option<(String, u64)>,
+    }
+
+    /// `util::rw_replies::MarkChange`: what a try does with the "writer waiting" mark.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum MarkChange {
+        /// Left as it is.
+        Keep,
+        /// Set to the deciding token.
+        Set,
+        /// Deleted.
+        Clear,
+    }
+
+    /// `util::rw_replies::RwDecision`: what one try or upgrade decided.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RwDecision {
+        /// Granted.
+        pub granted: bool,
+        /// The state written back (holders whose lease ended dropped).
+        pub state: RwState,
+        /// The mark.
+        pub mark: MarkChange,
+    }
+
+    /// `util::rw_replies::decide`: the read-write lock's rule (docs/rwlock.md), which
+    /// PostgreSQL's arm runs and the Redis scripts apply in Lua.
+    pub fn rw_decide(
+        state: &RwState,
+        live: &dyn Fn(&str) -> Option<u64>,
+        token: &str,
+        mode: RwMode,
+        upgrade: bool,
+        mark: Duration,
+    ) -> RwDecision {
+        use crate::util::rw_replies as rw;
+        let state = rw::RwState {
+            writer: state.writer.clone(),
+            upgrader: state.upgrader.clone(),
+            readers: state.readers.clone(),
+            waiting: state.waiting.clone(),
+        };
+        let mode = match mode {
+            RwMode::Read => rw::RwMode::Read,
+            RwMode::Upgradeable => rw::RwMode::Upgradeable,
+            RwMode::Write => rw::RwMode::Write,
+        };
+        let d = rw::decide(&state, live, token, mode, upgrade, mark);
+        RwDecision {
+            granted: d.granted,
+            state: RwState {
+                writer: d.state.writer,
+                upgrader: d.state.upgrader,
+                readers: d.state.readers,
+                waiting: d.state.waiting,
+            },
+            mark: match d.mark {
+                rw::MarkChange::Keep => MarkChange::Keep,
+                rw::MarkChange::Set(_) => MarkChange::Set,
+                rw::MarkChange::Clear => MarkChange::Clear,
+            },
+        }
+    }
+
     /// `lease::items::Release`: what one "release if empty" of run-or-enqueue found.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Release {

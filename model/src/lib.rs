@@ -6,7 +6,8 @@
 //! - `store`: Redis as the models see it (a linearizable key space with `WATCH`).
 //! - `failover`: the failover protocol. Later primitives add their model beside it (a
 //!   `Model` impl on the same store) and a line to `cases`: `mutex`, `leader`, `fair` (the fair
-//!   lock and its reservation), `queue` (run-or-enqueue).
+//!   lock and its reservation), `queue` (run-or-enqueue), `semaphore` (fenced permits),
+//!   `rwlock` (the read-write lock with its writer-waiting mark and upgradeable reader).
 //! - `pgrows`: PostgreSQL's lock table under its retention cleanup (row versions and what a
 //!   waiting `DELETE` re-checks), where a statement is not atomic against an open transaction.
 //!
@@ -24,6 +25,8 @@ mod leader;
 mod mutex;
 mod pgrows;
 mod queue;
+mod rwlock;
+mod semaphore;
 mod store;
 mod toy;
 
@@ -50,6 +53,8 @@ enum Subject {
     Fair(fair::FairModel),
     Queue(queue::QueueModel),
     PgRows(pgrows::PgRowsModel),
+    Semaphore(semaphore::SemaphoreModel),
+    RwLock(rwlock::RwModel),
 }
 
 fn case(keepalive: bool, faults: Faults, ci: bool) -> Case {
@@ -146,6 +151,30 @@ fn queue_case(clients: u8, rounds: u8, faults: queue::Faults, ci: bool) -> Case 
         ),
         model: Subject::Queue(queue::QueueModel::new(clients, rounds, faults)),
         ci,
+    }
+}
+
+fn semaphore_case(clients: u8, rounds: u8, faults: semaphore::Faults) -> Case {
+    Case {
+        name: format!(
+            "semaphore 2 permits (lowered to 1 once) {clients} clients x {rounds} rounds, watchdog on, {} lost replies, {} pauses, {} crashes, {} restarts losing every key",
+            faults.lost_replies, faults.pauses, faults.crashes, faults.wipes
+        ),
+        model: Subject::Semaphore(semaphore::SemaphoreModel::new(
+            clients, rounds, 2, true, faults,
+        )),
+        ci: true,
+    }
+}
+
+fn rwlock_case(readers: u8, writers: u8, rounds: u8, faults: rwlock::Faults) -> Case {
+    Case {
+        name: format!(
+            "rwlock {readers} endless readers, {writers} writer x {rounds} writes, 1 upgradeable reader, watchdog on, {} lost replies, {} pauses, {} crashes, {} restarts losing every key",
+            faults.lost_replies, faults.pauses, faults.crashes, faults.wipes
+        ),
+        model: Subject::RwLock(rwlock::RwModel::new(readers, writers, rounds, true, faults)),
+        ci: true,
     }
 }
 
@@ -366,6 +395,38 @@ fn cases() -> Vec<Case> {
     cases.push(queue_case(3, 2, one, false));
     // The lock table's cleanup against grants in open transactions (well under a second).
     cases.push(pg_rows_case(3, 2, 3));
+    // The semaphore (2 permits, lowered to 1 once while held) and the read-write lock (readers
+    // that never stop, a writer, the upgradeable reader), each with the faults split over two
+    // searches as the mutex's are.
+    let sem = semaphore::Faults {
+        lost_replies: 1,
+        pauses: 1,
+        crashes: 1,
+        wipes: 0,
+    };
+    let sem_wipe = semaphore::Faults {
+        wipes: 1,
+        lost_replies: 1,
+        pauses: 1,
+        ..semaphore::Faults::default()
+    };
+    for faults in [sem, sem_wipe] {
+        cases.push(semaphore_case(3, 1, faults));
+    }
+    let rw = rwlock::Faults {
+        lost_replies: 1,
+        pauses: 1,
+        crashes: 1,
+        wipes: 0,
+    };
+    let rw_wipe = rwlock::Faults {
+        wipes: 1,
+        lost_replies: 1,
+        ..rwlock::Faults::default()
+    };
+    for faults in [rw, rw_wipe] {
+        cases.push(rwlock_case(2, 1, 2, faults));
+    }
 
     cases
 }
@@ -403,6 +464,8 @@ pub fn check_suite(filter: &str, all: bool, max_states: usize, timeout: Duration
                     Subject::Fair(m) => report(&case.name, m, &limits),
                     Subject::Queue(m) => report(&case.name, m, &limits),
                     Subject::PgRows(m) => report(&case.name, m, &limits),
+                    Subject::Semaphore(m) => report(&case.name, m, &limits),
+                    Subject::RwLock(m) => report(&case.name, m, &limits),
                 };
                 if !ok {
                     failed.store(true, std::sync::atomic::Ordering::Relaxed);
