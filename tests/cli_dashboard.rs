@@ -481,8 +481,37 @@ async fn the_page_shows_an_attempt_change_and_a_holder_change_live() {
         ],
     );
 
+    // A semaphore with one of its two permits held, a read-write lock with one reader.
+    let _permit = baton(
+        &url,
+        &[
+            "lock",
+            "--key",
+            "pool",
+            "--permits",
+            "2",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    let _reader = baton(
+        &url,
+        &["lock", "--key", "cfg", "--shared", "--", "sleep", "60"],
+    );
+
     let mut browser = tokio::task::block_in_place(Browser::start);
     tokio::task::block_in_place(|| browser.open(&format!("http://{addr}/")));
+    // Their rows: the holder column says how many hold (a semaphore's permits of its limit, a
+    // read-write lock's mode); a permit's slot token is per slot, so the row shows none.
+    tokio::task::block_in_place(|| {
+        browser.until_row("semaphore", "pool", |r| {
+            r["state"] == "held" && r["holder"] == "1/2"
+        });
+        browser.until_row("rwlock", "cfg", |r| {
+            r["state"] == "held" && r["holder"] == "read ×1"
+        });
+    });
     let (job, _) = tokio::task::block_in_place(|| {
         browser.until_row("job", "send-message-42", |r| {
             r["attempt"] == "1" && r["holder"] == "alpha" && r["state"] == "running"

@@ -205,6 +205,44 @@ async fn shared_and_exclusive_on_postgres() {
     readers_share_and_the_writer_waits(&db.url).await;
 }
 
+/// `--fair`: waiters run in the order they asked, across processes, and one that asked without
+/// `--fair` after them waits behind the whole line. Each waiter starts a second after the one
+/// before (time to connect and join the line); the order is read from the file they append to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_run_in_the_order_they_asked() {
+    let srv = server();
+    let url = srv.url();
+    let dir = TempDir::new("cli-fair");
+    let hold = holder(&dir, "BATON_PERMIT");
+    let first = spawn(&mut lock(
+        &url,
+        &["--key", "line", "--permits", "1", "--", "sh", "-c", &hold],
+    ));
+    assert_eq!(entered(&dir, 1).await, ["0"]);
+    let order = dir.path("order");
+    let mut waiters = Vec::new();
+    for (i, fair) in [(1, true), (2, true), (3, true), (4, false)] {
+        let append = format!("echo {i} >> {}", shq(&order));
+        let mut args = vec!["--key", "line", "--permits", "1"];
+        if fair {
+            args.push("--fair");
+        }
+        args.extend(["--", "sh", "-c", &append]);
+        waiters.push(spawn(&mut lock(&url, &args)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    std::fs::write(dir.path("go"), "").unwrap();
+    done(first, "the holder").await;
+    for (i, w) in waiters.into_iter().enumerate() {
+        done(w, &format!("waiter {}", i + 1)).await;
+    }
+    let ran = std::fs::read_to_string(&order).unwrap();
+    assert_eq!(
+        ran.split_whitespace().collect::<Vec<_>>(),
+        ["1", "2", "3", "4"]
+    );
+}
+
 /// The flags that pick another primitive exclude each other, Redlock and --name: 64, before
 /// connecting (nothing listens on port 1).
 #[tokio::test]
@@ -220,6 +258,8 @@ async fn conflicting_flags_are_usage_errors() {
         ),
         (vec!["--permits", "0"], "--permits"),
         (vec!["--permits", "2", "--name", "x"], "--name"),
+        (vec!["--fair"], "--fair needs --permits"),
+        (vec!["--shared", "--fair"], "--fair needs --permits"),
     ] {
         let mut full = vec!["--key", "k"];
         full.extend(args.iter());

@@ -22,7 +22,7 @@ pub struct Inv {
 }
 
 impl Inv {
-    fn new(id: &'static str, name: &'static str) -> Inv {
+    pub(crate) fn new(id: &'static str, name: &'static str) -> Inv {
         Inv {
             id,
             name,
@@ -33,7 +33,7 @@ impl Inv {
         }
     }
 
-    fn flag(&mut self, msg: String) {
+    pub(crate) fn flag(&mut self, msg: String) {
         self.violations += 1;
         self.pass = false;
         if self.examples.len() < 8 {
@@ -54,15 +54,15 @@ impl Analysis {
     }
 }
 
-fn s(v: &Value, k: &str) -> String {
+pub(crate) fn s(v: &Value, k: &str) -> String {
     v[k].as_str().unwrap_or_default().to_string()
 }
 
-fn u(v: &Value, k: &str) -> u64 {
+pub(crate) fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_default()
 }
 
-fn who(v: &Value) -> String {
+pub(crate) fn who(v: &Value) -> String {
     format!("{}.{}", s(v, "p"), u(v, "inc"))
 }
 
@@ -272,7 +272,14 @@ pub fn check(r: &PhaseResult, canary: &str) -> Analysis {
         // The fair lock too (a grant per acquisition, token = its fencing token); its M7 also
         // wants every lock granted after the heal (a lapsed reservation or a dead waiter must
         // not block one).
-        Workload::Mutex | Workload::Leader | Workload::Fair => check_mutex(r, canary),
+        // The semaphore: the same per slot (its grants' `lock` is the slot's key, `s-0:1`),
+        // plus S1/S2 (semaphore.rs). The read-write lock: its own C1 and R2 (rw.rs), M2 and
+        // M3 over write grants (a read's token is the last write's, shared).
+        Workload::Mutex
+        | Workload::Leader
+        | Workload::Fair
+        | Workload::Semaphore
+        | Workload::Rw => check_mutex(r, canary),
     }
 }
 
@@ -688,6 +695,13 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         nem,
     } = load(&r.dir);
     let grants: Vec<&Value> = wl.iter().filter(|v| v["f"] == "grant").collect();
+    // Grants with a token of their own: all but the read-write lock's reads (theirs is the last
+    // write's, shared by every reader since).
+    let write_grants: Vec<&Value> = grants
+        .iter()
+        .copied()
+        .filter(|g| matches!(g["mode"].as_str(), None | Some("write") | Some("upgrade")))
+        .collect();
 
     // ---- C1, C1s: stale writes are expected wherever holders are paused past their lease.
     let pauses_holders = r
@@ -695,7 +709,18 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         .lanes
         .iter()
         .any(|l| l.contains(&crate::nemesis::Kind::PauseWorker));
-    let (c1, c1s, stale_rejected, stale_accepted) = check_c1(&res, r.cfg.fenced && pauses_holders);
+    let require_stale = r.cfg.fenced && pauses_holders;
+    let mut extra = Vec::new();
+    let (c1, c1s, stale_rejected, stale_accepted) = if r.cfg.workload == Workload::Rw {
+        let (c1, c1s, r2, rejected, accepted) = crate::rw::check_resource(&res, require_stale);
+        extra.push(r2);
+        (c1, c1s, rejected, accepted)
+    } else {
+        check_c1(&res, require_stale)
+    };
+    if r.cfg.workload == Workload::Semaphore {
+        extra.extend(crate::semaphore::check(&res, &grants));
+    }
 
     // ---- M2: no two grants of one lock share a fencing token.
     let mut m2 = Inv::new(
@@ -703,7 +728,7 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         "fencing tokens unique per lock name across all grants",
     );
     let mut by_token: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
-    for g in &grants {
+    for g in &write_grants {
         by_token
             .entry((s(g, "lock"), u(g, "token")))
             .or_default()
@@ -719,7 +744,7 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
     }
     m2.note = format!(
         "{} grants, {} distinct (lock, token)",
-        grants.len(),
+        write_grants.len(),
         by_token.len()
     );
 
@@ -732,7 +757,7 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
     if let Some(vt) = r.volatile_t {
         let mut before: HashMap<String, u64> = HashMap::new();
         let mut after = 0u64;
-        for g in &grants {
+        for g in &write_grants {
             let (lock, token) = (s(g, "lock"), u(g, "token"));
             if u(g, "t") < vt {
                 let m = before.entry(lock).or_default();
@@ -849,6 +874,7 @@ fn check_mutex(r: &PhaseResult, canary: &str) -> Analysis {
         "exits": r.exits,
     });
     let mut invs = vec![c1, c1s, m2];
+    invs.extend(extra);
     if r.volatile_t.is_some() {
         invs.push(m3);
     }

@@ -207,9 +207,11 @@ pub async fn run_phase(
         // seen; this deadline only caps a run whose control process went away.
         deadline: match cfg.workload {
             Workload::Failover => 0,
-            Workload::Mutex | Workload::Leader | Workload::Fair => {
-                deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000
-            }
+            Workload::Mutex
+            | Workload::Leader
+            | Workload::Fair
+            | Workload::Semaphore
+            | Workload::Rw => deadline + (cfg.quiesce_bound_s * 1e9) as u64 + 20_000_000_000,
         },
     };
     let fleet = Fleet::new(base, worker_url, WORKERS, log.clone());
@@ -309,7 +311,11 @@ pub async fn run_phase(
 
     let jobs = match cfg.workload {
         Workload::Failover => cfg.jobs,
-        Workload::Mutex | Workload::Leader | Workload::Fair => 0,
+        Workload::Mutex
+        | Workload::Leader
+        | Workload::Fair
+        | Workload::Semaphore
+        | Workload::Rw => 0,
     };
     let read = match &cluster {
         Some(c) => crate::cluster::read_final_state(c, jobs).await,

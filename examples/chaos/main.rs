@@ -37,6 +37,15 @@
 //! PROGRAMs overlap or complete twice, none starts before its tick by the server's clock, every
 //! tick a live process witnessed ends DONE or EXHAUSTED; and its control
 //! `control-schedule-prefix`, one worker under another `--prefix`, which S1 must flag).
+//! Profile `semaphore` runs the semaphore workload (examples/chaos/semaphore.rs: 12 tasks on one
+//! semaphore of 3 permits with the watchdog, BEGIN/COMMIT fenced per slot; the mutex workload's
+//! faults for 15 s; no fourth holder at the resource (S1), no slot at or above the limit (S2);
+//! its control `control-semaphore-fencing-off`; `semaphore-volatile`: Redis restarted without
+//! persistence, each slot's later tokens above its earlier ones). Profile `rw` runs the
+//! read-write lock workload (examples/chaos/rw.rs: readers, writers and an upgradeable reader
+//! that upgrades and downgrades, on two locks, the same faults for 15 s; no writer beside
+//! another holder at the resource (C1), reads see their read token's committed write (R2); its
+//! control `control-rw-fencing-off`). Neither is in `quick`.
 //! `failover` runs only the main phase and its two controls, and
 //! a list (`failover,mutex`, `leader,fair,cli`) runs each listed workload's phases: `quick` is
 //! `failover,mutex,leader,fair,cli` (not `schedule`). Profile `cluster` (needs
@@ -78,7 +87,9 @@ mod nemesis;
 mod pg;
 mod proxy;
 mod resource;
+mod rw;
 mod sched;
+mod semaphore;
 mod util;
 mod worker;
 
@@ -160,12 +171,13 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
         for p in profile.split(',') {
             match p {
                 "quick" => workloads.extend(["failover", "mutex", "leader", "fair", "cli"]),
-                "failover" | "mutex" | "leader" | "fair" | "cli" | "schedule" => workloads.push(p),
+                "failover" | "mutex" | "leader" | "fair" | "cli" | "schedule" | "semaphore"
+                | "rw" => workloads.push(p),
                 _ => {
                     return Err(format!(
                         "unknown profile {p} (quick, failover, mutex, leader, fair, cli, \
-                         schedule or a list of them such as failover,mutex; controls, cluster, \
-                         postgres, postgres-locks alone)"
+                         schedule, semaphore, rw or a list of them such as failover,mutex; \
+                         controls, cluster, postgres, postgres-locks alone)"
                     )
                     .into())
                 }
@@ -602,6 +614,83 @@ async fn control_main(args: &[String]) -> Result<bool, BoxError> {
             postgres: false,
         });
     }
+    // The semaphore (semaphore.rs) and the read-write lock (rw.rs): the mutex workload's faults
+    // (holders paused past their lease, workers killed, links cut, Redis paused and
+    // crash-restarted); then each one's fencing-off control, and the semaphore's volatile
+    // restart (every slot's fence lost: each slot's later tokens must still be above its
+    // earlier ones, M3).
+    let lock_lanes = || {
+        vec![
+            Kind::WORKER_LANE.to_vec(),
+            Kind::SERVER_LANE
+                .iter()
+                .copied()
+                .filter(|k| *k != Kind::TtlShrink)
+                .collect(),
+            vec![Kind::PauseWorker],
+            vec![Kind::PauseWorker],
+        ]
+    };
+    for (workload, tag) in [(Workload::Semaphore, 0x5E0), (Workload::Rw, 0x5E8)] {
+        let name = workload.name();
+        if has(name) {
+            let mut lanes = lock_lanes();
+            if workload == Workload::Rw {
+                // A third lane of holder pauses: fewer holds reach the resource (writers wait
+                // for readers), and C1s wants a stale op refused every run.
+                lanes.push(vec![Kind::PauseWorker]);
+            }
+            phases.push(PhaseCfg {
+                name: name.into(),
+                jobs: 0,
+                warmup_s: 2.0,
+                chaos_s: 15.0,
+                fenced: true,
+                lanes,
+                volatile_restart_at: None,
+                seed: mix(&[seed, tag]),
+                quiesce_bound_s: 20.0,
+                workload,
+                cluster: false,
+                liveness_extra_ms: 0,
+                postgres: false,
+            });
+        }
+        if has(name) || profile == "controls" {
+            phases.push(PhaseCfg {
+                name: format!("control-{name}-fencing-off"),
+                jobs: 0,
+                warmup_s: 1.0,
+                chaos_s: 10.0,
+                fenced: false,
+                lanes: vec![vec![Kind::PauseWorker], vec![Kind::PauseWorker]],
+                volatile_restart_at: None,
+                seed: mix(&[seed, tag + 1]),
+                quiesce_bound_s: 20.0,
+                workload,
+                cluster: false,
+                liveness_extra_ms: 0,
+                postgres: false,
+            });
+        }
+        if has(name) && workload == Workload::Semaphore {
+            phases.push(PhaseCfg {
+                name: "semaphore-volatile".into(),
+                jobs: 0,
+                warmup_s: 1.0,
+                chaos_s: 6.0,
+                fenced: true,
+                lanes: vec![],
+                volatile_restart_at: Some(3.0),
+                seed: mix(&[seed, tag + 2]),
+                quiesce_bound_s: 20.0,
+                workload,
+                cluster: false,
+                liveness_extra_ms: 0,
+                postgres: false,
+            });
+        }
+    }
     if !workloads.is_empty() {
         phases.retain(|p| !p.cluster && !p.postgres && has(p.workload.name()));
     }
@@ -886,7 +975,8 @@ fn phase_json(an: &checker::Analysis) -> Value {
 fn control_verdict(name: &str, an: &checker::Analysis) -> (bool, String) {
     let n = |id: &str| an.get(id).map_or(0, |i| i.violations);
     if name.ends_with("fencing-off") {
-        let c1 = n("C1");
+        // The semaphore's S1 (a fourth holder) counts as C1 does.
+        let c1 = n("C1") + n("S1");
         let accepted = an.stats["fencing"]["stale_accepted"].as_u64().unwrap_or(0);
         let pauses = an.stats["faults"]["pause_worker"].as_u64().unwrap_or(0);
         if c1 > 0 {

@@ -3,6 +3,14 @@
 //! It keeps `highest[key]` and appends every request with its reply to `resource.jsonl`. With
 //! `fenced = false` (negative control) it accepts every write, and logs whether the write would
 //! have been stale.
+//!
+//! Ops are writes (`BEGIN-n`, `COMMIT-n`) or, for the read-write lock's readers, reads
+//! (`RB-n`, `RE-n`: a read's begin and end). A read carries the read token (the last write's
+//! token), so a read is stale when a higher token was accepted (a writer came in after the
+//! reader's share ended); a write is also stale when a read with its own token was accepted:
+//! readers get a write's token only once that write's hold ended. A semaphore's slots are keys of
+//! their own (`s-0:1`): tokens are ordered per slot. Reads log the version they see, the token
+//! of the last accepted COMMIT.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +32,17 @@ struct State {
     last_accepted: u64,
     /// The same per key.
     accepted_at: HashMap<String, u64>,
+    /// The highest token a read was accepted with, per key: a write with that token is stale.
+    read_top: HashMap<String, u64>,
+    /// The token of the last accepted COMMIT per key: what a read sees.
+    version: HashMap<String, u64>,
+    /// Accepted read begins without their end: (key, holder) → (t, token).
+    open_reads: HashMap<(String, String), (u64, u64)>,
+}
+
+/// Whether `op` is a read (`RB-n`, `RE-n`) rather than a write.
+pub fn is_read(op: &str) -> bool {
+    op.starts_with("RB-") || op.starts_with("RE-")
 }
 
 pub struct Resource {
@@ -58,24 +77,38 @@ impl Resource {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holders (`w2.1`) with a BEGIN accepted in the last `within_ms` and no COMMIT yet.
+    /// Holders (`w2.1`) with a BEGIN (or a read's begin) accepted in the last `within_ms` and
+    /// no COMMIT (or end) yet.
     pub fn current_holders(&self, within_ms: u64) -> Vec<String> {
         let now = mono_ns();
-        self.state()
-            .open
+        let s = self.state();
+        let recent = |t: u64| now.saturating_sub(t) < within_ms * 1_000_000;
+        s.open
             .values()
-            .filter(|(_, t, _)| now.saturating_sub(*t) < within_ms * 1_000_000)
+            .filter(|(_, t, _)| recent(*t))
             .map(|(h, _, _)| h.clone())
+            .chain(
+                s.open_reads
+                    .iter()
+                    .filter(|(_, (t, _))| recent(*t))
+                    .map(|((_, h), _)| h.clone()),
+            )
             .collect()
     }
 
-    /// The key and token of `holder`'s open BEGIN (`w2.1`), if it has one.
+    /// The key and token of `holder`'s open BEGIN (`w2.1`), or else of its open read, if any.
     pub fn open_of(&self, holder: &str) -> Option<(String, u64)> {
-        self.state()
-            .open
+        let s = self.state();
+        s.open
             .iter()
             .find(|(_, (h, _, _))| h == holder)
             .map(|(k, (_, _, tok))| (k.clone(), *tok))
+            .or_else(|| {
+                s.open_reads
+                    .iter()
+                    .find(|((_, h), _)| h == holder)
+                    .map(|((k, _), (_, tok))| (k.clone(), *tok))
+            })
     }
 
     /// The highest token accepted on `key` (0: none yet).
@@ -98,18 +131,32 @@ impl Resource {
     fn write(&self, key: &str, token: u64, holder: &str, op: &str) -> String {
         let mut s = self.state();
         let highest = s.highest.get(key).copied().unwrap_or(0);
-        let stale = token < highest;
+        let read = is_read(op);
+        let read_top = s.read_top.get(key).copied().unwrap_or(0);
+        let stale = token < highest || (!read && token > 0 && token == read_top);
         let accepted = !stale || !self.fenced;
+        let version = s.version.get(key).copied().unwrap_or(0);
         let reply = if accepted {
             s.highest.insert(key.to_string(), highest.max(token));
             let now = mono_ns();
             s.last_accepted = now;
             s.accepted_at.insert(key.to_string(), now);
-            if op.starts_with("BEGIN") {
+            if read {
+                s.read_top.insert(key.to_string(), read_top.max(token));
+                let k = (key.to_string(), holder.to_string());
+                if op.starts_with("RB-") {
+                    s.open_reads.insert(k, (now, token));
+                } else {
+                    s.open_reads.remove(&k);
+                }
+            } else if op.starts_with("BEGIN") {
                 s.open
                     .insert(key.to_string(), (holder.to_string(), mono_ns(), token));
             } else if s.open.get(key).is_some_and(|(h, _, _)| h == holder) {
                 s.open.remove(key);
+            }
+            if op.starts_with("COMMIT") {
+                s.version.insert(key.to_string(), token);
             }
             "OK".to_string()
         } else {
@@ -118,7 +165,7 @@ impl Resource {
         self.log.write(
             json!({"p":"resource","type": if accepted {"ok"} else {"fail"},
             "f":"write","key":key,"token":token,"holder":holder,"op":op,"reply":reply,
-            "accepted":accepted,"stale":stale,"highest":highest}),
+            "accepted":accepted,"stale":stale,"highest":highest,"version":version}),
         );
         reply
     }

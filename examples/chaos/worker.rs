@@ -33,14 +33,16 @@ pub const FAIR_RESERVATION: Duration = Duration::from_millis(1500);
 /// control process saw progress after the final heal.
 pub const STOP_FILE: &str = "stop";
 
-/// What the workers exercise: the failover coordinator (W1), the fenced mutex, leader election
-/// or the fair lock.
+/// What the workers exercise: the failover coordinator (W1), the fenced mutex, leader election,
+/// the fair lock, the semaphore (semaphore.rs) or the read-write lock (rw.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
     Failover,
     Mutex,
     Leader,
     Fair,
+    Semaphore,
+    Rw,
 }
 
 impl Workload {
@@ -50,6 +52,8 @@ impl Workload {
             Workload::Mutex => "mutex",
             Workload::Leader => "leader",
             Workload::Fair => "fair",
+            Workload::Semaphore => "semaphore",
+            Workload::Rw => "rw",
         }
     }
 
@@ -59,7 +63,12 @@ impl Workload {
             "mutex" => Ok(Workload::Mutex),
             "leader" => Ok(Workload::Leader),
             "fair" => Ok(Workload::Fair),
-            _ => Err(format!("unknown workload {s} (failover, mutex, leader, fair)").into()),
+            "semaphore" => Ok(Workload::Semaphore),
+            "rw" => Ok(Workload::Rw),
+            _ => Err(format!(
+                "unknown workload {s} (failover, mutex, leader, fair, semaphore, rw)"
+            )
+            .into()),
         }
     }
 }
@@ -169,14 +178,14 @@ impl WorkerArgs {
     }
 }
 
-struct Ctx {
-    args: WorkerArgs,
-    holder: String,
+pub(crate) struct Ctx {
+    pub(crate) args: WorkerArgs,
+    pub(crate) holder: String,
     log: Jsonl,
 }
 
 impl Ctx {
-    fn write(&self, mut v: Value) {
+    pub(crate) fn write(&self, mut v: Value) {
         if let Some(o) = v.as_object_mut() {
             o.insert("p".into(), json!(format!("w{}", self.args.id)));
             o.insert("inc".into(), json!(self.args.inc));
@@ -217,6 +226,8 @@ pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
         Workload::Mutex => return run_mutex(ctx, client).await,
         Workload::Leader => return run_leader(ctx, client).await,
         Workload::Fair => return run_fair(ctx, client).await,
+        Workload::Semaphore => return crate::semaphore::run(ctx, client).await,
+        Workload::Rw => return crate::rw::run(ctx, client).await,
         Workload::Failover => {}
     }
 
@@ -331,7 +342,7 @@ async fn drive(ctx: &Ctx, client: &Client, j: usize) -> Result<(), BoxError> {
 }
 
 /// The history type of a failed API call: `info` when its outcome is unknown, else `fail`.
-fn op_type(e: &baton::Error) -> &'static str {
+pub(crate) fn op_type(e: &baton::Error) -> &'static str {
     match e.kind() {
         baton::ErrorKind::Connection | baton::ErrorKind::Timeout => "info",
         _ => "fail",
@@ -340,7 +351,7 @@ fn op_type(e: &baton::Error) -> &'static str {
 
 /// One request to the resource server on a fresh connection. `None` when it could not be done
 /// (logged as indeterminate).
-async fn resource_write(ctx: &Ctx, job: &str, token: u64, op: &str) -> Option<String> {
+pub(crate) async fn resource_write(ctx: &Ctx, job: &str, token: u64, op: &str) -> Option<String> {
     ctx.write(json!({"type":"invoke","f":"write","job":job,"token":token,"op":op}));
     let req = format!("W {job} {token} {} {op}\n", ctx.holder);
     let fut = async {
@@ -404,7 +415,7 @@ async fn run_leader(ctx: Arc<Ctx>, client: Client) -> Result<(), BoxError> {
     join_tasks(&ctx, tasks, "leader").await
 }
 
-async fn join_tasks(
+pub(crate) async fn join_tasks(
     ctx: &Arc<Ctx>,
     tasks: Vec<tokio::task::JoinHandle<Result<(), BoxError>>>,
     what: &str,

@@ -6,10 +6,12 @@
 //! - [`Backend::list_step`]: the next batch of a listing. On Redis the keys of one cursor-based
 //!   `SCAN MATCH prefix* COUNT n` call on one primary (to be read with
 //!   [`Backend::read_entries`] on the node that returned them); on PostgreSQL a page of the
-//!   job table (the job store's statement), then of the lock table.
-//! - [`Backend::read_entries`]: jobs (through the job store's reads) and lock-shaped entries
-//!   (a holder's key, its fence and what counts its waiters), read in one round trip on
-//!   Redis.
+//!   job table (the job store's statement), then of the lock table, the semaphores' and the
+//!   read-write locks' tables.
+//! - [`Backend::read_entries`]: jobs (through the job store's reads), lock-shaped entries
+//!   (a holder's key, its fence and what counts its waiters), semaphores (their record and
+//!   held slots) and read-write locks (their state and holders' leases): one round trip on
+//!   Redis, and a second for the leases a semaphore's or a read-write lock's record names.
 //!
 //! Each backend implements them in its own folder (`redis/inspect.rs`,
 //! `postgres/inspect.rs`); a third backend adds one arm to each method here.
@@ -18,7 +20,9 @@ use std::sync::Arc;
 
 use super::Backend;
 use crate::error::Error;
-pub(crate) use crate::util::inspect::{EntryRead, EntryRecord, LockRead, LockRecord, Waiting};
+pub(crate) use crate::util::inspect::{
+    EntryRead, EntryRecord, LockRead, LockRecord, RwRead, RwRecord, SemRead, SemRecord, Waiting,
+};
 use crate::util::jobs::JobStatus;
 
 /// Which of PostgreSQL's tables a listing reads (whether the kinds asked for live there).
@@ -29,6 +33,10 @@ pub(crate) struct Tables {
     pub(crate) jobs: bool,
     /// The lock table (mutexes and elections).
     pub(crate) locks: bool,
+    /// The semaphores' table.
+    pub(crate) semaphores: bool,
+    /// The read-write locks' table.
+    pub(crate) rwlocks: bool,
 }
 
 /// Where a listing is; moved on only once a batch was read, so an error asks for the same
@@ -58,6 +66,9 @@ pub(crate) enum Found {
     JobRows(Vec<(String, JobStatus)>),
     /// A page of the lock table (PostgreSQL): each row's key and record.
     LockRows(Vec<(String, LockRecord)>),
+    /// A page of entries' keys (PostgreSQL: semaphores, read-write locks), to read with
+    /// [`Backend::read_entries`] where they live.
+    EntryKeys(Vec<String>),
 }
 
 impl Position {
@@ -101,13 +112,19 @@ impl Backend {
                     At::Postgres(page) => Some(page),
                     _ => return Ok(None),
                 };
-                let (jobs, locks) = (tables.jobs, tables.locks);
-                let step = super::postgres::inspect::list_step(t, from, prefix, batch, jobs, locks)
-                    .await?;
+                let wanted = super::postgres::inspect::Wanted {
+                    jobs: tables.jobs,
+                    locks: tables.locks,
+                    semaphores: tables.semaphores,
+                    rwlocks: tables.rwlocks,
+                };
+                let step =
+                    super::postgres::inspect::list_step(t, from, prefix, batch, wanted).await?;
                 Ok(step.map(|(found, next)| {
                     let found = match found {
                         PageFound::Jobs(rows) => Found::JobRows(rows),
                         PageFound::Locks(rows) => Found::LockRows(rows),
+                        PageFound::Keys(keys) => Found::EntryKeys(keys),
                     };
                     (found, Position::of(next, At::Postgres))
                 }))

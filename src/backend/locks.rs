@@ -408,6 +408,18 @@ pub(crate) fn is_taken(message: &str, fence: u64) -> bool {
         == Some(fence)
 }
 
+/// The message a force release publishes once it released the grant of holder `holder` (the
+/// short form of its token, as shown), for grants whose fencing token several holders share
+/// (a read-write lock's readers all carry the last write's).
+pub(crate) fn taken_holder_message(holder: &str) -> String {
+    format!("taken:h:{holder}")
+}
+
+/// Whether `message` says holder `holder`'s grant was taken (see [`taken_holder_message`]).
+pub(crate) fn is_taken_holder(message: &str, holder: &str) -> bool {
+    message.strip_prefix("taken:h:") == Some(holder)
+}
+
 /// A force release's loop: reads the grant with `read` (`None`: free), compares it with
 /// `expected`, and releases it with `release` (by the value read, so a grant that changed in
 /// between is never released blindly: it is read and compared again). On a release, `taken`
@@ -494,5 +506,13 @@ impl Backend {
             let message = taken_message(*f);
             self.notification(lock, channel, message, limit).await;
         }
+    }
+
+    /// Tells holder `holder` (as shown) of a released grant on `channel`, for grants whose
+    /// fencing token several holders share (best effort, as [`Backend::tell_taken`]).
+    pub(crate) async fn tell_taken_holder(&self, lock: &str, channel: &str, holder: &str) {
+        let limit = Instant::now() + self.response_timeout();
+        let message = taken_holder_message(holder);
+        self.notification(lock, channel, message, limit).await;
     }
 }

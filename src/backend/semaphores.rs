@@ -1,5 +1,6 @@
 //! The semaphore store seam: what the semaphore (`semaphore`) does to its record on any
-//! [`Backend`] (try for a permit, set the limit, release a permit whose slot is unknown), one
+//! [`Backend`] (try for a permit, set the limit, release a permit whose slot is unknown, read
+//! one slot for an operator's force release), one
 //! arm per backend:
 //!
 //! - **Redis**: the scripts of `redis::semaphores`, on the node that serves the semaphore's
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 
 use super::Backend;
 use crate::error::Error;
+use crate::util::lock_replies::Stored;
 use crate::util::permits::{PermitGrant, PermitRequest};
 
 impl Backend {
@@ -102,6 +104,31 @@ impl Backend {
             Backend::Postgres(t) => {
                 let _ = (queue, alive);
                 super::postgres::semaphores::leave_line_in_background(t, meta, channel, waiter)
+            }
+        }
+    }
+
+    /// Slot `slot` of the semaphore (record `meta`, the slot's key `slot_key`): its holder's
+    /// token, its fencing token and its lease left, read together (one `MULTI` on Redis, where
+    /// the fence is the record's field `f<slot>`; the slot's lock row on PostgreSQL, which
+    /// keeps the fence of its grant).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; connection and server errors.
+    pub(crate) async fn read_permit(
+        &self,
+        meta: &str,
+        slot_key: &str,
+        slot: u32,
+    ) -> Result<Stored, Error> {
+        match self {
+            Backend::Redis(t) => {
+                super::redis::semaphores::read_slot_on(t, meta, slot_key, slot).await
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => {
+                let _ = (meta, slot);
+                super::postgres::locks::read(t, slot_key).await
             }
         }
     }

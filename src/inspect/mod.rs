@@ -1,18 +1,23 @@
 //! An operator's view of everything under a key prefix: every failover job (scheduled
-//! occurrences `KEY@DIGEST@TICK` included), mutex, leader election, fair lock and run-or-enqueue
-//! queue, with its state, holder, time left and fencing token ([`Inspector`], from
-//! [`Client::inspect`](crate::Client::inspect)).
+//! occurrences `KEY@DIGEST@TICK` included), mutex, leader election, fair lock, run-or-enqueue
+//! queue, semaphore and read-write lock, with its state, holder, time left and fencing token
+//! ([`Inspector`], from [`Client::inspect`](crate::Client::inspect)). A semaphore shows its
+//! limit and each held permit (slot, fencing token, holder, time left); a read-write lock its
+//! mode, each holder (mode, fencing token, time left), the last write's token and whether a
+//! writer waits ([`Entry::holders`]).
 //!
 //! - [`Inspector::list`]: a [`Listing`], read batch by batch through the backend's inspection
 //!   seam (`backend::inspect`). On Redis a cursor-based `SCAN MATCH prefix* COUNT n` on every
 //!   primary (one server, each primary of a cluster, the followed primary of a Sentinel set),
 //!   each batch's values read in one pipeline on the node that returned the keys; never
-//!   `KEYS`, and never more than one batch in memory. On PostgreSQL the tables `baton_jobs`
-//!   and `baton_locks`, a page at a time (keyset pagination).
+//!   `KEYS`, and never more than one batch in memory. A semaphore's or read-write lock's
+//!   holders are read in a second pipeline on the same node. On PostgreSQL the tables
+//!   `baton_jobs`, `baton_locks`, `baton_semaphores` and `baton_rwlocks`, a page at a time
+//!   (keyset pagination).
 //! - [`Inspector::find`]: what name `K` is, of any kind (a job and a lock may share a name:
 //!   their keys differ).
-//! - [`Inspector::watch`]: follows one lock, fair lock or election: holder changes, tokens,
-//!   loss.
+//! - [`Inspector::watch`]: follows one lock, fair lock, election, semaphore or read-write
+//!   lock: holder changes, tokens, loss, a semaphore's limit.
 //! - [`ScheduleFold`]: a schedule's occurrences folded into one row that shows the worst
 //!   open occurrence ([`Entry::severity`]), as `baton status` and `baton dashboard` show them.
 //!
@@ -23,7 +28,9 @@
 //! stays unknown (`None`).
 //!
 //! What a key is comes from the primitives' own key layouts (their `keys` modules): `P{K}` and
-//! its `:lease`/`:fence`/`:failure` are a job's, `P` `lock:{K}` a mutex's, and so on. A key of
+//! its `:lease`/`:fence`/`:failure` are a job's, `P` `lock:{K}` a mutex's, `P` `sem:{K}` a
+//! semaphore's (its held slots `sem:{K}:<i>` and its fair waiters' line beside it), `P` `rw:{K}` a read-write lock's (its
+//! holders' leases `rw:{K}:h:TOKEN` beside it), and so on. A key of
 //! the layout that names one entry (a job's state key, a lock's fence) stands for it; keys
 //! beside it are skipped, and so is every key that no primitive writes (another application's
 //! under the same prefix), and Redlock's (it lives on independent masters, not this server).
@@ -40,7 +47,8 @@ mod fold;
 pub use fold::{Occurrence, ScheduleFold, ScheduleRow, LAST_OCCURRENCES};
 
 use crate::backend::inspect::{
-    EntryRead, EntryRecord, Found, LockRead, LockRecord, Position, Tables, Waiting,
+    EntryRead, EntryRecord, Found, LockRead, LockRecord, Position, RwRead, RwRecord, SemRead,
+    SemRecord, Tables, Waiting,
 };
 use crate::backend::Backend;
 use crate::error::{ConfigError, Error};
@@ -66,11 +74,23 @@ pub enum Kind {
     Fair,
     /// A run-or-enqueue queue.
     Queue,
+    /// A semaphore.
+    Semaphore,
+    /// A read-write lock.
+    RwLock,
 }
 
 impl Kind {
     /// Every kind, in listing order.
-    pub const ALL: [Kind; 5] = [Kind::Job, Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
+    pub const ALL: [Kind; 7] = [
+        Kind::Job,
+        Kind::Lock,
+        Kind::Leader,
+        Kind::Fair,
+        Kind::Queue,
+        Kind::Semaphore,
+        Kind::RwLock,
+    ];
 
     /// Its name, as `--kind` and the JSON say it.
     pub fn as_str(self) -> &'static str {
@@ -80,6 +100,8 @@ impl Kind {
             Kind::Leader => "leader",
             Kind::Fair => "fair",
             Kind::Queue => "queue",
+            Kind::Semaphore => "semaphore",
+            Kind::RwLock => "rwlock",
         }
     }
 
@@ -91,6 +113,8 @@ impl Kind {
             Kind::Leader => Some(crate::leader::keys::SUB_PREFIX),
             Kind::Fair => Some(crate::fair::keys::SUB_PREFIX),
             Kind::Queue => Some(crate::queue::keys::SUB_PREFIX),
+            Kind::Semaphore => Some(crate::semaphore::keys::SUB_PREFIX),
+            Kind::RwLock => Some(crate::rwlock::keys::SUB_PREFIX),
         }
     }
 
@@ -101,6 +125,10 @@ impl Kind {
             Kind::Lock | Kind::Leader => &[":fence"],
             Kind::Fair => &[":fence", ":queue", ":alive", ":reserved"],
             Kind::Queue => &[":fence", ":items"],
+            // Besides these, a semaphore's slots (`:<i>`) and a read-write lock's holders
+            // (`:h:TOKEN`): see `parse_key`.
+            Kind::Semaphore => &[":queue", ":alive"],
+            Kind::RwLock => &[":waiting"],
         }
     }
 }
@@ -118,7 +146,12 @@ impl std::str::FromStr for Kind {
         Kind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| ConfigError::invalid("kind", "one of job, lock, leader, fair, queue"))
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    "kind",
+                    "one of job, lock, leader, fair, queue, semaphore, rwlock",
+                )
+            })
     }
 }
 
@@ -135,9 +168,10 @@ pub enum EntryState {
     Done,
     /// A job whose every attempt failed.
     Exhausted,
-    /// A lock, fair lock, queue or election with a live holder.
+    /// A lock, fair lock, queue, election, semaphore or read-write lock with a live holder.
     Held,
-    /// A lock, fair lock, queue or election nobody holds (its fence is kept).
+    /// A lock, fair lock, queue, election, semaphore or read-write lock nobody holds (its
+    /// fence is kept).
     Free,
     /// A value baton never writes.
     Corrupt,
@@ -164,7 +198,57 @@ impl std::fmt::Display for EntryState {
     }
 }
 
-/// One job, lock, election, fair lock or queue, as read.
+/// How a read-write lock's holder holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// A plain read (shared).
+    Read,
+    /// The upgradeable read (shared with plain readers, one at a time).
+    Upgradeable,
+    /// The write (exclusive).
+    Write,
+}
+
+impl HoldMode {
+    /// Its name, as the listing and the JSON say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldMode::Read => "read",
+            HoldMode::Upgradeable => "upgradeable",
+            HoldMode::Write => "write",
+        }
+    }
+}
+
+impl std::fmt::Display for HoldMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One holder of a semaphore (a permit) or of a read-write lock (a share or the write).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Holder {
+    /// A semaphore's slot (`BATON_PERMIT`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// A read-write lock's holder's mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<HoldMode>,
+    /// The holder, by the first characters of its token (tokens are never shown in full): what
+    /// `baton unlock --holder` takes.
+    pub holder: String,
+    /// Its lease's time left, in ms.
+    pub remaining_ms: Option<u64>,
+    /// Its fencing token: a permit's slot's; a writer's write token; a reader's the last
+    /// write's (the version it reads at least).
+    pub fencing_token: Option<u64>,
+}
+
+/// One job, lock, election, fair lock, queue, semaphore or read-write lock, as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Entry {
@@ -174,16 +258,19 @@ pub struct Entry {
     pub name: String,
     /// Its state.
     pub state: EntryState,
-    /// Who holds it: a job's worker or a leader by name; a lock's holder by the first
-    /// characters of its token (tokens are never shown in full).
+    /// Who holds it: a job's worker or a leader by name; a lock's holder (a read-write lock's
+    /// writer) by the first characters of its token (tokens are never shown in full). A
+    /// semaphore's holders and a read-write lock's readers are in [`Entry::holders`].
     pub holder: Option<String>,
     /// The holder's lease time left, in ms.
     pub remaining_ms: Option<u64>,
-    /// The last fencing token granted (an election's term).
+    /// The last fencing token granted (an election's term; a read-write lock's last write;
+    /// none for a semaphore, whose slots each have theirs: [`Holder::fencing_token`]).
     pub fencing_token: Option<u64>,
     /// A job's last attempt number.
     pub attempt: Option<u64>,
-    /// A fair lock's queued waiters, or a queue's waiting items.
+    /// A fair lock's queued waiters, a queue's waiting items, or a semaphore's fair waiters
+    /// (only while it has any; on Redis a crashed waiter counts until the next try drops it).
     pub waiting: Option<u64>,
     /// A job's last failure, or what a corrupt value holds.
     pub detail: Option<String>,
@@ -196,6 +283,16 @@ pub struct Entry {
     /// the server refuses `PUBSUB` (an ACL). A count read beside the state, not with it: a
     /// holder that has not yet subscribed (it does so alongside its work) leaves one more.
     pub standbys: Option<u64>,
+    /// A semaphore's stored limit (`None`: none stored, or not a semaphore).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// A semaphore's held permits, by slot; a read-write lock's holders (the writer or the
+    /// upgradeable reader first, then the readers). Only holders whose lease lives.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+    /// Whether a writer waits on a read-write lock (new readers queue behind it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer_waiting: Option<bool>,
 }
 
 impl Entry {
@@ -211,7 +308,138 @@ impl Entry {
             waiting: None,
             detail: None,
             standbys: None,
+            limit: None,
+            holders: Vec::new(),
+            writer_waiting: None,
         }
+    }
+
+    /// A semaphore's or read-write lock's holders in a few words, as a listing's holder
+    /// column shows them: `2/3` (a semaphore's held permits of its limit); `write`,
+    /// `read ×2`, `upgradeable+read ×1`, `upgradeable` or `free` (a read-write lock's mode).
+    /// `None` for the other kinds.
+    pub fn holders_summary(&self) -> Option<String> {
+        match self.kind {
+            Kind::Semaphore => Some(format!(
+                "{}/{}",
+                self.holders.len(),
+                self.limit.map_or("?".into(), |l| l.to_string())
+            )),
+            Kind::RwLock => {
+                let count = |m| self.holders.iter().filter(|h| h.mode == Some(m)).count();
+                let (w, u, r) = (
+                    count(HoldMode::Write),
+                    count(HoldMode::Upgradeable),
+                    count(HoldMode::Read),
+                );
+                Some(match (w, u, r) {
+                    (w, _, _) if w > 0 => "write".to_string(),
+                    (0, 0, 0) => "free".to_string(),
+                    (_, 0, r) => format!("read ×{r}"),
+                    (_, _, 0) => "upgradeable".to_string(),
+                    (_, _, r) => format!("upgradeable+read ×{r}"),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// What a watch compares to tell a change: everything but the times left.
+    fn shape(&self) -> impl PartialEq + '_ {
+        let holders: Vec<_> = self
+            .holders
+            .iter()
+            .map(|h| (h.slot, h.mode, &h.holder, h.fencing_token))
+            .collect();
+        (
+            (self.state, &self.holder, self.fencing_token),
+            (self.limit, holders, self.writer_waiting),
+        )
+    }
+
+    /// A semaphore's entry from its record; `None` when nothing is stored.
+    fn of_semaphore(name: &str, r: &SemRecord) -> Option<Entry> {
+        let mut e = Entry::lock(Kind::Semaphore, name);
+        if let Some(refused) = &r.refused {
+            e.state = EntryState::Corrupt;
+            e.detail = Some(refused.clone());
+            return Some(e);
+        }
+        if !r.stored && r.held.is_empty() {
+            return None;
+        }
+        if let Some(l) = &r.limit {
+            match l.parse() {
+                Ok(l) => e.limit = Some(l),
+                Err(_) => {
+                    e.state = EntryState::Corrupt;
+                    e.detail = Some(format!("limit {}", crate::error::preview(l)));
+                }
+            }
+        }
+        for (slot, lease) in &r.held {
+            let fence = r.fences.iter().find(|(s, _)| s == slot).map(|(_, f)| f);
+            e.holders.push(Holder {
+                slot: Some(*slot),
+                mode: None,
+                holder: crate::util::token::short(&lease.token).to_string(),
+                remaining_ms: lease.pttl.map(|d| d.as_millis() as u64),
+                fencing_token: fence.and_then(|f| f.parse().ok()),
+            });
+        }
+        // Only a semaphore with a line of fair waiters shows one.
+        e.waiting = (r.waiting > 0).then_some(r.waiting);
+        if e.state != EntryState::Corrupt && !e.holders.is_empty() {
+            e.state = EntryState::Held;
+        }
+        Some(e)
+    }
+
+    /// A read-write lock's entry from its record; `None` when nothing is stored.
+    fn of_rwlock(name: &str, r: &RwRecord) -> Option<Entry> {
+        let mut e = Entry::lock(Kind::RwLock, name);
+        if let Some(refused) = &r.refused {
+            e.state = EntryState::Corrupt;
+            e.detail = Some(refused.clone());
+            return Some(e);
+        }
+        if !r.stored {
+            return None;
+        }
+        e.writer_waiting = Some(r.writer_waiting);
+        if let Some(f) = &r.fence {
+            match f.parse::<u64>() {
+                // 0: never written.
+                Ok(f) => e.fencing_token = (f > 0).then_some(f),
+                Err(_) => {
+                    e.state = EntryState::Corrupt;
+                    e.detail = Some(crate::error::preview(f));
+                }
+            }
+        }
+        let holders = r
+            .writer
+            .iter()
+            .map(|h| (HoldMode::Write, h))
+            .chain(r.upgrader.iter().map(|h| (HoldMode::Upgradeable, h)))
+            .chain(r.readers.iter().map(|h| (HoldMode::Read, h)));
+        for (mode, lease) in holders {
+            e.holders.push(Holder {
+                slot: None,
+                mode: Some(mode),
+                holder: crate::util::token::short(&lease.token).to_string(),
+                remaining_ms: lease.pttl.map(|d| d.as_millis() as u64),
+                fencing_token: e.fencing_token,
+            });
+        }
+        if let Some(w) = &r.writer {
+            e.holder = Some(crate::util::token::short(&w.token).to_string());
+            e.remaining_ms = w.pttl.map(|d| d.as_millis() as u64);
+        }
+        if e.state != EntryState::Corrupt && !e.holders.is_empty() {
+            e.state = EntryState::Held;
+        }
+        Some(e)
     }
 
     /// Whether the entry can have standbys ([`Entry::standbys`]): an open job (running or
@@ -351,7 +579,7 @@ impl Parsed<'_> {
     /// whether it was read).
     fn stands_for_entry(&self, fence_read: bool) -> bool {
         match (self.kind, self.part) {
-            (Kind::Job, part) => part == Part::Own,
+            (Kind::Job | Kind::Semaphore | Kind::RwLock, part) => part == Part::Own,
             (_, Part::Fence) => fence_read,
             (_, Part::Own) => !fence_read,
             (_, Part::Beside) => false,
@@ -379,8 +607,19 @@ fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Parsed<'a>> {
     }
     let part = match suffix {
         "" => Part::Own,
-        ":fence" if kind != Kind::Job => Part::Fence,
+        ":fence" if !matches!(kind, Kind::Job | Kind::Semaphore | Kind::RwLock) => Part::Fence,
         s if kind.suffixes().contains(&s) => Part::Beside,
+        // A semaphore's held slot.
+        s if kind == Kind::Semaphore
+            && s.strip_prefix(':')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            Part::Beside
+        }
+        // A read-write lock's holder's lease.
+        s if kind == Kind::RwLock && s.strip_prefix(":h:").is_some_and(|t| !t.is_empty()) => {
+            Part::Beside
+        }
         _ => return None,
     };
     Some(Parsed { kind, name, part })
@@ -479,7 +718,7 @@ impl Inspector {
     /// [`Error::Config`] for an invalid name; connection errors.
     pub async fn find(&self, name: &str) -> Result<Vec<Entry>, Error> {
         crate::util::names::check_name("key", name)?;
-        let kinds = [Kind::Job, Kind::Lock, Kind::Leader, Kind::Fair, Kind::Queue];
+        let kinds = Kind::ALL;
         let reads: Vec<EntryRead> = kinds
             .iter()
             .map(|k| entry_read(&self.prefix, *k, name))
@@ -495,14 +734,16 @@ impl Inspector {
                     }))
                 }
                 EntryRecord::Lock(record) => out.extend(lock_entry(kind, name, &record)),
+                EntryRecord::Semaphore(r) => out.extend(Entry::of_semaphore(name, &r)),
+                EntryRecord::RwLock(r) => out.extend(Entry::of_rwlock(name, &r)),
             }
         }
         Ok(out)
     }
 
-    /// Follows lock-shaped entry `name` of `kind` (a lock, fair lock, queue or election):
-    /// [`EntryWatch::next_event`] returns it each time its state, holder or fencing token changes,
-    /// starting with how it is now.
+    /// Follows entry `name` of `kind` (a lock, fair lock, queue, election, semaphore or
+    /// read-write lock): [`EntryWatch::next_event`] returns it each time its state, holders,
+    /// fencing tokens, limit or waiting writer change, starting with how it is now.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid name, or for [`Kind::Job`] (follow a job with
@@ -514,7 +755,8 @@ impl Inspector {
             Kind::Job => {
                 return Err(ConfigError::invalid(
                     "kind",
-                    "a lock, fair lock, queue or election (a job: Failover::watch_job)",
+                    "a lock, fair lock, queue, election, semaphore or read-write lock \
+                     (a job: Failover::watch_job)",
                 )
                 .into())
             }
@@ -526,6 +768,15 @@ impl Inspector {
             Kind::Leader => {
                 Some(crate::leader::keys::ElectionKeys::new(&self.prefix, name).channel)
             }
+            // A release is announced on the channel its waiters listen on; a grant is not.
+            Kind::Semaphore => {
+                Some(crate::semaphore::keys::SemKeys::new(&self.prefix, name).channel)
+            }
+            Kind::RwLock => Some(
+                crate::rwlock::keys::RwKeys::new(&self.prefix, name)
+                    .channel()
+                    .to_string(),
+            ),
             // A fair lock wakes each waiter on a channel of its own, a queue nobody: read on a
             // timer only.
             Kind::Fair | Kind::Queue => None,
@@ -596,6 +847,8 @@ impl Listing {
         let tables = Tables {
             jobs: wants(Kind::Job),
             locks: wants(Kind::Lock) || wants(Kind::Leader),
+            semaphores: wants(Kind::Semaphore),
+            rwlocks: wants(Kind::RwLock),
         };
         let prefix = &*inspector.prefix;
         let Some((found, next)) = inspector
@@ -642,6 +895,30 @@ impl Listing {
                                 out.extend(lock_entry(p.kind, p.name, &record));
                             }
                         }
+                        EntryRecord::Semaphore(r) => out.extend(Entry::of_semaphore(p.name, &r)),
+                        EntryRecord::RwLock(r) => out.extend(Entry::of_rwlock(p.name, &r)),
+                    }
+                }
+                out
+            }
+            Found::EntryKeys(keys) => {
+                let parsed: Vec<Parsed<'_>> = keys
+                    .iter()
+                    .filter_map(|key| parse_key(prefix, key))
+                    .filter(|p| p.part == Part::Own && self.kind.map_or(true, |k| k == p.kind))
+                    .collect();
+                let reads: Vec<EntryRead> = parsed
+                    .iter()
+                    .map(|p| entry_read(prefix, p.kind, p.name))
+                    .collect();
+                let records = inspector.backend.read_entries(None, &reads).await?;
+                let mut out = Vec::with_capacity(parsed.len());
+                for (p, record) in parsed.iter().zip(records) {
+                    match record {
+                        EntryRecord::Semaphore(r) => out.extend(Entry::of_semaphore(p.name, &r)),
+                        EntryRecord::RwLock(r) => out.extend(Entry::of_rwlock(p.name, &r)),
+                        // Pages of these tables hold nothing else.
+                        EntryRecord::Job(..) | EntryRecord::Lock(_) => {}
                     }
                 }
                 out
@@ -687,6 +964,23 @@ impl Listing {
 fn entry_read(prefix: &str, kind: Kind, name: &str) -> EntryRead {
     match kind {
         Kind::Job => EntryRead::Job(JobKeys::new(prefix, name), name.to_string()),
+        Kind::Semaphore => {
+            let k = crate::semaphore::keys::SemKeys::new(prefix, name);
+            EntryRead::Semaphore(SemRead {
+                meta: k.meta,
+                slots: k.slots,
+                queue: k.queue,
+            })
+        }
+        Kind::RwLock => {
+            let k = crate::rwlock::keys::RwKeys::new(prefix, name);
+            let refs = k.refs();
+            EntryRead::RwLock(RwRead {
+                state: refs.state.to_string(),
+                waiting: refs.waiting.to_string(),
+                holder_prefix: refs.holder_prefix.to_string(),
+            })
+        }
         _ => EntryRead::Lock(lock_read(prefix, kind, name)),
     }
 }
@@ -724,8 +1018,9 @@ fn lock_read(prefix: &str, kind: Kind, name: &str) -> LockRead {
                 listeners: Some(k.channel),
             }
         }
-        // A job never gets here; the mutex's layout is the default.
-        Kind::Lock | Kind::Job => {
+        // A job, a semaphore and a read-write lock never get here; the mutex's layout is the
+        // default.
+        Kind::Lock | Kind::Job | Kind::Semaphore | Kind::RwLock => {
             let k = crate::mutex::keys::LockKeys::new(prefix, name);
             LockRead {
                 own: k.lock().to_string(),
@@ -762,7 +1057,8 @@ fn lock_entry(kind: Kind, name: &str, record: &LockRecord) -> Option<Entry> {
     Some(entry)
 }
 
-/// A followed lock, fair lock, queue or election; from [`Inspector::watch`].
+/// A followed lock, fair lock, queue, election, semaphore or read-write lock; from
+/// [`Inspector::watch`].
 pub struct EntryWatch {
     inspector: Inspector,
     kind: Kind,
@@ -785,7 +1081,8 @@ impl std::fmt::Debug for EntryWatch {
 const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 impl EntryWatch {
-    /// The entry, the first time; then each time its state, holder or fencing token changed.
+    /// The entry, the first time; then each time its state, holders, fencing tokens, limit or
+    /// waiting writer changed (not its times left).
     ///
     /// # Errors
     /// Connection errors while reading; the watch can go on after them.
@@ -795,10 +1092,10 @@ impl EntryWatch {
     pub async fn next_event(&mut self) -> Result<Entry, Error> {
         loop {
             let now = self.inspector.read(self.kind, &self.name).await?;
-            let changed = self.last.as_ref().map_or(true, |last| {
-                (last.state, &last.holder, last.fencing_token)
-                    != (now.state, &now.holder, now.fencing_token)
-            });
+            let changed = self
+                .last
+                .as_ref()
+                .map_or(true, |last| last.shape() != now.shape());
             if changed {
                 self.last = Some(now.clone());
                 return Ok(now);
@@ -866,6 +1163,43 @@ mod tests {
             parse_key(p, "baton:{lock:a}"),
             parsed(Kind::Job, "lock:a", Part::Own)
         );
+    }
+
+    #[test]
+    fn a_semaphores_slots_and_a_rw_locks_holders_stand_beside_their_entry() {
+        let p = "baton:";
+        let sem = crate::semaphore::keys::SemKeys::new(p, "pool");
+        assert_eq!(
+            parse_key(p, &sem.meta),
+            parsed(Kind::Semaphore, "pool", Part::Own)
+        );
+        // A held slot is a lock key of the kernel's, but never a mutex of its own.
+        assert_eq!(
+            parse_key(p, &sem.slot(12)),
+            parsed(Kind::Semaphore, "pool", Part::Beside)
+        );
+        let rw = crate::rwlock::keys::RwKeys::new(p, "cfg");
+        assert_eq!(
+            parse_key(p, rw.state()),
+            parsed(Kind::RwLock, "cfg", Part::Own)
+        );
+        // The line of its fair waiters stands beside it too.
+        for k in [&sem.queue, &sem.alive] {
+            assert_eq!(
+                parse_key(p, k),
+                parsed(Kind::Semaphore, "pool", Part::Beside)
+            );
+        }
+        for k in [rw.holder("0123abcd"), rw.refs().waiting.to_string()] {
+            assert_eq!(parse_key(p, &k), parsed(Kind::RwLock, "cfg", Part::Beside));
+        }
+        for key in [
+            "baton:sem:{pool}:x",
+            "baton:sem:{pool}:",
+            "baton:rw:{cfg}:h:",
+        ] {
+            assert_eq!(parse_key(p, key), None, "{key}");
+        }
     }
 
     #[test]

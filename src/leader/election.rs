@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::lease::deadline;
 use crate::lease::lock::{self as kernel, Grant, Stored};
 use crate::lease::pending::{self, Pending};
-use crate::lease::watchdog::{self, LeaseState, Watch};
+use crate::lease::watchdog::{self, LeaseState, TakenBy, Watch};
 use crate::util::backoff::Backoff;
 use crate::util::metrics::{self, primitive, transition, Labels};
 use crate::util::time::after;
@@ -135,7 +135,7 @@ impl Election {
                         refresh: vec![self.keys.fence.clone()],
                         retention: kernel::fence_ttl(self.opts.lease),
                         hold_until: None,
-                        taken: Some((self.keys.channel.clone(), fence)),
+                        taken: Some((self.keys.channel.clone(), TakenBy::Fence(fence))),
                     },
                     state,
                     held.watchdog.clone(),

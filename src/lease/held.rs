@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::guard::{sealed, Fenced, HeldLease, LeaseCore, LeaseGuard};
 use super::lock::{fence_ttl, FencedValue, FencedWrite};
-use super::watchdog::{self, LeaseState, Watch};
+use super::watchdog::{self, LeaseState, TakenBy, Watch};
 use super::{check_ttl, deadline, Extend, Extension};
 use crate::backend::Backend;
 use crate::error::Error;
@@ -53,6 +53,11 @@ pub(crate) trait HeldKeys: FencedAt {
     /// The channel a force release tells the holder on (`taken:<fencing token>`), which the
     /// watchdog listens on.
     fn taken_channel(&self) -> String;
+    /// Whether a force release names this grant by its holder (`taken:h:<holder>`) rather
+    /// than its fencing token: for grants whose token several holders share.
+    fn taken_by_holder(&self) -> bool {
+        false
+    }
 }
 
 /// One grant, held.
@@ -135,7 +140,14 @@ impl HeldLock {
                 refresh: vec![self.keys.fence_key().to_string()],
                 retention: fence_ttl(self.ttl),
                 hold_until: max_hold.map(|m| after(self.sent, m)),
-                taken: Some((self.keys.taken_channel(), self.fence)),
+                taken: Some((
+                    self.keys.taken_channel(),
+                    if self.keys.taken_by_holder() {
+                        TakenBy::Holder(crate::util::token::short(&self.token).to_string())
+                    } else {
+                        TakenBy::Fence(self.fence)
+                    },
+                )),
             },
             self.state.clone(),
             stop.clone(),

@@ -5,5 +5,5 @@
 //! `backend::locks`, one arm per backend; they are re-exported here so the primitives keep one
 //! place to name them.
 
-pub(crate) use crate::backend::locks::{is_taken, take_expected};
+pub(crate) use crate::backend::locks::{is_taken, is_taken_holder, take_expected};
 pub use crate::backend::locks::{Expected, ForceRelease, Taken};

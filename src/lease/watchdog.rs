@@ -43,9 +43,29 @@ pub(crate) struct Watch {
     pub retention: Duration,
     /// No extension reaches past this instant; the signal fires there.
     pub hold_until: Option<Instant>,
-    /// The channel a force release announces on, and this grant's fencing token: the signal
-    /// fires at once on `taken:<token>` there. `None`: not listened for (a queue).
-    pub taken: Option<(String, u64)>,
+    /// The channel a force release announces on, and how it names this grant: the signal
+    /// fires at once on `taken:<token>` (or `taken:h:<holder>`) there. `None`: not listened
+    /// for (a queue).
+    pub taken: Option<(String, TakenBy)>,
+}
+
+/// How a force release names a grant on its channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TakenBy {
+    /// By its fencing token (`taken:<token>`): a token only this grant holds.
+    Fence(u64),
+    /// By its holder as shown (`taken:h:<holder>`): the grant's fencing token is shared (a
+    /// read-write lock's readers all carry the last write's).
+    Holder(String),
+}
+
+impl TakenBy {
+    fn matches(&self, message: &str) -> bool {
+        match self {
+            TakenBy::Fence(f) => super::store::is_taken(message, *f),
+            TakenBy::Holder(h) => super::store::is_taken_holder(message, h),
+        }
+    }
 }
 
 /// Starts the watchdog on the client's task tracker; it ends when `stop` fires (the owner
@@ -76,11 +96,11 @@ pub(crate) fn task(
     stop: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let response = backend.response_timeout();
-    let listen = watch.taken.clone().map(|(channel, fence)| {
+    let listen = watch.taken.clone().map(|(channel, by)| {
         // Bounded by the first extension: by then the client's pub/sub connection is
         // overloaded or down, and the extensions tell as they always did.
         let within = (watch.ttl / 3).max(response);
-        listen_taken(backend.clone(), channel, fence, within)
+        listen_taken(backend.clone(), channel, by, within)
     });
     let plan = Plan {
         ttl: watch.ttl,
@@ -180,12 +200,13 @@ async fn taken(listen: Option<impl std::future::Future<Output = bool>>) {
     }
 }
 
-/// Subscribes to `channel` and resolves `true` on `taken:<fence>` there; `false` when the
+/// Subscribes to `channel` and resolves `true` on the message naming this grant there (`by`);
+/// `false` when the
 /// subscription could not be made `within` (a third of the lease: the first extension) or the
 /// client went away: extensions then find the loss, as before. The strong `backend` is held
 /// only until the subscription is confirmed (milliseconds, normally), so the watchdog does not
 /// keep the client alive beyond that bound.
-async fn listen_taken(backend: Backend, channel: String, fence: u64, within: Duration) -> bool {
+async fn listen_taken(backend: Backend, channel: String, by: TakenBy, within: Duration) -> bool {
     let sub = tokio::time::timeout(within, backend.subscribe(&channel)).await;
     drop(backend);
     let Ok(Ok(mut sub)) = sub else {
@@ -197,9 +218,7 @@ async fn listen_taken(backend: Backend, channel: String, fence: u64, within: Dur
     };
     loop {
         match sub.rx.recv().await {
-            Some(crate::util::pubsub::HubMsg::Message(m)) if super::store::is_taken(&m, fence) => {
-                return true
-            }
+            Some(crate::util::pubsub::HubMsg::Message(m)) if by.matches(&m) => return true,
             Some(_) => {}
             None => return false,
         }

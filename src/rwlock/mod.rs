@@ -6,7 +6,8 @@
 //!
 //! - [`keys`]: the key layout (`baton:rw:{K}`, `…:h:TOKEN`, `…:waiting`, `…:released`).
 //! - [`RwLocks`]: the handle ([`Client::rw_locks`](crate::Client::rw_locks)): `read`, `write`,
-//!   `upgradeable_read`, their `try_` forms, `with_read`, `with_write`.
+//!   `upgradeable_read`, their `try_` forms, `with_read`, `with_write`, and the operator's
+//!   [`RwLocks::force_release`].
 //! - [`ReadGuard`], [`WriteGuard`], [`UpgradeableReadGuard`]: the held lock, with the mutex's
 //!   guard traits ([`HeldLease`], [`Fenced`],
 //!   [`LeaseGuard`]); the upgradeable reader can
@@ -62,7 +63,9 @@ use crate::lease::guard::{sealed, Fenced, HeldLease, LeaseCore, LeaseGuard};
 use crate::lease::held::{FencedAt, HeldKeys, HeldLock, LockGuard, ReleaseFuture};
 use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::options::{Field, LockOptions};
+pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::drop_guard::Armed;
+use crate::util::inspect::{EntryRead, EntryRecord, HolderLease, RwRead, RwRecord};
 use crate::util::metrics::{primitive, transition, Labels};
 use crate::util::rw_replies::{RwAcquire, RwGrant, RwMode};
 use crate::util::time::after;
@@ -131,6 +134,85 @@ impl RwLocks {
     /// The key prefix in use. Defaults to `baton:`.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Takes read-write lock `key` from a hung holder, as an operator does, but only the
+    /// grant `expected` names: [`Expected::Token`] names the writer by its write token (a
+    /// reader's share carries the last write's token, shared by every reader, so it never
+    /// names one); [`Expected::Holder`] names any holder (writer, upgradeable reader or
+    /// reader) by its token's first characters as shown; [`Expected::Any`] takes one holder:
+    /// the writer, else the upgradeable reader, else a reader. The holders are read, and the
+    /// release is by the named holder's token, so a holder that came after the operator
+    /// looked is left alone ([`ForceRelease::HeldByAnother`], naming a holder there is).
+    ///
+    /// The holder's share ends as by its own release (its lease and its place in the state
+    /// go, waiters are woken). The holder hears it at once on the lock's channel when it
+    /// listens there (its watchdog does: the message names the holder, since readers share
+    /// their fencing token), at its next extension otherwise, and reports the loss. The fence stays, so the next write's token is higher than the one taken. The same
+    /// method as [`Locks::force_release`](crate::Locks::force_release) and
+    /// [`Semaphores::force_release`](crate::Semaphores::force_release).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name or [`Expected::Attempt`]; connection errors;
+    /// [`Error::CorruptState`] for a state key of another type; [`Error::Timeout`] when the
+    /// holders kept changing through every try.
+    pub async fn force_release(
+        &self,
+        key: &str,
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
+        crate::util::names::check_name("key", key)?;
+        if let Expected::Attempt(_) = expected {
+            return Err(crate::ConfigError::invalid(
+                "expected",
+                "a fencing token, a holder or any (a lock has no attempts)",
+            )
+            .into());
+        }
+        let keys = RwKeys::new(&self.prefix, key);
+        let refs = keys.refs();
+        let read = RwRead {
+            state: refs.state.to_string(),
+            waiting: refs.waiting.to_string(),
+            holder_prefix: refs.holder_prefix.to_string(),
+        };
+        for _ in 0..20 {
+            let records = self
+                .backend
+                .read_entries(None, &[EntryRead::RwLock(read.clone())])
+                .await?;
+            let Some(EntryRecord::RwLock(record)) = records.into_iter().next() else {
+                return Err(Error::UnexpectedReply {
+                    context: "reading the read-write lock",
+                    reply: "no record".into(),
+                });
+            };
+            if let Some(refused) = record.refused {
+                return Err(Error::CorruptState {
+                    key: read.state.clone(),
+                    value: refused,
+                });
+            }
+            let Some((token, taken, writer)) = pick(&record, expected) else {
+                return Ok(ForceRelease::Free);
+            };
+            if !pick_matches(expected, &taken, writer) {
+                return Ok(ForceRelease::HeldByAnother(taken));
+            }
+            let limit = Instant::now() + self.backend.response_timeout();
+            if self.backend.rw_release(&refs, &token, limit).await? {
+                // Named by its holder: a taken message with a reader's fencing token (the last
+                // write's, every reader's) would end every reader's share.
+                self.backend
+                    .tell_taken_holder(&keys.holder(&token), keys.channel(), &taken.holder)
+                    .await;
+                return Ok(ForceRelease::Released(taken));
+            }
+            // Its lease ended or changed hands meanwhile: read again.
+        }
+        Err(Error::Timeout {
+            during: "taking a read-write lock whose holders kept changing",
+        })
     }
 
     fn keys(&self, key: &str, lease: Duration) -> Result<Arc<RwKeys>, Error> {
@@ -516,6 +598,53 @@ impl HeldKeys for Holder {
 
     fn taken_channel(&self) -> String {
         self.keys.channel().to_string()
+    }
+
+    /// Readers share their fencing token (the last write's): a force release names the one
+    /// it took by its holder.
+    fn taken_by_holder(&self) -> bool {
+        true
+    }
+}
+
+/// The holder of `record` that `expected` names, else the one to show instead (the writer,
+/// else the upgradeable reader, else the first reader): its full token, what is shown of it,
+/// and whether it is the writer. `None` when nothing holds the lock.
+fn pick(record: &RwRecord, expected: &Expected) -> Option<(String, Taken, bool)> {
+    // A reader's fencing token is the last write's (0: none yet, not shown).
+    let fence = record
+        .fence
+        .as_deref()
+        .and_then(|f| f.parse::<u64>().ok())
+        .filter(|f| *f > 0);
+    let holders: Vec<(&HolderLease, bool)> = record
+        .writer
+        .iter()
+        .map(|h| (h, true))
+        .chain(record.upgrader.iter().map(|h| (h, false)))
+        .chain(record.readers.iter().map(|h| (h, false)))
+        .collect();
+    let named = match expected {
+        Expected::Holder(h) => holders
+            .iter()
+            .find(|(lease, _)| short(&lease.token) == h.as_str()),
+        _ => None,
+    };
+    let (lease, writer) = named.or(holders.first())?;
+    let taken = Taken {
+        fencing_token: fence,
+        holder: short(&lease.token).to_string(),
+    };
+    Some((lease.token.clone(), taken, *writer))
+}
+
+/// Whether the holder [`pick`] found is the grant `expected` names.
+fn pick_matches(expected: &Expected, taken: &Taken, writer: bool) -> bool {
+    match expected {
+        Expected::Token(t) => writer && taken.fencing_token == Some(*t),
+        Expected::Holder(h) => taken.holder == *h,
+        Expected::Any => true,
+        Expected::Attempt(_) => false,
     }
 }
 

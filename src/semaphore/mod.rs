@@ -6,7 +6,7 @@
 //! - [`keys`]: the key layout (`baton:sem:{K}`, `…:<slot>`, `…:released`).
 //! - [`Semaphores`]: the handle ([`Client::semaphores`](crate::Client::semaphores)):
 //!   [`Semaphores::try_acquire`], [`Semaphores::acquire`], [`Semaphores::with_permit`],
-//!   [`Semaphores::set_limit`].
+//!   [`Semaphores::set_limit`], and the operator's [`Semaphores::force_release`].
 //! - [`PermitGuard`]: the held permit: its slot, token, fencing token, lease deadline,
 //!   `release`, `extend`, the watchdog and its loss signal (the same traits as the mutex's
 //!   guard).
@@ -61,6 +61,8 @@ use crate::lease::held::{HeldLock, LockGuard};
 use crate::lease::lock::fence_ttl;
 use crate::lease::lock::{FencedValue, FencedWrite};
 use crate::lease::options::{Field, LockOptions};
+use crate::lease::store::take_expected;
+pub use crate::lease::store::{Expected, ForceRelease, Taken};
 use crate::util::drop_guard::Armed;
 use crate::util::metrics::{primitive, transition, Labels};
 use crate::util::permits::{PermitGrant, PermitRequest};
@@ -164,6 +166,64 @@ impl Semaphores {
                 fence_ttl(crate::lease::MIN_LEASE),
             )
             .await
+    }
+
+    /// Takes slot `slot` of semaphore `key` from its holder, as an operator does with a hung
+    /// one, but only the grant `expected` names (the slot's fencing token as shown, or its
+    /// holder; [`Expected::Any`] for whatever holds the slot): the slot's holder and its fence
+    /// are read together and the release is by that holder, so a grant made after the
+    /// operator looked is left alone ([`ForceRelease::HeldByAnother`]). The slot is named
+    /// because each slot steps its own fence: two slots can show the same token.
+    ///
+    /// The permit returns to the pool and one waiter per client is woken, as by a release; the
+    /// holder hears it at once on the semaphore's channel when it listens there (its watchdog
+    /// does), at its next extension otherwise, and reports the loss. The slot's fence stays,
+    /// so the slot's next fencing token is higher than the one taken. The same method as
+    /// [`Locks::force_release`](crate::Locks::force_release) and
+    /// [`RwLocks::force_release`](crate::RwLocks::force_release).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid name, a slot at or above [`MAX_PERMITS`] or
+    /// [`Expected::Attempt`]; connection errors; [`Error::Timeout`] when, with
+    /// [`Expected::Any`], the holder kept changing through every try.
+    pub async fn force_release(
+        &self,
+        key: &str,
+        slot: u32,
+        expected: &Expected,
+    ) -> Result<ForceRelease, Error> {
+        crate::util::names::check_name("key", key)?;
+        if slot >= MAX_PERMITS {
+            return Err(ConfigError::invalid(
+                "slot",
+                format!("{slot} is outside 0 ..= {}", MAX_PERMITS - 1),
+            )
+            .into());
+        }
+        let keys = SemKeys::new(&self.prefix, key);
+        let slot_key = keys.slot(slot);
+        let backend = &self.backend;
+        let (meta, lock, channel) = (keys.meta.as_str(), slot_key.as_str(), keys.channel.as_str());
+        let (outcome, _) = take_expected(
+            expected,
+            move || async move {
+                let stored = backend.read_permit(meta, lock, slot).await?;
+                Ok(stored.value.map(|value| {
+                    let taken = Taken {
+                        fencing_token: stored.fence.and_then(|f| f.parse().ok()),
+                        holder: short(&value).to_string(),
+                    };
+                    (value, taken)
+                }))
+            },
+            move |value| async move {
+                let limit = Instant::now() + backend.response_timeout();
+                backend.release(lock, channel, &value, limit).await
+            },
+        )
+        .await?;
+        backend.tell_taken(&slot_key, &keys.channel, &outcome).await;
+        Ok(outcome)
     }
 
     /// Tries once to take a permit of semaphore `key` (of `limit` permits) for `lease`, in one

@@ -150,7 +150,7 @@ pub(crate) async fn migrate(t: &PgTransport) -> Result<(), Error> {
 }
 
 /// Both tables, created on first use where the role may (once per client).
-async fn ensure(t: &PgTransport) -> Result<(), Error> {
+pub(crate) async fn ensure(t: &PgTransport) -> Result<(), Error> {
     super::locks::ensure_schema(t).await?;
     t.ensure_schema(SCHEMA_NAME, SCHEMA, None).await
 }

@@ -12,7 +12,10 @@ use redis::Value;
 use super::jobs::{status_from_replies, status_reads, STATUS_READS};
 use super::{Node, Transport};
 use crate::error::Error;
-use crate::util::inspect::{EntryRead, EntryRecord, LockRead, LockRecord, Waiting};
+use crate::util::inspect::{
+    EntryRead, EntryRecord, HolderLease, LockRead, LockRecord, RwRecord, SemRecord, Waiting,
+};
+use crate::util::permits::MAX_SLOTS;
 
 /// Where a listing is on Redis: the primaries, the one being scanned and its cursor.
 #[derive(Clone)]
@@ -184,6 +187,8 @@ pub(crate) async fn read_entries(
         None => match first {
             EntryRead::Job(keys, _) => t.node(keys.state()).await?,
             EntryRead::Lock(read) => t.node(&read.own).await?,
+            EntryRead::Semaphore(read) => t.node(&read.meta).await?,
+            EntryRead::RwLock(read) => t.node(&read.state).await?,
         },
     };
     let mut p = redis::pipe();
@@ -198,6 +203,20 @@ pub(crate) async fn read_entries(
                 STATUS_READS + 1
             }
             EntryRead::Lock(read) => lock_reads(&mut p, read, numsub),
+            EntryRead::Semaphore(read) => {
+                p.cmd("HGETALL")
+                    .arg(&read.meta)
+                    .cmd("ZCARD")
+                    .arg(&read.queue);
+                2
+            }
+            EntryRead::RwLock(read) => {
+                p.cmd("HGETALL")
+                    .arg(&read.state)
+                    .cmd("PTTL")
+                    .arg(&read.waiting);
+                2
+            }
         })
         .collect();
     let values: Vec<Value> =
@@ -225,9 +244,187 @@ pub(crate) async fn read_entries(
                 )
             }
             EntryRead::Lock(read) => EntryRecord::Lock(lock_record(read, replies)),
+            EntryRead::Semaphore(_) => EntryRecord::Semaphore(sem_record(replies)),
+            EntryRead::RwLock(_) => EntryRecord::RwLock(rw_record(replies)),
         });
     }
+    read_leases(t, &node, reads, &mut out).await?;
     Ok(out)
+}
+
+/// A hash's fields from an `HGETALL` reply (a flat array on RESP2, a map on RESP3); `Err`
+/// with the reply of a read the server refused.
+fn fields(v: Option<&Value>) -> Result<Vec<(String, String)>, String> {
+    let pair = |k: &Value, v: &Value| Some((text(k)?, text(v)?));
+    match v {
+        Some(Value::Array(a)) => Ok(a
+            .chunks_exact(2)
+            .filter_map(|c| pair(&c[0], &c[1]))
+            .collect()),
+        Some(Value::Map(m)) => Ok(m.iter().filter_map(|(k, v)| pair(k, v)).collect()),
+        Some(Value::ServerError(e)) => Err(format!("{e:?}")),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// A semaphore's record from its `HGETALL` and its line's `ZCARD`: the limit, the fences and
+/// the fair waiters; the held slots are read next ([`read_leases`]).
+fn sem_record(replies: &[Value]) -> SemRecord {
+    let mut r = SemRecord::default();
+    match fields(replies.first()) {
+        Err(e) => r.refused = Some(e),
+        Ok(all) => {
+            r.stored = !all.is_empty();
+            r.span = sem_span(&all);
+            for (k, v) in all {
+                if k == "limit" {
+                    r.limit = Some(v);
+                } else if let Some(slot) = k.strip_prefix('f').and_then(|n| n.parse().ok()) {
+                    r.fences.push((slot, v));
+                }
+            }
+            r.fences.sort();
+        }
+    }
+    if let Some(Value::Int(n)) = replies.get(1) {
+        r.waiting = u64::try_from(*n).unwrap_or(0);
+    }
+    r
+}
+
+/// A read-write lock's record from its `HGETALL` and its mark's `PTTL`; every holder named in
+/// the state is kept with an unknown lease until [`read_leases`] reads them.
+fn rw_record(replies: &[Value]) -> RwRecord {
+    let mut r = RwRecord::default();
+    let lease = |token: String| HolderLease { token, pttl: None };
+    match fields(replies.first()) {
+        Err(e) => r.refused = Some(e),
+        Ok(all) => {
+            r.stored = !all.is_empty();
+            for (k, v) in all {
+                match k.as_str() {
+                    "fence" => r.fence = Some(v),
+                    "writer" => r.writer = Some(lease(v)),
+                    "upgrader" => r.upgrader = Some(lease(v)),
+                    _ => {
+                        if let Some(token) = k.strip_prefix("r:") {
+                            r.readers.push(lease(token.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    r.writer_waiting = matches!(replies.get(1), Some(Value::Int(n)) if *n != -2);
+    r
+}
+
+/// The stored span a semaphore's slots are read up to: every slot that may hold a permit
+/// (the highest of its `span` and `limit`, bounded as the scripts bound it).
+fn sem_span(all: &[(String, String)]) -> u32 {
+    let of = |f: &str| {
+        all.iter()
+            .find(|(k, _)| k == f)
+            .and_then(|(_, v)| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    of("span").max(of("limit")).min(MAX_SLOTS)
+}
+
+/// A lease's remaining time from a `PTTL` reply: `None` when the key is gone (`Some(None)`:
+/// no expiry).
+fn lease_left(v: Option<&Value>) -> Option<Option<Duration>> {
+    match v {
+        Some(Value::Int(n)) if *n >= 0 => Some(Some(Duration::from_millis(*n as u64))),
+        Some(Value::Int(-1)) => Some(None),
+        _ => None,
+    }
+}
+
+/// The second step of reading semaphores and read-write locks, on the node of the first: the
+/// leases their records name (a semaphore's slots up to its span, `GET` and `PTTL`; a
+/// read-write lock's holders, `PTTL`), in one pipeline. Holders whose lease is gone are
+/// dropped: their share ended with it, whatever the state still says.
+async fn read_leases(
+    t: &Transport,
+    node: &Arc<Node>,
+    reads: &[EntryRead],
+    out: &mut [EntryRecord],
+) -> Result<(), Error> {
+    let mut p = redis::pipe();
+    p.ignore_errors();
+    let mut any = false;
+    // How many slots of each semaphore are read.
+    let mut spans = Vec::with_capacity(reads.len());
+    for (read, record) in reads.iter().zip(out.iter()) {
+        match (read, record) {
+            (EntryRead::Semaphore(read), EntryRecord::Semaphore(r)) => {
+                // Slots with a fence were granted once: read them too, so a lowered limit's
+                // upper slots are seen.
+                let top = r.fences.iter().map(|(s, _)| s + 1).max().unwrap_or(0);
+                let span = r.span.max(top.min(MAX_SLOTS));
+                for i in 0..span {
+                    let key = format!("{}{i}", read.slots);
+                    p.cmd("GET").arg(&key).cmd("PTTL").arg(&key);
+                }
+                any |= span > 0;
+                spans.push(span);
+            }
+            (EntryRead::RwLock(read), EntryRecord::RwLock(r)) => {
+                let holders = r.writer.iter().chain(&r.upgrader).chain(&r.readers);
+                for h in holders {
+                    p.cmd("PTTL")
+                        .arg(format!("{}{}", read.holder_prefix, h.token));
+                    any = true;
+                }
+                spans.push(0);
+            }
+            _ => spans.push(0),
+        }
+    }
+    if !any {
+        return Ok(());
+    }
+    let values: Vec<Value> =
+        tokio::time::timeout(t.settings.response_timeout, p.query_async(&mut node.conn()))
+            .await
+            .map_err(|_| Error::Timeout {
+                during: "reading keys",
+            })??;
+    let mut at = values.iter();
+    for (record, span) in out.iter_mut().zip(spans) {
+        match record {
+            EntryRecord::Semaphore(r) => {
+                for slot in 0..span {
+                    let (value, pttl) = (at.next(), at.next());
+                    if let (Some(token), Some(pttl)) = (value.and_then(text), lease_left(pttl)) {
+                        r.held.push((slot, HolderLease { token, pttl }));
+                    }
+                }
+            }
+            EntryRecord::RwLock(r) => {
+                let mut live = |h: &mut Option<HolderLease>| {
+                    if let Some(lease) = h.as_mut() {
+                        match lease_left(at.next()) {
+                            Some(pttl) => lease.pttl = pttl,
+                            None => *h = None,
+                        }
+                    }
+                };
+                live(&mut r.writer);
+                live(&mut r.upgrader);
+                let readers = std::mem::take(&mut r.readers);
+                for mut h in readers {
+                    if let Some(pttl) = lease_left(at.next()) {
+                        h.pttl = pttl;
+                        r.readers.push(h);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use super::locks::{spawn_cleanup, string_of};
 use super::script::{evalsha, script_until};
 use super::{unexpected, Conn, Transport};
 use crate::error::{preview, Error};
-use crate::util::lock_replies::fence_ttl;
+use crate::util::lock_replies::{fence_ttl, Stored};
 use crate::util::permits::{PermitGrant, PermitRequest};
 use crate::util::time::ms;
 use crate::util::token::short;
@@ -274,6 +274,49 @@ pub(crate) async fn set_limit_on(
         Value::Nil => Ok(None),
         v => Ok(string_of(v).and_then(|s| s.parse().ok())),
     }
+}
+
+/// Slot `slot`'s holder (`GET` of its key), its fence (`HGET` of `f<slot>` in the record
+/// `meta`) and its lease left, in one `MULTI` on the node serving the semaphore: an operator's
+/// force release compares the grant it names with a holder and a fence read together.
+///
+/// # Errors
+/// [`Error::Timeout`] after the response timeout; a key of another type; connection errors.
+pub(crate) async fn read_slot_on(
+    t: &Transport,
+    meta: &str,
+    slot_key: &str,
+    slot: u32,
+) -> Result<Stored, Error> {
+    const DURING: &str = "reading a permit";
+    let node = t.node(meta).await?;
+    let mut conn = node.conn();
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .ignore_errors()
+        .get(slot_key)
+        .hget(meta, format!("f{slot}"))
+        .pttl(slot_key);
+    let read = pipe.query_async::<Vec<Value>>(&mut conn);
+    let replies = match tokio::time::timeout(t.settings.response_timeout, read).await {
+        Ok(r) => r?,
+        Err(_) => return Err(Error::Timeout { during: DURING }),
+    };
+    for r in &replies {
+        if let Value::ServerError(e) = r {
+            return Err(super::from_server_error(e));
+        }
+    }
+    let (value, fence, pttl): (Option<String>, Option<String>, i64) =
+        redis::from_redis_value(Value::Array(replies)).map_err(|e| Error::UnexpectedReply {
+            context: DURING,
+            reply: e.to_string(),
+        })?;
+    Ok(Stored {
+        value,
+        fence,
+        pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+    })
 }
 
 async fn release_any(

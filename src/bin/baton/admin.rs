@@ -16,6 +16,8 @@ pub(crate) struct Named {
     pub(crate) expected: Option<Expected>,
     /// `--yes` was given (alone it names nothing: said so in the refusal).
     pub(crate) yes: bool,
+    /// `--permit`: the semaphore's slot named (`unlock` only).
+    pub(crate) permit: Option<u32>,
     /// How the printed command starts: `baton`, with `--url` and `--prefix` when they were
     /// given.
     head: String,
@@ -52,9 +54,28 @@ impl Named {
         Named {
             expected,
             yes,
+            permit: None,
             head,
             secret_url,
         }
+    }
+
+    /// As [`Named::refuse`], for an entry with several grants: each command in `rests` names
+    /// one of them, on a line of its own.
+    pub(crate) fn refuse_each(&self, what: &str, rests: &[String]) -> u8 {
+        say!("baton: {what}");
+        if self.yes {
+            say!("baton: --yes alone names nothing; name what you saw, one of:");
+        } else {
+            say!("baton: to act on exactly one of them, run one of:");
+        }
+        for rest in rests {
+            say!("    {} {rest}", self.head);
+        }
+        if self.secret_url {
+            say!("baton: (set BATON_URL to the URL first: its credentials are never printed)");
+        }
+        EX_USAGE
     }
 
     /// Prints the refusal of a command that names nothing: `what` is described, and the
@@ -91,16 +112,17 @@ pub(crate) fn plan(cli: &Cli) -> Result<Plan<'_>, u8> {
             kind,
             token,
             holder,
+            permit,
             any,
             yes,
-        } => Plan::Unlock(
-            job(key)?,
-            kind.map(|k| k.kind()),
-            named(
+        } => Plan::Unlock(job(key)?, kind.map(|k| k.kind()), {
+            let mut n = named(
                 super::unlock::expected(*token, holder.as_deref(), *any),
                 *yes,
-            ),
-        ),
+            );
+            n.permit = *permit;
+            n
+        }),
         Command::Fail {
             key,
             reason,

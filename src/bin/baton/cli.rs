@@ -158,9 +158,9 @@ pub(crate) enum Command {
     /// on loss and campaign again; on SIGTERM stop it, resign and exit 0.
     #[command(after_long_help = LEADER_EXIT_STATUSES)]
     Leader(LeaderArgs),
-    /// List every job, lock, leader, fair lock and queue under the prefix (one line each:
-    /// kind, name, state, holder, time left, fencing token), or show what --key is, of any
-    /// kind.
+    /// List every job, lock, leader, fair lock, queue, semaphore and read-write lock under the
+    /// prefix (one line each: kind, name, state, holder, time left, fencing token), or show
+    /// what --key is, of any kind.
     Status {
         /// The name to show (a job's, a lock's, an election's, …); without it, list everything.
         #[arg(long)]
@@ -258,9 +258,9 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Take a mutex, a fair lock or a leader's term from a hung holder, the grant named by
-    /// --token (or --holder): it hears so at once and stops; the next holder's fencing token
-    /// is higher.
+    /// Take a mutex, a fair lock, a leader's term, a semaphore's permit (--permit) or a
+    /// read-write lock's holder from a hung holder, the grant named by --token (or --holder):
+    /// it hears so and stops; the next holder's fencing token is higher.
     #[command(after_long_help = UNLOCK_HELP)]
     #[command(group(ArgGroup::new("grant").args(["token", "holder", "any"])))]
     Unlock {
@@ -276,9 +276,13 @@ pub(crate) enum Command {
         #[arg(long, value_name = "N")]
         token: Option<u64>,
         /// Take only the grant of this holder, as shown, for an entry shown without a fencing
-        /// token.
+        /// token (a read-write lock's reader).
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
+        /// A semaphore's slot (`BATON_PERMIT`, as `baton status` shows it): each slot has
+        /// fencing tokens of its own, so two slots can show the same one.
+        #[arg(long, value_name = "SLOT")]
+        permit: Option<u32>,
         /// Take whatever holds K when the command runs (scripts that mean it).
         #[arg(long)]
         any: bool,
@@ -312,8 +316,9 @@ pub(crate) enum Command {
     /// once per database, before workers run with a role that may only read and write them).
     #[command(after_long_help = MIGRATE_HELP)]
     Migrate,
-    /// Serve a read-only page of every job, lock, leader, fair lock, queue and schedule under
-    /// the prefix, updated live (loopback only unless --allow-remote).
+    /// Serve a read-only page of every job, lock, leader, fair lock, queue, semaphore,
+    /// read-write lock and schedule under the prefix, updated live (loopback only unless
+    /// --allow-remote).
     #[cfg(feature = "dashboard")]
     #[command(after_long_help = DASHBOARD_HELP)]
     Dashboard(DashboardArgs),
@@ -594,6 +599,8 @@ pub(crate) enum KindArg {
     Leader,
     Fair,
     Queue,
+    Semaphore,
+    Rwlock,
 }
 
 impl KindArg {
@@ -604,6 +611,8 @@ impl KindArg {
             KindArg::Leader => baton::inspect::Kind::Leader,
             KindArg::Fair => baton::inspect::Kind::Fair,
             KindArg::Queue => baton::inspect::Kind::Queue,
+            KindArg::Semaphore => baton::inspect::Kind::Semaphore,
+            KindArg::Rwlock => baton::inspect::Kind::RwLock,
         }
     }
 }
@@ -652,6 +661,10 @@ pub(crate) struct LockArgs {
     /// same N.
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// With --permits: wait in the semaphore's FIFO line, so permits go in the order the
+    /// waiters asked, across every host, and nobody outside the line takes one first.
+    #[arg(long)]
+    pub(crate) fair: bool,
     /// Take a shared read of the read-write lock K (as `flock -s`): readers run together,
     /// writers (--exclusive) wait for them; once a writer waits, new readers queue behind it.
     /// BATON_FENCING_TOKEN is the last write's token (0 before any write).

@@ -117,7 +117,9 @@ impl Row {
             kind: e.kind.as_str(),
             name: e.name.clone(),
             state: e.state.as_str(),
-            holder: e.holder.clone(),
+            // A semaphore's or read-write lock's holders summed up (`2/3`, `read ×2`), each
+            // listed in the note.
+            holder: e.holders_summary().or_else(|| e.holder.clone()),
             remaining_ms: e.remaining_ms,
             fencing_token: e.fencing_token,
             attempt: e.attempt,
@@ -126,7 +128,16 @@ impl Row {
             digest: None,
             schedule: None,
             expression: None,
-            note: entry_note(e),
+            note: {
+                let mut note = entry_note(e);
+                for h in &e.holders {
+                    if !note.is_empty() {
+                        note += "; ";
+                    }
+                    note += &super::status::holder_id(h);
+                }
+                note
+            },
             problem: is_problem(e.state),
         }
     }

@@ -327,8 +327,8 @@ database).";
 
 /// `baton unlock --help`: what it takes, what it does not, and its exit statuses.
 pub(crate) const UNLOCK_HELP: &str = "\
-`baton unlock --key K --token N` takes mutex K (`baton lock`), fair lock K or election K's term
-(`baton leader`) from its holder, on Redis and PostgreSQL (fair locks: Redis only): the grant
+`baton unlock --key K --token N` takes mutex K (`baton lock`), fair lock K, election K's term
+(`baton leader`), a semaphore's permit or a read-write lock's holder from its holder, on Redis and PostgreSQL (fair locks: Redis only): the grant
 with fencing token N (a leader's term), and only that one. `baton unlock --key K` describes the
 holder and prints the exact command that names it (an entry shown without a fencing token is
 named by --holder ID). If by the time it runs another grant holds K (the shown holder finished
@@ -339,6 +339,12 @@ token is higher than the one taken. --any takes whatever holds K when it runs; -
 beside --token, --holder or --any, and alone names nothing. When K is held as several kinds,
 --kind says which.
 
+A semaphore's permit is named by its slot and the slot's token: `baton unlock --key K --permit
+SLOT --token N` (a --token alone finds its slot; one that two slots show is refused, 64, naming
+both). A read-write lock's writer is named by --token N (its write token); a reader or the
+upgradeable reader only by --holder ID, since every reader carries the last write's token. Without
+a name, every holder is listed with the command that names it.
+
 Not for: a job (release its attempt with `baton fail --key K --attempt N`); a Redlock lock (it
 lives on its masters: delete PREFIXredlock:{K} on each, e.g.
 `redis-cli -u URL DEL 'baton:redlock:{K}'`); a PostgreSQL advisory lock (it lasts as long as its
@@ -347,7 +353,8 @@ session: end the session holding it with
 docs/advisory-locks.md).
 
 Exit statuses: 0 taken, or nothing held K; 64 usage (a held lock not named by --token, --holder
-or --any, a job, several kinds without --kind); 69 the server cannot be reached; 75 another
+or --any, a job, several kinds without --kind, a token two permits show without --permit, a
+reader named by token, --permit on another kind); 69 the server cannot be reached; 75 another
 grant holds K now: nothing done; 77 the server refused the credentials or a command, 78 it
 rejects the configuration (as for `baton run`; no retry helps).";
 
@@ -367,8 +374,8 @@ configuration (as for `baton run`; no retry helps).";
 /// `baton dashboard --help`: what the page shows, what it refuses, and its exit statuses.
 #[cfg(feature = "dashboard")]
 pub(crate) const DASHBOARD_HELP: &str = "\
-`baton dashboard` serves one page listing every job, lock, leader, fair lock, queue and
-schedule under --prefix, as `baton status` does: state, holder, time left, fencing token.
+`baton dashboard` serves one page listing every job, lock, leader, fair lock, queue,
+semaphore, read-write lock and schedule under --prefix, as `baton status` does: state, holder, time left, fencing token.
 Exhausted, corrupt and waiting jobs (a failed attempt, or a holder whose lease ran out) come
 first and stand out; rows that just changed are highlighted; the page filters by name prefix
 and kind. It updates live over server-sent events; the server is read once per --interval

@@ -54,6 +54,12 @@ pub(crate) fn kind(args: &LockArgs) -> Result<Kind, u8> {
             picked.join(" and ")
         )));
     }
+    if args.fair && args.permits.is_none() {
+        return Err(usage(
+            "--fair needs --permits: it is the semaphore's FIFO line (for a FIFO mutex, use the \
+             fair lock's API)",
+        ));
+    }
     let Some(flag) = picked.first() else {
         return Ok(Kind::Mutex);
     };
@@ -98,6 +104,9 @@ pub(crate) fn config(args: &LockArgs) -> Result<(AcquireOptions, Sink), u8> {
                 .clone()
                 .unwrap_or_else(baton::client::default_worker_name),
         );
+    }
+    if args.fair {
+        opts = opts.fair(true);
     }
     let opts = opts.build().map_err(|e| usage_config(&e))?;
     let sink = Sink {

@@ -4,7 +4,7 @@
 //! worst open occurrence ([`ScheduleFold`], shared with the dashboard); each `watch` line
 //! starts with when it was seen (UTC, RFC 3339 to the millisecond; `"at"` in JSON).
 
-use baton::inspect::{Entry, EntryState, Kind, Occurrence, ScheduleFold, ScheduleRow};
+use baton::inspect::{Entry, EntryState, Holder, Kind, Occurrence, ScheduleFold, ScheduleRow};
 use baton::{Client, FailoverConfig, JobState, JobStatus};
 
 use super::exit::{fail_with, EX_DATAERR, EX_EXHAUSTED, EX_UNAVAILABLE};
@@ -207,10 +207,52 @@ fn entry_text(e: &Entry) -> String {
         let n = e.standbys.map_or("unknown".into(), |n| n.to_string());
         out += &format!("standbys:     {n}\n");
     }
+    if let Some(l) = e.limit {
+        out += &format!("limit:        {l}\n");
+    }
+    if e.kind == Kind::RwLock {
+        if let Some(mode) = e.holders_summary() {
+            out += &format!("mode:         {mode}\n");
+        }
+    }
+    if let Some(w) = e.writer_waiting {
+        out += &format!("writer waits: {}\n", if w { "yes" } else { "no" });
+    }
+    for h in &e.holders {
+        out += &format!("holder:       {}\n", holder_line(h));
+    }
     if let Some(d) = &e.detail {
         out += &format!("detail:       {d}\n");
     }
     out
+}
+
+/// One holder of a semaphore or read-write lock, as a line says it:
+/// `slot 0 token 1750000000000000 by 3f2a9c01 (12s left)`, `read token 17… by 3f2a9c01 (…)`.
+pub(crate) fn holder_line(h: &Holder) -> String {
+    let mut line = holder_id(h);
+    line += &format!(
+        " ({} left)",
+        h.remaining_ms.map_or("no TTL".into(), human_ms)
+    );
+    line
+}
+
+/// A holder without its time left (what the dashboard's note shows: it changes only when the
+/// holders do): `slot 0 token 1750000000000000 by 3f2a9c01`.
+pub(crate) fn holder_id(h: &Holder) -> String {
+    let mut line = String::new();
+    if let Some(slot) = h.slot {
+        line += &format!("slot {slot} ");
+    }
+    if let Some(mode) = h.mode {
+        line += &format!("{mode} ");
+    }
+    if let Some(f) = h.fencing_token {
+        line += &format!("token {f} ");
+    }
+    line += &format!("by {}", h.holder);
+    line
 }
 
 pub(crate) fn entry_json(e: &Entry) -> serde_json::Value {
@@ -423,6 +465,7 @@ pub(crate) fn entry_note(e: &Entry) -> String {
         (Some(a), _, _) => format!("attempt {a}"),
         (_, Some(w), _) => format!("{w} waiting"),
         (_, _, Some(d)) => d.clone(),
+        _ if e.writer_waiting == Some(true) => "a writer waits".to_string(),
         _ => String::new(),
     };
     let standbys = entry_standbys(e);
@@ -459,18 +502,28 @@ fn print_entry(e: &Entry, json: bool) {
         outln!("{}", entry_json(e));
         return;
     }
+    // A semaphore's or read-write lock's holder column sums its holders up (`2/3`,
+    // `read ×2`); each holder follows on an indented line of its own.
+    let summary = e.holders_summary();
     outln!(
         "{}",
         row(
             e.kind.as_str(),
             &e.name,
             e.state.as_str(),
-            e.holder.as_deref(),
-            e.remaining_ms,
+            summary.as_deref().or(e.holder.as_deref()),
+            if summary.is_some() {
+                None
+            } else {
+                e.remaining_ms
+            },
             e.fencing_token,
             &entry_note(e)
         )
     );
+    for h in &e.holders {
+        outln!("         {}", holder_line(h));
+    }
 }
 
 /// A schedule's row: the state, holder, time left and fence of the occurrence it shows (its
@@ -588,8 +641,16 @@ async fn watch_entry(client: &Client, job: &FailoverConfig, kind: Kind, json: bo
                     );
                 } else {
                     let mut line = format!("{at} {message}: {} {}", entry.kind, entry.state);
-                    if let Some(h) = &entry.holder {
+                    if let Some(s) = entry.holders_summary() {
+                        line += &format!(" {s}");
+                    } else if let Some(h) = &entry.holder {
                         line += &format!(" by {h}");
+                    }
+                    if entry.writer_waiting == Some(true) {
+                        line += ", a writer waits";
+                    }
+                    for h in &entry.holders {
+                        line += &format!("; {}", holder_line(h));
                     }
                     if let Some(f) = entry.fencing_token {
                         let label = if kind == Kind::Leader {

@@ -96,7 +96,7 @@
     const body = document.createDocumentFragment();
     for (const r of v.rows) {
       const id = `${r.kind}\u0000${r.name}`;
-      const look = [r.state, r.holder, r.attempt, r.fencing_token, r.standbys].join('\u0000');
+      const look = [r.state, r.holder, r.attempt, r.fencing_token, r.standbys, r.note].join('\u0000');
       const before = seen.get(id);
       const changedAt = before && before.look !== look ? now : (before ? before.changedAt : 0);
       next.set(id, { look, changedAt });
