@@ -314,3 +314,58 @@ scenario! {
         }
     }
 }
+
+scenario! {
+    #[tokio::test]
+    async fn a_writer_whose_lease_ended_before_it_wrote_is_refused_once_a_reader_read() {
+        use baton::FencedWrite;
+        let server = server();
+        let (a, b) = (client(&server).await, client(&server).await);
+        let (ra, rb) = (a.rw_locks(), b.rw_locks());
+        // A first write, then a writer that pauses past its lease before writing: the readers
+        // granted after it carry its token, as the last write's.
+        let w1 = ra.try_write("fenced", LONG).await.unwrap().expect("free");
+        assert_eq!(
+            w1.write_fenced("baton:res:fenced", b"v1").await.unwrap(),
+            FencedWrite::Written
+        );
+        assert!(w1.release().await.unwrap());
+        let zombie = ra
+            .try_write("fenced", Duration::from_millis(300))
+            .await
+            .unwrap()
+            .expect("free");
+        let reader = rb
+            .read("fenced", LONG, &waiting_up_to(LONG))
+            .await
+            .expect("the writer's lease ends");
+        assert_eq!(reader.fencing_token(), zombie.fencing_token());
+        // The reader sees an older version than its token: that write never reached the
+        // resource. Its read is recorded there...
+        let seen = reader.read_fenced("baton:res:fenced").await.unwrap().expect("v1");
+        assert_eq!(seen.value, b"v1");
+        assert!(seen.fencing_token < reader.fencing_token());
+        // ...so the paused writer, waking beside the reader, is refused.
+        match zombie.write_fenced("baton:res:fenced", b"late").await.unwrap() {
+            FencedWrite::Rejected { highest } => assert_eq!(highest, reader.fencing_token()),
+            other => panic!("a writer whose lease ended wrote beside a reader: {other:?}"),
+        }
+        assert_eq!(
+            reader.read_fenced("baton:res:fenced").await.unwrap().unwrap().value,
+            b"v1"
+        );
+        assert!(reader.release().await.unwrap());
+        // The next writer's token is higher than every read: it writes.
+        let w3 = rb.write("fenced", LONG, &waiting_up_to(LONG)).await.unwrap();
+        assert_eq!(
+            w3.write_fenced("baton:res:fenced", b"v3").await.unwrap(),
+            FencedWrite::Written
+        );
+        assert_eq!(w3.read_fenced("baton:res:fenced").await.unwrap().unwrap().value, b"v3");
+        assert_eq!(
+            w3.write_fenced("baton:res:fenced", b"v3b").await.unwrap(),
+            FencedWrite::Written,
+            "the writer's own read records nothing"
+        );
+    }
+}

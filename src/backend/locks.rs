@@ -284,6 +284,24 @@ impl Backend {
         let t = self.redis("read_fenced", FENCED_ON_POSTGRES)?;
         super::redis::locks::fenced_read_on(t, resource).await
     }
+
+    /// [`Backend::read_fenced`] by a reader holding `fencing_token` (a read-write lock's: the
+    /// last write's): the resource records it first, and refuses writes at or below it from
+    /// then on. A token of 0 (no write yet) is a plain read.
+    ///
+    /// # Errors
+    /// As [`Backend::read_fenced`].
+    pub(crate) async fn read_fenced_at(
+        &self,
+        resource: &str,
+        fencing_token: u64,
+    ) -> Result<Option<FencedValue>, Error> {
+        let t = self.redis("read_fenced", FENCED_ON_POSTGRES)?;
+        if fencing_token == 0 {
+            return super::redis::locks::fenced_read_on(t, resource).await;
+        }
+        super::redis::locks::fenced_read_at_on(t, resource, fencing_token).await
+    }
 }
 
 impl WeakBackend {

@@ -355,6 +355,17 @@ impl LockGuard {
         backend.read_fenced(resource).await
     }
 
+    /// [`LockGuard::read_fenced`] recording this grant's fencing token at the resource first,
+    /// for a holder whose token is a read's (a read-write lock's reader): writes at or below it
+    /// are refused from then on.
+    pub(crate) async fn read_fenced_marking(
+        &self,
+        resource: &str,
+    ) -> Result<Option<FencedValue>, Error> {
+        let backend = self.backend()?;
+        backend.read_fenced_at(resource, self.fencing_token()).await
+    }
+
     fn backend(&self) -> Result<&Backend, Error> {
         // Only a released guard has no backend, and `release` consumes the guard.
         self.held().map(|h| &h.backend).ok_or(Error::Stopped)

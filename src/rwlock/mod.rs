@@ -696,16 +696,6 @@ macro_rules! rw_guard {
             pub fn start_watchdog(&mut self, max_hold: Option<Duration>) {
                 self.inner.start_watchdog(max_hold)
             }
-
-            /// Reads the Redis hash `resource` a fenced write keeps, as
-            /// [`LockGuard::read_fenced`]: a reader compares its token with the one the value
-            /// was written with.
-            ///
-            /// # Errors
-            /// As [`Locks::read_fenced`](crate::Locks::read_fenced).
-            pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
-                self.inner.read_fenced(resource).await
-            }
         }
 
         impl sealed::Sealed for $guard {
@@ -745,6 +735,20 @@ pub struct ReadGuard {
 
 rw_guard!(ReadGuard);
 
+impl ReadGuard {
+    /// Reads the Redis hash `resource` a fenced write keeps, as [`LockGuard::read_fenced`],
+    /// after recording this read's token (the last write's) there: the value's token below it
+    /// means that write never reached the resource, and from then on a write at or below it is
+    /// refused, so a writer whose lease ended before it wrote cannot write beside readers that
+    /// were granted after it.
+    ///
+    /// # Errors
+    /// As [`Locks::read_fenced`](crate::Locks::read_fenced).
+    pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
+        self.inner.read_fenced_marking(resource).await
+    }
+}
+
 /// The write of a read-write lock, exclusive; its fencing token is new and higher than every
 /// earlier write's. Dropping it releases in the background.
 pub struct WriteGuard {
@@ -766,6 +770,15 @@ impl WriteGuard {
     ) -> Result<FencedWrite, Error> {
         self.inner.write_fenced(resource, value).await
     }
+
+    /// Reads the Redis hash `resource` a fenced write keeps, as [`LockGuard::read_fenced`]
+    /// (the writer's own read records nothing).
+    ///
+    /// # Errors
+    /// As [`Locks::read_fenced`](crate::Locks::read_fenced).
+    pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
+        self.inner.read_fenced(resource).await
+    }
 }
 
 /// The upgradeable read of a read-write lock: shared with plain readers, at most one at a time.
@@ -783,6 +796,20 @@ pub struct UpgradeableReadGuard {
 rw_guard!(UpgradeableReadGuard);
 
 impl UpgradeableReadGuard {
+    /// Reads the Redis hash `resource` a fenced write keeps: while reading, as
+    /// [`ReadGuard::read_fenced`] (the read's token is recorded there first); after an
+    /// upgrade, as [`WriteGuard::read_fenced`].
+    ///
+    /// # Errors
+    /// As [`Locks::read_fenced`](crate::Locks::read_fenced).
+    pub async fn read_fenced(&self, resource: &str) -> Result<Option<FencedValue>, Error> {
+        if self.writing {
+            self.inner.read_fenced(resource).await
+        } else {
+            self.inner.read_fenced_marking(resource).await
+        }
+    }
+
     /// Whether it holds the write now (after an upgrade, before a downgrade).
     pub fn is_writing(&self) -> bool {
         self.writing

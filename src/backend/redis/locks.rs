@@ -169,7 +169,10 @@ pub(crate) static BATCH_SCRIPT: std::sync::LazyLock<redis::Script> =
 ///
 /// The resource-side half of fencing: the hash keeps the value (`value`) and the highest token
 /// that wrote it (`fencing_token`); a write with a smaller token is refused and changes nothing
-/// (`{0, highest}`), an equal or larger one writes both (`{1}`). Tokens are compared as decimal
+/// (`{0, highest}`), an equal or larger one writes both (`{1}`). A read-write lock's readers
+/// record the highest token they read with (`read_token`, see [`FENCED_READ_AT_SCRIPT`]): a
+/// write with a token at or below it is refused too (`{0, read_token}`), since readers were
+/// granted after that token's writer. Tokens are compared as decimal
 /// strings (length, then digits), never as Lua doubles, so tokens above 2^53 compare exactly. A
 /// stored token baton could not have written is reported (`{2, value}`), never overwritten. One
 /// key, so it works unchanged in a Redis Cluster slot of its own.
@@ -184,6 +187,16 @@ if seen then
   local t = ARGV[1]
   if #t < #seen or (#t == #seen and t < seen) then
     return {0, seen}
+  end
+end
+local read = redis.call('HGET', KEYS[1], 'read_token')
+if read then
+  if not string.match(read, '^[1-9][0-9]*$') then
+    return {2, read}
+  end
+  local t = ARGV[1]
+  if #t < #read or (#t == #read and t <= read) then
+    return {0, read}
   end
 end
 redis.call('HSET', KEYS[1], 'value', ARGV[2], 'fencing_token', ARGV[1])
@@ -257,6 +270,65 @@ return {redis.call('HGET', KEYS[1], 'value'), redis.call('HGET', KEYS[1], 'fenci
 ",
     )
 });
+
+/// `KEYS` = the resource; `ARGV` = a reader's fencing token (canonical decimal, the last
+/// write's). Raises the hash's `read_token` to it (a stored one baton could not have written is
+/// reported, `{2, value}`, never overwritten), then reads as [`FENCED_READ_SCRIPT`]:
+/// `{value, token}`. From then on [`FENCED_WRITE_SCRIPT`] refuses a write at or below it: the
+/// writer that was granted this token, if its lease ended before it wrote, is fenced off as
+/// soon as a reader granted after it has read.
+static FENCED_READ_AT_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local read = redis.call('HGET', KEYS[1], 'read_token')
+local t = ARGV[1]
+if read then
+  if not string.match(read, '^[1-9][0-9]*$') then
+    return {2, read}
+  end
+  if #read < #t or (#read == #t and read < t) then
+    redis.call('HSET', KEYS[1], 'read_token', t)
+  end
+else
+  redis.call('HSET', KEYS[1], 'read_token', t)
+end
+return {redis.call('HGET', KEYS[1], 'value'), redis.call('HGET', KEYS[1], 'fencing_token')}
+",
+    )
+});
+
+/// [`fenced_read_on`] by a reader of a read-write lock holding `fencing_token` (the last
+/// write's, above 0): the read is recorded at the resource first ([`FENCED_READ_AT_SCRIPT`]).
+///
+/// # Errors
+/// As [`fenced_read_on`]; [`Error::CorruptState`] for a recorded read token baton never writes.
+pub(crate) async fn fenced_read_at_on(
+    transport: &Transport,
+    resource: &str,
+    fencing_token: u64,
+) -> Result<Option<FencedValue>, Error> {
+    let mut conn = transport.node(resource).await?.conn();
+    let limit = after(Instant::now(), transport.settings.response_timeout);
+    let mut call = evalsha(&FENCED_READ_AT_SCRIPT, &[resource]);
+    call.arg(fencing_token.to_string());
+    let reply: Value = script_until(
+        &mut conn,
+        &FENCED_READ_AT_SCRIPT,
+        &call,
+        limit,
+        "a fenced read",
+    )
+    .await?;
+    if let Value::Array(items) = &reply {
+        if let [Value::Int(2), v] = items.as_slice() {
+            return Err(Error::CorruptState {
+                key: resource.to_string(),
+                value: preview(&string_of(v).unwrap_or_default()),
+            });
+        }
+    }
+    parse_fenced_read(resource, reply)
+}
 
 /// Reads a fenced resource (both fields of the hash, in one script) on the node of `transport`
 /// that serves it, bounded by its response timeout: `None` when nothing was written.
