@@ -61,26 +61,26 @@ pub const RSLOCK_RETRY: &str = "rslock defaults: lock() = 3 tries, a random 0–
 /// The floor's backoff, stated in the notes.
 const FLOOR_BACKOFF: &str = "floor backoff: full jitter, 1 ms doubling to 16 ms";
 
-fn rand_u64() -> u64 {
+pub(crate) fn rand_u64() -> u64 {
     RandomState::new().build_hasher().finish()
 }
 
 /// A random 128-bit token in hex, as long as baton's.
-fn token() -> String {
+pub(crate) fn token() -> String {
     format!("{:016x}{:016x}", rand_u64(), rand_u64())
 }
 
-async fn backoff(n: &mut u32) {
+pub(crate) async fn backoff(n: &mut u32) {
     let cap_us = 1000u64 << (*n).min(4);
     *n += 1;
     tokio::time::sleep(Duration::from_micros(rand_u64() % cap_us + 1)).await;
 }
 
-fn past(deadline: Option<Instant>) -> bool {
+pub(crate) fn past(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
-async fn bounded<T>(deadline: Option<Instant>, f: impl Future<Output = T>) -> Option<T> {
+pub(crate) async fn bounded<T>(deadline: Option<Instant>, f: impl Future<Output = T>) -> Option<T> {
     match deadline {
         None => Some(f.await),
         Some(d) => tokio::time::timeout_at(d.into(), f).await.ok(),
@@ -293,37 +293,37 @@ impl Locker {
 
 /// One side's results over the measured runs.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     /// Per cycle (acquire→release), or per acquisition under contention, in µs.
-    samples: Samples,
-    ops: usize,
-    wall: Duration,
+    pub(crate) samples: Samples,
+    pub(crate) ops: usize,
+    pub(crate) wall: Duration,
     /// Acquisitions per task (contended only), summed over the runs.
-    per_task: Vec<u64>,
+    pub(crate) per_task: Vec<u64>,
     /// CPU seconds spent meanwhile by the server(s) and by this process (the side measured).
-    server_cpu: f64,
-    client_cpu: f64,
+    pub(crate) server_cpu: f64,
+    pub(crate) client_cpu: f64,
 }
 
 impl Tally {
-    fn ops_per_s(&self) -> f64 {
+    pub(crate) fn ops_per_s(&self) -> f64 {
         self.ops as f64 / self.wall.as_secs_f64()
     }
-    fn p50(&self) -> f64 {
+    pub(crate) fn p50(&self) -> f64 {
         self.samples.pct(50.0).unwrap_or(f64::NAN)
     }
     /// CPU µs per operation: (server, client).
-    fn cpu_per_op(&self) -> (f64, f64) {
+    pub(crate) fn cpu_per_op(&self) -> (f64, f64) {
         let per = |s: f64| s * 1e6 / self.ops.max(1) as f64;
         (per(self.server_cpu), per(self.client_cpu))
     }
 }
 
 /// CPU seconds so far: the servers' (`INFO cpu`, user + sys, summed) and this process's.
-struct Cpu(Vec<MultiplexedConnection>);
+pub(crate) struct Cpu(Vec<MultiplexedConnection>);
 
 impl Cpu {
-    async fn connect(urls: &[String]) -> Cpu {
+    pub(crate) async fn connect(urls: &[String]) -> Cpu {
         let mut conns = Vec::new();
         for u in urls {
             let c = redis::Client::open(u.as_str()).expect("url");
@@ -332,7 +332,7 @@ impl Cpu {
         Cpu(conns)
     }
 
-    async fn now(&mut self) -> (f64, f64) {
+    pub(crate) async fn now(&mut self) -> (f64, f64) {
         let mut server = 0.0;
         for c in &mut self.0 {
             server += redisinfo::field(c, "cpu", "used_cpu_user").await
@@ -590,7 +590,7 @@ fn rows(
 }
 
 /// Jain's fairness index (1 = every task got as many; 1/n = one task got all), min, max.
-fn fairness(counts: &[u64]) -> (f64, u64, u64) {
+pub(crate) fn fairness(counts: &[u64]) -> (f64, u64, u64) {
     let sum: f64 = counts.iter().map(|&c| c as f64).sum();
     let sq: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
     let jain = if sq > 0.0 {

@@ -18,7 +18,10 @@
 //! statements, feature `postgres`: see `postgres.rs`); `status-listing` (the operator's listing over
 //! 10 000 jobs plus locks and leaders, on one server and a 6-node cluster: see `status.rs`);
 //! `metrics-cost` (the uncontended failover and mutex cycles with a metrics recorder installed
-//! against without: see `metrics_cost.rs`); and `profile` (only when named: see `profile.rs`).
+//! against without: see `metrics_cost.rs`); `sem-uncontended` and `sem-contended` (the semaphore
+//! against a hand-written sorted-set floor: see `semaphore.rs`); `rw-uncontended` and `rw-mix`
+//! (the read-write lock beside the mutex: see `rwlock.rs`); and `profile` (only when named: see
+//! `profile.rs`).
 
 mod alloc_count;
 mod baseline;
@@ -34,7 +37,9 @@ mod metrics_cost;
 mod postgres;
 mod profile;
 mod redisinfo;
+mod rwlock;
 mod scenarios;
+mod semaphore;
 mod stats;
 mod status;
 

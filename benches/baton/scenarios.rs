@@ -45,6 +45,10 @@ pub const NAMES: &[&str] = &[
     "pg-lock-cycle",
     "status-listing",
     "metrics-cost",
+    "sem-uncontended",
+    "sem-contended",
+    "rw-uncontended",
+    "rw-mix",
 ];
 
 pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
@@ -75,6 +79,10 @@ pub async fn run(name: &str, opts: &Opts, report: &mut Report) {
         }
         "status-listing" => crate::status::listing(opts, report).await,
         "metrics-cost" => crate::metrics_cost::metrics_cost(opts, report).await,
+        "sem-uncontended" => crate::semaphore::uncontended(opts, report).await,
+        "sem-contended" => crate::semaphore::contended(opts, report).await,
+        "rw-uncontended" => crate::rwlock::uncontended(opts, report).await,
+        "rw-mix" => crate::rwlock::mix(opts, report).await,
         "profile" => crate::profile::profile(opts, report).await,
         _ => unreachable!("checked in parse_args"),
     }

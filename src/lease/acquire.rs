@@ -55,6 +55,14 @@ pub(crate) trait WaitChannel: Send {
 
     /// The try a wake prompted was made.
     fn used(wake: Self::Wake);
+
+    /// A grant others waiting may share was made: leave, waking the next local waiter.
+    /// Defaults to leaving (channels without an order of waiters).
+    fn wake_next(self)
+    where
+        Self: Sized,
+    {
+    }
 }
 
 /// No channel: the primitive polls on its timer (Redlock; the advisory lock's server waits).
@@ -112,6 +120,12 @@ pub(crate) trait TryAcquire: Send {
     /// none.
     fn subscribe(&mut self) -> impl Future<Output = Option<Self::Channel>> + Send {
         async { None }
+    }
+
+    /// Whether a grant may be shared with other waiters (a read): the engine then wakes the
+    /// next local waiter at once, which would otherwise wait for a release. Defaults to no.
+    fn shared(&self) -> bool {
+        false
     }
 
     /// How long to sleep after a try found the lock held (unless a wake comes first): by
@@ -188,7 +202,16 @@ pub(crate) async fn acquire<A: TryAcquire>(
             A::Channel::used(w);
         }
         let remaining = match outcome {
-            Ok(Tried::Granted(guard)) => return Ok(guard),
+            Ok(Tried::Granted(guard)) => {
+                // Readers share: the next local waiter may get in beside this one, and no
+                // release will announce it.
+                if acq.shared() {
+                    if let Some(c) = channel.take() {
+                        c.wake_next();
+                    }
+                }
+                return Ok(guard);
+            }
             Ok(Tried::Held { remaining }) => remaining,
             // A transient failure (a reconnect, a restarting server, a lost reply, whose lock
             // the try gives back) is retried like contention, within the same bounds; when
@@ -317,5 +340,9 @@ impl WaitChannel for crate::util::wake::WakeOne {
 
     fn used(wake: Self::Wake) {
         wake.used();
+    }
+
+    fn wake_next(self) {
+        crate::util::wake::WakeOne::wake_next(self);
     }
 }

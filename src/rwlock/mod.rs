@@ -42,8 +42,11 @@
 //!   write is known), so a reader can check it reads at least that version. A downgrade keeps
 //!   the write's token as the read token.
 //! - Release and extension compare the holder's token: `false` means it was no longer ours.
-//! - Waiting: a release wakes one waiter per client (as the mutex); other waiters retry on
-//!   their backoff, never past the remaining lease of what blocks them.
+//! - Waiting: a release wakes one waiter per client (as the mutex), and a granted read wakes
+//!   the next one of that client at once (readers share, and no release would announce it);
+//!   other waiters retry on their backoff, never past the remaining lease of what blocks them.
+//!   A waiting writer asks with one token through all its tries, so each try refreshes its
+//!   mark and its grant takes the mark away.
 
 pub mod keys;
 
@@ -537,6 +540,11 @@ impl TryAcquire for RwTry<'_> {
 
     fn waiting(&mut self) -> (Option<WakeOne>, bool) {
         (self.locks.backend.waiting(self.keys.channel()), true)
+    }
+
+    /// A read (plain or upgradeable) is shared: the next local waiter may be a reader too.
+    fn shared(&self) -> bool {
+        matches!(self.mode, RwMode::Read | RwMode::Upgradeable)
     }
 
     async fn subscribe(&mut self) -> Option<WakeOne> {

@@ -202,6 +202,15 @@ impl WakeOne {
             .then(|| self.woken())
     }
 
+    /// Leaves the group and wakes the next waiter, if one is left: for a grant that others
+    /// waiting may share (a read of the read-write lock), so they need not wait for a release
+    /// that may never come while the lock stays shared. No waiter left: nothing is kept.
+    pub(crate) fn wake_next(self) {
+        let group = self.group.clone();
+        drop(self);
+        group.turns.notify_members();
+    }
+
     fn woken(&self) -> Woken {
         Woken {
             group: self.group.clone(),
@@ -291,6 +300,15 @@ impl Turns {
         let mut s = lock(&self.state);
         s.stored = true;
         s.pass();
+    }
+
+    /// A wake for the oldest member, only if there is one (see [`WakeOne::wake_next`]).
+    fn notify_members(&self) {
+        let mut s = lock(&self.state);
+        if !s.members.is_empty() {
+            s.stored = true;
+            s.pass();
+        }
     }
 
     /// Wakes every parked member and keeps one wake for a member between tries.
@@ -430,6 +448,21 @@ mod tests {
             a.await.unwrap() && b.await.unwrap(),
             "the second message woke the other"
         );
+    }
+
+    #[tokio::test]
+    async fn a_shared_grant_wakes_the_next_waiter_and_keeps_nothing_when_none_is_left() {
+        let g = group();
+        let first = WakeOne::new(g.clone());
+        let next = waiter(&g);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The oldest was granted a read: the next one is woken with no message.
+        first.wake_next();
+        assert!(next.await.unwrap(), "the next waiter was woken");
+        // Nobody left: no wake is kept for whoever joins later.
+        WakeOne::new(g.clone()).wake_next();
+        let late = WakeOne::new(g.clone());
+        assert!(late.take_stored().is_none(), "nothing kept");
     }
 
     #[tokio::test]
