@@ -65,7 +65,9 @@
 //!   entry; `done` and `exhausted` exactly when its job is `DONE` or `EXHAUSTED`; `missed` and
 //!   `skipped_paused` only for a tick no PROGRAM ran (`skipped_paused` only while a pause
 //!   overlapped its window); `running` or `failed` only for an excused tick whose job is
-//!   left at an attempt; `skipped_overlap` only for a tick no PROGRAM ran. A tick whose
+//!   left at an attempt; `skipped_overlap` only for a tick no PROGRAM ran (under
+//!   `buffer-one`: none ran to success; a retry after a killed or failed attempt waits behind
+//!   another occurrence too, and is settled if its window closes first). A tick whose
 //!   window a pause overlapped is excused from S3 (it may be skipped);
 //! - S7: under `--overlap buffer-one` (`s-buf2`) and `replace` (`s-rep3`), no two occurrences'
 //!   PROGRAMs run at once: the next waits for the running one to end (or is settled skipped),
@@ -721,6 +723,8 @@ pub struct SchedResult {
     triggered: Vec<Triggered>,
     /// Per schedule (by index): whether it runs under `--overlap buffer-one` (S7), and its key.
     exclusive: Vec<(&'static str, bool)>,
+    /// The keys of the schedules under `--overlap buffer-one` (S6).
+    buffered: Vec<&'static str>,
     /// Job → its occurrence's outcome in the schedule's record, repaired (S6).
     recorded: BTreeMap<String, String>,
     recorded_err: Option<String>,
@@ -1106,6 +1110,12 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
     };
     let keys: Vec<&str> = phase.specs.iter().map(|s| s.key).collect();
     let exclusive = phase.specs.iter().map(|s| (s.key, s.exclusive)).collect();
+    let buffered = phase
+        .specs
+        .iter()
+        .filter(|s| s.args.contains(&"buffer-one"))
+        .map(|s| s.key)
+        .collect();
     let (recorded, recorded_err) = match read_records(&admin_url, &keys).await {
         Ok(r) => (r, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
@@ -1157,6 +1167,7 @@ pub async fn run_phase(cfg: SchedCfg, root: &Path, canary: &str) -> Result<Sched
         recorded_err,
         triggered,
         exclusive,
+        buffered,
         exits,
         stuck,
         faults,
@@ -1265,8 +1276,9 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
     let mut occurrences = 0usize;
     // Under buffer-one: every PROGRAM's span with its job, per schedule key (S7).
     let mut by_schedule: BTreeMap<String, Vec<(u64, u64, String, u32)>> = BTreeMap::new();
-    // The jobs some PROGRAM ran for (S6).
+    // The jobs some PROGRAM ran for, and those one ran to success (S6).
     let mut ran: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut succeeded: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Job → its last attempt that ran PROGRAM, and that PROGRAM's process.
     for path in &files {
         let all = spans(path);
@@ -1284,6 +1296,9 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             continue;
         };
         ran.insert(job.clone());
+        if all.iter().any(|s| s.code == Some(0)) {
+            succeeded.insert(job.clone());
+        }
         let key = job.split('@').next().unwrap_or("").to_string();
         if r.exclusive.iter().any(|(k, x)| *x && *k == key) {
             for sp in &all {
@@ -1428,7 +1443,15 @@ pub fn check(r: &SchedResult) -> (Vec<(String, bool, String)>, Value) {
             "missed" => program || terminal(&st),
             "skipped_paused" => program || terminal(&st) || !t.paused,
             "running" | "failed" => t.witness.is_some() || terminal(&st),
-            "skipped_overlap" => program,
+            // Under buffer-one a retry (its earlier attempt's PROGRAM killed or failed) waits
+            // behind another occurrence too, and is settled if its window closes first.
+            "skipped_overlap" => {
+                let buffered = r
+                    .buffered
+                    .iter()
+                    .any(|k| t.job.split('@').next() == Some(*k));
+                succeeded.contains(&t.job) || (program && !buffered)
+            }
             // Stopped by a later occurrence (`--overlap replace`): its job completed.
             "replaced" => st.as_deref() != Some("DONE"),
             _ => true,

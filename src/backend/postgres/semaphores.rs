@@ -494,43 +494,17 @@ pub(crate) fn release_any_in_background(
     topic: &str,
     token: String,
 ) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if t.cancel.is_cancelled() {
-        return;
-    }
-    let (t2, slots, topic) = (t.clone(), slots.to_string(), topic.to_string());
-    t.tracker.spawn_on(
-        async move {
-            const DURING: &str = "releasing a permit";
-            let limit = crate::util::time::after(Instant::now(), t2.settings.response_timeout);
-            let released = async {
-                let conn = connection(&t2, limit, DURING).await?;
-                let st = conn
-                    .by(limit, DURING, conn.prepare_cached(RELEASE_ANY))
-                    .await?;
-                let payload = format!("{topic}\nreleased");
-                let rows = conn
-                    .by(
-                        limit,
-                        DURING,
-                        conn.query(&st, &[&slots, &token, &payload, &channel_of(&topic)]),
-                    )
-                    .await?;
-                Ok::<_, Error>(!rows.is_empty())
-            }
-            .await;
-            match released {
-                Ok(ours) => tracing::debug!(slots, ours, "released a permit in the background"),
-                Err(e) => tracing::warn!(
-                    slots,
-                    error = %e,
-                    "releasing a permit in the background failed; its lease is the backstop"
-                ),
-            }
+    notify_in_background(
+        t,
+        Notifying {
+            sql: RELEASE_ANY,
+            during: "releasing a permit",
+            done: "released a permit in the background",
+            backstop: "its lease",
         },
-        &handle,
+        slots,
+        topic,
+        token,
     );
 }
 
@@ -543,40 +517,73 @@ pub(crate) fn leave_line_in_background(
     topic: &str,
     waiter: String,
 ) {
+    notify_in_background(
+        t,
+        Notifying {
+            sql: LEAVE_NOTIFY,
+            during: "leaving a semaphore's line",
+            done: "left a semaphore's line in the background",
+            backstop: "its place's liveness",
+        },
+        meta,
+        topic,
+        waiter,
+    );
+}
+
+/// A statement of the shape `$1` key, `$2` token, `$3` payload, `$4` channel that notifies
+/// `released` when it changed something, and what to log about it.
+struct Notifying {
+    sql: &'static str,
+    during: &'static str,
+    done: &'static str,
+    backstop: &'static str,
+}
+
+/// Runs `what` for (`key`, `token`) through a task of the client, notifying `released` on
+/// `topic`; never blocks, logs the outcome.
+fn notify_in_background(
+    t: &std::sync::Arc<PgTransport>,
+    what: Notifying,
+    key: &str,
+    topic: &str,
+    token: String,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
     if t.cancel.is_cancelled() {
         return;
     }
-    let (t2, meta, topic) = (t.clone(), meta.to_string(), topic.to_string());
+    let (t2, key, topic) = (t.clone(), key.to_string(), topic.to_string());
     t.tracker.spawn_on(
         async move {
-            const DURING: &str = "leaving a semaphore's line";
+            let during = what.during;
             let limit = crate::util::time::after(Instant::now(), t2.settings.response_timeout);
-            let left = async {
-                let conn = connection(&t2, limit, DURING).await?;
+            let changed = async {
+                let conn = connection(&t2, limit, during).await?;
                 let st = conn
-                    .by(limit, DURING, conn.prepare_cached(LEAVE_NOTIFY))
+                    .by(limit, during, conn.prepare_cached(what.sql))
                     .await?;
                 let payload = format!("{topic}\nreleased");
                 let rows = conn
                     .by(
                         limit,
-                        DURING,
-                        conn.query(&st, &[&meta, &waiter, &payload, &channel_of(&topic)]),
+                        during,
+                        conn.query(&st, &[&key, &token, &payload, &channel_of(&topic)]),
                     )
                     .await?;
                 Ok::<_, Error>(!rows.is_empty())
             }
             .await;
-            match left {
-                Ok(was) => tracing::debug!(meta, was, "left a semaphore's line in the background"),
+            match changed {
+                Ok(changed) => tracing::debug!(key, changed, "{}", what.done),
                 Err(e) => tracing::warn!(
-                    meta,
+                    key,
                     error = %e,
-                    "leaving a semaphore's line in the background failed; its liveness is the \
-                     backstop"
+                    "{} in the background failed; {} is the backstop",
+                    during,
+                    what.backstop
                 ),
             }
         },
