@@ -210,6 +210,28 @@ impl Backend {
         }
     }
 
+    /// As [`Backend::wake_one`], in the group `line` of the channel's local waiters: a
+    /// subscription of its own, so each message wakes one waiter of every line.
+    ///
+    /// # Errors
+    /// As [`Backend::wake_one`].
+    pub(crate) async fn wake_one_in(&self, channel: &str, line: &str) -> Result<WakeOne, Error> {
+        match self {
+            Backend::Redis(t) => t.hub.wake_one_in(channel, line).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.wake_one_in(channel, line).await,
+        }
+    }
+
+    /// As [`Backend::waiting`], in the group `line`.
+    pub(crate) fn waiting_in(&self, channel: &str, line: &str) -> Option<WakeOne> {
+        match self {
+            Backend::Redis(t) => t.hub.waiting_in(channel, line),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(t) => t.waiting_in(channel, line),
+        }
+    }
+
     /// Every message on `channel` (a Redis channel, or a PostgreSQL notification topic).
     ///
     /// # Errors

@@ -447,6 +447,9 @@ impl RwLocks {
     }
 }
 
+/// The local wake line of a lock's writers and upgrades (see `RwTry::waiting`).
+const WRITERS: &str = "writers";
+
 /// One try of the read-write lock, as the acquisition engine drives it.
 struct RwTry<'a> {
     locks: &'a RwLocks,
@@ -538,8 +541,17 @@ impl TryAcquire for RwTry<'_> {
         }
     }
 
+    /// Writers wait in a line of their own: behind an older local reader that the writer's
+    /// own mark keeps out (it holds the readers' first place, and only the first place wakes on
+    /// its timer), a writer would never try, never refresh its mark, and readers would enter
+    /// once it lapsed. Each release wakes one reader and one writer per client.
     fn waiting(&mut self) -> (Option<WakeOne>, bool) {
-        (self.locks.backend.waiting(self.keys.channel()), true)
+        let channel = self.keys.channel();
+        let joined = match self.mode {
+            RwMode::Write => self.locks.backend.waiting_in(channel, WRITERS),
+            RwMode::Read | RwMode::Upgradeable => self.locks.backend.waiting(channel),
+        };
+        (joined, true)
     }
 
     /// A read (plain or upgradeable) is shared: the next local waiter may be a reader too.
@@ -550,7 +562,14 @@ impl TryAcquire for RwTry<'_> {
     async fn subscribe(&mut self) -> Option<WakeOne> {
         let limit = self.locks.backend.connect_timeout();
         let backend = self.locks.backend.clone();
-        match tokio::time::timeout(limit, backend.wake_one(self.keys.channel())).await {
+        let channel = self.keys.channel();
+        let joined = async {
+            match self.mode {
+                RwMode::Write => backend.wake_one_in(channel, WRITERS).await,
+                RwMode::Read | RwMode::Upgradeable => backend.wake_one(channel).await,
+            }
+        };
+        match tokio::time::timeout(limit, joined).await {
             Ok(Ok(g)) => Some(g),
             _ => None,
         }
@@ -932,14 +951,17 @@ impl TryAcquire for UpgradeTry<'_> {
         }
     }
 
+    /// An upgrade waits in the writers' line (it holds the mark, as a waiting writer does).
     fn waiting(&mut self) -> (Option<WakeOne>, bool) {
-        (self.guard.backend.waiting(self.guard.keys.channel()), false)
+        let channel = self.guard.keys.channel();
+        (self.guard.backend.waiting_in(channel, WRITERS), false)
     }
 
     async fn subscribe(&mut self) -> Option<WakeOne> {
         let backend = self.guard.backend.clone();
         let limit = backend.connect_timeout();
-        match tokio::time::timeout(limit, backend.wake_one(self.guard.keys.channel())).await {
+        let channel = self.guard.keys.channel();
+        match tokio::time::timeout(limit, backend.wake_one_in(channel, WRITERS)).await {
             Ok(Ok(g)) => Some(g),
             _ => None,
         }

@@ -124,6 +124,13 @@ where
     Ok(WakeOne::new(group))
 }
 
+/// The group name of a line of its own on `channel` (see [`join`]): waiters of one kind (a
+/// read-write lock's writers) whom a message must reach even while waiters of another kind,
+/// older and unable to use it, hold the channel's first place.
+pub(crate) fn line_key(channel: &str, line: &str) -> String {
+    format!("{channel}\n{line}")
+}
+
 /// This client's waiters on `channel`, joined without subscribing: `Some` only while another
 /// local waiter is on it (a live group whose subscription is confirmed and whose hub is up).
 /// A new caller then queues behind them instead of trying at once (see `Locks::acquire`).

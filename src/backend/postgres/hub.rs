@@ -111,6 +111,27 @@ impl PgTransport {
     pub(crate) fn waiting(&self, topic: &str) -> Option<crate::util::wake::WakeOne> {
         crate::util::wake::join_waiting(&self.groups, topic)
     }
+
+    /// As [`PgTransport::wake_one`], in the group `line` of the topic's waiters.
+    ///
+    /// # Errors
+    /// As [`PgTransport::subscribe`].
+    pub(crate) async fn wake_one_in(
+        &self,
+        topic: &str,
+        line: &str,
+    ) -> Result<crate::util::wake::WakeOne, Error> {
+        let key = crate::util::wake::line_key(topic, line);
+        crate::util::wake::join(&self.groups, &key, |call| {
+            self.subscribe_to(topic, Some(call))
+        })
+        .await
+    }
+
+    /// As [`PgTransport::waiting`], in the group `line`.
+    pub(crate) fn waiting_in(&self, topic: &str, line: &str) -> Option<crate::util::wake::WakeOne> {
+        crate::util::wake::join_waiting(&self.groups, &crate::util::wake::line_key(topic, line))
+    }
 }
 
 /// Subscribers by topic.

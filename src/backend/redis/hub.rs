@@ -610,6 +610,32 @@ impl Hub {
     pub(crate) fn waiting(&self, channel: &str) -> Option<crate::util::wake::WakeOne> {
         crate::util::wake::join_waiting(&self.groups, channel)
     }
+
+    /// As [`Hub::wake_one`], in the group `line` of the channel's waiters (a subscription of
+    /// its own, so each message wakes one waiter of every line).
+    ///
+    /// # Errors
+    /// As [`Hub::subscribe`].
+    pub(crate) async fn wake_one_in(
+        &self,
+        channel: &str,
+        line: &str,
+    ) -> Result<crate::util::wake::WakeOne, Error> {
+        let key = crate::util::wake::line_key(channel, line);
+        crate::util::wake::join(&self.groups, &key, |call| {
+            self.subscribe_calling(channel, call)
+        })
+        .await
+    }
+
+    /// As [`Hub::waiting`], in the group `line`.
+    pub(crate) fn waiting_in(
+        &self,
+        channel: &str,
+        line: &str,
+    ) -> Option<crate::util::wake::WakeOne> {
+        crate::util::wake::join_waiting(&self.groups, &crate::util::wake::line_key(channel, line))
+    }
 }
 
 #[cfg(test)]
