@@ -122,6 +122,14 @@ pub(crate) trait TryAcquire: Send {
         async { None }
     }
 
+    /// Asked after each refused try made from a line joined by [`TryAcquire::waiting`]:
+    /// whether to leave that line now and [`TryAcquire::subscribe`] to another (a read-write
+    /// lock's writer queues behind the local readers for its first try, then waits in the
+    /// writers' line). Defaults to no.
+    fn leave_first_line(&mut self) -> bool {
+        false
+    }
+
     /// Whether a grant may be shared with other waiters (a read): the engine then wakes the
     /// next local waiter at once, which would otherwise wait for a release. Defaults to no.
     fn shared(&self) -> bool {
@@ -239,6 +247,10 @@ pub(crate) async fn acquire<A: TryAcquire>(
                 tries,
                 waited: now.saturating_duration_since(start),
             });
+        }
+        if channel.is_some() && acq.leave_first_line() {
+            // Its membership ends with the drop; a kept wake is passed on.
+            channel = None;
         }
         if channel.is_none() {
             if let Some(c) = acq.subscribe().await {

@@ -236,6 +236,7 @@ impl RwLocks {
             mode,
             waits: false,
             retry_token: None,
+            behind_readers: false,
         };
         match one.try_once(false, Instant::now()).await? {
             Tried::Granted(guard) => Ok(Some(guard)),
@@ -269,6 +270,7 @@ impl RwLocks {
             mode,
             waits: true,
             retry_token: None,
+            behind_readers: false,
         };
         let mut guard = acquire::acquire(&mut acq, key, opts).await?;
         if opts.watchdog {
@@ -466,6 +468,9 @@ struct RwTry<'a> {
     /// waits, readers enter in the gap, and a stale mark outlive the write (the model checker's
     /// read-write lock search finds that livelock).
     retry_token: Option<String>,
+    /// A writer queued behind this client's waiting readers for its first try: it leaves their
+    /// line after that try, for the writers' own.
+    behind_readers: bool,
 }
 
 /// Releases `token`'s hold on `keys` through a task of the client unless disarmed: armed while
@@ -544,14 +549,29 @@ impl TryAcquire for RwTry<'_> {
     /// Writers wait in a line of their own: behind an older local reader that the writer's
     /// own mark keeps out (it holds the readers' first place, and only the first place wakes on
     /// its timer), a writer would never try, never refresh its mark, and readers would enter
-    /// once it lapsed. Each release wakes one reader and one writer per client.
+    /// once it lapsed. Each release wakes one reader and one writer per client. A writer that
+    /// finds no local writer waiting but local readers waiting (they waited through the last
+    /// write, perhaps its own) makes its first try behind them, so they get in before its mark
+    /// goes up: readers and writers take turns instead of a looping writer going first.
     fn waiting(&mut self) -> (Option<WakeOne>, bool) {
         let channel = self.keys.channel();
         let joined = match self.mode {
-            RwMode::Write => self.locks.backend.waiting_in(channel, WRITERS),
+            RwMode::Write => match self.locks.backend.waiting_in(channel, WRITERS) {
+                Some(w) => Some(w),
+                None => {
+                    let readers = self.locks.backend.waiting(channel);
+                    self.behind_readers = readers.is_some();
+                    readers
+                }
+            },
             RwMode::Read | RwMode::Upgradeable => self.locks.backend.waiting(channel),
         };
         (joined, true)
+    }
+
+    /// A writer that made its first try behind the readers waits in the writers' line.
+    fn leave_first_line(&mut self) -> bool {
+        std::mem::take(&mut self.behind_readers)
     }
 
     /// A read (plain or upgradeable) is shared: the next local waiter may be a reader too.
